@@ -1,0 +1,1 @@
+//! HDD model (placeholder; being written).
