@@ -1,0 +1,140 @@
+//! A chain of targets, top first, that is itself a [`Target`].
+//!
+//! The stack validates every request that enters at the top (alignment,
+//! size, range: a bad request completes with `IoError::Invalid`, never a
+//! panic) and moves requests down and completions up between its layers
+//! after every input, so a runtime sees only the top's upper side and the
+//! bottom's lower side.
+
+use crate::{Completion, Instant, Request, Status, Target, TraceRecord};
+use std::collections::VecDeque;
+
+/// Targets chained top to bottom.
+pub struct Stack {
+    layers: Vec<Box<dyn Target>>,
+    rejected: VecDeque<Completion>,
+    requests_rejected_count: u64,
+}
+
+impl Stack {
+    /// Chains `layers`, top first. Each layer's lower address space is the
+    /// next layer's upper one.
+    pub fn new(layers: Vec<Box<dyn Target>>) -> Stack {
+        assert!(!layers.is_empty(), "a stack has at least one target");
+        Stack { layers, rejected: VecDeque::new(), requests_rejected_count: 0 }
+    }
+
+    /// The layers, top first.
+    pub fn layers(&self) -> &[Box<dyn Target>] {
+        &self.layers
+    }
+
+    /// Every layer's status, top first.
+    pub fn statuses(&self) -> Vec<Status> {
+        self.layers.iter().map(|t| t.status()).collect()
+    }
+
+    /// How many requests were refused at the top as invalid.
+    pub fn requests_rejected_count(&self) -> u64 {
+        self.requests_rejected_count
+    }
+
+    /// Moves requests down and completions up until nothing moves.
+    fn pump(&mut self, now: Instant) {
+        let n = self.layers.len();
+        loop {
+            let mut moved = false;
+            for i in 0..n - 1 {
+                let (upper, lower) = self.layers.split_at_mut(i + 1);
+                let (up, down) = (&mut upper[i], &mut lower[0]);
+                while let Some(r) = up.poll_lower() {
+                    assert!(
+                        r.validate(down.size_bytes()).is_ok(),
+                        "{} sent an invalid request below: {r:?}",
+                        up.name()
+                    );
+                    down.handle_request(now, r);
+                    moved = true;
+                }
+                while let Some(c) = down.poll_upper() {
+                    up.handle_completion(now, c);
+                    moved = true;
+                }
+            }
+            if !moved {
+                return;
+            }
+        }
+    }
+}
+
+impl Target for Stack {
+    fn name(&self) -> &'static str {
+        "stack"
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.layers[0].size_bytes()
+    }
+
+    fn handle_request(&mut self, now: Instant, req: Request) {
+        match req.validate(self.size_bytes()) {
+            Ok(()) => self.layers[0].handle_request(now, req),
+            Err(e) => {
+                self.requests_rejected_count += 1;
+                self.rejected.push_back(Completion::err(req.id, e));
+            }
+        }
+        self.pump(now);
+    }
+
+    fn handle_completion(&mut self, now: Instant, completion: Completion) {
+        self.layers.last_mut().expect("non-empty").handle_completion(now, completion);
+        self.pump(now);
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        for layer in &mut self.layers {
+            if layer.poll_timeout().is_some_and(|t| t <= now) {
+                layer.handle_timeout(now);
+            }
+        }
+        self.pump(now);
+    }
+
+    fn handle_idle(&mut self, now: Instant) {
+        for layer in self.layers.iter_mut().rev() {
+            layer.handle_idle(now);
+        }
+        self.pump(now);
+    }
+
+    fn poll_lower(&mut self) -> Option<Request> {
+        self.layers.last_mut().expect("non-empty").poll_lower()
+    }
+
+    fn poll_upper(&mut self) -> Option<Completion> {
+        if let Some(c) = self.rejected.pop_front() {
+            return Some(c);
+        }
+        self.layers[0].poll_upper()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.layers.iter().filter_map(|t| t.poll_timeout()).min()
+    }
+
+    fn poll_record(&mut self) -> Option<TraceRecord> {
+        self.layers.iter_mut().find_map(|t| t.poll_record())
+    }
+
+    fn is_ready(&self) -> bool {
+        self.layers.iter().all(|t| t.is_ready())
+    }
+
+    fn status(&self) -> Status {
+        let mut s = self.layers[0].status();
+        s.counters.push(("requests_rejected_count".into(), self.requests_rejected_count));
+        s
+    }
+}

@@ -1,0 +1,208 @@
+//! The one surface every target offers.
+//!
+//! A target is a state machine with no I/O of its own. It exposes an address
+//! space of [`Target::size_bytes`] upward and maps requests onto the address
+//! space of the layer below (a slice of the one physical device, possibly
+//! several regions of it).
+//!
+//! # Inputs
+//! - [`Target::handle_request`]: a request from above (already validated by
+//!   the [`crate::Stack`] at the top; a target validates what it forwards).
+//! - [`Target::handle_completion`]: the answer to a request it sent below.
+//! - [`Target::handle_timeout`]: the time it asked for in `poll_timeout` came.
+//! - [`Target::handle_idle`]: the device below has had no foreground work.
+//!
+//! # Outputs, drained in this order after every input
+//! 1. [`Target::poll_lower`] until `None`: requests for the layer below.
+//! 2. [`Target::poll_upper`] until `None`: completions for the layer above.
+//! 3. [`Target::poll_timeout`]: the earliest instant it wants a timeout.
+//! 4. [`Target::poll_record`] until `None`: trace records (the `trace` target).
+//!
+//! Ids: the caller assigns request ids for this layer; a target assigns its
+//! own ids for the requests it sends below. A completion is delivered exactly
+//! once per request.
+//!
+//! Persistent state: a target that keeps metadata reads it (on
+//! [`OpenMode::Open`]) or writes it (on [`OpenMode::Format`]) through the same
+//! `poll_lower` channel, holding upper requests until it is ready.
+
+use crate::{Completion, Instant, Op, Request, StreamId};
+use serde::Serialize;
+
+/// How a stack is brought up.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum OpenMode {
+    /// A freshly formatted device: targets initialise their metadata.
+    Format,
+    /// An existing device; `clean` is true if the last shutdown was clean.
+    Open {
+        /// Whether the superblock recorded a clean shutdown.
+        clean: bool,
+    },
+}
+
+/// Counters and configuration of one target, in `key=value` form.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Status {
+    /// The target's type name, as in the config.
+    pub target: String,
+    /// The configuration echoed back, in config key names.
+    pub config: Vec<(String, String)>,
+    /// Named counters; names carry their unit.
+    pub counters: Vec<(String, u64)>,
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.target)?;
+        for (k, v) in &self.config {
+            write!(f, " {k}={v}")?;
+        }
+        for (k, v) in &self.counters {
+            write!(f, " {k}={v}")?;
+        }
+        Ok(())
+    }
+}
+
+/// One request seen by the `trace` target; the format is documented in
+/// `docs/trace-format.md` and written by [`TraceRecord::to_line`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TraceRecord {
+    /// When the request arrived.
+    pub submit: Instant,
+    /// When it completed.
+    pub complete: Instant,
+    /// Its stream.
+    pub stream: StreamId,
+    /// Its op.
+    pub op: Op,
+    /// Byte offset.
+    pub offset_bytes: u64,
+    /// Byte length.
+    pub length_bytes: u32,
+    /// Forced unit access.
+    pub fua: bool,
+}
+
+impl TraceRecord {
+    /// The header line of a layoutd trace file.
+    pub const HEADER: &'static str =
+        "# layoutd-trace v1: submit_ns complete_ns stream op offset_bytes length_bytes flags";
+
+    /// One line of the text format: `submit_ns complete_ns stream op offset length flags`,
+    /// where op is one of R W F T Z and flags is `-` or `F` (FUA).
+    pub fn to_line(&self) -> String {
+        format!(
+            "{} {} {} {} {} {} {}",
+            self.submit.as_ns(),
+            self.complete.as_ns(),
+            self.stream.0,
+            self.op.code(),
+            self.offset_bytes,
+            self.length_bytes,
+            if self.fua { "F" } else { "-" }
+        )
+    }
+
+    /// Parses one line written by [`TraceRecord::to_line`].
+    pub fn parse_line(line: &str) -> Result<TraceRecord, String> {
+        let f: Vec<&str> = line.split_ascii_whitespace().collect();
+        if f.len() != 7 {
+            return Err(format!("expected 7 fields, found {}", f.len()));
+        }
+        let num = |i: usize, what: &str| -> Result<u64, String> {
+            f[i].parse::<u64>().map_err(|_| format!("field {} ({what}) is not a number: {:?}", i + 1, f[i]))
+        };
+        let op_char = f[3].chars().next().filter(|_| f[3].len() == 1);
+        let op =
+            op_char.and_then(Op::from_code).ok_or_else(|| format!("unknown op {:?} (R W F T Z)", f[3]))?;
+        let fua = match f[6] {
+            "-" => false,
+            "F" => true,
+            other => return Err(format!("unknown flags {other:?} (- or F)")),
+        };
+        Ok(TraceRecord {
+            submit: Instant::from_ns(num(0, "submit_ns")?),
+            complete: Instant::from_ns(num(1, "complete_ns")?),
+            stream: StreamId(u32::try_from(num(2, "stream")?).map_err(|_| "stream too large".to_string())?),
+            op,
+            offset_bytes: num(4, "offset_bytes")?,
+            length_bytes: u32::try_from(num(5, "length_bytes")?)
+                .map_err(|_| "length too large".to_string())?,
+            fua,
+        })
+    }
+}
+
+/// A sans-I/O block-remapping state machine. See the module docs for the
+/// call order.
+pub trait Target: Send {
+    /// The target's type name, as in the config (`linear`, `trace`, ...).
+    fn name(&self) -> &'static str;
+
+    /// The size of the address space this target exposes upward.
+    fn size_bytes(&self) -> u64;
+
+    /// A request from above. The stack has validated it against `size_bytes`.
+    fn handle_request(&mut self, now: Instant, req: Request);
+
+    /// A completion from below, for a request this target emitted.
+    fn handle_completion(&mut self, now: Instant, completion: Completion);
+
+    /// The instant returned by `poll_timeout` has been reached.
+    fn handle_timeout(&mut self, now: Instant) {
+        let _ = now;
+    }
+
+    /// The device below has no foreground work; background work may start.
+    fn handle_idle(&mut self, now: Instant) {
+        let _ = now;
+    }
+
+    /// Next request for the layer below.
+    fn poll_lower(&mut self) -> Option<Request>;
+
+    /// Next completion for the layer above.
+    fn poll_upper(&mut self) -> Option<Completion>;
+
+    /// The earliest instant at which `handle_timeout` should be called.
+    fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+
+    /// Next trace record, for targets that record.
+    fn poll_record(&mut self) -> Option<TraceRecord> {
+        None
+    }
+
+    /// True once the target has finished recovery/formatting and serves.
+    fn is_ready(&self) -> bool {
+        true
+    }
+
+    /// Counters and config.
+    fn status(&self) -> Status;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_line_round_trips_and_rejects_garbage() {
+        let r = TraceRecord {
+            submit: Instant::from_ns(5),
+            complete: Instant::from_ns(9),
+            stream: StreamId(3),
+            op: Op::WriteZeroes,
+            offset_bytes: 4096,
+            length_bytes: 512,
+            fua: true,
+        };
+        assert_eq!(TraceRecord::parse_line(&r.to_line()), Ok(r));
+        assert!(TraceRecord::parse_line("1 2 3 X 0 512 -").unwrap_err().contains("unknown op"));
+        assert!(TraceRecord::parse_line("1 2 3 R 0 512").unwrap_err().contains("7 fields"));
+        assert!(TraceRecord::parse_line("1 2 3 R zz 512 -").unwrap_err().contains("offset_bytes"));
+    }
+}

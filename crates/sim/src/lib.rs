@@ -1,0 +1,1 @@
+//! Simulator (issue 4; not yet written).
