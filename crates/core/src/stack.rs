@@ -29,11 +29,6 @@ impl Stack {
         &self.layers
     }
 
-    /// Every layer's status, top first.
-    pub fn statuses(&self) -> Vec<Status> {
-        self.layers.iter().map(|t| t.status()).collect()
-    }
-
     /// How many requests were refused at the top as invalid.
     pub fn requests_rejected_count(&self) -> u64 {
         self.requests_rejected_count
@@ -130,6 +125,10 @@ impl Target for Stack {
 
     fn is_ready(&self) -> bool {
         self.layers.iter().all(|t| t.is_ready())
+    }
+
+    fn layer_statuses(&self) -> Vec<Status> {
+        self.layers.iter().map(|t| t.status()).collect()
     }
 
     fn status(&self) -> Status {

@@ -183,6 +183,11 @@ pub trait Target: Send {
 
     /// Counters and config.
     fn status(&self) -> Status;
+
+    /// The status of every layer, top first (one entry unless this is a stack).
+    fn layer_statuses(&self) -> Vec<Status> {
+        vec![self.status()]
+    }
 }
 
 #[cfg(test)]

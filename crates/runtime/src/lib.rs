@@ -1,1 +1,18 @@
-//! placeholder
+//! The runtimes that drive layoutd targets, and volume management.
+//!
+//! - [`det`]: the deterministic runtime. A virtual clock, a seeded RNG, and
+//!   a bottom device whose timing is pluggable ([`det::Timing`]): zero
+//!   latency with seeded reordering for tests, the HDD model for the
+//!   simulator. Same inputs and seed, same outputs, byte for byte.
+//! - [`live`]: the live runtime. Real I/O on a [`layoutd_disk::BlockDevice`]
+//!   from the calling threads, the wall clock, a timer thread.
+//! - [`volume`]: formatting, opening and inspecting a device: superblock,
+//!   stack construction, clean-shutdown mark.
+//!
+//! Targets are the same code in both runtimes.
+#![warn(missing_docs)]
+
+pub mod det;
+pub mod live;
+pub mod testkit;
+pub mod volume;

@@ -1,0 +1,269 @@
+//! A regular file or block device, read and written with pread/pwrite.
+
+use crate::{path_error, BlockDevice};
+use std::fs::{File, OpenOptions};
+use std::io::{self, Seek, SeekFrom};
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+
+/// O_DIRECT needs buffers and offsets aligned to this.
+const DIRECT_ALIGN_BYTES: usize = 4096;
+
+/// A file-backed device.
+pub struct FileDevice {
+    file: File,
+    path: PathBuf,
+    size_bytes: u64,
+    direct: bool,
+    is_block_device: bool,
+}
+
+impl FileDevice {
+    /// Opens `path` read-write. `direct` asks for O_DIRECT (bypassing the
+    /// page cache); `exclusive` takes an advisory lock (`flock`) so a second
+    /// `serve` of the same device is refused instead of corrupting it.
+    pub fn open(path: &Path, direct: bool, exclusive: bool) -> io::Result<FileDevice> {
+        let mut opts = OpenOptions::new();
+        opts.read(true).write(true);
+        if direct {
+            opts.custom_flags(libc::O_DIRECT);
+        }
+        let mut file = opts.open(path).map_err(|e| path_error(path, "cannot open", e))?;
+        if exclusive {
+            // SAFETY: flock on a valid, owned descriptor.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if rc != 0 {
+                let e = io::Error::last_os_error();
+                return Err(if e.kind() == io::ErrorKind::WouldBlock {
+                    io::Error::new(
+                        io::ErrorKind::WouldBlock,
+                        format!("{}: device is in use by another layoutd process (it holds the lock); stop it first", path.display()),
+                    )
+                } else {
+                    path_error(path, "cannot lock", e)
+                });
+            }
+        }
+        let is_block_device =
+            file.metadata().map_err(|e| path_error(path, "cannot stat", e))?.file_type().is_block_device();
+        let size_bytes = file.seek(SeekFrom::End(0)).map_err(|e| path_error(path, "cannot find size", e))?;
+        Ok(FileDevice { file, path: path.to_path_buf(), size_bytes, direct, is_block_device })
+    }
+
+    /// Opens `path` read-only, without a lock, for inspection.
+    pub fn open_read_only(path: &Path) -> io::Result<FileDevice> {
+        let mut file = File::open(path).map_err(|e| path_error(path, "cannot open", e))?;
+        let is_block_device =
+            file.metadata().map_err(|e| path_error(path, "cannot stat", e))?.file_type().is_block_device();
+        let size_bytes = file.seek(SeekFrom::End(0)).map_err(|e| path_error(path, "cannot find size", e))?;
+        Ok(FileDevice { file, path: path.to_path_buf(), size_bytes, direct: false, is_block_device })
+    }
+
+    /// The path it was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn aligned(buf_ptr: *const u8, len: usize, offset: u64) -> bool {
+        (buf_ptr as usize) % DIRECT_ALIGN_BYTES == 0
+            && len % DIRECT_ALIGN_BYTES == 0
+            && offset % DIRECT_ALIGN_BYTES as u64 == 0
+    }
+
+    fn zero_by_writing(&self, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
+        let chunk = AlignedBuf::zeroed(1 << 20);
+        let mut pos = offset_bytes;
+        let end = offset_bytes + length_bytes;
+        while pos < end {
+            let n = (end - pos).min(chunk.len() as u64) as usize;
+            self.write_at(&chunk.as_slice()[..n], pos)?;
+            pos += n as u64;
+        }
+        Ok(())
+    }
+
+    fn fallocate(&self, mode: libc::c_int, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
+        // SAFETY: fallocate on a valid descriptor with in-range arguments.
+        let rc = unsafe {
+            libc::fallocate(
+                self.file.as_raw_fd(),
+                mode,
+                offset_bytes as libc::off_t,
+                length_bytes as libc::off_t,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+}
+
+impl BlockDevice for FileDevice {
+    fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> io::Result<()> {
+        if self.direct && !Self::aligned(buf.as_ptr(), buf.len(), offset_bytes) {
+            let (start, len) = widen(offset_bytes, buf.len());
+            let mut tmp = AlignedBuf::zeroed(len);
+            self.file.read_exact_at(tmp.as_mut_slice(), start)?;
+            let skip = (offset_bytes - start) as usize;
+            buf.copy_from_slice(&tmp.as_slice()[skip..skip + buf.len()]);
+            return Ok(());
+        }
+        self.file.read_exact_at(buf, offset_bytes)
+    }
+
+    fn write_at(&self, buf: &[u8], offset_bytes: u64) -> io::Result<()> {
+        if self.direct && !Self::aligned(buf.as_ptr(), buf.len(), offset_bytes) {
+            let (start, len) = widen(offset_bytes, buf.len());
+            let mut tmp = AlignedBuf::zeroed(len);
+            if start != offset_bytes || len != buf.len() {
+                // Read-modify-write of the partial blocks at either end.
+                self.file.read_exact_at(tmp.as_mut_slice(), start)?;
+            }
+            let skip = (offset_bytes - start) as usize;
+            tmp.as_mut_slice()[skip..skip + buf.len()].copy_from_slice(buf);
+            return self.file.write_all_at(tmp.as_slice(), start);
+        }
+        self.file.write_all_at(buf, offset_bytes)
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
+    fn trim(&self, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
+        if !self.is_block_device {
+            let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+            if self.fallocate(punch, offset_bytes, length_bytes).is_ok() {
+                return Ok(());
+            }
+        }
+        self.zero_by_writing(offset_bytes, length_bytes)
+    }
+
+    fn write_zeroes(&self, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
+        if !self.is_block_device {
+            let zero = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
+            if self.fallocate(zero, offset_bytes, length_bytes).is_ok() {
+                return Ok(());
+            }
+        }
+        self.zero_by_writing(offset_bytes, length_bytes)
+    }
+}
+
+/// The aligned range covering `[offset, offset + len)`.
+fn widen(offset_bytes: u64, len: usize) -> (u64, usize) {
+    let a = DIRECT_ALIGN_BYTES as u64;
+    let start = offset_bytes / a * a;
+    let end = (offset_bytes + len as u64).div_ceil(a) * a;
+    (start, (end - start) as usize)
+}
+
+/// A heap buffer aligned for O_DIRECT.
+struct AlignedBuf {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl AlignedBuf {
+    fn layout(len: usize) -> std::alloc::Layout {
+        std::alloc::Layout::from_size_align(len.max(DIRECT_ALIGN_BYTES), DIRECT_ALIGN_BYTES)
+            .expect("valid layout")
+    }
+
+    fn zeroed(len: usize) -> AlignedBuf {
+        // SAFETY: the layout has non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(Self::layout(len)) };
+        assert!(!ptr.is_null(), "allocation of {len} bytes failed");
+        AlignedBuf { ptr, len }
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        // SAFETY: ptr is valid for len initialised bytes for the buffer's life.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and we hold the only reference.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `zeroed` with the same layout.
+        unsafe { std::alloc::dealloc(self.ptr, Self::layout(self.len)) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip(direct: bool) {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("dev.img");
+        File::create(&p).unwrap().set_len(1 << 20).unwrap();
+        let d = match FileDevice::open(&p, direct, false) {
+            Ok(d) => d,
+            Err(e) if direct => {
+                eprintln!("O_DIRECT not supported on this file system ({e}); testing buffered only");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        assert_eq!(d.size_bytes(), 1 << 20);
+        let data: Vec<u8> = (0..3 * 512).map(|i| (i % 253) as u8).collect();
+        d.write_at(&data, 512 * 7).unwrap();
+        let mut back = vec![0u8; data.len()];
+        d.read_at(&mut back, 512 * 7).unwrap();
+        assert_eq!(back, data);
+        d.trim(512 * 8, 512).unwrap();
+        d.read_at(&mut back, 512 * 7).unwrap();
+        assert_eq!(&back[..512], &data[..512]);
+        assert!(back[512..1024].iter().all(|&b| b == 0));
+        assert_eq!(&back[1024..], &data[1024..]);
+        d.write_zeroes(512 * 7, 512).unwrap();
+        d.read_at(&mut back, 512 * 7).unwrap();
+        assert!(back[..1024].iter().all(|&b| b == 0));
+        d.flush().unwrap();
+    }
+
+    #[test]
+    fn file_device_reads_writes_trims_buffered() {
+        roundtrip(false);
+    }
+
+    #[test]
+    fn file_device_reads_writes_trims_direct() {
+        roundtrip(true);
+    }
+
+    #[test]
+    fn second_exclusive_open_is_refused_with_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("dev.img");
+        File::create(&p).unwrap().set_len(1 << 20).unwrap();
+        let _first = FileDevice::open(&p, false, true).unwrap();
+        let err = FileDevice::open(&p, false, true).err().expect("second open refused");
+        assert!(err.to_string().contains("in use"), "{err}");
+        assert!(err.to_string().contains("dev.img"), "{err}");
+    }
+
+    #[test]
+    fn missing_file_error_names_the_path() {
+        let err = FileDevice::open(Path::new("/nonexistent/x.img"), false, false).err().unwrap();
+        assert!(err.to_string().contains("/nonexistent/x.img"), "{err}");
+    }
+}

@@ -1,0 +1,328 @@
+//! The deterministic runtime: a hand-driven harness in the style of quinn's
+//! `Pair`. It owns the stack, the bottom device, the virtual clock and the
+//! queue of in-flight lower requests; [`Harness::step`] jumps to the next
+//! event and handles it.
+//!
+//! Events, in order of precedence at equal times: a lower completion, a
+//! target timeout, then (once the device has nothing in flight and no upper
+//! request is outstanding) one `handle_idle` per transition to idle.
+//!
+//! Faults are injected by editing fields: [`Harness::fail_lower_writes`],
+//! the [`ZeroLatency`] reorder switch, or by cutting a recorder's log.
+
+use bytes::Bytes;
+use layoutd_core::{Completion, Instant, Op, ReqId, Request, StreamId, Target, TraceRecord};
+use layoutd_disk::{execute, BlockDevice};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+/// When lower requests complete. The harness executes a request against the
+/// device at the moment it completes, so the order of completions is the
+/// order in which data reaches the device.
+pub trait Timing {
+    /// A lower request (identified by `tag`) enters the device at `now`.
+    fn submit(&mut self, now: Instant, req: &Request, tag: u64, rng: &mut ChaCha8Rng);
+    /// The instant of the next completion, if anything is in flight.
+    fn next_completion(&self) -> Option<Instant>;
+    /// Pops the completion due at `now` (`now >= next_completion()`).
+    fn complete(&mut self, now: Instant, rng: &mut ChaCha8Rng) -> Option<u64>;
+    /// Whether anything is in flight.
+    fn busy(&self) -> bool;
+}
+
+/// Completes requests at a fixed latency (zero by default). With `reorder`,
+/// requests due at the same instant complete in a seeded random order, as a
+/// real device may reorder anything in flight.
+#[derive(Default)]
+pub struct ZeroLatency {
+    /// Added to every request.
+    pub latency_ns: u64,
+    /// Shuffle requests that are in flight together.
+    pub reorder: bool,
+    in_flight: BTreeMap<Instant, Vec<u64>>,
+}
+
+impl ZeroLatency {
+    /// Zero latency, seeded reordering on.
+    pub fn reordering() -> ZeroLatency {
+        ZeroLatency { latency_ns: 0, reorder: true, in_flight: BTreeMap::new() }
+    }
+}
+
+impl Timing for ZeroLatency {
+    fn submit(&mut self, now: Instant, _req: &Request, tag: u64, _rng: &mut ChaCha8Rng) {
+        self.in_flight.entry(now.add_ns(self.latency_ns)).or_default().push(tag);
+    }
+
+    fn next_completion(&self) -> Option<Instant> {
+        self.in_flight.keys().next().copied()
+    }
+
+    fn complete(&mut self, now: Instant, rng: &mut ChaCha8Rng) -> Option<u64> {
+        let mut entry = self.in_flight.first_entry()?;
+        assert!(*entry.key() <= now, "completion popped before it was due");
+        let tags = entry.get_mut();
+        let i = if self.reorder { rng.gen_range(0..tags.len()) } else { 0 };
+        let tag = tags.swap_remove(i);
+        if tags.is_empty() {
+            entry.remove();
+        }
+        Some(tag)
+    }
+
+    fn busy(&self) -> bool {
+        !self.in_flight.is_empty()
+    }
+}
+
+/// Counts the harness keeps about what it did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HarnessStats {
+    /// Lower requests executed on the device.
+    pub lower_count: u64,
+    /// Idle events delivered.
+    pub idle_count: u64,
+    /// Timeouts delivered.
+    pub timeout_count: u64,
+}
+
+/// The deterministic runtime.
+pub struct Harness<T: Timing = ZeroLatency> {
+    /// The stack under test.
+    pub stack: Box<dyn Target>,
+    /// The bottom device (data lands here when a lower request completes).
+    pub device: Arc<dyn BlockDevice>,
+    /// When lower requests complete.
+    pub timing: T,
+    /// The virtual clock.
+    pub now: Instant,
+    /// Fail every lower write with EIO while set.
+    pub fail_lower_writes: bool,
+    /// Whether reads return data (data mode) or not (timing mode).
+    pub with_data: bool,
+    rng: ChaCha8Rng,
+    seed: u64,
+    next_upper_id: u64,
+    next_tag: u64,
+    lower: BTreeMap<u64, Request>,
+    upper_outstanding: BTreeMap<u64, Instant>,
+    completions: VecDeque<Completion>,
+    records: Vec<TraceRecord>,
+    idle_delivered: bool,
+    /// What happened so far.
+    pub stats: HarnessStats,
+}
+
+impl<T: Timing> Harness<T> {
+    /// A harness over `stack` and `device` with `timing`, seeded by `seed`.
+    pub fn new(stack: Box<dyn Target>, device: Arc<dyn BlockDevice>, timing: T, seed: u64) -> Harness<T> {
+        Harness {
+            stack,
+            device,
+            timing,
+            now: Instant::ZERO,
+            fail_lower_writes: false,
+            with_data: true,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            seed,
+            next_upper_id: 0,
+            next_tag: 0,
+            lower: BTreeMap::new(),
+            upper_outstanding: BTreeMap::new(),
+            completions: VecDeque::new(),
+            records: Vec::new(),
+            idle_delivered: false,
+            stats: HarnessStats::default(),
+        }
+    }
+
+    /// Gives back the stack (after bring-up, or at the end of a test).
+    pub fn into_stack(self) -> Box<dyn Target> {
+        assert!(self.lower.is_empty(), "lower requests still in flight");
+        self.stack
+    }
+
+    /// The seed, for "reproduce with --seed N" messages.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The harness's RNG, for tests that draw workload from the same seed.
+    pub fn rng(&mut self) -> &mut ChaCha8Rng {
+        &mut self.rng
+    }
+
+    /// Submits a request from above at the current time; returns its id.
+    pub fn submit(&mut self, mut req: Request) -> ReqId {
+        req.id = ReqId(self.next_upper_id);
+        self.next_upper_id += 1;
+        self.upper_outstanding.insert(req.id.0, self.now);
+        self.idle_delivered = false;
+        let id = req.id;
+        self.stack.handle_request(self.now, req);
+        self.drain();
+        id
+    }
+
+    /// Takes every upper completion delivered so far.
+    pub fn take_completions(&mut self) -> Vec<Completion> {
+        self.completions.drain(..).collect()
+    }
+
+    /// Takes every trace record released so far.
+    pub fn take_records(&mut self) -> Vec<TraceRecord> {
+        std::mem::take(&mut self.records)
+    }
+
+    /// Upper requests not yet completed.
+    pub fn upper_outstanding_count(&self) -> usize {
+        self.upper_outstanding.len()
+    }
+
+    /// Lower requests in flight.
+    pub fn lower_in_flight_count(&self) -> usize {
+        self.lower.len()
+    }
+
+    fn drain(&mut self) {
+        while let Some(r) = self.stack.poll_lower() {
+            let tag = self.next_tag;
+            self.next_tag += 1;
+            self.timing.submit(self.now, &r, tag, &mut self.rng);
+            self.lower.insert(tag, r);
+        }
+        while let Some(c) = self.stack.poll_upper() {
+            let submitted = self.upper_outstanding.remove(&c.id.0);
+            assert!(submitted.is_some(), "completion for unknown upper request {:?}", c.id);
+            self.completions.push_back(c);
+        }
+        while let Some(r) = self.stack.poll_record() {
+            self.records.push(r);
+        }
+    }
+
+    /// The instant of the next event, if any.
+    pub fn next_event(&self) -> Option<Instant> {
+        [self.timing.next_completion(), self.stack.poll_timeout()].into_iter().flatten().min()
+    }
+
+    /// Whether the device is idle and nothing is outstanding above.
+    pub fn is_quiet(&self) -> bool {
+        !self.timing.busy() && self.lower.is_empty() && self.upper_outstanding.is_empty()
+    }
+
+    /// Handles the next event. Returns false when there is nothing left to
+    /// do: no completion, no timeout, and idle already delivered.
+    pub fn step(&mut self) -> bool {
+        if self.is_quiet() && !self.idle_delivered {
+            self.idle_delivered = true;
+            self.stats.idle_count += 1;
+            self.stack.handle_idle(self.now);
+            self.drain();
+            return true;
+        }
+        let completion_at = self.timing.next_completion();
+        let timeout_at = self.stack.poll_timeout();
+        let completion_first = match (completion_at, timeout_at) {
+            (Some(c), Some(t)) => c <= t,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => return false,
+        };
+        if completion_first {
+            self.now = self.now.max(completion_at.expect("some"));
+            self.complete_one();
+        } else {
+            self.now = self.now.max(timeout_at.expect("some"));
+            self.stats.timeout_count += 1;
+            self.stack.handle_timeout(self.now);
+            self.drain();
+            if !self.lower.is_empty() || !self.upper_outstanding.is_empty() {
+                self.idle_delivered = false;
+            }
+        }
+        true
+    }
+
+    fn complete_one(&mut self) {
+        let tag = self.timing.complete(self.now, &mut self.rng).expect("a completion was due");
+        let req = self.lower.remove(&tag).expect("timing completes what was submitted");
+        self.stats.lower_count += 1;
+        let completion = if self.fail_lower_writes && req.op.is_modify() {
+            Completion::err(req.id, layoutd_core::IoError::Io)
+        } else {
+            execute(&*self.device, &req, self.with_data)
+        };
+        self.stack.handle_completion(self.now, completion);
+        self.drain();
+        if self.is_quiet() {
+            self.idle_delivered = false;
+        }
+    }
+
+    /// Steps at most `steps_max` times; returns the steps taken. Stops early
+    /// when nothing is left to do.
+    pub fn drive_bounded(&mut self, steps_max: u64) -> u64 {
+        for i in 0..steps_max {
+            if !self.step() {
+                return i;
+            }
+        }
+        steps_max
+    }
+
+    /// Steps until the upper request `id` completes (bounded), returning its
+    /// completion. Other completions stay queued.
+    pub fn wait_for(&mut self, id: ReqId) -> Completion {
+        for _ in 0..10_000_000u64 {
+            if let Some(i) = self.completions.iter().position(|c| c.id == id) {
+                return self.completions.remove(i).expect("present");
+            }
+            assert!(self.step(), "request {id:?} can never complete (seed {})", self.seed);
+        }
+        panic!("request {id:?} did not complete within the step bound (seed {})", self.seed);
+    }
+
+    /// Submits and waits: a synchronous call for tests.
+    pub fn call(&mut self, req: Request) -> Completion {
+        let id = self.submit(req);
+        self.wait_for(id)
+    }
+
+    /// Synchronous read of `length_bytes` at `offset_bytes`.
+    pub fn read(&mut self, offset_bytes: u64, length_bytes: u32) -> Completion {
+        self.call(Request::new(ReqId(0), Op::Read, offset_bytes, length_bytes))
+    }
+
+    /// Synchronous write.
+    pub fn write(&mut self, offset_bytes: u64, data: Vec<u8>) -> Completion {
+        self.call(Request::write(ReqId(0), offset_bytes, Bytes::from(data)))
+    }
+
+    /// Synchronous flush.
+    pub fn flush(&mut self) -> Completion {
+        self.call(Request::new(ReqId(0), Op::Flush, 0, 0))
+    }
+
+    /// Steps until nothing is left to do (bounded); returns steps taken.
+    pub fn settle(&mut self) -> u64 {
+        let steps = self.drive_bounded(10_000_000);
+        assert!(steps < 10_000_000, "harness did not settle (seed {})", self.seed);
+        steps
+    }
+
+    /// Advances the clock to `t` handling every event up to it.
+    pub fn run_until(&mut self, t: Instant) {
+        while self.next_event().is_some_and(|e| e <= t) || (self.is_quiet() && !self.idle_delivered) {
+            self.step();
+        }
+        self.now = self.now.max(t);
+    }
+}
+
+/// A stream id helper for tests.
+pub fn stream(n: u32) -> StreamId {
+    StreamId(n)
+}

@@ -1,0 +1,223 @@
+//! The live runtime: the same targets, driven by real threads and real I/O.
+//!
+//! Design ("caller runs"): the thread that submits a request (an nbdkit
+//! worker) locks the stack, hands it the request, takes every lower request
+//! the stack emits, unlocks, and performs that I/O itself; each completion
+//! goes back in under the lock, which may emit more lower work, which the
+//! same thread performs. Upper completions wake whichever thread waits for
+//! them. So the common path has no thread hand-off at all. A timer thread
+//! delivers `handle_timeout` and runs whatever background I/O that emits.
+//! `handle_idle` is delivered when the last outstanding request completes.
+//!
+//! If a target panics, the stack is poisoned and every later request fails
+//! with EIO rather than touching state that may be inconsistent.
+
+use layoutd_core::{Completion, Instant, IoError, Request, Target, TraceRecord};
+use layoutd_disk::{execute, BlockDevice};
+use std::collections::{HashMap, VecDeque};
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+/// Where trace records go.
+pub type RecordSink = Box<dyn Write + Send>;
+
+/// A stack being served.
+pub struct LiveVolume {
+    core: Mutex<Core>,
+    device: Arc<dyn BlockDevice>,
+    epoch: std::time::Instant,
+    timer_cv: Condvar,
+    shutdown: AtomicBool,
+}
+
+struct Core {
+    stack: Box<dyn Target>,
+    next_id: u64,
+    waiters: HashMap<u64, Arc<Waiter>>,
+    lower_in_flight_count: usize,
+    records: Option<RecordSink>,
+    records_write_failed: bool,
+}
+
+#[derive(Default)]
+struct Waiter {
+    done: Mutex<Option<Completion>>,
+    cv: Condvar,
+}
+
+impl Waiter {
+    fn wait(&self) -> Completion {
+        let mut g = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(c) = g.take() {
+                return c;
+            }
+            g = self.cv.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    fn finish(&self, c: Completion) {
+        *self.done.lock().unwrap_or_else(|p| p.into_inner()) = Some(c);
+        self.cv.notify_one();
+    }
+}
+
+impl Core {
+    /// Moves the stack's outputs: lower work into `work`, completions to
+    /// their waiters, records to the sink.
+    fn drain(&mut self, work: &mut VecDeque<Request>) {
+        while let Some(r) = self.stack.poll_lower() {
+            self.lower_in_flight_count += 1;
+            work.push_back(r);
+        }
+        while let Some(c) = self.stack.poll_upper() {
+            let w = self.waiters.remove(&c.id.0).expect("completion for a waiting request");
+            w.finish(c);
+        }
+        while let Some(r) = self.stack.poll_record() {
+            self.write_record(&r);
+        }
+    }
+
+    fn write_record(&mut self, r: &TraceRecord) {
+        if let Some(sink) = self.records.as_mut() {
+            if writeln!(sink, "{}", r.to_line()).is_err() && !self.records_write_failed {
+                self.records_write_failed = true;
+                tracing::error!("writing the trace file failed; further records are lost");
+            }
+        }
+    }
+
+    fn quiet(&self) -> bool {
+        self.waiters.is_empty() && self.lower_in_flight_count == 0
+    }
+}
+
+impl LiveVolume {
+    /// Serves `stack` over `device`. `records` receives trace records (the
+    /// file gets the format header first). Starts the timer thread.
+    pub fn start(
+        stack: Box<dyn Target>,
+        device: Arc<dyn BlockDevice>,
+        records: Option<RecordSink>,
+    ) -> Arc<LiveVolume> {
+        let mut records = records;
+        if let Some(sink) = records.as_mut() {
+            let _ = writeln!(sink, "{}", TraceRecord::HEADER);
+        }
+        let vol = Arc::new(LiveVolume {
+            core: Mutex::new(Core {
+                stack,
+                next_id: 0,
+                waiters: HashMap::new(),
+                lower_in_flight_count: 0,
+                records,
+                records_write_failed: false,
+            }),
+            device,
+            epoch: std::time::Instant::now(),
+            timer_cv: Condvar::new(),
+            shutdown: AtomicBool::new(false),
+        });
+        let weak = Arc::downgrade(&vol);
+        std::thread::Builder::new()
+            .name("layoutd-timer".into())
+            .spawn(move || timer_loop(weak))
+            .expect("spawn timer thread");
+        vol
+    }
+
+    /// The current time on the runtime's clock.
+    pub fn now(&self) -> Instant {
+        Instant::from_ns(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, Core>, IoError> {
+        self.core.lock().map_err(|_| IoError::Io)
+    }
+
+    /// Runs one request to completion (blocking). The request's id is
+    /// assigned here.
+    pub fn submit(&self, mut req: Request) -> Completion {
+        let waiter = Arc::new(Waiter::default());
+        let mut work = VecDeque::new();
+        {
+            let mut core = match self.lock() {
+                Ok(c) => c,
+                Err(e) => return Completion::err(req.id, e),
+            };
+            req.id = layoutd_core::ReqId(core.next_id);
+            core.next_id += 1;
+            core.waiters.insert(req.id.0, waiter.clone());
+            core.stack.handle_request(self.now(), req);
+            core.drain(&mut work);
+            self.timer_cv.notify_one();
+        }
+        self.run_work(work);
+        waiter.wait()
+    }
+
+    /// Performs lower I/O, feeding each completion back, until no work is left.
+    fn run_work(&self, mut work: VecDeque<Request>) {
+        while let Some(r) = work.pop_front() {
+            let c = execute(&*self.device, &r, true);
+            let Ok(mut core) = self.lock() else { return };
+            assert!(core.lower_in_flight_count > 0);
+            core.lower_in_flight_count -= 1;
+            let now = self.now();
+            core.stack.handle_completion(now, c);
+            core.drain(&mut work);
+            if core.quiet() && work.is_empty() {
+                core.stack.handle_idle(now);
+                core.drain(&mut work);
+            }
+            self.timer_cv.notify_one();
+        }
+    }
+
+    /// Every layer's status, top first (the stack's own if it is a Stack).
+    pub fn status(&self) -> Option<layoutd_core::Status> {
+        self.lock().ok().map(|c| c.stack.status())
+    }
+
+    /// Stops the timer thread and flushes the trace sink. The caller
+    /// flushes the stack first (submit a Flush) and writes the clean mark.
+    pub fn stop(&self) {
+        self.shutdown.store(true, Ordering::SeqCst);
+        self.timer_cv.notify_all();
+        if let Ok(mut core) = self.lock() {
+            if let Some(sink) = core.records.as_mut() {
+                let _ = sink.flush();
+            }
+        }
+    }
+}
+
+/// Delivers timeouts. Holds only a weak reference so dropping the volume
+/// ends the thread.
+fn timer_loop(vol: Weak<LiveVolume>) {
+    loop {
+        let Some(v) = vol.upgrade() else { return };
+        if v.shutdown.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut work = VecDeque::new();
+        {
+            let Ok(mut core) = v.lock() else { return };
+            let now = v.now();
+            match core.stack.poll_timeout() {
+                Some(t) if t <= now => {
+                    core.stack.handle_timeout(now);
+                    core.drain(&mut work);
+                }
+                next => {
+                    let wait_ns = next.map_or(200_000_000, |t| t.ns_since(now)).min(200_000_000);
+                    let _unused = v.timer_cv.wait_timeout(core, Duration::from_nanos(wait_ns));
+                }
+            }
+        }
+        v.run_work(work);
+    }
+}

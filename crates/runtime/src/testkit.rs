@@ -1,0 +1,407 @@
+//! Reusable checks for any stack: the oracle (reads return exactly what a
+//! plain array of bytes would) and the crash check (cut the recorded lower
+//! write log anywhere, recover, and the durability rules hold).
+//!
+//! Workloads are random but well behaved, as a file system is: no two
+//! in-flight requests overlap when one of them modifies, so every read has
+//! exactly one right answer. Every sector a write covers carries a tag
+//! (the op's sequence number and the sector number), so after a crash we
+//! can tell which write put each sector there.
+
+use crate::det::{Harness, Timing, ZeroLatency};
+use bytes::Bytes;
+use layoutd_core::config::StackConfig;
+use layoutd_core::{Completion, Op, OpenMode, ReqId, Request, StreamId, Target, SECTOR_BYTES};
+use layoutd_disk::{BlockDevice, LogOp, MemDevice, Recorder, WriteLog};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+const S: u64 = SECTOR_BYTES;
+
+/// One operation of a generated workload.
+#[derive(Clone, Debug)]
+pub struct OpSpec {
+    /// What to do.
+    pub op: Op,
+    /// Sector offset (wrapped into the volume).
+    pub sector: u64,
+    /// Sector count (clamped to the volume).
+    pub sectors: u32,
+    /// FUA flag (modifying ops only).
+    pub fua: bool,
+    /// Stream id.
+    pub stream: u32,
+}
+
+/// A proptest-free generator: `count` ops over a volume of `sectors_total`.
+pub fn random_ops(rng: &mut ChaCha8Rng, count: usize, sectors_total: u64, sectors_max: u32) -> Vec<OpSpec> {
+    (0..count)
+        .map(|_| {
+            let op = match rng.gen_range(0..100) {
+                0..=39 => Op::Write,
+                40..=74 => Op::Read,
+                75..=84 => Op::Flush,
+                85..=92 => Op::Trim,
+                _ => Op::WriteZeroes,
+            };
+            // Mostly small, sometimes large requests.
+            let sectors = if rng.gen_bool(0.1) {
+                rng.gen_range(1..=sectors_max)
+            } else {
+                rng.gen_range(1..=16.min(sectors_max))
+            };
+            OpSpec {
+                op,
+                sector: rng.gen_range(0..sectors_total),
+                sectors,
+                fua: rng.gen_bool(0.1),
+                stream: rng.gen_range(0..4),
+            }
+        })
+        .collect()
+}
+
+/// Builds a stack from TOML text over a device of `device_bytes`.
+pub fn stack_from_toml(toml_text: &str, device_bytes: u64, mode: OpenMode) -> Box<dyn Target> {
+    let cfg = StackConfig::parse(toml_text, "test config").expect("test config parses");
+    Box::new(layoutd_targets::build_stack(&cfg, device_bytes, mode).expect("test config builds"))
+}
+
+/// Drives `h` until its stack is ready (format or recovery done).
+pub fn bring_up<T: Timing>(h: &mut Harness<T>) {
+    for _ in 0..10_000_000u64 {
+        if h.stack.is_ready() {
+            return;
+        }
+        assert!(h.step(), "stack stalled before ready (seed {})", h.seed());
+    }
+    panic!("stack never became ready (seed {})", h.seed());
+}
+
+/// The bytes a write with sequence `seq` puts at volume sector `sector`.
+fn tagged_sector(seq: u64, sector: u64) -> [u8; S as usize] {
+    let mut b = [0u8; S as usize];
+    b[0..8].copy_from_slice(&seq.to_le_bytes());
+    b[8..16].copy_from_slice(&sector.to_le_bytes());
+    let mut x = seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ sector;
+    for chunk in b[16..].chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
+    }
+    b
+}
+
+/// Which write (by seq, 0 = zeroes) a sector's bytes came from, if any.
+fn sector_tag(bytes: &[u8], sector: u64) -> Option<u64> {
+    if bytes.iter().all(|&b| b == 0) {
+        return Some(0);
+    }
+    let seq = u64::from_le_bytes(bytes[0..8].try_into().expect("8"));
+    (tagged_sector(seq, sector)[..] == *bytes).then_some(seq)
+}
+
+/// Per-sector history of modifying ops, for the oracle and the crash check.
+#[derive(Default)]
+struct Model {
+    /// sector -> list of (seq, value tag) in submission order
+    history: HashMap<u64, Vec<u64>>,
+}
+
+impl Model {
+    fn current(&self, sector: u64) -> u64 {
+        self.history.get(&sector).and_then(|h| h.last().copied()).unwrap_or(0)
+    }
+}
+
+/// Submitted-but-not-completed ops, to keep the workload well behaved.
+struct InFlight {
+    by_id: BTreeMap<u64, (u64, u64, bool, OpSpec, u64)>, // id -> (start, end sectors, modifies, spec, seq)
+}
+
+impl InFlight {
+    fn conflicts(&self, start: u64, end: u64, modifies: bool) -> bool {
+        self.by_id.values().any(|&(s, e, m, _, _)| s < end && start < e && (m || modifies))
+    }
+}
+
+/// What the crash check needs from a run: the log and the upper timeline.
+pub struct Recorded {
+    /// The lower write log (with marks for upper events).
+    pub log: WriteLog,
+    /// seq -> (op, first sector, sectors, fua)
+    pub ops: Vec<(Op, u64, u32, bool)>,
+}
+
+const MARK_SUBMIT: u64 = 1 << 62;
+const MARK_COMPLETE: u64 = 1 << 63;
+
+/// Runs `ops` against the stack in `h` with up to `depth` requests in
+/// flight, checking every read against the model. Marks upper submissions
+/// and completions in `log` when given. Returns the ops by sequence number.
+pub fn run_oracle<T: Timing>(
+    h: &mut Harness<T>,
+    ops: &[OpSpec],
+    depth: usize,
+    log: Option<&WriteLog>,
+) -> Vec<(Op, u64, u32, bool)> {
+    let sectors_total = h.stack.size_bytes() / S;
+    let mut model = Model::default();
+    let mut inflight = InFlight { by_id: BTreeMap::new() };
+    let mut seqs: Vec<(Op, u64, u32, bool)> = vec![(Op::Flush, 0, 0, false)]; // seq 0 = initial zeroes
+    let mut pending = ops.iter().cloned().peekable();
+    while pending.peek().is_some() || !inflight.by_id.is_empty() {
+        let next_fits = pending.peek().map(|spec| {
+            let (start, end) = clamp(spec, sectors_total);
+            inflight.by_id.len() < depth && !inflight.conflicts(start, end, spec.op.is_modify())
+        });
+        if next_fits == Some(true) {
+            let spec = pending.next().expect("peeked");
+            let seq = seqs.len() as u64;
+            let (start, end) = clamp(&spec, sectors_total);
+            seqs.push((spec.op, start, (end - start) as u32, spec.fua && spec.op.is_modify()));
+            let req = build_request(&spec, seq, start, end);
+            if spec.op.is_modify() {
+                for s in start..end {
+                    let tag = if spec.op == Op::Write { seq } else { 0 };
+                    model.history.entry(s).or_default().push(tag);
+                }
+            }
+            if let Some(l) = log {
+                l.mark(MARK_SUBMIT | seq);
+            }
+            let id = h.submit(req);
+            inflight.by_id.insert(id.0, (start, end, spec.op.is_modify(), spec, seq));
+        } else {
+            assert!(h.step(), "workload stalled with {} in flight (seed {})", inflight.by_id.len(), h.seed());
+        }
+        for c in h.take_completions() {
+            let (start, end, _, spec, seq) =
+                inflight.by_id.remove(&c.id.0).expect("completion of a submitted op");
+            check_completion(&c, &spec, start, end, &model, h.seed());
+            if let Some(l) = log {
+                l.mark(MARK_COMPLETE | seq);
+            }
+        }
+    }
+    seqs
+}
+
+fn clamp(spec: &OpSpec, sectors_total: u64) -> (u64, u64) {
+    if spec.op == Op::Flush {
+        return (0, 0);
+    }
+    let start = spec.sector % sectors_total;
+    let end = (start + u64::from(spec.sectors)).min(sectors_total);
+    (start, end)
+}
+
+fn build_request(spec: &OpSpec, seq: u64, start: u64, end: u64) -> Request {
+    let stream = StreamId(spec.stream);
+    let mut req = if spec.op == Op::Flush {
+        Request::new(ReqId(0), Op::Flush, 0, 0)
+    } else {
+        Request::new(ReqId(0), spec.op, start * S, ((end - start) * S) as u32)
+    };
+    if spec.op == Op::Write {
+        let mut data = Vec::with_capacity(((end - start) * S) as usize);
+        for s in start..end {
+            data.extend_from_slice(&tagged_sector(seq, s));
+        }
+        req.data = Some(Bytes::from(data));
+    }
+    req.fua = spec.fua && spec.op.is_modify();
+    req.stream = stream;
+    req
+}
+
+fn check_completion(c: &Completion, spec: &OpSpec, start: u64, end: u64, model: &Model, seed: u64) {
+    assert_eq!(c.result, Ok(()), "{spec:?} failed (seed {seed})");
+    if spec.op != Op::Read {
+        return;
+    }
+    let data = c.data.as_ref().unwrap_or_else(|| panic!("read returned no data (seed {seed})"));
+    assert_eq!(data.len() as u64, (end - start) * S);
+    for s in start..end {
+        let at = ((s - start) * S) as usize;
+        let got = sector_tag(&data[at..at + S as usize], s);
+        let want = model.current(s);
+        assert_eq!(got, Some(want), "sector {s}: read {got:?}, expected write #{want} (seed {seed})");
+    }
+}
+
+/// Runs a random workload on a stack built from `toml_text` over a zero-
+/// latency reordering device and checks every read. Returns the harness.
+pub fn oracle_check(toml_text: &str, device_bytes: u64, seed: u64, ops: &[OpSpec], depth: usize) -> Harness {
+    oracle_check_with(&|mode| stack_from_toml(toml_text, device_bytes, mode), device_bytes, seed, ops, depth)
+}
+
+/// Builds a stack for an open mode: how the checks make and remake stacks.
+pub type MakeStack<'a> = &'a dyn Fn(OpenMode) -> Box<dyn Target>;
+
+/// [`oracle_check`] for any stack factory.
+pub fn oracle_check_with(
+    make: MakeStack<'_>,
+    device_bytes: u64,
+    seed: u64,
+    ops: &[OpSpec],
+    depth: usize,
+) -> Harness {
+    let dev = Arc::new(MemDevice::new(device_bytes));
+    let stack = make(OpenMode::Format);
+    let mut h = Harness::new(stack, dev, ZeroLatency::reordering(), seed);
+    bring_up(&mut h);
+    run_oracle(&mut h, ops, depth, None);
+    h.settle();
+    // A final full read-back through a fresh pass compares every sector.
+    h
+}
+
+/// Records a random workload through a [`Recorder`], then for every flush
+/// point and `random_cuts` random points: replays the log prefix onto a
+/// fresh device, reopens the stack (unclean), reads the whole volume and
+/// checks the durability rules. Returns the number of cut points checked.
+pub fn crash_check(
+    toml_text: &str,
+    device_bytes: u64,
+    seed: u64,
+    ops: &[OpSpec],
+    depth: usize,
+    random_cuts: usize,
+) -> usize {
+    crash_check_with(
+        &|mode| stack_from_toml(toml_text, device_bytes, mode),
+        device_bytes,
+        seed,
+        ops,
+        depth,
+        random_cuts,
+    )
+}
+
+/// [`crash_check`] for any stack factory.
+pub fn crash_check_with(
+    make: MakeStack<'_>,
+    device_bytes: u64,
+    seed: u64,
+    ops: &[OpSpec],
+    depth: usize,
+    random_cuts: usize,
+) -> usize {
+    let rec = Arc::new(Recorder::new(MemDevice::new(device_bytes)));
+    let log = rec.log();
+    let stack = make(OpenMode::Format);
+    let mut h = Harness::new(stack, rec.clone() as Arc<dyn BlockDevice>, ZeroLatency::reordering(), seed);
+    bring_up(&mut h);
+    let ops_by_seq = run_oracle(&mut h, ops, depth, Some(&log));
+    h.settle();
+    let entries = log.entries();
+    let mut cuts: Vec<usize> = log.flush_points();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xC0FFEE);
+    cuts.extend((0..random_cuts).map(|_| rng.gen_range(0..=entries.len())));
+    cuts.push(entries.len());
+    cuts.sort_unstable();
+    cuts.dedup();
+    for &cut in &cuts {
+        check_cut(make, device_bytes, seed, &log, &entries[..cut], &ops_by_seq);
+    }
+    cuts.len()
+}
+
+/// Checks one cut point: which values each sector may hold, and that it does.
+fn check_cut(
+    make: MakeStack<'_>,
+    device_bytes: u64,
+    seed: u64,
+    log: &WriteLog,
+    prefix: &[layoutd_disk::LogEntry],
+    ops: &[(Op, u64, u32, bool)],
+) {
+    let (submitted, durable_before) = upper_timeline(prefix, ops);
+    let image = Arc::new(log.image_at(prefix.len(), device_bytes, None).expect("replay"));
+    let stack = make(OpenMode::Open { clean: false });
+    let mut h = Harness::new(stack, image as Arc<dyn BlockDevice>, ZeroLatency::default(), seed);
+    bring_up(&mut h);
+    let size = h.stack.size_bytes();
+    let chunk = 256 * S;
+    let mut off = 0;
+    while off < size {
+        let len = chunk.min(size - off);
+        let c = h.read(off, len as u32);
+        assert_eq!(c.result, Ok(()), "read after recovery failed at cut {} (seed {seed})", prefix.len());
+        let data = c.data.expect("data mode");
+        for i in 0..len / S {
+            let s = off / S + i;
+            let got = sector_tag(&data[(i * S) as usize..((i + 1) * S) as usize], s).unwrap_or_else(|| {
+                panic!("sector {s} holds bytes no write ever wrote, at cut {} (seed {seed})", prefix.len())
+            });
+            check_sector(s, got, ops, &submitted, &durable_before, prefix.len(), seed);
+        }
+        off += len;
+    }
+}
+
+/// From the marks in the log prefix: which seqs were submitted, and the
+/// seq boundary before which every completed modify is durable.
+fn upper_timeline(prefix: &[layoutd_disk::LogEntry], ops: &[(Op, u64, u32, bool)]) -> (Vec<bool>, Vec<bool>) {
+    let mut submitted = vec![false; ops.len()];
+    submitted[0] = true;
+    let mut completed = vec![false; ops.len()];
+    let mut durable = vec![false; ops.len()];
+    durable[0] = true;
+    let mut completed_at_flush_submit: HashMap<u64, Vec<u64>> = HashMap::new();
+    for e in prefix {
+        let LogOp::Mark(m) = e.op else { continue };
+        let seq = m & !(MARK_SUBMIT | MARK_COMPLETE);
+        if m & MARK_SUBMIT != 0 {
+            submitted[seq as usize] = true;
+            if ops[seq as usize].0 == Op::Flush {
+                let done: Vec<u64> = (0..ops.len() as u64).filter(|&i| completed[i as usize]).collect();
+                completed_at_flush_submit.insert(seq, done);
+            }
+        } else {
+            completed[seq as usize] = true;
+            let (op, _, _, fua) = ops[seq as usize];
+            if fua {
+                durable[seq as usize] = true;
+            }
+            if op == Op::Flush {
+                for i in completed_at_flush_submit.remove(&seq).unwrap_or_default() {
+                    durable[i as usize] = true;
+                }
+            }
+        }
+    }
+    (submitted, durable)
+}
+
+/// A sector may hold the value of its newest durable write, or of any later
+/// write submitted before the cut; nothing else.
+fn check_sector(
+    s: u64,
+    got: u64,
+    ops: &[(Op, u64, u32, bool)],
+    submitted: &[bool],
+    durable: &[bool],
+    cut: usize,
+    seed: u64,
+) {
+    let touches = |seq: usize| {
+        let (op, start, n, _) = ops[seq];
+        op.is_modify() && start <= s && s < start + u64::from(n)
+    };
+    let value = |seq: usize| if ops[seq].0 == Op::Write { seq as u64 } else { 0 };
+    let history: Vec<usize> = (0..ops.len()).filter(|&i| i == 0 || touches(i)).collect();
+    let newest_durable = history.iter().rposition(|&i| durable[i]).expect("seq 0 is durable");
+    let allowed: Vec<u64> =
+        history[newest_durable..].iter().filter(|&&i| submitted[i]).map(|&i| value(i)).collect();
+    assert!(
+        allowed.contains(&got),
+        "sector {s} holds write #{got} after a crash at log entry {cut}; allowed {allowed:?} \
+         (newest durable write #{}) (seed {seed})",
+        value(history[newest_durable])
+    );
+}
