@@ -1,0 +1,418 @@
+//! The disk: mechanism, buffer and queue on a virtual clock.
+//!
+//! Call order: [`Disk::submit`] any time; when [`Disk::next_completion_ns`]
+//! is `Some(t)`, advance the clock to `t` and call [`Disk::complete`], which
+//! pops the finished request and starts the next. Service is computed in full
+//! when a request starts, so each call is O(queue depth + tracks touched).
+//!
+//! The arm has one timeline (`mechanism_free_ns`): reads, write-through
+//! writes and write-back destages take it in turn. Read-ahead after a read
+//! runs on the arm until the next command needs it.
+
+use crate::cache::{Cache, ReadLookup};
+use crate::geometry::{map, rotation_wait_ns, Pbn};
+use crate::params::DiskParams;
+use crate::queue::{Pending, Queue, Scheduler};
+use crate::seek::seek_ns;
+use crate::{DiskCompletion, DiskOp, DiskRequest, HddError};
+
+/// Most write-back writes tracked as not yet on the media.
+const DESTAGE_SLOTS_MAX: usize = 64;
+
+/// What one media access cost.
+#[derive(Clone, Copy, Debug, Default)]
+struct Access {
+    first_sector_ns: u64,
+    end_ns: u64,
+    seek_ns: u64,
+    rotation_ns: u64,
+    distance_cyl: u64,
+}
+
+/// A hard disk: model, on-board cache and request queue.
+pub struct Disk {
+    params: DiskParams,
+    scheduler: Scheduler,
+    queue_depth: u32,
+    revolution_ns: u64,
+    /// Platter phase at time 0, from the seed: angle = (now + phase) / revolution.
+    phase_ns: u64,
+    queue: Queue,
+    in_service: Option<DiskCompletion>,
+    cache: Cache,
+    head_cylinder: u32,
+    head_surface: u32,
+    mechanism_free_ns: u64,
+    last_was_write: bool,
+    last_arrival_ns: u64,
+    /// End times of write-back destages, ascending (a ring would do; this is tiny).
+    destage_end_ns: [u64; DESTAGE_SLOTS_MAX],
+    destage_count: usize,
+    busy_ns_total: u64,
+    served_count: u64,
+    hit_count: u64,
+}
+
+impl Disk {
+    /// A disk in its initial state: idle, head on cylinder 0, cache empty.
+    /// `queue_depth` bounds how many queued requests the scheduler compares
+    /// (the drive's tagged queue); `seed` sets the platter's phase at time 0.
+    pub fn new(params: DiskParams, scheduler: Scheduler, queue_depth: u32, seed: u64) -> Disk {
+        assert!(params.mapped_sector_count() > 0, "DiskParams must be finalized");
+        assert!(queue_depth >= 1, "queue_depth must be at least 1");
+        let revolution_ns = params.revolution_ns();
+        let cache = Cache::new(
+            params.cache.segment_count,
+            params.cache.segment_sectors,
+            params.cache.read_ahead_sectors_max,
+        );
+        Disk {
+            scheduler,
+            queue_depth,
+            revolution_ns,
+            phase_ns: splitmix64(seed) % revolution_ns,
+            queue: Queue::with_capacity(queue_depth as usize * 2),
+            in_service: None,
+            cache,
+            head_cylinder: 0,
+            head_surface: 0,
+            mechanism_free_ns: 0,
+            last_was_write: false,
+            last_arrival_ns: 0,
+            destage_end_ns: [0; DESTAGE_SLOTS_MAX],
+            destage_count: 0,
+            busy_ns_total: 0,
+            served_count: 0,
+            hit_count: 0,
+            params,
+        }
+    }
+
+    /// The parameters this disk runs with.
+    pub fn params(&self) -> &DiskParams {
+        &self.params
+    }
+
+    /// Enqueue a request at `now_ns` (times must not go backwards; an earlier
+    /// time is taken as the latest seen). Requests running past the end of the
+    /// disk are clamped, never rejected: the completion reports
+    /// `clamped_sectors`. Use [`Disk::try_submit`] to reject them instead.
+    pub fn submit(&mut self, now_ns: u64, request: DiskRequest) {
+        let capacity = self.params.sector_count;
+        let lba = request.lba.min(capacity);
+        let end = request.lba.saturating_add(u64::from(request.sectors)).min(capacity);
+        let sectors = if request.op == DiskOp::Flush { 0 } else { (end - lba) as u32 };
+        let clamped_sectors = request.sectors.saturating_sub(sectors);
+        let request = DiskRequest { lba, sectors, ..request };
+        let arrival_ns = now_ns.max(self.last_arrival_ns);
+        self.last_arrival_ns = arrival_ns;
+        let cylinder = map(&self.params, lba).cylinder;
+        self.queue.push(Pending { request, arrival_ns, cylinder, clamped_sectors });
+        if self.in_service.is_none() {
+            self.start_next(arrival_ns);
+        }
+    }
+
+    /// Like [`Disk::submit`], but a request past the end of the disk, a
+    /// read or write of zero sectors, or a flush with sectors is an error.
+    pub fn try_submit(&mut self, now_ns: u64, request: DiskRequest) -> Result<(), HddError> {
+        let end = request.lba.checked_add(u64::from(request.sectors));
+        let capacity = self.params.sector_count;
+        if request.op == DiskOp::Flush && request.sectors != 0 {
+            return Err(HddError::BadRequest(format!("flush {} must have 0 sectors", request.id)));
+        }
+        if request.op != DiskOp::Flush && request.sectors == 0 {
+            return Err(HddError::BadRequest(format!("request {} has 0 sectors", request.id)));
+        }
+        if end.is_none_or(|end| end > capacity) {
+            return Err(HddError::BadRequest(format!(
+                "request {} (lba {}, {} sectors) runs past the disk's {capacity} sectors",
+                request.id, request.lba, request.sectors
+            )));
+        }
+        self.submit(now_ns, request);
+        Ok(())
+    }
+
+    /// When the request in service finishes, if any.
+    pub fn next_completion_ns(&self) -> Option<u64> {
+        self.in_service.map(|completion| completion.complete_ns)
+    }
+
+    /// Pop the finished request (if `now_ns` has reached its completion) and
+    /// start the next queued one at the moment the disk became free.
+    pub fn complete(&mut self, now_ns: u64) -> Option<DiskCompletion> {
+        let done = self.in_service?;
+        if now_ns < done.complete_ns {
+            return None;
+        }
+        self.in_service = None;
+        if self.queue.len() > 0 {
+            self.start_next(done.complete_ns);
+        }
+        Some(done)
+    }
+
+    /// Anything queued or in service.
+    pub fn busy(&self) -> bool {
+        self.in_service.is_some() || self.queue.len() > 0
+    }
+
+    /// Total time a request was in service.
+    pub fn busy_ns_total(&self) -> u64 {
+        self.busy_ns_total
+    }
+
+    /// Requests waiting behind the one in service.
+    pub fn queue_len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Requests served so far and how many were buffer hits.
+    pub fn served_and_hit_count(&self) -> (u64, u64) {
+        (self.served_count, self.hit_count)
+    }
+
+    fn start_next(&mut self, free_ns: u64) {
+        assert!(self.in_service.is_none());
+        let oldest_arrival_ns = self.queue.get(0).arrival_ns;
+        let start_ns = free_ns.max(oldest_arrival_ns);
+        let count = self.queue.candidates(start_ns, self.queue_depth);
+        let index = match self.scheduler {
+            Scheduler::Fifo => 0,
+            Scheduler::Clook => self.queue.pick_clook(count, self.head_cylinder),
+            Scheduler::Sptf => self.pick_sptf(count, start_ns),
+        };
+        let pending = self.queue.take(index);
+        let completion = self.serve(start_ns, &pending);
+        assert!(completion.complete_ns >= completion.start_ns);
+        self.busy_ns_total += completion.complete_ns - completion.start_ns;
+        self.served_count += 1;
+        self.hit_count += u64::from(completion.cache_hit);
+        self.in_service = Some(completion);
+    }
+
+    fn pick_sptf(&self, count: usize, now_ns: u64) -> usize {
+        let picked = (0..count)
+            .min_by_key(|index| {
+                let request = &self.queue.get(*index).request;
+                let pbn = map(&self.params, request.lba);
+                let (seek, rotation) = self.positioning_ns(now_ns, &pbn, request.op == DiskOp::Write);
+                (seek + rotation, *index)
+            })
+            .expect("count >= 1");
+        assert!(picked < count);
+        picked
+    }
+
+    fn serve(&mut self, start_ns: u64, pending: &Pending) -> DiskCompletion {
+        let request = pending.request;
+        let mut completion = DiskCompletion {
+            id: request.id,
+            op: request.op,
+            arrival_ns: pending.arrival_ns,
+            start_ns,
+            complete_ns: start_ns,
+            cache_hit: false,
+            seek_distance_cyl: 0,
+            seek_ns: 0,
+            rotation_ns: 0,
+            clamped_sectors: pending.clamped_sectors,
+        };
+        match request.op {
+            DiskOp::Flush => self.serve_flush(&mut completion),
+            _ if request.sectors == 0 => {
+                let write = request.op == DiskOp::Write;
+                completion.complete_ns =
+                    start_ns + self.params.overheads.pick(write, true, self.last_was_write);
+            }
+            DiskOp::Read => self.serve_read(&mut completion, request.lba, u64::from(request.sectors)),
+            DiskOp::Write => self.serve_write(&mut completion, request.lba, u64::from(request.sectors)),
+        }
+        self.last_was_write = request.op == DiskOp::Write;
+        completion
+    }
+
+    fn serve_flush(&mut self, completion: &mut DiskCompletion) {
+        let overhead_ns = self.params.overheads.pick(true, true, self.last_was_write);
+        completion.complete_ns = (completion.start_ns + overhead_ns).max(self.mechanism_free_ns);
+        self.destage_count = 0;
+    }
+
+    fn serve_read(&mut self, completion: &mut DiskCompletion, lba: u64, sectors: u64) {
+        let now_ns = completion.start_ns;
+        let bus_ns = self.params.bus_sector_ns;
+        let lookup = self.cache.lookup_read(now_ns, lba, sectors);
+        let hit = lookup != ReadLookup::Miss;
+        let ready_ns = now_ns + self.params.overheads.pick(false, hit, self.last_was_write);
+        completion.cache_hit = hit;
+        completion.complete_ns = match lookup {
+            ReadLookup::Hit => ready_ns + sectors * bus_ns,
+            ReadLookup::Streaming { ready_ns: last_ns } => {
+                (ready_ns + sectors * bus_ns).max(last_ns + bus_ns)
+            }
+            ReadLookup::Miss => {
+                let access = self.take_arm(ready_ns, lba, sectors, false);
+                fill_access(completion, &access);
+                let pbn = map(&self.params, lba + sectors - 1);
+                let streaming_sector_ns = self.streaming_sector_ns(pbn.zone_index);
+                self.cache.fill_read(now_ns, lba, sectors, access.end_ns, streaming_sector_ns);
+                // The host bus may be slower than the media: the last sector
+                // leaves after it is read and after every earlier one has left.
+                let first_out_ns = access.first_sector_ns + self.sector_ns(pbn.zone_index);
+                (access.end_ns + bus_ns).max(first_out_ns + sectors * bus_ns)
+            }
+        };
+    }
+
+    fn serve_write(&mut self, completion: &mut DiskCompletion, lba: u64, sectors: u64) {
+        let now_ns = completion.start_ns;
+        let hit = self.cache.write_hits(lba, sectors);
+        let ready_ns = now_ns + self.params.overheads.pick(true, hit, self.last_was_write);
+        let data_in_ns = ready_ns + sectors * self.params.bus_sector_ns;
+        if !self.params.cache.write_cache {
+            let access = self.take_arm(ready_ns, lba, sectors, true);
+            fill_access(completion, &access);
+            let sector_ns = self.sector_ns(map(&self.params, lba).zone_index);
+            completion.complete_ns = access.end_ns.max(data_in_ns + sector_ns);
+            self.cache.store_write(now_ns, lba, sectors, 0);
+            return;
+        }
+        // Write-back: acknowledge once the data is in the buffer and a write
+        // slot is free; the destage then takes the arm in its turn.
+        let complete_ns = data_in_ns.max(self.write_slot_free_ns(data_in_ns));
+        let access = self.take_arm(complete_ns, lba, sectors, true);
+        self.push_destage(access.end_ns);
+        self.cache.store_write(now_ns, lba, sectors, access.end_ns);
+        completion.cache_hit = true;
+        completion.seek_distance_cyl = access.distance_cyl;
+        completion.complete_ns = complete_ns;
+    }
+
+    /// When a write-back slot is free at or after `now_ns`.
+    fn write_slot_free_ns(&mut self, now_ns: u64) -> u64 {
+        let done = self.destage_end_ns[..self.destage_count].partition_point(|end| *end <= now_ns);
+        self.destage_end_ns.copy_within(done..self.destage_count, 0);
+        self.destage_count -= done;
+        let slots = (self.params.cache.write_segment_count as usize).clamp(1, DESTAGE_SLOTS_MAX);
+        if self.destage_count < slots {
+            return now_ns;
+        }
+        self.destage_end_ns[self.destage_count - slots]
+    }
+
+    fn push_destage(&mut self, end_ns: u64) {
+        if self.destage_count == DESTAGE_SLOTS_MAX {
+            self.destage_end_ns.copy_within(1.., 0);
+            self.destage_count -= 1;
+        }
+        if self.destage_count > 0 {
+            assert!(self.destage_end_ns[self.destage_count - 1] <= end_ns);
+        }
+        self.destage_end_ns[self.destage_count] = end_ns;
+        self.destage_count += 1;
+    }
+
+    /// Take the arm no earlier than `ready_ns`: stop any read-ahead there,
+    /// then position and transfer.
+    fn take_arm(&mut self, ready_ns: u64, lba: u64, sectors: u64, write: bool) -> Access {
+        let start_ns = ready_ns.max(self.mechanism_free_ns);
+        if let Some(frontier) = self.cache.stop_prefetch(start_ns) {
+            let pbn = map(&self.params, frontier.saturating_sub(1));
+            self.head_cylinder = pbn.cylinder;
+            self.head_surface = pbn.surface;
+        }
+        let access = self.media_access(start_ns, lba, sectors, write);
+        self.mechanism_free_ns = access.end_ns;
+        access
+    }
+
+    /// Seek and rotational wait to reach `pbn` starting at `now_ns`.
+    fn positioning_ns(&self, now_ns: u64, pbn: &Pbn, write: bool) -> (u64, u64) {
+        let distance = u64::from(pbn.cylinder.abs_diff(self.head_cylinder));
+        let mut seek = if distance > 0 {
+            seek_ns(&self.params.seek, distance).max(self.params.head_switch_ns)
+        } else if pbn.surface != self.head_surface {
+            self.params.head_switch_ns
+        } else {
+            0
+        };
+        if write {
+            seek += self.params.write_settle_ns;
+        }
+        let rotation = self.rotation_wait(now_ns + seek, pbn.angle);
+        (seek, rotation)
+    }
+
+    fn rotation_wait(&self, now_ns: u64, angle: f64) -> u64 {
+        let wait = rotation_wait_ns(self.revolution_ns, now_ns + self.phase_ns, angle);
+        // Sector times are rounded down, so a sector that is "just missed" by
+        // a nanosecond or two is really on time: do not charge a revolution.
+        if self.revolution_ns - wait < 1_000 {
+            0
+        } else {
+            wait
+        }
+    }
+
+    fn sector_ns(&self, zone_index: u32) -> u64 {
+        let zone = &self.params.zones[zone_index as usize];
+        (self.revolution_ns / u64::from(zone.sectors_per_track)).max(1)
+    }
+
+    /// Sector time of a long sequential read, track switches included.
+    fn streaming_sector_ns(&self, zone_index: u32) -> u64 {
+        let zone = &self.params.zones[zone_index as usize];
+        let track_ns =
+            self.revolution_ns as f64 * (1.0 + zone.track_skew_sectors / f64::from(zone.sectors_per_track));
+        ((track_ns / f64::from(zone.sectors_per_track)) as u64).max(1)
+    }
+
+    /// Position on `lba` from the head's place at `start_ns` and transfer
+    /// `sectors`, paying head and cylinder switches with the zone's skew.
+    fn media_access(&mut self, start_ns: u64, lba: u64, sectors: u64, write: bool) -> Access {
+        assert!(sectors >= 1);
+        let mut pbn = map(&self.params, lba);
+        let (seek, rotation) = self.positioning_ns(start_ns, &pbn, write);
+        let distance_cyl = u64::from(pbn.cylinder.abs_diff(self.head_cylinder));
+        let first_sector_ns = start_ns + seek + rotation;
+        let (mut now_ns, mut next_lba, mut remaining) = (first_sector_ns, lba, sectors);
+        loop {
+            let run = pbn.run_sectors.min(remaining);
+            now_ns += run * self.sector_ns(pbn.zone_index);
+            remaining -= run;
+            next_lba += run;
+            if remaining == 0 {
+                break;
+            }
+            let next = map(&self.params, next_lba);
+            let switch_ns = if next.cylinder != pbn.cylinder {
+                seek_ns(&self.params.seek, u64::from(next.cylinder.abs_diff(pbn.cylinder)))
+            } else if next.surface != pbn.surface {
+                self.params.head_switch_ns
+            } else {
+                0
+            };
+            now_ns += switch_ns;
+            now_ns += self.rotation_wait(now_ns, next.angle);
+            pbn = next;
+        }
+        self.head_cylinder = pbn.cylinder;
+        self.head_surface = pbn.surface;
+        Access { first_sector_ns, end_ns: now_ns, seek_ns: seek, rotation_ns: rotation, distance_cyl }
+    }
+}
+
+fn fill_access(completion: &mut DiskCompletion, access: &Access) {
+    completion.seek_distance_cyl = access.distance_cyl;
+    completion.seek_ns = access.seek_ns;
+    completion.rotation_ns = access.rotation_ns;
+}
+
+/// SplitMix64: a fixed, well-mixed function of the seed (no global RNG).
+pub(crate) fn splitmix64(seed: u64) -> u64 {
+    let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}

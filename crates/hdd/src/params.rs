@@ -1,0 +1,325 @@
+//! Disk parameters: what a drive is, in plain data with units in every name.
+//!
+//! A `DiskParams` is built by a preset or the DiskSim importer, then
+//! [`DiskParams::finalize`] checks it and derives each zone's LBA range. The
+//! model never mutates parameters.
+
+use crate::{HddError, SECTOR_SIZE_BYTES};
+use serde::Serialize;
+
+/// One band of cylinders with the same number of sectors per track.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Zone {
+    /// First cylinder of the zone (inclusive).
+    pub first_cylinder: u32,
+    /// Last cylinder of the zone (inclusive).
+    pub last_cylinder: u32,
+    /// Physical sectors on every track of the zone (spares included).
+    pub sectors_per_track: u32,
+    /// Angular offset added at every track switch, in sectors.
+    pub track_skew_sectors: f64,
+    /// Extra angular offset added at every cylinder switch, in sectors.
+    pub cylinder_skew_sectors: f64,
+    /// Angular offset of the zone's first sector, in sectors.
+    pub first_sector_offset_sectors: f64,
+    /// Unused physical sectors at the zone's front.
+    pub front_empty_sectors: u64,
+    /// Tracks per sparing range (0: no spares). Spares sit at a range's end.
+    pub spare_range_tracks: u64,
+    /// Spare sectors reserved at the end of every sparing range.
+    pub spare_sectors_per_range: u64,
+    /// Slipped (skipped) physical sectors, zone-relative, sorted ascending.
+    pub slips: Vec<u64>,
+    /// First LBA of the zone (derived by `finalize`).
+    pub first_lba: u64,
+    /// LBAs the zone holds (derived by `finalize`).
+    pub lba_count: u64,
+}
+
+impl Zone {
+    /// Tracks in the zone.
+    pub fn track_count(&self, surface_count: u32) -> u64 {
+        u64::from(self.last_cylinder - self.first_cylinder + 1) * u64::from(surface_count)
+    }
+
+    /// Physical sectors in one sparing range (the whole zone when unspared).
+    pub fn range_physical_sectors(&self, surface_count: u32) -> u64 {
+        let tracks = if self.spare_range_tracks == 0 {
+            self.track_count(surface_count)
+        } else {
+            self.spare_range_tracks
+        };
+        tracks * u64::from(self.sectors_per_track)
+    }
+
+    /// LBAs in one full sparing range.
+    pub fn range_usable_sectors(&self, surface_count: u32) -> u64 {
+        self.range_physical_sectors(surface_count) - self.spare_sectors_per_range
+    }
+
+    fn derive_lba_count(&self, surface_count: u32) -> u64 {
+        let physical = self.track_count(surface_count) * u64::from(self.sectors_per_track);
+        let after_front = physical.saturating_sub(self.front_empty_sectors);
+        let range = self.range_physical_sectors(surface_count);
+        let usable = self.range_usable_sectors(surface_count);
+        (after_front / range) * usable + (after_front % range).min(usable)
+    }
+}
+
+/// The seek curve: time to move the arm a given number of cylinders.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum SeekCurve {
+    /// Measured points, linearly interpolated (and extrapolated past the last).
+    Table {
+        /// Seek distances in cylinders, strictly ascending, starting at >= 1.
+        distance_cyl: Vec<u32>,
+        /// Seek time at each distance.
+        seek_ms: Vec<f64>,
+    },
+    /// Ruemmler and Wilkes: `a + b*sqrt(d)` below `boundary_cyl`, `c + e*d`
+    /// from there on; `first_ten_ms`, when given, overrides d = 1..=10.
+    Formula {
+        /// Distance where the linear part takes over.
+        boundary_cyl: u32,
+        /// Short-seek constant `a`.
+        short_a_ms: f64,
+        /// Short-seek square-root coefficient `b`.
+        short_b_ms: f64,
+        /// Long-seek constant `c`.
+        long_c_ms: f64,
+        /// Long-seek per-cylinder coefficient `e`.
+        long_e_ms: f64,
+        /// Measured seek times for distances 1..=10 (empty: use the formula).
+        first_ten_ms: Vec<f64>,
+    },
+}
+
+/// Controller overheads per command, as DiskSim splits them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Overheads {
+    /// Read served from the cache, previous command a read.
+    pub read_hit_after_read_ns: u64,
+    /// Read served from the cache, previous command a write.
+    pub read_hit_after_write_ns: u64,
+    /// Read from the media, previous command a read.
+    pub read_miss_after_read_ns: u64,
+    /// Read from the media, previous command a write.
+    pub read_miss_after_write_ns: u64,
+    /// Write overlapping cached data, previous command a read.
+    pub write_hit_after_read_ns: u64,
+    /// Write overlapping cached data, previous command a write.
+    pub write_hit_after_write_ns: u64,
+    /// Write to uncached sectors, previous command a read.
+    pub write_miss_after_read_ns: u64,
+    /// Write to uncached sectors, previous command a write.
+    pub write_miss_after_write_ns: u64,
+}
+
+impl Overheads {
+    /// Every overhead set to one value.
+    pub fn uniform(ns: u64) -> Overheads {
+        Overheads {
+            read_hit_after_read_ns: ns,
+            read_hit_after_write_ns: ns,
+            read_miss_after_read_ns: ns,
+            read_miss_after_write_ns: ns,
+            write_hit_after_read_ns: ns,
+            write_hit_after_write_ns: ns,
+            write_miss_after_read_ns: ns,
+            write_miss_after_write_ns: ns,
+        }
+    }
+
+    /// The overhead for a command given the previous command's kind.
+    pub fn pick(&self, write: bool, hit: bool, after_write: bool) -> u64 {
+        match (write, hit, after_write) {
+            (false, true, false) => self.read_hit_after_read_ns,
+            (false, true, true) => self.read_hit_after_write_ns,
+            (false, false, false) => self.read_miss_after_read_ns,
+            (false, false, true) => self.read_miss_after_write_ns,
+            (true, true, false) => self.write_hit_after_read_ns,
+            (true, true, true) => self.write_hit_after_write_ns,
+            (true, false, false) => self.write_miss_after_read_ns,
+            (true, false, true) => self.write_miss_after_write_ns,
+        }
+    }
+}
+
+/// The on-board buffer.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CacheParams {
+    /// Number of buffer segments (0 disables the cache).
+    pub segment_count: u32,
+    /// Sectors one segment holds.
+    pub segment_sectors: u32,
+    /// Most sectors read ahead past a read's end.
+    pub read_ahead_sectors_max: u32,
+    /// Write-back caching: a write completes once its data is in the buffer.
+    pub write_cache: bool,
+    /// Most cached writes not yet on the media (write-back only).
+    pub write_segment_count: u32,
+}
+
+/// Everything the model needs to know about one drive.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DiskParams {
+    /// Short name (preset name or DiskSim disk name).
+    pub name: String,
+    /// Where the figures come from.
+    pub source: String,
+    /// Spindle speed.
+    pub rotation_rpm: f64,
+    /// Recording surfaces (heads).
+    pub surface_count: u32,
+    /// Cylinders, including any not covered by a zone.
+    pub cylinder_count: u32,
+    /// Capacity in 512-byte sectors.
+    pub sector_count: u64,
+    /// Zones, outermost first, in ascending cylinder order.
+    pub zones: Vec<Zone>,
+    /// Seek curve.
+    pub seek: SeekCurve,
+    /// Time to switch heads within a cylinder.
+    pub head_switch_ns: u64,
+    /// Extra settle time before a write.
+    pub write_settle_ns: u64,
+    /// Controller overheads.
+    pub overheads: Overheads,
+    /// Host interface time per sector (bus transfer).
+    pub bus_sector_ns: u64,
+    /// On-board buffer.
+    pub cache: CacheParams,
+}
+
+impl DiskParams {
+    /// Capacity in bytes.
+    pub fn capacity_bytes(&self) -> u64 {
+        self.sector_count * SECTOR_SIZE_BYTES
+    }
+
+    /// One revolution.
+    pub fn revolution_ns(&self) -> u64 {
+        assert!(self.rotation_rpm > 0.0);
+        (60.0e9 / self.rotation_rpm).round() as u64
+    }
+
+    /// LBAs the zones can map (may differ slightly from `sector_count`;
+    /// LBAs past the mapped range land on the last track).
+    pub fn mapped_sector_count(&self) -> u64 {
+        self.zones.iter().map(|zone| zone.lba_count).sum()
+    }
+
+    /// Check the parameters and derive every zone's LBA range.
+    pub fn finalize(&mut self) -> Result<(), HddError> {
+        self.check_scalars()?;
+        let mut next_lba = 0u64;
+        let mut previous_last: Option<u32> = None;
+        for (index, zone) in self.zones.iter_mut().enumerate() {
+            check_zone(index, zone, previous_last, self.cylinder_count)?;
+            zone.slips.sort_unstable();
+            zone.first_lba = next_lba;
+            zone.lba_count = zone.derive_lba_count(self.surface_count);
+            next_lba += zone.lba_count;
+            previous_last = Some(zone.last_cylinder);
+        }
+        if next_lba == 0 {
+            return Err(HddError::Invalid("the zones map no sectors".into()));
+        }
+        if self.sector_count == 0 {
+            self.sector_count = next_lba;
+        }
+        check_seek(&self.seek)?;
+        assert_eq!(self.mapped_sector_count(), next_lba);
+        Ok(())
+    }
+
+    fn check_scalars(&self) -> Result<(), HddError> {
+        let fail = |what: &str| Err(HddError::Invalid(format!("{}: {what}", self.name)));
+        if !(self.rotation_rpm >= 1000.0 && self.rotation_rpm <= 30000.0) {
+            return fail("rotation_rpm must be within 1000..=30000");
+        }
+        if self.surface_count == 0 || self.surface_count > 64 {
+            return fail("surface_count must be within 1..=64");
+        }
+        if self.cylinder_count == 0 {
+            return fail("cylinder_count must be at least 1");
+        }
+        if self.zones.is_empty() {
+            return fail("at least one zone is needed");
+        }
+        if self.cache.segment_count > 256 {
+            return fail("cache segment_count must be at most 256");
+        }
+        if self.cache.segment_count > 0 && self.cache.segment_sectors == 0 {
+            return fail("cache segment_sectors must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+fn check_zone(
+    index: usize,
+    zone: &Zone,
+    previous_last: Option<u32>,
+    cylinder_count: u32,
+) -> Result<(), HddError> {
+    let fail = |what: String| Err(HddError::Invalid(format!("zone {index}: {what}")));
+    if zone.first_cylinder > zone.last_cylinder {
+        return fail("first cylinder is after last cylinder".into());
+    }
+    if zone.last_cylinder >= cylinder_count {
+        return fail(format!(
+            "last cylinder {} is past the disk's {cylinder_count} cylinders",
+            zone.last_cylinder
+        ));
+    }
+    if let Some(last) = previous_last {
+        if zone.first_cylinder <= last {
+            return fail("zones must be in ascending, non-overlapping cylinder order".into());
+        }
+    }
+    if zone.sectors_per_track == 0 || zone.sectors_per_track > 1_000_000 {
+        return fail("sectors per track must be within 1..=1000000".into());
+    }
+    let range_tracks = zone.spare_range_tracks;
+    let range = range_tracks.max(1) * u64::from(zone.sectors_per_track);
+    if range_tracks > 0 && zone.spare_sectors_per_range >= range {
+        return fail("spares fill the whole sparing range".into());
+    }
+    for skew in [zone.track_skew_sectors, zone.cylinder_skew_sectors] {
+        if !(skew.is_finite() && skew >= 0.0) {
+            return fail("skews must be finite and non-negative".into());
+        }
+    }
+    Ok(())
+}
+
+fn check_seek(seek: &SeekCurve) -> Result<(), HddError> {
+    let fail = |what: &str| Err(HddError::Invalid(format!("seek curve: {what}")));
+    match seek {
+        SeekCurve::Table { distance_cyl, seek_ms } => {
+            if distance_cyl.len() < 2 || distance_cyl.len() != seek_ms.len() {
+                return fail("a table needs at least two (distance, time) points");
+            }
+            if distance_cyl[0] == 0 || distance_cyl.windows(2).any(|w| w[0] >= w[1]) {
+                return fail("distances must start at 1 or more and strictly ascend");
+            }
+            if seek_ms.iter().any(|t| !(t.is_finite() && *t >= 0.0)) {
+                return fail("seek times must be finite and non-negative");
+            }
+        }
+        SeekCurve::Formula { first_ten_ms, .. } => {
+            if !(first_ten_ms.is_empty() || first_ten_ms.len() == 10) {
+                return fail("first_ten_ms must hold 0 or 10 values");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Milliseconds (as DiskSim and datasheets give them) to nanoseconds.
+pub(crate) fn ms_to_ns(ms: f64) -> u64 {
+    assert!(ms.is_finite());
+    (ms.max(0.0) * 1.0e6).round() as u64
+}

@@ -1,0 +1,107 @@
+//! The request queue and the scheduling policies that pick from it.
+//!
+//! Requests wait in arrival order. A scheduler sees only the first
+//! `queue_depth` that had arrived by the time the disk picks (the drive's
+//! tagged queue); later ones wait in order behind them, as in a host queue.
+
+use crate::DiskRequest;
+use std::collections::VecDeque;
+
+/// How the disk picks the next request from its queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Scheduler {
+    /// First come, first served.
+    Fifo,
+    /// Circular LOOK: the nearest request at or beyond the arm's cylinder in
+    /// ascending order, wrapping to the lowest cylinder.
+    Clook,
+    /// Shortest positioning time first: least seek plus rotation from now.
+    Sptf,
+}
+
+impl Scheduler {
+    /// Parse `fifo`, `clook` or `sptf`.
+    pub fn from_name(name: &str) -> Option<Scheduler> {
+        match name.to_ascii_lowercase().as_str() {
+            "fifo" => Some(Scheduler::Fifo),
+            "clook" | "c-look" => Some(Scheduler::Clook),
+            "sptf" => Some(Scheduler::Sptf),
+            _ => None,
+        }
+    }
+}
+
+/// A queued request with what scheduling needs, computed once at submit.
+#[derive(Clone, Copy, Debug)]
+pub struct Pending {
+    /// The request, already clamped to the disk.
+    pub request: DiskRequest,
+    /// Submit time.
+    pub arrival_ns: u64,
+    /// Cylinder of the first sector.
+    pub cylinder: u32,
+    /// Sectors dropped by clamping.
+    pub clamped_sectors: u32,
+}
+
+/// FIFO storage for pending requests; grows only past its previous peak.
+pub struct Queue {
+    pending: VecDeque<Pending>,
+}
+
+impl Queue {
+    /// A queue with room for `capacity` requests before it must grow.
+    pub fn with_capacity(capacity: usize) -> Queue {
+        Queue { pending: VecDeque::with_capacity(capacity) }
+    }
+
+    /// Requests waiting.
+    pub fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Append in arrival order.
+    pub fn push(&mut self, pending: Pending) {
+        if let Some(last) = self.pending.back() {
+            assert!(last.arrival_ns <= pending.arrival_ns);
+        }
+        self.pending.push_back(pending);
+    }
+
+    /// Candidates the disk may pick from at `now_ns`: the first `depth` that
+    /// have arrived (at least one, the oldest, when any is waiting).
+    pub fn candidates(&self, now_ns: u64, depth: u32) -> usize {
+        let arrived = self
+            .pending
+            .iter()
+            .take(depth.max(1) as usize)
+            .take_while(|pending| pending.arrival_ns <= now_ns)
+            .count();
+        arrived.max(usize::from(!self.pending.is_empty()))
+    }
+
+    /// The request at `index`.
+    pub fn get(&self, index: usize) -> &Pending {
+        &self.pending[index]
+    }
+
+    /// Remove and return the request at `index`.
+    pub fn take(&mut self, index: usize) -> Pending {
+        let taken = self.pending.remove(index);
+        taken.expect("index within the candidates")
+    }
+
+    /// C-LOOK among the first `count`: the lowest cylinder at or past
+    /// `head_cylinder`, else the lowest cylinder of all.
+    pub fn pick_clook(&self, count: usize, head_cylinder: u32) -> usize {
+        assert!(count >= 1 && count <= self.pending.len());
+        let ahead = (0..count)
+            .filter(|index| self.pending[*index].cylinder >= head_cylinder)
+            .min_by_key(|index| (self.pending[*index].cylinder, *index));
+        let picked = ahead.unwrap_or_else(|| {
+            (0..count).min_by_key(|index| (self.pending[*index].cylinder, *index)).expect("count >= 1")
+        });
+        assert!(picked < count);
+        picked
+    }
+}

@@ -1,0 +1,480 @@
+//! Reports for the CLI: `disk show` (figures measured by running the model)
+//! and `disk validate` (closed-loop replay of a DiskSim validation trace).
+
+use crate::model::{splitmix64, Disk};
+use crate::params::DiskParams;
+use crate::queue::Scheduler;
+use crate::seek::{average_seek_ms, seek_ns};
+use crate::{DiskOp, DiskRequest, HddError, SECTOR_SIZE_BYTES};
+use serde::Serialize;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Random reads `show` issues to measure `random_read_4k_ms`.
+const RANDOM_READ_COUNT: u64 = 2000;
+/// Sectors per sequential measurement (4 MiB) and per request (128 KiB).
+const SEQUENTIAL_SECTORS: u64 = 8192;
+const SEQUENTIAL_REQUEST_SECTORS: u32 = 256;
+
+/// One zone's sustained media rate (track and cylinder switches included).
+#[derive(Clone, Debug, Serialize)]
+pub struct ZoneRate {
+    /// Zone index, outermost first.
+    pub zone_index: u32,
+    /// First cylinder.
+    pub first_cylinder: u32,
+    /// Last cylinder.
+    pub last_cylinder: u32,
+    /// First LBA of the zone.
+    pub first_lba: u64,
+    /// Sectors per track.
+    pub sectors_per_track: u32,
+    /// Sustained sequential media rate, from the geometry.
+    pub media_mb_s: f64,
+}
+
+/// What `layoutd disk show` prints: the parameters and figures measured by
+/// running the model.
+#[derive(Clone, Debug, Serialize)]
+pub struct ShowReport {
+    /// Drive name.
+    pub name: String,
+    /// Where the figures come from.
+    pub source: String,
+    /// Capacity.
+    pub capacity_bytes: u64,
+    /// Spindle speed.
+    pub rotation_rpm: f64,
+    /// Mean service time of uniformly random, 4 KiB-aligned 4 KiB reads
+    /// issued one at a time (model run).
+    pub random_read_4k_ms: f64,
+    /// Seek from the first to the last LBA's cylinder (model run).
+    pub full_stroke_seek_ms: f64,
+    /// Seek to the adjacent cylinder (model run).
+    pub track_to_track_seek_ms: f64,
+    /// Mean seek over uniformly random cylinder pairs (from the seek curve).
+    pub average_seek_ms: f64,
+    /// Half a revolution.
+    pub average_rotation_ms: f64,
+    /// Sequential 128 KiB reads at the start of the disk (model run).
+    pub outer_mb_s: f64,
+    /// Sequential 128 KiB reads at the end of the disk (model run).
+    pub inner_mb_s: f64,
+    /// Per-zone sustained media rates, from the geometry.
+    pub zones: Vec<ZoneRate>,
+    /// Every parameter.
+    pub params: DiskParams,
+}
+
+/// Sustained media rate of a zone: a cylinder takes a revolution per
+/// surface plus its head switches' track skews and one cylinder skew.
+pub fn zone_media_mb_s(params: &DiskParams, zone_index: usize) -> f64 {
+    let zone = &params.zones[zone_index];
+    let surfaces = f64::from(params.surface_count);
+    let spt = f64::from(zone.sectors_per_track);
+    let revolution_s = 60.0 / params.rotation_rpm;
+    let skew_sectors = (surfaces - 1.0) * zone.track_skew_sectors + zone.cylinder_skew_sectors;
+    let cylinder_s = surfaces * revolution_s + skew_sectors * revolution_s / spt;
+    surfaces * spt * SECTOR_SIZE_BYTES as f64 / cylinder_s / 1.0e6
+}
+
+/// Build the `show` report by running the model.
+pub fn show_report(params: &DiskParams) -> ShowReport {
+    let zones = (0..params.zones.len())
+        .map(|index| {
+            let zone = &params.zones[index];
+            ZoneRate {
+                zone_index: index as u32,
+                first_cylinder: zone.first_cylinder,
+                last_cylinder: zone.last_cylinder,
+                first_lba: zone.first_lba,
+                sectors_per_track: zone.sectors_per_track,
+                media_mb_s: zone_media_mb_s(params, index),
+            }
+        })
+        .collect();
+    let last_start = params.sector_count.saturating_sub(SEQUENTIAL_SECTORS + 1);
+    ShowReport {
+        name: params.name.clone(),
+        source: params.source.clone(),
+        capacity_bytes: params.capacity_bytes(),
+        rotation_rpm: params.rotation_rpm,
+        random_read_4k_ms: random_read_mean_ms(params, RANDOM_READ_COUNT, 1),
+        full_stroke_seek_ms: measured_seek_ms(params, params.sector_count - 1),
+        track_to_track_seek_ms: measured_seek_ms(params, first_lba_past_cylinder_zero(params)),
+        average_seek_ms: average_seek_ms(&params.seek, params.cylinder_count),
+        average_rotation_ms: params.revolution_ns() as f64 / 2.0e6,
+        outer_mb_s: sequential_read_mb_s(params, 0, SEQUENTIAL_SECTORS),
+        inner_mb_s: sequential_read_mb_s(params, last_start, SEQUENTIAL_SECTORS),
+        zones,
+        params: params.clone(),
+    }
+}
+
+/// Serve one request on an idle disk at `now_ns`; returns its completion.
+fn serve_one(disk: &mut Disk, now_ns: u64, request: DiskRequest) -> crate::DiskCompletion {
+    assert!(!disk.busy());
+    disk.submit(now_ns, request);
+    let done_ns = disk.next_completion_ns().expect("a submitted request is in service");
+    let completion = disk.complete(done_ns).expect("completion is due");
+    assert!(!disk.busy());
+    completion
+}
+
+fn read(id: u64, lba: u64, sectors: u32) -> DiskRequest {
+    DiskRequest { id, op: DiskOp::Read, lba, sectors }
+}
+
+/// Mean service time of `count` uniformly random 4 KiB reads, one at a time.
+pub fn random_read_mean_ms(params: &DiskParams, count: u64, seed: u64) -> f64 {
+    assert!(count > 0);
+    let mut disk = Disk::new(params.clone(), Scheduler::Fifo, 1, seed);
+    let blocks = params.sector_count / 8;
+    let (mut now_ns, mut total_ns) = (0u64, 0u64);
+    for id in 0..count {
+        let lba = splitmix64(seed ^ id.wrapping_mul(0x2545_F491_4F6C_DD1D)) % blocks * 8;
+        let completion = serve_one(&mut disk, now_ns, read(id, lba, 8));
+        total_ns += completion.complete_ns - completion.start_ns;
+        now_ns = completion.complete_ns;
+    }
+    total_ns as f64 / count as f64 / 1.0e6
+}
+
+/// Seek time the model charges going from LBA 0 to `target_lba`.
+fn measured_seek_ms(params: &DiskParams, target_lba: u64) -> f64 {
+    let mut disk = Disk::new(params.clone(), Scheduler::Fifo, 1, 0);
+    let first = serve_one(&mut disk, 0, read(0, 0, 1));
+    // Idle long enough for read-ahead to stop on the first cylinder.
+    let second = serve_one(&mut disk, first.complete_ns, read(1, target_lba, 1));
+    assert!(!second.cache_hit);
+    second.seek_ns as f64 / 1.0e6
+}
+
+/// The first LBA on cylinder 1 or later (the mapping is monotonic).
+pub fn first_lba_past_cylinder_zero(params: &DiskParams) -> u64 {
+    let (mut lo, mut hi) = (0u64, params.mapped_sector_count() - 1);
+    let first_cylinder = crate::geometry::map(params, 0).cylinder;
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if crate::geometry::map(params, mid).cylinder > first_cylinder {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    lo
+}
+
+/// Throughput of back-to-back sequential 128 KiB reads from `lba` over
+/// `sectors`, not counting the first request's positioning.
+pub fn sequential_read_mb_s(params: &DiskParams, lba: u64, sectors: u64) -> f64 {
+    let count = sectors / u64::from(SEQUENTIAL_REQUEST_SECTORS);
+    assert!(count >= 2);
+    let mut disk = Disk::new(params.clone(), Scheduler::Fifo, 1, 0);
+    let mut now_ns = 0;
+    let mut first_done_ns = 0;
+    for id in 0..count {
+        let next = lba + id * u64::from(SEQUENTIAL_REQUEST_SECTORS);
+        let completion = serve_one(&mut disk, now_ns, read(id, next, SEQUENTIAL_REQUEST_SECTORS));
+        if id == 0 {
+            first_done_ns = completion.complete_ns;
+        }
+        now_ns = completion.complete_ns;
+    }
+    let bytes = (count - 1) * u64::from(SEQUENTIAL_REQUEST_SECTORS) * SECTOR_SIZE_BYTES;
+    bytes as f64 / ((now_ns - first_done_ns) as f64 / 1.0e9) / 1.0e6
+}
+
+impl fmt::Display for ShowReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let p = &self.params;
+        writeln!(f, "disk {}", self.name)?;
+        writeln!(f, "  source                  {}", self.source)?;
+        writeln!(
+            f,
+            "  capacity                {:.2} GB ({} sectors)",
+            self.capacity_bytes as f64 / 1e9,
+            p.sector_count
+        )?;
+        writeln!(
+            f,
+            "  geometry                {} rpm, {} surfaces, {} cylinders, {} zones",
+            self.rotation_rpm,
+            p.surface_count,
+            p.cylinder_count,
+            p.zones.len()
+        )?;
+        writeln!(
+            f,
+            "  cache                   {} segments x {} sectors, read-ahead {} sectors, write cache {}",
+            p.cache.segment_count,
+            p.cache.segment_sectors,
+            p.cache.read_ahead_sectors_max,
+            if p.cache.write_cache { "on" } else { "off" }
+        )?;
+        writeln!(
+            f,
+            "  head switch             {:.3} ms, write settle {:.3} ms, bus {:.1} us/sector",
+            p.head_switch_ns as f64 / 1e6,
+            p.write_settle_ns as f64 / 1e6,
+            p.bus_sector_ns as f64 / 1e3
+        )?;
+        writeln!(f, "measured by running the model:")?;
+        writeln!(f, "  random_read_4k_ms       {:.3}", self.random_read_4k_ms)?;
+        writeln!(f, "  full_stroke_seek_ms     {:.3}", self.full_stroke_seek_ms)?;
+        writeln!(f, "  track_to_track_seek_ms  {:.3}", self.track_to_track_seek_ms)?;
+        writeln!(
+            f,
+            "  average_seek_ms         {:.3}  (seek curve, random cylinder pairs)",
+            self.average_seek_ms
+        )?;
+        writeln!(f, "  average_rotation_ms     {:.3}", self.average_rotation_ms)?;
+        writeln!(f, "  outer_mb_s              {:.1}", self.outer_mb_s)?;
+        writeln!(f, "  inner_mb_s              {:.1}", self.inner_mb_s)?;
+        writeln!(f, "zones (sustained media rate from the geometry):")?;
+        for zone in &self.zones {
+            writeln!(
+                f,
+                "  zone {:>2}  cyl {:>7}..={:<7} {:>5} sectors/track  {:>6.1} MB/s",
+                zone.zone_index,
+                zone.first_cylinder,
+                zone.last_cylinder,
+                zone.sectors_per_track,
+                zone.media_mb_s
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// What `layoutd disk validate` prints.
+#[derive(Clone, Debug, Serialize)]
+pub struct ValidateReport {
+    /// Drive name.
+    pub name: String,
+    /// The trace replayed.
+    pub trace: PathBuf,
+    /// Requests replayed.
+    pub request_count: u64,
+    /// RMS horizontal distance between the measured and model service-time
+    /// CDFs at every 1% step (Ruemmler and Wilkes' demerit figure).
+    pub demerit_ms: f64,
+    /// Demerit relative to the measured mean.
+    pub demerit_relative: f64,
+    /// Mean measured service time.
+    pub measured_mean_ms: f64,
+    /// Mean model service time.
+    pub model_mean_ms: f64,
+    /// Mean measured read service time.
+    pub measured_read_mean_ms: f64,
+    /// Mean model read service time.
+    pub model_read_mean_ms: f64,
+    /// Mean measured write service time.
+    pub measured_write_mean_ms: f64,
+    /// Mean model write service time.
+    pub model_write_mean_ms: f64,
+    /// Reads the trace marks `Hit`, over all reads.
+    pub measured_read_hit_rate: f64,
+    /// Reads the model served from its buffer, over all reads.
+    pub model_read_hit_rate: f64,
+    /// Writes the model acknowledged from its buffer, over all writes.
+    pub model_write_hit_rate: f64,
+    /// Measured service times, sorted (for the plot).
+    #[serde(skip)]
+    pub measured_sorted_ms: Vec<f64>,
+    /// Model service times, sorted (for the plot).
+    #[serde(skip)]
+    pub model_sorted_ms: Vec<f64>,
+}
+
+/// One trace line.
+struct TraceRecord {
+    write: bool,
+    hit: bool,
+    lba: u64,
+    sectors: u32,
+    service_us: f64,
+    gap_us: f64,
+}
+
+fn parse_trace(path: &Path) -> Result<Vec<TraceRecord>, HddError> {
+    let text =
+        std::fs::read_to_string(path).map_err(|source| HddError::Io { path: path.to_path_buf(), source })?;
+    let mut records = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        let fail = |message: &str| HddError::Parse {
+            path: path.to_path_buf(),
+            line: index as u32 + 1,
+            message: message.to_string(),
+        };
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.is_empty() {
+            continue;
+        }
+        if fields.len() != 6 {
+            return Err(fail("expected 6 fields: R|W Hit|Miss|Doub|Trip block count service_us next_gap_us"));
+        }
+        let write = match fields[0] {
+            "R" => false,
+            "W" => true,
+            _ => return Err(fail("first field must be R or W")),
+        };
+        let number = |at: usize, what: &str| -> Result<f64, HddError> {
+            match fields[at].parse::<f64>() {
+                Ok(value) if value.is_finite() && value >= 0.0 => Ok(value),
+                _ => Err(fail(&format!("{what} {:?} is not a non-negative number", fields[at]))),
+            }
+        };
+        let sectors = number(3, "block count")?;
+        if !(1.0..=65535.0).contains(&sectors) {
+            return Err(fail("block count must be within 1..=65535"));
+        }
+        records.push(TraceRecord {
+            write,
+            hit: fields[1] == "Hit",
+            lba: number(2, "block number")? as u64,
+            sectors: sectors as u32,
+            service_us: number(4, "service time")?,
+            gap_us: number(5, "gap")?,
+        });
+    }
+    if records.is_empty() {
+        return Err(HddError::Parse {
+            path: path.to_path_buf(),
+            line: 0,
+            message: "the trace has no requests".into(),
+        });
+    }
+    Ok(records)
+}
+
+/// Replay a DiskSim validation trace closed-loop: each request is issued the
+/// recorded gap after the previous one completes. Returns the demerit figure,
+/// means and hit rates.
+pub fn validate(params: &DiskParams, trace: &Path) -> Result<ValidateReport, HddError> {
+    let records = parse_trace(trace)?;
+    let mut disk = Disk::new(params.clone(), Scheduler::Fifo, 1, 0);
+    let (mut now_ns, mut model_ms) = (0u64, Vec::with_capacity(records.len()));
+    let mut hits = [0u64; 2];
+    for (id, record) in records.iter().enumerate() {
+        if record.lba + u64::from(record.sectors) > params.sector_count {
+            return Err(HddError::Parse {
+                path: trace.to_path_buf(),
+                line: id as u32 + 1,
+                message: format!(
+                    "block {} + {} runs past the drive's {} sectors: wrong --diskspecs for this trace?",
+                    record.lba, record.sectors, params.sector_count
+                ),
+            });
+        }
+        let op = if record.write { DiskOp::Write } else { DiskOp::Read };
+        let completion = serve_one(
+            &mut disk,
+            now_ns,
+            DiskRequest { id: id as u64, op, lba: record.lba, sectors: record.sectors },
+        );
+        model_ms.push((completion.complete_ns - now_ns) as f64 / 1.0e6);
+        hits[usize::from(record.write)] += u64::from(completion.cache_hit);
+        now_ns = completion.complete_ns + (record.gap_us * 1.0e3).round() as u64;
+    }
+    let measured_ms: Vec<f64> = records.iter().map(|record| record.service_us / 1.0e3).collect();
+    let mean = |values: &[f64], pick: &dyn Fn(usize) -> bool| -> f64 {
+        let chosen: Vec<f64> =
+            (0..values.len()).filter(|index| pick(*index)).map(|index| values[index]).collect();
+        if chosen.is_empty() {
+            0.0
+        } else {
+            chosen.iter().sum::<f64>() / chosen.len() as f64
+        }
+    };
+    let is_read = |index: usize| !records[index].write;
+    let is_write = |index: usize| records[index].write;
+    let read_count = records.iter().filter(|record| !record.write).count().max(1) as f64;
+    let write_count = records.iter().filter(|record| record.write).count().max(1) as f64;
+    let mut report = ValidateReport {
+        name: params.name.clone(),
+        trace: trace.to_path_buf(),
+        request_count: records.len() as u64,
+        demerit_ms: 0.0,
+        demerit_relative: 0.0,
+        measured_mean_ms: mean(&measured_ms, &|_| true),
+        model_mean_ms: mean(&model_ms, &|_| true),
+        measured_read_mean_ms: mean(&measured_ms, &is_read),
+        model_read_mean_ms: mean(&model_ms, &is_read),
+        measured_write_mean_ms: mean(&measured_ms, &is_write),
+        model_write_mean_ms: mean(&model_ms, &is_write),
+        measured_read_hit_rate: records.iter().filter(|record| !record.write && record.hit).count() as f64
+            / read_count,
+        model_read_hit_rate: hits[0] as f64 / read_count,
+        model_write_hit_rate: hits[1] as f64 / write_count,
+        measured_sorted_ms: sorted(measured_ms),
+        model_sorted_ms: sorted(model_ms),
+    };
+    report.demerit_ms = demerit_ms(&report.measured_sorted_ms, &report.model_sorted_ms);
+    report.demerit_relative = report.demerit_ms / report.measured_mean_ms.max(f64::MIN_POSITIVE);
+    Ok(report)
+}
+
+fn sorted(mut values: Vec<f64>) -> Vec<f64> {
+    values.sort_by(f64::total_cmp);
+    values
+}
+
+/// The value at percentile `percent` (nearest rank) of sorted `values`.
+pub fn percentile(values: &[f64], percent: u32) -> f64 {
+    assert!(!values.is_empty());
+    assert!((1..=100).contains(&percent));
+    let rank = (u64::from(percent) * values.len() as u64).div_ceil(100).max(1);
+    values[rank as usize - 1]
+}
+
+/// Root mean square of the horizontal distance between two CDFs, taken at
+/// every 1% step (1%..=100%).
+pub fn demerit_ms(measured_sorted: &[f64], model_sorted: &[f64]) -> f64 {
+    let sum: f64 = (1..=100)
+        .map(|percent| {
+            let distance = percentile(measured_sorted, percent) - percentile(model_sorted, percent);
+            distance * distance
+        })
+        .sum();
+    (sum / 100.0).sqrt()
+}
+
+impl fmt::Display for ValidateReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "validate {} against {}", self.name, self.trace.display())?;
+        writeln!(f, "  requests               {}", self.request_count)?;
+        writeln!(
+            f,
+            "  demerit_ms             {:.3}  ({:.1}% of the measured mean)",
+            self.demerit_ms,
+            self.demerit_relative * 100.0
+        )?;
+        writeln!(
+            f,
+            "  mean_ms                measured {:.3}  model {:.3}",
+            self.measured_mean_ms, self.model_mean_ms
+        )?;
+        writeln!(
+            f,
+            "  read_mean_ms           measured {:.3}  model {:.3}",
+            self.measured_read_mean_ms, self.model_read_mean_ms
+        )?;
+        writeln!(
+            f,
+            "  write_mean_ms          measured {:.3}  model {:.3}",
+            self.measured_write_mean_ms, self.model_write_mean_ms
+        )?;
+        writeln!(
+            f,
+            "  read_hit_rate          measured {:.3}  model {:.3}",
+            self.measured_read_hit_rate, self.model_read_hit_rate
+        )?;
+        writeln!(f, "  write_hit_rate         model {:.3}", self.model_write_hit_rate)
+    }
+}
+
+/// Seek time of the curve at `distance_cyl`, in ms (for reports and tests).
+pub fn seek_curve_ms(params: &DiskParams, distance_cyl: u64) -> f64 {
+    seek_ns(&params.seek, distance_cyl) as f64 / 1.0e6
+}
