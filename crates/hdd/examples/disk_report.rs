@@ -25,6 +25,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let params = DiskParams::from_diskspecs(Path::new(&args[1]))?;
             let report = validate(&params, Path::new(&args[2]))?;
             print!("{report}");
+            println!("  mapped sectors {} of {}", params.mapped_sector_count(), params.sector_count);
+            for percent in [5usize, 10, 25, 40, 50, 60, 75, 90, 95, 99] {
+                let at = |v: &[f64]| v[(percent * v.len()).div_ceil(100) - 1];
+                println!("  p{percent:<3} measured {:>7.3}  model {:>7.3}", at(&report.measured_sorted_ms), at(&report.model_sorted_ms));
+            }
             if let Some(plot) = args.get(3) {
                 write_cdf_svg(&report, Path::new(plot))?;
             }

@@ -360,12 +360,11 @@ impl Disk {
         (self.revolution_ns / u64::from(zone.sectors_per_track)).max(1)
     }
 
-    /// Sector time of a long sequential read, track switches included.
+    /// Sector time of a long sequential read, head and cylinder switches
+    /// (their skews) included: the zone's sustained media rate.
     fn streaming_sector_ns(&self, zone_index: u32) -> u64 {
-        let zone = &self.params.zones[zone_index as usize];
-        let track_ns =
-            self.revolution_ns as f64 * (1.0 + zone.track_skew_sectors / f64::from(zone.sectors_per_track));
-        ((track_ns / f64::from(zone.sectors_per_track)) as u64).max(1)
+        let mb_s = crate::report::zone_media_mb_s(&self.params, zone_index as usize);
+        ((crate::SECTOR_SIZE_BYTES as f64 / mb_s * 1.0e3) as u64).max(1)
     }
 
     /// Position on `lba` from the head's place at `start_ns` and transfer

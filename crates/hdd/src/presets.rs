@@ -151,6 +151,9 @@ fn barracuda4g() -> Result<DiskParams, HddError> {
     params.surface_count = 10;
     params.sector_count = 0; // derive from the zones: about 8.2 M sectors, 4.2 GB
     params.cache.write_cache = false;
+    // The validation rig's host interface moved 0.134 ms per sector; the
+    // ST34371W is an Ultra SCSI wide drive: 40 MB/s, 12.8 us per sector.
+    params.bus_sector_ns = 12_800;
     for zone in &mut params.zones {
         // Spare ranges count tracks: keep the same spares per cylinder range.
         zone.spare_range_tracks *= 2;
@@ -167,8 +170,12 @@ fn from_datasheet(sheet: &Datasheet) -> DiskParams {
         .map(|index| {
             let fraction = f64::from(index) / f64::from((sheet.zone_count - 1).max(1));
             let mb_s = sheet.outer_mb_s + (sheet.inner_mb_s - sheet.outer_mb_s) * fraction;
-            // A track takes a revolution plus the head-switch skew to read.
-            let bytes_per_track = mb_s * 1.0e6 * (revolution_ms + sheet.head_switch_ms) / 1000.0;
+            // A track takes a revolution plus its share of the cylinder's
+            // switch skews: (surfaces - 1) head switches and one cylinder switch.
+            let surfaces = f64::from(sheet.surface_count);
+            let cylinder_switch_ms = sheet.track_to_track_ms.max(sheet.head_switch_ms);
+            let skew_ms = ((surfaces - 1.0) * sheet.head_switch_ms + cylinder_switch_ms) / surfaces;
+            let bytes_per_track = mb_s * 1.0e6 * (revolution_ms + skew_ms) / 1000.0;
             (bytes_per_track / SECTOR_SIZE_BYTES as f64).ceil() as u32
         })
         .collect();
