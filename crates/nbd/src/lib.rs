@@ -1,1 +1,268 @@
-//! placeholder
+//! The nbdkit plugin that serves a layoutd volume.
+//!
+//! `nbdkit liblayoutd_nbd.so device=PATH [direct=true] [record-trace=FILE]`
+//! (normally started for you by `layoutd serve`). The volume is opened and
+//! recovered in `config_complete`, so a bad device stops nbdkit before it
+//! listens; the live runtime's threads start in `after_fork`. On shutdown
+//! (`unload`: SIGINT, SIGTERM, or the end of `--run`) the stack is flushed
+//! and the clean-shutdown mark is written.
+//!
+//! Every callback runs inside `catch_unwind`: a panic never crosses the FFI
+//! boundary; the request fails with EIO and the panic is logged. After a
+//! panic inside the stack, every later request fails with EIO.
+//!
+//! Each NBD connection is a stream. Multi-conn is advertised: the stack is
+//! shared by all connections and a flush (or FUA) makes every completed
+//! write from every connection durable before it replies.
+
+use layoutd_core::{Completion, IoError, Op, ReqId, Request, StreamId};
+use layoutd_disk::FileDevice;
+use layoutd_runtime::live::{LiveVolume, RecordSink};
+use layoutd_runtime::volume;
+use nbdkit::{plugin, Error, Flags, FuaFlags, Result, Server, ThreadModel};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+#[derive(Default)]
+struct Settings {
+    device: Option<PathBuf>,
+    direct: bool,
+    record_trace: Option<PathBuf>,
+}
+
+/// What `config_complete` opened, waiting for `after_fork` to start serving.
+struct Opened {
+    path: PathBuf,
+    device: Arc<FileDevice>,
+    volume: Option<volume::Volume>,
+}
+
+static SETTINGS: Mutex<Settings> = Mutex::new(Settings { device: None, direct: false, record_trace: None });
+static OPENED: Mutex<Option<Opened>> = Mutex::new(None);
+static LIVE: OnceLock<Arc<LiveVolume>> = OnceLock::new();
+static NEXT_STREAM: AtomicU32 = AtomicU32::new(0);
+
+fn eio(msg: impl Into<String>) -> Error {
+    Error::new(libc::EIO, msg.into())
+}
+
+/// Runs `f`, turning a panic into an EIO error that names the callback.
+fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown panic".into());
+            eprintln!("layoutd: internal error in {what}: {msg}; failing the request with EIO");
+            Err(eio(format!("layoutd internal error in {what}: {msg}")))
+        }
+    }
+}
+
+fn to_result(c: Completion) -> Result<Completion> {
+    match c.result {
+        Ok(()) => Ok(c),
+        Err(e @ IoError::Invalid) => Err(Error::new(libc::EINVAL, e.to_string())),
+        Err(e @ IoError::NoSpace) => Err(Error::new(libc::ENOSPC, e.to_string())),
+        Err(e @ IoError::Io) => Err(eio(e.to_string())),
+    }
+}
+
+struct Connection {
+    live: Arc<LiveVolume>,
+    stream: StreamId,
+    size_bytes: u64,
+}
+
+impl Connection {
+    fn call(&self, op: Op, offset: u64, count: u32, fua: bool, data: Option<&[u8]>) -> Result<Completion> {
+        let mut req = Request::new(ReqId(0), op, offset, count);
+        req.fua = fua;
+        req.stream = self.stream;
+        req.data = data.map(bytes::Bytes::copy_from_slice);
+        to_result(self.live.submit(req))
+    }
+}
+
+impl Server for Connection {
+    fn name() -> &'static str {
+        "layoutd"
+    }
+
+    fn description() -> Option<&'static str> {
+        Some("layoutd: a self-optimizing block storage layer (serves a formatted layoutd device)")
+    }
+
+    fn config_help() -> Option<&'static str> {
+        Some(
+            "device=PATH        (required) a device formatted with `layoutd format`\n\
+             direct=true|false  open with O_DIRECT (default false)\n\
+             record-trace=FILE  record every request in layoutd's trace format",
+        )
+    }
+
+    fn thread_model() -> Result<ThreadModel> {
+        Ok(ThreadModel::Parallel)
+    }
+
+    fn config(key: &str, value: &str) -> Result<()> {
+        guarded("config", || {
+            let mut s = SETTINGS.lock().map_err(|_| eio("settings lock"))?;
+            match key {
+                "device" | "file" => s.device = Some(PathBuf::from(value)),
+                "direct" => {
+                    s.direct = value
+                        .parse()
+                        .map_err(|_| Error::new(libc::EINVAL, format!("direct={value}: use true or false")))?
+                }
+                "record-trace" => s.record_trace = Some(PathBuf::from(value)),
+                other => {
+                    return Err(Error::new(
+                        libc::EINVAL,
+                        format!("unknown parameter `{other}` (known: device, direct, record-trace)"),
+                    ))
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn config_complete() -> Result<()> {
+        guarded("config_complete", || {
+            let s = SETTINGS.lock().map_err(|_| eio("settings lock"))?;
+            let path = s.device.clone().ok_or_else(|| Error::new(libc::EINVAL, "device=PATH is required"))?;
+            let vol = volume::open(&path, s.direct).map_err(|e| Error::new(libc::EINVAL, e.to_string()))?;
+            let device = vol.device.clone();
+            *OPENED.lock().map_err(|_| eio("lock"))? = Some(Opened { path, device, volume: Some(vol) });
+            Ok(())
+        })
+    }
+
+    fn after_fork() -> Result<()> {
+        guarded("after_fork", || {
+            let record = SETTINGS.lock().map_err(|_| eio("settings lock"))?.record_trace.clone();
+            let sink: Option<RecordSink> = match record {
+                None => None,
+                Some(p) => {
+                    let f = std::fs::File::create(&p)
+                        .map_err(|e| eio(format!("{}: cannot create the trace file: {e}", p.display())))?;
+                    Some(Box::new(std::io::BufWriter::new(f)))
+                }
+            };
+            let mut opened = OPENED.lock().map_err(|_| eio("lock"))?;
+            let o = opened.as_mut().ok_or_else(|| eio("after_fork before config_complete"))?;
+            let vol = o.volume.take().ok_or_else(|| eio("volume already started"))?;
+            let live = LiveVolume::start(vol.stack, vol.data, sink);
+            LIVE.set(live).map_err(|_| eio("volume started twice"))?;
+            Ok(())
+        })
+    }
+
+    fn unload() {
+        let _ = guarded("unload", || {
+            let Some(live) = LIVE.get() else { return Ok(()) };
+            let flushed = live.submit(Request::new(ReqId(0), Op::Flush, 0, 0));
+            live.stop();
+            let opened = OPENED.lock().map_err(|_| eio("lock"))?;
+            let Some(o) = opened.as_ref() else { return Ok(()) };
+            match flushed.result {
+                Ok(()) => match volume::mark_clean(&o.path, &o.device) {
+                    Ok(()) => eprintln!("layoutd: {}: flushed and marked clean", o.path.display()),
+                    Err(e) => eprintln!("layoutd: could not write the clean mark: {e}"),
+                },
+                Err(e) => {
+                    eprintln!("layoutd: {}: final flush failed ({e}); left marked dirty", o.path.display())
+                }
+            }
+            Ok(())
+        });
+    }
+
+    fn open(_readonly: bool) -> Result<Box<dyn Server>> {
+        guarded("open", || {
+            let live = LIVE.get().ok_or_else(|| eio("volume not started"))?.clone();
+            let size_bytes = live.size_bytes();
+            let stream = StreamId(NEXT_STREAM.fetch_add(1, Ordering::Relaxed));
+            Ok(Box::new(Connection { live, stream, size_bytes }) as Box<dyn Server>)
+        })
+    }
+
+    fn get_size(&self) -> Result<i64> {
+        Ok(self.size_bytes as i64)
+    }
+
+    fn can_write(&self) -> Result<bool> {
+        Ok(true)
+    }
+    fn can_flush(&self) -> Result<bool> {
+        Ok(true)
+    }
+    fn can_trim(&self) -> Result<bool> {
+        Ok(true)
+    }
+    fn can_zero(&self) -> Result<bool> {
+        Ok(true)
+    }
+    fn can_fua(&self) -> Result<FuaFlags> {
+        Ok(FuaFlags::Native)
+    }
+    fn can_multi_conn(&self) -> Result<bool> {
+        Ok(true)
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        guarded("pread", || {
+            let c = self.call(Op::Read, offset, buf.len() as u32, false, None)?;
+            let data = c.data.ok_or_else(|| eio("read returned no data"))?;
+            if data.len() != buf.len() {
+                return Err(eio(format!("read returned {} bytes, wanted {}", data.len(), buf.len())));
+            }
+            buf.copy_from_slice(&data);
+            Ok(())
+        })
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64, flags: Flags) -> Result<()> {
+        guarded("pwrite", || {
+            self.call(Op::Write, offset, buf.len() as u32, flags.contains(Flags::FUA), Some(buf)).map(|_| ())
+        })
+    }
+
+    fn flush(&self) -> Result<()> {
+        guarded("flush", || self.call(Op::Flush, 0, 0, false, None).map(|_| ()))
+    }
+
+    fn trim(&self, count: u32, offset: u64, flags: Flags) -> Result<()> {
+        guarded("trim", || self.call(Op::Trim, offset, count, flags.contains(Flags::FUA), None).map(|_| ()))
+    }
+
+    fn zero(&self, count: u32, offset: u64, flags: Flags) -> Result<()> {
+        guarded("zero", || {
+            self.call(Op::WriteZeroes, offset, count, flags.contains(Flags::FUA), None).map(|_| ())
+        })
+    }
+}
+
+plugin!(Connection {
+    thread_model,
+    config,
+    config_complete,
+    config_help,
+    after_fork,
+    unload,
+    write_at,
+    flush,
+    trim,
+    zero,
+    can_write,
+    can_flush,
+    can_trim,
+    can_zero,
+    can_fua,
+    can_multi_conn
+});

@@ -129,6 +129,11 @@ impl LiveVolume {
         vol
     }
 
+    /// The size of the volume.
+    pub fn size_bytes(&self) -> u64 {
+        self.lock().map_or(0, |c| c.stack.size_bytes())
+    }
+
     /// The current time on the runtime's clock.
     pub fn now(&self) -> Instant {
         Instant::from_ns(self.epoch.elapsed().as_nanos() as u64)

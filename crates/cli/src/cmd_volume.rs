@@ -1,0 +1,247 @@
+//! `format`, `serve` and `inspect`.
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use layoutd_core::config::{parse_size_str, StackConfig};
+use layoutd_core::superblock::Superblock;
+use layoutd_runtime::volume;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+
+#[derive(Args)]
+#[command(
+    after_help = "Examples:\n  layoutd format --device vol.img --size 4G              # create a 4 GiB file, default linear stack\n  layoutd format --device /dev/sdb --config examples/linear.toml --force\n\nWithout --config the stack is one `linear` target over the whole device. The device must be at least 2 MiB; its first MiB holds the superblock. A device holding any data (layoutd or foreign) is refused unless --force is given; a bad config is refused before anything is written."
+)]
+pub struct FormatArgs {
+    /// The file or block device to format.
+    #[arg(long, value_name = "PATH")]
+    device: PathBuf,
+    /// Stack description (TOML). Default: one linear target over the whole device.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Create the file with this size if it does not exist (e.g. 1G, 512M).
+    #[arg(long, value_name = "SIZE")]
+    size: Option<String>,
+    /// Overwrite a device that already holds data.
+    #[arg(long)]
+    force: bool,
+    /// Use O_DIRECT for the formatting I/O.
+    #[arg(long)]
+    direct: bool,
+}
+
+pub fn format(a: FormatArgs) -> Result<()> {
+    let cfg = match &a.config {
+        None => StackConfig::default_linear(),
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("{}: cannot read the config", p.display()))?;
+            StackConfig::parse(&text, &p.display().to_string())?
+        }
+    };
+    if let Some(size) = &a.size {
+        create_sized(&a.device, size)?;
+    }
+    let opts = volume::FormatOptions { force: a.force, direct: a.direct, uuid: random_uuid()? };
+    let sb = volume::format(&a.device, &cfg, &opts)?;
+    println!(
+        "formatted {}: {} bytes, stack: {}",
+        a.device.display(),
+        sb.device_size_bytes,
+        cfg.layer.iter().map(|l| l.target.as_str()).collect::<Vec<_>>().join(" > ")
+    );
+    Ok(())
+}
+
+/// A random volume id from the OS.
+fn random_uuid() -> Result<[u8; 16]> {
+    use std::io::Read;
+    let mut u = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut u))
+        .context("reading /dev/urandom")?;
+    Ok(u)
+}
+
+fn create_sized(path: &Path, size: &str) -> Result<()> {
+    let bytes = parse_size_str(size).map_err(|e| anyhow::anyhow!("--size: {e}"))?;
+    if path.exists() {
+        let have = std::fs::metadata(path)?.len();
+        if have != bytes && std::fs::metadata(path)?.is_file() {
+            bail!("{}: exists with {have} bytes, not {bytes}; remove it or drop --size", path.display());
+        }
+        return Ok(());
+    }
+    let f = std::fs::File::create(path).with_context(|| format!("{}: cannot create", path.display()))?;
+    f.set_len(bytes).with_context(|| format!("{}: cannot size to {bytes} bytes", path.display()))?;
+    Ok(())
+}
+
+#[derive(Args)]
+#[command(
+    after_help = "Examples:\n  layoutd serve --device vol.img                          # Unix socket, prints the NBD URI\n  layoutd serve --device vol.img --listen 127.0.0.1:10809\n  layoutd serve --device vol.img --run 'qemu-io -f raw -c \"write -P 7 0 1M\" \"$uri\"'\n\nWith --run, nbdkit runs the command once the export is ready ($uri, $nbd, $unixsocket are set) and stops when it exits (captive mode); the exit status is the command's. SIGINT or SIGTERM flush the volume and write the clean-shutdown mark. nbdkit must be installed; the plugin (liblayoutd_nbd.so) is looked up next to this binary or in $LAYOUTD_NBD_PLUGIN."
+)]
+pub struct ServeArgs {
+    /// A device formatted with `layoutd format`.
+    #[arg(long, value_name = "PATH")]
+    device: PathBuf,
+    /// Unix socket to listen on (default: layoutd-<device name>.sock in the temp dir).
+    #[arg(long, value_name = "PATH", conflicts_with = "listen")]
+    socket: Option<PathBuf>,
+    /// Listen on TCP instead, e.g. 127.0.0.1:10809.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// Run this shell command against the export, then stop (nbdkit captive mode).
+    #[arg(long, value_name = "CMD")]
+    run: Option<String>,
+    /// Record every request to FILE in layoutd's trace format (for `layoutd sim --closed-loop`).
+    #[arg(long, value_name = "FILE")]
+    record_trace: Option<PathBuf>,
+    /// Open the device with O_DIRECT.
+    #[arg(long)]
+    direct: bool,
+    /// nbdkit worker threads.
+    #[arg(long, default_value_t = 16)]
+    threads: u32,
+    /// Print what would be run instead of running it.
+    #[arg(long, hide = true)]
+    dry_run: bool,
+}
+
+fn plugin_path() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("LAYOUTD_NBD_PLUGIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().context("cannot find the layoutd binary's own path")?;
+    let dir = exe.parent().context("binary has no directory")?;
+    for cand in [
+        dir.join("liblayoutd_nbd.so"),
+        dir.join("../lib/layoutd/liblayoutd_nbd.so"),
+        dir.join("../liblayoutd_nbd.so"),
+    ] {
+        if cand.exists() {
+            return Ok(cand);
+        }
+    }
+    bail!(
+        "cannot find the nbdkit plugin liblayoutd_nbd.so next to {} (build it with `cargo build --release`, or set LAYOUTD_NBD_PLUGIN)",
+        exe.display()
+    )
+}
+
+fn default_socket(device: &Path) -> PathBuf {
+    let name =
+        device.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "volume".into());
+    std::env::temp_dir().join(format!("layoutd-{name}.sock"))
+}
+
+pub fn serve(a: ServeArgs) -> Result<()> {
+    // Check the device ourselves first, so the common mistakes get one clear line.
+    let sb = volume::inspect(&a.device)?;
+    drop(layoutd_disk::FileDevice::open(&a.device, false, true).map_err(|e| anyhow::anyhow!("{e}"))?);
+    let plugin = plugin_path()?;
+    let mut cmd = std::process::Command::new("nbdkit");
+    cmd.arg("--foreground").arg("--threads").arg(a.threads.to_string());
+    let uri = match &a.listen {
+        Some(addr) => {
+            let (host, port) =
+                addr.rsplit_once(':').with_context(|| format!("--listen {addr}: expected HOST:PORT"))?;
+            cmd.arg("--ipaddr").arg(host).arg("--port").arg(port);
+            format!("nbd://{addr}")
+        }
+        None => {
+            let sock = a.socket.clone().unwrap_or_else(|| default_socket(&a.device));
+            cmd.arg("--unix").arg(&sock);
+            format!("nbd+unix:///?socket={}", sock.display())
+        }
+    };
+    if let Some(run) = &a.run {
+        cmd.arg("--run").arg(run);
+    }
+    cmd.arg(&plugin).arg(format!("device={}", a.device.display()));
+    if a.direct {
+        cmd.arg("direct=true");
+    }
+    if let Some(t) = &a.record_trace {
+        cmd.arg(format!("record-trace={}", t.display()));
+    }
+    eprintln!(
+        "layoutd: serving {} ({} bytes, {}) at {uri}",
+        a.device.display(),
+        sb.device_size_bytes - sb.data_start_bytes,
+        if sb.clean { "clean" } else { "was not shut down cleanly: recovering" }
+    );
+    if a.dry_run {
+        println!("{cmd:?}");
+        return Ok(());
+    }
+    let err = cmd.exec();
+    bail!("cannot start nbdkit: {err} (install it: apt-get install nbdkit)")
+}
+
+#[derive(Args)]
+#[command(
+    after_help = "Examples:\n  layoutd inspect --device vol.img\n  layoutd inspect --device vol.img --json | jq .config\n\nReads only; safe while the device is served."
+)]
+pub struct InspectArgs {
+    /// The device to inspect.
+    #[arg(long, value_name = "PATH")]
+    device: PathBuf,
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+}
+
+fn uuid_string(u: &[u8; 16]) -> String {
+    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+}
+
+pub fn inspect(a: InspectArgs) -> Result<()> {
+    let sb: Superblock = volume::inspect(&a.device)?;
+    let data_bytes = sb.device_size_bytes - sb.data_start_bytes;
+    let stack = layoutd_targets::build_stack(
+        &sb.config,
+        data_bytes,
+        layoutd_core::OpenMode::Open { clean: sb.clean },
+    )
+    .map_err(|e| anyhow::anyhow!("{}: stored config: {e}", a.device.display()))?;
+    use layoutd_core::Target;
+    let layers = stack.layer_statuses();
+    if a.json {
+        let v = serde_json::json!({
+            "device": a.device.display().to_string(),
+            "format_version": layoutd_core::superblock::FORMAT_VERSION,
+            "uuid": uuid_string(&sb.uuid),
+            "generation": sb.generation,
+            "clean": sb.clean,
+            "device_size_bytes": sb.device_size_bytes,
+            "data_start_bytes": sb.data_start_bytes,
+            "volume_size_bytes": stack.size_bytes(),
+            "config": sb.config,
+            "layers": layers,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!("device:            {}", a.device.display());
+    println!("format version:    {}", layoutd_core::superblock::FORMAT_VERSION);
+    println!("uuid:              {}", uuid_string(&sb.uuid));
+    println!("generation:        {}", sb.generation);
+    println!(
+        "state:             {}",
+        if sb.clean { "clean" } else { "dirty (not shut down cleanly, or being served)" }
+    );
+    println!("device size:       {} bytes", sb.device_size_bytes);
+    println!("data starts at:    {} bytes", sb.data_start_bytes);
+    println!("volume size:       {} bytes", stack.size_bytes());
+    println!("stack (top first):");
+    for l in &layers {
+        println!("  {l}");
+    }
+    println!(
+        "config:\n{}",
+        sb.config.to_toml().lines().map(|l| format!("  {l}")).collect::<Vec<_>>().join("\n")
+    );
+    Ok(())
+}
