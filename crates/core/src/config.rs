@@ -56,8 +56,19 @@ impl StackConfig {
 
     /// Parses TOML text; `origin` names the file in errors.
     pub fn parse(text: &str, origin: &str) -> Result<StackConfig, ConfigError> {
-        let cfg: StackConfig = toml::from_str(text)
-            .map_err(|e| ConfigError(format!("{origin}: {}", e.to_string().trim_end())))?;
+        let cfg: StackConfig = toml::from_str(text).map_err(|e| {
+            let at = e.span().map(|span| {
+                let before = &text[..span.start.min(text.len())];
+                let line = before.matches('\n').count() + 1;
+                let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                format!("{line}:{column}:")
+            });
+            ConfigError(format!(
+                "{origin}:{} {}",
+                at.unwrap_or_default(),
+                e.message().trim().replace('\n', "; ")
+            ))
+        })?;
         if cfg.version != CONFIG_VERSION {
             return Err(ConfigError(format!(
                 "{origin}: config version {} is not supported (this build reads version {CONFIG_VERSION})",

@@ -30,6 +30,8 @@ struct Settings {
     device: Option<PathBuf>,
     direct: bool,
     record_trace: Option<PathBuf>,
+    /// Fault injection for tests: a read at exactly this offset panics.
+    debug_panic_offset: Option<u64>,
 }
 
 /// What `config_complete` opened, waiting for `after_fork` to start serving.
@@ -39,7 +41,8 @@ struct Opened {
     volume: Option<volume::Volume>,
 }
 
-static SETTINGS: Mutex<Settings> = Mutex::new(Settings { device: None, direct: false, record_trace: None });
+static SETTINGS: Mutex<Settings> =
+    Mutex::new(Settings { device: None, direct: false, record_trace: None, debug_panic_offset: None });
 static OPENED: Mutex<Option<Opened>> = Mutex::new(None);
 static LIVE: OnceLock<Arc<LiveVolume>> = OnceLock::new();
 static NEXT_STREAM: AtomicU32 = AtomicU32::new(0);
@@ -74,6 +77,7 @@ fn to_result(c: Completion) -> Result<Completion> {
 }
 
 struct Connection {
+    debug_panic_offset: Option<u64>,
     live: Arc<LiveVolume>,
     stream: StreamId,
     size_bytes: u64,
@@ -121,6 +125,13 @@ impl Server for Connection {
                         .map_err(|_| Error::new(libc::EINVAL, format!("direct={value}: use true or false")))?
                 }
                 "record-trace" => s.record_trace = Some(PathBuf::from(value)),
+                "debug-panic-offset" => {
+                    s.debug_panic_offset = Some(
+                        value
+                            .parse()
+                            .map_err(|_| Error::new(libc::EINVAL, "debug-panic-offset: a number"))?,
+                    )
+                }
                 other => {
                     return Err(Error::new(
                         libc::EINVAL,
@@ -188,7 +199,8 @@ impl Server for Connection {
             let live = LIVE.get().ok_or_else(|| eio("volume not started"))?.clone();
             let size_bytes = live.size_bytes();
             let stream = StreamId(NEXT_STREAM.fetch_add(1, Ordering::Relaxed));
-            Ok(Box::new(Connection { live, stream, size_bytes }) as Box<dyn Server>)
+            let debug_panic_offset = SETTINGS.lock().map_err(|_| eio("settings lock"))?.debug_panic_offset;
+            Ok(Box::new(Connection { debug_panic_offset, live, stream, size_bytes }) as Box<dyn Server>)
         })
     }
 
@@ -217,6 +229,9 @@ impl Server for Connection {
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         guarded("pread", || {
+            if self.debug_panic_offset == Some(offset) {
+                panic!("debug-panic-offset={offset} reached (fault injection)");
+            }
             let c = self.call(Op::Read, offset, buf.len() as u32, false, None)?;
             let data = c.data.ok_or_else(|| eio("read returned no data"))?;
             if data.len() != buf.len() {

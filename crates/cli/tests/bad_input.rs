@@ -1,0 +1,135 @@
+//! Bad input ends with one clear line naming the problem, a non-zero exit,
+//! and the device untouched.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn layoutd() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_layoutd"))
+}
+
+fn device(dir: &Path, name: &str, bytes: u64) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::File::create(&p).unwrap().set_len(bytes).unwrap();
+    p
+}
+
+fn digest(p: &Path) -> u32 {
+    crc32c::crc32c(&std::fs::read(p).unwrap())
+}
+
+/// Runs layoutd, expects failure with exactly one stderr line containing
+/// every one of `needles`, and the device byte-identical afterwards.
+fn refused(args: &[&str], dev: &Path, needles: &[&str]) {
+    let before = digest(dev);
+    let out = layoutd().args(args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{args:?} succeeded: {stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{args:?}: expected one line, got:\n{stderr}");
+    for n in needles {
+        assert!(lines[0].contains(n), "{args:?}: {:?} lacks {n:?}", lines[0]);
+    }
+    assert_eq!(digest(dev), before, "{args:?} modified the device");
+}
+
+fn config(dir: &Path, text: &str) -> String {
+    let p = dir.join("stack.toml");
+    std::fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+#[test]
+fn bad_configs_are_refused_naming_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = device(dir.path(), "d.img", 8 << 20);
+    let d = dev.to_str().unwrap();
+    let c = config(dir.path(), "version = 1\n[[layer]]\ntarget = \"bogus\"\n");
+    refused(&["format", "--device", d, "--config", &c], &dev, &["unknown target `bogus`", "linear"]);
+    let c = config(
+        dir.path(),
+        "version = 1\n[[layer]]\ntarget = \"linear\"\n[[layer.segment]]\noffset = 0\nlength = \"2M\"\n[[layer.segment]]\noffset = \"1M\"\nlength = \"1M\"\n",
+    );
+    refused(&["format", "--device", d, "--config", &c], &dev, &["overlaps segment 1", "d.img"]);
+    let c = config(
+        dir.path(),
+        "version = 1\n[[layer]]\ntarget = \"linear\"\n[[layer.segment]]\noffset = \"6M\"\nlength = \"2M\"\n",
+    );
+    refused(&["format", "--device", d, "--config", &c], &dev, &["past the end"]);
+    let c = config(dir.path(), "version = 1\n[[layer]]\ntarget = \"linear\"\ntypo = 3\n");
+    refused(&["format", "--device", d, "--config", &c], &dev, &["unknown key `typo`"]);
+    let c = config(dir.path(), "version = 1\n[[layer]\n");
+    refused(&["format", "--device", d, "--config", &c], &dev, &["stack.toml"]);
+}
+
+#[test]
+fn too_small_missing_and_foreign_devices_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = device(dir.path(), "small.img", 1 << 20);
+    refused(&["format", "--device", small.to_str().unwrap()], &small, &["small.img", "at least"]);
+    let foreign = device(dir.path(), "foreign.img", 8 << 20);
+    std::fs::write(&foreign, b"\x7fELF not a volume").unwrap();
+    std::fs::File::options().write(true).open(&foreign).unwrap().set_len(8 << 20).unwrap();
+    let f = foreign.to_str().unwrap();
+    refused(&["format", "--device", f], &foreign, &["foreign.img", "foreign data", "--force"]);
+    refused(&["serve", "--device", f, "--dry-run"], &foreign, &["foreign.img", "not a layoutd device"]);
+    refused(&["inspect", "--device", f], &foreign, &["not a layoutd device"]);
+    let blank = device(dir.path(), "blank.img", 8 << 20);
+    refused(
+        &["serve", "--device", blank.to_str().unwrap(), "--dry-run"],
+        &blank,
+        &["blank.img", "not formatted"],
+    );
+    let out = layoutd().args(["inspect", "--device", "/nonexistent/x.img"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/x.img"));
+}
+
+#[test]
+fn corrupt_superblock_is_refused_and_one_torn_copy_is_survived() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = device(dir.path(), "c.img", 8 << 20);
+    let d = dev.to_str().unwrap();
+    assert!(layoutd().args(["format", "--device", d]).status().unwrap().success());
+    // Tear copy A only: the volume still opens from copy B.
+    let mut bytes = std::fs::read(&dev).unwrap();
+    bytes[100] ^= 0xff;
+    std::fs::write(&dev, &bytes).unwrap();
+    let ok = layoutd().args(["inspect", "--device", d]).output().unwrap();
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    // Tear copy B too: refused.
+    bytes[16384 + 100] ^= 0xff;
+    std::fs::write(&dev, &bytes).unwrap();
+    refused(&["inspect", "--device", d], &dev, &["c.img", "superblock corrupt", "crc32c"]);
+    refused(&["serve", "--device", d, "--dry-run"], &dev, &["superblock corrupt"]);
+    refused(&["format", "--device", d], &dev, &["--force"]);
+}
+
+#[test]
+fn a_device_in_use_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = device(dir.path(), "busy.img", 8 << 20);
+    let d = dev.to_str().unwrap();
+    assert!(layoutd().args(["format", "--device", d]).status().unwrap().success());
+    let _held = layoutd_disk::FileDevice::open(&dev, false, true).unwrap();
+    refused(&["serve", "--device", d, "--dry-run"], &dev, &["busy.img", "in use"]);
+    refused(&["format", "--device", d, "--force"], &dev, &["busy.img", "in use"]);
+}
+
+#[test]
+fn format_then_inspect_json_round_trips_the_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("new.img");
+    let d = dev.to_str().unwrap();
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/linear.toml");
+    let out =
+        layoutd().args(["format", "--device", d, "--size", "1G", "--config", examples]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = layoutd().args(["inspect", "--device", d, "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["clean"], true);
+    assert_eq!(v["volume_size_bytes"], (1u64 << 30) - (1 << 20) - (256 << 20));
+    assert_eq!(v["config"]["layer"][0]["target"], "linear");
+    // Re-formatting an existing volume needs --force.
+    refused(&["format", "--device", d], &dev, &["already holds a layoutd volume", "--force"]);
+}
