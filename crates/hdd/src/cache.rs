@@ -84,7 +84,9 @@ impl Cache {
         let end = lba + sectors;
         for index in 0..self.segments.len() {
             let segment = self.segments[index];
-            if !segment.valid {
+            let reach = if segment.prefetching { segment.prefetch_limit_lba } else { segment.end_lba };
+            // Cheap range test first: only a prefetching segment needs a division.
+            if !segment.valid || lba < segment.start_lba || lba > reach {
                 continue;
             }
             let frontier = segment.frontier(now_ns);
@@ -131,21 +133,33 @@ impl Cache {
         Some(frontier)
     }
 
-    /// Pick a segment to refill: the least recently used one whose write-back
-    /// data is on the media by `now_ns` (or the least recently used overall).
-    fn victim(&self, now_ns: u64) -> Option<usize> {
-        let clean = (0..self.segments.len())
-            .filter(|index| self.segments[*index].dirty_until_ns <= now_ns)
-            .min_by_key(|index| (self.segments[*index].valid, self.segments[*index].last_use));
-        clean.or_else(|| (0..self.segments.len()).min_by_key(|index| self.segments[*index].last_use))
+    /// Drop every segment overlapping `lba..lba+sectors` (its data is now
+    /// stale) and pick one to refill, in a single pass: an invalid segment,
+    /// else the least recently used one whose write-back data is on the media
+    /// by `now_ns`, else the least recently used of all.
+    fn replace(&mut self, now_ns: u64, lba: u64, sectors: u64) -> Option<usize> {
+        let end = lba + sectors;
+        let mut best: Option<(usize, (bool, bool, u64))> = None;
+        for (index, segment) in self.segments.iter_mut().enumerate() {
+            let segment_end = if segment.prefetching { segment.prefetch_limit_lba } else { segment.end_lba };
+            if segment.valid && segment.start_lba < end && lba < segment_end {
+                assert!(!segment.prefetching, "a read-ahead must be stopped before the arm moves");
+                segment.valid = false;
+            }
+            // Lower is better: clean first, then invalid, then least recently used.
+            let key = (segment.dirty_until_ns > now_ns, segment.valid, segment.last_use);
+            if best.is_none_or(|(_, best_key)| key < best_key) {
+                best = Some((index, key));
+            }
+        }
+        best.map(|(index, _)| index)
     }
 
     /// Record a media read of `lba..lba+sectors` that ended at `end_ns`, with
     /// read-ahead continuing at one sector per `sector_ns`.
     pub fn fill_read(&mut self, now_ns: u64, lba: u64, sectors: u64, end_ns: u64, sector_ns: u64) {
         assert!(sector_ns > 0);
-        self.invalidate_overlap(lba, sectors);
-        let Some(index) = self.victim(now_ns) else {
+        let Some(index) = self.replace(now_ns, lba, sectors) else {
             return; // no segments: cache disabled
         };
         let end = lba + sectors;
@@ -177,9 +191,8 @@ impl Cache {
 
     /// Record written data; it is on the media from `dirty_until_ns` on.
     pub fn store_write(&mut self, now_ns: u64, lba: u64, sectors: u64, dirty_until_ns: u64) {
-        self.invalidate_overlap(lba, sectors);
-        let Some(index) = self.victim(now_ns) else {
-            return;
+        let Some(index) = self.replace(now_ns, lba, sectors) else {
+            return; // no segments: cache disabled
         };
         self.segments[index] = Segment {
             valid: true,
@@ -193,17 +206,5 @@ impl Cache {
             last_use: 0,
         };
         self.touch(index);
-    }
-
-    /// Drop every segment overlapping `lba..lba+sectors` (its data is stale).
-    fn invalidate_overlap(&mut self, lba: u64, sectors: u64) {
-        let end = lba + sectors;
-        for segment in &mut self.segments {
-            let segment_end = if segment.prefetching { segment.prefetch_limit_lba } else { segment.end_lba };
-            if segment.valid && segment.start_lba < end && lba < segment_end {
-                assert!(!segment.prefetching, "a read-ahead must be stopped before the arm moves");
-                segment.valid = false;
-            }
-        }
     }
 }

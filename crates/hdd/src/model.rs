@@ -27,6 +27,8 @@ struct Access {
     seek_ns: u64,
     rotation_ns: u64,
     distance_cyl: u64,
+    /// Zone of the last sector transferred.
+    end_zone_index: u32,
 }
 
 /// A hard disk: model, on-board cache and request queue.
@@ -38,6 +40,8 @@ pub struct Disk {
     /// Platter phase at time 0, from the seed: angle = (now + phase) / revolution.
     phase_ns: u64,
     queue: Queue,
+    /// Per zone: sector time of a long sequential read (read-ahead pace).
+    streaming_sector_ns: Vec<u64>,
     in_service: Option<DiskCompletion>,
     cache: Cache,
     head_cylinder: u32,
@@ -66,7 +70,14 @@ impl Disk {
             params.cache.segment_sectors,
             params.cache.read_ahead_sectors_max,
         );
+        let streaming_sector_ns = (0..params.zones.len())
+            .map(|index| {
+                let mb_s = crate::report::zone_media_mb_s(&params, index);
+                ((crate::SECTOR_SIZE_BYTES as f64 / mb_s * 1.0e3) as u64).max(1)
+            })
+            .collect();
         Disk {
+            streaming_sector_ns,
             scheduler,
             queue_depth,
             revolution_ns,
@@ -106,8 +117,8 @@ impl Disk {
         let request = DiskRequest { lba, sectors, ..request };
         let arrival_ns = now_ns.max(self.last_arrival_ns);
         self.last_arrival_ns = arrival_ns;
-        let cylinder = map(&self.params, lba).cylinder;
-        self.queue.push(Pending { request, arrival_ns, cylinder, clamped_sectors });
+        let pbn = map(&self.params, lba);
+        self.queue.push(Pending { request, arrival_ns, pbn, clamped_sectors });
         if self.in_service.is_none() {
             self.start_next(arrival_ns);
         }
@@ -195,9 +206,9 @@ impl Disk {
     fn pick_sptf(&self, count: usize, now_ns: u64) -> usize {
         let picked = (0..count)
             .min_by_key(|index| {
-                let request = &self.queue.get(*index).request;
-                let pbn = map(&self.params, request.lba);
-                let (seek, rotation) = self.positioning_ns(now_ns, &pbn, request.op == DiskOp::Write);
+                let pending = self.queue.get(*index);
+                let write = pending.request.op == DiskOp::Write;
+                let (seek, rotation) = self.positioning_ns(now_ns, &pending.pbn, write);
                 (seek + rotation, *index)
             })
             .expect("count >= 1");
@@ -226,8 +237,12 @@ impl Disk {
                 completion.complete_ns =
                     start_ns + self.params.overheads.pick(write, true, self.last_was_write);
             }
-            DiskOp::Read => self.serve_read(&mut completion, request.lba, u64::from(request.sectors)),
-            DiskOp::Write => self.serve_write(&mut completion, request.lba, u64::from(request.sectors)),
+            DiskOp::Read => {
+                self.serve_read(&mut completion, request.lba, u64::from(request.sectors), &pending.pbn)
+            }
+            DiskOp::Write => {
+                self.serve_write(&mut completion, request.lba, u64::from(request.sectors), &pending.pbn)
+            }
         }
         self.last_was_write = request.op == DiskOp::Write;
         completion
@@ -239,7 +254,7 @@ impl Disk {
         self.destage_count = 0;
     }
 
-    fn serve_read(&mut self, completion: &mut DiskCompletion, lba: u64, sectors: u64) {
+    fn serve_read(&mut self, completion: &mut DiskCompletion, lba: u64, sectors: u64, pbn: &Pbn) {
         let now_ns = completion.start_ns;
         let bus_ns = self.params.bus_sector_ns;
         let lookup = self.cache.lookup_read(now_ns, lba, sectors);
@@ -252,10 +267,9 @@ impl Disk {
                 (ready_ns + sectors * bus_ns).max(last_ns + bus_ns)
             }
             ReadLookup::Miss => {
-                let access = self.take_arm(ready_ns, lba, sectors, false);
+                let access = self.take_arm(ready_ns, lba, sectors, false, pbn);
                 fill_access(completion, &access);
-                let pbn = map(&self.params, lba + sectors - 1);
-                let streaming_sector_ns = self.streaming_sector_ns(pbn.zone_index);
+                let streaming_sector_ns = self.streaming_sector_ns(access.end_zone_index);
                 self.cache.fill_read(now_ns, lba, sectors, access.end_ns, streaming_sector_ns);
                 // The host bus may be slower than the media: the last sector
                 // leaves after it is read and after every earlier one has left.
@@ -265,15 +279,15 @@ impl Disk {
         };
     }
 
-    fn serve_write(&mut self, completion: &mut DiskCompletion, lba: u64, sectors: u64) {
+    fn serve_write(&mut self, completion: &mut DiskCompletion, lba: u64, sectors: u64, pbn: &Pbn) {
         let now_ns = completion.start_ns;
         let hit = self.cache.write_hits(lba, sectors);
         let ready_ns = now_ns + self.params.overheads.pick(true, hit, self.last_was_write);
         let data_in_ns = ready_ns + sectors * self.params.bus_sector_ns;
         if !self.params.cache.write_cache {
-            let access = self.take_arm(ready_ns, lba, sectors, true);
+            let access = self.take_arm(ready_ns, lba, sectors, true, pbn);
             fill_access(completion, &access);
-            let sector_ns = self.sector_ns(map(&self.params, lba).zone_index);
+            let sector_ns = self.sector_ns(pbn.zone_index);
             completion.complete_ns = access.end_ns.max(data_in_ns + sector_ns);
             self.cache.store_write(now_ns, lba, sectors, 0);
             return;
@@ -281,7 +295,7 @@ impl Disk {
         // Write-back: acknowledge once the data is in the buffer and a write
         // slot is free; the destage then takes the arm in its turn.
         let complete_ns = data_in_ns.max(self.write_slot_free_ns(data_in_ns));
-        let access = self.take_arm(complete_ns, lba, sectors, true);
+        let access = self.take_arm(complete_ns, lba, sectors, true, pbn);
         self.push_destage(access.end_ns);
         self.cache.store_write(now_ns, lba, sectors, access.end_ns);
         completion.cache_hit = true;
@@ -315,14 +329,14 @@ impl Disk {
 
     /// Take the arm no earlier than `ready_ns`: stop any read-ahead there,
     /// then position and transfer.
-    fn take_arm(&mut self, ready_ns: u64, lba: u64, sectors: u64, write: bool) -> Access {
+    fn take_arm(&mut self, ready_ns: u64, lba: u64, sectors: u64, write: bool, first: &Pbn) -> Access {
         let start_ns = ready_ns.max(self.mechanism_free_ns);
         if let Some(frontier) = self.cache.stop_prefetch(start_ns) {
             let pbn = map(&self.params, frontier.saturating_sub(1));
             self.head_cylinder = pbn.cylinder;
             self.head_surface = pbn.surface;
         }
-        let access = self.media_access(start_ns, lba, sectors, write);
+        let access = self.media_access(start_ns, lba, sectors, write, first);
         self.mechanism_free_ns = access.end_ns;
         access
     }
@@ -363,15 +377,14 @@ impl Disk {
     /// Sector time of a long sequential read, head and cylinder switches
     /// (their skews) included: the zone's sustained media rate.
     fn streaming_sector_ns(&self, zone_index: u32) -> u64 {
-        let mb_s = crate::report::zone_media_mb_s(&self.params, zone_index as usize);
-        ((crate::SECTOR_SIZE_BYTES as f64 / mb_s * 1.0e3) as u64).max(1)
+        self.streaming_sector_ns[zone_index as usize]
     }
 
     /// Position on `lba` from the head's place at `start_ns` and transfer
     /// `sectors`, paying head and cylinder switches with the zone's skew.
-    fn media_access(&mut self, start_ns: u64, lba: u64, sectors: u64, write: bool) -> Access {
+    fn media_access(&mut self, start_ns: u64, lba: u64, sectors: u64, write: bool, first: &Pbn) -> Access {
         assert!(sectors >= 1);
-        let mut pbn = map(&self.params, lba);
+        let mut pbn = *first;
         let (seek, rotation) = self.positioning_ns(start_ns, &pbn, write);
         let distance_cyl = u64::from(pbn.cylinder.abs_diff(self.head_cylinder));
         let first_sector_ns = start_ns + seek + rotation;
@@ -398,7 +411,14 @@ impl Disk {
         }
         self.head_cylinder = pbn.cylinder;
         self.head_surface = pbn.surface;
-        Access { first_sector_ns, end_ns: now_ns, seek_ns: seek, rotation_ns: rotation, distance_cyl }
+        Access {
+            first_sector_ns,
+            end_ns: now_ns,
+            seek_ns: seek,
+            rotation_ns: rotation,
+            distance_cyl,
+            end_zone_index: pbn.zone_index,
+        }
     }
 }
 

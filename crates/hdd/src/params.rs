@@ -207,7 +207,8 @@ impl DiskParams {
     /// LBAs the zones can map (may differ slightly from `sector_count`;
     /// LBAs past the mapped range land on the last track).
     pub fn mapped_sector_count(&self) -> u64 {
-        self.zones.iter().map(|zone| zone.lba_count).sum()
+        // Zones are contiguous in LBA order (finalize derives them so).
+        self.zones.last().map_or(0, |zone| zone.first_lba + zone.lba_count)
     }
 
     /// Check the parameters and derive every zone's LBA range.
@@ -231,6 +232,7 @@ impl DiskParams {
         }
         check_seek(&self.seek)?;
         assert_eq!(self.mapped_sector_count(), next_lba);
+        assert_eq!(self.zones.iter().map(|zone| zone.lba_count).sum::<u64>(), next_lba);
         Ok(())
     }
 

@@ -4,6 +4,7 @@
 //! `queue_depth` that had arrived by the time the disk picks (the drive's
 //! tagged queue); later ones wait in order behind them, as in a host queue.
 
+use crate::geometry::Pbn;
 use crate::DiskRequest;
 use std::collections::VecDeque;
 
@@ -38,8 +39,8 @@ pub struct Pending {
     pub request: DiskRequest,
     /// Submit time.
     pub arrival_ns: u64,
-    /// Cylinder of the first sector.
-    pub cylinder: u32,
+    /// Physical position of the first sector.
+    pub pbn: Pbn,
     /// Sectors dropped by clamping.
     pub clamped_sectors: u32,
 }
@@ -96,10 +97,10 @@ impl Queue {
     pub fn pick_clook(&self, count: usize, head_cylinder: u32) -> usize {
         assert!(count >= 1 && count <= self.pending.len());
         let ahead = (0..count)
-            .filter(|index| self.pending[*index].cylinder >= head_cylinder)
-            .min_by_key(|index| (self.pending[*index].cylinder, *index));
+            .filter(|index| self.pending[*index].pbn.cylinder >= head_cylinder)
+            .min_by_key(|index| (self.pending[*index].pbn.cylinder, *index));
         let picked = ahead.unwrap_or_else(|| {
-            (0..count).min_by_key(|index| (self.pending[*index].cylinder, *index)).expect("count >= 1")
+            (0..count).min_by_key(|index| (self.pending[*index].pbn.cylinder, *index)).expect("count >= 1")
         });
         assert!(picked < count);
         picked
