@@ -103,6 +103,9 @@ pub struct ServeArgs {
     /// nbdkit worker threads.
     #[arg(long, default_value_t = 16)]
     threads: u32,
+    /// Extra KEY=VALUE passed to the plugin (testing: debug-panic-offset=N).
+    #[arg(long, hide = true, value_name = "KEY=VALUE")]
+    plugin_arg: Vec<String>,
     /// Print what would be run instead of running it.
     #[arg(long, hide = true)]
     dry_run: bool,
@@ -135,6 +138,23 @@ fn default_socket(device: &Path) -> PathBuf {
     std::env::temp_dir().join(format!("layoutd-{name}.sock"))
 }
 
+/// nbdkit leaves its socket file behind when it exits. Remove such a stale
+/// socket; refuse one that something still listens on.
+fn clear_stale_socket(sock: &Path) -> Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(meta) = std::fs::symlink_metadata(sock) else { return Ok(()) };
+    if !meta.file_type().is_socket() {
+        bail!("{}: exists and is not a socket; choose another --socket", sock.display());
+    }
+    if std::os::unix::net::UnixStream::connect(sock).is_ok() {
+        bail!(
+            "{}: another server is listening on this socket; stop it or choose another --socket",
+            sock.display()
+        );
+    }
+    std::fs::remove_file(sock).with_context(|| format!("{}: cannot remove the stale socket", sock.display()))
+}
+
 pub fn serve(a: ServeArgs) -> Result<()> {
     // Check the device ourselves first, so the common mistakes get one clear line.
     let sb = volume::inspect(&a.device)?;
@@ -151,6 +171,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         }
         None => {
             let sock = a.socket.clone().unwrap_or_else(|| default_socket(&a.device));
+            clear_stale_socket(&sock)?;
             cmd.arg("--unix").arg(&sock);
             format!("nbd+unix:///?socket={}", sock.display())
         }
@@ -165,6 +186,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     if let Some(t) = &a.record_trace {
         cmd.arg(format!("record-trace={}", t.display()));
     }
+    cmd.args(&a.plugin_arg);
     eprintln!(
         "layoutd: serving {} ({} bytes, {}) at {uri}",
         a.device.display(),

@@ -15,7 +15,7 @@
 //! shared by all connections and a flush (or FUA) makes every completed
 //! write from every connection durable before it replies.
 
-use layoutd_core::{Completion, IoError, Op, ReqId, Request, StreamId};
+use layoutd_core::{Completion, IoError, Op, ReqId, Request, StreamId, REQUEST_BYTES_MAX};
 use layoutd_disk::FileDevice;
 use layoutd_runtime::live::{LiveVolume, RecordSink};
 use layoutd_runtime::volume;
@@ -90,6 +90,19 @@ impl Connection {
         req.stream = self.stream;
         req.data = data.map(bytes::Bytes::copy_from_slice);
         to_result(self.live.submit(req))
+    }
+
+    /// Trim and zero carry no data and NBD allows them up to 4 GiB; the
+    /// request model caps requests at 32 MiB, so split them.
+    fn call_ranged(&self, op: Op, offset: u64, count: u32, fua: bool) -> Result<()> {
+        let mut done = 0u32;
+        while done < count {
+            let n = (count - done).min(REQUEST_BYTES_MAX);
+            let last = done + n == count;
+            self.call(op, offset + u64::from(done), n, fua && last, None)?;
+            done += n;
+        }
+        Ok(())
     }
 }
 
@@ -253,7 +266,7 @@ impl Server for Connection {
     }
 
     fn trim(&self, count: u32, offset: u64, flags: Flags) -> Result<()> {
-        guarded("trim", || self.call(Op::Trim, offset, count, flags.contains(Flags::FUA), None).map(|_| ()))
+        guarded("trim", || self.call_ranged(Op::Trim, offset, count, flags.contains(Flags::FUA)))
     }
 
     fn zero(&self, count: u32, offset: u64, flags: Flags) -> Result<()> {

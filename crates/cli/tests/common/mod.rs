@@ -1,0 +1,289 @@
+//! Helpers for tests that serve a real volume to real clients.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+pub fn layoutd() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_layoutd"));
+    if std::env::var_os("LAYOUTD_NBD_PLUGIN").is_none() {
+        let dir = Path::new(env!("CARGO_BIN_EXE_layoutd")).parent().unwrap();
+        c.env("LAYOUTD_NBD_PLUGIN", dir.join("liblayoutd_nbd.so"));
+    }
+    c
+}
+
+/// Fails the test (or, with LAYOUTD_ALLOW_SKIP=1, skips it with a loud
+/// message) when a required tool or kernel feature is missing. Never passes
+/// silently.
+pub fn require(what: &str, present: bool) -> bool {
+    if present {
+        return true;
+    }
+    let msg = format!("\n!!!!!!!!!! MISSING: {what} — this test did NOT run !!!!!!!!!!\n");
+    if std::env::var("LAYOUTD_ALLOW_SKIP").as_deref() == Ok("1") {
+        eprintln!("{msg}(LAYOUTD_ALLOW_SKIP=1: reporting as skipped)");
+        println!("SKIPPED: {what}");
+        return false;
+    }
+    panic!("{msg}install it (see .ci/run) or set LAYOUTD_ALLOW_SKIP=1 to skip loudly");
+}
+
+pub fn have_cmd(name: &str) -> bool {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {name}"))
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+pub fn plugin_built() -> bool {
+    let dir = Path::new(env!("CARGO_BIN_EXE_layoutd")).parent().unwrap();
+    dir.join("liblayoutd_nbd.so").exists() || std::env::var_os("LAYOUTD_NBD_PLUGIN").is_some()
+}
+
+/// Formats `name` in `dir` with `size` and an optional config file text.
+pub fn formatted(dir: &Path, name: &str, size: &str, config: Option<&str>) -> PathBuf {
+    let dev = dir.join(name);
+    let mut c = layoutd();
+    c.args(["format", "--device"]).arg(&dev).args(["--size", size]);
+    if let Some(text) = config {
+        let p = dir.join(format!("{name}.toml"));
+        std::fs::write(&p, text).unwrap();
+        c.arg("--config").arg(p);
+    }
+    let out = c.output().unwrap();
+    assert!(out.status.success(), "format failed: {}", String::from_utf8_lossy(&out.stderr));
+    dev
+}
+
+/// `layoutd serve --run CMD`, returning the output.
+pub fn serve_run(dev: &Path, run: &str, extra: &[&str]) -> Output {
+    let sock = dev.with_extension("sock");
+    layoutd()
+        .args(["serve", "--device"])
+        .arg(dev)
+        .arg("--socket")
+        .arg(&sock)
+        .args(["--run", run])
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+pub fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// A `layoutd serve` in the background; killed (SIGTERM) on drop.
+pub struct Server {
+    pub child: Child,
+    pub socket: PathBuf,
+}
+
+impl Server {
+    pub fn start(dev: &Path) -> Server {
+        let socket = dev.with_extension("sock");
+        let _ = std::fs::remove_file(&socket);
+        let child = layoutd()
+            .args(["serve", "--device"])
+            .arg(dev)
+            .arg("--socket")
+            .arg(&socket)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        for _ in 0..200 {
+            if socket.exists() {
+                return Server { child, socket };
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        panic!("layoutd serve did not create {} within 5 s", socket.display());
+    }
+
+    pub fn uri(&self) -> String {
+        format!("nbd+unix:///?socket={}", self.socket.display())
+    }
+
+    /// SIGTERM and wait; returns whether it exited successfully.
+    pub fn stop(&mut self) -> bool {
+        signal(self.child.id(), libc::SIGTERM);
+        self.child.wait().unwrap().success()
+    }
+
+    /// SIGKILL: an unclean stop.
+    pub fn kill(&mut self) {
+        signal(self.child.id(), libc::SIGKILL);
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            self.kill();
+        }
+    }
+}
+
+pub fn signal(pid: u32, sig: i32) {
+    // SAFETY: sending a signal to our own child.
+    unsafe {
+        libc::kill(pid as i32, sig);
+    }
+}
+
+pub fn sh(cmd: &str) -> Output {
+    Command::new("sh").arg("-c").arg(cmd).output().unwrap()
+}
+
+pub fn sh_ok(cmd: &str) -> String {
+    let o = sh(cmd);
+    assert!(o.status.success(), "`{cmd}` failed:\n{}", text(&o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A served volume exposed as a block device: serve → nbdfuse → losetup.
+/// Everything is torn down in reverse order on drop, even after a failure.
+pub struct BlockRig {
+    pub server: Option<Server>,
+    pub fuse_dir: PathBuf,
+    pub fuse: Option<Child>,
+    pub loop_dev: Option<String>,
+    pub mnt: PathBuf,
+    pub mounted: bool,
+}
+
+/// Whether this machine can run the block rig; panics (or loudly skips)
+/// naming what is missing.
+pub fn block_rig_available() -> bool {
+    let mut ok = require("nbdkit plugin liblayoutd_nbd.so (cargo build --workspace)", plugin_built());
+    for (tool, pkg) in [
+        ("nbdkit", "nbdkit"),
+        ("nbdfuse", "libnbd-bin"),
+        ("losetup", "mount"),
+        ("mkfs.ext4", "e2fsprogs"),
+        ("fusermount3", "fuse3"),
+    ] {
+        ok = ok && require(&format!("`{tool}` (apt-get install {pkg})"), have_cmd(tool));
+    }
+    ok = ok && require("/dev/fuse (FUSE kernel support)", Path::new("/dev/fuse").exists());
+    ok = ok && require("/dev/loop-control (loop device support)", Path::new("/dev/loop-control").exists());
+    ok = ok && require("root (losetup and mount need it)", unsafe { libc::geteuid() } == 0);
+    ok
+}
+
+impl BlockRig {
+    pub fn start(dev: &Path, work: &Path) -> BlockRig {
+        let server = Server::start(dev);
+        let fuse_dir = work.join("fuse");
+        let mnt = work.join("mnt");
+        std::fs::create_dir_all(&fuse_dir).unwrap();
+        std::fs::create_dir_all(&mnt).unwrap();
+        let mut rig =
+            BlockRig { server: Some(server), fuse_dir, fuse: None, loop_dev: None, mnt, mounted: false };
+        let file = rig.fuse_dir.join("nbd");
+        let sock = rig.server.as_ref().unwrap().socket.clone();
+        let child = Command::new("nbdfuse").arg(&file).arg("--unix").arg(&sock).spawn().unwrap();
+        rig.fuse = Some(child);
+        for _ in 0..200 {
+            if file.exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        assert!(file.exists(), "nbdfuse did not expose {}", file.display());
+        let out = sh_ok(&format!("losetup -f --show '{}'", file.display()));
+        rig.loop_dev = Some(out.trim().to_string());
+        rig
+    }
+
+    pub fn loop_dev(&self) -> &str {
+        self.loop_dev.as_deref().unwrap()
+    }
+
+    pub fn mkfs(&self) {
+        sh_ok(&format!("mkfs.ext4 -q -F {}", self.loop_dev()));
+    }
+
+    pub fn mount(&mut self) {
+        sh_ok(&format!("mount {} '{}'", self.loop_dev(), self.mnt.display()));
+        self.mounted = true;
+    }
+
+    pub fn umount(&mut self) {
+        sh_ok(&format!("umount '{}'", self.mnt.display()));
+        self.mounted = false;
+    }
+
+    /// `e2fsck -fn`: returns its output; panics unless it finds the file system clean.
+    pub fn fsck(&self) -> String {
+        let o = sh(&format!("e2fsck -fn {}", self.loop_dev()));
+        assert!(o.status.success(), "e2fsck -fn found problems:\n{}", text(&o));
+        text(&o)
+    }
+
+    /// Detaches the loop device and FUSE, leaving the server running.
+    pub fn detach(&mut self) {
+        if self.mounted {
+            let _ = sh(&format!("umount -l '{}'", self.mnt.display()));
+            self.mounted = false;
+        }
+        if let Some(l) = self.loop_dev.take() {
+            let _ = sh(&format!("losetup -d {l}"));
+        }
+        if let Some(mut f) = self.fuse.take() {
+            let _ = sh(&format!("fusermount3 -u '{}'", self.fuse_dir.display()));
+            for _ in 0..100 {
+                if f.try_wait().ok().flatten().is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = f.kill();
+            let _ = f.wait();
+        }
+    }
+}
+
+impl Drop for BlockRig {
+    fn drop(&mut self) {
+        self.detach();
+        if let Some(mut s) = self.server.take() {
+            s.stop();
+        }
+    }
+}
+
+/// Writes a deterministic tree of `files_count` files under `root`;
+/// returns (relative path, crc32c) for each.
+pub fn write_tree(root: &Path, files_count: u32, seed: u32) -> Vec<(PathBuf, u32)> {
+    let mut out = Vec::new();
+    let mut x = seed.wrapping_mul(2654435761).max(1);
+    for i in 0..files_count {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        let rel = PathBuf::from(format!("d{:02}/sub{}/f{i:04}.bin", i % 16, i % 3));
+        let len = (x % (192 * 1024)) as usize + (i as usize % 7);
+        let data: Vec<u8> =
+            (0..len).map(|k| (k as u32).wrapping_mul(x).rotate_left(k as u32 % 31) as u8).collect();
+        let p = root.join(&rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, &data).unwrap();
+        out.push((rel, crc32c::crc32c(&data)));
+    }
+    out
+}
+
+/// Checks every file's checksum under `root`.
+pub fn verify_tree(root: &Path, files: &[(PathBuf, u32)]) {
+    for (rel, crc) in files {
+        let data = std::fs::read(root.join(rel)).unwrap_or_else(|e| panic!("{}: {e}", rel.display()));
+        assert_eq!(crc32c::crc32c(&data), *crc, "{} has the wrong contents", rel.display());
+    }
+}
