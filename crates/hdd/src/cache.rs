@@ -157,13 +157,23 @@ impl Cache {
 
     /// Record a media read of `lba..lba+sectors` that ended at `end_ns`, with
     /// read-ahead continuing at one sector per `sector_ns`.
-    pub fn fill_read(&mut self, now_ns: u64, lba: u64, sectors: u64, end_ns: u64, sector_ns: u64) {
+    /// `read_ahead` false: keep the data but do not read past it.
+    pub fn fill_read(
+        &mut self,
+        now_ns: u64,
+        lba: u64,
+        sectors: u64,
+        end_ns: u64,
+        sector_ns: u64,
+        read_ahead: bool,
+    ) {
         assert!(sector_ns > 0);
         let Some(index) = self.replace(now_ns, lba, sectors) else {
             return; // no segments: cache disabled
         };
         let end = lba + sectors;
-        let limit = (end + self.read_ahead_sectors_max).min(lba + self.segment_sectors).max(end);
+        let read_ahead_sectors = if read_ahead { self.read_ahead_sectors_max } else { 0 };
+        let limit = (end + read_ahead_sectors).min(lba + self.segment_sectors).max(end);
         self.segments[index] = Segment {
             valid: true,
             start_lba: lba,

@@ -48,6 +48,8 @@ pub struct Disk {
     head_surface: u32,
     mechanism_free_ns: u64,
     last_was_write: bool,
+    /// LBA just past the previous read (sequential-stream detection).
+    last_read_end_lba: u64,
     last_arrival_ns: u64,
     /// End times of write-back destages, ascending (a ring would do; this is tiny).
     destage_end_ns: [u64; DESTAGE_SLOTS_MAX],
@@ -89,6 +91,7 @@ impl Disk {
             head_surface: 0,
             mechanism_free_ns: 0,
             last_was_write: false,
+            last_read_end_lba: u64::MAX,
             last_arrival_ns: 0,
             destage_end_ns: [0; DESTAGE_SLOTS_MAX],
             destage_count: 0,
@@ -261,6 +264,7 @@ impl Disk {
         let hit = lookup != ReadLookup::Miss;
         let ready_ns = now_ns + self.params.overheads.pick(false, hit, self.last_was_write);
         completion.cache_hit = hit;
+        let previous_read_end_lba = std::mem::replace(&mut self.last_read_end_lba, lba + sectors);
         completion.complete_ns = match lookup {
             ReadLookup::Hit => ready_ns + sectors * bus_ns,
             ReadLookup::Streaming { ready_ns: last_ns } => {
@@ -270,7 +274,9 @@ impl Disk {
                 let access = self.take_arm(ready_ns, lba, sectors, false, pbn);
                 fill_access(completion, &access);
                 let streaming_sector_ns = self.streaming_sector_ns(access.end_zone_index);
-                self.cache.fill_read(now_ns, lba, sectors, access.end_ns, streaming_sector_ns);
+                let sequential = lba == previous_read_end_lba;
+                let read_ahead = sequential || !self.params.cache.read_ahead_sequential_only;
+                self.cache.fill_read(now_ns, lba, sectors, access.end_ns, streaming_sector_ns, read_ahead);
                 // The host bus may be slower than the media: the last sector
                 // leaves after it is read and after every earlier one has left.
                 let first_out_ns = access.first_sector_ns + self.sector_ns(pbn.zone_index);

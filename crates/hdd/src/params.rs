@@ -155,6 +155,9 @@ pub struct CacheParams {
     pub segment_sectors: u32,
     /// Most sectors read ahead past a read's end.
     pub read_ahead_sectors_max: u32,
+    /// Read ahead only after a read that continues the previous read
+    /// (DiskSim's "Buffer continuous read = 4", a sequential-stream prefetch).
+    pub read_ahead_sequential_only: bool,
     /// Write-back caching: a write completes once its data is in the buffer.
     pub write_cache: bool,
     /// Most cached writes not yet on the media (write-back only).

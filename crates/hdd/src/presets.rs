@@ -227,6 +227,7 @@ fn from_datasheet(sheet: &Datasheet) -> DiskParams {
             segment_count: sheet.segment_count,
             segment_sectors,
             read_ahead_sectors_max: segment_sectors,
+            read_ahead_sequential_only: false,
             write_cache: false,
             write_segment_count: 1,
         },
