@@ -1,5 +1,6 @@
 //! `layoutd`: format, serve, inspect and simulate layoutd volumes.
 
+mod cmd_disk;
 mod cmd_volume;
 
 use clap::{Parser, Subcommand};
@@ -28,6 +29,9 @@ enum Cmd {
     Serve(cmd_volume::ServeArgs),
     /// Print a device's superblock and stack.
     Inspect(cmd_volume::InspectArgs),
+    /// Inspect the HDD model's presets and validate it against real drives.
+    #[command(subcommand)]
+    Disk(cmd_disk::DiskCmd),
     /// List the target types this build knows.
     Targets,
 }
@@ -38,6 +42,7 @@ fn main() {
         Cmd::Format(a) => cmd_volume::format(a),
         Cmd::Serve(a) => cmd_volume::serve(a),
         Cmd::Inspect(a) => cmd_volume::inspect(a),
+        Cmd::Disk(c) => cmd_disk::run(c),
         Cmd::Targets => {
             for (name, what) in layoutd_targets::TARGET_TYPES {
                 println!("{name:10} {what}");
