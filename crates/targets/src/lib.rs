@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 
 pub mod linear;
+pub mod seglog;
 mod split;
 pub mod trace;
 

@@ -1,0 +1,169 @@
+//! Replay: walking the log from the checkpoint's tail, segment by segment
+//! in sequence order, deciding for each header read whether it belongs to
+//! the log (apply it) or marks its end (stop).
+//!
+//! A header is applied only if it has the expected seq (the segment with
+//! seq `s` lives at location `s mod segment_count`, so anything else there
+//! is older or a leftover), its crc and payload crc hold, and its boot
+//! matches: from `resume_seq` on it must be the checkpoint's boot (written
+//! since the last open), before it an earlier boot. The walk stops at the
+//! first header that fails, so what is replayed is always a contiguous run
+//! of seqs starting at the tail: a prefix of the order segments were
+//! written in.
+
+use super::{Checkpoint, Geometry, HeaderError, SegLoc, SegmentHeader, Seq};
+
+/// Why the walk ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// The header did not decode (never written, torn, corrupt).
+    Header(HeaderError),
+    /// A valid header with another seq: the slot still holds an older segment.
+    Seq(Seq),
+    /// A segment of the right seq from another run (a leftover of a crash).
+    Boot(u64),
+    /// The slots do not match the header's payload crc: a torn write.
+    Payload,
+    /// Every location has been walked.
+    Full,
+}
+
+/// What to do with one header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplayStep {
+    /// Part of the log: apply it and read the next one.
+    Apply(SegmentHeader),
+    /// The end of the log.
+    Stop(StopReason),
+}
+
+/// The walk's state: where it is and what it expects.
+pub struct ReplayWalk {
+    checkpoint: Checkpoint,
+    segment_count: u64,
+    slot_bytes: usize,
+    next: Seq,
+    stopped: Option<StopReason>,
+}
+
+impl ReplayWalk {
+    /// Starts at the checkpoint's tail.
+    pub fn new(checkpoint: Checkpoint, geo: &Geometry) -> ReplayWalk {
+        assert!(geo.segment_count >= 2);
+        let next = checkpoint.replay_from_seq;
+        ReplayWalk {
+            checkpoint,
+            segment_count: u64::from(geo.segment_count),
+            slot_bytes: geo.slot_bytes as usize,
+            next,
+            stopped: None,
+        }
+    }
+
+    /// The seq the next header must have.
+    pub fn next_seq(&self) -> Seq {
+        self.next
+    }
+
+    /// Where to read next, or `None` once the walk has stopped.
+    pub fn next_location(&self, geo: &Geometry) -> Option<SegLoc> {
+        if self.stopped.is_some() {
+            return None;
+        }
+        Some(geo.location(self.next))
+    }
+
+    /// Why the walk stopped, once it has.
+    pub fn stopped(&self) -> Option<&StopReason> {
+        self.stopped.as_ref()
+    }
+
+    /// Judges the header read at `next_location`, with the slots that
+    /// follow it when the caller read them (`payload` covers at least the
+    /// used slots).
+    pub fn offer(
+        &mut self,
+        header: Result<SegmentHeader, HeaderError>,
+        payload: Option<&[u8]>,
+    ) -> ReplayStep {
+        assert!(self.stopped.is_none(), "offer after the walk stopped");
+        let step = self.judge(header, payload);
+        match &step {
+            ReplayStep::Apply(h) => {
+                assert_eq!(h.seq, self.next);
+                self.next = Seq(self.next.0 + 1);
+            }
+            ReplayStep::Stop(r) => self.stopped = Some(r.clone()),
+        }
+        step
+    }
+
+    fn judge(&self, header: Result<SegmentHeader, HeaderError>, payload: Option<&[u8]>) -> ReplayStep {
+        if self.next.0 - self.checkpoint.replay_from_seq.0 >= self.segment_count {
+            return ReplayStep::Stop(StopReason::Full);
+        }
+        let h = match header {
+            Ok(h) => h,
+            Err(e) => return ReplayStep::Stop(StopReason::Header(e)),
+        };
+        if h.seq != self.next {
+            return ReplayStep::Stop(StopReason::Seq(h.seq));
+        }
+        let boot_ok = if h.seq >= self.checkpoint.resume_seq {
+            h.boot == self.checkpoint.boot
+        } else {
+            h.boot < self.checkpoint.boot
+        };
+        if !boot_ok {
+            return ReplayStep::Stop(StopReason::Boot(h.boot));
+        }
+        if let (Some(crc), Some(p)) = (h.payload_crc, payload) {
+            let used = h.slots_used as usize * self.slot_bytes;
+            if p.len() < used || SegmentHeader::payload_crc_of(&p[..used]) != crc {
+                return ReplayStep::Stop(StopReason::Payload);
+            }
+        }
+        ReplayStep::Apply(h)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::seglog::Entry;
+
+    fn header(seq: u64, boot: u64, payload: &[u8]) -> SegmentHeader {
+        SegmentHeader {
+            seq: Seq(seq),
+            boot,
+            slots_used: 1,
+            payload_crc: Some(SegmentHeader::payload_crc_of(payload)),
+            entries: vec![Entry::Slot { start_sector: seq, sector_count: 1, slot: 0 }],
+        }
+    }
+
+    #[test]
+    fn the_walk_applies_a_contiguous_run_and_stops_at_leftovers() {
+        let geo = Geometry::new(0, 1 << 20, 512, 4).expect("valid");
+        let ck = Checkpoint { generation: 9, boot: 3, replay_from_seq: Seq(10), resume_seq: Seq(12) };
+        let mut w = ReplayWalk::new(ck, &geo);
+        let p = vec![7u8; 512];
+        assert!(matches!(w.offer(Ok(header(10, 1, &p)), Some(&p)), ReplayStep::Apply(_)));
+        assert!(matches!(w.offer(Ok(header(11, 2, &p)), Some(&p)), ReplayStep::Apply(_)));
+        // seq 12 onwards was written by boot 3: a boot-2 header there is a leftover.
+        assert_eq!(w.offer(Ok(header(12, 2, &p)), Some(&p)), ReplayStep::Stop(StopReason::Boot(2)));
+        assert_eq!(w.next_seq(), Seq(12));
+        let mut w = ReplayWalk::new(
+            Checkpoint { generation: 1, boot: 3, replay_from_seq: Seq(4), resume_seq: Seq(4) },
+            &geo,
+        );
+        assert_eq!(w.offer(Ok(header(3, 3, &p)), Some(&p)), ReplayStep::Stop(StopReason::Seq(Seq(3))));
+        let mut w = ReplayWalk::new(
+            Checkpoint { generation: 1, boot: 3, replay_from_seq: Seq(4), resume_seq: Seq(4) },
+            &geo,
+        );
+        let torn = vec![8u8; 512];
+        assert_eq!(w.offer(Ok(header(4, 3, &p)), Some(&torn)), ReplayStep::Stop(StopReason::Payload));
+        assert_eq!(w.next_location(&geo), None);
+    }
+}
