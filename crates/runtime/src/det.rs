@@ -208,6 +208,20 @@ impl<T: Timing> Harness<T> {
         [self.timing.next_completion(), self.stack.poll_timeout()].into_iter().flatten().min()
     }
 
+    /// Whether the next [`Harness::step`] will deliver an idle event (the
+    /// harness is quiet and has not yet told the stack). A driver that
+    /// injects requests at chosen instants steps while this holds, so
+    /// targets see idle in every gap, as [`Harness::run_until`] does.
+    pub fn idle_pending(&self) -> bool {
+        self.is_quiet() && !self.idle_delivered
+    }
+
+    /// Takes the oldest upper completion delivered so far, if any (the
+    /// allocation-free form of [`Harness::take_completions`]).
+    pub fn pop_completion(&mut self) -> Option<Completion> {
+        self.completions.pop_front()
+    }
+
     /// Whether the device is idle and nothing is outstanding above.
     pub fn is_quiet(&self) -> bool {
         !self.timing.busy() && self.lower.is_empty() && self.upper_outstanding.is_empty()

@@ -1,1 +1,29 @@
-//! Simulator (issue 4; not yet written).
+//! The layoutd simulator: replays block traces through any layoutd stack on
+//! the HDD model, deterministically.
+//!
+//! - [`trace`]: streaming readers of six trace formats (gzip/zstd
+//!   transparently), with device, window and address-fitting options.
+//! - [`source`]: open-loop and closed-loop issue of the trace's requests.
+//! - [`streams`]: the stream detector (process or device, split into
+//!   interleaved sequential runs).
+//! - [`engine`]: the discrete-event loop on [`layoutd_runtime::det::Harness`]
+//!   with [`timing::HddTiming`] as the bottom device; metrics and JSON.
+//! - [`report`]: SVG plots, the HTML page, and `--compare` tables.
+//!
+//! What this crate never does: read the wall clock or draw unseeded
+//! randomness inside a simulation (the same inputs and seed give the same
+//! JSON, byte for byte), or hold a whole trace in memory (the readers
+//! stream; histograms and samples are bounded).
+#![warn(missing_docs)]
+
+pub mod engine;
+pub mod hist;
+pub mod report;
+pub mod sample;
+pub mod source;
+pub mod streams;
+pub mod timing;
+pub mod trace;
+
+pub use engine::{simulate, summary_json, SimOptions, SimOutcome, SimSummary};
+pub use trace::{BlkAction, Fit, ReadOptions, TraceError, TraceFormat, TraceReader, TraceReq};

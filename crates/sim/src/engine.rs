@@ -1,0 +1,534 @@
+//! The discrete-event replay: a trace, a stack and the HDD model on the
+//! deterministic harness.
+//!
+//! One loop ([`Replay::run`]) interleaves two kinds of events on the
+//! virtual clock: the harness's own (disk completions, target timeouts,
+//! idle) and the source's issues. At equal instants the harness goes first
+//! (a completion at `t` is seen before a request issued at `t`), and an idle
+//! event is delivered in every gap before the next issue, so targets' background
+//! work competes with the trace for the simulated arm.
+
+use crate::hist::{round6, Histogram, Summary};
+use crate::sample::Point;
+use crate::source::{ClosedLoop, OpenLoop, Source};
+use crate::streams::Detector;
+use crate::timing::{DiskLogEntry, HddTiming, NullDevice};
+use crate::trace::{Fit, ReadCounts, ReadOptions, TraceFormat, TraceReader};
+use anyhow::{bail, Context};
+use layoutd_core::config::StackConfig;
+use layoutd_core::{Completion, Op, OpenMode, ReqId, Request, Status, Target};
+use layoutd_hdd::{Disk, DiskParams, Scheduler};
+use layoutd_runtime::det::Harness;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Everything one simulation needs.
+#[derive(Clone)]
+pub struct SimOptions {
+    /// The trace file.
+    pub trace: PathBuf,
+    /// Its format.
+    pub format: TraceFormat,
+    /// Device, window and fitting.
+    pub read: ReadOptions,
+    /// The stack to replay through.
+    pub stack: StackConfig,
+    /// Where the stack came from (a path, or `default linear`), for the JSON.
+    pub stack_origin: String,
+    /// The disk model.
+    pub disk: DiskParams,
+    /// The disk's scheduler.
+    pub scheduler: Scheduler,
+    /// Requests the disk's scheduler compares.
+    pub queue_depth: u32,
+    /// Closed-loop replay (else open-loop).
+    pub closed_loop: bool,
+    /// Closed loop: most requests read ahead.
+    pub closed_loop_window: usize,
+    /// Seeds the harness RNG and the platter's phase.
+    pub seed: u64,
+    /// Split interleaved sequential runs into their own streams.
+    pub stream_detect: bool,
+    /// Most address-time points kept for the plot.
+    pub samples_max: usize,
+    /// Draw a progress bar on stderr (only if it is a terminal).
+    pub progress: bool,
+    /// Write the records of any `trace` layer here (layoutd format).
+    pub record_trace: Option<PathBuf>,
+    /// Keep every request the disk sees (tests; unbounded memory).
+    pub log_disk: bool,
+}
+
+impl SimOptions {
+    /// Options with defaults: default linear stack, C-LOOK with depth 32,
+    /// open-loop, seed 0, stream detection on.
+    pub fn new(trace: PathBuf, format: TraceFormat, disk: DiskParams) -> SimOptions {
+        SimOptions {
+            trace,
+            format,
+            read: ReadOptions::default(),
+            stack: StackConfig::default_linear(),
+            stack_origin: "default linear".into(),
+            disk,
+            scheduler: Scheduler::Clook,
+            queue_depth: 32,
+            closed_loop: false,
+            closed_loop_window: 65536,
+            seed: 0,
+            stream_detect: true,
+            samples_max: 200_000,
+            progress: false,
+            record_trace: None,
+            log_disk: false,
+        }
+    }
+}
+
+/// The JSON written by `--json`: deterministic for identical inputs and seed.
+#[derive(Clone, Debug, Serialize)]
+pub struct SimSummary {
+    /// The trace and how it was read.
+    pub trace: TraceInfo,
+    /// The disk and what it did.
+    pub disk: DiskInfo,
+    /// The stack's origin and its layers' status, top first.
+    pub stack: StackInfo,
+    /// The seed.
+    pub seed: u64,
+    /// Requests replayed (completed).
+    pub requests: u64,
+    /// Of those, reads.
+    pub reads_count: u64,
+    /// Writes (and write-zeroes).
+    pub writes_count: u64,
+    /// Flushes.
+    pub flushes_count: u64,
+    /// Trims.
+    pub trims_count: u64,
+    /// Bytes read.
+    pub read_bytes: u64,
+    /// Bytes written.
+    pub written_bytes: u64,
+    /// Requests that completed with an error.
+    pub errors_count: u64,
+    /// From the first issue to the last completion.
+    pub simulated_seconds: f64,
+    /// Time the disk was serving a request.
+    pub disk_busy_seconds: f64,
+    /// `disk_busy_seconds / simulated_seconds`.
+    pub disk_utilization: f64,
+    /// Response time (issue to completion) of every request.
+    pub response_ms: Summary,
+    /// Of reads.
+    pub read_response_ms: Summary,
+    /// Of writes.
+    pub write_response_ms: Summary,
+    /// Harness events.
+    pub harness: HarnessInfo,
+}
+
+/// See [`SimSummary::trace`].
+#[derive(Clone, Debug, Serialize)]
+pub struct TraceInfo {
+    /// The path as given.
+    pub path: String,
+    /// Its format.
+    pub format: TraceFormat,
+    /// `open-loop` or `closed-loop`.
+    pub mode: &'static str,
+    /// How addresses were fitted.
+    pub fit: Fit,
+    /// Lines and requests read, skipped, repaired.
+    pub counts: ReadCounts,
+    /// Open loop: timestamps that went backwards (issued at the latest time seen).
+    pub timestamps_clamped_count: u64,
+    /// Base streams (closed loop) or detected stream ids' base streams.
+    pub base_streams_count: u64,
+}
+
+/// See [`SimSummary::disk`].
+#[derive(Clone, Debug, Serialize)]
+pub struct DiskInfo {
+    /// The model's name.
+    pub model: String,
+    /// `Fifo`, `Clook` or `Sptf`.
+    pub scheduler: Scheduler,
+    /// Requests the scheduler compares.
+    pub queue_depth: u32,
+    /// Capacity.
+    pub capacity_bytes: u64,
+    /// Requests served by the model (trims excluded).
+    pub requests_count: u64,
+    /// Of those, on-board buffer hits.
+    pub cache_hits_count: u64,
+    /// Trims completed without the arm.
+    pub trims_count: u64,
+    /// Mean seek distance over media accesses, in cylinders.
+    pub seek_distance_cyl_mean: f64,
+    /// Media accesses that did not move the arm.
+    pub zero_seeks_count: u64,
+    /// Service time (start to completion), queueing excluded.
+    pub service_ms: Summary,
+}
+
+/// See [`SimSummary::stack`].
+#[derive(Clone, Debug, Serialize)]
+pub struct StackInfo {
+    /// Where the config came from.
+    pub config: String,
+    /// Every layer's `Target::layer_statuses`, top first.
+    pub layers: Vec<LayerInfo>,
+}
+
+/// One layer's status, as JSON objects.
+#[derive(Clone, Debug, Serialize)]
+pub struct LayerInfo {
+    /// Target type.
+    pub target: String,
+    /// Its config, echoed.
+    pub config: serde_json::Map<String, serde_json::Value>,
+    /// Its counters.
+    pub counters: serde_json::Map<String, serde_json::Value>,
+}
+
+impl From<&Status> for LayerInfo {
+    fn from(s: &Status) -> LayerInfo {
+        let config = s.config.iter().map(|(k, v)| (k.clone(), v.clone().into())).collect();
+        let counters = s.counters.iter().map(|(k, v)| (k.clone(), (*v).into())).collect();
+        LayerInfo { target: s.target.clone(), config, counters }
+    }
+}
+
+/// See [`SimSummary::harness`].
+#[derive(Clone, Debug, Serialize)]
+pub struct HarnessInfo {
+    /// Lower requests the stack sent to the disk.
+    pub lower_requests_count: u64,
+    /// Idle events delivered to the stack.
+    pub idle_events_count: u64,
+    /// Timeouts delivered to the stack.
+    pub timeouts_count: u64,
+}
+
+/// A finished simulation: the JSON summary and what the report plots.
+pub struct SimOutcome {
+    /// The numbers.
+    pub summary: SimSummary,
+    /// Response time of every request, ns.
+    pub response_ns: Histogram,
+    /// Seek distance of every media access, cylinders.
+    pub seek_cyl: Histogram,
+    /// Disk addresses against time, decimated.
+    pub addresses: Vec<Point>,
+    /// Every request the disk saw, when `log_disk` was set.
+    pub disk_log: Option<Vec<DiskLogEntry>>,
+}
+
+/// Per-request bookkeeping between issue and completion.
+#[derive(Clone, Copy)]
+struct Pending {
+    issue_ns: u64,
+    op: Op,
+    length_bytes: u32,
+    key: u32,
+    seq: u64,
+}
+
+/// Response-time and volume counters of completed requests.
+#[derive(Default)]
+struct Tally {
+    all_ns: Histogram,
+    read_ns: Histogram,
+    write_ns: Histogram,
+    reads_count: u64,
+    writes_count: u64,
+    flushes_count: u64,
+    trims_count: u64,
+    read_bytes: u64,
+    written_bytes: u64,
+    errors_count: u64,
+}
+
+/// One replay in progress.
+struct Replay<'a> {
+    h: Harness<HddTiming>,
+    source: Box<dyn Source + 'a>,
+    detector: Detector,
+    pending: HashMap<u64, Pending>,
+    tally: Tally,
+    origin_ns: u64,
+    last_completion_ns: u64,
+    records: Option<std::io::BufWriter<std::fs::File>>,
+    progress: indicatif::ProgressBar,
+}
+
+/// Runs one simulation.
+pub fn simulate(opts: &SimOptions) -> anyhow::Result<SimOutcome> {
+    let capacity_bytes = opts.disk.sector_count * layoutd_core::SECTOR_BYTES;
+    let disk = Disk::new(opts.disk.clone(), opts.scheduler, opts.queue_depth, opts.seed);
+    let mut timing = HddTiming::new(disk, opts.samples_max);
+    if opts.log_disk {
+        timing.log = Some(Vec::new());
+    }
+    let stack = layoutd_targets::build_stack(&opts.stack, capacity_bytes, OpenMode::Format)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", opts.stack_origin))?;
+    let volume_bytes = stack.size_bytes();
+    let device = Arc::new(NullDevice::new(capacity_bytes));
+    let mut h = Harness::new(Box::new(stack), device, timing, opts.seed);
+    h.with_data = false;
+    layoutd_runtime::testkit::bring_up(&mut h);
+    let origin_ns = h.now.as_ns();
+    let reader = TraceReader::open(&opts.trace, opts.format, opts.read.clone(), volume_bytes)?;
+    let progress = progress_bar(opts.progress, reader.file_bytes());
+    let source: Box<dyn Source> = if opts.closed_loop {
+        Box::new(ClosedLoop::new(reader, origin_ns, opts.closed_loop_window))
+    } else {
+        Box::new(OpenLoop::new(reader, origin_ns))
+    };
+    let records = match &opts.record_trace {
+        Some(path) => Some(open_record_file(path)?),
+        None => None,
+    };
+    let mut replay = Replay {
+        h,
+        source,
+        detector: Detector::new(opts.stream_detect),
+        pending: HashMap::new(),
+        tally: Tally::default(),
+        origin_ns,
+        last_completion_ns: origin_ns,
+        records,
+        progress,
+    };
+    replay.run()?;
+    replay.progress.finish_and_clear();
+    replay.finish(opts)
+}
+
+fn progress_bar(enabled: bool, file_bytes: u64) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if !enabled || !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(file_bytes),
+        indicatif::ProgressDrawTarget::stderr_with_hz(4),
+    );
+    let style = indicatif::ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ({eta}) {msg}",
+    )
+    .expect("valid template");
+    bar.set_style(style);
+    bar
+}
+
+fn open_record_file(path: &std::path::Path) -> anyhow::Result<std::io::BufWriter<std::fs::File>> {
+    let file = std::fs::File::create(path).with_context(|| format!("{}: cannot create", path.display()))?;
+    let mut w = std::io::BufWriter::new(file);
+    writeln!(w, "{}", layoutd_core::TraceRecord::HEADER)?;
+    Ok(w)
+}
+
+/// Steps past this many events after the trace ends mean a target never
+/// settles (endless background work).
+const TAIL_STEPS_MAX: u64 = 100_000_000;
+
+impl Replay<'_> {
+    fn run(&mut self) -> anyhow::Result<()> {
+        let mut issued = 0u64;
+        let mut tail_steps = 0u64;
+        loop {
+            let issue_at = self.source.peek_ns()?;
+            let event_at = self.h.next_event().map(|t| t.as_ns());
+            let step_first = self.h.idle_pending()
+                || match (event_at, issue_at) {
+                    (Some(e), Some(i)) => e <= i,
+                    (Some(_), None) => {
+                        self.h.upper_outstanding_count() > 0 || self.h.lower_in_flight_count() > 0
+                    }
+                    (None, _) => false,
+                };
+            if step_first {
+                self.step()?;
+                if issue_at.is_none() {
+                    tail_steps += 1;
+                    if tail_steps > TAIL_STEPS_MAX {
+                        bail!("the stack did not settle within {TAIL_STEPS_MAX} events after the trace ended (seed {})", self.h.seed());
+                    }
+                }
+                continue;
+            }
+            let Some(at) = issue_at else { break };
+            self.issue(at);
+            issued += 1;
+            if issued % 65536 == 0 {
+                self.progress.set_position(self.source.reader().bytes_read());
+            }
+        }
+        assert_eq!(self.h.upper_outstanding_count(), 0, "every issued request completed");
+        assert!(self.pending.is_empty());
+        Ok(())
+    }
+
+    fn issue(&mut self, at_ns: u64) {
+        let now = layoutd_core::Instant::from_ns(at_ns);
+        self.h.now = self.h.now.max(now);
+        let issue = self.source.pop();
+        let r = issue.req;
+        let length_bytes = r.length_bytes as u32;
+        let stream = self.detector.classify(r.stream, r.offset_bytes, r.length_bytes);
+        let req = Request {
+            id: ReqId(0),
+            op: r.op,
+            offset_bytes: r.offset_bytes,
+            length_bytes,
+            fua: r.fua,
+            stream,
+            data: None,
+        };
+        let issue_ns = self.h.now.as_ns();
+        // Completions delivered during submit wait in the harness until
+        // `collect`, so the bookkeeping can go in after the id is known.
+        let id = self.h.submit(req);
+        let pending = Pending { issue_ns, op: r.op, length_bytes, key: issue.key, seq: issue.seq };
+        let previous = self.pending.insert(id.0, pending);
+        assert!(previous.is_none(), "request ids are not reused");
+        self.collect()
+    }
+
+    fn step(&mut self) -> anyhow::Result<()> {
+        let progressed = self.h.step();
+        assert!(progressed, "a step was due");
+        self.collect();
+        if let Some(w) = &mut self.records {
+            for r in self.h.take_records() {
+                writeln!(w, "{}", r.to_line())?;
+            }
+        } else {
+            drop(self.h.take_records());
+        }
+        Ok(())
+    }
+
+    fn collect(&mut self) {
+        let now_ns = self.h.now.as_ns();
+        while let Some(c) = self.h.pop_completion() {
+            self.complete(c, now_ns);
+        }
+    }
+
+    fn complete(&mut self, c: Completion, now_ns: u64) {
+        let p = self.pending.remove(&c.id.0).expect("completion of an issued request");
+        let length = u64::from(p.length_bytes);
+        let response_ns = now_ns - p.issue_ns;
+        let t = &mut self.tally;
+        t.all_ns.record(response_ns);
+        if c.result.is_err() {
+            t.errors_count += 1;
+        }
+        match p.op {
+            Op::Read => {
+                t.reads_count += 1;
+                t.read_bytes += length;
+                t.read_ns.record(response_ns);
+            }
+            Op::Write | Op::WriteZeroes => {
+                t.writes_count += 1;
+                t.written_bytes += length;
+                t.write_ns.record(response_ns);
+            }
+            Op::Flush => t.flushes_count += 1,
+            Op::Trim => t.trims_count += 1,
+        }
+        self.last_completion_ns = self.last_completion_ns.max(now_ns);
+        self.source.completed(p.key, p.seq, now_ns);
+    }
+}
+
+impl Replay<'_> {
+    fn finish(self, opts: &SimOptions) -> anyhow::Result<SimOutcome> {
+        let Replay { h, source, tally: t, origin_ns, last_completion_ns, mut records, detector, .. } = self;
+        if let Some(w) = &mut records {
+            w.flush().context("cannot write the recorded trace")?;
+        }
+        let simulated_ns = last_completion_ns - origin_ns;
+        let disk_busy_ns = h.timing.disk().busy_ns_total();
+        let simulated_seconds = round6(simulated_ns as f64 / 1e9);
+        let utilization =
+            if simulated_ns == 0 { 0.0 } else { round6(disk_busy_ns as f64 / simulated_ns as f64) };
+        let layers = h.stack.layer_statuses().iter().map(LayerInfo::from).collect();
+        let base_streams_count =
+            if opts.closed_loop { source.stream_count() } else { detector.base_count() as u64 };
+        let trace = TraceInfo {
+            path: opts.trace.display().to_string(),
+            format: opts.format,
+            mode: if opts.closed_loop { "closed-loop" } else { "open-loop" },
+            fit: opts.read.fit,
+            counts: source.reader().counts().clone(),
+            timestamps_clamped_count: source.clamped_count(),
+            base_streams_count,
+        };
+        let stats = &h.timing.stats;
+        let seek_mean = if stats.seek_cyl.count() == 0 {
+            0.0
+        } else {
+            stats.seek_cyl.sum() as f64 / stats.seek_cyl.count() as f64
+        };
+        let zero_seeks_count = stats.seek_cyl.buckets().find(|b| b.0 == 0).map_or(0, |b| b.2);
+        let disk = DiskInfo {
+            model: opts.disk.name.clone(),
+            scheduler: opts.scheduler,
+            queue_depth: opts.queue_depth,
+            capacity_bytes: opts.disk.sector_count * layoutd_core::SECTOR_BYTES,
+            requests_count: stats.served_count,
+            cache_hits_count: stats.cache_hit_count,
+            trims_count: stats.trims_count,
+            seek_distance_cyl_mean: round6(seek_mean),
+            zero_seeks_count,
+            service_ms: stats.service_ns.summary(1e6),
+        };
+        let summary = SimSummary {
+            trace,
+            disk,
+            stack: StackInfo { config: opts.stack_origin.clone(), layers },
+            seed: opts.seed,
+            requests: t.all_ns.count(),
+            reads_count: t.reads_count,
+            writes_count: t.writes_count,
+            flushes_count: t.flushes_count,
+            trims_count: t.trims_count,
+            read_bytes: t.read_bytes,
+            written_bytes: t.written_bytes,
+            errors_count: t.errors_count,
+            simulated_seconds,
+            disk_busy_seconds: round6(disk_busy_ns as f64 / 1e9),
+            disk_utilization: utilization,
+            response_ms: t.all_ns.summary(1e6),
+            read_response_ms: t.read_ns.summary(1e6),
+            write_response_ms: t.write_ns.summary(1e6),
+            harness: HarnessInfo {
+                lower_requests_count: h.stats.lower_count,
+                idle_events_count: h.stats.idle_count,
+                timeouts_count: h.stats.timeout_count,
+            },
+        };
+        let mut timing = h.timing;
+        Ok(SimOutcome {
+            summary,
+            response_ns: t.all_ns,
+            seek_cyl: std::mem::take(&mut timing.stats.seek_cyl),
+            addresses: timing.addresses.points().to_vec(),
+            disk_log: timing.log.take(),
+        })
+    }
+}
+
+/// The summary as pretty JSON with a trailing newline (what `--json` writes).
+pub fn summary_json(summary: &SimSummary) -> String {
+    let mut s = serde_json::to_string_pretty(summary).expect("summary serializes");
+    s.push('\n');
+    s
+}

@@ -1,0 +1,248 @@
+//! Where the simulator's requests come from, and when they are issued.
+//!
+//! - [`OpenLoop`]: each request at its recorded time (relative to the
+//!   trace's first request). Timestamps that go backwards are issued at the
+//!   latest time seen and counted.
+//! - [`ClosedLoop`]: each base stream (process, else device) issues its next
+//!   request when its previous one completes, plus the recorded think time
+//!   `next.submit - previous.complete`. A request the recording shows
+//!   overlapping its predecessor (submitted before it completed: an
+//!   asynchronous stream) is issued the same interval after the
+//!   predecessor's issue instead, so queue depth is kept. Formats without
+//!   completion times take think time as the gap between submissions.
+//!   Requests are read ahead at most `window` records; a stream whose next
+//!   request lies beyond the window waits for it (bounded memory; see
+//!   `docs/sim.md`).
+
+use crate::trace::{TraceError, TraceReader, TraceReq};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+
+/// A request ready to issue, with the key its completion is reported under.
+#[derive(Clone, Copy, Debug)]
+pub struct Issue {
+    /// The request.
+    pub req: TraceReq,
+    /// Opaque to the engine: passed back to [`Source::completed`].
+    pub key: u32,
+    /// Opaque to the engine: passed back to [`Source::completed`].
+    pub seq: u64,
+}
+
+/// A supplier of timed requests; times are ns on the simulator's clock.
+pub trait Source {
+    /// The instant of the next issue, if one is known now.
+    fn peek_ns(&mut self) -> Result<Option<u64>, TraceError>;
+    /// Takes the request whose instant `peek_ns` returned.
+    fn pop(&mut self) -> Issue;
+    /// The request issued with `key` and `seq` completed at `now_ns`.
+    fn completed(&mut self, key: u32, seq: u64, now_ns: u64);
+    /// The reader underneath (progress, counts).
+    fn reader(&self) -> &TraceReader;
+    /// Issues whose recorded time went backwards and were moved forward.
+    fn clamped_count(&self) -> u64;
+    /// Base streams seen.
+    fn stream_count(&self) -> u64;
+}
+
+/// See the module docs.
+pub struct OpenLoop {
+    reader: TraceReader,
+    origin_ns: u64,
+    first_ns: Option<u64>,
+    last_ns: u64,
+    next: Option<(u64, TraceReq)>,
+    clamped_count: u64,
+}
+
+impl OpenLoop {
+    /// Issues `reader`'s requests from `origin_ns` on.
+    pub fn new(reader: TraceReader, origin_ns: u64) -> OpenLoop {
+        OpenLoop { reader, origin_ns, first_ns: None, last_ns: origin_ns, next: None, clamped_count: 0 }
+    }
+}
+
+impl Source for OpenLoop {
+    fn peek_ns(&mut self) -> Result<Option<u64>, TraceError> {
+        if self.next.is_none() {
+            if let Some(r) = self.reader.next()? {
+                let first = *self.first_ns.get_or_insert(r.submit_ns);
+                let mut at = self.origin_ns + r.submit_ns.saturating_sub(first);
+                if at < self.last_ns {
+                    self.clamped_count += 1;
+                    at = self.last_ns;
+                }
+                self.last_ns = at;
+                self.next = Some((at, r));
+            }
+        }
+        Ok(self.next.map(|(at, _)| at))
+    }
+
+    fn pop(&mut self) -> Issue {
+        let (_, req) = self.next.take().expect("pop after a successful peek");
+        Issue { req, key: 0, seq: 0 }
+    }
+
+    fn completed(&mut self, _key: u32, _seq: u64, _now_ns: u64) {}
+
+    fn reader(&self) -> &TraceReader {
+        &self.reader
+    }
+
+    fn clamped_count(&self) -> u64 {
+        self.clamped_count
+    }
+
+    fn stream_count(&self) -> u64 {
+        0
+    }
+}
+
+/// The last issued request of a stream.
+#[derive(Clone, Copy)]
+struct Last {
+    seq: u64,
+    submit_rec_ns: u64,
+    complete_rec_ns: u64,
+    issue_ns: u64,
+    complete_ns: Option<u64>,
+}
+
+#[derive(Default)]
+struct Stream {
+    queue: VecDeque<(u64, TraceReq)>,
+    last: Option<Last>,
+    head_scheduled: bool,
+}
+
+/// See the module docs.
+pub struct ClosedLoop {
+    reader: TraceReader,
+    origin_ns: u64,
+    first_ns: Option<u64>,
+    window: usize,
+    buffered: usize,
+    eof: bool,
+    next_seq: u64,
+    index: HashMap<u64, u32>,
+    streams: Vec<Stream>,
+    /// (issue instant, file sequence, stream index)
+    ready: BinaryHeap<Reverse<(u64, u64, u32)>>,
+}
+
+impl ClosedLoop {
+    /// Replays `reader` closed-loop from `origin_ns`, reading ahead at most
+    /// `window` requests.
+    pub fn new(reader: TraceReader, origin_ns: u64, window: usize) -> ClosedLoop {
+        assert!(window >= 1, "closed-loop window holds at least one request");
+        ClosedLoop {
+            reader,
+            origin_ns,
+            first_ns: None,
+            window,
+            buffered: 0,
+            eof: false,
+            next_seq: 0,
+            index: HashMap::new(),
+            streams: Vec::new(),
+            ready: BinaryHeap::new(),
+        }
+    }
+
+    fn fill(&mut self) -> Result<(), TraceError> {
+        while !self.eof && self.buffered < self.window {
+            let Some(r) = self.reader.next()? else {
+                self.eof = true;
+                break;
+            };
+            self.first_ns.get_or_insert(r.submit_ns);
+            let next_index = self.streams.len() as u32;
+            let s = *self.index.entry(r.stream).or_insert(next_index);
+            if s == next_index {
+                self.streams.push(Stream::default());
+            }
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            self.streams[s as usize].queue.push_back((seq, r));
+            self.buffered += 1;
+            self.schedule_head(s);
+        }
+        Ok(())
+    }
+
+    /// Puts stream `s`'s first buffered request on the ready heap if its
+    /// issue instant is known.
+    fn schedule_head(&mut self, s: u32) {
+        let stream = &mut self.streams[s as usize];
+        if stream.head_scheduled {
+            return;
+        }
+        let Some(&(seq, r)) = stream.queue.front() else { return };
+        let at = match stream.last {
+            None => self.origin_ns + r.submit_ns.saturating_sub(self.first_ns.expect("set on first read")),
+            Some(last) if r.submit_ns < last.complete_rec_ns => {
+                last.issue_ns + r.submit_ns.saturating_sub(last.submit_rec_ns)
+            }
+            Some(last) => match last.complete_ns {
+                Some(done) => done + (r.submit_ns - last.complete_rec_ns),
+                None => return,
+            },
+        };
+        stream.head_scheduled = true;
+        self.ready.push(Reverse((at, seq, s)));
+    }
+}
+
+impl Source for ClosedLoop {
+    fn peek_ns(&mut self) -> Result<Option<u64>, TraceError> {
+        self.fill()?;
+        Ok(self.ready.peek().map(|Reverse((at, _, _))| *at))
+    }
+
+    fn pop(&mut self) -> Issue {
+        let Reverse((at, seq, s)) = self.ready.pop().expect("pop after a successful peek");
+        let stream = &mut self.streams[s as usize];
+        let (queued_seq, req) = stream.queue.pop_front().expect("scheduled head is queued");
+        assert_eq!(queued_seq, seq, "the heap holds each stream's head only");
+        assert!(stream.head_scheduled);
+        stream.head_scheduled = false;
+        let complete_rec_ns = req.complete_ns.unwrap_or(req.submit_ns).max(req.submit_ns);
+        stream.last = Some(Last {
+            seq,
+            submit_rec_ns: req.submit_ns,
+            complete_rec_ns,
+            issue_ns: at,
+            complete_ns: None,
+        });
+        self.buffered -= 1;
+        self.schedule_head(s);
+        Issue { req, key: s, seq }
+    }
+
+    fn completed(&mut self, key: u32, seq: u64, now_ns: u64) {
+        let stream = &mut self.streams[key as usize];
+        let Some(last) = &mut stream.last else { unreachable!("completion of a stream that issued nothing") };
+        assert!(seq <= last.seq, "completion of a request not yet issued");
+        // Only the stream's latest request gates its next; an earlier one
+        // (overlapping, asynchronous) completing changes nothing.
+        if seq != last.seq {
+            return;
+        }
+        assert!(last.complete_ns.is_none(), "completed twice");
+        last.complete_ns = Some(now_ns);
+        self.schedule_head(key);
+    }
+
+    fn reader(&self) -> &TraceReader {
+        &self.reader
+    }
+
+    fn clamped_count(&self) -> u64 {
+        0
+    }
+
+    fn stream_count(&self) -> u64 {
+        self.streams.len() as u64
+    }
+}

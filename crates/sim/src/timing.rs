@@ -1,0 +1,170 @@
+//! The HDD model as the deterministic harness's bottom device: an
+//! implementation of [`Timing`] over [`layoutd_hdd::Disk`], and a
+//! [`NullDevice`] that stores nothing (timing-only replay).
+//!
+//! Mapping of ops onto the disk: reads are reads; writes and write-zeroes
+//! are writes; a flush is a flush. A trim completes at once without
+//! touching the arm (a hard disk has nothing to do for it). FUA needs no
+//! extra work with the write cache off (every preset); with it on, a FUA
+//! write is followed by nothing: noted in `docs/sim.md`.
+
+use crate::hist::Histogram;
+use crate::sample::Sampler;
+use layoutd_core::{Instant, Op, Request, SECTOR_BYTES};
+use layoutd_disk::BlockDevice;
+use layoutd_hdd::{Disk, DiskOp, DiskRequest};
+use layoutd_runtime::det::Timing;
+use rand_chacha::ChaCha8Rng;
+use std::collections::VecDeque;
+
+/// What the disk was asked to do, in the order it was asked (for tests).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DiskLogEntry {
+    /// The op as the stack sent it.
+    pub op: Op,
+    /// Byte offset on the disk.
+    pub offset_bytes: u64,
+    /// Byte length.
+    pub length_bytes: u32,
+}
+
+/// Disk-side counters and samples.
+#[derive(Default)]
+pub struct DiskStats {
+    /// Requests the disk served (trims excluded).
+    pub served_count: u64,
+    /// Of those, served from the on-board buffer.
+    pub cache_hit_count: u64,
+    /// Trims completed without the arm.
+    pub trims_count: u64,
+    /// Seek distance of every media access, in cylinders.
+    pub seek_cyl: Histogram,
+    /// Disk service time (start to completion), ns.
+    pub service_ns: Histogram,
+    /// Sectors dropped because requests ran past the end of the disk.
+    pub clamped_sectors: u64,
+}
+
+/// [`Timing`] backed by the HDD model.
+pub struct HddTiming {
+    disk: Disk,
+    /// Trims, completing at the instant they were submitted (FIFO, times ascending).
+    immediate: VecDeque<(Instant, u64)>,
+    /// Counters and histograms.
+    pub stats: DiskStats,
+    /// Lower addresses against time, reads and writes, decimated.
+    pub addresses: Sampler,
+    /// When set, every submitted request is appended (tests only: unbounded).
+    pub log: Option<Vec<DiskLogEntry>>,
+}
+
+impl HddTiming {
+    /// Wraps `disk`; `samples_max` bounds the address-time sample.
+    pub fn new(disk: Disk, samples_max: usize) -> HddTiming {
+        HddTiming {
+            disk,
+            immediate: VecDeque::new(),
+            stats: DiskStats::default(),
+            addresses: Sampler::new(samples_max),
+            log: None,
+        }
+    }
+
+    /// The disk model.
+    pub fn disk(&self) -> &Disk {
+        &self.disk
+    }
+}
+
+impl Timing for HddTiming {
+    fn submit(&mut self, now: Instant, req: &Request, tag: u64, _rng: &mut ChaCha8Rng) {
+        if let Some(log) = &mut self.log {
+            log.push(DiskLogEntry {
+                op: req.op,
+                offset_bytes: req.offset_bytes,
+                length_bytes: req.length_bytes,
+            });
+        }
+        let op = match req.op {
+            Op::Read => DiskOp::Read,
+            Op::Write | Op::WriteZeroes => DiskOp::Write,
+            Op::Flush => DiskOp::Flush,
+            Op::Trim => {
+                self.stats.trims_count += 1;
+                self.immediate.push_back((now, tag));
+                return;
+            }
+        };
+        if op != DiskOp::Flush {
+            self.addresses.offer(now.as_ns(), req.offset_bytes, op == DiskOp::Write);
+        }
+        let lba = req.offset_bytes / SECTOR_BYTES;
+        let sectors = (u64::from(req.length_bytes) / SECTOR_BYTES) as u32;
+        self.disk.submit(now.as_ns(), DiskRequest { id: tag, op, lba, sectors });
+    }
+
+    fn next_completion(&self) -> Option<Instant> {
+        let disk = self.disk.next_completion_ns().map(Instant::from_ns);
+        let trim = self.immediate.front().map(|(t, _)| *t);
+        [disk, trim].into_iter().flatten().min()
+    }
+
+    fn complete(&mut self, now: Instant, _rng: &mut ChaCha8Rng) -> Option<u64> {
+        let disk_at = self.disk.next_completion_ns();
+        if let Some(&(t, tag)) = self.immediate.front() {
+            if t <= now && disk_at.is_none_or(|d| t.as_ns() <= d) {
+                self.immediate.pop_front();
+                return Some(tag);
+            }
+        }
+        let done = self.disk.complete(now.as_ns())?;
+        assert!(done.complete_ns <= now.as_ns(), "completion popped before it was due");
+        self.stats.served_count += 1;
+        self.stats.cache_hit_count += u64::from(done.cache_hit);
+        self.stats.clamped_sectors += u64::from(done.clamped_sectors);
+        self.stats.service_ns.record(done.complete_ns - done.start_ns);
+        if !done.cache_hit && done.op != DiskOp::Flush {
+            self.stats.seek_cyl.record(done.seek_distance_cyl);
+        }
+        Some(done.id)
+    }
+
+    fn busy(&self) -> bool {
+        self.disk.busy() || !self.immediate.is_empty()
+    }
+}
+
+/// A device of a given size that stores nothing: every operation succeeds.
+/// In timing-only mode no request carries data, so nothing is lost.
+pub struct NullDevice {
+    size_bytes: u64,
+}
+
+impl NullDevice {
+    /// A device of `size_bytes`.
+    pub fn new(size_bytes: u64) -> NullDevice {
+        NullDevice { size_bytes }
+    }
+}
+
+impl BlockDevice for NullDevice {
+    fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+    fn read_at(&self, buf: &mut [u8], _offset_bytes: u64) -> std::io::Result<()> {
+        buf.fill(0);
+        Ok(())
+    }
+    fn write_at(&self, _buf: &[u8], _offset_bytes: u64) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn trim(&self, _offset_bytes: u64, _length_bytes: u64) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn write_zeroes(&self, _offset_bytes: u64, _length_bytes: u64) -> std::io::Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,315 @@
+//! One line parser per trace format. Each takes one line (without its
+//! newline, never blank, never a `#` comment) and returns the request it
+//! describes, `Ok(None)` for a line the format defines but that carries no
+//! request (a blkparse event other than the selected action, a header), or
+//! an error saying what is wrong with the line. No parser allocates.
+//!
+//! Units are converted here: every time becomes nanoseconds, every address
+//! bytes. The formats are documented in `docs/trace-formats.md`.
+
+use super::{BlkAction, TraceReq};
+use layoutd_core::{Op, SECTOR_BYTES};
+
+type Parsed = Result<Option<TraceReq>, String>;
+
+/// Splits on `sep` and names the field that is missing.
+struct Fields<'a, I: Iterator<Item = &'a str>> {
+    iter: I,
+    index: usize,
+    names: &'static [&'static str],
+}
+
+impl<'a, I: Iterator<Item = &'a str>> Fields<'a, I> {
+    fn next(&mut self) -> Result<&'a str, String> {
+        self.index += 1;
+        match self.iter.next() {
+            Some(f) => Ok(f.trim()),
+            None => Err(format!(
+                "expected {} fields ({}), found {}",
+                self.names.len(),
+                self.names.join(" "),
+                self.index - 1
+            )),
+        }
+    }
+
+    /// Refuses trailing fields, for formats with a fixed field count.
+    fn finish(mut self) -> Result<(), String> {
+        match self.iter.next() {
+            Some(extra) => Err(format!(
+                "expected {} fields ({}), found more: {extra:?}",
+                self.names.len(),
+                self.names.join(" ")
+            )),
+            None => Ok(()),
+        }
+    }
+
+    fn num(&mut self) -> Result<u64, String> {
+        let name = self.names.get(self.index).copied().unwrap_or("field");
+        let f = self.next()?;
+        f.parse::<u64>().map_err(|_| format!("{name} is not a whole number: {f:?}"))
+    }
+
+    fn decimal_ns(&mut self, unit_ns: u64) -> Result<u64, String> {
+        let name = self.names.get(self.index).copied().unwrap_or("field");
+        let f = self.next()?;
+        decimal_to_ns(f, unit_ns).ok_or_else(|| format!("{name} is not a non-negative decimal number: {f:?}"))
+    }
+}
+
+fn fields<'a, I: Iterator<Item = &'a str>>(iter: I, names: &'static [&'static str]) -> Fields<'a, I> {
+    Fields { iter, index: 0, names }
+}
+
+/// Parses a non-negative decimal (`12`, `0.551706`, `3.`) in units of
+/// `unit_ns` nanoseconds, exactly (no floating point), truncating digits
+/// finer than a nanosecond.
+pub fn decimal_to_ns(s: &str, unit_ns: u64) -> Option<u64> {
+    assert!(unit_ns > 0);
+    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+    if int.is_empty() && frac.is_empty() {
+        return None;
+    }
+    let all_digits = |t: &str| t.bytes().all(|b| b.is_ascii_digit());
+    if !all_digits(int) || !all_digits(frac) {
+        return None;
+    }
+    let whole: u64 = if int.is_empty() { 0 } else { int.parse().ok()? };
+    let mut ns = whole.checked_mul(unit_ns)?;
+    let mut scale = unit_ns;
+    for b in frac.bytes() {
+        scale /= 10;
+        if scale == 0 {
+            break;
+        }
+        ns = ns.checked_add(u64::from(b - b'0') * scale)?;
+    }
+    Some(ns)
+}
+
+fn req(submit_ns: u64, stream: u64, device: u64, op: Op, offset_bytes: u64, length_bytes: u64) -> TraceReq {
+    TraceReq {
+        line: 0,
+        submit_ns,
+        complete_ns: None,
+        stream,
+        device,
+        op,
+        offset_bytes,
+        length_bytes,
+        fua: false,
+    }
+}
+
+/// MSR Cambridge: `Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime`.
+/// Timestamp and ResponseTime in 100 ns units (Windows filetime); offset and
+/// size in bytes; Type `Read` or `Write`. Stream and device: DiskNumber.
+pub fn parse_msr(line: &str) -> Parsed {
+    if line.starts_with("Timestamp") {
+        return Ok(None);
+    }
+    let names = &["Timestamp", "Hostname", "DiskNumber", "Type", "Offset", "Size", "ResponseTime"];
+    let mut f = fields(line.split(','), names);
+    let ticks = f.num()?;
+    let _host = f.next()?;
+    let disk = f.num()?;
+    let op = match f.next()? {
+        t if t.eq_ignore_ascii_case("read") => Op::Read,
+        t if t.eq_ignore_ascii_case("write") => Op::Write,
+        t => return Err(format!("Type must be Read or Write, found {t:?}")),
+    };
+    let offset = f.num()?;
+    let size = f.num()?;
+    let response_ticks = f.num()?;
+    f.finish()?;
+    let submit_ns = ticks.checked_mul(100).ok_or("Timestamp too large")?;
+    let mut r = req(submit_ns, disk, disk, op, offset, size);
+    r.complete_ns = Some(submit_ns.saturating_add(response_ticks.saturating_mul(100)));
+    Ok(Some(r))
+}
+
+/// FIU / SRCMap: `ts pid process lba size op major minor hash`; ts in ns,
+/// lba and size in 512-byte sectors, op `R` or `W`. Stream: pid.
+pub fn parse_fiu(line: &str) -> Parsed {
+    let names = &["ts", "pid", "process", "lba", "size", "op", "major", "minor", "hash"];
+    let mut f = fields(line.split_ascii_whitespace(), names);
+    let ts = f.num()?;
+    let pid = f.num()?;
+    let _process = f.next()?;
+    let lba = f.num()?;
+    let sectors = f.num()?;
+    let op = match f.next()? {
+        "R" | "r" => Op::Read,
+        "W" | "w" => Op::Write,
+        t => return Err(format!("op must be R or W, found {t:?}")),
+    };
+    let major = f.num()?;
+    let minor = f.num()?;
+    let _hash = f.next()?;
+    f.finish()?;
+    let offset = lba.checked_mul(SECTOR_BYTES).ok_or("lba too large")?;
+    Ok(Some(req(ts, pid, device_key(major, minor), op, offset, sectors * SECTOR_BYTES)))
+}
+
+/// The device key of `major,minor`, as `--device 8,0` selects it.
+pub fn device_key(major: u64, minor: u64) -> u64 {
+    (major << 20) | (minor & 0xF_FFFF)
+}
+
+/// Parses a `--device` value: `N` or `MAJOR,MINOR` (or `MAJOR:MINOR`).
+pub fn parse_device(s: &str) -> Option<u64> {
+    match s.split_once([',', ':']) {
+        Some((a, b)) => Some(device_key(a.trim().parse().ok()?, b.trim().parse().ok()?)),
+        None => s.trim().parse().ok(),
+    }
+}
+
+/// blkparse default output:
+/// `  8,0    3        1     0.000000000   697  Q  WS 223490 + 8 [kjournald]`.
+/// Only events of `action` become requests; other actions, and event lines
+/// without a sector range (plugs, messages), are skipped. Stream: pid.
+pub fn parse_blkparse(line: &str, action: BlkAction) -> Parsed {
+    let mut it = line.split_ascii_whitespace();
+    let Some(dev) = it.next() else { return Ok(None) };
+    let Some((major, minor)) = dev.split_once(',') else {
+        return Err(format!("first field must be the device MAJOR,MINOR, found {dev:?}"));
+    };
+    let (Ok(major), Ok(minor)) = (major.parse::<u64>(), minor.parse::<u64>()) else {
+        return Err(format!("device must be MAJOR,MINOR numbers, found {dev:?}"));
+    };
+    let names = &["cpu", "sequence", "time", "pid", "action", "rwbs"];
+    let mut f = fields(it.by_ref(), names);
+    let _cpu = f.next()?;
+    let _seq = f.next()?;
+    let time_ns = f.decimal_ns(1_000_000_000)?;
+    let pid = f.num()?;
+    if f.next()? != action.code() {
+        return Ok(None);
+    }
+    let rwbs = f.next()?;
+    let op = if rwbs.contains('D') {
+        Op::Trim
+    } else if rwbs.contains('W') {
+        Op::Write
+    } else if rwbs.contains('R') {
+        Op::Read
+    } else if rwbs.contains('F') {
+        return Ok(Some(req(time_ns, pid, device_key(major, minor), Op::Flush, 0, 0)));
+    } else {
+        return Ok(None);
+    };
+    let (Some(sector), Some(plus), Some(count)) = (it.next(), it.next(), it.next()) else {
+        return Ok(None);
+    };
+    if plus != "+" {
+        return Err(format!("expected `SECTOR + COUNT` after rwbs {rwbs:?}, found {sector:?} {plus:?}"));
+    }
+    let sector: u64 = sector.parse().map_err(|_| format!("sector is not a whole number: {sector:?}"))?;
+    let count: u64 = count.parse().map_err(|_| format!("sector count is not a whole number: {count:?}"))?;
+    if count == 0 {
+        let flush = rwbs.contains('F');
+        return Ok(flush.then(|| req(time_ns, pid, device_key(major, minor), Op::Flush, 0, 0)));
+    }
+    let mut r = req(time_ns, pid, device_key(major, minor), op, sector * SECTOR_BYTES, count * SECTOR_BYTES);
+    r.fua = rwbs.contains('F') && op == Op::Write;
+    Ok(Some(r))
+}
+
+/// Whether a blkparse line belongs to the summary printed after the events
+/// (`CPU0 (8,0):`, `Total (8,0):`, `Throughput ...`, `Events ...`).
+pub fn is_blkparse_summary_start(line: &str) -> bool {
+    let t = line.trim_start();
+    t.starts_with("CPU") || t.starts_with("Total (") || t.starts_with("Throughput")
+}
+
+/// UMass SPC: `asu,lba,size,op,ts[,...]`; lba in 512-byte blocks, size in
+/// bytes, op `r`/`R`/`w`/`W`, ts in seconds. Stream and device: ASU.
+pub fn parse_spc(line: &str) -> Parsed {
+    let names = &["asu", "lba", "size", "op", "ts"];
+    let mut f = fields(line.split(','), names);
+    let asu = f.num()?;
+    let lba = f.num()?;
+    let size = f.num()?;
+    let op = match f.next()? {
+        "r" | "R" => Op::Read,
+        "w" | "W" => Op::Write,
+        t => return Err(format!("op must be r or w, found {t:?}")),
+    };
+    let ts = f.decimal_ns(1_000_000_000)?;
+    let offset = lba.checked_mul(SECTOR_BYTES).ok_or("lba too large")?;
+    Ok(Some(req(ts, asu, asu, op, offset, size)))
+}
+
+/// DiskSim ASCII: `arrival_ms devno blkno size flags`; blkno and size in
+/// 512-byte blocks; flags bit 0 set = read. Stream and device: devno.
+pub fn parse_disksim(line: &str) -> Parsed {
+    let names = &["arrival_ms", "devno", "blkno", "size", "flags"];
+    let mut f = fields(line.split_ascii_whitespace(), names);
+    let ts = f.decimal_ns(1_000_000)?;
+    let devno = f.num()?;
+    let blkno = f.num()?;
+    let size = f.num()?;
+    let flags = f.num()?;
+    f.finish()?;
+    let op = if flags & 1 == 1 { Op::Read } else { Op::Write };
+    let offset = blkno.checked_mul(SECTOR_BYTES).ok_or("blkno too large")?;
+    Ok(Some(req(ts, devno, devno, op, offset, size * SECTOR_BYTES)))
+}
+
+/// layoutd's own format, one [`layoutd_core::TraceRecord`] per line:
+/// `submit_ns complete_ns stream op offset_bytes length_bytes flags`.
+/// Stream: the recorded stream; device 0.
+pub fn parse_layoutd(line: &str) -> Parsed {
+    let names = &["submit_ns", "complete_ns", "stream", "op", "offset_bytes", "length_bytes", "flags"];
+    let mut f = fields(line.split_ascii_whitespace(), names);
+    let submit_ns = f.num()?;
+    let complete_ns = f.num()?;
+    let stream = f.num()?;
+    let op_field = f.next()?;
+    let op = op_field
+        .chars()
+        .next()
+        .filter(|_| op_field.len() == 1)
+        .and_then(Op::from_code)
+        .ok_or_else(|| format!("unknown op {op_field:?} (R W F T Z)"))?;
+    let offset = f.num()?;
+    let length = f.num()?;
+    let fua = match f.next()? {
+        "-" => false,
+        "F" => true,
+        other => return Err(format!("unknown flags {other:?} (- or F)")),
+    };
+    f.finish()?;
+    if complete_ns < submit_ns {
+        return Err(format!("complete_ns {complete_ns} is before submit_ns {submit_ns}"));
+    }
+    let mut r = req(submit_ns, stream, 0, op, offset, length);
+    r.complete_ns = Some(complete_ns);
+    r.fua = fua;
+    Ok(Some(r))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimals_are_exact() {
+        assert_eq!(decimal_to_ns("0.551706", 1_000_000_000), Some(551_706_000));
+        assert_eq!(decimal_to_ns("12", 1_000_000), Some(12_000_000));
+        assert_eq!(decimal_to_ns("1.0000000019", 1_000_000_000), Some(1_000_000_001));
+        assert_eq!(decimal_to_ns("3.5", 1_000_000), Some(3_500_000));
+        assert_eq!(decimal_to_ns("-1", 1), None);
+        assert_eq!(decimal_to_ns(".", 1), None);
+        assert_eq!(decimal_to_ns("1e3", 1), None);
+    }
+
+    #[test]
+    fn devices_parse() {
+        assert_eq!(parse_device("8,0"), Some(8 << 20));
+        assert_eq!(parse_device("8:16"), Some((8 << 20) | 16));
+        assert_eq!(parse_device("3"), Some(3));
+        assert_eq!(parse_device("x"), None);
+    }
+}

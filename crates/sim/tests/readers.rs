@@ -1,0 +1,180 @@
+//! Reader tests on small hand-written samples of every format, compressed
+//! files, options, and malformed lines.
+
+use layoutd_core::Op;
+use layoutd_sim::trace::formats::parse_device;
+use layoutd_sim::{BlkAction, Fit, ReadOptions, TraceFormat, TraceReader, TraceReq};
+use std::path::{Path, PathBuf};
+
+const VOLUME_BYTES: u64 = 1 << 40;
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
+}
+
+fn read_all(
+    path: &Path,
+    format: TraceFormat,
+    opts: ReadOptions,
+    volume: u64,
+) -> Result<Vec<TraceReq>, String> {
+    let mut r = TraceReader::open(path, format, opts, volume).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    while let Some(req) = r.next().map_err(|e| e.to_string())? {
+        out.push(req);
+    }
+    Ok(out)
+}
+
+fn read(name: &str, format: TraceFormat) -> Vec<TraceReq> {
+    read_all(&data(name), format, ReadOptions::default(), VOLUME_BYTES).expect("sample reads")
+}
+
+fn summary(v: &[TraceReq]) -> Vec<(u64, u64, Op, u64, u64)> {
+    v.iter().map(|r| (r.submit_ns, r.stream, r.op, r.offset_bytes, r.length_bytes)).collect()
+}
+
+/// Writes `text` to a temp file and reads it, returning the error.
+fn read_err(text: &str, format: TraceFormat) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.trace");
+    std::fs::write(&path, text).unwrap();
+    read_all(&path, format, ReadOptions::default(), VOLUME_BYTES).expect_err("malformed line is refused")
+}
+
+#[test]
+fn msr_csv() {
+    let v = read("sample.msr.csv", TraceFormat::Msr);
+    assert_eq!(v.len(), 4);
+    assert_eq!(v[0].submit_ns, 128166372003061629 * 100);
+    assert_eq!(v[0].complete_ns, Some(128166372003061629 * 100 + 266300));
+    assert_eq!((v[0].op, v[0].offset_bytes, v[0].length_bytes, v[0].device), (Op::Read, 3551498240, 4096, 1));
+    assert_eq!(v[1].op, Op::Write);
+    let disk0 = ReadOptions { device: Some(0), ..Default::default() };
+    let only = read_all(&data("sample.msr.csv"), TraceFormat::Msr, disk0, VOLUME_BYTES).unwrap();
+    assert_eq!(only.len(), 1);
+    assert_eq!(only[0].line, 3);
+    let e = read_err("128166372003061629,hm,1,Erase,0,512,1\n", TraceFormat::Msr);
+    assert!(
+        e.ends_with("bad.trace:1: Type must be Read or Write, found \"Erase\" (reading as --format msr)"),
+        "{e}"
+    );
+}
+
+#[test]
+fn fiu_and_gzip() {
+    let plain = read("sample.fiu.txt", TraceFormat::Fiu);
+    let gz = read("sample.fiu.txt.gz", TraceFormat::Fiu);
+    assert_eq!(plain, gz, "gzip is read transparently, by magic bytes");
+    assert_eq!(
+        summary(&plain),
+        vec![
+            (89967404265337, 4867, Op::Write, 5891736 * 512, 4096),
+            (89967404299001, 4867, Op::Write, 5891744 * 512, 4096),
+            (89967405000000, 1201, Op::Read, 1024 * 512, 8192),
+            (89967406000000, 4867, Op::Read, 5891752 * 512, 4096),
+        ]
+    );
+    let sda = ReadOptions { device: parse_device("8,0"), ..Default::default() };
+    assert_eq!(read_all(&data("sample.fiu.txt"), TraceFormat::Fiu, sda, VOLUME_BYTES).unwrap().len(), 1);
+    let e = read_err("1 2 proc 3 8 W 6 0\n", TraceFormat::Fiu);
+    assert!(e.contains("bad.trace:1: expected 9 fields"), "{e}");
+    let e = read_err("# comment\n1 2 proc x 8 W 6 0 h\n", TraceFormat::Fiu);
+    assert!(e.contains("bad.trace:2: lba is not a whole number: \"x\""), "{e}");
+}
+
+#[test]
+fn blkparse_text() {
+    let d = read("sample.blkparse.txt", TraceFormat::Blkparse);
+    assert_eq!(
+        summary(&d),
+        vec![
+            (5000, 697, Op::Write, 223490 * 512, 4096),
+            (104000, 1200, Op::Read, 1000 * 512, 8192),
+            (204000, 1200, Op::Flush, 0, 0),
+            (304000, 1200, Op::Trim, 4096 * 512, 4096),
+        ]
+    );
+    let q = ReadOptions { blkparse_action: BlkAction::Q, ..Default::default() };
+    let q = read_all(&data("sample.blkparse.txt"), TraceFormat::Blkparse, q, VOLUME_BYTES).unwrap();
+    assert_eq!(summary(&q), vec![(300, 697, Op::Write, 223490 * 512, 4096)]);
+    let e = read_err("  8,0 3 1 0.5 697 D W 100 - 8 [x]\n", TraceFormat::Blkparse);
+    assert!(e.contains("bad.trace:1: expected `SECTOR + COUNT`"), "{e}");
+    let e = read_err("  8,0 3 1 zero 697 D W 100 + 8 [x]\n", TraceFormat::Blkparse);
+    assert!(e.contains("bad.trace:1: time is not a non-negative decimal"), "{e}");
+}
+
+#[test]
+fn spc_and_zstd() {
+    let plain = read("sample.spc.csv", TraceFormat::Spc);
+    let zst = read("sample.spc.csv.zst", TraceFormat::Spc);
+    assert_eq!(plain, zst, "zstd is read transparently, by magic bytes");
+    assert_eq!(plain.len(), 4);
+    assert_eq!(
+        (plain[0].submit_ns, plain[0].offset_bytes, plain[0].length_bytes),
+        (551_706_000, 20941264 * 512, 8192)
+    );
+    assert_eq!((plain[2].stream, plain[2].op), (1, Op::Read));
+    let asu1 = ReadOptions { device: Some(1), ..Default::default() };
+    assert_eq!(read_all(&data("sample.spc.csv"), TraceFormat::Spc, asu1, VOLUME_BYTES).unwrap().len(), 1);
+    let e = read_err("0,1,512,X,0.5\n", TraceFormat::Spc);
+    assert!(e.contains("bad.trace:1: op must be r or w"), "{e}");
+}
+
+#[test]
+fn disksim_ascii() {
+    let v = read("sample.disksim.txt", TraceFormat::Disksim);
+    assert_eq!(
+        summary(&v),
+        vec![
+            (0, 0, Op::Read, 1000 * 512, 4096),
+            (1_500_000, 0, Op::Write, 2000 * 512, 8192),
+            (2_250_000, 1, Op::Read, 3000 * 512, 4096)
+        ]
+    );
+    let e = read_err("0.0 0 1000 8 1 9\n", TraceFormat::Disksim);
+    assert!(e.contains("bad.trace:1: expected 5 fields"), "{e}");
+}
+
+#[test]
+fn layoutd_records() {
+    let v = read("sample.layoutd.txt", TraceFormat::Layoutd);
+    assert_eq!(v.len(), 4);
+    assert_eq!((v[1].complete_ns, v[1].fua, v[1].stream, v[1].line), (Some(9000), true, 1, 3));
+    assert_eq!(v[2].op, Op::Flush);
+    let e = read_err("1 2 3 X 0 512 -\n", TraceFormat::Layoutd);
+    assert!(e.contains("bad.trace:1: unknown op \"X\""), "{e}");
+    let e = read_err("5 2 3 R 0 512 -\n", TraceFormat::Layoutd);
+    assert!(e.contains("before submit_ns"), "{e}");
+}
+
+#[test]
+fn window_and_fitting() {
+    let path = data("sample.disksim.txt");
+    let window = ReadOptions { from_ns: Some(1_000_000), to_ns: Some(2_000_000), ..Default::default() };
+    let w = read_all(&path, TraceFormat::Disksim, window, VOLUME_BYTES).unwrap();
+    assert_eq!(w.len(), 1);
+    assert_eq!(w[0].submit_ns, 1_500_000);
+    let small = 1 << 20; // 1 MiB volume: every sample address is past it
+    let e = read_all(&path, TraceFormat::Disksim, ReadOptions::default(), small).unwrap_err();
+    assert!(e.contains("sample.disksim.txt:3: request at byte 1536000 (+4096) runs past the end"), "{e}");
+    let modulo = ReadOptions { fit: Fit::Modulo, ..Default::default() };
+    let m = read_all(&path, TraceFormat::Disksim, modulo, small).unwrap();
+    assert_eq!(m[2].offset_bytes, (3000 * 512) % small);
+    let scale = ReadOptions { fit: Fit::Scale, ..Default::default() };
+    let s = read_all(&path, TraceFormat::Disksim, scale, small).unwrap();
+    let span = 3000 * 512 + 4096;
+    assert_eq!(s[0].offset_bytes, (1000 * 512 * small / span) / 512 * 512);
+    assert!(s.iter().all(|r| r.offset_bytes + r.length_bytes <= small));
+    assert!(s[0].offset_bytes < s[1].offset_bytes && s[1].offset_bytes < s[2].offset_bytes, "order kept");
+}
+
+#[test]
+fn unknown_format_and_missing_file() {
+    assert!(TraceFormat::from_name("csv")
+        .unwrap_err()
+        .contains("valid formats: msr, fiu, blkparse, spc, disksim, layoutd"));
+    let e = read_all(Path::new("/nonexistent/t.csv"), TraceFormat::Msr, ReadOptions::default(), VOLUME_BYTES)
+        .unwrap_err();
+    assert!(e.starts_with("/nonexistent/t.csv: cannot open"), "{e}");
+}
