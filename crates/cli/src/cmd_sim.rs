@@ -1,0 +1,209 @@
+//! `layoutd sim`: replay a block trace through a stack on the HDD model.
+//!
+//! This file only turns flags into [`layoutd_sim::SimOptions`]; the work is
+//! in the `layoutd-sim` crate (which also compiles this file into its `sim`
+//! example, so it is tested before the binary wires it).
+
+use anyhow::{bail, Context};
+use layoutd_core::config::StackConfig;
+use layoutd_hdd::{DiskParams, Scheduler};
+use layoutd_sim::{BlkAction, Fit, ReadOptions, SimOptions, TraceFormat};
+use std::path::PathBuf;
+
+/// Flags of `layoutd sim`.
+#[derive(clap::Args, Debug)]
+#[command(
+    about = "Replay a block trace through a layoutd stack on the HDD model, deterministically",
+    after_help = "Examples:\n  \
+layoutd sim --trace hm_0.csv.gz --format msr --device 0 --disk wd800 --fit scale --json hm0.json --report hm0/\n  \
+layoutd sim --trace run.trace --format layoutd --config dcd.toml --disk wd800 --closed-loop --json dcd.json\n  \
+layoutd sim --compare plain.json dcd.json\n\n\
+Formats: msr (MSR Cambridge CSV), fiu (FIU/SRCMap), blkparse (default text output), spc (UMass SPC CSV), \
+disksim (DiskSim ASCII), layoutd (recorded by the trace target). gzip and zstd files are read transparently.\n\
+Same inputs and --seed give byte-identical JSON. See docs/sim.md and docs/trace-formats.md."
+)]
+pub struct SimArgs {
+    /// The trace file (plain, gzip or zstd).
+    #[arg(long, required_unless_present = "compare")]
+    pub trace: Option<PathBuf>,
+    /// Trace format: msr, fiu, blkparse, spc, disksim or layoutd.
+    #[arg(long, required_unless_present = "compare")]
+    pub format: Option<String>,
+    /// Stack description (TOML); default: one linear target over the whole disk.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Built-in disk model (`layoutd disk list` shows them), e.g. wd800.
+    #[arg(long, conflicts_with = "diskspecs")]
+    pub disk: Option<String>,
+    /// DiskSim parameter file to build the disk model from.
+    #[arg(long)]
+    pub diskspecs: Option<PathBuf>,
+    /// Disk queue scheduler: fifo, clook or sptf.
+    #[arg(long, default_value = "clook")]
+    pub scheduler: String,
+    /// Requests the disk scheduler compares (tagged queue depth).
+    #[arg(long, default_value_t = 32)]
+    pub queue_depth: u32,
+    /// Closed loop: each stream issues its next request when its previous
+    /// completes, plus the recorded think time (default: open loop, at the
+    /// recorded timestamps).
+    #[arg(long)]
+    pub closed_loop: bool,
+    /// Closed loop: most requests read ahead of the oldest unissued one.
+    #[arg(long, default_value_t = 65536)]
+    pub window: usize,
+    /// Seed of the harness RNG and the platter's phase.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Keep one device: a number (MSR disk, SPC ASU, DiskSim devno) or MAJOR,MINOR (fiu, blkparse).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Skip requests earlier than this many seconds after the first kept one.
+    #[arg(long)]
+    pub from_s: Option<f64>,
+    /// Stop at this many seconds after the first kept request.
+    #[arg(long)]
+    pub to_s: Option<f64>,
+    /// Addresses past the end of the volume: none (error), modulo, or scale (squeeze the trace's span onto the volume).
+    #[arg(long, default_value = "none")]
+    pub fit: String,
+    /// With --fit scale: the trace's address span in bytes (default: a first pass over the file finds it).
+    #[arg(long)]
+    pub span_bytes: Option<u64>,
+    /// blkparse: the event to replay, D (issued to the device) or Q (queued by the file system).
+    #[arg(long, default_value = "D")]
+    pub blkparse_action: String,
+    /// Do not split interleaved sequential runs into their own streams.
+    #[arg(long)]
+    pub no_stream_detect: bool,
+    /// Write the JSON summary here (default: standard output).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write SVG plots and index.html into this directory.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// Write the records of a `trace` layer in the stack to this file (layoutd format).
+    #[arg(long)]
+    pub record_trace: Option<PathBuf>,
+    /// Never draw the progress bar (it is drawn only when stderr is a terminal).
+    #[arg(long)]
+    pub no_progress: bool,
+    /// Print a side-by-side table of these JSON summaries and exit.
+    #[arg(long, num_args = 2.., value_name = "JSON", conflicts_with_all = ["trace", "format", "report", "json"])]
+    pub compare: Vec<PathBuf>,
+}
+
+fn disk_params(args: &SimArgs) -> anyhow::Result<DiskParams> {
+    match (&args.disk, &args.diskspecs) {
+        (Some(name), None) => Ok(DiskParams::preset(name)?),
+        (None, Some(path)) => Ok(DiskParams::from_diskspecs(path)?),
+        _ => bail!(
+            "name the disk model: --disk PRESET ({}) or --diskspecs FILE",
+            DiskParams::preset_names().join(", ")
+        ),
+    }
+}
+
+fn seconds_ns(flag: &str, s: Option<f64>) -> anyhow::Result<Option<u64>> {
+    match s {
+        Some(s) if !(s >= 0.0 && s.is_finite()) => {
+            bail!("--{flag} must be a non-negative number of seconds, got {s}")
+        }
+        Some(s) => Ok(Some((s * 1e9).round() as u64)),
+        None => Ok(None),
+    }
+}
+
+fn read_options(args: &SimArgs) -> anyhow::Result<ReadOptions> {
+    let fit = match args.fit.as_str() {
+        "none" => Fit::None,
+        "modulo" => Fit::Modulo,
+        "scale" => Fit::Scale,
+        other => bail!("--fit must be none, modulo or scale, got {other:?}"),
+    };
+    let blkparse_action = match args.blkparse_action.as_str() {
+        "D" | "d" => BlkAction::D,
+        "Q" | "q" => BlkAction::Q,
+        other => bail!("--blkparse-action must be D or Q, got {other:?}"),
+    };
+    let device = match &args.device {
+        Some(d) => Some(
+            layoutd_sim::trace::formats::parse_device(d)
+                .with_context(|| format!("--device must be a number or MAJOR,MINOR, got {d:?}"))?,
+        ),
+        None => None,
+    };
+    Ok(ReadOptions {
+        device,
+        from_ns: seconds_ns("from-s", args.from_s)?,
+        to_ns: seconds_ns("to-s", args.to_s)?,
+        fit,
+        span_bytes: args.span_bytes,
+        blkparse_action,
+    })
+}
+
+/// Builds the simulator's options from the flags.
+pub fn sim_options(args: &SimArgs) -> anyhow::Result<SimOptions> {
+    let trace = args.trace.clone().context("--trace FILE is required")?;
+    let format = TraceFormat::from_name(args.format.as_deref().context("--format is required")?)
+        .map_err(anyhow::Error::msg)?;
+    let mut opts = SimOptions::new(trace, format, disk_params(args)?);
+    if let Some(path) = &args.config {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))?;
+        opts.stack = StackConfig::parse(&text, &path.display().to_string())?;
+        opts.stack_origin = path.display().to_string();
+    }
+    opts.read = read_options(args)?;
+    opts.scheduler = Scheduler::from_name(&args.scheduler)
+        .with_context(|| format!("--scheduler must be fifo, clook or sptf, got {:?}", args.scheduler))?;
+    if args.queue_depth == 0 || args.window == 0 {
+        bail!("--queue-depth and --window must be at least 1");
+    }
+    opts.queue_depth = args.queue_depth;
+    opts.closed_loop = args.closed_loop;
+    opts.closed_loop_window = args.window;
+    opts.seed = args.seed;
+    opts.stream_detect = !args.no_stream_detect;
+    opts.progress = !args.no_progress;
+    opts.record_trace = args.record_trace.clone();
+    Ok(opts)
+}
+
+/// Runs `layoutd sim`.
+pub fn run(args: SimArgs) -> anyhow::Result<()> {
+    if !args.compare.is_empty() {
+        print!("{}", layoutd_sim::report::compare_table(&args.compare)?);
+        return Ok(());
+    }
+    let opts = sim_options(&args)?;
+    let wall = std::time::Instant::now();
+    let outcome = layoutd_sim::simulate(&opts)?;
+    let wall_s = wall.elapsed().as_secs_f64();
+    let s = &outcome.summary;
+    eprintln!(
+        "layoutd sim: {} requests in {:.3} simulated s (disk busy {:.3} s), mean response {:.3} ms, p99 {:.3} ms; \
+         {:.2} s wall, {:.0} requests/s (seed {})",
+        s.requests,
+        s.simulated_seconds,
+        s.disk_busy_seconds,
+        s.response_ms.mean,
+        s.response_ms.p99,
+        wall_s,
+        s.requests as f64 / wall_s.max(1e-9),
+        opts.seed
+    );
+    let json = layoutd_sim::summary_json(s);
+    match &args.json {
+        Some(path) => {
+            std::fs::write(path, json).with_context(|| format!("{}: cannot write", path.display()))?
+        }
+        None => print!("{json}"),
+    }
+    if let Some(dir) = &args.report {
+        let page = layoutd_sim::report::write_report(dir, &outcome)?;
+        eprintln!("layoutd sim: report in {}", page.display());
+    }
+    Ok(())
+}
