@@ -11,8 +11,10 @@ struct Joining {
     op: Op,
     pieces_left: u32,
     error: Option<IoError>,
-    /// For reads in data mode: the assembled bytes.
+    /// For reads in data mode: the assembled bytes, allocated when the
+    /// first piece brings data (never in timing-only mode).
     data: Option<BytesMut>,
+    length_bytes: u32,
     any_data: bool,
 }
 
@@ -32,9 +34,9 @@ impl Joiner {
         assert!(pieces > 0, "a request has at least one piece");
         let slot = self.next_slot;
         self.next_slot += 1;
-        let data = (op == Op::Read).then(|| BytesMut::zeroed(length_bytes as usize));
-        self.slots
-            .insert(slot, Joining { upper, op, pieces_left: pieces, error: None, data, any_data: false });
+        let joining =
+            Joining { upper, op, pieces_left: pieces, error: None, data: None, length_bytes, any_data: false };
+        self.slots.insert(slot, joining);
         slot
     }
 
@@ -62,7 +64,9 @@ impl Joiner {
         match c.result {
             Err(e) => j.error = j.error.or(Some(e)),
             Ok(()) => {
-                if let (Some(buf), Some(d)) = (j.data.as_mut(), c.data) {
+                if let (Op::Read, Some(d)) = (j.op, c.data) {
+                    let length = j.length_bytes as usize;
+                    let buf = j.data.get_or_insert_with(|| BytesMut::zeroed(length));
                     let at = within as usize;
                     buf[at..at + d.len()].copy_from_slice(&d);
                     j.any_data = true;
