@@ -39,28 +39,45 @@ struct Core {
     lower_in_flight_count: usize,
     records: Option<RecordSink>,
     records_write_failed: bool,
+    /// The deadline the timer thread sleeps towards; wake it only when the
+    /// stack wants an earlier one.
+    timer_sleeps_until: Option<Instant>,
+}
+
+/// Where a submitter waits for its completion. With "caller runs", the
+/// submitting thread usually completes its own request, so `finish` only
+/// pays for a wake-up when someone is actually asleep.
+#[derive(Default)]
+struct Waiter {
+    state: Mutex<WaiterState>,
+    cv: Condvar,
 }
 
 #[derive(Default)]
-struct Waiter {
-    done: Mutex<Option<Completion>>,
-    cv: Condvar,
+struct WaiterState {
+    done: Option<Completion>,
+    sleeping: bool,
 }
 
 impl Waiter {
     fn wait(&self) -> Completion {
-        let mut g = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        let mut g = self.state.lock().unwrap_or_else(|p| p.into_inner());
         loop {
-            if let Some(c) = g.take() {
+            if let Some(c) = g.done.take() {
                 return c;
             }
+            g.sleeping = true;
             g = self.cv.wait(g).unwrap_or_else(|p| p.into_inner());
         }
     }
 
     fn finish(&self, c: Completion) {
-        *self.done.lock().unwrap_or_else(|p| p.into_inner()) = Some(c);
-        self.cv.notify_one();
+        let mut g = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        assert!(g.done.is_none(), "completed twice");
+        g.done = Some(c);
+        if g.sleeping {
+            self.cv.notify_one();
+        }
     }
 }
 
@@ -90,6 +107,15 @@ impl Core {
         }
     }
 
+    /// Whether the timer thread must be woken to honour a new, earlier deadline.
+    fn timer_needs_wake(&self) -> bool {
+        match (self.stack.poll_timeout(), self.timer_sleeps_until) {
+            (Some(want), Some(sleeping_until)) => want < sleeping_until,
+            (Some(_), None) => true,
+            (None, _) => false,
+        }
+    }
+
     fn quiet(&self) -> bool {
         self.waiters.is_empty() && self.lower_in_flight_count == 0
     }
@@ -115,6 +141,7 @@ impl LiveVolume {
                 lower_in_flight_count: 0,
                 records,
                 records_write_failed: false,
+                timer_sleeps_until: None,
             }),
             device,
             epoch: std::time::Instant::now(),
@@ -158,7 +185,9 @@ impl LiveVolume {
             core.waiters.insert(req.id.0, waiter.clone());
             core.stack.handle_request(self.now(), req);
             core.drain(&mut work);
-            self.timer_cv.notify_one();
+            if core.timer_needs_wake() {
+                self.timer_cv.notify_one();
+            }
         }
         self.run_work(work);
         waiter.wait()
@@ -178,7 +207,9 @@ impl LiveVolume {
                 core.stack.handle_idle(now);
                 core.drain(&mut work);
             }
-            self.timer_cv.notify_one();
+            if core.timer_needs_wake() {
+                self.timer_cv.notify_one();
+            }
         }
     }
 
@@ -219,7 +250,12 @@ fn timer_loop(vol: Weak<LiveVolume>) {
                 }
                 next => {
                     let wait_ns = next.map_or(200_000_000, |t| t.ns_since(now)).min(200_000_000);
-                    let _unused = v.timer_cv.wait_timeout(core, Duration::from_nanos(wait_ns));
+                    core.timer_sleeps_until = Some(now.add_ns(wait_ns));
+                    let Ok((mut core, _)) = v.timer_cv.wait_timeout(core, Duration::from_nanos(wait_ns))
+                    else {
+                        return;
+                    };
+                    core.timer_sleeps_until = None;
                 }
             }
         }
