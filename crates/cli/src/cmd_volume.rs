@@ -79,7 +79,7 @@ fn create_sized(path: &Path, size: &str) -> Result<()> {
 
 #[derive(Args)]
 #[command(
-    after_help = "Examples:\n  layoutd serve --device vol.img                          # Unix socket, prints the NBD URI\n  layoutd serve --device vol.img --listen 127.0.0.1:10809\n  layoutd serve --device vol.img --run 'qemu-io -f raw -c \"write -P 7 0 1M\" \"$uri\"'\n\nWith --run, nbdkit runs the command once the export is ready ($uri, $nbd, $unixsocket are set) and stops when it exits (captive mode); the exit status is the command's. SIGINT or SIGTERM flush the volume and write the clean-shutdown mark. nbdkit must be installed; the plugin (liblayoutd_nbd.so) is looked up next to this binary or in $LAYOUTD_NBD_PLUGIN."
+    after_help = "Examples:\n  layoutd serve --device vol.img                          # Unix socket, prints the NBD URI\n  layoutd serve --device vol.img --listen 127.0.0.1:10809\n  layoutd serve --device vol.img --run 'qemu-io -f raw -c \"write -P 7 0 1M\" \"$uri\"'\n  layoutd serve --device vol.ssd --emulate wd800 --record-trace run.trace\n\nWith --run, nbdkit runs the command once the export is ready ($uri, $nbd, $unixsocket are set) and stops when it exits (captive mode); the exit status is the command's. SIGINT or SIGTERM flush the volume and write the clean-shutdown mark. nbdkit must be installed; the plugin (liblayoutd_nbd.so) is looked up next to this binary or in $LAYOUTD_NBD_PLUGIN."
 )]
 pub struct ServeArgs {
     /// A device formatted with `layoutd format`.
@@ -100,6 +100,13 @@ pub struct ServeArgs {
     /// Open the device with O_DIRECT.
     #[arg(long)]
     direct: bool,
+    /// Hold every completion back by the HDD model's service time on one simulated arm, so a
+    /// file system on a fast device behaves like this disk (presets: `layoutd disk show`).
+    #[arg(long, value_name = "PRESET", conflicts_with = "emulate_diskspecs")]
+    emulate: Option<String>,
+    /// The same as --emulate, with a DiskSim parameter file.
+    #[arg(long, value_name = "FILE")]
+    emulate_diskspecs: Option<PathBuf>,
     /// nbdkit worker threads.
     #[arg(long, default_value_t = 16)]
     threads: u32,
@@ -185,6 +192,14 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     }
     if let Some(t) = &a.record_trace {
         cmd.arg(format!("record-trace={}", t.display()));
+    }
+    if let Some(p) = &a.emulate {
+        layoutd_hdd::DiskParams::preset(p)?; // refuse an unknown preset here, with the list
+        cmd.arg(format!("emulate={p}"));
+    }
+    if let Some(p) = &a.emulate_diskspecs {
+        layoutd_hdd::DiskParams::from_diskspecs(p)?;
+        cmd.arg(format!("emulate-diskspecs={}", p.display()));
     }
     cmd.args(&a.plugin_arg);
     eprintln!(

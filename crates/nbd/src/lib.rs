@@ -16,9 +16,12 @@
 //! write from every connection durable before it replies.
 
 use layoutd_core::{Completion, IoError, Op, ReqId, Request, StreamId, REQUEST_BYTES_MAX};
+use layoutd_core::{Stack, Target};
 use layoutd_disk::FileDevice;
+use layoutd_runtime::emulate::HddEmulator;
 use layoutd_runtime::live::{LiveVolume, RecordSink};
 use layoutd_runtime::volume;
+use layoutd_targets::trace::Trace;
 use nbdkit::{plugin, Error, Flags, FuaFlags, Result, Server, ThreadModel};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
@@ -32,6 +35,9 @@ struct Settings {
     record_trace: Option<PathBuf>,
     /// Fault injection for tests: a read at exactly this offset panics.
     debug_panic_offset: Option<u64>,
+    /// Emulate this HDD preset (or DiskSim specs file) on completions.
+    emulate: Option<String>,
+    emulate_diskspecs: Option<PathBuf>,
 }
 
 /// What `config_complete` opened, waiting for `after_fork` to start serving.
@@ -41,8 +47,14 @@ struct Opened {
     volume: Option<volume::Volume>,
 }
 
-static SETTINGS: Mutex<Settings> =
-    Mutex::new(Settings { device: None, direct: false, record_trace: None, debug_panic_offset: None });
+static SETTINGS: Mutex<Settings> = Mutex::new(Settings {
+    device: None,
+    direct: false,
+    record_trace: None,
+    debug_panic_offset: None,
+    emulate: None,
+    emulate_diskspecs: None,
+});
 static OPENED: Mutex<Option<Opened>> = Mutex::new(None);
 static LIVE: OnceLock<Arc<LiveVolume>> = OnceLock::new();
 static NEXT_STREAM: AtomicU32 = AtomicU32::new(0);
@@ -119,7 +131,9 @@ impl Server for Connection {
         Some(
             "device=PATH        (required) a device formatted with `layoutd format`\n\
              direct=true|false  open with O_DIRECT (default false)\n\
-             record-trace=FILE  record every request in layoutd's trace format",
+             record-trace=FILE  record every request in layoutd's trace format\n\
+             emulate=PRESET     hold completions back by the HDD model's service time (wd800, ...)\n\
+             emulate-diskspecs=FILE  the same, with a DiskSim parameter file",
         )
     }
 
@@ -138,6 +152,8 @@ impl Server for Connection {
                         .map_err(|_| Error::new(libc::EINVAL, format!("direct={value}: use true or false")))?
                 }
                 "record-trace" => s.record_trace = Some(PathBuf::from(value)),
+                "emulate" => s.emulate = Some(value.to_string()),
+                "emulate-diskspecs" => s.emulate_diskspecs = Some(PathBuf::from(value)),
                 "debug-panic-offset" => {
                     s.debug_panic_offset = Some(
                         value
@@ -148,7 +164,7 @@ impl Server for Connection {
                 other => {
                     return Err(Error::new(
                         libc::EINVAL,
-                        format!("unknown parameter `{other}` (known: device, direct, record-trace)"),
+                        format!("unknown parameter `{other}` (known: device, direct, record-trace, emulate, emulate-diskspecs)"),
                     ))
                 }
             }
@@ -169,7 +185,20 @@ impl Server for Connection {
 
     fn after_fork() -> Result<()> {
         guarded("after_fork", || {
-            let record = SETTINGS.lock().map_err(|_| eio("settings lock"))?.record_trace.clone();
+            let settings = SETTINGS.lock().map_err(|_| eio("settings lock"))?;
+            let record = settings.record_trace.clone();
+            let params = match (&settings.emulate, &settings.emulate_diskspecs) {
+                (Some(name), _) => Some(
+                    layoutd_hdd::DiskParams::preset(name)
+                        .map_err(|e| Error::new(libc::EINVAL, e.to_string()))?,
+                ),
+                (None, Some(p)) => Some(
+                    layoutd_hdd::DiskParams::from_diskspecs(p)
+                        .map_err(|e| Error::new(libc::EINVAL, e.to_string()))?,
+                ),
+                (None, None) => None,
+            };
+            drop(settings);
             let sink: Option<RecordSink> = match record {
                 None => None,
                 Some(p) => {
@@ -181,7 +210,17 @@ impl Server for Connection {
             let mut opened = OPENED.lock().map_err(|_| eio("lock"))?;
             let o = opened.as_mut().ok_or_else(|| eio("after_fork before config_complete"))?;
             let vol = o.volume.take().ok_or_else(|| eio("volume already started"))?;
-            let live = LiveVolume::start(vol.stack, vol.data, sink);
+            let mut stack = vol.stack;
+            if sink.is_some() {
+                // Record what the client sent, whatever the stack: a trace layer on top.
+                let size = stack.size_bytes();
+                stack = Box::new(Stack::new(vec![Box::new(Trace::new(size, 1 << 16)), stack]));
+            }
+            let delay = params.map(|p| {
+                Arc::new(HddEmulator::new(p, vol.superblock.data_start_bytes))
+                    as Arc<dyn layoutd_runtime::live::Delay>
+            });
+            let live = LiveVolume::start(stack, vol.data, sink, delay);
             LIVE.set(live).map_err(|_| eio("volume started twice"))?;
             Ok(())
         })

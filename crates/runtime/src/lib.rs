@@ -13,6 +13,7 @@
 #![warn(missing_docs)]
 
 pub mod det;
+pub mod emulate;
 pub mod live;
 pub mod testkit;
 pub mod volume;

@@ -23,10 +23,18 @@ use std::time::Duration;
 /// Where trace records go.
 pub type RecordSink = Box<dyn Write + Send>;
 
+/// Holds completions back, to emulate a slower device (see `emulate`).
+pub trait Delay: Send + Sync {
+    /// The runtime-clock instant (ns) at which `req`, issued at `now_ns`,
+    /// should complete.
+    fn completion_ns(&self, now_ns: u64, req: &Request) -> u64;
+}
+
 /// A stack being served.
 pub struct LiveVolume {
     core: Mutex<Core>,
     device: Arc<dyn BlockDevice>,
+    delay: Option<Arc<dyn Delay>>,
     epoch: std::time::Instant,
     timer_cv: Condvar,
     shutdown: AtomicBool,
@@ -123,11 +131,13 @@ impl Core {
 
 impl LiveVolume {
     /// Serves `stack` over `device`. `records` receives trace records (the
-    /// file gets the format header first). Starts the timer thread.
+    /// file gets the format header first); `delay`, if given, holds each
+    /// lower completion back until the instant it names. Starts the timer thread.
     pub fn start(
         stack: Box<dyn Target>,
         device: Arc<dyn BlockDevice>,
         records: Option<RecordSink>,
+        delay: Option<Arc<dyn Delay>>,
     ) -> Arc<LiveVolume> {
         let mut records = records;
         if let Some(sink) = records.as_mut() {
@@ -144,6 +154,7 @@ impl LiveVolume {
                 timer_sleeps_until: None,
             }),
             device,
+            delay,
             epoch: std::time::Instant::now(),
             timer_cv: Condvar::new(),
             shutdown: AtomicBool::new(false),
@@ -196,7 +207,14 @@ impl LiveVolume {
     /// Performs lower I/O, feeding each completion back, until no work is left.
     fn run_work(&self, mut work: VecDeque<Request>) {
         while let Some(r) = work.pop_front() {
+            let due_ns = self.delay.as_ref().map(|d| d.completion_ns(self.now().as_ns(), &r));
             let c = execute(&*self.device, &r, true);
+            if let Some(due_ns) = due_ns {
+                let wait_ns = due_ns.saturating_sub(self.now().as_ns());
+                if wait_ns > 0 {
+                    std::thread::sleep(Duration::from_nanos(wait_ns));
+                }
+            }
             let Ok(mut core) = self.lock() else { return };
             assert!(core.lower_in_flight_count > 0);
             core.lower_in_flight_count -= 1;

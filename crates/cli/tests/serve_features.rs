@@ -1,0 +1,72 @@
+//! `serve --record-trace` and `serve --emulate`.
+
+mod common;
+use common::*;
+use layoutd_core::{Op, TraceRecord};
+
+fn ready() -> bool {
+    require("nbdkit plugin liblayoutd_nbd.so (cargo build --workspace)", plugin_built())
+        && require("`nbdkit` (apt-get install nbdkit)", have_cmd("nbdkit"))
+        && require("`qemu-io` (apt-get install qemu-utils)", have_cmd("qemu-io"))
+}
+
+fn records(path: &std::path::Path) -> Vec<TraceRecord> {
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(text.starts_with("# layoutd-trace v1"), "header missing:\n{text}");
+    text.lines().filter(|l| !l.starts_with('#')).map(|l| TraceRecord::parse_line(l).unwrap()).collect()
+}
+
+#[test]
+fn record_trace_captures_what_the_client_sent_on_any_stack() {
+    if !ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dev = formatted(dir.path(), "r.img", "32M", None);
+    let trace = dir.path().join("run.trace");
+    let run = "qemu-io -f raw -t writeback -c 'write -P 1 8192 4096' -c 'write -f -P 2 1M 64k' -c 'read 8192 4096' -c 'flush' \"$uri\"";
+    let out = serve_run(&dev, run, &["--record-trace", trace.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let r = records(&trace);
+    let want =
+        [(Op::Write, 8192, 4096, false), (Op::Write, 1 << 20, 65536, true), (Op::Read, 8192, 4096, false)];
+    for (op, off, len, fua) in want {
+        assert!(
+            r.iter().any(|x| x.op == op && x.offset_bytes == off && x.length_bytes == len && x.fua == fua),
+            "no {op:?} {off}+{len} fua={fua} in {r:?}"
+        );
+    }
+    assert!(r.iter().any(|x| x.op == Op::Flush), "no flush recorded");
+    assert!(r.windows(2).all(|w| w[0].submit <= w[1].submit), "records are in submit order");
+}
+
+#[test]
+fn emulate_holds_random_reads_back_by_at_least_the_model_service_time() {
+    if !ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dev = formatted(dir.path(), "e.img", "2G", None);
+    let trace = dir.path().join("emu.trace");
+    // 20 reads spread over the volume: each pays a seek and a rotation on the model.
+    let cmds: String =
+        (0..20u64).map(|i| format!(" -c 'read {} 4096'", (i * 7919 % 20) * (100 << 20))).collect();
+    let out = serve_run(
+        &dev,
+        &format!("qemu-io -f raw{cmds} \"$uri\""),
+        &["--emulate", "wd800", "--record-trace", trace.to_str().unwrap()],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let reads: Vec<_> = records(&trace).into_iter().filter(|r| r.op == Op::Read).collect();
+    assert!(reads.len() >= 20, "{} reads recorded", reads.len());
+    let mean_ns = reads.iter().map(|r| r.complete.ns_since(r.submit)).sum::<u64>() / reads.len() as u64;
+    // The emulator sleeps until the model's completion instant, so this is a
+    // lower bound by construction (a slow machine can only add to it).
+    assert!(
+        mean_ns > 2_000_000,
+        "mean emulated read took {mean_ns} ns; the WD800 model charges milliseconds"
+    );
+    let bad = serve_run(&dev, "true", &["--emulate", "nosuchdisk"]);
+    assert!(!bad.status.success());
+    assert!(text(&bad).contains("wd800"), "an unknown preset lists the known ones: {}", text(&bad));
+}
