@@ -5,6 +5,7 @@
 //! [`layoutd_core::target`] for the surface they implement.
 #![warn(missing_docs)]
 
+pub mod dcd;
 pub mod linear;
 pub mod seglog;
 mod split;
@@ -15,6 +16,7 @@ use layoutd_core::{OpenMode, Stack, Target};
 
 /// The target types this build knows, with a one-line description each.
 pub const TARGET_TYPES: &[(&str, &str)] = &[
+    ("dcd", "Disk Caching Disk: small writes logged in segments, destaged home when idle, crash recovery by replay"),
     ("linear", "maps the volume onto one or more slices of the lower device (dm-linear)"),
     ("trace", "passes everything through and records each request (time, stream, op, offset, length)"),
 ];
@@ -29,6 +31,7 @@ pub fn build_stack(cfg: &StackConfig, device_bytes: u64, mode: OpenMode) -> Resu
         let context = format!("layer {} ({})", i + 1, layer.target);
         let args = ArgReader::new(context, &layer.args);
         let target: Box<dyn Target> = match layer.target.as_str() {
+            "dcd" => Box::new(dcd::Dcd::ctr(args, lower_bytes, mode)?),
             "linear" => Box::new(linear::Linear::ctr(args, lower_bytes)?),
             "trace" => Box::new(trace::Trace::ctr(args, lower_bytes)?),
             other => {
@@ -40,7 +43,6 @@ pub fn build_stack(cfg: &StackConfig, device_bytes: u64, mode: OpenMode) -> Resu
                 )));
             }
         };
-        let _ = mode;
         lower_bytes = target.size_bytes();
         if lower_bytes == 0 {
             return Err(ConfigError(format!("layer {} ({}): exposes zero bytes", i + 1, layer.target)));

@@ -1,0 +1,247 @@
+//! Parsing the `dcd` layer's keys into a typed [`Args`], one `parse_*`
+//! step per concern; errors name the key.
+
+use crate::seglog::Geometry;
+use layoutd_core::config::{ArgReader, ConfigError};
+use layoutd_core::SECTOR_BYTES;
+
+/// What a FUA write does.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum FuaMode {
+    /// The paper: write it straight to the data region (like a bypass).
+    WriteThrough,
+    /// Append it to the log and force the buffer out before completing.
+    Log,
+}
+
+/// Which dirty segment idle destage picks next.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum PolicyKind {
+    /// The paper: the most recently written segment first.
+    LastWrittenFirst,
+    /// The segment with the fewest valid sectors first.
+    FewestValidFirst,
+    /// The oldest segment first (frees ring space soonest).
+    OldestFirst,
+}
+
+/// What a read whose sectors are spread over RAM, log and data does.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ReadFragmented {
+    /// Assemble it from all places (one lower read per contiguous piece).
+    Assemble,
+    /// The paper: destage the segments involved first, then read the data region.
+    Destage,
+}
+
+/// The parsed configuration.
+#[derive(Clone, Debug)]
+pub struct Args {
+    /// The log region (checkpoint plus segments) on the lower device.
+    pub log_offset_bytes: u64,
+    /// Its length.
+    pub log_length_bytes: u64,
+    /// The data region: the volume maps 1:1 onto it.
+    pub data_offset_bytes: u64,
+    /// Its length (the volume size).
+    pub data_length_bytes: u64,
+    /// Bytes of slots per segment (the header comes on top).
+    pub segment_bytes: u64,
+    /// Bytes per slot.
+    pub slot_bytes: u32,
+    /// RAM segment buffers.
+    pub buffer_count: u32,
+    /// A buffer that is not full is written after at most this long.
+    pub buffer_delay_ms: u64,
+    /// Writes of at least this many bytes go straight to the data region.
+    pub bypass_bytes: u32,
+    /// What a FUA write does.
+    pub fua: FuaMode,
+    /// Idle destage order.
+    pub destage_policy: PolicyKind,
+    /// Idle threshold with an empty log.
+    pub idle_ms_max: u64,
+    /// Idle threshold with a full log.
+    pub idle_ms_min: u64,
+    /// Fragmented reads.
+    pub read_fragmented: ReadFragmented,
+    /// Upper requests held while the log has no room.
+    pub pending_max: u32,
+}
+
+fn parse_regions(a: &mut ArgReader<'_>, lower_bytes: u64) -> Result<(u64, u64, u64, u64), ConfigError> {
+    let log_offset = a.size_opt("log_offset")?.unwrap_or(0);
+    let default_log = (lower_bytes / 8).min(64 << 20) / 4096 * 4096;
+    let log_length = a.size_opt("log_length")?.unwrap_or(default_log);
+    let data_offset = a.size_opt("data_offset")?.unwrap_or(log_offset.saturating_add(log_length));
+    let data_length = a.size_opt("data_length")?.unwrap_or(lower_bytes.saturating_sub(data_offset));
+    for (k, v) in [
+        ("log_offset", log_offset),
+        ("log_length", log_length),
+        ("data_offset", data_offset),
+        ("data_length", data_length),
+    ] {
+        if v % SECTOR_BYTES != 0 {
+            return Err(a.error(format!("key `{k}`: {v} is not a multiple of 512")));
+        }
+    }
+    let end = |o: u64, l: u64| o.checked_add(l).filter(|&e| e <= lower_bytes);
+    if log_length == 0 || end(log_offset, log_length).is_none() {
+        return Err(a.error(format!("log region {log_offset}+{log_length} is empty or runs past the lower device ({lower_bytes} bytes)")));
+    }
+    if data_length == 0 || end(data_offset, data_length).is_none() {
+        return Err(a.error(format!("data region {data_offset}+{data_length} is empty or runs past the lower device ({lower_bytes} bytes)")));
+    }
+    if log_offset < data_offset + data_length && data_offset < log_offset + log_length {
+        return Err(a.error(format!(
+            "log region {log_offset}+{log_length} overlaps data region {data_offset}+{data_length}"
+        )));
+    }
+    Ok((log_offset, log_length, data_offset, data_length))
+}
+
+fn parse_segments(a: &mut ArgReader<'_>) -> Result<(u64, u32, u32, u64, u32), ConfigError> {
+    let segment_bytes = a.size_opt("segment_bytes")?.unwrap_or(128 << 10);
+    let slot_bytes = a.size_opt("slot_bytes")?.unwrap_or(4096);
+    let buffer_count = a.u64_opt("buffer_count")?.unwrap_or(4);
+    let buffer_delay_ms = a.u64_opt("buffer_delay_ms")?.unwrap_or(200);
+    let bypass_bytes = a.size_opt("bypass_bytes")?.unwrap_or(64 << 10);
+    if slot_bytes == 0
+        || slot_bytes % SECTOR_BYTES != 0
+        || slot_bytes > u64::from(crate::seglog::SLOT_BYTES_MAX)
+    {
+        return Err(a.error(format!(
+            "key `slot_bytes`: {slot_bytes} must be a multiple of 512 up to {}",
+            crate::seglog::SLOT_BYTES_MAX
+        )));
+    }
+    if segment_bytes == 0 || segment_bytes % slot_bytes != 0 {
+        return Err(a.error(format!(
+            "key `segment_bytes`: {segment_bytes} must be a non-zero multiple of slot_bytes ({slot_bytes})"
+        )));
+    }
+    if !(2..=64).contains(&buffer_count) {
+        return Err(a.error(format!("key `buffer_count`: {buffer_count} must be between 2 and 64")));
+    }
+    if bypass_bytes < SECTOR_BYTES || bypass_bytes > segment_bytes {
+        return Err(a.error(format!(
+            "key `bypass_bytes`: {bypass_bytes} must be between 512 and segment_bytes ({segment_bytes}) so every logged write fits one segment"
+        )));
+    }
+    Ok((segment_bytes, slot_bytes as u32, buffer_count as u32, buffer_delay_ms, bypass_bytes as u32))
+}
+
+fn parse_choice<T: Copy>(
+    a: &mut ArgReader<'_>,
+    key: &str,
+    default: T,
+    choices: &[(&str, T)],
+) -> Result<T, ConfigError> {
+    match a.str_opt(key)? {
+        None => Ok(default),
+        Some(s) => choices.iter().find(|c| c.0 == s).map(|c| c.1).ok_or_else(|| {
+            let names: Vec<&str> = choices.iter().map(|c| c.0).collect();
+            a.error(format!("key `{key}`: unknown value {s:?} (one of: {})", names.join(", ")))
+        }),
+    }
+}
+
+impl Args {
+    /// Parses the layer's keys against a lower device of `lower_bytes`.
+    pub fn parse(mut a: ArgReader<'_>, lower_bytes: u64) -> Result<(Args, Geometry), ConfigError> {
+        let (log_offset_bytes, log_length_bytes, data_offset_bytes, data_length_bytes) =
+            parse_regions(&mut a, lower_bytes)?;
+        let (segment_bytes, slot_bytes, buffer_count, buffer_delay_ms, bypass_bytes) =
+            parse_segments(&mut a)?;
+        let fua = parse_choice(
+            &mut a,
+            "fua",
+            FuaMode::WriteThrough,
+            &[("write-through", FuaMode::WriteThrough), ("log", FuaMode::Log)],
+        )?;
+        let destage_policy = parse_choice(
+            &mut a,
+            "destage_policy",
+            PolicyKind::LastWrittenFirst,
+            &[
+                ("last-written-first", PolicyKind::LastWrittenFirst),
+                ("fewest-valid-first", PolicyKind::FewestValidFirst),
+                ("oldest-first", PolicyKind::OldestFirst),
+            ],
+        )?;
+        let read_fragmented = parse_choice(
+            &mut a,
+            "read_fragmented",
+            ReadFragmented::Assemble,
+            &[("assemble", ReadFragmented::Assemble), ("destage", ReadFragmented::Destage)],
+        )?;
+        let idle_ms_max = a.u64_opt("idle_ms_max")?.unwrap_or(1000);
+        let idle_ms_min = a.u64_opt("idle_ms_min")?.unwrap_or(1);
+        if idle_ms_min == 0 || idle_ms_min > idle_ms_max {
+            return Err(a.error(format!(
+                "keys `idle_ms_min` ({idle_ms_min}) and `idle_ms_max` ({idle_ms_max}): need 1 <= min <= max"
+            )));
+        }
+        let pending_max = a.u64_opt("pending_max")?.unwrap_or(4096).clamp(1, 1 << 20) as u32;
+        let slot_count = (segment_bytes / u64::from(slot_bytes)) as u32;
+        let geo = Geometry::new(log_offset_bytes, log_length_bytes, slot_bytes, slot_count)
+            .map_err(|e| a.error(e))?;
+        a.finish()?;
+        let args = Args {
+            log_offset_bytes,
+            log_length_bytes,
+            data_offset_bytes,
+            data_length_bytes,
+            segment_bytes,
+            slot_bytes,
+            buffer_count,
+            buffer_delay_ms,
+            bypass_bytes,
+            fua,
+            destage_policy,
+            idle_ms_max,
+            idle_ms_min,
+            read_fragmented,
+            pending_max,
+        };
+        assert!(geo.payload_bytes() == args.segment_bytes);
+        assert!(u64::from(args.bypass_bytes) <= geo.payload_bytes());
+        Ok((args, geo))
+    }
+
+    /// The config echoed back, in config key names.
+    pub fn echo(&self) -> Vec<(String, String)> {
+        let fua = match self.fua {
+            FuaMode::WriteThrough => "write-through",
+            FuaMode::Log => "log",
+        };
+        let policy = match self.destage_policy {
+            PolicyKind::LastWrittenFirst => "last-written-first",
+            PolicyKind::FewestValidFirst => "fewest-valid-first",
+            PolicyKind::OldestFirst => "oldest-first",
+        };
+        let frag = match self.read_fragmented {
+            ReadFragmented::Assemble => "assemble",
+            ReadFragmented::Destage => "destage",
+        };
+        [
+            ("log_offset", self.log_offset_bytes.to_string()),
+            ("log_length", self.log_length_bytes.to_string()),
+            ("data_offset", self.data_offset_bytes.to_string()),
+            ("data_length", self.data_length_bytes.to_string()),
+            ("segment_bytes", self.segment_bytes.to_string()),
+            ("slot_bytes", self.slot_bytes.to_string()),
+            ("buffer_count", self.buffer_count.to_string()),
+            ("buffer_delay_ms", self.buffer_delay_ms.to_string()),
+            ("bypass_bytes", self.bypass_bytes.to_string()),
+            ("fua", fua.to_string()),
+            ("destage_policy", policy.to_string()),
+            ("idle_ms_max", self.idle_ms_max.to_string()),
+            ("idle_ms_min", self.idle_ms_min.to_string()),
+            ("read_fragmented", frag.to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+}

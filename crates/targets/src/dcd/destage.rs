@@ -1,0 +1,398 @@
+//! Background work as step functions: idle detection, destage (one segment
+//! per step, writes issued in data-address order), reclaiming the ring's
+//! tail behind a persisted checkpoint, and the dispatch of lower
+//! completions. Nothing here blocks or loops over unbounded work.
+//!
+//! Reclaim rule (what makes stale resurrection impossible): a segment's
+//! location is reused only after a checkpoint with a tail past its seq is
+//! durable, and the tail passes a segment only when (a) every sector in it
+//! has gone home by destage or been superseded, (b) every segment holding a
+//! superseding entry or invalidation record is written, and (c) a lower
+//! flush issued after all of that has completed. Replay starts at the tail
+//! and walks seqs in order, so every superseded copy it meets is followed
+//! by the entry or record that supersedes it.
+
+use super::policy::Candidate;
+use super::{Dcd, HomeOp, Job, Loc, LowerOp, Phase, SegMeta, SegState};
+use crate::seglog::{Checkpoint, SegLoc, Seq};
+use bytes::Bytes;
+use layoutd_core::{Completion, Instant, Op, ReqId, Request, SECTOR_BYTES};
+
+const S: u64 = SECTOR_BYTES;
+/// Longest destage write, in sectors (keeps one write under 256 KiB).
+const DESTAGE_RUN_SECTORS_MAX: usize = 512;
+
+impl Dcd {
+    /// The runtime saw no foreground work: arm the idle timer, whose
+    /// threshold falls from `idle_ms_max` (empty log) to `idle_ms_min` (full).
+    pub(super) fn idle(&mut self, now: Instant) {
+        if !self.serving() || self.destage.running || self.destage.idle_deadline.is_some() {
+            return;
+        }
+        if self.candidates().is_empty() {
+            return;
+        }
+        self.destage.idle_deadline = Some(now.add_ns(self.idle_threshold_ns()));
+    }
+
+    /// `max * (min/max)^utilization`: 1 s when empty, 1 ms when full (defaults).
+    pub fn idle_threshold_ns(&self) -> u64 {
+        let used = (self.ring.head.0 - self.ring.tail.0) as f64 / f64::from(self.geo.segment_count);
+        assert!((0.0..=1.0).contains(&used));
+        let (max, min) = (self.args.idle_ms_max as f64 * 1e6, self.args.idle_ms_min as f64 * 1e6);
+        let t = max * (min / max).powf(used);
+        assert!(t >= min - 1.0 && t <= max + 1.0);
+        t as u64
+    }
+
+    pub(super) fn timeout(&mut self, now: Instant) {
+        if self.buffer_deadline.is_some_and(|t| t <= now) {
+            self.buffer_deadline = None;
+            if let Some(loc) = self.open.filter(|l| !self.segs[l.0 as usize].entries.is_empty()) {
+                self.seal(loc);
+            }
+        }
+        if self.destage.idle_deadline.is_some_and(|t| t <= now) {
+            self.destage.idle_deadline = None;
+            self.destage.running = true;
+        }
+    }
+
+    /// Dirty segments on disk with sectors still to move home.
+    fn candidates(&self) -> Vec<Candidate> {
+        (self.ring.tail.0..self.ring.head.0)
+            .map(|s| (s, self.geo.location(Seq(s))))
+            .filter(|&(_, loc)| {
+                let seg = &self.segs[loc.0 as usize];
+                seg.state == SegState::Dirty && seg.valid_sectors > 0 && !seg.destaging
+            })
+            .map(|(s, loc)| Candidate {
+                seq: Seq(s),
+                loc,
+                valid_sectors: self.segs[loc.0 as usize].valid_sectors,
+            })
+            .collect()
+    }
+
+    /// Whether a destage step should start now.
+    pub fn should_destage(&self) -> bool {
+        self.serving() && self.destage.job.is_none() && (self.destage.running || self.destage.forced)
+    }
+
+    /// Starts destaging one segment: the policy's pick when idle, the
+    /// oldest when the log is full. Returns false if there is nothing to do.
+    pub fn step_destage(&mut self) -> bool {
+        assert!(self.should_destage());
+        let candidates = self.candidates();
+        if candidates.is_empty() {
+            self.destage.running = false;
+            return false;
+        }
+        let forced = !self.destage.running;
+        let pick = if forced {
+            *candidates.iter().min_by_key(|c| c.seq).expect("non-empty")
+        } else {
+            self.policy.pick(&candidates)
+        };
+        self.start_job(pick.loc, forced);
+        true
+    }
+
+    fn start_job(&mut self, loc: SegLoc, forced: bool) {
+        assert!(self.destage.job.is_none());
+        let seg = &mut self.segs[loc.0 as usize];
+        assert_eq!(seg.state, SegState::Dirty);
+        assert!(!seg.destaging && seg.valid_sectors > 0);
+        seg.destaging = true;
+        let used = seg.slots.len() as u64 * u64::from(self.geo.slot_bytes);
+        let job = Job {
+            loc,
+            seq: seg.seq,
+            forced,
+            read_done: false,
+            runs_left: 0,
+            writes_in_flight: 0,
+            failed: false,
+        };
+        self.destage.job = Some(job);
+        if forced {
+            self.counters.forced_destages_count += 1;
+        }
+        let offset = self.geo.slot_offset_bytes(loc, 0);
+        self.emit(LowerOp::DestageRead { loc }, Request::new(ReqId(0), Op::Read, offset, used as u32));
+    }
+
+    /// The segment's slots were read: queue its valid sectors home, sorted
+    /// by data address and merged into runs.
+    fn destage_read_done(&mut self, loc: SegLoc, c: Completion) {
+        let job = self.destage.job.as_mut().expect("a job is running");
+        assert_eq!(job.loc, loc);
+        job.read_done = true;
+        if c.result.is_err() {
+            job.failed = true;
+            return;
+        }
+        let seg = &self.segs[loc.0 as usize];
+        let mut sectors: Vec<(u64, Loc, usize)> = Vec::with_capacity(seg.valid_sectors as usize);
+        for (i, slot) in seg.slots.iter().enumerate() {
+            for w in 0..slot.sector_count {
+                if slot.valid_mask & (1 << w) != 0 {
+                    let at = i * self.geo.slot_bytes as usize + (u64::from(w) * S) as usize;
+                    sectors.push((
+                        slot.start_sector + u64::from(w),
+                        Loc { seg: loc, slot: i as u16, within: w as u8 },
+                        at,
+                    ));
+                }
+            }
+        }
+        assert_eq!(sectors.len(), seg.valid_sectors as usize);
+        sectors.sort_unstable_by_key(|s| s.0);
+        let seq = seg.seq;
+        let mut i = 0;
+        while i < sectors.len() {
+            let mut j = i + 1;
+            while j < sectors.len() && sectors[j].0 == sectors[j - 1].0 + 1 && j - i < DESTAGE_RUN_SECTORS_MAX
+            {
+                j += 1;
+            }
+            let data = c.data.as_ref().map(|d| {
+                let mut v = Vec::with_capacity((j - i) * S as usize);
+                sectors[i..j].iter().for_each(|s| v.extend_from_slice(&d[s.2..s.2 + S as usize]));
+                Bytes::from(v)
+            });
+            let run = sectors[i..j].iter().map(|s| (s.0, s.1)).collect();
+            self.destage.job.as_mut().expect("running").runs_left += 1;
+            self.home_submit(HomeOp::Destage { seq, sectors: run, data });
+            i = j;
+        }
+    }
+
+    /// Issues a destage run, skipping sectors overwritten since it was read.
+    pub(super) fn destage_issue(&mut self, seq: Seq, sectors: Vec<(u64, Loc)>, data: Option<Bytes>) {
+        let job = self.destage.job.as_mut().expect("destage runs belong to the running job");
+        assert!(job.runs_left > 0 && job.seq == seq);
+        job.runs_left -= 1;
+        let first = sectors[0].0;
+        let mut i = 0;
+        while i < sectors.len() {
+            if self.lookup.get(sectors[i].0) != Some(sectors[i].1) {
+                i += 1;
+                continue;
+            }
+            let mut j = i + 1;
+            while j < sectors.len() && self.lookup.get(sectors[j].0) == Some(sectors[j].1) {
+                j += 1;
+            }
+            let (a, b) = (sectors[i].0, sectors[j - 1].0 + 1);
+            let slice =
+                data.as_ref().map(|d| d.slice(((a - first) * S) as usize..((b - first) * S) as usize));
+            let mut req =
+                Request::new(ReqId(0), Op::Write, self.args.data_offset_bytes + a * S, ((b - a) * S) as u32);
+            req.data = slice;
+            let id = self.emit(LowerOp::HomeDestage { seq, sectors: sectors[i..j].to_vec() }, req);
+            self.home_in_flight.insert(id, (a, b));
+            self.destage.job.as_mut().expect("running").writes_in_flight += 1;
+            i = j;
+        }
+    }
+
+    fn destage_write_done(&mut self, sectors: Vec<(u64, Loc)>, c: Completion) {
+        let job = self.destage.job.as_mut().expect("a job is running");
+        assert!(job.writes_in_flight > 0);
+        job.writes_in_flight -= 1;
+        if c.result.is_err() {
+            job.failed = true;
+            return;
+        }
+        for (s, loc) in sectors {
+            if self.lookup.remove_if(s, loc) {
+                self.invalidate(loc, None);
+                self.counters.destaged_bytes += S;
+            }
+        }
+    }
+
+    fn maybe_finish_job(&mut self) {
+        let Some(job) = self.destage.job.as_ref() else { return };
+        if !job.read_done || job.runs_left > 0 || job.writes_in_flight > 0 {
+            return;
+        }
+        let job = self.destage.job.take().expect("present");
+        let seg = &mut self.segs[job.loc.0 as usize];
+        assert!(seg.destaging && seg.seq == job.seq);
+        seg.destaging = false;
+        assert!(job.failed || seg.valid_sectors == 0, "a finished destage leaves nothing valid");
+        self.policy.complete(job.seq, !job.failed);
+        self.counters.destaged_segments_count += 1;
+        if job.failed {
+            self.destage.running = false;
+        }
+        let _ = job.forced;
+    }
+
+    fn reclaimable(&self, seq: Seq) -> bool {
+        let seg = &self.segs[self.geo.location(seq).0 as usize];
+        assert_eq!(seg.seq, seq, "ring location holds the seq it should");
+        seg.state == SegState::Dirty
+            && seg.written
+            && seg.valid_sectors == 0
+            && seg.pins == 0
+            && !seg.destaging
+            && seg.superseded_seq_max.is_none_or(|s| s < self.ring.written_upto)
+    }
+
+    /// Moves the tail past reclaimable segments: flush, then checkpoint.
+    pub(super) fn advance_tail(&mut self) {
+        if self.ring.checkpoint_busy {
+            return;
+        }
+        let mut t = self.ring.tail;
+        while t < self.ring.head && self.reclaimable(t) {
+            t = Seq(t.0 + 1);
+        }
+        if t == self.ring.tail {
+            return;
+        }
+        assert!(t <= self.ring.written_upto, "only written segments are reclaimed");
+        self.ring.checkpoint_busy = true;
+        self.emit(LowerOp::CheckpointFlush { tail: t }, Request::new(ReqId(0), Op::Flush, 0, 0));
+    }
+
+    pub(super) fn write_checkpoint(&mut self, op: LowerOp, tail: Seq, fua: bool) {
+        self.ring.generation += 1;
+        let ck = Checkpoint {
+            generation: self.ring.generation,
+            boot: self.ring.boot,
+            replay_from_seq: tail,
+            resume_seq: self.ring.resume,
+        };
+        let mut req = Request::write(
+            ReqId(0),
+            self.geo.checkpoint_offset_bytes(ck.generation),
+            Bytes::from(ck.encode(&self.geo)),
+        );
+        req.fua = fua;
+        self.counters.checkpoints_written_count += 1;
+        self.emit(op, req);
+    }
+
+    /// The checkpoint is durable: segments before `tail` are free.
+    fn tail_persisted(&mut self, tail: Seq) {
+        assert!(tail > self.ring.tail && tail <= self.ring.head);
+        for s in self.ring.tail.0..tail.0 {
+            let loc = self.geo.location(Seq(s));
+            let seg = std::mem::replace(&mut self.segs[loc.0 as usize], SegMeta::free());
+            assert!(seg.valid_sectors == 0 && seg.pins == 0);
+            for e in &seg.entries {
+                if let crate::seglog::Entry::Slot { start_sector, sector_count, .. } = *e {
+                    for x in start_sector..start_sector + u64::from(sector_count) {
+                        if self.ghost.get(&x) == Some(&seg.seq) {
+                            self.ghost.remove(&x);
+                        }
+                    }
+                }
+            }
+        }
+        self.ring.tail = tail;
+        self.ring.checkpoint_busy = false;
+    }
+
+    /// Stops serving: the log or its checkpoint could not be written.
+    pub(super) fn fail(&mut self, why: String) {
+        self.phase = Phase::Failed(why);
+        for w in std::mem::take(&mut self.waiters) {
+            for id in w.acks {
+                self.complete_upper(Completion::err(id, layoutd_core::IoError::Io));
+            }
+        }
+        for r in std::mem::take(&mut self.pending) {
+            self.complete_upper(Completion::err(r.id, layoutd_core::IoError::Io));
+        }
+    }
+
+    /// Dispatches one lower completion.
+    pub(super) fn completion(&mut self, now: Instant, op: LowerOp, c: Completion) {
+        let failed = c.result.is_err();
+        match op {
+            LowerOp::Bringup => self.bringup_done(now, c),
+            LowerOp::SegPreflush { loc } if !failed => self.write_segment(loc),
+            LowerOp::SegWrite { loc } if !failed => self.segment_written(loc),
+            LowerOp::SegPreflush { loc } | LowerOp::SegWrite { loc } => {
+                self.fail(format!("writing log segment {} failed", loc.0));
+            }
+            LowerOp::DurableFlush { acks, upto } => {
+                let _ = upto;
+                for id in acks {
+                    self.complete_upper(Completion { id, result: c.result, data: None });
+                }
+            }
+            LowerOp::ReadPiece { key, within_bytes, pin } => {
+                if let Some(loc) = pin {
+                    self.segs[loc.0 as usize].pins -= 1;
+                }
+                self.read_piece_done(key, within_bytes, c.data, c.result);
+            }
+            LowerOp::HomeUpper { id, fua, start, count, arrival } => {
+                assert!(self.home_in_flight.remove(&c.id.0).is_some());
+                self.home_upper_done(Completion { id, ..c }, fua, start, count, arrival);
+                self.home_retry();
+            }
+            LowerOp::HomeDestage { seq, sectors } => {
+                assert!(self.home_in_flight.remove(&c.id.0).is_some());
+                assert_eq!(
+                    self.destage.job.as_ref().map(|j| j.seq),
+                    Some(seq),
+                    "destage writes belong to the job"
+                );
+                self.destage_write_done(sectors, c);
+                self.home_retry();
+            }
+            LowerOp::DestageRead { loc } => self.destage_read_done(loc, c),
+            LowerOp::CheckpointFlush { tail } if !failed => {
+                self.write_checkpoint(LowerOp::CheckpointWrite { tail }, tail, true)
+            }
+            LowerOp::CheckpointWrite { tail } if !failed => self.tail_persisted(tail),
+            LowerOp::CheckpointFlush { .. } | LowerOp::CheckpointWrite { .. } => {
+                self.fail("writing the log checkpoint failed".into());
+            }
+        }
+        self.maybe_finish_job();
+    }
+
+    /// Runs after every input: admit held requests, complete durable
+    /// waiters, reclaim the tail, start background steps.
+    pub(super) fn after_change(&mut self, now: Instant) {
+        if !self.serving() {
+            return;
+        }
+        self.flush_pending_invalidations(now);
+        self.retry_pending(now);
+        self.process_waiters();
+        self.advance_tail();
+        self.serve_waiting_reads(now);
+        if self.should_destage() {
+            self.step_destage();
+        }
+    }
+
+    /// `read_fragmented = "destage"`: destage what a fragmented read needs,
+    /// then read it from where it now is.
+    fn serve_waiting_reads(&mut self, now: Instant) {
+        let Some(req) = self.destage.reads_waiting.front() else { return };
+        let start = req.offset_bytes / S;
+        let locs = self.lookup.get_range(start, u64::from(req.length_bytes) / S);
+        let segs: Vec<SegLoc> = locs.iter().flatten().map(|l| l.seg).collect();
+        let on_disk = segs.iter().find(|l| self.segs[l.0 as usize].state == SegState::Dirty).copied();
+        match on_disk {
+            None => {
+                let req = self.destage.reads_waiting.pop_front().expect("front");
+                self.read(now, req);
+            }
+            Some(loc) if self.destage.job.is_none() && !self.segs[loc.0 as usize].destaging => {
+                self.start_job(loc, true);
+            }
+            Some(_) => {}
+        }
+    }
+}

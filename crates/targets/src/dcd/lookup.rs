@@ -1,0 +1,143 @@
+//! The data lookup table: data sector -> where its newest copy is in the
+//! log (segment location, slot, sector within the slot). Organised in
+//! 4 KiB lines of 8 sectors (the paper's cache lines), so an aligned 4 KiB
+//! request is one map lookup, while partial and overlapping requests are
+//! still exact per sector. A `BTreeMap` keeps iteration deterministic.
+
+use crate::seglog::SegLoc;
+use std::collections::BTreeMap;
+
+const LINE_SECTORS: u64 = 8;
+const PRESENT: u64 = 1 << 63;
+
+/// Where one data sector's newest copy lives.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Loc {
+    /// The segment.
+    pub seg: SegLoc,
+    /// The slot within it.
+    pub slot: u16,
+    /// The sector within the slot.
+    pub within: u8,
+}
+
+impl Loc {
+    fn pack(self) -> u64 {
+        PRESENT | (u64::from(self.seg.0) << 24) | (u64::from(self.slot) << 8) | u64::from(self.within)
+    }
+    fn unpack(v: u64) -> Option<Loc> {
+        (v & PRESENT != 0).then(|| Loc {
+            seg: SegLoc(((v >> 24) & 0xFFFF_FFFF) as u32),
+            slot: ((v >> 8) & 0xFFFF) as u16,
+            within: (v & 0xFF) as u8,
+        })
+    }
+}
+
+/// The table.
+#[derive(Default)]
+pub struct Lookup {
+    lines: BTreeMap<u64, [u64; LINE_SECTORS as usize]>,
+    mapped_count: u64,
+}
+
+impl Lookup {
+    /// Sectors currently mapped into the log.
+    pub fn mapped_count(&self) -> u64 {
+        self.mapped_count
+    }
+
+    /// Where `sector` lives, if in the log.
+    pub fn get(&self, sector: u64) -> Option<Loc> {
+        let line = self.lines.get(&(sector / LINE_SECTORS))?;
+        Loc::unpack(line[(sector % LINE_SECTORS) as usize])
+    }
+
+    /// The locations of `count` sectors from `start` (one lookup per line).
+    pub fn get_range(&self, start: u64, count: u64) -> Vec<Option<Loc>> {
+        let mut out = vec![None; count as usize];
+        for (&key, line) in self.lines.range(start / LINE_SECTORS..=(start + count - 1) / LINE_SECTORS) {
+            for (i, &v) in line.iter().enumerate() {
+                let s = key * LINE_SECTORS + i as u64;
+                if s >= start && s < start + count {
+                    out[(s - start) as usize] = Loc::unpack(v);
+                }
+            }
+        }
+        out
+    }
+
+    /// Maps `sector` to `loc`; returns the location it replaces.
+    pub fn set(&mut self, sector: u64, loc: Loc) -> Option<Loc> {
+        let line = self.lines.entry(sector / LINE_SECTORS).or_insert([0; LINE_SECTORS as usize]);
+        let old = Loc::unpack(std::mem::replace(&mut line[(sector % LINE_SECTORS) as usize], loc.pack()));
+        if old.is_none() {
+            self.mapped_count += 1;
+        }
+        assert_eq!(self.get(sector), Some(loc));
+        old
+    }
+
+    /// Unmaps `sector` if it still points at `loc`; true if it did.
+    pub fn remove_if(&mut self, sector: u64, loc: Loc) -> bool {
+        let key = sector / LINE_SECTORS;
+        let Some(line) = self.lines.get_mut(&key) else { return false };
+        let v = &mut line[(sector % LINE_SECTORS) as usize];
+        if Loc::unpack(*v) != Some(loc) {
+            return false;
+        }
+        *v = 0;
+        self.mapped_count -= 1;
+        if line.iter().all(|&x| x == 0) {
+            self.lines.remove(&key);
+        }
+        true
+    }
+
+    /// Unmaps every sector of `[start, start + count)` for which `keep`
+    /// says false; returns the `(sector, loc)` pairs removed.
+    pub fn remove_range(&mut self, start: u64, count: u64, keep: impl Fn(Loc) -> bool) -> Vec<(u64, Loc)> {
+        assert!(count > 0);
+        let mut removed = Vec::new();
+        let keys: Vec<u64> = self
+            .lines
+            .range(start / LINE_SECTORS..=(start + count - 1) / LINE_SECTORS)
+            .map(|(k, _)| *k)
+            .collect();
+        for key in keys {
+            for i in 0..LINE_SECTORS {
+                let s = key * LINE_SECTORS + i;
+                if s < start || s >= start + count {
+                    continue;
+                }
+                if let Some(loc) = self.get(s).filter(|&l| !keep(l)) {
+                    assert!(self.remove_if(s, loc));
+                    removed.push((s, loc));
+                }
+            }
+        }
+        removed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookup_maps_unmaps_and_counts_per_sector() {
+        let mut t = Lookup::default();
+        let l = |seg, slot, within| Loc { seg: SegLoc(seg), slot, within };
+        assert_eq!(t.set(7, l(1, 2, 3)), None);
+        assert_eq!(t.set(8, l(1, 2, 4)), None);
+        assert_eq!(t.set(7, l(9, 0, 0)), Some(l(1, 2, 3)));
+        assert_eq!(t.mapped_count(), 2);
+        assert_eq!(t.get_range(6, 4), vec![None, Some(l(9, 0, 0)), Some(l(1, 2, 4)), None]);
+        assert!(!t.remove_if(7, l(1, 2, 3)));
+        let gone = t.remove_range(0, 100, |loc| loc.seg == SegLoc(9));
+        assert_eq!(gone, vec![(8, l(1, 2, 4))]);
+        assert!(t.remove_if(7, l(9, 0, 0)));
+        assert_eq!(t.mapped_count(), 0);
+        assert_eq!(t.get(7), None);
+    }
+}

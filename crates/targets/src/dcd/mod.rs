@@ -1,0 +1,470 @@
+//! `dcd`: a Disk Caching Disk (Hu & Yang; Nightingale, Hu & Yang, USENIX
+//! 1999) — small writes are appended to RAM segment buffers, written to a
+//! log region in whole segments, and destaged to their home in the data
+//! region when the disk is idle; crash recovery replays segment headers.
+//!
+//! Glossary:
+//! - *data region* ("data-disk"): where blocks live; the volume maps 1:1
+//!   onto it, so a fully destaged data region is a plain disk.
+//! - *log region* ("cache-disk"): a [`crate::seglog`] ring of segments.
+//! - *segment*: header + slots; *slot*: `slot_bytes` of one logged write.
+//! - *buffer*: a RAM copy of the open (or being-written) segment.
+//! - *absorb*: take a write into a buffer and acknowledge it (immediate
+//!   report). *bypass*: send a write (>= `bypass_bytes`), a trim, a
+//!   write-zeroes or a write-through FUA write straight home.
+//! - *invalidation record*: a header entry saying "these sectors were
+//!   overwritten outside the log", so replay never resurrects the older
+//!   log copy.
+//! - *destage*: copy a segment's still-valid sectors home.
+//! - *tail* / *head*: oldest live / next segment seq; the persisted
+//!   checkpoint holds the tail.
+//!
+//! Logical DCD layout on the lower device (the paper's setup):
+//! ```text
+//! log_offset                             data_offset
+//! | ckpt 0 | ckpt 1 | seg 0 | seg 1 | ... | data region (= the volume, 1:1) ... |
+//! ```
+//! Physical DCD (log on its own device) needs a stack with two lower devices,
+//! which the core stack cannot express yet; the region keys are named so a
+//! future `log_device` key can select the device the log region lives on.
+//!
+//! Config (`[[layer]] target = "dcd"`; sizes as `4096`, `"64KiB"`):
+//! ```toml
+//! log_offset = 0                  # log region start (default 0)
+//! log_length = "64MiB"            # default: 1/8 of the device, at most 64 MiB
+//! data_offset = "64MiB"           # default: right after the log
+//! data_length = "..."             # default: to the end of the device
+//! segment_bytes = "128KiB"        # slots per segment, in bytes (header extra)
+//! slot_bytes = "4KiB"             # the paper used 1 KiB
+//! buffer_count = 4                # RAM segment buffers (2..=64)
+//! buffer_delay_ms = 200           # a partial buffer is written after this long
+//! bypass_bytes = "64KiB"          # writes this large go straight home
+//! fua = "write-through"           # or "log": force the buffer out instead
+//! destage_policy = "last-written-first" # or "fewest-valid-first", "oldest-first"
+//! idle_ms_max = 1000              # idle threshold with an empty log ...
+//! idle_ms_min = 1                 # ... falling to this with a full one
+//! read_fragmented = "assemble"    # or "destage" (the paper's fallback)
+//! pending_max = 4096              # upper requests held while the log is full
+//! ```
+//!
+//! Status: `dcd <config> writes_absorbed_count writes_bypassed_count
+//! log_segments_written_count read_ram_bytes read_log_bytes read_data_bytes
+//! destaged_bytes overwritten_before_destage_bytes forced_destages_count
+//! log_utilization_pct dirty_segments_count ...` (all `key=value`; see
+//! [`Dcd::status`]). Draining: a runtime that keeps delivering idle events
+//! and timeouts (as `Harness::settle` does) destages the whole log;
+//! `dirty_segments_count=0` and `log_utilization_pct=0` then hold.
+
+mod config;
+mod destage;
+mod lookup;
+pub mod policy;
+mod recovery;
+mod request;
+
+pub use config::{Args, FuaMode, PolicyKind, ReadFragmented};
+
+use crate::seglog::{Entry, Geometry, SegLoc, Seq};
+use bytes::Bytes;
+use layoutd_core::config::{ArgReader, ConfigError};
+use layoutd_core::{Completion, Instant, OpenMode, ReqId, Request, Status, Target};
+use lookup::{Loc, Lookup};
+use std::collections::{BTreeMap, VecDeque};
+
+/// Where a segment is in its life.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum SegState {
+    /// Reclaimed; its location may be reused.
+    Free,
+    /// In RAM buffer `buf`, taking appends.
+    Open { buf: u32 },
+    /// In RAM buffer `buf`, being written to the log.
+    Sealed { buf: u32 },
+    /// On disk, in the log.
+    Dirty,
+}
+
+/// One slot: which data sectors it holds and which are still current.
+#[derive(Copy, Clone, Debug)]
+struct SlotMeta {
+    start_sector: u64,
+    sector_count: u32,
+    valid_mask: u64,
+}
+
+/// The in-memory segment header.
+#[derive(Clone, Debug)]
+struct SegMeta {
+    seq: Seq,
+    state: SegState,
+    slots: Vec<SlotMeta>,
+    entries: Vec<Entry>,
+    valid_sectors: u32,
+    /// The newest segment that holds a record superseding one of our sectors.
+    superseded_seq_max: Option<Seq>,
+    /// Reads in flight from this segment: while non-zero it is not reclaimed.
+    pins: u32,
+    destaging: bool,
+    written: bool,
+    has_invalidations: bool,
+    has_data: bool,
+}
+
+impl SegMeta {
+    fn free() -> SegMeta {
+        SegMeta {
+            seq: Seq(0),
+            state: SegState::Free,
+            slots: Vec::new(),
+            entries: Vec::new(),
+            valid_sectors: 0,
+            superseded_seq_max: None,
+            pins: 0,
+            destaging: false,
+            written: false,
+            has_invalidations: false,
+            has_data: true,
+        }
+    }
+}
+
+/// The ring's cursors: `tail <= written_upto <= head`, all monotonic.
+#[derive(Clone, Debug, Default)]
+struct Ring {
+    /// Persisted tail: segments older are reclaimed.
+    tail: Seq,
+    /// Next seq to open.
+    head: Seq,
+    /// Every seq below this has been written to the log.
+    written_upto: Seq,
+    boot: u64,
+    resume: Seq,
+    generation: u64,
+    checkpoint_busy: bool,
+}
+
+/// Why this target sent a lower request.
+#[derive(Clone, Debug)]
+enum LowerOp {
+    Bringup,
+    SegPreflush { loc: SegLoc },
+    SegWrite { loc: SegLoc },
+    DurableFlush { acks: Vec<ReqId>, upto: Seq },
+    ReadPiece { key: u64, within_bytes: u32, pin: Option<SegLoc> },
+    HomeUpper { id: ReqId, fua: bool, start: u64, count: u64, arrival: (Seq, u32) },
+    HomeDestage { seq: Seq, sectors: Vec<(u64, Loc)> },
+    DestageRead { loc: SegLoc },
+    CheckpointFlush { tail: Seq },
+    CheckpointWrite { tail: Seq },
+}
+
+/// An upper read being assembled from its pieces.
+struct ReadAsm {
+    id: ReqId,
+    buf: Vec<u8>,
+    pieces_left: u32,
+    error: Option<layoutd_core::IoError>,
+    any_data: bool,
+}
+
+/// A write home waiting for an overlapping one to finish.
+enum HomeOp {
+    Upper { req: Request, arrival: (Seq, u32) },
+    Destage { seq: Seq, sectors: Vec<(u64, Loc)>, data: Option<Bytes> },
+}
+
+/// An invalidation record not yet placed in a segment.
+struct PendingInvalidation {
+    start: u64,
+    count: u64,
+    fua_ack: Option<ReqId>,
+}
+
+/// Upper requests waiting for the log to be durable up to `upto`.
+struct Waiter {
+    acks: Vec<ReqId>,
+    upto: Seq,
+}
+
+/// Idle detection and the destage job in progress.
+#[derive(Default)]
+struct DestageState {
+    idle_deadline: Option<Instant>,
+    running: bool,
+    forced: bool,
+    job: Option<Job>,
+    /// Reads waiting for a destage (`read_fragmented = "destage"`).
+    reads_waiting: VecDeque<Request>,
+}
+
+/// One segment being destaged.
+struct Job {
+    loc: SegLoc,
+    seq: Seq,
+    forced: bool,
+    read_done: bool,
+    runs_left: u32,
+    writes_in_flight: u32,
+    failed: bool,
+}
+
+#[derive(Default)]
+struct Counters {
+    writes_absorbed_count: u64,
+    writes_absorbed_bytes: u64,
+    writes_bypassed_count: u64,
+    writes_bypassed_bytes: u64,
+    writes_fua_count: u64,
+    flushes_count: u64,
+    trims_count: u64,
+    log_segments_written_count: u64,
+    log_written_bytes: u64,
+    read_ram_bytes: u64,
+    read_log_bytes: u64,
+    read_data_bytes: u64,
+    reads_fragmented_count: u64,
+    destaged_bytes: u64,
+    destaged_segments_count: u64,
+    overwritten_before_destage_bytes: u64,
+    forced_destages_count: u64,
+    invalidation_records_count: u64,
+    checkpoints_written_count: u64,
+    recovered_segments_count: u64,
+    lower_errors_count: u64,
+    writes_held_count: u64,
+}
+
+/// The bring-up phase (one type per state, see [`recovery`]).
+enum Phase {
+    Format(recovery::Formatting),
+    Recover(recovery::Recovering),
+    Serving,
+    Failed(String),
+}
+
+/// The dcd target.
+pub struct Dcd {
+    args: Args,
+    geo: Geometry,
+    phase: Phase,
+    segs: Vec<SegMeta>,
+    buffers: Vec<Vec<u8>>,
+    buffers_free: Vec<u32>,
+    lookup: Lookup,
+    /// Data sector -> newest live segment with an entry for it: what replay
+    /// would map. A write home over any of these needs an invalidation record.
+    ghost: BTreeMap<u64, Seq>,
+    policy: Box<dyn policy::DestagePolicy>,
+    ring: Ring,
+    open: Option<SegLoc>,
+    lower: BTreeMap<u64, LowerOp>,
+    next_lower_id: u64,
+    lower_q: VecDeque<Request>,
+    upper_q: VecDeque<Completion>,
+    pending: VecDeque<Request>,
+    pending_invalidations: VecDeque<PendingInvalidation>,
+    waiters: Vec<Waiter>,
+    reads: BTreeMap<u64, ReadAsm>,
+    next_read_key: u64,
+    home_in_flight: BTreeMap<u64, (u64, u64)>,
+    home_waiting: VecDeque<HomeOp>,
+    destage: DestageState,
+    buffer_deadline: Option<Instant>,
+    counters: Counters,
+}
+
+impl Dcd {
+    /// Parses the config over a lower device of `lower_bytes`; `mode` says
+    /// whether to format the log or recover it.
+    pub fn ctr(args: ArgReader<'_>, lower_bytes: u64, mode: OpenMode) -> Result<Dcd, ConfigError> {
+        let (args, geo) = Args::parse(args, lower_bytes)?;
+        Ok(Dcd::new(args, geo, mode))
+    }
+
+    fn new(args: Args, geo: Geometry, mode: OpenMode) -> Dcd {
+        assert!(geo.segment_count >= 2);
+        assert!(args.buffer_count >= 2);
+        let phase = match mode {
+            OpenMode::Format => Phase::Format(recovery::Formatting::default()),
+            OpenMode::Open { clean } => Phase::Recover(recovery::Recovering::new(clean)),
+        };
+        let buffers = (0..args.buffer_count).map(|_| vec![0u8; geo.payload_bytes() as usize]).collect();
+        let mut dcd = Dcd {
+            policy: policy::make(args.destage_policy),
+            segs: vec![SegMeta::free(); geo.segment_count as usize],
+            buffers,
+            buffers_free: (0..args.buffer_count).rev().collect(),
+            args,
+            geo,
+            phase,
+            lookup: Lookup::default(),
+            ghost: BTreeMap::new(),
+            ring: Ring::default(),
+            open: None,
+            lower: BTreeMap::new(),
+            next_lower_id: 0,
+            lower_q: VecDeque::new(),
+            upper_q: VecDeque::new(),
+            pending: VecDeque::new(),
+            pending_invalidations: VecDeque::new(),
+            waiters: Vec::new(),
+            reads: BTreeMap::new(),
+            next_read_key: 0,
+            home_in_flight: BTreeMap::new(),
+            home_waiting: VecDeque::new(),
+            destage: DestageState::default(),
+            buffer_deadline: None,
+            counters: Counters::default(),
+        };
+        dcd.start_bringup();
+        dcd
+    }
+
+    /// Sends a request below, remembering why.
+    fn emit(&mut self, op: LowerOp, mut req: Request) -> u64 {
+        let id = self.next_lower_id;
+        self.next_lower_id += 1;
+        req.id = ReqId(id);
+        assert!(self.lower.insert(id, op).is_none(), "lower ids are unique");
+        self.lower_q.push_back(req);
+        id
+    }
+
+    fn complete_upper(&mut self, c: Completion) {
+        self.upper_q.push_back(c);
+    }
+
+    /// Marks one sector of `loc` as no longer current. `superseder` is the
+    /// segment whose record replaces it (None when it went home by destage).
+    fn invalidate(&mut self, loc: Loc, superseder: Option<Seq>) {
+        let seg = &mut self.segs[loc.seg.0 as usize];
+        assert_ne!(seg.state, SegState::Free, "a mapped sector lives in a live segment");
+        let slot = &mut seg.slots[loc.slot as usize];
+        let bit = 1u64 << loc.within;
+        assert!(slot.valid_mask & bit != 0, "invalidating a sector that is not valid");
+        slot.valid_mask &= !bit;
+        assert!(seg.valid_sectors > 0);
+        seg.valid_sectors -= 1;
+        if let Some(s) = superseder {
+            assert!(s >= seg.seq, "a superseder is never older");
+            seg.superseded_seq_max = seg.superseded_seq_max.max(Some(s));
+        }
+    }
+
+    /// Share of the ring between tail and head, in percent.
+    pub fn log_utilization_pct(&self) -> u64 {
+        let used = self.ring.head.0 - self.ring.tail.0;
+        assert!(used <= u64::from(self.geo.segment_count));
+        used * 100 / u64::from(self.geo.segment_count)
+    }
+
+    /// Segments on disk that still hold sectors to destage.
+    pub fn dirty_segments_count(&self) -> u64 {
+        self.segs.iter().filter(|s| s.state == SegState::Dirty && s.valid_sectors > 0).count() as u64
+    }
+
+    fn serving(&self) -> bool {
+        matches!(self.phase, Phase::Serving)
+    }
+}
+
+impl Target for Dcd {
+    fn name(&self) -> &'static str {
+        "dcd"
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.args.data_length_bytes
+    }
+
+    fn handle_request(&mut self, now: Instant, req: Request) {
+        assert!(req.validate(self.size_bytes()).is_ok(), "stack validated it");
+        self.request(now, req);
+    }
+
+    fn handle_completion(&mut self, now: Instant, c: Completion) {
+        let op = self.lower.remove(&c.id.0).expect("completion for a request this target sent");
+        if c.result.is_err() {
+            self.counters.lower_errors_count += 1;
+        }
+        self.completion(now, op, c);
+        self.after_change(now);
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        self.timeout(now);
+        self.after_change(now);
+    }
+
+    fn handle_idle(&mut self, now: Instant) {
+        self.idle(now);
+    }
+
+    fn poll_lower(&mut self) -> Option<Request> {
+        self.lower_q.pop_front()
+    }
+
+    fn poll_upper(&mut self) -> Option<Completion> {
+        self.upper_q.pop_front()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        [self.buffer_deadline, self.destage.idle_deadline].into_iter().flatten().min()
+    }
+
+    fn is_ready(&self) -> bool {
+        self.serving()
+    }
+
+    fn status(&self) -> Status {
+        let c = &self.counters;
+        let mut config = self.args.echo();
+        if let Phase::Failed(e) = &self.phase {
+            config.push(("error".into(), e.clone()));
+        }
+        let counters = [
+            ("writes_absorbed_count", c.writes_absorbed_count),
+            ("writes_absorbed_bytes", c.writes_absorbed_bytes),
+            ("writes_bypassed_count", c.writes_bypassed_count),
+            ("writes_bypassed_bytes", c.writes_bypassed_bytes),
+            ("writes_fua_count", c.writes_fua_count),
+            ("writes_held_count", c.writes_held_count),
+            ("flushes_count", c.flushes_count),
+            ("trims_count", c.trims_count),
+            ("log_segments_written_count", c.log_segments_written_count),
+            ("log_written_bytes", c.log_written_bytes),
+            ("read_ram_bytes", c.read_ram_bytes),
+            ("read_log_bytes", c.read_log_bytes),
+            ("read_data_bytes", c.read_data_bytes),
+            ("reads_fragmented_count", c.reads_fragmented_count),
+            ("destaged_bytes", c.destaged_bytes),
+            ("destaged_segments_count", c.destaged_segments_count),
+            ("overwritten_before_destage_bytes", c.overwritten_before_destage_bytes),
+            ("forced_destages_count", c.forced_destages_count),
+            ("invalidation_records_count", c.invalidation_records_count),
+            ("checkpoints_written_count", c.checkpoints_written_count),
+            ("recovered_segments_count", c.recovered_segments_count),
+            ("lower_errors_count", c.lower_errors_count),
+            ("log_utilization_pct", self.log_utilization_pct()),
+            ("dirty_segments_count", self.dirty_segments_count()),
+            ("log_sectors_mapped_count", self.lookup.mapped_count()),
+            ("segment_count", u64::from(self.geo.segment_count)),
+            ("tail_seq", self.ring.tail.0),
+            ("head_seq", self.ring.head.0),
+            ("boot_count", self.ring.boot),
+            ("written_upto_seq", self.ring.written_upto.0),
+            ("held_count", self.pending.len() as u64),
+            ("durability_waiters_count", self.waiters.len() as u64),
+            ("home_waiting_count", self.home_waiting.len() as u64),
+            ("reads_waiting_count", self.destage.reads_waiting.len() as u64),
+            ("invalidations_pending_count", self.pending_invalidations.len() as u64),
+            ("buffers_free_count", self.buffers_free.len() as u64),
+            ("open_segment_seq", self.open.map_or(u64::MAX, |l| self.segs[l.0 as usize].seq.0)),
+        ];
+        Status {
+            target: "dcd".into(),
+            config,
+            counters: counters.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! Bringing the log up: formatting a new one, or recovering an existing
+//! one by replaying segment headers from the checkpoint's tail, in seq
+//! order, until the first header that is missing, torn, stale or from
+//! another run (see [`crate::seglog::replay`]). Each phase is its own type.
+//!
+//! Format: every segment header's first sector is zeroed (so nothing of an
+//! earlier log can ever be replayed), both checkpoint copies are written
+//! (boot 1, tail 0), then a flush.
+//!
+//! Recovery, clean or not, reads only the live part of the ring: the
+//! checkpoint, then the segments from the tail on; a clean open finds no
+//! torn segment at the end, an unclean one may. Before serving, a new
+//! checkpoint with the next boot and `resume_seq` = the replay end is
+//! written with FUA, so leftovers past the end are never replayed later.
+
+use super::{Dcd, Loc, LowerOp, Phase, SegMeta, SegState, SlotMeta};
+use crate::seglog::{
+    Checkpoint, Entry, ReplayStep, ReplayWalk, SegLoc, SegmentHeader, Seq, CHECKPOINT_AREA_BYTES,
+};
+use bytes::Bytes;
+use layoutd_core::{Completion, Instant, Op, ReqId, Request, SECTOR_BYTES};
+
+/// Formatting: writes in flight before the final flush.
+#[derive(Default)]
+pub(super) struct Formatting {
+    writes_left: u32,
+    flushing: bool,
+}
+
+/// Recovering: which read is outstanding.
+pub(super) struct Recovering {
+    clean: bool,
+    walk: Option<ReplayWalk>,
+    checkpoint: Option<Checkpoint>,
+    finishing: bool,
+}
+
+impl Recovering {
+    pub(super) fn new(clean: bool) -> Recovering {
+        Recovering { clean, walk: None, checkpoint: None, finishing: false }
+    }
+}
+
+impl Dcd {
+    pub(super) fn start_bringup(&mut self) {
+        match &self.phase {
+            Phase::Format(_) => self.format_start(),
+            Phase::Recover(_) => {
+                let req = Request::new(
+                    ReqId(0),
+                    Op::Read,
+                    self.geo.region_offset_bytes,
+                    CHECKPOINT_AREA_BYTES as u32,
+                );
+                self.emit(LowerOp::Bringup, req);
+            }
+            Phase::Serving | Phase::Failed(_) => panic!("bring-up runs once"),
+        }
+    }
+
+    fn format_start(&mut self) {
+        let n = self.geo.segment_count;
+        for i in 0..n {
+            let offset = self.geo.segment_offset_bytes(SegLoc(i));
+            self.emit(
+                LowerOp::Bringup,
+                Request::write(ReqId(0), offset, Bytes::from(vec![0u8; SECTOR_BYTES as usize])),
+            );
+        }
+        self.ring = super::Ring { boot: 1, generation: 0, ..Default::default() };
+        let ck = |generation| Checkpoint { generation, boot: 1, replay_from_seq: Seq(0), resume_seq: Seq(0) };
+        for generation in [0u64, 1] {
+            let bytes = ck(generation).encode(&self.geo);
+            let offset = self.geo.checkpoint_offset_bytes(generation);
+            self.emit(LowerOp::Bringup, Request::write(ReqId(0), offset, Bytes::from(bytes)));
+        }
+        self.ring.generation = 1;
+        let Phase::Format(f) = &mut self.phase else { unreachable!() };
+        f.writes_left = n + 2;
+    }
+
+    /// A bring-up request completed.
+    pub(super) fn bringup_done(&mut self, now: Instant, c: Completion) {
+        if let Err(e) = c.result {
+            self.phase = Phase::Failed(format!(
+                "dcd log at offset {}: bring-up I/O failed: {e}",
+                self.geo.region_offset_bytes
+            ));
+            return;
+        }
+        match std::mem::replace(&mut self.phase, Phase::Serving) {
+            Phase::Format(f) => self.format_step(f),
+            Phase::Recover(r) => self.recover_step(r, c.data),
+            other => panic!(
+                "bring-up completion while {}",
+                if matches!(other, Phase::Serving) { "serving" } else { "failed" }
+            ),
+        }
+        let _ = now;
+    }
+
+    fn format_step(&mut self, mut f: Formatting) {
+        if f.flushing {
+            assert_eq!(f.writes_left, 0);
+            self.phase = Phase::Serving;
+            return;
+        }
+        assert!(f.writes_left > 0);
+        f.writes_left -= 1;
+        if f.writes_left == 0 {
+            f.flushing = true;
+            self.emit(LowerOp::Bringup, Request::new(ReqId(0), Op::Flush, 0, 0));
+        }
+        self.phase = Phase::Format(f);
+    }
+
+    fn recover_step(&mut self, mut r: Recovering, data: Option<Bytes>) {
+        if r.finishing {
+            self.phase = Phase::Serving;
+            return;
+        }
+        let Some(data) = data else {
+            self.phase = Phase::Failed(
+                "dcd recovery needs the log's bytes; the runtime runs in timing-only mode".into(),
+            );
+            return;
+        };
+        let Some(walk) = r.walk.as_mut() else {
+            match Checkpoint::pick(&data, &self.geo) {
+                Ok((ck, _fallback)) => {
+                    r.walk = Some(ReplayWalk::new(ck.clone(), &self.geo));
+                    r.checkpoint = Some(ck);
+                    return self.recover_read_next(r);
+                }
+                Err(e) => {
+                    let at = self.geo.region_offset_bytes;
+                    self.phase = Phase::Failed(format!(
+                        "dcd log at lower offset {at}: {e}; format the device or fix log_offset"
+                    ));
+                    return;
+                }
+            }
+        };
+        let hb = self.geo.header_bytes as usize;
+        let header = SegmentHeader::decode(&data[..hb], &self.geo);
+        let loc = self.geo.location(walk.next_seq());
+        match walk.offer(header, Some(&data[hb..])) {
+            ReplayStep::Apply(h) => match self.apply_replayed(loc, &h) {
+                Ok(()) => self.recover_read_next(r),
+                Err(e) => {
+                    self.phase = Phase::Failed(format!("dcd log segment {} (seq {}): {e}", loc.0, h.seq.0))
+                }
+            },
+            ReplayStep::Stop(_) => self.recover_finish(r),
+        }
+    }
+
+    fn recover_read_next(&mut self, r: Recovering) {
+        let walk = r.walk.as_ref().expect("walking");
+        let loc = walk.next_location(&self.geo).expect("walk not stopped");
+        let offset = self.geo.segment_offset_bytes(loc);
+        let req = Request::new(ReqId(0), Op::Read, offset, self.geo.stride_bytes() as u32);
+        self.emit(LowerOp::Bringup, req);
+        self.phase = Phase::Recover(r);
+    }
+
+    /// The walk ended: persist a checkpoint for the new boot, then serve.
+    fn recover_finish(&mut self, mut r: Recovering) {
+        let ck = r.checkpoint.clone().expect("read before the walk");
+        let end = r.walk.as_ref().expect("walked").next_seq();
+        assert!(end >= ck.replay_from_seq);
+        assert!(end.0 - ck.replay_from_seq.0 <= u64::from(self.geo.segment_count));
+        self.ring = super::Ring {
+            tail: ck.replay_from_seq,
+            head: end,
+            written_upto: end,
+            boot: ck.boot + 1,
+            resume: end,
+            generation: ck.generation,
+            checkpoint_busy: false,
+        };
+        let _ = r.clean;
+        r.finishing = true;
+        self.phase = Phase::Recover(r);
+        self.write_checkpoint(LowerOp::Bringup, ck.replay_from_seq, true);
+    }
+
+    /// Rebuilds the in-memory header and the lookup table from one replayed
+    /// segment, applying its entries in order.
+    fn apply_replayed(&mut self, loc: SegLoc, h: &SegmentHeader) -> Result<(), String> {
+        let sectors_total = self.args.data_length_bytes / SECTOR_BYTES;
+        let empty = SlotMeta { start_sector: 0, sector_count: 0, valid_mask: 0 };
+        let mut seg = SegMeta {
+            seq: h.seq,
+            state: SegState::Dirty,
+            slots: vec![empty; h.slots_used as usize],
+            entries: h.entries.clone(),
+            written: true,
+            has_data: h.payload_crc.is_some(),
+            ..SegMeta::free()
+        };
+        for e in &h.entries {
+            let (start, count) = match *e {
+                Entry::Slot { start_sector, sector_count, .. }
+                | Entry::Invalidate { start_sector, sector_count } => (start_sector, u64::from(sector_count)),
+            };
+            if start + count > sectors_total {
+                return Err(format!("entry {e:?} lies past the data region ({sectors_total} sectors)"));
+            }
+            if let Entry::Slot { slot, .. } = *e {
+                if seg.slots[slot as usize].sector_count != 0 {
+                    return Err(format!("slot {slot} appears twice"));
+                }
+                let mask = if count == 64 { u64::MAX } else { (1u64 << count) - 1 };
+                seg.slots[slot as usize] =
+                    SlotMeta { start_sector: start, sector_count: count as u32, valid_mask: mask };
+                seg.valid_sectors += count as u32;
+            } else {
+                seg.has_invalidations = true;
+            }
+        }
+        assert_eq!(self.segs[loc.0 as usize].state, SegState::Free, "each location is replayed once");
+        self.segs[loc.0 as usize] = seg;
+        for e in &h.entries {
+            self.replay_entry(loc, h.seq, *e);
+        }
+        self.counters.recovered_segments_count += 1;
+        Ok(())
+    }
+
+    fn replay_entry(&mut self, loc: SegLoc, seq: Seq, e: Entry) {
+        match e {
+            Entry::Slot { start_sector, sector_count, slot } => {
+                for w in 0..sector_count {
+                    let sector = start_sector + u64::from(w);
+                    if let Some(old) = self.lookup.set(sector, Loc { seg: loc, slot, within: w as u8 }) {
+                        self.invalidate(old, Some(seq));
+                    }
+                    self.ghost.insert(sector, seq);
+                }
+            }
+            Entry::Invalidate { start_sector, sector_count } => {
+                let end = start_sector + u64::from(sector_count);
+                for (_, old) in self.lookup.remove_range(start_sector, u64::from(sector_count), |_| false) {
+                    self.invalidate(old, Some(seq));
+                }
+                let keys: Vec<u64> = self.ghost.range(start_sector..end).map(|(k, _)| *k).collect();
+                for k in keys {
+                    self.ghost.remove(&k);
+                }
+            }
+        }
+    }
+}
