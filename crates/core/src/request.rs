@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 pub const SECTOR_BYTES: u64 = 512;
 /// The largest request a target accepts (32 MiB).
 pub const REQUEST_BYTES_MAX: u32 = 32 << 20;
-const _: () = assert!(REQUEST_BYTES_MAX as u64 % SECTOR_BYTES == 0);
+const _: () = assert!((REQUEST_BYTES_MAX as u64).is_multiple_of(SECTOR_BYTES));
 
 /// What a request does.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -142,7 +142,7 @@ impl Request {
             };
         }
         let aligned =
-            self.offset_bytes % SECTOR_BYTES == 0 && u64::from(self.length_bytes) % SECTOR_BYTES == 0;
+            self.offset_bytes.is_multiple_of(SECTOR_BYTES) && u64::from(self.length_bytes) % SECTOR_BYTES == 0;
         let sized = self.length_bytes > 0 && self.length_bytes <= REQUEST_BYTES_MAX;
         let in_range =
             self.offset_bytes.checked_add(u64::from(self.length_bytes)).is_some_and(|end| end <= size_bytes);

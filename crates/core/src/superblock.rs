@@ -33,7 +33,7 @@ const CRC_OFFSET: usize = SUPERBLOCK_BYTES - 4;
 /// Longest config text that fits.
 pub const CONFIG_BYTES_MAX: usize = CRC_OFFSET - CONFIG_OFFSET;
 const _: () = assert!(2 * SUPERBLOCK_BYTES as u64 <= DATA_START_BYTES);
-const _: () = assert!(DATA_START_BYTES % 4096 == 0);
+const _: () = assert!(DATA_START_BYTES.is_multiple_of(4096));
 
 /// The decoded superblock.
 #[derive(Clone, Debug, PartialEq)]

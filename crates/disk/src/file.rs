@@ -66,9 +66,9 @@ impl FileDevice {
     }
 
     fn aligned(buf_ptr: *const u8, len: usize, offset: u64) -> bool {
-        (buf_ptr as usize) % DIRECT_ALIGN_BYTES == 0
-            && len % DIRECT_ALIGN_BYTES == 0
-            && offset % DIRECT_ALIGN_BYTES as u64 == 0
+        (buf_ptr as usize).is_multiple_of(DIRECT_ALIGN_BYTES)
+            && len.is_multiple_of(DIRECT_ALIGN_BYTES)
+            && offset.is_multiple_of(DIRECT_ALIGN_BYTES as u64)
     }
 
     fn zero_by_writing(&self, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {

@@ -16,7 +16,7 @@
 //! write from every connection durable before it replies.
 
 use layoutd_core::{Completion, IoError, Op, ReqId, Request, StreamId, REQUEST_BYTES_MAX};
-use layoutd_core::{Stack, Target};
+use layoutd_core::Stack;
 use layoutd_disk::FileDevice;
 use layoutd_runtime::emulate::HddEmulator;
 use layoutd_runtime::live::{LiveVolume, RecordSink};
