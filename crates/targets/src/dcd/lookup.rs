@@ -26,7 +26,7 @@ impl Loc {
         PRESENT | (u64::from(self.seg.0) << 24) | (u64::from(self.slot) << 8) | u64::from(self.within)
     }
     fn unpack(v: u64) -> Option<Loc> {
-        (v & PRESENT != 0).then(|| Loc {
+        (v & PRESENT != 0).then_some(Loc {
             seg: SegLoc(((v >> 24) & 0xFFFF_FFFF) as u32),
             slot: ((v >> 8) & 0xFFFF) as u16,
             within: (v & 0xFF) as u8,

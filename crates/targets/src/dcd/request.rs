@@ -75,7 +75,9 @@ impl Dcd {
                 return;
             }
         }
-        self.destage.forced = false;
+        if self.pending_invalidations.is_empty() {
+            self.destage.forced = false;
+        }
     }
 
     /// Makes sure the open segment has room for `slots` slots and `entries`
