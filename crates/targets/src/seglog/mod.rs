@@ -48,8 +48,8 @@ pub const SLOT_BYTES_MAX: u32 = 64 * SECTOR_BYTES as u32;
 /// Most slots per segment (slot indices are `u16`).
 pub const SLOT_COUNT_MAX: u32 = 4096;
 
-const _: () = assert!(CHECKPOINT_COPY_BYTES % SECTOR_BYTES == 0);
-const _: () = assert!(HEADER_FIXED_BYTES % 8 == 0);
+const _: () = assert!(CHECKPOINT_COPY_BYTES.is_multiple_of(SECTOR_BYTES));
+const _: () = assert!(HEADER_FIXED_BYTES.is_multiple_of(8));
 const _: () = assert!(SLOT_BYTES_MAX / SECTOR_BYTES as u32 <= 64);
 const _: () = assert!(SLOT_COUNT_MAX <= u16::MAX as u32);
 
@@ -97,7 +97,7 @@ impl Geometry {
                 "a segment must hold between 1 and {SLOT_COUNT_MAX} slots, not {slot_count}"
             ));
         }
-        if region_offset_bytes % SECTOR_BYTES != 0 {
+        if !region_offset_bytes.is_multiple_of(SECTOR_BYTES) {
             return Err(format!("log offset {region_offset_bytes} must be a multiple of 512"));
         }
         let entry_count_max = (2 * slot_count).max(slot_count + 8);
