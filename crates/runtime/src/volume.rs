@@ -13,7 +13,7 @@ use layoutd_core::superblock::{
     Superblock, SuperblockError, DATA_START_BYTES, DEVICE_BYTES_MIN, SUPERBLOCK_BYTES,
 };
 use layoutd_core::{OpenMode, Target};
-use layoutd_disk::{BlockDevice, FileDevice, SliceDevice};
+use layoutd_disk::{BlockDevice, FileDevice, OverlayDevice, SliceDevice};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -173,4 +173,19 @@ pub fn mark_clean(path: &Path, device: &FileDevice) -> Result<(), VolumeError> {
 pub fn inspect(path: &Path) -> Result<Superblock, VolumeError> {
     let dev = FileDevice::open_read_only(path).map_err(|e| err(path, e.to_string()))?;
     read_superblock(path, &dev)
+}
+
+/// Reads the superblock and brings the stack up (running any recovery) over
+/// a copy-on-write overlay, so counters reflect the device's persistent state
+/// while the device itself is never written.
+pub fn inspect_stack(path: &Path) -> Result<(Superblock, Box<dyn Target>), VolumeError> {
+    let dev = FileDevice::open_read_only(path).map_err(|e| err(path, e.to_string()))?;
+    let sb = read_superblock(path, &dev)?;
+    let data_bytes = sb.device_size_bytes.min(dev.size_bytes()) - sb.data_start_bytes;
+    let stack = layoutd_targets::build_stack(&sb.config, data_bytes, OpenMode::Open { clean: sb.clean })
+        .map_err(|e| err(path, format!("the stored stack config is unusable: {e}")))?;
+    let base = SliceDevice::new(Arc::new(dev), sb.data_start_bytes, data_bytes);
+    let data: Arc<dyn BlockDevice> = Arc::new(OverlayDevice::new(base));
+    let stack = bring_up(path, Box::new(stack), data)?;
+    Ok((sb, stack))
 }
