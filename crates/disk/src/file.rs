@@ -17,6 +17,10 @@ pub struct FileDevice {
     size_bytes: u64,
     direct: bool,
     is_block_device: bool,
+    /// O_DIRECT read-modify-write of a partial block must not interleave
+    /// with any other write to that block (it writes back bytes it was not
+    /// asked to): RMW takes this exclusively, aligned writes share it.
+    rmw_lock: std::sync::RwLock<()>,
 }
 
 impl FileDevice {
@@ -48,7 +52,14 @@ impl FileDevice {
         let is_block_device =
             file.metadata().map_err(|e| path_error(path, "cannot stat", e))?.file_type().is_block_device();
         let size_bytes = file.seek(SeekFrom::End(0)).map_err(|e| path_error(path, "cannot find size", e))?;
-        Ok(FileDevice { file, path: path.to_path_buf(), size_bytes, direct, is_block_device })
+        Ok(FileDevice {
+            file,
+            path: path.to_path_buf(),
+            size_bytes,
+            direct,
+            is_block_device,
+            rmw_lock: Default::default(),
+        })
     }
 
     /// Opens `path` read-only, without a lock, for inspection.
@@ -57,7 +68,14 @@ impl FileDevice {
         let is_block_device =
             file.metadata().map_err(|e| path_error(path, "cannot stat", e))?.file_type().is_block_device();
         let size_bytes = file.seek(SeekFrom::End(0)).map_err(|e| path_error(path, "cannot find size", e))?;
-        Ok(FileDevice { file, path: path.to_path_buf(), size_bytes, direct: false, is_block_device })
+        Ok(FileDevice {
+            file,
+            path: path.to_path_buf(),
+            size_bytes,
+            direct: false,
+            is_block_device,
+            rmw_lock: Default::default(),
+        })
     }
 
     /// The path it was opened from.
@@ -121,8 +139,11 @@ impl BlockDevice for FileDevice {
     fn write_at(&self, buf: &[u8], offset_bytes: u64) -> io::Result<()> {
         if self.direct && !Self::aligned(buf.as_ptr(), buf.len(), offset_bytes) {
             let (start, len) = widen(offset_bytes, buf.len());
+            let partial = start != offset_bytes || len != buf.len();
+            let _exclusive = partial.then(|| self.rmw_lock.write().unwrap_or_else(|p| p.into_inner()));
+            let _shared = (!partial).then(|| self.rmw_lock.read().unwrap_or_else(|p| p.into_inner()));
             let mut tmp = AlignedBuf::zeroed(len);
-            if start != offset_bytes || len != buf.len() {
+            if partial {
                 // Read-modify-write of the partial blocks at either end.
                 self.file.read_exact_at(tmp.as_mut_slice(), start)?;
             }
@@ -130,6 +151,7 @@ impl BlockDevice for FileDevice {
             tmp.as_mut_slice()[skip..skip + buf.len()].copy_from_slice(buf);
             return self.file.write_all_at(tmp.as_slice(), start);
         }
+        let _shared = self.direct.then(|| self.rmw_lock.read().unwrap_or_else(|p| p.into_inner()));
         self.file.write_all_at(buf, offset_bytes)
     }
 
@@ -248,6 +270,33 @@ mod tests {
     #[test]
     fn file_device_reads_writes_trims_direct() {
         roundtrip(true);
+    }
+
+    #[test]
+    fn concurrent_sub_block_direct_writes_to_one_block_lose_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("rmw.img");
+        File::create(&p).unwrap().set_len(1 << 20).unwrap();
+        let Ok(d) = FileDevice::open(&p, true, false) else {
+            eprintln!("O_DIRECT not supported here; nothing to race");
+            return;
+        };
+        for round in 0..50u8 {
+            std::thread::scope(|s| {
+                for sector in 0..8u64 {
+                    let d = &d;
+                    s.spawn(move || d.write_at(&[round ^ sector as u8; 512], sector * 512).unwrap());
+                }
+            });
+            let mut back = vec![0u8; 4096];
+            d.read_at(&mut back, 0).unwrap();
+            for sector in 0..8usize {
+                assert!(
+                    back[sector * 512..(sector + 1) * 512].iter().all(|&b| b == round ^ sector as u8),
+                    "round {round}: sector {sector} lost its write"
+                );
+            }
+        }
     }
 
     #[test]
