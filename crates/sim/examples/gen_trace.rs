@@ -27,7 +27,9 @@ impl SplitMix {
 }
 
 fn arg<T: std::str::FromStr>(args: &[String], i: usize, default: T) -> T {
-    args.get(i).map(|s| s.parse().unwrap_or_else(|_| panic!("argument {i} {s:?} is not valid"))).unwrap_or(default)
+    args.get(i)
+        .map(|s| s.parse().unwrap_or_else(|_| panic!("argument {i} {s:?} is not valid")))
+        .unwrap_or(default)
 }
 
 fn main() -> std::io::Result<()> {
@@ -48,7 +50,7 @@ fn main() -> std::io::Result<()> {
         t_ns += (-(1.0 - rng.unit()).ln() * mean_gap_us * 1000.0) as u64;
         let s = (rng.next() % streams) as usize;
         let length = 4096 * (1 + rng.next() % 16);
-        let offset = if rng.next() % 2 == 0 && next_offset[s] + length <= span_bytes {
+        let offset = if rng.next().is_multiple_of(2) && next_offset[s] + length <= span_bytes {
             next_offset[s]
         } else {
             (rng.next() % (span_bytes / 4096 - 16)) * 4096
@@ -58,7 +60,13 @@ fn main() -> std::io::Result<()> {
         match format.as_str() {
             "spc" => {
                 let op = if read { 'r' } else { 'w' };
-                writeln!(out, "{s},{},{length},{op},{}.{:09}", offset / 512, t_ns / 1_000_000_000, t_ns % 1_000_000_000)?
+                writeln!(
+                    out,
+                    "{s},{},{length},{op},{}.{:09}",
+                    offset / 512,
+                    t_ns / 1_000_000_000,
+                    t_ns % 1_000_000_000
+                )?
             }
             _ => {
                 let op = if read { 'R' } else { 'W' };

@@ -8,6 +8,7 @@
 //! event is delivered in every gap before the next issue, so targets' background
 //! work competes with the trace for the simulated arm.
 
+use crate::fasthash::FxHashMap;
 use crate::hist::{round6, Histogram, Summary};
 use crate::sample::Point;
 use crate::source::{ClosedLoop, OpenLoop, Source};
@@ -20,7 +21,6 @@ use layoutd_core::{Completion, Op, OpenMode, ReqId, Request, Status, Target};
 use layoutd_hdd::{Disk, DiskParams, Scheduler};
 use layoutd_runtime::det::Harness;
 use serde::Serialize;
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -257,7 +257,7 @@ struct Replay<'a> {
     h: Harness<HddTiming>,
     source: Box<dyn Source + 'a>,
     detector: Detector,
-    pending: HashMap<u64, Pending>,
+    pending: FxHashMap<u64, Pending>,
     tally: Tally,
     origin_ns: u64,
     last_completion_ns: u64,
@@ -296,7 +296,7 @@ pub fn simulate(opts: &SimOptions) -> anyhow::Result<SimOutcome> {
         h,
         source,
         detector: Detector::new(opts.stream_detect),
-        pending: HashMap::new(),
+        pending: FxHashMap::default(),
         tally: Tally::default(),
         origin_ns,
         last_completion_ns: origin_ns,
@@ -364,7 +364,7 @@ impl Replay<'_> {
             let Some(at) = issue_at else { break };
             self.issue(at);
             issued += 1;
-            if issued % 65536 == 0 {
+            if issued.is_multiple_of(65536) {
                 self.progress.set_position(self.source.reader().bytes_read());
             }
         }

@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 pub mod engine;
+mod fasthash;
 pub mod hist;
 pub mod report;
 pub mod sample;

@@ -24,13 +24,14 @@ const SIZE: (u32, u32) = (900, 520);
 const FONT: (&str, u32) = ("sans-serif", 16);
 
 type PlotResult = Result<(), Box<dyn std::error::Error>>;
+type PlotFn = fn(&Path, &SimOutcome) -> PlotResult;
 
 /// Writes the plots and `index.html` into `dir` (created if missing).
 /// Returns the path of the HTML page.
 pub fn write_report(dir: &Path, outcome: &SimOutcome) -> anyhow::Result<PathBuf> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("{}: cannot create report directory", dir.display()))?;
-    let plots: [(&str, &str, fn(&Path, &SimOutcome) -> PlotResult); 4] = [
+    let plots: [(&str, &str, PlotFn); 4] = [
         ("address_time.svg", "Disk address against time", plot_address_time),
         ("seek_profile.svg", "Seek-distance profile", plot_seek_profile),
         ("response_cdf.svg", "Response-time CDF", plot_response_cdf),

@@ -33,7 +33,7 @@ impl Sampler {
     /// Offers one point.
     pub fn offer(&mut self, time_ns: u64, offset_bytes: u64, write: bool) {
         self.offered += 1;
-        if (self.offered - 1) % self.stride != 0 {
+        if !(self.offered - 1).is_multiple_of(self.stride) {
             return;
         }
         if self.points.len() == self.samples_max {
@@ -43,7 +43,7 @@ impl Sampler {
                 keep
             });
             self.stride *= 2;
-            if (self.offered - 1) % self.stride != 0 {
+            if !(self.offered - 1).is_multiple_of(self.stride) {
                 return;
             }
         }

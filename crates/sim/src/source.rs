@@ -14,9 +14,10 @@
 //!   request lies beyond the window waits for it (bounded memory; see
 //!   `docs/sim.md`).
 
+use crate::fasthash::FxHashMap;
 use crate::trace::{TraceError, TraceReader, TraceReq};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
 
 /// A request ready to issue, with the key its completion is reported under.
 #[derive(Clone, Copy, Debug)]
@@ -125,7 +126,7 @@ pub struct ClosedLoop {
     buffered: usize,
     eof: bool,
     next_seq: u64,
-    index: HashMap<u64, u32>,
+    index: FxHashMap<u64, u32>,
     streams: Vec<Stream>,
     /// (issue instant, file sequence, stream index)
     ready: BinaryHeap<Reverse<(u64, u64, u32)>>,
@@ -144,7 +145,7 @@ impl ClosedLoop {
             buffered: 0,
             eof: false,
             next_seq: 0,
-            index: HashMap::new(),
+            index: FxHashMap::default(),
             streams: Vec::new(),
             ready: BinaryHeap::new(),
         }

@@ -13,8 +13,8 @@
 //! base streams in order of first appearance. Memory is bounded by the
 //! number of distinct base streams.
 
+use crate::fasthash::FxHashMap;
 use layoutd_core::StreamId;
-use std::collections::HashMap;
 
 /// Runs tracked per base stream; also the id stride of a base stream.
 pub const RUN_SLOTS: u32 = 8;
@@ -39,14 +39,14 @@ struct Base {
 /// Assigns stream ids to requests; see the module docs.
 pub struct Detector {
     enabled: bool,
-    bases: HashMap<u64, Base>,
+    bases: FxHashMap<u64, Base>,
     clock: u64,
 }
 
 impl Detector {
     /// A detector; with `enabled` false every request gets its base stream's id.
     pub fn new(enabled: bool) -> Detector {
-        Detector { enabled, bases: HashMap::new(), clock: 0 }
+        Detector { enabled, bases: FxHashMap::default(), clock: 0 }
     }
 
     /// Distinct base streams seen.

@@ -1,0 +1,164 @@
+//! Simulator tests: determinism, closed-loop replay of a recorded trace,
+//! idle events, reports and comparison.
+
+use layoutd_core::config::StackConfig;
+use layoutd_hdd::DiskParams;
+use layoutd_sim::{simulate, summary_json, SimOptions, TraceFormat};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// A layoutd-format trace of `count` requests over `streams` synchronous
+/// streams: each stream's next request starts `think_ns` after its
+/// previous recorded completion. Mixed sequential and random, reads and
+/// writes, a few flushes and trims.
+fn synthetic_trace(dir: &Path, count: u64, streams: u64) -> PathBuf {
+    let mut text =
+        String::from("# layoutd-trace v1: submit_ns complete_ns stream op offset_bytes length_bytes flags\n");
+    let mut x = 0x1234_5678_9abc_def0u64;
+    let mut rand = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut t_ns = vec![0u64; streams as usize];
+    let mut next_offset = vec![0u64; streams as usize];
+    let mut lines = Vec::new();
+    for i in 0..count {
+        let s = (i % streams) as usize;
+        let length = 4096 * (1 + rand() % 8);
+        let offset = if rand() % 2 == 0 { next_offset[s] } else { (rand() % (1 << 20)) * 4096 };
+        next_offset[s] = offset + length;
+        let (op, offset, length) = match rand() % 20 {
+            0 => ('F', 0, 0),
+            1 => ('T', offset, length),
+            2..=13 => ('R', offset, length),
+            _ => ('W', offset, length),
+        };
+        let submit = t_ns[s];
+        let complete = submit + 2_000_000 + rand() % 10_000_000;
+        t_ns[s] = complete + rand() % 3_000_000;
+        lines.push((submit, format!("{submit} {complete} {s} {op} {offset} {length} -")));
+    }
+    lines.sort_by_key(|l| l.0);
+    for (_, l) in lines {
+        writeln!(text, "{l}").unwrap();
+    }
+    let path = dir.join("synthetic.trace");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn options(trace: PathBuf, seed: u64) -> SimOptions {
+    let mut o = SimOptions::new(trace, TraceFormat::Layoutd, DiskParams::preset("wd800").unwrap());
+    o.seed = seed;
+    o
+}
+
+#[test]
+fn same_inputs_and_seed_give_identical_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = synthetic_trace(dir.path(), 3000, 4);
+    for closed_loop in [false, true] {
+        let mut o = options(trace.clone(), 7);
+        o.closed_loop = closed_loop;
+        let a = summary_json(&simulate(&o).unwrap().summary);
+        let b = summary_json(&simulate(&o).unwrap().summary);
+        assert_eq!(a, b, "byte-identical JSON (closed_loop={closed_loop})");
+        let v: serde_json::Value = serde_json::from_str(&a).unwrap();
+        assert_eq!(v["requests"], 3000);
+        for key in ["mean", "p50", "p95", "p99", "max"] {
+            assert!(v["response_ms"][key].as_f64().unwrap() > 0.0, "response_ms.{key}");
+        }
+        assert!(v["simulated_seconds"].as_f64().unwrap() > 0.0);
+        assert!(v["disk_busy_seconds"].as_f64().unwrap() > 0.0);
+        assert_eq!(v["stack"]["layers"][0]["target"], "linear");
+        assert!(v["stack"]["layers"][0]["counters"]["reads_count"].as_u64().unwrap() > 0);
+        let mut other = o.clone();
+        other.seed = 8;
+        let c = summary_json(&simulate(&other).unwrap().summary);
+        assert_ne!(a, c, "the seed sets the platter's phase, so timings move");
+    }
+}
+
+#[test]
+fn closed_loop_replay_of_a_recorded_trace_sends_the_same_requests_to_the_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = synthetic_trace(dir.path(), 2000, 3);
+    let recorded = dir.path().join("recorded.trace");
+    // The "live run": a trace layer records what reaches the volume.
+    let mut record = options(input, 3);
+    record.closed_loop = true;
+    record.log_disk = true;
+    record.record_trace = Some(recorded.clone());
+    record.stack = StackConfig::parse(
+        "version = 1\n[[layer]]\ntarget = \"trace\"\n[[layer]]\ntarget = \"linear\"\n",
+        "t",
+    )
+    .unwrap();
+    let first = simulate(&record).unwrap();
+    let trace_counters = &first.summary.stack.layers[0].counters;
+    assert_eq!(trace_counters["records_count"], 2000);
+    assert_eq!(trace_counters["records_dropped_count"], 0);
+    // The replay: the recording, closed-loop, through the plain stack.
+    let mut replay = options(recorded, 3);
+    replay.closed_loop = true;
+    replay.log_disk = true;
+    let second = simulate(&replay).unwrap();
+    let (a, b) = (first.disk_log.unwrap(), second.disk_log.unwrap());
+    assert_eq!(a.len(), 2000);
+    assert_eq!(a, b, "same request sequence at the disk");
+    assert_eq!(first.summary.simulated_seconds, second.summary.simulated_seconds);
+}
+
+#[test]
+fn open_loop_delivers_idle_in_gaps_and_reports_counters() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two requests one second apart: the disk goes quiet in between.
+    let path = dir.path().join("gap.trace");
+    std::fs::write(&path, "0 0 0 R 0 4096 -\n1000000000 1000000000 0 W 8192 4096 -\n").unwrap();
+    let out = simulate(&options(path, 0)).unwrap();
+    let s = &out.summary;
+    assert_eq!(s.requests, 2);
+    assert!(s.harness.idle_events_count >= 2, "idle after bring-up and in the gap: {:?}", s.harness);
+    assert!(s.simulated_seconds >= 1.0 && s.simulated_seconds < 1.1);
+    assert!(s.disk_busy_seconds < 0.1);
+    assert_eq!((s.reads_count, s.writes_count), (1, 1));
+}
+
+#[test]
+fn report_and_compare() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = synthetic_trace(dir.path(), 500, 2);
+    let out = simulate(&options(trace.clone(), 1)).unwrap();
+    let page = layoutd_sim::report::write_report(&dir.path().join("report"), &out).unwrap();
+    let html = std::fs::read_to_string(&page).unwrap();
+    for svg in ["address_time.svg", "seek_profile.svg", "response_cdf.svg", "response_hist.svg"] {
+        assert!(html.contains(svg));
+        let text = std::fs::read_to_string(dir.path().join("report").join(svg)).unwrap();
+        assert!(text.starts_with("<svg") && text.len() > 1000, "{svg} is a drawing");
+    }
+    assert!(html.contains("response_ms.p99"));
+    let a = dir.path().join("a.json");
+    let b = dir.path().join("b.json");
+    std::fs::write(&a, summary_json(&out.summary)).unwrap();
+    let mut closed = options(trace, 1);
+    closed.closed_loop = true;
+    std::fs::write(&b, summary_json(&simulate(&closed).unwrap().summary)).unwrap();
+    let table = layoutd_sim::report::compare_table(&[a, b]).unwrap();
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(lines[0].starts_with("metric") && lines[0].contains("a.json") && lines[0].contains("b.json"));
+    assert!(lines
+        .iter()
+        .any(|l| l.starts_with("trace.mode") && l.contains("open-loop") && l.contains("closed-loop")));
+    assert!(lines.iter().any(|l| l.starts_with("response_ms.p99")));
+}
+
+#[test]
+fn a_bad_trace_line_stops_the_simulation_with_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.trace");
+    std::fs::write(&path, "0 0 0 R 0 4096 -\n5 5 0 Q 0 4096 -\n").unwrap();
+    let e = simulate(&options(path, 0)).err().expect("bad line refused").to_string();
+    assert!(e.ends_with("bad.trace:2: unknown op \"Q\" (R W F T Z) (reading as --format layoutd)"), "{e}");
+}
