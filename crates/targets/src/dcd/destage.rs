@@ -29,7 +29,7 @@ impl Dcd {
         if !self.serving() || self.destage.running || self.destage.idle_deadline.is_some() {
             return;
         }
-        if self.candidates().is_empty() {
+        if self.dirty_segments_count() == 0 {
             return;
         }
         self.destage.idle_deadline = Some(now.add_ns(self.idle_threshold_ns()));
@@ -62,9 +62,14 @@ impl Dcd {
     fn candidates(&self) -> Vec<Candidate> {
         (self.ring.tail.0..self.ring.head.0)
             .map(|s| (s, self.geo.location(Seq(s))))
-            .filter(|&(_, loc)| {
+            .filter(|&(s, loc)| {
                 let seg = &self.segs[loc.0 as usize];
-                seg.state == SegState::Dirty && seg.valid_sectors > 0 && !seg.destaging
+                // Destaging a segment before every older one is durable could
+                // put a write home whose predecessors a crash then loses.
+                s < self.ring.durable_upto.0
+                    && seg.state == SegState::Dirty
+                    && seg.valid_sectors > 0
+                    && !seg.destaging
             })
             .map(|(s, loc)| Candidate {
                 seq: Seq(s),
@@ -85,7 +90,11 @@ impl Dcd {
         assert!(self.should_destage());
         let candidates = self.candidates();
         if candidates.is_empty() {
-            self.destage.running = false;
+            if self.ring.durable_upto < self.ring.written_upto {
+                self.flush_for_durability();
+            } else {
+                self.destage.running = false;
+            }
             return false;
         }
         let forced = !self.destage.running;
@@ -96,6 +105,22 @@ impl Dcd {
         };
         self.start_job(pick.loc, forced);
         true
+    }
+
+    /// Written segments exist that are not yet known durable: one flush.
+    fn flush_for_durability(&mut self) {
+        if self.ring.durable_flush_busy {
+            return;
+        }
+        self.ring.durable_flush_busy = true;
+        let upto = self.ring.written_upto;
+        self.emit(LowerOp::DurableFlush { acks: Vec::new(), upto }, Request::new(ReqId(0), Op::Flush, 0, 0));
+    }
+
+    /// A flush issued when `upto` was the written mark completed.
+    fn durable(&mut self, upto: Seq) {
+        assert!(upto <= self.ring.written_upto);
+        self.ring.durable_upto = self.ring.durable_upto.max(upto);
     }
 
     fn start_job(&mut self, loc: SegLoc, forced: bool) {
@@ -256,7 +281,8 @@ impl Dcd {
         }
         assert!(t <= self.ring.written_upto, "only written segments are reclaimed");
         self.ring.checkpoint_busy = true;
-        self.emit(LowerOp::CheckpointFlush { tail: t }, Request::new(ReqId(0), Op::Flush, 0, 0));
+        let upto = self.ring.written_upto;
+        self.emit(LowerOp::CheckpointFlush { tail: t, upto }, Request::new(ReqId(0), Op::Flush, 0, 0));
     }
 
     pub(super) fn write_checkpoint(&mut self, op: LowerOp, tail: Seq, fua: bool) {
@@ -322,7 +348,12 @@ impl Dcd {
                 self.fail(format!("writing log segment {} failed", loc.0));
             }
             LowerOp::DurableFlush { acks, upto } => {
-                let _ = upto;
+                if acks.is_empty() {
+                    self.ring.durable_flush_busy = false;
+                }
+                if !failed {
+                    self.durable(upto);
+                }
                 for id in acks {
                     self.complete_upper(Completion { id, result: c.result, data: None });
                 }
@@ -349,7 +380,8 @@ impl Dcd {
                 self.home_retry();
             }
             LowerOp::DestageRead { loc } => self.destage_read_done(loc, c),
-            LowerOp::CheckpointFlush { tail } if !failed => {
+            LowerOp::CheckpointFlush { tail, upto } if !failed => {
+                self.durable(upto);
                 self.write_checkpoint(LowerOp::CheckpointWrite { tail }, tail, true)
             }
             LowerOp::CheckpointWrite { tail } if !failed => self.tail_persisted(tail),
@@ -390,7 +422,11 @@ impl Dcd {
                 self.read(now, req);
             }
             Some(loc) if self.destage.job.is_none() && !self.segs[loc.0 as usize].destaging => {
-                self.start_job(loc, true);
+                if self.segs[loc.0 as usize].seq < self.ring.durable_upto {
+                    self.start_job(loc, true);
+                } else {
+                    self.flush_for_durability();
+                }
             }
             Some(_) => {}
         }

@@ -128,7 +128,7 @@ impl SegMeta {
     }
 }
 
-/// The ring's cursors: `tail <= written_upto <= head`, all monotonic.
+/// The ring's cursors: `tail <= head`, `durable_upto <= written_upto <= head`, all monotonic.
 #[derive(Clone, Debug, Default)]
 struct Ring {
     /// Persisted tail: segments older are reclaimed.
@@ -137,6 +137,10 @@ struct Ring {
     head: Seq,
     /// Every seq below this has been written to the log.
     written_upto: Seq,
+    /// Every seq below this is durable (a flush completed after it was written).
+    durable_upto: Seq,
+    /// A flush issued only to advance `durable_upto` is in flight.
+    durable_flush_busy: bool,
     boot: u64,
     resume: Seq,
     generation: u64,
@@ -154,7 +158,7 @@ enum LowerOp {
     HomeUpper { id: ReqId, fua: bool, start: u64, count: u64, arrival: (Seq, u32) },
     HomeDestage { seq: Seq, sectors: Vec<(u64, Loc)> },
     DestageRead { loc: SegLoc },
-    CheckpointFlush { tail: Seq },
+    CheckpointFlush { tail: Seq, upto: Seq },
     CheckpointWrite { tail: Seq },
 }
 

@@ -174,6 +174,8 @@ impl Dcd {
             tail: ck.replay_from_seq,
             head: end,
             written_upto: end,
+            durable_upto: end,
+            durable_flush_busy: false,
             boot: ck.boot + 1,
             resume: end,
             generation: ck.generation,
