@@ -73,7 +73,17 @@ fn plot_address_time(path: &Path, o: &SimOutcome) -> PlotResult {
     Ok(())
 }
 
-/// Seek distances in bins `0`, `1`, `2-3`, `4-7`, ...: (label, share %).
+/// Powers of two, short: 4096 -> "4k", 3 << 20 -> "3M".
+fn compact(v: u64) -> String {
+    match v {
+        v if v >= 1 << 20 => format!("{}M", v >> 20),
+        v if v >= 1 << 10 => format!("{}k", v >> 10),
+        v => v.to_string(),
+    }
+}
+
+/// Seek distances in bins `0`, `1`, `2-3`, `4-7`, ... labelled by their
+/// lowest value: (label, share %).
 fn seek_bins(h: &Histogram) -> Vec<(String, f64)> {
     let mut counts = [0u64; 65];
     for (low, _, n) in h.buckets() {
@@ -86,8 +96,7 @@ fn seek_bins(h: &Histogram) -> Vec<(String, f64)> {
         .map(|bin| {
             let label = match bin {
                 0 => "0".to_string(),
-                1 => "1".to_string(),
-                b => format!("{}-{}", 1u64 << (b - 1), (1u64 << b) - 1),
+                b => compact(1u64 << (b - 1)),
             };
             (label, counts[bin] as f64 * 100.0 / total)
         })
@@ -105,17 +114,25 @@ fn plot_seek_profile(path: &Path, o: &SimOutcome) -> PlotResult {
         .margin(12)
         .x_label_area_size(50)
         .y_label_area_size(60)
-        .build_cartesian_2d(0f64..n as f64, 0f64..y_max)?;
+        .build_cartesian_2d(-0.6f64..n as f64 - 0.4, 0f64..y_max)?;
     let labels: Vec<String> = bins.iter().map(|b| b.0.clone()).collect();
     chart
         .configure_mesh()
-        .x_desc("seek distance (cylinders)")
+        .x_desc("seek distance (cylinders; a bar counts from its label to just under twice it)")
         .y_desc("share of accesses (%)")
-        .x_labels(n.min(24))
-        .x_label_formatter(&|x| labels.get(x.floor() as usize).cloned().unwrap_or_default())
+        .x_labels(n + 1)
+        .x_label_formatter(&|x| {
+            let i = x.round();
+            let on_bar = (x - i).abs() < 0.01 && i >= 0.0;
+            if on_bar {
+                labels.get(i as usize).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
         .draw()?;
     chart.draw_series(bins.iter().enumerate().map(|(i, (_, share))| {
-        Rectangle::new([(i as f64 + 0.1, 0.0), (i as f64 + 0.9, *share)], BLUE.mix(0.7).filled())
+        Rectangle::new([(i as f64 - 0.4, 0.0), (i as f64 + 0.4, *share)], BLUE.mix(0.7).filled())
     }))?;
     root.present()?;
     Ok(())
