@@ -188,17 +188,6 @@ impl Cache {
         self.touch(index);
     }
 
-    /// Whether a write of `lba..lba+sectors` lands in (or right after) cached data.
-    pub fn write_hits(&self, lba: u64, sectors: u64) -> bool {
-        let end = lba + sectors;
-        self.segments.iter().any(|segment| {
-            segment.valid
-                && segment.start_lba <= lba
-                && lba <= segment.end_lba
-                && end <= segment.start_lba + self.segment_sectors.max(segment.end_lba - segment.start_lba)
-        })
-    }
-
     /// Record written data; it is on the media from `dirty_until_ns` on.
     pub fn store_write(&mut self, now_ns: u64, lba: u64, sectors: u64, dirty_until_ns: u64) {
         let Some(index) = self.replace(now_ns, lba, sectors) else {

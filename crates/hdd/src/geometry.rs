@@ -1,9 +1,9 @@
 //! Logical-to-physical mapping: LBA to cylinder, surface, sector and angle.
 //!
 //! Within a zone, LBAs fill sparing ranges in order: a range is
-//! `spare_range_tracks` tracks whose last `spare_sectors_per_range` sectors
-//! are spares. A slipped sector pushes every later LBA of its range one
-//! sector on (into the spares). Track `t` of a zone starts at angle
+//! `spare_range_tracks` tracks whose last (or, with `spares_at_front`,
+//! first) `spare_sectors_per_range` sectors are spares. A slipped sector
+//! pushes every later LBA of its range one sector on (into the spares). Track `t` of a zone starts at angle
 //! `offset + track_skew * switches + cylinder_skew * cylinders` (in sectors),
 //! where `switches` counts head switches since the zone's first track, as in
 //! DiskSim's layout model.
@@ -46,7 +46,8 @@ fn map_in_zone(zone: &Zone, surface_count: u32, zone_lba: u64, zone_index: u32) 
     assert!(range_usable > 0);
     let range_start = zone.front_empty_sectors + (zone_lba / range_usable) * range_physical;
     let within = zone_lba % range_usable;
-    let mut physical = range_start + within;
+    let front_spares = if zone.spares_at_front { zone.spare_sectors_per_range } else { 0 };
+    let mut physical = range_start + front_spares + within;
     let first_slip = zone.slips.partition_point(|slip| *slip < range_start);
     let mut next_slip = u64::MAX;
     for slip in &zone.slips[first_slip..] {
@@ -95,5 +96,36 @@ pub fn rotation_wait_ns(revolution_ns: u64, now_ns: u64, angle: f64) -> u64 {
         target_ns - position_ns
     } else {
         revolution_ns - position_ns + target_ns
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spares_at_the_front_of_a_range_push_its_first_lba_past_them() {
+        let mut params = DiskParams::preset("wd800").unwrap();
+        let surfaces = u64::from(params.surface_count);
+        let zone = &mut params.zones[0];
+        zone.spare_range_tracks = surfaces; // one cylinder per range
+        zone.spare_sectors_per_range = 3;
+        let spt = u64::from(zone.sectors_per_track);
+        let usable = surfaces * spt - 3;
+        params.finalize().unwrap();
+        assert_eq!(map(&params, 0).sector, 0);
+        params.zones[0].spares_at_front = true;
+        params.finalize().unwrap();
+        let first = map(&params, 0);
+        assert_eq!((first.cylinder, first.surface, first.sector), (0, 0, 3));
+        // The last LBA of the range ends the cylinder; the next range starts
+        // after the next cylinder's spares.
+        let last = map(&params, usable - 1);
+        assert_eq!(
+            (last.cylinder, last.surface, u64::from(last.sector)),
+            (0, params.surface_count - 1, spt - 1)
+        );
+        let next = map(&params, usable);
+        assert_eq!((next.cylinder, next.surface, next.sector), (1, 0, 3));
     }
 }

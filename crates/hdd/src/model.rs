@@ -50,6 +50,8 @@ pub struct Disk {
     last_was_write: bool,
     /// LBA just past the previous read (sequential-stream detection).
     last_read_end_lba: u64,
+    /// LBA just past the previous write (extra-disconnect detection).
+    last_write_end_lba: u64,
     last_arrival_ns: u64,
     /// End times of write-back destages, ascending (a ring would do; this is tiny).
     destage_end_ns: [u64; DESTAGE_SLOTS_MAX],
@@ -92,6 +94,7 @@ impl Disk {
             mechanism_free_ns: 0,
             last_was_write: false,
             last_read_end_lba: u64::MAX,
+            last_write_end_lba: u64::MAX,
             last_arrival_ns: 0,
             destage_end_ns: [0; DESTAGE_SLOTS_MAX],
             destage_count: 0,
@@ -257,56 +260,122 @@ impl Disk {
         self.destage_count = 0;
     }
 
+    /// A read, with DiskSim's bus phases (`disksim_diskctlr.c`): a hit
+    /// transfers after the hit overhead and data preparation; a miss
+    /// disconnects after the miss overhead, positions and reads, reselects
+    /// once the read watermark is in the buffer, and sends the data at the
+    /// bus rate, overlapped with the rest of the media transfer. Both end
+    /// with the completion message.
     fn serve_read(&mut self, completion: &mut DiskCompletion, lba: u64, sectors: u64, pbn: &Pbn) {
         let now_ns = completion.start_ns;
         let bus_ns = self.params.bus_sector_ns;
+        let interface = &self.params.interface;
+        let (prep_ns, reselect_ns, done_ns) =
+            (interface.data_prep_ns, interface.reselect_first_ns, interface.read_completion_ns);
+        let disconnect_ns = if self.last_was_write {
+            interface.read_disconnect_after_write_ns
+        } else {
+            interface.read_disconnect_after_read_ns
+        };
+        let segment_sectors = u64::from(self.params.cache.segment_sectors.max(1));
+        let watermark =
+            ((sectors.min(segment_sectors) as f64 * interface.read_watermark) as u64).clamp(1, sectors);
         let lookup = self.cache.lookup_read(now_ns, lba, sectors);
         let hit = lookup != ReadLookup::Miss;
-        let ready_ns = now_ns + self.params.overheads.pick(false, hit, self.last_was_write);
+        let command_ns = self.params.overheads.pick(false, hit, self.last_was_write);
         completion.cache_hit = hit;
         let previous_read_end_lba = std::mem::replace(&mut self.last_read_end_lba, lba + sectors);
-        completion.complete_ns = match lookup {
-            ReadLookup::Hit => ready_ns + sectors * bus_ns,
+        let out_end_ns = match lookup {
+            ReadLookup::Hit => now_ns + command_ns + prep_ns + sectors * bus_ns,
             ReadLookup::Streaming { ready_ns: last_ns } => {
-                (ready_ns + sectors * bus_ns).max(last_ns + bus_ns)
+                (now_ns + command_ns + prep_ns + sectors * bus_ns).max(last_ns + bus_ns)
             }
             ReadLookup::Miss => {
-                let access = self.take_arm(ready_ns, lba, sectors, false, pbn);
+                let mechanism_ready_ns = now_ns + command_ns;
+                let access = self.take_arm(mechanism_ready_ns, lba, sectors, false, pbn, 0);
                 fill_access(completion, &access);
                 let streaming_sector_ns = self.streaming_sector_ns(access.end_zone_index);
                 let sequential = lba == previous_read_end_lba;
                 let read_ahead = sequential || !self.params.cache.read_ahead_sequential_only;
                 self.cache.fill_read(now_ns, lba, sectors, access.end_ns, streaming_sector_ns, read_ahead);
-                // The host bus may be slower than the media: the last sector
-                // leaves after it is read and after every earlier one has left.
-                let first_out_ns = access.first_sector_ns + self.sector_ns(pbn.zone_index);
-                (access.end_ns + bus_ns).max(first_out_ns + sectors * bus_ns)
+                // Sectors reach the buffer evenly between the first sector's
+                // start and the access's end (switches spread over the run).
+                let media_ns = access.end_ns - access.first_sector_ns;
+                let watermark_ns = access.first_sector_ns + watermark * media_ns / sectors;
+                let reselected_ns =
+                    (mechanism_ready_ns + disconnect_ns).max(watermark_ns) + reselect_ns + prep_ns;
+                // The bus holds on until the last sector: it leaves at the bus
+                // rate, and no earlier than one bus time after it is read.
+                (reselected_ns + sectors * bus_ns).max(access.end_ns + bus_ns)
             }
         };
+        completion.complete_ns = out_end_ns + done_ns;
     }
 
+    /// A write, with DiskSim's bus phases. The command overhead is the
+    /// write-hit one when writes are acknowledged from the buffer (DiskSim
+    /// "Fast write level" > 0) and the write-miss one otherwise
+    /// (`disk_write_arrive`). Positioning starts after the command overhead,
+    /// overlapped with the data transfer at the bus rate; the media never
+    /// overtakes the data. A write-through write disconnects once its data
+    /// is in and reselects to complete when the media write ends. A write
+    /// that follows a non-sequential write, on a drive with "Extra write
+    /// disconnect", first disconnects and reselects before taking its data.
     fn serve_write(&mut self, completion: &mut DiskCompletion, lba: u64, sectors: u64, pbn: &Pbn) {
         let now_ns = completion.start_ns;
-        let hit = self.cache.write_hits(lba, sectors);
-        let ready_ns = now_ns + self.params.overheads.pick(true, hit, self.last_was_write);
-        let data_in_ns = ready_ns + sectors * self.params.bus_sector_ns;
-        if !self.params.cache.write_cache {
-            let access = self.take_arm(ready_ns, lba, sectors, true, pbn);
+        let write_cache = self.params.cache.write_cache;
+        let command_ns = self.params.overheads.pick(true, write_cache, self.last_was_write);
+        let interface = &self.params.interface;
+        let extra = !write_cache
+            && interface.extra_write_disconnect
+            && self.last_was_write
+            && lba != self.last_write_end_lba;
+        let (mechanism_ready_ns, data_start_ns, disconnect_ns, reselect_ns) = if extra {
+            let command_ns = interface.extradisc_command_ns;
+            (
+                now_ns + command_ns + interface.extradisc_seek_delta_ns,
+                now_ns
+                    + command_ns
+                    + interface.extradisc_disconnect_ns
+                    + interface.extradisc_inter_disconnect_ns
+                    + interface.reselect_first_ns
+                    + interface.data_prep_ns,
+                interface.extradisc_second_disconnect_ns,
+                interface.reselect_other_ns,
+            )
+        } else {
+            let data_start_ns = now_ns + command_ns + interface.data_prep_ns;
+            (now_ns + command_ns, data_start_ns, interface.write_disconnect_ns, interface.reselect_first_ns)
+        };
+        let done_ns = interface.write_completion_ns;
+        self.last_write_end_lba = lba + sectors;
+        let bus_ns = self.params.bus_write_sector_ns;
+        let data_in_ns = data_start_ns + sectors * bus_ns;
+        // Sector i (from 0) goes to the media no earlier than its data is in:
+        // the first sector may start no earlier than this.
+        let sector_ns = self.sector_ns(pbn.zone_index);
+        let media_gate_ns = data_start_ns + bus_ns + (sectors - 1) * bus_ns.saturating_sub(sector_ns);
+        if !write_cache {
+            let access = self.take_arm(mechanism_ready_ns, lba, sectors, true, pbn, media_gate_ns);
             fill_access(completion, &access);
-            let sector_ns = self.sector_ns(pbn.zone_index);
-            completion.complete_ns = access.end_ns.max(data_in_ns + sector_ns);
+            let end_ns = if access.end_ns <= data_in_ns {
+                data_in_ns
+            } else {
+                access.end_ns.max(data_in_ns + disconnect_ns) + reselect_ns
+            };
+            completion.complete_ns = end_ns + done_ns;
             self.cache.store_write(now_ns, lba, sectors, 0);
             return;
         }
         // Write-back: acknowledge once the data is in the buffer and a write
-        // slot is free; the destage then takes the arm in its turn.
-        let complete_ns = data_in_ns.max(self.write_slot_free_ns(data_in_ns));
-        let access = self.take_arm(complete_ns, lba, sectors, true, pbn);
+        // slot is free; the destage takes the arm in its turn.
+        let data_in_ns = data_in_ns.max(self.write_slot_free_ns(data_in_ns));
+        let access = self.take_arm(mechanism_ready_ns, lba, sectors, true, pbn, media_gate_ns);
         self.push_destage(access.end_ns);
         self.cache.store_write(now_ns, lba, sectors, access.end_ns);
         completion.cache_hit = true;
         completion.seek_distance_cyl = access.distance_cyl;
-        completion.complete_ns = complete_ns;
+        completion.complete_ns = data_in_ns + done_ns;
     }
 
     /// When a write-back slot is free at or after `now_ns`.
@@ -334,32 +403,51 @@ impl Disk {
     }
 
     /// Take the arm no earlier than `ready_ns`: stop any read-ahead there,
-    /// then position and transfer.
-    fn take_arm(&mut self, ready_ns: u64, lba: u64, sectors: u64, write: bool, first: &Pbn) -> Access {
+    /// then position and transfer, starting the first sector no earlier
+    /// than `first_sector_min_ns`.
+    fn take_arm(
+        &mut self,
+        ready_ns: u64,
+        lba: u64,
+        sectors: u64,
+        write: bool,
+        first: &Pbn,
+        first_sector_min_ns: u64,
+    ) -> Access {
         let start_ns = ready_ns.max(self.mechanism_free_ns);
         if let Some(frontier) = self.cache.stop_prefetch(start_ns) {
             let pbn = map(&self.params, frontier.saturating_sub(1));
             self.head_cylinder = pbn.cylinder;
             self.head_surface = pbn.surface;
         }
-        let access = self.media_access(start_ns, lba, sectors, write, first);
+        let access = self.media_access(start_ns, lba, sectors, write, first, first_sector_min_ns);
         self.mechanism_free_ns = access.end_ns;
         access
     }
 
-    /// Seek and rotational wait to reach `pbn` starting at `now_ns`.
-    fn positioning_ns(&self, now_ns: u64, pbn: &Pbn, write: bool) -> (u64, u64) {
-        let distance = u64::from(pbn.cylinder.abs_diff(self.head_cylinder));
-        let mut seek = if distance > 0 {
+    /// Time to reach `pbn`'s track from the head's: the seek (at least a
+    /// head switch when it moves), or a head switch; a write adds the write
+    /// settle when the head moved (DiskSim `dm_seek_time_g1`) and takes at
+    /// least the minimum write seek ("Minimum seek delay").
+    fn reposition_ns(&self, cylinder: u32, surface: u32, write: bool) -> u64 {
+        let distance = u64::from(cylinder.abs_diff(self.head_cylinder));
+        let moved = if distance > 0 {
             seek_ns(&self.params.seek, distance).max(self.params.head_switch_ns)
-        } else if pbn.surface != self.head_surface {
+        } else if surface != self.head_surface {
             self.params.head_switch_ns
         } else {
             0
         };
-        if write {
-            seek += self.params.write_settle_ns;
+        if !write {
+            return moved;
         }
+        let settle_ns = if moved > 0 { self.params.write_settle_ns } else { 0 };
+        (moved + settle_ns).max(self.params.interface.write_seek_min_ns)
+    }
+
+    /// Seek and rotational wait to reach `pbn` starting at `now_ns`.
+    fn positioning_ns(&self, now_ns: u64, pbn: &Pbn, write: bool) -> (u64, u64) {
+        let seek = self.reposition_ns(pbn.cylinder, pbn.surface, write);
         let rotation = self.rotation_wait(now_ns + seek, pbn.angle);
         (seek, rotation)
     }
@@ -387,13 +475,24 @@ impl Disk {
     }
 
     /// Position on `lba` from the head's place at `start_ns` and transfer
-    /// `sectors`, paying head and cylinder switches with the zone's skew.
-    fn media_access(&mut self, start_ns: u64, lba: u64, sectors: u64, write: bool, first: &Pbn) -> Access {
+    /// `sectors`, paying head and cylinder switches with the zone's skew
+    /// (and the write settle after each, as DiskSim does for writes). The
+    /// first sector starts no earlier than `first_sector_min_ns`.
+    fn media_access(
+        &mut self,
+        start_ns: u64,
+        lba: u64,
+        sectors: u64,
+        write: bool,
+        first: &Pbn,
+        first_sector_min_ns: u64,
+    ) -> Access {
         assert!(sectors >= 1);
         let mut pbn = *first;
-        let (seek, rotation) = self.positioning_ns(start_ns, &pbn, write);
+        let seek = self.reposition_ns(pbn.cylinder, pbn.surface, write);
+        let on_track_ns = (start_ns + seek).max(first_sector_min_ns);
+        let first_sector_ns = on_track_ns + self.rotation_wait(on_track_ns, pbn.angle);
         let distance_cyl = u64::from(pbn.cylinder.abs_diff(self.head_cylinder));
-        let first_sector_ns = start_ns + seek + rotation;
         let (mut now_ns, mut next_lba, mut remaining) = (first_sector_ns, lba, sectors);
         loop {
             let run = pbn.run_sectors.min(remaining);
@@ -404,13 +503,17 @@ impl Disk {
                 break;
             }
             let next = map(&self.params, next_lba);
-            let switch_ns = if next.cylinder != pbn.cylinder {
+            let mut switch_ns = if next.cylinder != pbn.cylinder {
                 seek_ns(&self.params.seek, u64::from(next.cylinder.abs_diff(pbn.cylinder)))
+                    .max(self.params.head_switch_ns)
             } else if next.surface != pbn.surface {
                 self.params.head_switch_ns
             } else {
                 0
             };
+            if write && switch_ns > 0 {
+                switch_ns += self.params.write_settle_ns;
+            }
             now_ns += switch_ns;
             now_ns += self.rotation_wait(now_ns, next.angle);
             pbn = next;
@@ -421,7 +524,7 @@ impl Disk {
             first_sector_ns,
             end_ns: now_ns,
             seek_ns: seek,
-            rotation_ns: rotation,
+            rotation_ns: first_sector_ns - (start_ns + seek),
             distance_cyl,
             end_zone_index: pbn.zone_index,
         }

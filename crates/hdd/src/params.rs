@@ -24,10 +24,14 @@ pub struct Zone {
     pub first_sector_offset_sectors: f64,
     /// Unused physical sectors at the zone's front.
     pub front_empty_sectors: u64,
-    /// Tracks per sparing range (0: no spares). Spares sit at a range's end.
+    /// Tracks per sparing range (0: no spares). A range covering the whole
+    /// zone starts after the zone's front empty space.
     pub spare_range_tracks: u64,
-    /// Spare sectors reserved at the end of every sparing range.
+    /// Spare sectors reserved in every sparing range.
     pub spare_sectors_per_range: u64,
+    /// Spares sit at the front of each range (DiskSim sparing schemes 5
+    /// and 6) instead of at its end.
+    pub spares_at_front: bool,
     /// Slipped (skipped) physical sectors, zone-relative, sorted ascending.
     pub slips: Vec<u64>,
     /// First LBA of the zone (derived by `finalize`).
@@ -42,14 +46,15 @@ impl Zone {
         u64::from(self.last_cylinder - self.first_cylinder + 1) * u64::from(surface_count)
     }
 
-    /// Physical sectors in one sparing range (the whole zone when unspared).
+    /// Physical sectors in one sparing range: the whole zone after its front
+    /// empty space when unspared or spared per zone, else the range's tracks.
     pub fn range_physical_sectors(&self, surface_count: u32) -> u64 {
-        let tracks = if self.spare_range_tracks == 0 {
-            self.track_count(surface_count)
+        let tracks = self.track_count(surface_count);
+        if self.spare_range_tracks == 0 || self.spare_range_tracks >= tracks {
+            (tracks * u64::from(self.sectors_per_track)).saturating_sub(self.front_empty_sectors)
         } else {
-            self.spare_range_tracks
-        };
-        tracks * u64::from(self.sectors_per_track)
+            self.spare_range_tracks * u64::from(self.sectors_per_track)
+        }
     }
 
     /// LBAs in one full sparing range.
@@ -189,10 +194,62 @@ pub struct DiskParams {
     pub write_settle_ns: u64,
     /// Controller overheads.
     pub overheads: Overheads,
-    /// Host interface time per sector (bus transfer).
+    /// Host interface (bus) time per sector read: data leaves the buffer
+    /// no faster than this, overlapped with the media transfer.
     pub bus_sector_ns: u64,
+    /// Host interface (bus) time per sector written into the buffer.
+    pub bus_write_sector_ns: u64,
+    /// Bus phases around each command: disconnect, reselection, completion.
+    pub interface: Interface,
     /// On-board buffer.
     pub cache: CacheParams,
+}
+
+/// The SCSI bus phases DiskSim charges around a command's data transfer
+/// (`disksim_diskctlr.c`): after the command overhead a read miss or a
+/// write disconnects, the drive reselects the host when data (or buffer
+/// space) is ready, transfers at the bus rate, and sends a completion
+/// message. All zero for a drive whose parameters fold them into the
+/// command overheads.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Interface {
+    /// Preparing each data transfer (DiskSim "Data preparation overhead").
+    pub data_prep_ns: u64,
+    /// Reselecting the host to transfer data ("First reselect overhead").
+    pub reselect_first_ns: u64,
+    /// Reselecting the host for a later phase of an extra-disconnect write
+    /// ("Other reselect overhead").
+    pub reselect_other_ns: u64,
+    /// Completion message after a read ("Read completion overhead").
+    pub read_completion_ns: u64,
+    /// Completion message after a write ("Write completion overhead").
+    pub write_completion_ns: u64,
+    /// Disconnect after a read miss's command, previous command a read.
+    pub read_disconnect_after_read_ns: u64,
+    /// Disconnect after a read miss's command, previous command a write.
+    pub read_disconnect_after_write_ns: u64,
+    /// Disconnect after a write's data is in, before the media write ends.
+    pub write_disconnect_ns: u64,
+    /// Sectors in the buffer before a read miss reselects, as a fraction
+    /// of the request ("High (read) water mark" with "Set watermark by
+    /// reqsize = 1"); at least one sector.
+    pub read_watermark: f64,
+    /// The drive disconnects twice on a write that follows a
+    /// non-sequential write ("Extra write disconnect").
+    pub extra_write_disconnect: bool,
+    /// Command overhead of such a write ("Extradisc command overhead").
+    pub extradisc_command_ns: u64,
+    /// Its first disconnect ("Extradisc disconnect overhead").
+    pub extradisc_disconnect_ns: u64,
+    /// Idle time between its first disconnect and reselection
+    /// ("Extradisc inter-disconnect delay").
+    pub extradisc_inter_disconnect_ns: u64,
+    /// Its disconnect after the data is in ("Extradisc 2nd disconnect overhead").
+    pub extradisc_second_disconnect_ns: u64,
+    /// Extra delay before its positioning starts ("Extradisc seek delta").
+    pub extradisc_seek_delta_ns: u64,
+    /// Positioning for a write takes at least this long ("Minimum seek delay").
+    pub write_seek_min_ns: u64,
 }
 
 impl DiskParams {

@@ -9,7 +9,7 @@
 //! and a Ruemmler-Wilkes seek curve fitted to the three seek figures.
 
 use crate::diskspecs;
-use crate::params::{ms_to_ns, CacheParams, DiskParams, Overheads, Zone};
+use crate::params::{ms_to_ns, CacheParams, DiskParams, Interface, Overheads, Zone};
 use crate::seek::fit_formula;
 use crate::{HddError, SECTOR_SIZE_BYTES};
 use std::path::Path;
@@ -154,6 +154,7 @@ fn barracuda4g() -> Result<DiskParams, HddError> {
     // The validation rig's host interface moved 0.134 ms per sector; the
     // ST34371W is an Ultra SCSI wide drive: 40 MB/s, 12.8 us per sector.
     params.bus_sector_ns = 12_800;
+    params.bus_write_sector_ns = 12_800;
     for zone in &mut params.zones {
         // Spare ranges count tracks: keep the same spares per cylinder range.
         zone.spare_range_tracks *= 2;
@@ -198,6 +199,7 @@ fn from_datasheet(sheet: &Datasheet) -> DiskParams {
                 front_empty_sectors: 0,
                 spare_range_tracks: 0,
                 spare_sectors_per_range: 0,
+                spares_at_front: false,
                 slips: Vec::new(),
                 first_lba: 0,
                 lba_count: 0,
@@ -223,6 +225,8 @@ fn from_datasheet(sheet: &Datasheet) -> DiskParams {
         write_settle_ns: ms_to_ns(sheet.write_settle_ms),
         overheads: Overheads::uniform(ms_to_ns(sheet.overhead_ms)),
         bus_sector_ns: (SECTOR_SIZE_BYTES as f64 / sheet.bus_mb_s * 1.0e3).round() as u64,
+        bus_write_sector_ns: (SECTOR_SIZE_BYTES as f64 / sheet.bus_mb_s * 1.0e3).round() as u64,
+        interface: Interface::default(),
         cache: CacheParams {
             segment_count: sheet.segment_count,
             segment_sectors,
