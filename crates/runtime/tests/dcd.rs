@@ -116,3 +116,158 @@ fn dcd_debug_one() {
     }
     assert!(r.is_ok());
 }
+
+fn counter(h: &layoutd_runtime::det::Harness, key: &str) -> u64 {
+    let st = h.stack.status();
+    st.counters.iter().find(|c| c.0 == key).unwrap_or_else(|| panic!("no counter {key}")).1
+}
+
+fn build(text: &str, device_bytes: u64) -> Result<layoutd_core::Stack, String> {
+    let cfg = layoutd_core::config::StackConfig::parse(text, "t.toml").map_err(|e| e.0)?;
+    layoutd_targets::build_stack(&cfg, device_bytes, layoutd_core::OpenMode::Format).map_err(|e| e.0)
+}
+
+#[test]
+fn dcd_bad_configs_fail_naming_the_key() {
+    let cases = [
+        (tiny("typo_key = 1\n"), "`typo_key`"),
+        (tiny("").replace("bypass_bytes = 4096", "bypass_bytes = 8192"), "bypass_bytes"),
+        (tiny("").replace("slot_bytes = 512", "slot_bytes = 1000"), "slot_bytes"),
+        (tiny("destage_policy = \"random\"\n"), "destage_policy"),
+        (tiny("fua = \"maybe\"\n"), "fua"),
+        (tiny("data_offset = \"32KiB\"\n"), "overlaps"),
+        (tiny("").replace("log_length = \"64KiB\"", "log_length = \"12KiB\""), "at least 2"),
+        (tiny("").replace("idle_ms_min = 1", "idle_ms_min = 5000"), "idle_ms_min"),
+        (tiny("").replace("buffer_count = 2", "buffer_count = 1"), "buffer_count"),
+    ];
+    for (text, want) in cases {
+        let e = build(&text, DEVICE_BYTES).err().unwrap_or_else(|| panic!("accepted: {text}"));
+        assert!(e.contains(want) && e.contains("dcd"), "{e:?} should name {want}");
+    }
+}
+
+#[test]
+fn the_example_config_formats_and_serves() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/dcd.toml"))
+        .expect("example");
+    let device = 256u64 << 20;
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    let ops = dcd_ops(&mut rng, 300, 4096, device / 512);
+    let h = oracle_check(&text, device, 3, &ops, 4);
+    assert!(counter(&h, "writes_absorbed_count") > 50);
+    assert_eq!(counter(&h, "segment_count"), 506, "64 MiB of 128 KiB + 1.5 KiB segments");
+    assert_eq!(counter(&h, "dirty_segments_count"), 0);
+}
+
+#[test]
+fn idle_destage_waits_for_the_threshold_and_a_request_restarts_the_wait() {
+    use layoutd_runtime::det::{Harness, ZeroLatency};
+    use layoutd_runtime::testkit::{bring_up, stack_from_toml};
+    let text = tiny("").replace("idle_ms_max = 20", "idle_ms_max = 1000");
+    let dev = std::sync::Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
+    let mut h = Harness::new(
+        stack_from_toml(&text, DEVICE_BYTES, layoutd_core::OpenMode::Format),
+        dev,
+        ZeroLatency::default(),
+        1,
+    );
+    bring_up(&mut h);
+    assert_eq!(h.write(0, vec![7u8; 1024]).result, Ok(()));
+    assert_eq!(h.flush().result, Ok(()));
+    let t0 = h.now;
+    // 1 of 12 segments used: the threshold is 1000 * (1/1000)^(1/12) ms, about 562 ms.
+    h.run_until(t0.add_ms(400));
+    assert_eq!(counter(&h, "destaged_bytes"), 0, "too early");
+    assert_eq!(h.read(0, 512).result, Ok(())); // a request: the idle period starts again
+    h.run_until(t0.add_ms(900));
+    assert_eq!(counter(&h, "destaged_bytes"), 0, "the read restarted the idle wait");
+    h.run_until(t0.add_ms(1100));
+    assert_eq!(counter(&h, "destaged_bytes"), 1024);
+    assert_eq!(counter(&h, "read_log_bytes") + counter(&h, "read_ram_bytes"), 512);
+}
+
+#[test]
+fn timing_only_mode_tracks_slots_without_bytes() {
+    use layoutd_runtime::det::{Harness, ZeroLatency};
+    use layoutd_runtime::testkit::{bring_up, stack_from_toml};
+    let dev = std::sync::Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
+    let stack = stack_from_toml(&tiny(""), DEVICE_BYTES, layoutd_core::OpenMode::Format);
+    let mut h = Harness::new(stack, dev, ZeroLatency::reordering(), 5);
+    h.with_data = false;
+    bring_up(&mut h);
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    for spec in dcd_ops(&mut rng, 600, 128, DEVICE_BYTES / 512) {
+        let sectors = u64::from(spec.sectors).min(DEVICE_BYTES / 512 - 128 - spec.sector % 1024);
+        let mut req = layoutd_core::Request::new(
+            layoutd_core::ReqId(0),
+            spec.op,
+            (spec.sector % 1024) * 512,
+            (sectors * 512) as u32,
+        );
+        if spec.op == Op::Flush {
+            req = layoutd_core::Request::new(layoutd_core::ReqId(0), Op::Flush, 0, 0);
+        }
+        req.fua = spec.fua && spec.op.is_modify();
+        let c = h.call(req);
+        assert_eq!(c.result, Ok(()));
+        assert!(c.data.is_none(), "timing mode carries no bytes");
+    }
+    h.settle();
+    assert!(counter(&h, "writes_absorbed_count") > 100);
+    assert!(counter(&h, "log_segments_written_count") > 20);
+    assert_eq!(counter(&h, "dirty_segments_count"), 0);
+}
+
+#[test]
+fn a_clean_reopen_replays_the_live_log_and_a_corrupt_checkpoint_is_refused() {
+    use layoutd_disk::BlockDevice;
+    use layoutd_runtime::det::{Harness, ZeroLatency};
+    use layoutd_runtime::testkit::{bring_up, stack_from_toml};
+    let text = tiny("")
+        .replace("idle_ms_max = 20", "idle_ms_max = 100000")
+        .replace("idle_ms_min = 1", "idle_ms_min = 100000");
+    let dev = std::sync::Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
+    let mut h = Harness::new(
+        stack_from_toml(&text, DEVICE_BYTES, layoutd_core::OpenMode::Format),
+        dev.clone(),
+        ZeroLatency::default(),
+        1,
+    );
+    bring_up(&mut h);
+    for i in 0..30u64 {
+        assert_eq!(h.write(i * 1024, vec![i as u8 + 1; 1024]).result, Ok(()));
+    }
+    assert_eq!(h.flush().result, Ok(()));
+    assert!(counter(&h, "dirty_segments_count") >= 7, "the log holds the writes, nothing destaged");
+    drop(h);
+    let mut r = Harness::new(
+        stack_from_toml(&text, DEVICE_BYTES, layoutd_core::OpenMode::Open { clean: true }),
+        dev.clone(),
+        ZeroLatency::default(),
+        1,
+    );
+    bring_up(&mut r);
+    assert_eq!(counter(&r, "boot_count"), 2);
+    assert!(counter(&r, "recovered_segments_count") >= 7);
+    for i in 0..30u64 {
+        assert_eq!(r.read(i * 1024, 1024).data.as_deref(), Some(&vec![i as u8 + 1; 1024][..]));
+    }
+    drop(r);
+    // Both checkpoint copies corrupt: recovery stops with a message, no panic.
+    for copy in [0u64, 4096] {
+        dev.write_at(&[0xFF; 16], copy + 20).expect("mem");
+    }
+    let mut bad = Harness::new(
+        stack_from_toml(&text, DEVICE_BYTES, layoutd_core::OpenMode::Open { clean: false }),
+        dev,
+        ZeroLatency::default(),
+        1,
+    );
+    while bad.step() {}
+    assert!(!bad.stack.is_ready());
+    let st = bad.stack.status();
+    let err = st.config.iter().find(|c| c.0 == "error").map(|c| c.1.clone()).expect("an error in the status");
+    assert!(err.contains("no valid checkpoint") && err.contains("crc32c"), "{err}");
+    let c = bad.read(0, 512);
+    assert_eq!(c.result, Err(layoutd_core::IoError::Io));
+}
