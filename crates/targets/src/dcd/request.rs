@@ -21,9 +21,8 @@ impl Dcd {
         // Any request ends an idle period: stop idle destage after the current step.
         self.destage.idle_deadline = None;
         self.destage.running = false;
-        if !self.serving() || (self.is_ordered(&req) && !self.pending.is_empty()) {
-            self.hold(req);
-        } else if !self.try_admit(now, &req) {
+        let must_wait = !self.serving() || (self.is_ordered(&req) && !self.pending.is_empty());
+        if must_wait || !self.try_admit(now, &req) {
             self.hold(req);
         }
         self.after_change(now);
