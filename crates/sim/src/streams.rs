@@ -59,6 +59,7 @@ impl Detector {
         self.clock += 1;
         let next_index = self.bases.len() as u32;
         let b = self.bases.entry(base).or_insert_with(|| Base { index: next_index, ..Base::default() });
+        assert!(b.index < next_index || b.index == next_index && b.runs.iter().all(|r| r.last_use == 0));
         let base_id = b.index.wrapping_mul(RUN_SLOTS);
         if !self.enabled || length_bytes == 0 {
             return StreamId(base_id);
