@@ -8,7 +8,6 @@
 //! event is delivered in every gap before the next issue, so targets' background
 //! work competes with the trace for the simulated arm.
 
-use crate::fasthash::FxHashMap;
 use crate::hist::{round6, Histogram, Summary};
 use crate::sample::Point;
 use crate::source::{ClosedLoop, OpenLoop, Source};
@@ -237,6 +236,43 @@ struct Pending {
     seq: u64,
 }
 
+/// Requests between issue and completion, by harness id. The harness
+/// numbers upper requests 0, 1, 2, ...; completions come in any order, so
+/// this is a ring from the oldest outstanding id: O(1) without hashing.
+#[derive(Default)]
+struct PendingTable {
+    base_id: u64,
+    slots: std::collections::VecDeque<Option<Pending>>,
+    count: usize,
+}
+
+impl PendingTable {
+    fn insert(&mut self, id: u64, p: Pending) {
+        if self.slots.is_empty() {
+            self.base_id = id;
+        }
+        assert_eq!(id, self.base_id + self.slots.len() as u64, "harness ids are consecutive");
+        self.slots.push_back(Some(p));
+        self.count += 1;
+    }
+
+    fn remove(&mut self, id: u64) -> Pending {
+        assert!(id >= self.base_id, "completion of a request completed before");
+        let slot = self.slots.get_mut((id - self.base_id) as usize).expect("completion of an issued request");
+        let p = slot.take().expect("completed once");
+        self.count -= 1;
+        while self.slots.front().is_some_and(|s| s.is_none()) {
+            self.slots.pop_front();
+            self.base_id += 1;
+        }
+        p
+    }
+
+    fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}
+
 /// Response-time and volume counters of completed requests.
 #[derive(Default)]
 struct Tally {
@@ -257,7 +293,7 @@ struct Replay<'a> {
     h: Harness<HddTiming>,
     source: Box<dyn Source + 'a>,
     detector: Detector,
-    pending: FxHashMap<u64, Pending>,
+    pending: PendingTable,
     tally: Tally,
     origin_ns: u64,
     last_completion_ns: u64,
@@ -296,7 +332,7 @@ pub fn simulate(opts: &SimOptions) -> anyhow::Result<SimOutcome> {
         h,
         source,
         detector: Detector::new(opts.stream_detect),
-        pending: FxHashMap::default(),
+        pending: PendingTable::default(),
         tally: Tally::default(),
         origin_ns,
         last_completion_ns: origin_ns,
@@ -394,8 +430,7 @@ impl Replay<'_> {
         // `collect`, so the bookkeeping can go in after the id is known.
         let id = self.h.submit(req);
         let pending = Pending { issue_ns, op: r.op, length_bytes, key: issue.key, seq: issue.seq };
-        let previous = self.pending.insert(id.0, pending);
-        assert!(previous.is_none(), "request ids are not reused");
+        self.pending.insert(id.0, pending);
         self.collect()
     }
 
@@ -421,7 +456,7 @@ impl Replay<'_> {
     }
 
     fn complete(&mut self, c: Completion, now_ns: u64) {
-        let p = self.pending.remove(&c.id.0).expect("completion of an issued request");
+        let p = self.pending.remove(c.id.0);
         let length = u64::from(p.length_bytes);
         let response_ns = now_ns - p.issue_ns;
         let t = &mut self.tally;

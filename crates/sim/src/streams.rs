@@ -54,23 +54,29 @@ impl Detector {
         self.bases.len()
     }
 
+    fn base(&mut self, base: u64) -> &mut Base {
+        let next_index = self.bases.len() as u32;
+        let b = self.bases.entry(base).or_insert_with(|| Base { index: next_index, ..Base::default() });
+        assert!(b.index <= next_index);
+        b
+    }
+
     /// The stream of a request of base stream `base` at `[offset, offset + length)`.
     pub fn classify(&mut self, base: u64, offset_bytes: u64, length_bytes: u64) -> StreamId {
         self.clock += 1;
-        let next_index = self.bases.len() as u32;
-        let b = self.bases.entry(base).or_insert_with(|| Base { index: next_index, ..Base::default() });
-        assert!(b.index < next_index || b.index == next_index && b.runs.iter().all(|r| r.last_use == 0));
-        let base_id = b.index.wrapping_mul(RUN_SLOTS);
         if !self.enabled || length_bytes == 0 {
-            return StreamId(base_id);
+            return StreamId(self.base(base).index.wrapping_mul(RUN_SLOTS));
         }
+        let clock = self.clock;
+        let b = self.base(base);
+        let base_id = b.index.wrapping_mul(RUN_SLOTS);
         let end = offset_bytes + length_bytes;
         let hit = b.runs.iter().position(|r| {
             r.last_use > 0 && offset_bytes >= r.next_bytes && offset_bytes - r.next_bytes <= RUN_GAP_BYTES
         });
         let Some(i) = hit else {
             let lru = (0..b.runs.len()).min_by_key(|&i| b.runs[i].last_use).expect("slots");
-            b.runs[lru] = Run { next_bytes: end, run: 0, last_use: self.clock };
+            b.runs[lru] = Run { next_bytes: end, run: 0, last_use: clock };
             return StreamId(base_id);
         };
         let run = &mut b.runs[i];
@@ -79,7 +85,7 @@ impl Detector {
             b.next_run += 1;
         }
         run.next_bytes = end;
-        run.last_use = self.clock;
+        run.last_use = clock;
         assert!(run.run >= 1 && run.run < RUN_SLOTS);
         StreamId(base_id + run.run)
     }

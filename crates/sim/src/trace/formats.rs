@@ -309,10 +309,75 @@ pub fn parse_disksim(line: &str) -> Parsed {
     Ok(Some(req(ts, devno, devno, op, offset, size * SECTOR_BYTES)))
 }
 
+/// A byte cursor for the fused fast path of [`parse_layoutd`]: tokenizing
+/// and number parsing in one pass. Any surprise returns `None`, and the
+/// careful parser runs to say what is wrong.
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl Cursor<'_> {
+    fn blank(&mut self) {
+        while self.bytes.get(self.pos).is_some_and(|b| *b == b' ' || *b == b'\t') {
+            self.pos += 1;
+        }
+    }
+
+    fn at_end_of_field(&self) -> bool {
+        self.bytes.get(self.pos).is_none_or(|b| *b == b' ' || *b == b'\t')
+    }
+
+    fn number(&mut self) -> Option<u64> {
+        self.blank();
+        let start = self.pos;
+        let mut v: u64 = 0;
+        while let Some(d) = self.bytes.get(self.pos).map(|b| b.wrapping_sub(b'0')).filter(|d| *d <= 9) {
+            v = v.checked_mul(10)?.checked_add(u64::from(d))?;
+            self.pos += 1;
+        }
+        (self.pos > start && self.at_end_of_field()).then_some(v)
+    }
+
+    fn byte(&mut self) -> Option<u8> {
+        self.blank();
+        let b = *self.bytes.get(self.pos)?;
+        self.pos += 1;
+        self.at_end_of_field().then_some(b)
+    }
+}
+
+fn parse_layoutd_fast(line: &str) -> Option<TraceReq> {
+    let mut c = Cursor { bytes: line.as_bytes(), pos: 0 };
+    let (submit_ns, complete_ns, stream) = (c.number()?, c.number()?, c.number()?);
+    let op = Op::from_code(char::from(c.byte()?))?;
+    let (offset, length) = (c.number()?, c.number()?);
+    let fua = match c.byte()? {
+        b'-' => false,
+        b'F' => true,
+        _ => return None,
+    };
+    c.blank();
+    if c.pos != c.bytes.len() || complete_ns < submit_ns {
+        return None;
+    }
+    let mut r = req(submit_ns, stream, 0, op, offset, length);
+    r.complete_ns = Some(complete_ns);
+    r.fua = fua;
+    Some(r)
+}
+
 /// layoutd's own format, one [`layoutd_core::TraceRecord`] per line:
 /// `submit_ns complete_ns stream op offset_bytes length_bytes flags`.
 /// Stream: the recorded stream; device 0.
 pub fn parse_layoutd(line: &str) -> Parsed {
+    if let Some(r) = parse_layoutd_fast(line) {
+        return Ok(Some(r));
+    }
+    parse_layoutd_careful(line)
+}
+
+fn parse_layoutd_careful(line: &str) -> Parsed {
     let names = &["submit_ns", "complete_ns", "stream", "op", "offset_bytes", "length_bytes", "flags"];
     let mut f = fields(words(line), names);
     let submit_ns = f.num()?;
@@ -358,6 +423,14 @@ mod tests {
         assert_eq!(parse_u64("18446744073709551615"), Some(u64::MAX));
         assert_eq!(parse_u64("18446744073709551616"), None);
         assert_eq!(parse_u64("+1"), None);
+        // The fast and careful layoutd parsers agree wherever the fast one answers.
+        for line in ["1 2 3 R 0 512 -", "5\t9 0 W 4096 8192 F ", "7 7 1 F 0 0 -", "1 2 3 Z 1 2 -"] {
+            assert_eq!(parse_layoutd_fast(line), parse_layoutd_careful(line).unwrap(), "{line}");
+        }
+        for line in ["1 2 3 RR 0 512 -", "5 2 3 R 0 512 -", "1 2 3 R 0 512 - x", "1 2 3 R 0x 512 -", "1 2"] {
+            assert_eq!(parse_layoutd_fast(line), None, "{line}");
+            assert!(parse_layoutd_careful(line).is_err(), "{line}");
+        }
         assert_eq!(parse_u64(""), None);
     }
 
