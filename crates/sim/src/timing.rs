@@ -105,8 +105,10 @@ impl Timing for HddTiming {
 
     fn next_completion(&self) -> Option<Instant> {
         let disk = self.disk.next_completion_ns().map(Instant::from_ns);
-        let trim = self.immediate.front().map(|(t, _)| *t);
-        [disk, trim].into_iter().flatten().min()
+        match self.immediate.front() {
+            None => disk,
+            Some(&(trim, _)) => Some(disk.map_or(trim, |d| d.min(trim))),
+        }
     }
 
     fn complete(&mut self, now: Instant, _rng: &mut ChaCha8Rng) -> Option<u64> {
