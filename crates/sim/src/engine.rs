@@ -506,25 +506,7 @@ impl Replay<'_> {
             timestamps_clamped_count: source.clamped_count(),
             base_streams_count,
         };
-        let stats = &h.timing.stats;
-        let seek_mean = if stats.seek_cyl.count() == 0 {
-            0.0
-        } else {
-            stats.seek_cyl.sum() as f64 / stats.seek_cyl.count() as f64
-        };
-        let zero_seeks_count = stats.seek_cyl.buckets().find(|b| b.0 == 0).map_or(0, |b| b.2);
-        let disk = DiskInfo {
-            model: opts.disk.name.clone(),
-            scheduler: opts.scheduler,
-            queue_depth: opts.queue_depth,
-            capacity_bytes: opts.disk.sector_count * layoutd_core::SECTOR_BYTES,
-            requests_count: stats.served_count,
-            cache_hits_count: stats.cache_hit_count,
-            trims_count: stats.trims_count,
-            seek_distance_cyl_mean: round6(seek_mean),
-            zero_seeks_count,
-            service_ms: stats.service_ns.summary(1e6),
-        };
+        let disk = disk_info(opts, &h.timing);
         let summary = SimSummary {
             trace,
             disk,
@@ -558,6 +540,25 @@ impl Replay<'_> {
             addresses: timing.addresses.points().to_vec(),
             disk_log: timing.log.take(),
         })
+    }
+}
+
+fn disk_info(opts: &SimOptions, timing: &HddTiming) -> DiskInfo {
+    let stats = &timing.stats;
+    let seeks_count = stats.seek_cyl.count();
+    let seek_mean = if seeks_count == 0 { 0.0 } else { stats.seek_cyl.sum() as f64 / seeks_count as f64 };
+    let zero_seeks_count = stats.seek_cyl.buckets().find(|b| b.0 == 0).map_or(0, |b| b.2);
+    DiskInfo {
+        model: opts.disk.name.clone(),
+        scheduler: opts.scheduler,
+        queue_depth: opts.queue_depth,
+        capacity_bytes: opts.disk.sector_count * layoutd_core::SECTOR_BYTES,
+        requests_count: stats.served_count,
+        cache_hits_count: stats.cache_hit_count,
+        trims_count: stats.trims_count,
+        seek_distance_cyl_mean: round6(seek_mean),
+        zero_seeks_count,
+        service_ms: stats.service_ns.summary(1e6),
     }
 }
 
