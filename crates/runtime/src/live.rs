@@ -50,6 +50,8 @@ struct Core {
     /// The deadline the timer thread sleeps towards; wake it only when the
     /// stack wants an earlier one.
     timer_sleeps_until: Option<Instant>,
+    /// Set once a target panicked: the stack's state is no longer trusted.
+    failed: bool,
 }
 
 /// Where a submitter waits for its completion. With "caller runs", the
@@ -115,6 +117,32 @@ impl Core {
         }
     }
 
+    /// Runs `f` on the stack and drains its outputs. A panic inside marks the
+    /// volume failed and completes every waiting request with EIO, so no
+    /// caller hangs and no later request touches the broken state.
+    fn step(&mut self, work: &mut VecDeque<Request>, f: impl FnOnce(&mut dyn Target)) -> Result<(), IoError> {
+        if self.failed {
+            return Err(IoError::Io);
+        }
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            f(&mut *self.stack);
+            self.drain(work);
+        }));
+        let Err(panic) = outcome else { return Ok(()) };
+        let msg = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "unknown panic".into());
+        eprintln!("layoutd: a target panicked ({msg}); the volume now fails every request with EIO");
+        self.failed = true;
+        work.clear();
+        for (id, w) in self.waiters.drain() {
+            w.finish(Completion::err(layoutd_core::ReqId(id), IoError::Io));
+        }
+        Err(IoError::Io)
+    }
+
     /// Whether the timer thread must be woken to honour a new, earlier deadline.
     fn timer_needs_wake(&self) -> bool {
         match (self.stack.poll_timeout(), self.timer_sleeps_until) {
@@ -152,6 +180,7 @@ impl LiveVolume {
                 records,
                 records_write_failed: false,
                 timer_sleeps_until: None,
+                failed: false,
             }),
             device,
             delay,
@@ -191,11 +220,15 @@ impl LiveVolume {
                 Ok(c) => c,
                 Err(e) => return Completion::err(req.id, e),
             };
+            if core.failed {
+                return Completion::err(req.id, IoError::Io);
+            }
             req.id = layoutd_core::ReqId(core.next_id);
             core.next_id += 1;
             core.waiters.insert(req.id.0, waiter.clone());
-            core.stack.handle_request(self.now(), req);
-            core.drain(&mut work);
+            let now = self.now();
+            // On failure the waiter has been completed with EIO.
+            let _ = core.step(&mut work, |stack| stack.handle_request(now, req));
             if core.timer_needs_wake() {
                 self.timer_cv.notify_one();
             }
@@ -219,11 +252,14 @@ impl LiveVolume {
             assert!(core.lower_in_flight_count > 0);
             core.lower_in_flight_count -= 1;
             let now = self.now();
-            core.stack.handle_completion(now, c);
-            core.drain(&mut work);
-            if core.quiet() && work.is_empty() {
-                core.stack.handle_idle(now);
-                core.drain(&mut work);
+            if core.step(&mut work, |stack| stack.handle_completion(now, c)).is_err() {
+                return;
+            }
+            if core.quiet()
+                && work.is_empty()
+                && core.step(&mut work, |stack| stack.handle_idle(now)).is_err()
+            {
+                return;
             }
             if core.timer_needs_wake() {
                 self.timer_cv.notify_one();
@@ -260,11 +296,15 @@ fn timer_loop(vol: Weak<LiveVolume>) {
         let mut work = VecDeque::new();
         {
             let Ok(mut core) = v.lock() else { return };
+            if core.failed {
+                return;
+            }
             let now = v.now();
             match core.stack.poll_timeout() {
                 Some(t) if t <= now => {
-                    core.stack.handle_timeout(now);
-                    core.drain(&mut work);
+                    if core.step(&mut work, |stack| stack.handle_timeout(now)).is_err() {
+                        return;
+                    }
                 }
                 next => {
                     let wait_ns = next.map_or(200_000_000, |t| t.ns_since(now)).min(200_000_000);
