@@ -32,7 +32,7 @@ pub struct SimArgs {
     /// Stack description (TOML); default: one linear target over the whole disk.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Built-in disk model (`layoutd disk list` shows them), e.g. wd800.
+    /// Built-in disk model: wd800, st3160815as, barracuda4g or modern7200 (`layoutd disk show NAME`).
     #[arg(long, conflicts_with = "diskspecs")]
     pub disk: Option<String>,
     /// DiskSim parameter file to build the disk model from.

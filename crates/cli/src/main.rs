@@ -1,6 +1,7 @@
 //! `layoutd`: format, serve, inspect and simulate layoutd volumes.
 
 mod cmd_disk;
+mod cmd_sim;
 mod cmd_volume;
 
 use clap::{Parser, Subcommand};
@@ -32,6 +33,8 @@ enum Cmd {
     /// Inspect the HDD model's presets and validate it against real drives.
     #[command(subcommand)]
     Disk(cmd_disk::DiskCmd),
+    /// Replay a block trace through a stack on the HDD model (deterministic simulator).
+    Sim(cmd_sim::SimArgs),
     /// List the target types this build knows.
     Targets,
 }
@@ -43,6 +46,7 @@ fn main() {
         Cmd::Serve(a) => cmd_volume::serve(a),
         Cmd::Inspect(a) => cmd_volume::inspect(a),
         Cmd::Disk(c) => cmd_disk::run(c),
+        Cmd::Sim(a) => cmd_sim::run(a),
         Cmd::Targets => {
             for (name, what) in layoutd_targets::TARGET_TYPES {
                 println!("{name:10} {what}");
