@@ -1,0 +1,407 @@
+"""bench/run: the live bench harness (see `bench/run --help` and docs/bench.md)."""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BENCH = os.path.dirname(HERE)
+ROOT = os.path.dirname(BENCH)
+sys.path.insert(0, BENCH)
+
+import replay  # noqa: E402
+import svg  # noqa: E402
+import tracefile  # noqa: E402
+from log import log  # noqa: E402
+from rig import Rig, drop_caches, parse_size  # noqa: E402
+from workloads import WORKLOADS  # noqa: E402
+
+NOTES_MARK = "<!-- Notes below this line are written by hand and kept when bench/run regenerates this file. -->"
+
+TOP_HELP = """\
+Runs a real file-system workload live on a layoutd volume and reports it.
+
+For each run the harness
+  1. formats a volume file (in --dir, default /dev/shm) with the workload's
+     stack config (default: one plain linear target),
+  2. serves it: layoutd serve --emulate PRESET (default wd800: every request
+     waits for the HDD model's service time on one simulated arm) --record-trace,
+  3. makes it a block device and a file system without the kernel nbd module:
+     nbdfuse (one NBD connection) -> losetup --direct-io=on -> mkfs.ext4 -> mount,
+  4. runs the workload's phases, with `sync; echo 3 > /proc/sys/vm/drop_caches`
+     (after umount + mount, by default) before each phase that asks for cold caches, and brackets every phase with
+     two marker reads (outside the file system) that cut the recorded trace
+     into phases,
+  5. unmounts, runs e2fsck -fn, and tears down in reverse order (also on
+     failure, Ctrl-C or SIGTERM),
+  6. writes bench/results/NAME/: result.json, README.md (table), phases.svg,
+     address_time.svg, trace.gz; with --replay also each phase replayed
+     closed-loop in `layoutd sim` on the same disk model, side by side.
+
+Progress goes to stderr. Needs root, nbdkit, nbdfuse (libnbd-bin), fuse3,
+e2fsprogs, and a release build (cargo build --workspace --release).
+"""
+
+EXAMPLES = """\
+examples:
+  bench/run --list
+  bench/run postmark-repeat                       # plain stack, --emulate wd800
+  bench/run postmark-repeat --files 500 --reads 2 --out /tmp/pm-small
+  bench/run postmark-repeat --replay --out bench/results/capture-replay
+  bench/run postmark-repeat --config examples/trace.toml --emulate none --keep
+"""
+
+
+def parse(argv):
+    common = argparse.ArgumentParser(add_help=False)
+    g = common.add_argument_group("rig")
+    g.add_argument("--dir", default="/dev/shm", help="where the volume file, socket and mount points live (default: %(default)s)")
+    g.add_argument("--size", help="volume size, e.g. 4G (default: the workload's)")
+    g.add_argument("--config", help="stack TOML for `layoutd format` (default: the workload's; plain linear if none)")
+    g.add_argument("--emulate", help="HDD model preset for `serve --emulate`, or `none` (default: the workload's, wd800)")
+    g.add_argument("--connections", type=int, default=1,
+                   help="NBD connections nbdfuse opens (default: 1, so the trace has one stream in issue order)")
+    g.add_argument("--no-direct-io", action="store_true", help="attach the loop device without --direct-io=on")
+    g.add_argument("--mount-opts", help="ext4 mount options, e.g. noatime (default: the workload's)")
+    g.add_argument("--mkfs-opts", default="-E lazy_itable_init=1,lazy_journal_init=1",
+                   help="extra mkfs.ext4 options; give them as --mkfs-opts='...' (default: '%(default)s'; "
+                        "the rig always mounts with noinit_itable, so no background inode-table zeroing runs "
+                        "during the workload)")
+    g.add_argument("--cold", choices=("remount", "drop"), default="remount",
+                   help="how a phase that wants cold caches gets them: `drop` = sync; echo 3 > drop_caches; "
+                        "`remount` = umount, drop_caches, mount (default: %(default)s; drop_caches alone leaves "
+                        "journaled metadata that is not yet checkpointed in memory)")
+    g.add_argument("--threads", type=int, default=16, help="nbdkit worker threads (default: %(default)s)")
+    g.add_argument("--layoutd", default=os.path.join(ROOT, "target/release/layoutd"), help="the layoutd binary (default: %(default)s)")
+    g.add_argument("--out", help="result directory (default: bench/results/NAME)")
+    g.add_argument("--keep", action="store_true", help="keep the work directory (volume file, raw trace, logs)")
+    g = common.add_argument_group("replay (capture-then-replay)")
+    g.add_argument("--replay", action="store_true",
+                   help="replay each phase's captured trace closed-loop in `layoutd sim` on the emulated disk and report both")
+    g.add_argument("--sim-seeds", default="0",
+                   help="comma-separated simulator seeds (platter phase at time 0); the first is reported, "
+                        "all of them give the range (default: %(default)s)")
+    g.add_argument("--sim-scheduler", default="fifo",
+                   help="simulated disk scheduler (default: %(default)s, as the live emulator: FIFO, one arm)")
+    g.add_argument("--sim-queue-depth", type=int, default=1, help="simulated disk queue depth (default: %(default)s, as live)")
+
+    ap = argparse.ArgumentParser(prog="bench/run", description=TOP_HELP, epilog=EXAMPLES,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--list", action="store_true", help="list the workloads")
+    sub = ap.add_subparsers(dest="name", metavar="NAME")
+    for name, mod in WORKLOADS.items():
+        sp = sub.add_parser(name, parents=[common], help=mod.HELP, description=mod.DESCRIPTION,
+                            epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        mod.add_args(sp)
+    a = ap.parse_args(argv)
+    if a.list:
+        for name, mod in WORKLOADS.items():
+            print(f"{name:20} {mod.HELP}")
+        sys.exit(0)
+    if not a.name:
+        ap.print_help()
+        sys.exit(2)
+    return a
+
+
+def preflight(a):
+    missing = []
+    if os.geteuid() != 0:
+        missing.append("root (losetup, mount and drop_caches need it)")
+    for tool, pkg in (("nbdkit", "nbdkit"), ("nbdfuse", "libnbd-bin"), ("fusermount3", "fuse3"),
+                      ("losetup", "mount"), ("mkfs.ext4", "e2fsprogs"), ("e2fsck", "e2fsprogs")):
+        if shutil.which(tool) is None:
+            missing.append(f"{tool} (apt-get install {pkg})")
+    if not os.access(a.layoutd, os.X_OK):
+        missing.append(f"{a.layoutd} (cargo build --workspace --release)")
+    elif not os.path.exists(os.path.join(os.path.dirname(a.layoutd), "liblayoutd_nbd.so")) and \
+            "LAYOUTD_NBD_PLUGIN" not in os.environ:
+        missing.append("liblayoutd_nbd.so next to layoutd (cargo build --workspace --release)")
+    for dev in ("/dev/fuse", "/dev/loop-control"):
+        if not os.path.exists(dev):
+            missing.append(dev)
+    if missing:
+        sys.exit("bench/run: missing: " + "; ".join(missing))
+
+
+class Interrupted(BaseException):
+    pass
+
+
+def on_signal(signum, _frame):
+    raise Interrupted(f"signal {signal.Signals(signum).name}")
+
+
+def git_head():
+    p = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return p.stdout.strip() or "unknown"
+
+
+def main(argv=None):
+    a = parse(sys.argv[1:] if argv is None else argv)
+    mod = WORKLOADS[a.name]
+    d = dict(mod.DEFAULTS)
+    size = a.size or d["size"]
+    config = a.config if a.config is not None else d.get("config")
+    if config in ("", "none", "linear"):
+        config = None
+    if config:
+        config = os.path.abspath(config)
+    emulate = a.emulate or d.get("emulate")
+    if emulate == "none":
+        emulate = None
+    mount_opts = a.mount_opts if a.mount_opts is not None else d.get("mount_opts", "")
+    mount_opts = ",".join(o for o in ["noinit_itable", *mount_opts.split(",")] if o)
+    mkfs_opts = (a.mkfs_opts + " " + d.get("mkfs_opts", "")).split()
+    out = os.path.abspath(a.out or os.path.join(BENCH, "results", a.name))
+    a.layoutd = os.path.abspath(a.layoutd)
+    preflight(a)
+    sim = None
+    if a.replay:
+        sim = replay.find_sim(a.layoutd)
+        if sim is None:
+            sys.exit("bench/run: --replay needs `layoutd sim` or target/release/examples/sim "
+                     "(cargo build --release -p layoutd-sim --example sim)")
+        if not emulate:
+            sys.exit("bench/run: --replay compares against the emulated disk; give --emulate PRESET")
+    wl = mod.Workload(a)
+    os.makedirs(out, exist_ok=True)
+    os.makedirs(a.dir, exist_ok=True)
+    work = tempfile.mkdtemp(prefix=f"layoutd-bench-{a.name}-", dir=a.dir)
+    trace_path = os.path.join(work, "trace")
+    log(f"{a.name}: work dir {work}, results to {out}")
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, on_signal)
+
+    rig = Rig(a.layoutd, work, size, config, emulate, trace_path, a.connections, not a.no_direct_io,
+              mkfs_opts, mount_opts, a.threads)
+    phases = []
+    error = None
+    started = datetime.datetime.now().astimezone()
+    try:
+        rig.up()
+        for name, kind, cold, fn in wl.phases():
+            ph = {"name": name, "kind": kind, "caches_dropped_before": cold}
+            if cold:
+                t = time.monotonic()
+                if a.cold == "remount":
+                    rig.remount()
+                drop_caches()
+                ph["cold_seconds"] = round(time.monotonic() - t, 3)
+            m0 = rig.marker(f"{name} start")
+            ls0 = rig.loop_stat()
+            log(f"phase {name}: running")
+            t0 = time.monotonic()
+            ph.update(fn(rig.mnt))
+            t1 = time.monotonic()
+            os.sync()
+            t2 = time.monotonic()
+            ls1 = rig.loop_stat()
+            m1 = rig.marker(f"{name} end")
+            ph["loop_device"] = {k: ls1[k] - ls0[k] for k in ls0}
+            ph["seconds"] = round(t1 - t0, 4)
+            ph["sync_seconds"] = round(t2 - t1, 4)
+            ph["live_seconds"] = round(t2 - t0, 4)
+            ph["markers"] = [m0, m1]
+            log(f"phase {name}: {ph['seconds']:.2f} s + sync {ph['sync_seconds']:.2f} s")
+            phases.append(ph)
+        rig.umount()
+        clean, text = rig.fsck()
+        rig.facts["fsck_clean"] = clean
+        log(f"e2fsck -fn: {'clean' if clean else 'PROBLEMS'}")
+        if not clean:
+            rig.facts["fsck_output"] = text[-2000:]
+    except (Exception, KeyboardInterrupt, Interrupted) as e:  # noqa: BLE001
+        error = f"{type(e).__name__}: {e}"
+        log(f"FAILED: {error}")
+    finally:
+        failures = rig.down()
+    if failures:
+        log("teardown problems: " + "; ".join(failures))
+    if error or failures:
+        log(f"no results written; work dir {'kept' if a.keep else 'removed'}: {work}")
+        tail = open(rig.serve_log).read().strip()[-1500:] if os.path.exists(rig.serve_log) else ""
+        if tail:
+            log("server log tail:\n" + tail)
+        if not a.keep:
+            shutil.rmtree(work, ignore_errors=True)
+        sys.exit(1)
+
+    try:
+        result = analyze(a, wl, rig, phases, trace_path, out, work, sim, dict(
+            size=size, size_bytes=parse_size(size), config=config, emulate=emulate,
+            mount_opts=mount_opts, mkfs_opts=mkfs_opts,
+            nbdfuse_connections=a.connections, nbdkit_threads=a.threads, cold=a.cold), started)
+    finally:
+        if not a.keep:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            log(f"kept {work}")
+    write_report(out, result)
+    log(f"wrote {out}/README.md, result.json, phases.svg, address_time.svg, trace.gz")
+
+
+def analyze(a, wl, rig, phases, trace_path, out, work, sim, rigsettings, started):
+    log("reading the trace")
+    recs = tracefile.read(trace_path)
+    pairs = [(p["name"], p["markers"][0], p["markers"][1]) for p in phases]
+    win = tracefile.windows(recs, rig.export_bytes, pairs)
+    for p in phases:
+        p["trace"] = tracefile.summarize(win[p["name"]])
+    whole = tracefile.summarize(recs)
+    tracefile.gzip_copy(trace_path, os.path.join(out, "trace.gz"))
+    epoch = min(r.submit for r in recs)
+    bands = [(p["name"], min((r.submit for r in win[p["name"]]), default=epoch),
+              max((r.complete for r in win[p["name"]]), default=epoch)) for p in phases]
+    svg.address_time(os.path.join(out, "address_time.svg"),
+                     f"{a.name}: block address against time (live, {rigsettings['emulate'] or 'no emulation'})",
+                     recs, bands)
+    sim_info = None
+    if sim:
+        seeds = [int(x) for x in a.sim_seeds.split(",") if x.strip()]
+        sim_info = {"command": sim, "scheduler": a.sim_scheduler, "queue_depth": a.sim_queue_depth,
+                    "seed": seeds[0], "seeds": seeds, "disk": rigsettings["emulate"], "config": rigsettings["config"]}
+        simdir = os.path.join(out, "sim")
+        os.makedirs(simdir, exist_ok=True)
+        for p in phases:
+            t = os.path.join(work, f"{p['name']}.trace")
+            tracefile.write(win[p["name"]], t)
+            runs = []
+            for seed in seeds:
+                sfx = "" if seed == seeds[0] else f"-seed{seed}"
+                js = replay.run(sim, t, os.path.join(simdir, f"{p['name']}{sfx}.json"), rigsettings["emulate"],
+                                rigsettings["config"], seed, a.sim_scheduler, a.sim_queue_depth)
+                runs.append(sim_summary(js))
+            p["sim"] = runs[0]
+            p["sim_seconds_by_seed"] = {str(sd): r["simulated_seconds"] for sd, r in zip(seeds, runs)}
+        js = replay.run(sim, trace_path, os.path.join(simdir, "whole.json"), rigsettings["emulate"],
+                        rigsettings["config"], seeds[0], a.sim_scheduler, a.sim_queue_depth)
+        sim_info["whole_trace"] = sim_summary(js)
+    cats = [p["name"] for p in phases]
+    series = [("live (workload + sync)", [p["live_seconds"] for p in phases])]
+    if sim:
+        series.append(("simulated, closed-loop replay", [p["sim"]["simulated_seconds"] for p in phases]))
+    svg.bars(os.path.join(out, "phases.svg"), f"{a.name}: seconds per phase", cats, series, "seconds")
+    return {
+        "workload": a.name,
+        "params": wl.params(),
+        "command": "bench/run " + " ".join(sys.argv[1:]),
+        "started": started.isoformat(timespec="seconds"),
+        "git_head": git_head(),
+        "machine": {"cpus": os.cpu_count(), "kernel": platform.release(),
+                    "cpu": cpu_model()},
+        "rig": {**rigsettings, **rig.facts, "export_bytes": rig.export_bytes},
+        "phases": phases,
+        "whole_trace": whole,
+        "markers": [{"index": k, "offset": off, "label": lab} for k, off, lab in rig.markers],
+        "replay": sim_info,
+    }
+
+
+def sim_summary(js):
+    keep = ("requests", "reads_count", "writes_count", "flushes_count", "read_bytes", "written_bytes",
+            "simulated_seconds", "disk_busy_seconds", "disk_utilization", "response_ms")
+    s = {k: js[k] for k in keep if k in js}
+    d = js.get("disk", {})
+    s["disk_cache_hits"] = d.get("cache_hits_count")
+    s["disk_service_ms_mean"] = d.get("service_ms", {}).get("mean")
+    return s
+
+
+def cpu_model():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def mib(b):
+    return b / 2**20
+
+
+def write_report(out, r):
+    with open(os.path.join(out, "result.json"), "w") as fh:
+        json.dump(r, fh, indent=1)
+        fh.write("\n")
+    rig = r["rig"]
+    p = r["params"]
+    L = [f"# {r['workload']}", "",
+         "A benchmark, not a test: one live run, numbers as measured. "
+         f"Generated by `{r['command']}` on {r['started']} (git {r['git_head']}); "
+         f"machine: {r['machine']['cpus']} CPUs, {r['machine']['cpu']}, Linux {r['machine']['kernel']}.", "",
+         "Rig: " + ", ".join([
+             f"{rig['size']} volume, stack `{os.path.relpath(rig['config'], ROOT) if rig['config'] else 'linear (default)'}`",
+             f"`serve --emulate {rig['emulate']}`" if rig["emulate"] else "no emulation",
+             f"nbdfuse -C {rig['nbdfuse_connections']}",
+             f"loop direct I/O {'on' if rig.get('loop_direct_io') else 'off'}",
+             f"mkfs.ext4 {' '.join(rig['mkfs_opts'])} ({rig.get('mkfs_seconds')} s)",
+             f"mount options: {rig['mount_opts']}",
+             "cold caches by " + ("umount + drop_caches + mount" if rig.get("cold") == "remount" else "sync + drop_caches"),
+             f"e2fsck -fn after the run: {'clean' if rig.get('fsck_clean') else 'NOT CLEAN'}",
+             f"server stopped {'cleanly' if rig.get('server_marked_clean') else 'WITHOUT the clean mark'}"]) + ".", "",
+         "Workload: " + ", ".join(f"{k} = {v}" for k, v in p.items()) + ".", ""]
+    has_sim = bool(r.get("replay"))
+    multi = has_sim and len(r["replay"].get("seeds", [])) > 1
+    head = ["phase", "caches", "live s", "of which sync s", "requests", "reads (loop dev)", "read MiB",
+            "mean read KiB", "writes (loop dev)", "written MiB", "trace span s", "disk idle s"]
+    if has_sim:
+        head += ["sim s (closed loop)", "sim / live"]
+    if multi:
+        head += [f"sim s, {len(r['replay']['seeds'])} seeds"]
+    L.append("| " + " | ".join(head) + " |")
+    L.append("| --- | --- | " + " | ".join(["---:"] * (len(head) - 2)) + " |")
+    tot_live = tot_sim = 0.0
+    for ph in r["phases"]:
+        t = ph["trace"]
+        row = [ph["name"], "dropped" if ph["caches_dropped_before"] else "warm",
+               f"{ph['live_seconds']:.2f}", f"{ph['sync_seconds']:.2f}", f"{t['requests']}",
+               f"{t['reads']} ({ph['loop_device']['reads']})",
+               f"{mib(t['read_bytes']):.1f}", f"{t['mean_read_kib']:.1f}",
+               f"{t['writes']} ({ph['loop_device']['writes']})",
+               f"{mib(t['written_bytes']):.1f}", f"{t['span_seconds']:.2f}", f"{t['idle_seconds']:.2f}"]
+        tot_live += ph["live_seconds"]
+        if has_sim:
+            s = ph["sim"]["simulated_seconds"]
+            tot_sim += s
+            row += [f"{s:.2f}", f"{s / ph['live_seconds']:.3f}"]
+            if multi:
+                v = ph["sim_seconds_by_seed"].values()
+                row.append(f"{min(v):.2f} - {max(v):.2f}")
+        L.append("| " + " | ".join(row) + " |")
+    if has_sim:
+        L.append(f"| **total** | | **{tot_live:.2f}** | | | | | | | | | | **{tot_sim:.2f}** | **{tot_sim / tot_live:.3f}** |"
+                 + (" |" if multi else ""))
+        w = r["replay"]["whole_trace"]
+        L += ["", f"Whole trace (mkfs, phases and the harness's gaps between them, replayed as one): "
+                  f"live span {r['whole_trace']['span_seconds']:.2f} s, simulated {w['simulated_seconds']:.2f} s.", "",
+              f"Replay: `layoutd sim --closed-loop --format layoutd --disk {r['replay']['disk']} --scheduler "
+              f"{r['replay']['scheduler']} --queue-depth {r['replay']['queue_depth']} --seed {r['replay']['seed']}` "
+              f"on each phase's slice of the trace (`sim/*.json`), run as `{' '.join(os.path.relpath(c, ROOT) if c.startswith('/') else c for c in r['replay']['command'])}`."]
+    L += ["", "Columns: *live s* is the workload's wall time plus the `sync` after it; *trace span* is first "
+              "submission to last completion of the phase's requests as recorded by the trace layer; "
+              "*disk idle* is the part of the span with no request outstanding (the think time closed-loop "
+              "replay keeps); *(loop dev)* is what the loop device completed in the phase "
+              "(/sys/block/loopN/stat), i.e. what ext4 sent before FUSE and NBD.", "",
+          "![seconds per phase](phases.svg)", "", "![address against time](address_time.svg)", "",
+          f"Reproduce: `cargo build --workspace --release && {r['command']}`. The recorded trace is `trace.gz` "
+          "(docs/trace-format.md; phases are cut at the marker reads listed in `result.json`).", "",
+          NOTES_MARK]
+    readme = os.path.join(out, "README.md")
+    notes = ""
+    if os.path.exists(readme):
+        old = open(readme).read()
+        if NOTES_MARK in old:
+            notes = old.split(NOTES_MARK, 1)[1]
+    with open(readme, "w") as fh:
+        fh.write("\n".join(L) + (notes if notes else "\n"))

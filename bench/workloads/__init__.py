@@ -1,0 +1,9 @@
+"""Workloads for bench/run. A workload module defines NAME, HELP,
+DESCRIPTION, DEFAULTS (rig settings it prefers: size, config, emulate,
+mount_opts, optionally mkfs_opts), add_args(argparse group) and
+Workload(args) with params() and phases() -> [(name, kind, drop caches
+before?, fn(mount point) -> dict)]. Register it in WORKLOADS below."""
+
+from . import postmark_repeat
+
+WORKLOADS = {m.NAME: m for m in (postmark_repeat,)}

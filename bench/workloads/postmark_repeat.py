@@ -1,0 +1,92 @@
+"""postmark-repeat: the replication paper's modified Postmark, scaled down.
+
+Lifchits (UBC 2008, shared/seeds/000_*), section 5.2: Postmark v1.51 made to
+run only its read "transactions" on an existing file set (572,000 files, 4 GB,
+100 subdirectories), with a fixed random seed so that every iteration reads
+the same files in the same order; about 5,500 s per iteration on ext2 on a
+WD800, flat across iterations, 19x faster by iteration 7 with replication.
+
+Here: FILES files of uniform random size in Postmark's default range
+(500 - 10,000 bytes, i.e. 9.77 KiB) spread over DIRS subdirectories are created
+once (phase `create`, then sync), then READS phases each read every file
+completely, in one fixed seeded pseudo-random order, with caches dropped before
+each phase. Every read is checked against the CRC32 of what was written.
+"""
+
+import os
+import random
+import zlib
+
+NAME = "postmark-repeat"
+HELP = "modified Postmark: create small files once, then re-read them all in one fixed random order per phase"
+DESCRIPTION = __doc__
+
+# Rig defaults this workload chooses (the command line overrides them).
+DEFAULTS = {
+    "size": "4G",
+    "config": None,  # plain linear stack
+    "emulate": "wd800",
+    "mount_opts": "",  # kernel default (relatime): the first read of a file updates its atime once
+}
+
+
+def add_args(ap):
+    g = ap.add_argument_group("postmark-repeat workload")
+    g.add_argument("--files", type=int, default=8000, help="files in the set (default: %(default)s)")
+    g.add_argument("--dirs", type=int, default=100, help="subdirectories, as in the paper (default: %(default)s)")
+    g.add_argument("--min-bytes", type=int, default=500, help="smallest file, Postmark's default (default: %(default)s)")
+    g.add_argument("--max-bytes", type=int, default=10000, help="largest file, Postmark's default (default: %(default)s)")
+    g.add_argument("--reads", type=int, default=4, help="read phases (iterations) after creation (default: %(default)s)")
+    g.add_argument("--seed", type=int, default=1, help="seed of file sizes, placement, contents and read order (default: %(default)s)")
+
+
+class Workload:
+    def __init__(self, args):
+        self.a = args
+        rng = random.Random(args.seed)
+        self.files = []  # (relative path, size)
+        for i in range(args.files):
+            d = rng.randrange(args.dirs)
+            size = rng.randint(args.min_bytes, args.max_bytes)
+            self.files.append((f"s{d:03d}/f{i:06d}", size))
+        self.order = list(range(args.files))
+        random.Random(args.seed * 1000003 + 7).shuffle(self.order)
+        self.crc = [None] * args.files
+
+    def params(self):
+        a = self.a
+        total = sum(s for _, s in self.files)
+        return {"files": a.files, "dirs": a.dirs, "min_bytes": a.min_bytes, "max_bytes": a.max_bytes,
+                "reads": a.reads, "seed": a.seed, "total_bytes": total,
+                "mean_file_bytes": round(total / max(a.files, 1), 1)}
+
+    def phases(self):
+        """[(name, kind, drop caches before?, function(mnt) -> dict)]"""
+        out = [("create", "write", False, self.create)]
+        for k in range(1, self.a.reads + 1):
+            out.append((f"read-{k}", "read", True, self.read_all))
+        return out
+
+    def create(self, mnt):
+        rng = random.Random(self.a.seed ^ 0xC0FFEE)
+        for d in range(self.a.dirs):
+            os.makedirs(os.path.join(mnt, f"s{d:03d}"), exist_ok=True)
+        written = 0
+        for i, (rel, size) in enumerate(self.files):
+            data = rng.randbytes(size)
+            self.crc[i] = zlib.crc32(data)
+            with open(os.path.join(mnt, rel), "wb") as fh:
+                fh.write(data)
+            written += size
+        return {"files": len(self.files), "bytes": written}
+
+    def read_all(self, mnt):
+        got = 0
+        for i in self.order:
+            rel, size = self.files[i]
+            with open(os.path.join(mnt, rel), "rb") as fh:
+                data = fh.read()
+            if len(data) != size or zlib.crc32(data) != self.crc[i]:
+                raise RuntimeError(f"{rel}: read back {len(data)} bytes that differ from what was written")
+            got += len(data)
+        return {"files": len(self.order), "bytes": got}
