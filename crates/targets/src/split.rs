@@ -14,6 +14,8 @@ struct Joining {
     /// For reads in data mode: the assembled bytes, allocated when the
     /// first piece brings data (never in timing-only mode).
     data: Option<BytesMut>,
+    /// A single piece that covered the whole request, passed up uncopied.
+    whole: Option<Bytes>,
     length_bytes: u32,
     any_data: bool,
 }
@@ -34,8 +36,16 @@ impl Joiner {
         assert!(pieces > 0, "a request has at least one piece");
         let slot = self.next_slot;
         self.next_slot += 1;
-        let joining =
-            Joining { upper, op, pieces_left: pieces, error: None, data: None, length_bytes, any_data: false };
+        let joining = Joining {
+            upper,
+            op,
+            pieces_left: pieces,
+            error: None,
+            data: None,
+            whole: None,
+            length_bytes,
+            any_data: false,
+        };
         self.slots.insert(slot, joining);
         slot
     }
@@ -66,6 +76,12 @@ impl Joiner {
             Ok(()) => {
                 if let (Op::Read, Some(d)) = (j.op, c.data) {
                     let length = j.length_bytes as usize;
+                    if within == 0 && d.len() == length && j.data.is_none() {
+                        // One piece covers the whole request: pass the buffer up as is.
+                        j.whole = Some(d);
+                        j.any_data = true;
+                        return self.finish_if_done(slot);
+                    }
                     let buf = j.data.get_or_insert_with(|| BytesMut::zeroed(length));
                     let at = within as usize;
                     buf[at..at + d.len()].copy_from_slice(&d);
@@ -73,15 +89,23 @@ impl Joiner {
                 }
             }
         }
-        if j.pieces_left > 0 {
+        self.finish_if_done(slot)
+    }
+
+    /// The upper completion of `slot`, once its last piece has answered.
+    fn finish_if_done(&mut self, slot: u64) -> Option<Completion> {
+        if self.slots.get(&slot).expect("live slot").pieces_left > 0 {
             return None;
         }
         let j = self.slots.remove(&slot).expect("present");
         Some(match j.error {
             Some(e) => Completion::err(j.upper, e),
             None => {
-                let data: Option<Bytes> =
-                    if j.op == Op::Read && j.any_data { j.data.map(BytesMut::freeze) } else { None };
+                let data: Option<Bytes> = if j.op == Op::Read && j.any_data {
+                    j.whole.or_else(|| j.data.map(BytesMut::freeze))
+                } else {
+                    None
+                };
                 Completion { id: j.upper, result: Ok(()), data }
             }
         })
