@@ -13,6 +13,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYOUTD = os.path.join(ROOT, "target/release/layoutd")
 OUT = os.path.join(ROOT, "bench/results/nbd-overhead")
 
+NOTES_MARKER = "<!-- analysis: kept when the table is regenerated -->"
+
 ROWS = [  # name, rw, block size, iodepth
     ("4 KiB random read, QD 16", "randread", "4k", 16),
     ("4 KiB random write, QD 16", "randwrite", "4k", 16),
@@ -108,8 +110,14 @@ def write_report(results, a):
         lines.append(f"| {name} | {fv:,.0f} {unit} | {lv:,.0f} {unit} | {100 * l / f:.0f}% |")
     lines += ["", "Reproduce: `cargo build --workspace --release && bench/nbd_overhead.py`", "",
               "Raw numbers (every run): `results.json`."]
-    with open(os.path.join(OUT, "README.md"), "w") as fh:
-        fh.write("\n".join(lines) + "\n")
+    readme = os.path.join(OUT, "README.md")
+    notes = ""
+    if os.path.exists(readme):  # keep the hand-written analysis below the marker
+        old = open(readme).read()
+        if NOTES_MARKER in old:
+            notes = old[old.index(NOTES_MARKER):]
+    with open(readme, "w") as fh:
+        fh.write("\n".join(lines) + "\n\n" + (notes or NOTES_MARKER + "\n"))
     with open(os.path.join(OUT, "results.json"), "w") as fh:
         json.dump(results, fh, indent=1)
     print("\n".join(lines))
