@@ -235,15 +235,7 @@ fn uuid_string(u: &[u8; 16]) -> String {
 }
 
 pub fn inspect(a: InspectArgs) -> Result<()> {
-    let sb: Superblock = volume::inspect(&a.device)?;
-    let data_bytes = sb.device_size_bytes - sb.data_start_bytes;
-    let stack = layoutd_targets::build_stack(
-        &sb.config,
-        data_bytes,
-        layoutd_core::OpenMode::Open { clean: sb.clean },
-    )
-    .map_err(|e| anyhow::anyhow!("{}: stored config: {e}", a.device.display()))?;
-    use layoutd_core::Target;
+    let (sb, stack): (Superblock, _) = volume::inspect_stack(&a.device)?;
     let layers = stack.layer_statuses();
     if a.json {
         let v = serde_json::json!({
@@ -280,5 +272,25 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
         "config:\n{}",
         sb.config.to_toml().lines().map(|l| format!("  {l}")).collect::<Vec<_>>().join("\n")
     );
+    Ok(())
+}
+
+#[derive(Args)]
+#[command(
+    after_help = "Examples:\n  layoutd destage --device vol.img\n\nOpens the device (it must not be served), lets every target finish its background work with no foreground load (a `dcd` target destages its whole log to the data region), flushes, checks that no dirty log segment is left, and writes the clean mark. After this a `dcd` volume's data region alone is a plain disk with the file system's layout."
+)]
+pub struct DestageArgs {
+    /// The device to drain.
+    #[arg(long, value_name = "PATH")]
+    device: PathBuf,
+}
+
+pub fn destage(a: DestageArgs) -> Result<()> {
+    eprintln!("layoutd: draining {} ...", a.device.display());
+    let statuses = volume::destage(&a.device)?;
+    println!("drained {}; stack now:", a.device.display());
+    for s in statuses {
+        println!("  {s}");
+    }
     Ok(())
 }

@@ -30,6 +30,8 @@ enum Cmd {
     Serve(cmd_volume::ServeArgs),
     /// Print a device's superblock and stack.
     Inspect(cmd_volume::InspectArgs),
+    /// Drain background work offline: destage a `dcd` log home, flush, mark clean.
+    Destage(cmd_volume::DestageArgs),
     /// Inspect the HDD model's presets and validate it against real drives.
     #[command(subcommand)]
     Disk(cmd_disk::DiskCmd),
@@ -45,6 +47,7 @@ fn main() {
         Cmd::Format(a) => cmd_volume::format(a),
         Cmd::Serve(a) => cmd_volume::serve(a),
         Cmd::Inspect(a) => cmd_volume::inspect(a),
+        Cmd::Destage(a) => cmd_volume::destage(a),
         Cmd::Disk(c) => cmd_disk::run(c),
         Cmd::Sim(a) => cmd_sim::run(a),
         Cmd::Targets => {

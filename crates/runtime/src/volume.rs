@@ -86,7 +86,14 @@ fn bring_up(
     let mut h = Harness::new(stack, data, ZeroLatency::default(), 0);
     while !h.stack.is_ready() {
         if !h.step() {
-            return Err(err(path, "the stack stopped before it was ready (metadata recovery stalled)"));
+            let statuses: Vec<String> = h.stack.layer_statuses().iter().map(|s| s.to_string()).collect();
+            return Err(err(
+                path,
+                format!(
+                    "the stack could not finish recovering its metadata; refusing to serve. Stack status: {}",
+                    statuses.join(" | ")
+                ),
+            ));
         }
     }
     stack = h.into_stack();
@@ -188,4 +195,40 @@ pub fn inspect_stack(path: &Path) -> Result<(Superblock, Box<dyn Target>), Volum
     let data: Arc<dyn BlockDevice> = Arc::new(OverlayDevice::new(base));
     let stack = bring_up(path, Box::new(stack), data)?;
     Ok((sb, stack))
+}
+
+/// The value of counter `name` in any layer of `stack`, if some layer has it.
+pub fn counter(stack: &dyn Target, name: &str) -> Option<u64> {
+    stack.layer_statuses().iter().flat_map(|s| s.counters.clone()).find(|(k, _)| k == name).map(|(_, v)| v)
+}
+
+/// Drains all background work offline (for `dcd`: destages the whole log
+/// home), checks that nothing is left dirty, flushes, and marks the device
+/// clean. Returns the stack's statuses afterwards.
+pub fn destage(path: &Path) -> Result<Vec<layoutd_core::Status>, VolumeError> {
+    let vol = open(path, false)?;
+    let mut h = Harness::new(vol.stack, vol.data, ZeroLatency::default(), 0);
+    let steps_max = 100_000_000;
+    if h.drive_bounded(steps_max) == steps_max {
+        return Err(err(
+            path,
+            "background work did not finish within 100 million steps; the device is left marked dirty",
+        ));
+    }
+    let flushed = h.flush();
+    if let Err(e) = flushed.result {
+        return Err(err(path, format!("the final flush failed ({e}); the device is left marked dirty")));
+    }
+    h.settle();
+    let stack = h.into_stack();
+    for name in ["dirty_segments_count", "log_utilization_pct"] {
+        if let Some(v) = counter(&*stack, name).filter(|&v| v != 0) {
+            return Err(err(
+                path,
+                format!("after draining, {name}={v}: the log is not empty; the device is left marked dirty"),
+            ));
+        }
+    }
+    mark_clean(path, &vol.device)?;
+    Ok(stack.layer_statuses())
 }

@@ -237,7 +237,11 @@ impl BlockRig {
             let _ = sh(&format!("losetup -d {l}"));
         }
         if let Some(mut f) = self.fuse.take() {
-            let _ = sh(&format!("fusermount3 -u '{}'", self.fuse_dir.display()));
+            let unmounted = sh(&format!("fusermount3 -u '{}'", self.fuse_dir.display())).status.success();
+            if !unmounted {
+                // nbdfuse lost its server: lazily detach the dead mount.
+                let _ = sh(&format!("fusermount3 -uz '{}'", self.fuse_dir.display()));
+            }
             for _ in 0..100 {
                 if f.try_wait().ok().flatten().is_some() {
                     break;
