@@ -15,6 +15,7 @@ use layoutd_core::{Completion, Instant, Op, ReqId, Request, StreamId, Target, Tr
 use layoutd_disk::{execute, BlockDevice};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
@@ -106,8 +107,9 @@ pub struct Harness<T: Timing = ZeroLatency> {
     seed: u64,
     next_upper_id: u64,
     next_tag: u64,
-    lower: BTreeMap<u64, Request>,
-    upper_outstanding: BTreeMap<u64, Instant>,
+    // Hash maps, never iterated: their order cannot leak into results.
+    lower: FxHashMap<u64, Request>,
+    upper_outstanding: FxHashMap<u64, Instant>,
     completions: VecDeque<Completion>,
     records: Vec<TraceRecord>,
     idle_delivered: bool,
@@ -129,8 +131,8 @@ impl<T: Timing> Harness<T> {
             seed,
             next_upper_id: 0,
             next_tag: 0,
-            lower: BTreeMap::new(),
-            upper_outstanding: BTreeMap::new(),
+            lower: FxHashMap::default(),
+            upper_outstanding: FxHashMap::default(),
             completions: VecDeque::new(),
             records: Vec::new(),
             idle_delivered: false,
