@@ -151,7 +151,8 @@ class Rig:
             cmd.append("--direct-io=on")
         cmd.append(self.fuse_file)
         self.loop = sh(cmd).stdout.strip()
-        self.teardown.push(f"losetup -d {self.loop}", lambda: sh(["losetup", "-d", self.loop]))
+        loop = self.loop
+        self.teardown.push(f"losetup -d {loop}", lambda: sh(["losetup", "-d", loop]))
         dio = sh(["losetup", "-n", "-O", "DIO", self.loop]).stdout.strip()
         self.facts["loop_direct_io"] = dio == "1"
         self.facts["loop_device_bytes"] = limit
@@ -203,7 +204,23 @@ class Rig:
         are not yet checkpointed)."""
         self.umount()
         drop_caches()
+        self._check_loop()
         self.mount()
+
+    def _check_loop(self):
+        """The loop device must still be ours: on a shared machine someone's
+        `losetup -D` can detach it while the file system is unmounted. If
+        so, attach again (and say so in the report)."""
+        back = sh(["losetup", "-n", "-O", "BACK-FILE", self.loop], check=False).stdout.strip()
+        if back == self.fuse_file:
+            return
+        log(f"warning: {self.loop} no longer maps {self.fuse_file} (now: {back or 'detached'}); attaching again")
+        self.facts.setdefault("loop_reattached", []).append(self.loop)
+        for i, (name, _) in enumerate(self.teardown.steps):
+            if name.startswith("losetup -d"):
+                del self.teardown.steps[i]
+                break
+        self._attach_loop()
 
     def loop_stat(self):
         """/sys/block/loopN/stat: (reads, read bytes, writes, written bytes)

@@ -364,7 +364,9 @@ def write_report(out, r):
              f"mount options: {rig['mount_opts']}",
              "cold caches by " + ("umount + drop_caches + mount" if rig.get("cold") == "remount" else "sync + drop_caches"),
              f"e2fsck -fn after the run: {'clean' if rig.get('fsck_clean') else 'NOT CLEAN'}",
-             f"server stopped {'cleanly' if rig.get('server_marked_clean') else 'WITHOUT the clean mark'}"]) + ".", "",
+             f"server stopped {'cleanly' if rig.get('server_marked_clean') else 'WITHOUT the clean mark'}"]
+                         + ([f"loop device found detached by someone else and attached again before a remount: "
+                             f"{', '.join(rig['loop_reattached'])}"] if rig.get("loop_reattached") else [])) + ".", "",
          "Workload: " + ", ".join(f"{k} = {v}" for k, v in p.items()) + ".", ""]
     has_sim = bool(r.get("replay"))
     multi = has_sim and len(r["replay"].get("seeds", [])) > 1
