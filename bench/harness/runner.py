@@ -182,6 +182,9 @@ def main(argv=None):
                      "(cargo build --release -p layoutd-sim --example sim)")
         if not emulate:
             sys.exit("bench/run: --replay compares against the emulated disk; give --emulate PRESET")
+    if config and '"trace"' in open(config).read():
+        log("warning: the config has a trace layer and serve --record-trace adds another on top; "
+            "every request is then recorded twice (known serve issue, see docs/bench.md)")
     wl = mod.Workload(a)
     os.makedirs(out, exist_ok=True)
     os.makedirs(a.dir, exist_ok=True)
