@@ -15,7 +15,10 @@ each phase. Every read is checked against the CRC32 of what was written.
 
 import os
 import random
+import time
 import zlib
+
+from log import log
 
 NAME = "postmark-repeat"
 HELP = "modified Postmark: create small files once, then re-read them all in one fixed random order per phase"
@@ -72,7 +75,11 @@ class Workload:
         for d in range(self.a.dirs):
             os.makedirs(os.path.join(mnt, f"s{d:03d}"), exist_ok=True)
         written = 0
+        t_next = time.monotonic() + 15
         for i, (rel, size) in enumerate(self.files):
+            if time.monotonic() >= t_next:
+                log(f"  {i}/{len(self.files)} files created")
+                t_next += 15
             data = rng.randbytes(size)
             self.crc[i] = zlib.crc32(data)
             with open(os.path.join(mnt, rel), "wb") as fh:
@@ -82,7 +89,11 @@ class Workload:
 
     def read_all(self, mnt):
         got = 0
-        for i in self.order:
+        t_next = time.monotonic() + 15
+        for n, i in enumerate(self.order):
+            if time.monotonic() >= t_next:
+                log(f"  {n}/{len(self.order)} files read")
+                t_next += 15
             rel, size = self.files[i]
             with open(os.path.join(mnt, rel), "rb") as fh:
                 data = fh.read()

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Checks the harness's pure parts without root or a server: cutting a trace
+at marker reads, summaries, the report writer and the SVG plots.
+No timing is asserted. Run: python3 bench/harness/selftest.py"""
+
+import json
+import os
+import sys
+import tempfile
+
+sys.dont_write_bytecode = True
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+import runner  # noqa: E402
+import svg  # noqa: E402
+import tracefile  # noqa: E402
+from rig import MARKER_AREA, MARKER_STRIDE, parse_size  # noqa: E402
+
+EXPORT = 1 << 30
+
+
+def line(s, c, op, off, ln):
+    """Times in ms."""
+    return tracefile.Rec(f"{s * 1000000} {c * 1000000} 0 {op} {off} {ln} -")
+
+
+def marker(k, t):
+    return line(t, t + 100, "R", EXPORT - MARKER_AREA + k * MARKER_STRIDE, 4096)
+
+
+def main():
+    recs = [line(0, 10, "W", 0, 4096), marker(0, 20),
+            line(30, 40, "R", 8192, 4096), line(45, 60, "R", 12288, 8192), line(50, 70, "W", 4096, 4096),
+            marker(1, 80), marker(2, 90), line(100, 110, "F", 0, 0), marker(3, 120)]
+    # a read in the marker area that is not on a marker slot is data, not a marker
+    assert tracefile.marker_index(line(0, 1, "R", EXPORT - MARKER_AREA + 512, 4096), EXPORT) is None
+    w = tracefile.windows(recs, EXPORT, [("a", 0, 1), ("b", 2, 3)])
+    assert [r.off for r in w["a"]] == [8192, 12288, 4096], w
+    assert [r.op for r in w["b"]] == ["F"]
+    s = tracefile.summarize(w["a"])
+    assert (s["reads"], s["writes"], s["read_bytes"], s["written_bytes"]) == (2, 1, 12288, 4096), s
+    assert s["sequential_read_share"] == 0.5  # 12288 follows 8192+4096
+    assert s["span_seconds"] == 0.040 and s["busy_seconds"] == 0.035 and s["idle_seconds"] == 0.005, s  # busy [30,40] + [45,70]
+    assert s["overlapped_requests"] == 1, s  # the write at 50 overlaps the read 45..60
+    try:
+        tracefile.windows(recs, EXPORT, [("c", 0, 7)])
+        raise AssertionError("a missing marker must be an error")
+    except RuntimeError as e:
+        assert "marker 7" in str(e)
+    assert parse_size("4G") == 4 << 30 and parse_size("512MiB") == 512 << 20 and parse_size("123") == 123
+    with tempfile.TemporaryDirectory() as d:
+        svg.bars(os.path.join(d, "b.svg"), "t", ["x", "y"], [("live", [1.0, 2.5]), ("sim", [1.1, None])], "s")
+        svg.address_time(os.path.join(d, "a.svg"), "t", recs, [("a", 20000000, 80000000)])
+        for f in ("b.svg", "a.svg"):
+            assert open(os.path.join(d, f)).read().startswith("<svg")
+        ph = {"name": "a", "caches_dropped_before": True, "live_seconds": 1.0, "sync_seconds": 0.0,
+              "trace": s, "loop_device": {"reads": 2, "writes": 1}, "sim": {"simulated_seconds": 0.9},
+              "sim_seconds_by_seed": {"0": 0.9, "1": 0.95}}
+        r = {"workload": "w", "params": {"files": 1}, "command": "bench/run w", "started": "now", "git_head": "x",
+             "machine": {"cpus": 1, "cpu": "c", "kernel": "k", "loadavg_at_start": [0], "loadavg_at_end": [0]},
+             "rig": {"size": "1G", "config": None, "emulate": "wd800", "nbdfuse_connections": 1, "mkfs_opts": [],
+                     "mount_opts": "", "cold": "remount", "fsck_clean": True, "server_marked_clean": True},
+             "phases": [ph], "whole_trace": s,
+             "replay": {"command": ["layoutd", "sim"], "disk": "wd800", "scheduler": "fifo", "queue_depth": 1,
+                        "seed": 0, "seeds": [0, 1], "whole_trace": {"simulated_seconds": 1.0}}}
+        runner.write_report(d, r)
+        readme = os.path.join(d, "README.md")
+        with open(readme, "a") as fh:
+            fh.write("\nhand-written note\n")
+        runner.write_report(d, r)  # regenerating keeps the notes
+        text = open(readme).read()
+        assert text.count("hand-written note") == 1 and "| **total** |" in text and "0.90 - 0.95" in text
+        json.load(open(os.path.join(d, "result.json")))
+    print("bench harness selftest: ok")
+
+
+if __name__ == "__main__":
+    main()
