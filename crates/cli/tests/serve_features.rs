@@ -41,6 +41,23 @@ fn record_trace_captures_what_the_client_sent_on_any_stack() {
 }
 
 #[test]
+fn record_trace_on_a_stack_with_its_own_trace_layer_records_each_request_once() {
+    if !ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = "version = 1\n[[layer]]\ntarget = \"trace\"\n[[layer]]\ntarget = \"linear\"\n";
+    let dev = formatted(dir.path(), "t.img", "32M", Some(cfg));
+    let trace = dir.path().join("once.trace");
+    let run = "qemu-io -f raw -t writeback -c 'write -P 1 8192 4096' -c 'read 8192 4096' \"$uri\"";
+    let out = serve_run(&dev, run, &["--record-trace", trace.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let r = records(&trace);
+    let writes = r.iter().filter(|x| x.op == Op::Write && x.offset_bytes == 8192).count();
+    assert_eq!(writes, 1, "the write was recorded {writes} times: {r:?}");
+}
+
+#[test]
 fn emulate_holds_random_reads_back_by_at_least_the_model_service_time() {
     if !ready() {
         return;

@@ -15,8 +15,8 @@
 //! shared by all connections and a flush (or FUA) makes every completed
 //! write from every connection durable before it replies.
 
-use layoutd_core::{Completion, IoError, Op, ReqId, Request, StreamId, REQUEST_BYTES_MAX};
 use layoutd_core::Stack;
+use layoutd_core::{Completion, IoError, Op, ReqId, Request, StreamId, REQUEST_BYTES_MAX};
 use layoutd_disk::FileDevice;
 use layoutd_runtime::emulate::HddEmulator;
 use layoutd_runtime::live::{LiveVolume, RecordSink};
@@ -211,8 +211,10 @@ impl Server for Connection {
             let o = opened.as_mut().ok_or_else(|| eio("after_fork before config_complete"))?;
             let vol = o.volume.take().ok_or_else(|| eio("volume already started"))?;
             let mut stack = vol.stack;
-            if sink.is_some() {
+            let has_trace_layer = stack.layer_statuses().iter().any(|s| s.target == "trace");
+            if sink.is_some() && !has_trace_layer {
                 // Record what the client sent, whatever the stack: a trace layer on top.
+                // (A stack with its own trace layer records through that one.)
                 let size = stack.size_bytes();
                 stack = Box::new(Stack::new(vec![Box::new(Trace::new(size, 1 << 16)), stack]));
             }
