@@ -42,27 +42,6 @@ pub trait BlockDevice: Send + Sync {
     fn write_zeroes(&self, offset_bytes: u64, length_bytes: u64) -> io::Result<()>;
 }
 
-impl<T: BlockDevice + ?Sized> BlockDevice for &T {
-    fn size_bytes(&self) -> u64 {
-        (**self).size_bytes()
-    }
-    fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> io::Result<()> {
-        (**self).read_at(buf, offset_bytes)
-    }
-    fn write_at(&self, buf: &[u8], offset_bytes: u64) -> io::Result<()> {
-        (**self).write_at(buf, offset_bytes)
-    }
-    fn flush(&self) -> io::Result<()> {
-        (**self).flush()
-    }
-    fn trim(&self, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
-        (**self).trim(offset_bytes, length_bytes)
-    }
-    fn write_zeroes(&self, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
-        (**self).write_zeroes(offset_bytes, length_bytes)
-    }
-}
-
 impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
     fn size_bytes(&self) -> u64 {
         (**self).size_bytes()

@@ -77,9 +77,9 @@ mod tests {
 
     #[test]
     fn writes_shadow_the_base_and_never_reach_it() {
-        let base = MemDevice::new(1 << 16);
+        let base = std::sync::Arc::new(MemDevice::new(1 << 16));
         base.write_at(&[1; 1024], 0).unwrap();
-        let o = OverlayDevice::new(&base);
+        let o = OverlayDevice::new(base.clone());
         o.write_at(&[2; 512], 512).unwrap();
         let mut b = [0u8; 1024];
         o.read_at(&mut b, 0).unwrap();

@@ -68,11 +68,7 @@ fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(p) => {
-            let msg = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "unknown panic".into());
+            let msg = layoutd_runtime::live::panic_message(&*p);
             eprintln!("layoutd: internal error in {what}: {msg}; failing the request with EIO");
             Err(eio(format!("layoutd internal error in {what}: {msg}")))
         }

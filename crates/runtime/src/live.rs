@@ -23,6 +23,15 @@ use std::time::Duration;
 /// Where trace records go.
 pub type RecordSink = Box<dyn Write + Send>;
 
+/// The text of a caught panic's payload.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
 /// Holds completions back, to emulate a slower device (see `emulate`).
 pub trait Delay: Send + Sync {
     /// The runtime-clock instant (ns) at which `req`, issued at `now_ns`,
@@ -129,11 +138,7 @@ impl Core {
             self.drain(work);
         }));
         let Err(panic) = outcome else { return Ok(()) };
-        let msg = panic
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "unknown panic".into());
+        let msg = panic_message(&*panic);
         eprintln!("layoutd: a target panicked ({msg}); the volume now fails every request with EIO");
         self.failed = true;
         work.clear();
