@@ -264,7 +264,7 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
     println!("device size:       {} bytes", sb.device_size_bytes);
     println!("data starts at:    {} bytes", sb.data_start_bytes);
     println!("volume size:       {} bytes", stack.size_bytes());
-    println!("stack (top first):");
+    println!("stack (top first; persistent state such as a dcd log is recovered, request counters start at this open):");
     for l in &layers {
         println!("  {l}");
     }
