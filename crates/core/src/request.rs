@@ -141,8 +141,8 @@ impl Request {
                 Err(IoError::Invalid)
             };
         }
-        let aligned =
-            self.offset_bytes.is_multiple_of(SECTOR_BYTES) && u64::from(self.length_bytes) % SECTOR_BYTES == 0;
+        let aligned = self.offset_bytes.is_multiple_of(SECTOR_BYTES)
+            && u64::from(self.length_bytes) % SECTOR_BYTES == 0;
         let sized = self.length_bytes > 0 && self.length_bytes <= REQUEST_BYTES_MAX;
         let in_range =
             self.offset_bytes.checked_add(u64::from(self.length_bytes)).is_some_and(|end| end <= size_bytes);

@@ -178,7 +178,7 @@ mod tests {
     fn sample(generation: u64) -> Superblock {
         Superblock {
             generation,
-            clean: generation % 3 == 0,
+            clean: generation.is_multiple_of(3),
             device_size_bytes: 64 << 20,
             data_start_bytes: DATA_START_BYTES,
             uuid: [7; 16],

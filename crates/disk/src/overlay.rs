@@ -24,7 +24,8 @@ impl<D: BlockDevice> OverlayDevice<D> {
     }
 
     fn mark(&self, offset_bytes: u64, length_bytes: u64) {
-        assert!(offset_bytes % S == 0 && length_bytes % S == 0, "overlay works in sectors");
+        assert!(offset_bytes.is_multiple_of(S), "overlay works in sectors");
+        assert!(length_bytes.is_multiple_of(S), "overlay works in sectors");
         let mut w = self.written.lock().expect("overlay lock");
         w.extend(offset_bytes / S..(offset_bytes + length_bytes) / S);
     }

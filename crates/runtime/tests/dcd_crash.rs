@@ -11,7 +11,7 @@
 //!   fail with the key named.
 
 use bytes::Bytes;
-use layoutd_core::{Op, OpenMode, ReqId, Request, Target};
+use layoutd_core::{Op, OpenMode, ReqId, Request};
 use layoutd_disk::{BlockDevice, LogOp, MemDevice, Recorder};
 use layoutd_runtime::det::{Harness, ZeroLatency};
 use layoutd_runtime::testkit::{bring_up, stack_from_toml};

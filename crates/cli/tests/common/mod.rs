@@ -87,7 +87,7 @@ impl Server {
     pub fn start(dev: &Path) -> Server {
         let socket = dev.with_extension("sock");
         let _ = std::fs::remove_file(&socket);
-        let child = layoutd()
+        let mut child = layoutd()
             .args(["serve", "--device"])
             .arg(dev)
             .arg("--socket")
@@ -102,6 +102,8 @@ impl Server {
             }
             std::thread::sleep(Duration::from_millis(25));
         }
+        let _ = child.kill();
+        let _ = child.wait();
         panic!("layoutd serve did not create {} within 5 s", socket.display());
     }
 
