@@ -93,9 +93,11 @@ fn dcd_crash_at_every_flush_and_random_points_keeps_flushed_data() {
     }
 }
 
-/// `DCD_DEBUG=<stack index>,<seed> cargo test --test dcd dcd_debug_one -- --nocapture`
+/// A debugging tool, not a test:
+/// `DCD_DEBUG=<stack index>,<seed> cargo test --test dcd dcd_debug_one -- --ignored --nocapture`
 /// reruns one oracle case and prints the dcd status even if it fails.
 #[test]
+#[ignore = "debugging tool: set DCD_DEBUG=<stack index>,<seed> and run with --ignored"]
 fn dcd_debug_one() {
     use layoutd_runtime::det::{Harness, ZeroLatency};
     use layoutd_runtime::testkit::{bring_up, run_oracle, stack_from_toml};
