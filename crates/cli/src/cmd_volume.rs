@@ -13,9 +13,10 @@ use std::path::{Path, PathBuf};
     after_help = "Examples:\n  layoutd format --device vol.img --size 4G              # create a 4 GiB file, default linear stack\n  layoutd format --device /dev/sdb --config examples/linear.toml --force\n\nWithout --config the stack is one `linear` target over the whole device. The device must be at least 2 MiB; its first MiB holds the superblock. A device holding any data (layoutd or foreign) is refused unless --force is given; a bad config is refused before anything is written."
 )]
 pub struct FormatArgs {
-    /// The file or block device to format.
-    #[arg(long, value_name = "PATH")]
-    device: PathBuf,
+    /// The file or block device to format. Repeat it to make one volume span several devices
+    /// (members, in this order; e.g. a physical DCD: log on the first, data on the second).
+    #[arg(long, value_name = "PATH", required = true)]
+    device: Vec<PathBuf>,
     /// Stack description (TOML). Default: one linear target over the whole device.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -40,13 +41,15 @@ pub fn format(a: FormatArgs) -> Result<()> {
         }
     };
     if let Some(size) = &a.size {
-        create_sized(&a.device, size)?;
+        for d in &a.device {
+            create_sized(d, size)?;
+        }
     }
     let opts = volume::FormatOptions { force: a.force, direct: a.direct, uuid: random_uuid()? };
     let sb = volume::format(&a.device, &cfg, &opts)?;
     println!(
         "formatted {}: {} bytes, stack: {}",
-        a.device.display(),
+        names(&a.device),
         sb.device_size_bytes,
         cfg.layer.iter().map(|l| l.target.as_str()).collect::<Vec<_>>().join(" > ")
     );
@@ -82,9 +85,10 @@ fn create_sized(path: &Path, size: &str) -> Result<()> {
     after_help = "Examples:\n  layoutd serve --device vol.img                          # Unix socket, prints the NBD URI\n  layoutd serve --device vol.img --listen 127.0.0.1:10809\n  layoutd serve --device vol.img --run 'qemu-io -f raw -c \"write -P 7 0 1M\" \"$uri\"'\n  layoutd serve --device vol.ssd --emulate wd800 --record-trace run.trace\n\nWith --run, nbdkit runs the command once the export is ready ($uri, $nbd, $unixsocket are set) and stops when it exits (captive mode); the exit status is the command's. SIGINT or SIGTERM flush the volume and write the clean-shutdown mark. nbdkit must be installed; the plugin (liblayoutd_nbd.so) is looked up next to this binary or in $LAYOUTD_NBD_PLUGIN."
 )]
 pub struct ServeArgs {
-    /// A device formatted with `layoutd format`.
-    #[arg(long, value_name = "PATH")]
-    device: PathBuf,
+    /// A device formatted with `layoutd format` (repeat, in order, for every member of a
+    /// multi-device volume).
+    #[arg(long, value_name = "PATH", required = true)]
+    device: Vec<PathBuf>,
     /// Unix socket to listen on (default: layoutd-<device name>.sock in the temp dir).
     #[arg(long, value_name = "PATH", conflicts_with = "listen")]
     socket: Option<PathBuf>,
@@ -139,6 +143,11 @@ fn plugin_path() -> Result<PathBuf> {
     )
 }
 
+/// The devices' paths, comma-separated, for messages.
+fn names(devices: &[PathBuf]) -> String {
+    devices.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+}
+
 fn default_socket(device: &Path) -> PathBuf {
     let name =
         device.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "volume".into());
@@ -163,9 +172,11 @@ fn clear_stale_socket(sock: &Path) -> Result<()> {
 }
 
 pub fn serve(a: ServeArgs) -> Result<()> {
-    // Check the device ourselves first, so the common mistakes get one clear line.
-    let sb = volume::inspect(&a.device)?;
-    drop(layoutd_disk::FileDevice::open(&a.device, false, true).map_err(|e| anyhow::anyhow!("{e}"))?);
+    // Check the devices ourselves first, so the common mistakes get one clear line.
+    let sb = volume::check(&a.device)?;
+    for d in &a.device {
+        drop(layoutd_disk::FileDevice::open(d, false, true).map_err(|e| anyhow::anyhow!("{e}"))?);
+    }
     let plugin = plugin_path()?;
     let mut cmd = std::process::Command::new("nbdkit");
     cmd.arg("--foreground").arg("--threads").arg(a.threads.to_string());
@@ -177,7 +188,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             format!("nbd://{addr}")
         }
         None => {
-            let sock = a.socket.clone().unwrap_or_else(|| default_socket(&a.device));
+            let sock = a.socket.clone().unwrap_or_else(|| default_socket(&a.device[0]));
             clear_stale_socket(&sock)?;
             cmd.arg("--unix").arg(&sock);
             format!("nbd+unix:///?socket={}", sock.display())
@@ -186,7 +197,10 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     if let Some(run) = &a.run {
         cmd.arg("--run").arg(run);
     }
-    cmd.arg(&plugin).arg(format!("device={}", a.device.display()));
+    cmd.arg(&plugin);
+    for d in &a.device {
+        cmd.arg(format!("device={}", d.display()));
+    }
     if a.direct {
         cmd.arg("direct=true");
     }
@@ -204,8 +218,8 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     cmd.args(&a.plugin_arg);
     eprintln!(
         "layoutd: serving {} ({} bytes, {}) at {uri}",
-        a.device.display(),
-        sb.device_size_bytes - sb.data_start_bytes,
+        names(&a.device),
+        volume::member_data_bytes(&sb).iter().sum::<u64>(),
         if sb.clean { "clean" } else { "was not shut down cleanly: recovering" }
     );
     if a.dry_run {
@@ -221,9 +235,9 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     after_help = "Examples:\n  layoutd inspect --device vol.img\n  layoutd inspect --device vol.img --json | jq .config\n\nReads only; safe while the device is served."
 )]
 pub struct InspectArgs {
-    /// The device to inspect.
-    #[arg(long, value_name = "PATH")]
-    device: PathBuf,
+    /// The device to inspect (repeat, in order, for every member of a multi-device volume).
+    #[arg(long, value_name = "PATH", required = true)]
+    device: Vec<PathBuf>,
     /// Machine-readable output.
     #[arg(long)]
     json: bool,
@@ -239,7 +253,8 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
     let layers = stack.layer_statuses();
     if a.json {
         let v = serde_json::json!({
-            "device": a.device.display().to_string(),
+            "device": names(&a.device),
+            "member_count": volume::member_data_bytes(&sb).len(),
             "format_version": layoutd_core::superblock::FORMAT_VERSION,
             "uuid": uuid_string(&sb.uuid),
             "generation": sb.generation,
@@ -253,7 +268,7 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    println!("device:            {}", a.device.display());
+    println!("device:            {}", names(&a.device));
     println!("format version:    {}", layoutd_core::superblock::FORMAT_VERSION);
     println!("uuid:              {}", uuid_string(&sb.uuid));
     println!("generation:        {}", sb.generation);
@@ -280,15 +295,16 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
     after_help = "Examples:\n  layoutd destage --device vol.img\n\nOpens the device (it must not be served), lets every target finish its background work with no foreground load (a `dcd` target destages its whole log to the data region), flushes, checks that no dirty log segment is left, and writes the clean mark. After this a `dcd` volume's data region alone is a plain disk with the file system's layout."
 )]
 pub struct DestageArgs {
-    /// The device to drain.
-    #[arg(long, value_name = "PATH")]
-    device: PathBuf,
+    /// The device to drain (repeat, in order, for every member of a multi-device volume).
+    #[arg(long, value_name = "PATH", required = true)]
+    device: Vec<PathBuf>,
 }
 
 pub fn destage(a: DestageArgs) -> Result<()> {
-    eprintln!("layoutd: draining {} ...", a.device.display());
+    volume::check(&a.device)?;
+    eprintln!("layoutd: draining {} ...", names(&a.device));
     let statuses = volume::destage(&a.device)?;
-    println!("drained {}; stack now:", a.device.display());
+    println!("drained {}; stack now:", names(&a.device));
     for s in statuses {
         println!("  {s}");
     }

@@ -38,7 +38,9 @@ enum Cmd {
     /// Replay a block trace through a stack on the HDD model (deterministic simulator).
     Sim(cmd_sim::SimArgs),
     /// List the target types this build knows.
-    #[command(after_help = "Example:\n  layoutd targets\n\nEach target has a commented example config in examples/<target>.toml.")]
+    #[command(
+        after_help = "Example:\n  layoutd targets\n\nEach target has a commented example config in examples/<target>.toml."
+    )]
     Targets,
 }
 

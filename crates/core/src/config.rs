@@ -27,6 +27,18 @@ pub struct StackConfig {
     pub version: u32,
     /// The layers, top first.
     pub layer: Vec<LayerConfig>,
+    /// The member devices of a volume that spans several (written by
+    /// `format` from its `--device` options; empty for one device).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub device: Vec<MemberConfig>,
+}
+
+/// One member device of a multi-device volume.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemberConfig {
+    /// The member's size when formatted.
+    pub size_bytes: u64,
 }
 
 /// One layer: its target type and that target's own keys.
@@ -51,7 +63,11 @@ impl StackConfig {
         let mut seg = toml::Table::new();
         seg.insert("offset".into(), toml::Value::Integer(0));
         args.insert("segment".into(), toml::Value::Array(vec![toml::Value::Table(seg)]));
-        StackConfig { version: CONFIG_VERSION, layer: vec![LayerConfig { target: "linear".into(), args }] }
+        StackConfig {
+            version: CONFIG_VERSION,
+            layer: vec![LayerConfig { target: "linear".into(), args }],
+            device: Vec::new(),
+        }
     }
 
     /// Parses TOML text; `origin` names the file in errors.

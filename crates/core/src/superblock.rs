@@ -28,6 +28,9 @@ pub const DATA_START_BYTES: u64 = 1 << 20;
 pub const DEVICE_BYTES_MIN: u64 = DATA_START_BYTES + (1 << 20);
 
 const FLAG_CLEAN: u32 = 1;
+/// Bits 8..16 of the flags hold the member index (zero on one-device volumes,
+/// so superblocks written before multi-device volumes decode unchanged).
+const MEMBER_SHIFT: u32 = 8;
 const CONFIG_OFFSET: usize = 60;
 const CRC_OFFSET: usize = SUPERBLOCK_BYTES - 4;
 /// Longest config text that fits.
@@ -50,6 +53,9 @@ pub struct Superblock {
     pub uuid: [u8; 16],
     /// The stack description.
     pub config: StackConfig,
+    /// Which member device of the volume this superblock is on (0 for a
+    /// one-device volume; the members are listed in `config.device`).
+    pub member_index: u8,
 }
 
 /// Why a device's superblock cannot be used.
@@ -85,7 +91,9 @@ impl Superblock {
         let mut b = vec![0u8; SUPERBLOCK_BYTES];
         b[0..8].copy_from_slice(&MAGIC);
         b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-        b[12..16].copy_from_slice(&(if self.clean { FLAG_CLEAN } else { 0 }).to_le_bytes());
+        let flags =
+            (if self.clean { FLAG_CLEAN } else { 0 }) | (u32::from(self.member_index) << MEMBER_SHIFT);
+        b[12..16].copy_from_slice(&flags.to_le_bytes());
         b[16..24].copy_from_slice(&self.generation.to_le_bytes());
         b[24..32].copy_from_slice(&self.device_size_bytes.to_le_bytes());
         b[32..40].copy_from_slice(&self.data_start_bytes.to_le_bytes());
@@ -163,6 +171,7 @@ impl Superblock {
         Ok(Superblock {
             generation: u64_at(16),
             clean: u32_at(12) & FLAG_CLEAN != 0,
+            member_index: (u32_at(12) >> MEMBER_SHIFT) as u8,
             device_size_bytes: u64_at(24),
             data_start_bytes: u64_at(32),
             uuid: b[40..56].try_into().expect("16 bytes"),
@@ -183,6 +192,7 @@ mod tests {
             data_start_bytes: DATA_START_BYTES,
             uuid: [7; 16],
             config: StackConfig::default_linear(),
+            member_index: (generation % 2) as u8,
         }
     }
 

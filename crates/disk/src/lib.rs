@@ -11,11 +11,13 @@
 //! This crate never interprets what it stores.
 #![warn(missing_docs)]
 
+mod concat;
 mod file;
 mod mem;
 mod overlay;
 mod recorder;
 
+pub use concat::ConcatDevice;
 pub use file::FileDevice;
 pub use mem::MemDevice;
 pub use overlay::OverlayDevice;

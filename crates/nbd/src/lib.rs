@@ -17,8 +17,7 @@
 
 use layoutd_core::Stack;
 use layoutd_core::{Completion, IoError, Op, ReqId, Request, StreamId, REQUEST_BYTES_MAX};
-use layoutd_disk::FileDevice;
-use layoutd_runtime::emulate::HddEmulator;
+use layoutd_runtime::emulate::MemberEmulators;
 use layoutd_runtime::live::{LiveVolume, RecordSink};
 use layoutd_runtime::volume;
 use layoutd_targets::trace::Trace;
@@ -30,7 +29,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 #[derive(Default)]
 struct Settings {
-    device: Option<PathBuf>,
+    devices: Vec<PathBuf>,
     direct: bool,
     record_trace: Option<PathBuf>,
     /// Fault injection for tests: a read at exactly this offset panics.
@@ -42,13 +41,16 @@ struct Settings {
 
 /// What `config_complete` opened, waiting for `after_fork` to start serving.
 struct Opened {
-    path: PathBuf,
-    device: Arc<FileDevice>,
-    volume: Option<volume::Volume>,
+    members: Vec<volume::Member>,
+    /// The stack and its bottom device, until `after_fork` starts them.
+    pending: Option<(Box<dyn layoutd_core::Target>, Arc<dyn layoutd_disk::BlockDevice>)>,
+    /// Each member's extent on the bottom device, for per-disk emulation.
+    extents: Vec<(u64, u64)>,
+    data_start_bytes: u64,
 }
 
 static SETTINGS: Mutex<Settings> = Mutex::new(Settings {
-    device: None,
+    devices: Vec::new(),
     direct: false,
     record_trace: None,
     debug_panic_offset: None,
@@ -125,7 +127,8 @@ impl Server for Connection {
 
     fn config_help() -> Option<&'static str> {
         Some(
-            "device=PATH        (required) a device formatted with `layoutd format`\n\
+            "device=PATH        (required) a device formatted with `layoutd format`; repeat, in order,\n\
+                    for each member of a multi-device volume\n\
              direct=true|false  open with O_DIRECT (default false)\n\
              record-trace=FILE  record every request in layoutd's trace format\n\
              emulate=PRESET     hold completions back by the HDD model's service time (wd800, ...)\n\
@@ -141,7 +144,7 @@ impl Server for Connection {
         guarded("config", || {
             let mut s = SETTINGS.lock().map_err(|_| eio("settings lock"))?;
             match key {
-                "device" | "file" => s.device = Some(PathBuf::from(value)),
+                "device" | "file" => s.devices.push(PathBuf::from(value)),
                 "direct" => {
                     s.direct = value
                         .parse()
@@ -171,10 +174,19 @@ impl Server for Connection {
     fn config_complete() -> Result<()> {
         guarded("config_complete", || {
             let s = SETTINGS.lock().map_err(|_| eio("settings lock"))?;
-            let path = s.device.clone().ok_or_else(|| Error::new(libc::EINVAL, "device=PATH is required"))?;
-            let vol = volume::open(&path, s.direct).map_err(|e| Error::new(libc::EINVAL, e.to_string()))?;
-            let device = vol.device.clone();
-            *OPENED.lock().map_err(|_| eio("lock"))? = Some(Opened { path, device, volume: Some(vol) });
+            if s.devices.is_empty() {
+                return Err(Error::new(
+                    libc::EINVAL,
+                    "device=PATH is required (repeat it for each member of a multi-device volume)",
+                ));
+            }
+            let vol =
+                volume::open(&s.devices, s.direct).map_err(|e| Error::new(libc::EINVAL, e.to_string()))?;
+            let extents = vol.member_extents();
+            let data_start_bytes = vol.superblock.data_start_bytes;
+            let volume::Volume { members, data, stack, .. } = vol;
+            *OPENED.lock().map_err(|_| eio("lock"))? =
+                Some(Opened { members, pending: Some((stack, data)), extents, data_start_bytes });
             Ok(())
         })
     }
@@ -205,8 +217,7 @@ impl Server for Connection {
             };
             let mut opened = OPENED.lock().map_err(|_| eio("lock"))?;
             let o = opened.as_mut().ok_or_else(|| eio("after_fork before config_complete"))?;
-            let vol = o.volume.take().ok_or_else(|| eio("volume already started"))?;
-            let mut stack = vol.stack;
+            let (mut stack, data) = o.pending.take().ok_or_else(|| eio("volume already started"))?;
             let has_trace_layer = stack.layer_statuses().iter().any(|s| s.target == "trace");
             if sink.is_some() && !has_trace_layer {
                 // Record what the client sent, whatever the stack: a trace layer on top.
@@ -214,11 +225,12 @@ impl Server for Connection {
                 let size = stack.size_bytes();
                 stack = Box::new(Stack::new(vec![Box::new(Trace::new(size, 1 << 16)), stack]));
             }
+            // One emulated disk (one arm) per member device.
             let delay = params.map(|p| {
-                Arc::new(HddEmulator::new(p, vol.superblock.data_start_bytes))
+                Arc::new(MemberEmulators::new(&p, &o.extents, o.data_start_bytes))
                     as Arc<dyn layoutd_runtime::live::Delay>
             });
-            let live = LiveVolume::start(stack, vol.data, sink, delay);
+            let live = LiveVolume::start(stack, data, sink, delay);
             LIVE.set(live).map_err(|_| eio("volume started twice"))?;
             Ok(())
         })
@@ -231,14 +243,14 @@ impl Server for Connection {
             live.stop();
             let opened = OPENED.lock().map_err(|_| eio("lock"))?;
             let Some(o) = opened.as_ref() else { return Ok(()) };
+            let names: Vec<String> = o.members.iter().map(|m| m.path.display().to_string()).collect();
+            let names = names.join(", ");
             match flushed.result {
-                Ok(()) => match volume::mark_clean(&o.path, &o.device) {
-                    Ok(()) => eprintln!("layoutd: {}: flushed and marked clean", o.path.display()),
+                Ok(()) => match volume::mark_clean(&o.members) {
+                    Ok(()) => eprintln!("layoutd: {names}: flushed and marked clean"),
                     Err(e) => eprintln!("layoutd: could not write the clean mark: {e}"),
                 },
-                Err(e) => {
-                    eprintln!("layoutd: {}: final flush failed ({e}); left marked dirty", o.path.display())
-                }
+                Err(e) => eprintln!("layoutd: {names}: final flush failed ({e}); left marked dirty"),
             }
             Ok(())
         });

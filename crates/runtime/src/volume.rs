@@ -1,19 +1,23 @@
-//! Formatting, opening, closing and inspecting a layoutd device.
+//! Formatting, opening, closing and inspecting a layoutd volume.
 //!
-//! A formatted device holds the superblock (two copies) in its first MiB and
-//! the stack's address space after it. `format` validates the config by
-//! building the stack *before* writing anything, so bad input leaves the
-//! device untouched; `open` refuses unformatted, foreign, corrupt, shrunken
-//! or locked devices with a message naming the device; it marks the device
-//! dirty until `close` writes the clean-shutdown mark.
+//! A volume lives on one device, or spans several member devices laid end to
+//! end (for example a physical DCD: the log on one disk, the data on
+//! another). Every member holds the superblock (two copies) in its first MiB
+//! with the volume's uuid, its member index and the whole stack config; the
+//! stack's address space is the members' data areas, in order. `format`
+//! validates the config by building the stack *before* writing anything, so
+//! bad input leaves every device untouched; `open` refuses unformatted,
+//! foreign, corrupt, shrunken, locked, missing, extra or misordered members
+//! with a message naming the device; it marks the members dirty until
+//! [`Volume::mark_clean`] writes the clean-shutdown mark.
 
 use crate::det::{Harness, ZeroLatency};
-use layoutd_core::config::StackConfig;
+use layoutd_core::config::{MemberConfig, StackConfig};
 use layoutd_core::superblock::{
     Superblock, SuperblockError, DATA_START_BYTES, DEVICE_BYTES_MIN, SUPERBLOCK_BYTES,
 };
 use layoutd_core::{OpenMode, Target};
-use layoutd_disk::{BlockDevice, FileDevice, OverlayDevice, SliceDevice};
+use layoutd_disk::{BlockDevice, ConcatDevice, FileDevice, OverlayDevice, SliceDevice};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -34,7 +38,7 @@ fn err(path: &Path, msg: impl Into<String>) -> VolumeError {
 /// Options for `format`.
 #[derive(Clone, Debug, Default)]
 pub struct FormatOptions {
-    /// Overwrite a device that already holds data (layoutd or foreign).
+    /// Overwrite devices that already hold data (layoutd or foreign).
     pub force: bool,
     /// Open with O_DIRECT.
     pub direct: bool,
@@ -42,16 +46,58 @@ pub struct FormatOptions {
     pub uuid: [u8; 16],
 }
 
-/// An open volume: the device, its superblock, and a ready stack.
-pub struct Volume {
-    /// The whole device.
+/// One member device of an open volume.
+pub struct Member {
+    /// Where it was opened from.
+    pub path: PathBuf,
+    /// The device (locked while open).
     pub device: Arc<FileDevice>,
-    /// The stack's bottom device: the data area past the superblock.
+}
+
+/// An open volume: its members, the superblock, and a ready stack.
+pub struct Volume {
+    /// The member devices, in order (one for a one-device volume).
+    pub members: Vec<Member>,
+    /// The stack's bottom device: the members' data areas, end to end.
     pub data: Arc<dyn BlockDevice>,
-    /// The superblock as read (with `clean` as found on open).
+    /// Member 0's superblock as read (with `clean` as found on open).
     pub superblock: Superblock,
     /// The stack, recovered and ready.
     pub stack: Box<dyn Target>,
+}
+
+impl Volume {
+    /// Writes the clean-shutdown mark on every member. Call after the stack
+    /// has been flushed.
+    pub fn mark_clean(&self) -> Result<(), VolumeError> {
+        mark_clean(&self.members)
+    }
+
+    /// Where each member's data area starts on the volume's bottom device,
+    /// with its length: for per-disk emulation.
+    pub fn member_extents(&self) -> Vec<(u64, u64)> {
+        extents(&member_data_bytes(&self.superblock))
+    }
+}
+
+/// The data-area size of every member, from member 0's superblock.
+pub fn member_data_bytes(sb: &Superblock) -> Vec<u64> {
+    if sb.config.device.is_empty() {
+        vec![sb.device_size_bytes - sb.data_start_bytes]
+    } else {
+        sb.config.device.iter().map(|m| m.size_bytes - sb.data_start_bytes).collect()
+    }
+}
+
+fn extents(sizes: &[u64]) -> Vec<(u64, u64)> {
+    let mut start = 0;
+    sizes
+        .iter()
+        .map(|&n| {
+            start += n;
+            (start - n, n)
+        })
+        .collect()
 }
 
 fn read_superblock(path: &Path, dev: &FileDevice) -> Result<Superblock, VolumeError> {
@@ -71,6 +117,28 @@ fn write_superblock(path: &Path, dev: &FileDevice, sb: &Superblock) -> Result<()
     dev.write_at(&bytes, Superblock::copy_offset_bytes(sb.generation))
         .and_then(|()| dev.flush())
         .map_err(|e| err(path, format!("cannot write the superblock: {e}")))
+}
+
+/// Opens and locks `path`, naming it in any error.
+fn open_locked(path: &Path, direct: bool) -> Result<FileDevice, VolumeError> {
+    FileDevice::open(path, direct, true)
+        .map_err(|e| err(path, e.to_string().replace(&format!("{}: ", path.display()), "")))
+}
+
+/// Rewrites every member's superblock with `clean`, bumping its generation.
+fn mark_all(members: &[Member], clean: bool) -> Result<(), VolumeError> {
+    for m in members {
+        let mut sb = read_superblock(&m.path, &m.device)?;
+        sb.generation += 1;
+        sb.clean = clean;
+        write_superblock(&m.path, &m.device, &sb)?;
+    }
+    Ok(())
+}
+
+/// Writes the clean-shutdown mark on every member.
+pub fn mark_clean(members: &[Member]) -> Result<(), VolumeError> {
+    mark_all(members, true)
 }
 
 /// Drives a stack in the deterministic runtime over the real device until it
@@ -100,100 +168,182 @@ fn bring_up(
     Ok(stack)
 }
 
-/// Writes a new superblock holding `cfg` and initialises the stack.
-pub fn format(path: &Path, cfg: &StackConfig, opts: &FormatOptions) -> Result<Superblock, VolumeError> {
-    let dev = FileDevice::open(path, opts.direct, true)
-        .map_err(|e| err(path, e.to_string().replace(&format!("{}: ", path.display()), "")))?;
-    let size = dev.size_bytes();
-    if size < DEVICE_BYTES_MIN {
-        return Err(err(path, format!("device is {size} bytes; layoutd needs at least {DEVICE_BYTES_MIN} (1 MiB of header plus 1 MiB of data)")));
+/// Writes a new superblock holding `cfg` on every device in `paths` (one
+/// device, or the members of a multi-device volume in order) and initialises
+/// the stack.
+pub fn format(paths: &[PathBuf], cfg: &StackConfig, opts: &FormatOptions) -> Result<Superblock, VolumeError> {
+    assert!(!paths.is_empty(), "at least one device");
+    if paths.len() > 255 {
+        return Err(err(&paths[255], "a volume spans at most 255 devices"));
     }
-    let data_bytes = size - DATA_START_BYTES;
-    // Validate the whole config before touching the device.
-    let stack = layoutd_targets::build_stack(cfg, data_bytes, OpenMode::Format)
-        .map_err(|e| err(path, format!("bad config: {e}")))?;
+    if !cfg.device.is_empty() {
+        return Err(err(
+            &paths[0],
+            "bad config: [[device]] entries are written by `format` from its --device options; remove them",
+        ));
+    }
+    let mut devs = Vec::with_capacity(paths.len());
+    for path in paths {
+        let dev = open_locked(path, opts.direct)?;
+        let size = dev.size_bytes();
+        if size < DEVICE_BYTES_MIN {
+            return Err(err(path, format!("device is {size} bytes; layoutd needs at least {DEVICE_BYTES_MIN} (1 MiB of header plus 1 MiB of data)")));
+        }
+        devs.push(dev);
+    }
+    let mut cfg = cfg.clone();
+    if paths.len() > 1 {
+        cfg.device = devs.iter().map(|d| MemberConfig { size_bytes: d.size_bytes() }).collect();
+    }
+    let sizes: Vec<u64> = devs.iter().map(|d| d.size_bytes() - DATA_START_BYTES).collect();
+    // Validate the whole config before touching any device.
+    let stack = layoutd_targets::build_stack_members(&cfg, &sizes, OpenMode::Format)
+        .map_err(|e| err(&paths[0], format!("bad config: {e}")))?;
     if !opts.force {
-        match read_superblock(path, &dev) {
-            Err(VolumeError { msg, .. }) if msg == SuperblockError::Unformatted.to_string() => {}
-            Ok(_) => return Err(err(path, "already holds a layoutd volume; pass --force to overwrite it")),
-            Err(e) => return Err(err(path, format!("{}; pass --force to overwrite it", e.msg))),
+        for (path, dev) in paths.iter().zip(&devs) {
+            match read_superblock(path, dev) {
+                Err(VolumeError { msg, .. }) if msg == SuperblockError::Unformatted.to_string() => {}
+                Ok(_) => {
+                    return Err(err(path, "already holds a layoutd volume; pass --force to overwrite it"))
+                }
+                Err(e) => return Err(err(path, format!("{}; pass --force to overwrite it", e.msg))),
+            }
         }
     }
-    let mut sb = Superblock {
-        generation: 0,
-        clean: true,
-        device_size_bytes: size,
-        data_start_bytes: DATA_START_BYTES,
-        uuid: opts.uuid,
-        config: cfg.clone(),
-    };
-    let data: Arc<dyn BlockDevice> = Arc::new(SliceDevice::new(Arc::new(dev), DATA_START_BYTES, data_bytes));
-    bring_up(path, Box::new(stack), data.clone())?;
-    data.flush().map_err(|e| err(path, format!("flush failed: {e}")))?;
-    let dev = FileDevice::open(path, false, false).map_err(|e| err(path, e.to_string()))?;
-    for generation in [0, 1] {
-        sb.generation = generation;
-        write_superblock(path, &dev, &sb)?;
+    let devs: Vec<Arc<FileDevice>> = devs.into_iter().map(Arc::new).collect();
+    let data = concat_data(&devs, &sizes, |d, n| Arc::new(SliceDevice::new(d, DATA_START_BYTES, n)));
+    bring_up(&paths[0], Box::new(stack), data.clone())?;
+    data.flush().map_err(|e| err(&paths[0], format!("flush failed: {e}")))?;
+    let mut first = None;
+    for (i, (path, dev)) in paths.iter().zip(&devs).enumerate() {
+        let mut sb = Superblock {
+            generation: 0,
+            clean: true,
+            device_size_bytes: dev.size_bytes(),
+            data_start_bytes: DATA_START_BYTES,
+            uuid: opts.uuid,
+            config: cfg.clone(),
+            member_index: i as u8,
+        };
+        for generation in [0, 1] {
+            sb.generation = generation;
+            write_superblock(path, dev, &sb)?;
+        }
+        first.get_or_insert(sb);
     }
-    Ok(sb)
+    Ok(first.expect("one device at least"))
 }
 
-/// Opens a formatted device for serving: locks it, checks the superblock,
-/// builds and recovers the stack, and marks the device dirty.
-pub fn open(path: &Path, direct: bool) -> Result<Volume, VolumeError> {
-    let dev = FileDevice::open(path, direct, true)
-        .map_err(|e| err(path, e.to_string().replace(&format!("{}: ", path.display()), "")))?;
-    let sb = read_superblock(path, &dev)?;
-    if dev.size_bytes() < sb.device_size_bytes {
+/// The members' data areas as one device.
+fn concat_data(
+    devs: &[Arc<FileDevice>],
+    sizes: &[u64],
+    slice: impl Fn(Arc<FileDevice>, u64) -> Arc<dyn BlockDevice>,
+) -> Arc<dyn BlockDevice> {
+    assert_eq!(devs.len(), sizes.len());
+    let mut parts: Vec<Arc<dyn BlockDevice>> =
+        devs.iter().zip(sizes).map(|(d, &n)| slice(d.clone(), n)).collect();
+    if parts.len() == 1 {
+        return parts.pop().expect("one");
+    }
+    Arc::new(ConcatDevice::new(parts))
+}
+
+/// Checks that `paths` are exactly the members of one volume, in order, and
+/// returns each member's superblock.
+fn check_members(paths: &[PathBuf], devs: &[FileDevice]) -> Result<Vec<Superblock>, VolumeError> {
+    let sbs: Vec<Superblock> =
+        paths.iter().zip(devs).map(|(p, d)| read_superblock(p, d)).collect::<Result<_, _>>()?;
+    let first = &sbs[0];
+    let count = first.config.device.len().max(1);
+    if first.member_index != 0 {
+        return Err(err(&paths[0], format!("is member {} of its volume, given first: give the --device options in the order they were formatted", first.member_index)));
+    }
+    if paths.len() < count {
+        return Err(err(&paths[0], format!("this volume spans {count} devices; give all of them with --device, in order (member {} is missing)", paths.len())));
+    }
+    if paths.len() > count {
         return Err(err(
-            path,
+            &paths[count],
             format!(
-                "device is {} bytes but was formatted at {}: it shrank, refusing to serve",
-                dev.size_bytes(),
-                sb.device_size_bytes
+                "is not part of this volume: the volume on {} spans {count} device(s)",
+                paths[0].display()
             ),
         ));
     }
-    let data_bytes = sb.device_size_bytes - sb.data_start_bytes;
-    let stack = layoutd_targets::build_stack(&sb.config, data_bytes, OpenMode::Open { clean: sb.clean })
-        .map_err(|e| err(path, format!("the stored stack config is unusable: {e}")))?;
-    let device = Arc::new(dev);
-    let data: Arc<dyn BlockDevice> =
-        Arc::new(SliceDevice::new(device.clone(), sb.data_start_bytes, data_bytes));
-    let stack = bring_up(path, Box::new(stack), data.clone())?;
-    let mut dirty = sb.clone();
-    dirty.generation += 1;
-    dirty.clean = false;
-    write_superblock(path, &device, &dirty)?;
-    Ok(Volume { device, data, superblock: sb, stack })
+    for (i, ((path, sb), dev)) in paths.iter().zip(&sbs).zip(devs).enumerate() {
+        if sb.uuid != first.uuid {
+            return Err(err(path, format!("belongs to another volume than {}", paths[0].display())));
+        }
+        if usize::from(sb.member_index) != i {
+            return Err(err(path, format!("is member {} of this volume, given as device {i}: give the --device options in the order they were formatted", sb.member_index)));
+        }
+        if dev.size_bytes() < sb.device_size_bytes {
+            return Err(err(
+                path,
+                format!(
+                    "device is {} bytes but was formatted at {}: it shrank, refusing to serve",
+                    dev.size_bytes(),
+                    sb.device_size_bytes
+                ),
+            ));
+        }
+    }
+    Ok(sbs)
 }
 
-/// Writes the clean-shutdown mark. Call after the stack has been flushed.
-pub fn mark_clean(path: &Path, device: &FileDevice) -> Result<(), VolumeError> {
-    let mut sb = read_superblock(path, device)?;
-    sb.generation += 1;
-    sb.clean = true;
-    write_superblock(path, device, &sb)
+/// Opens a formatted volume for serving: locks every member, checks the
+/// superblocks, builds and recovers the stack, and marks the members dirty.
+pub fn open(paths: &[PathBuf], direct: bool) -> Result<Volume, VolumeError> {
+    assert!(!paths.is_empty(), "at least one device");
+    let devs: Vec<FileDevice> = paths.iter().map(|p| open_locked(p, direct)).collect::<Result<_, _>>()?;
+    let sbs = check_members(paths, &devs)?;
+    let sb = sbs[0].clone();
+    let sizes = member_data_bytes(&sb);
+    let stack = layoutd_targets::build_stack_members(&sb.config, &sizes, OpenMode::Open { clean: sb.clean })
+        .map_err(|e| err(&paths[0], format!("the stored stack config is unusable: {e}")))?;
+    let devs: Vec<Arc<FileDevice>> = devs.into_iter().map(Arc::new).collect();
+    let data = concat_data(&devs, &sizes, |d, n| Arc::new(SliceDevice::new(d, DATA_START_BYTES, n)));
+    let stack = bring_up(&paths[0], Box::new(stack), data.clone())?;
+    let members: Vec<Member> =
+        paths.iter().zip(devs).map(|(p, d)| Member { path: p.clone(), device: d }).collect();
+    mark_all(&members, false)?;
+    Ok(Volume { members, data, superblock: sb, stack })
 }
 
-/// Reads the superblock without locking or modifying the device.
+/// Reads one device's superblock without locking or modifying it.
 pub fn inspect(path: &Path) -> Result<Superblock, VolumeError> {
     let dev = FileDevice::open_read_only(path).map_err(|e| err(path, e.to_string()))?;
     read_superblock(path, &dev)
 }
 
-/// Reads the superblock and brings the stack up (running any recovery) over
-/// a copy-on-write overlay, so counters reflect the device's persistent state
-/// while the device itself is never written.
-pub fn inspect_stack(path: &Path) -> Result<(Superblock, Box<dyn Target>), VolumeError> {
-    let dev = FileDevice::open_read_only(path).map_err(|e| err(path, e.to_string()))?;
-    let sb = read_superblock(path, &dev)?;
-    let data_bytes = sb.device_size_bytes.min(dev.size_bytes()) - sb.data_start_bytes;
-    let stack = layoutd_targets::build_stack(&sb.config, data_bytes, OpenMode::Open { clean: sb.clean })
-        .map_err(|e| err(path, format!("the stored stack config is unusable: {e}")))?;
-    let base = SliceDevice::new(Arc::new(dev), sb.data_start_bytes, data_bytes);
-    let data: Arc<dyn BlockDevice> = Arc::new(OverlayDevice::new(base));
-    let stack = bring_up(path, Box::new(stack), data)?;
+/// Checks that `paths` are the members of one formatted volume, in order,
+/// without locking or modifying anything; returns member 0's superblock.
+pub fn check(paths: &[PathBuf]) -> Result<Superblock, VolumeError> {
+    let devs: Vec<FileDevice> = paths
+        .iter()
+        .map(|p| FileDevice::open_read_only(p).map_err(|e| err(p, e.to_string())))
+        .collect::<Result<_, _>>()?;
+    Ok(check_members(paths, &devs)?.swap_remove(0))
+}
+
+/// Reads the superblocks and brings the stack up (running any recovery)
+/// over a copy-on-write overlay, so counters reflect the volume's persistent
+/// state while no device is ever written.
+pub fn inspect_stack(paths: &[PathBuf]) -> Result<(Superblock, Box<dyn Target>), VolumeError> {
+    let devs: Vec<FileDevice> = paths
+        .iter()
+        .map(|p| FileDevice::open_read_only(p).map_err(|e| err(p, e.to_string())))
+        .collect::<Result<_, _>>()?;
+    let sb = check_members(paths, &devs)?.swap_remove(0);
+    let sizes = member_data_bytes(&sb);
+    let stack = layoutd_targets::build_stack_members(&sb.config, &sizes, OpenMode::Open { clean: sb.clean })
+        .map_err(|e| err(&paths[0], format!("the stored stack config is unusable: {e}")))?;
+    let devs: Vec<Arc<FileDevice>> = devs.into_iter().map(Arc::new).collect();
+    let data = concat_data(&devs, &sizes, |d, n| {
+        Arc::new(OverlayDevice::new(SliceDevice::new(d, DATA_START_BYTES, n)))
+    });
+    let stack = bring_up(&paths[0], Box::new(stack), data)?;
     Ok((sb, stack))
 }
 
@@ -203,11 +353,12 @@ pub fn counter(stack: &dyn Target, name: &str) -> Option<u64> {
 }
 
 /// Drains all background work offline (for `dcd`: destages the whole log
-/// home), checks that nothing is left dirty, flushes, and marks the device
+/// home), checks that nothing is left dirty, flushes, and marks the volume
 /// clean. Returns the stack's statuses afterwards.
-pub fn destage(path: &Path) -> Result<Vec<layoutd_core::Status>, VolumeError> {
-    let vol = open(path, false)?;
-    let mut h = Harness::new(vol.stack, vol.data, ZeroLatency::default(), 0);
+pub fn destage(paths: &[PathBuf]) -> Result<Vec<layoutd_core::Status>, VolumeError> {
+    let vol = open(paths, false)?;
+    let path = &paths[0];
+    let mut h = Harness::new(vol.stack, vol.data.clone(), ZeroLatency::default(), 0);
     let steps_max = 100_000_000;
     if h.drive_bounded(steps_max) == steps_max {
         return Err(err(
@@ -229,6 +380,6 @@ pub fn destage(path: &Path) -> Result<Vec<layoutd_core::Status>, VolumeError> {
             ));
         }
     }
-    mark_clean(path, &vol.device)?;
+    mark_clean(&vol.members)?;
     Ok(stack.layer_statuses())
 }

@@ -25,13 +25,31 @@ pub const TARGET_TYPES: &[(&str, &str)] = &[
 /// Layers are built bottom-up so each knows the size below it. Errors name
 /// the layer and the key.
 pub fn build_stack(cfg: &StackConfig, device_bytes: u64, mode: OpenMode) -> Result<Stack, ConfigError> {
-    let mut lower_bytes = device_bytes;
+    build_stack_members(cfg, &[device_bytes], mode)
+}
+
+/// [`build_stack`] over a bottom device made of member devices laid end to
+/// end, `member_bytes` each (a multi-device volume). The bottom layer sees
+/// the members' extents (for `dcd`'s `log_device` / `data_device`); layers
+/// above see one device.
+pub fn build_stack_members(
+    cfg: &StackConfig,
+    member_bytes: &[u64],
+    mode: OpenMode,
+) -> Result<Stack, ConfigError> {
+    assert!(!member_bytes.is_empty(), "at least one device");
+    let mut members: Vec<(u64, u64)> = Vec::with_capacity(member_bytes.len());
+    let mut lower_bytes = 0u64;
+    for &m in member_bytes {
+        members.push((lower_bytes, m));
+        lower_bytes += m;
+    }
     let mut layers: Vec<Box<dyn Target>> = Vec::with_capacity(cfg.layer.len());
     for (i, layer) in cfg.layer.iter().enumerate().rev() {
         let context = format!("layer {} ({})", i + 1, layer.target);
         let args = ArgReader::new(context, &layer.args);
         let target: Box<dyn Target> = match layer.target.as_str() {
-            "dcd" => Box::new(dcd::Dcd::ctr(args, lower_bytes, mode)?),
+            "dcd" => Box::new(dcd::Dcd::ctr(args, lower_bytes, &members, mode)?),
             "linear" => Box::new(linear::Linear::ctr(args, lower_bytes)?),
             "trace" => Box::new(trace::Trace::ctr(args, lower_bytes)?),
             other => {
@@ -44,6 +62,7 @@ pub fn build_stack(cfg: &StackConfig, device_bytes: u64, mode: OpenMode) -> Resu
             }
         };
         lower_bytes = target.size_bytes();
+        members = vec![(0, lower_bytes)];
         if lower_bytes == 0 {
             return Err(ConfigError(format!("layer {} ({}): exposes zero bytes", i + 1, layer.target)));
         }

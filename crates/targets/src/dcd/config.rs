@@ -69,12 +69,61 @@ pub struct Args {
     pub pending_max: u32,
 }
 
-fn parse_regions(a: &mut ArgReader<'_>, lower_bytes: u64) -> Result<(u64, u64, u64, u64), ConfigError> {
-    let log_offset = a.size_opt("log_offset")?.unwrap_or(0);
-    let default_log = (lower_bytes / 8).min(64 << 20) / 4096 * 4096;
+/// The extent `(start, length)` of member device `index`, or the whole
+/// lower device when no member is named.
+fn member(
+    a: &ArgReader<'_>,
+    key: &str,
+    index: Option<u64>,
+    lower_bytes: u64,
+    members: &[(u64, u64)],
+) -> Result<(u64, u64), ConfigError> {
+    let Some(i) = index else { return Ok((0, lower_bytes)) };
+    members.get(i as usize).copied().ok_or_else(|| {
+        a.error(format!(
+            "key `{key}`: device {i} does not exist: this volume has {} device(s) (a volume spans several when formatted with several --device options)",
+            members.len()
+        ))
+    })
+}
+
+/// Region offsets are relative to the member named by `log_device` /
+/// `data_device` (physical DCD: log and data on different devices), or to
+/// the whole lower device when none is named (logical DCD). Returns
+/// absolute offsets on the lower device.
+fn parse_regions(
+    a: &mut ArgReader<'_>,
+    lower_bytes: u64,
+    members: &[(u64, u64)],
+) -> Result<(u64, u64, u64, u64), ConfigError> {
+    let log_device = a.u64_opt("log_device")?;
+    let data_device = a.u64_opt("data_device")?;
+    let (log_base, log_limit) = member(a, "log_device", log_device, lower_bytes, members)?;
+    let (data_base, data_limit) = member(a, "data_device", data_device, lower_bytes, members)?;
+    let separate = log_base != data_base || log_limit != data_limit;
+    let log_offset_rel = a.size_opt("log_offset")?.unwrap_or(0);
+    let default_log = if separate {
+        log_limit.saturating_sub(log_offset_rel)
+    } else {
+        (log_limit / 8).min(64 << 20) / 4096 * 4096
+    };
     let log_length = a.size_opt("log_length")?.unwrap_or(default_log);
-    let data_offset = a.size_opt("data_offset")?.unwrap_or(log_offset.saturating_add(log_length));
-    let data_length = a.size_opt("data_length")?.unwrap_or(lower_bytes.saturating_sub(data_offset));
+    let data_offset_rel = a.size_opt("data_offset")?.unwrap_or(if separate {
+        0
+    } else {
+        log_offset_rel.saturating_add(log_length)
+    });
+    let data_length = a.size_opt("data_length")?.unwrap_or(data_limit.saturating_sub(data_offset_rel));
+    for (key, offset, length, limit) in
+        [("log", log_offset_rel, log_length, log_limit), ("data", data_offset_rel, data_length, data_limit)]
+    {
+        if offset.checked_add(length).is_none_or(|e| e > limit) {
+            return Err(a.error(format!(
+                "{key} region {offset}+{length} runs past the end of its device ({limit} bytes)"
+            )));
+        }
+    }
+    let (log_offset, data_offset) = (log_base + log_offset_rel, data_base + data_offset_rel);
     for (k, v) in [
         ("log_offset", log_offset),
         ("log_length", log_length),
@@ -147,10 +196,15 @@ fn parse_choice<T: Copy>(
 }
 
 impl Args {
-    /// Parses the layer's keys against a lower device of `lower_bytes`.
-    pub fn parse(mut a: ArgReader<'_>, lower_bytes: u64) -> Result<(Args, Geometry), ConfigError> {
+    /// Parses the layer's keys against a lower device of `lower_bytes`,
+    /// made of the member devices `members` (`(start, length)` extents).
+    pub fn parse(
+        mut a: ArgReader<'_>,
+        lower_bytes: u64,
+        members: &[(u64, u64)],
+    ) -> Result<(Args, Geometry), ConfigError> {
         let (log_offset_bytes, log_length_bytes, data_offset_bytes, data_length_bytes) =
-            parse_regions(&mut a, lower_bytes)?;
+            parse_regions(&mut a, lower_bytes, members)?;
         let (segment_bytes, slot_bytes, buffer_count, buffer_delay_ms, bypass_bytes) =
             parse_segments(&mut a)?;
         let fua = parse_choice(

@@ -280,8 +280,13 @@ pub struct Dcd {
 impl Dcd {
     /// Parses the config over a lower device of `lower_bytes`; `mode` says
     /// whether to format the log or recover it.
-    pub fn ctr(args: ArgReader<'_>, lower_bytes: u64, mode: OpenMode) -> Result<Dcd, ConfigError> {
-        let (args, geo) = Args::parse(args, lower_bytes)?;
+    pub fn ctr(
+        args: ArgReader<'_>,
+        lower_bytes: u64,
+        members: &[(u64, u64)],
+        mode: OpenMode,
+    ) -> Result<Dcd, ConfigError> {
+        let (args, geo) = Args::parse(args, lower_bytes, members)?;
         Ok(Dcd::new(args, geo, mode))
     }
 
