@@ -276,7 +276,13 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
         "state:             {}",
         if sb.clean { "clean" } else { "dirty (not shut down cleanly, or being served)" }
     );
-    println!("device size:       {} bytes", sb.device_size_bytes);
+    if sb.config.device.is_empty() {
+        println!("device size:       {} bytes", sb.device_size_bytes);
+    } else {
+        for (i, (m, path)) in sb.config.device.iter().zip(&a.device).enumerate() {
+            println!("member {i}:          {} ({} bytes)", path.display(), m.size_bytes);
+        }
+    }
     println!("data starts at:    {} bytes", sb.data_start_bytes);
     println!("volume size:       {} bytes", stack.size_bytes());
     println!("stack (top first; persistent state such as a dcd log is recovered, request counters start at this open):");

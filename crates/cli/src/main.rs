@@ -45,6 +45,12 @@ enum Cmd {
 }
 
 fn main() {
+    // Behave like a Unix tool when the reader goes away (`layoutd inspect | head`):
+    // die quietly on SIGPIPE instead of panicking on a failed print.
+    // SAFETY: setting a signal disposition before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Format(a) => cmd_volume::format(a),
