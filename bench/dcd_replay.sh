@@ -9,7 +9,7 @@
 #                                  the figure-10 sweep, the histograms, and
 #                                  the report (bench/results/dcd/)
 #   bench/dcd_replay.sh --live     first the live runs (root, nbdkit, nbdfuse;
-#                                  about 15 minutes), which replace the traces
+#                                  about 10 minutes), which replace the traces
 #
 # Environment: LAYOUTD (default target/release/layoutd).
 set -eu
@@ -34,7 +34,11 @@ if [ "${1:-}" = "--live" ]; then
             --replay --out $R/live/$regime-plain
         bench/run dcd-users --layoutd "$LAYOUTD" --emulate barracuda4g --size 3136M "$@" \
             --config examples/dcd.toml --replay --out $R/live/$regime-dcd
-        for s in plain dcd; do
+        # the same with `fua = "log"` (FUA writes appended to the log instead of
+        # written home); the rig's loop device sends no FUA, see the README
+        bench/run dcd-users --layoutd "$LAYOUTD" --emulate barracuda4g --size 3136M "$@" \
+            --config $R/dcd-fua-log.toml --replay --out $R/live/$regime-dcd-fua-log
+        for s in plain dcd dcd-fua-log; do
             mkdir -p $T
             mv $R/live/$regime-$s/trace.gz $T/$regime-$s.trace.gz
         done

@@ -299,7 +299,12 @@ def main():
     sim = replay.find_sim(os.path.abspath(a.layoutd))
     if not sim:
         sys.exit("no `layoutd sim`: cargo build --workspace --release")
-    tmp = tempfile.mkdtemp(prefix="dcd-report-")
+    # a fixed scratch path, so the trace paths inside the JSON are the same on every run
+    # (same traces, same JSON, byte for byte); removed at the end
+    tmp = os.path.join(tempfile.gettempdir(), "layoutd-dcd-report")
+    import shutil
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
     log("figure 10 sweep")
     rows = fig10(sim, tmp)
     log("replaying the committed traces")
@@ -332,7 +337,7 @@ def main():
               f"{rp['rig']['mount_opts']}; e2fsck clean: plain {rp['rig'].get('fsck_clean')}, dcd {rd['rig'].get('fsck_clean')}. "
               f"Live runs started {rp['started']} and {rd['started']} (git {rp['git_head']}, {rd['git_head']}).", "",
               "| phase | plain live s (no sync) | dcd live s (no sync) | **live speedup** (no sync) | "
-              "plain sim s | dcd sim s | **sim speedup** | plain trace via dcd sim s | dcd fua=log sim s | "
+              "plain sim s | dcd sim s | **sim speedup** | plain trace via dcd sim s | dcd fua=log live s / sim s | "
               "write resp. ms plain / dcd (live) | read resp. ms plain / dcd (live) | plain write-busy share | "
               "max speedup (fig. 10) | if writes were free |",
               "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -343,6 +348,8 @@ def main():
             sd = sims.get((regime, "dcd", "dcd", name), {}).get("simulated_seconds")
             sx = sims.get((regime, "plain", "dcd", name), {}).get("simulated_seconds")
             sl = sims.get((regime, "dcd", "dcd-fua-log", name), {}).get("simulated_seconds")
+            rfl = load_run(regime, "dcd-fua-log")
+            lfl = next((q["live_seconds"] for q in rfl[0]["phases"] if q["name"] == name), None) if rfl else None
             tsum = {s: tracefile.summarize(wins[s][name]) for s in runs}
 
             def mean_resp(s, op):
@@ -355,7 +362,7 @@ def main():
             reg["phases"][name] = {
                 "live_plain_s": pp["live_seconds"], "live_dcd_s": pd["live_seconds"],
                 "live_plain_nosync_s": pp["seconds"], "live_dcd_nosync_s": pd["seconds"],
-                "sim_plain_s": sp, "sim_dcd_s": sd, "sim_plain_trace_via_dcd_s": sx, "sim_dcd_fua_log_s": sl,
+                "sim_plain_s": sp, "sim_dcd_s": sd, "sim_plain_trace_via_dcd_s": sx, "sim_dcd_fua_log_s": sl, "live_dcd_fua_log_s": lfl,
                 "write_resp_ms_live": [round(x, 3) for x in wr], "read_resp_ms_live": [round(x, 3) for x in rr],
                 "requests": [tsum["plain"]["requests"], tsum["dcd"]["requests"]],
                 "max_speedup": ms, "sim_dcd_counters": dcdc}
@@ -363,7 +370,7 @@ def main():
             L.append(f"| {name} | {pp['live_seconds']:.2f} ({pp['seconds']:.2f}) | {pd['live_seconds']:.2f} "
                      f"({pd['seconds']:.2f}) | **{pp['live_seconds'] / pd['live_seconds']:.2f}x** "
                      f"({pp['seconds'] / max(pd['seconds'], 1e-3):.2f}x) | {f(sp)} | {f(sd)} | "
-                     f"**{(sp / sd) if sp and sd else 0:.2f}x** | {f(sx)} | {f(sl)} | {wr[0]:.2f} / {wr[1]:.2f} | "
+                     f"**{(sp / sd) if sp and sd else 0:.2f}x** | {f(sx)} | {f(lfl)} / {f(sl)} | {wr[0]:.2f} / {wr[1]:.2f} | "
                      f"{rr[0]:.2f} / {rr[1]:.2f} | {ms['write_share'] if ms else '-'} | {ms['phase_bound'] if ms else '-'}x | "
                      f"{ms['free_writes_bound'] if ms else '-'}x |")
         tl = sum(p["live_seconds"] for p in rp["phases"]), sum(p["live_seconds"] for p in rd["phases"])
@@ -454,7 +461,7 @@ def main():
           "(the table above), a write >= 64 KiB (bypassed) not at all; S_w = total plain write time / total time "
           "at those speedups (time-weighted). Max = live / (O + W / S_w). *If writes were free* = live / O. "
           "Destage is assumed to happen in idle time, as in the paper.", "",
-          "Commands: `bench/dcd_replay.sh` (simulator half from the committed traces, about a minute) and "
+          "Commands: `bench/dcd_replay.sh` (simulator half from the committed traces, a few seconds) and "
           "`bench/dcd_replay.sh --live` (live runs first; root, nbdkit, nbdfuse, fuse3).", "", NOTES_MARK]
     json.dump(summary, open(os.path.join(RES, "summary.json"), "w"), indent=1, default=str)
     readme = os.path.join(RES, "README.md")
@@ -464,6 +471,7 @@ def main():
         if NOTES_MARK in old:
             notes = old.split(NOTES_MARK, 1)[1]
     open(readme, "w").write("\n".join(L) + notes)
+    shutil.rmtree(tmp, ignore_errors=True)
     log(f"wrote {rel(readme)}")
 
 
