@@ -43,7 +43,7 @@ DESCRIPTION = __doc__
 
 DEFAULTS = {
     "size": "3G",
-    "config": None,  # plain linear stack; bench/dcd_bench runs it again with examples/dcd.toml
+    "config": None,  # plain linear stack; bench/dcd_replay.sh --live runs it again with examples/dcd.toml
     "emulate": "barracuda4g",  # the DCD paper's disk class (Seagate Barracuda, 4 GB)
     "mount_opts": "",
 }
