@@ -115,8 +115,16 @@ pub struct SimSummary {
     pub errors_count: u64,
     /// From the first issue to the last completion.
     pub simulated_seconds: f64,
-    /// Time the disk was serving a request.
+    /// Time the disk was serving a request (foreground or background)
+    /// between the first issue and the last completion of a trace request.
     pub disk_busy_seconds: f64,
+    /// Disk time spent bringing the stack up before the trace (format or
+    /// recovery I/O).
+    pub disk_busy_bringup_seconds: f64,
+    /// Disk time spent after the last trace request completed: background
+    /// requests still in flight when the trace ended. (The replay stops
+    /// there; it does not drain background work such as a full destage.)
+    pub disk_busy_after_trace_seconds: f64,
     /// `disk_busy_seconds / simulated_seconds`.
     pub disk_utilization: f64,
     /// Response time (issue to completion) of every request.
@@ -297,6 +305,11 @@ struct Replay<'a> {
     tally: Tally,
     origin_ns: u64,
     last_completion_ns: u64,
+    /// The disk's busy total when the trace started (after bring-up) and
+    /// at the last completion of a trace request, so busy time is counted
+    /// over the same window as `simulated_seconds`.
+    busy_at_origin_ns: u64,
+    busy_at_last_completion_ns: u64,
     records: Option<std::io::BufWriter<std::fs::File>>,
     progress: indicatif::ProgressBar,
 }
@@ -317,6 +330,7 @@ pub fn simulate(opts: &SimOptions) -> anyhow::Result<SimOutcome> {
     h.with_data = false;
     layoutd_runtime::testkit::bring_up(&mut h);
     let origin_ns = h.now.as_ns();
+    let busy_at_origin_ns = h.timing.disk().busy_ns_total();
     let reader = TraceReader::open(&opts.trace, opts.format, opts.read.clone(), volume_bytes)?;
     let progress = progress_bar(opts.progress, reader.file_bytes());
     let source: Box<dyn Source> = if opts.closed_loop {
@@ -336,6 +350,8 @@ pub fn simulate(opts: &SimOptions) -> anyhow::Result<SimOutcome> {
         tally: Tally::default(),
         origin_ns,
         last_completion_ns: origin_ns,
+        busy_at_origin_ns,
+        busy_at_last_completion_ns: busy_at_origin_ns,
         records,
         progress,
     };
@@ -479,18 +495,31 @@ impl Replay<'_> {
             Op::Trim => t.trims_count += 1,
         }
         self.last_completion_ns = self.last_completion_ns.max(now_ns);
+        self.busy_at_last_completion_ns = self.h.timing.disk().busy_ns_total();
         self.source.completed(p.key, p.seq, now_ns);
     }
 }
 
 impl Replay<'_> {
     fn finish(self, opts: &SimOptions) -> anyhow::Result<SimOutcome> {
-        let Replay { h, source, tally: t, origin_ns, last_completion_ns, mut records, detector, .. } = self;
+        let Replay {
+            h,
+            source,
+            tally: t,
+            origin_ns,
+            last_completion_ns,
+            busy_at_origin_ns,
+            busy_at_last_completion_ns,
+            mut records,
+            detector,
+            ..
+        } = self;
         if let Some(w) = &mut records {
             w.flush().context("cannot write the recorded trace")?;
         }
         let simulated_ns = last_completion_ns - origin_ns;
-        let disk_busy_ns = h.timing.disk().busy_ns_total();
+        let busy_total_ns = h.timing.disk().busy_ns_total();
+        let disk_busy_ns = busy_at_last_completion_ns - busy_at_origin_ns;
         let simulated_seconds = round6(simulated_ns as f64 / 1e9);
         let utilization =
             if simulated_ns == 0 { 0.0 } else { round6(disk_busy_ns as f64 / simulated_ns as f64) };
@@ -522,6 +551,8 @@ impl Replay<'_> {
             errors_count: t.errors_count,
             simulated_seconds,
             disk_busy_seconds: round6(disk_busy_ns as f64 / 1e9),
+            disk_busy_bringup_seconds: round6(busy_at_origin_ns as f64 / 1e9),
+            disk_busy_after_trace_seconds: round6((busy_total_ns - busy_at_last_completion_ns) as f64 / 1e9),
             disk_utilization: utilization,
             response_ms: t.all_ns.summary(1e6),
             read_response_ms: t.read_ns.summary(1e6),

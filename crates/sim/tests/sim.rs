@@ -162,3 +162,24 @@ fn a_bad_trace_line_stops_the_simulation_with_file_and_line() {
     let e = simulate(&options(path, 0)).err().expect("bad line refused").to_string();
     assert!(e.ends_with("bad.trace:2: unknown op \"Q\" (R W F T Z) (reading as --format layoutd)"), "{e}");
 }
+
+#[test]
+fn disk_busy_time_is_counted_over_the_trace_window_only() {
+    // A dcd stack does disk work outside the trace: formatting its log
+    // before the first request. Busy time in the window can never exceed the
+    // window (it did, when bring-up was counted in); the rest is reported apart.
+    let dir = tempfile::tempdir().unwrap();
+    let path = synthetic_trace(dir.path(), 2000, 4);
+    let mut o = options(path, 0);
+    let dcd = "version = 1\n[[layer]]\ntarget = \"dcd\"\nlog_length = \"64MiB\"\n";
+    o.stack = layoutd_core::config::StackConfig::parse(dcd, "dcd").unwrap();
+    let s = simulate(&o).unwrap().summary;
+    assert!(
+        s.disk_busy_seconds <= s.simulated_seconds,
+        "{} busy in {} s",
+        s.disk_busy_seconds,
+        s.simulated_seconds
+    );
+    assert!(s.disk_utilization <= 1.0);
+    assert!(s.disk_busy_bringup_seconds > 0.0, "formatting the log costs disk time");
+}
