@@ -14,7 +14,8 @@
 
 use layoutd_core::{Completion, Instant, IoError, Request, Target, TraceRecord};
 use layoutd_disk::{execute, BlockDevice};
-use std::collections::{HashMap, VecDeque};
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
@@ -52,7 +53,7 @@ pub struct LiveVolume {
 struct Core {
     stack: Box<dyn Target>,
     next_id: u64,
-    waiters: HashMap<u64, Arc<Waiter>>,
+    waiters: FxHashMap<u64, Arc<Waiter>>,
     lower_in_flight_count: usize,
     records: Option<RecordSink>,
     records_write_failed: bool,
@@ -180,7 +181,7 @@ impl LiveVolume {
             core: Mutex::new(Core {
                 stack,
                 next_id: 0,
-                waiters: HashMap::new(),
+                waiters: FxHashMap::default(),
                 lower_in_flight_count: 0,
                 records,
                 records_write_failed: false,

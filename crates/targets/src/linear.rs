@@ -17,7 +17,7 @@
 
 use crate::split::Joiner;
 use layoutd_core::config::{ArgReader, ConfigError};
-use layoutd_core::{Completion, Instant, Op, Request, Status, Target, SECTOR_BYTES};
+use layoutd_core::{Completion, Instant, Op, ReqId, Request, Status, Target, SECTOR_BYTES};
 use std::collections::VecDeque;
 
 /// One slice of the lower device.
@@ -38,8 +38,15 @@ pub struct Linear {
     joiner: Joiner,
     lower_q: VecDeque<Request>,
     upper_q: VecDeque<Completion>,
+    /// Requests forwarded 1:1 (see `DIRECT_ID_BIT`).
+    direct_in_flight_count: u64,
     counters: Counters,
 }
+
+/// Marks a lower id as an upper id passed straight through (a request
+/// inside one segment). Ids the joiner hands out never carry it, and an
+/// upper id that already carries it takes the joiner path.
+const DIRECT_ID_BIT: u64 = 1 << 63;
 
 #[derive(Default)]
 struct Counters {
@@ -122,6 +129,7 @@ impl Linear {
             joiner: Joiner::default(),
             lower_q: VecDeque::new(),
             upper_q: VecDeque::new(),
+            direct_in_flight_count: 0,
             counters: Counters::default(),
         }
     }
@@ -170,9 +178,26 @@ impl Target for Linear {
         self.size_bytes
     }
 
-    fn handle_request(&mut self, _now: Instant, req: Request) {
+    fn handle_request(&mut self, _now: Instant, mut req: Request) {
         assert!(req.validate(self.size_bytes).is_ok(), "stack validated it");
         self.count(&req);
+        // The common case, a flush or a request inside one segment, maps 1:1:
+        // the upper id, tagged, goes down as the lower id, with no bookkeeping.
+        let direct = req.id.0 & DIRECT_ID_BIT == 0;
+        if direct && req.op == Op::Flush {
+            self.direct_in_flight_count += 1;
+            req.id = ReqId(req.id.0 | DIRECT_ID_BIT);
+            self.lower_q.push_back(req);
+            return;
+        }
+        let s = self.segments[self.segment_index(req.offset_bytes)];
+        if direct && req.end_bytes() <= s.upper_start_bytes + s.length_bytes {
+            self.direct_in_flight_count += 1;
+            req.id = ReqId(req.id.0 | DIRECT_ID_BIT);
+            req.offset_bytes = req.offset_bytes - s.upper_start_bytes + s.lower_start_bytes;
+            self.lower_q.push_back(req);
+            return;
+        }
         if req.op == Op::Flush {
             let slot = self.joiner.begin(req.id, req.op, 0, 1);
             let id = self.joiner.piece(slot, 0);
@@ -196,7 +221,14 @@ impl Target for Linear {
         }
     }
 
-    fn handle_completion(&mut self, _now: Instant, completion: Completion) {
+    fn handle_completion(&mut self, _now: Instant, mut completion: Completion) {
+        if completion.id.0 & DIRECT_ID_BIT != 0 {
+            assert!(self.direct_in_flight_count > 0, "a direct completion has a direct request");
+            self.direct_in_flight_count -= 1;
+            completion.id = ReqId(completion.id.0 & !DIRECT_ID_BIT);
+            self.upper_q.push_back(completion);
+            return;
+        }
         if let Some(up) = self.joiner.complete(completion) {
             self.upper_q.push_back(up);
         }
@@ -225,7 +257,10 @@ impl Target for Linear {
                 ("flushes_count".into(), c.flushes_count),
                 ("trims_count".into(), c.trims_count),
                 ("zeroes_count".into(), c.zeroes_count),
-                ("in_flight_count".into(), self.joiner.in_flight_count() as u64),
+                (
+                    "in_flight_count".into(),
+                    self.joiner.in_flight_count() as u64 + self.direct_in_flight_count,
+                ),
             ],
         }
     }

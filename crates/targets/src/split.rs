@@ -55,6 +55,7 @@ impl Joiner {
         assert!(self.slots.contains_key(&slot), "piece of an unknown slot");
         let id = self.next_lower_id;
         self.next_lower_id += 1;
+        assert!(id < 1 << 63, "joiner ids stay clear of linear's direct-id bit");
         self.lower.insert(id, (slot, within_bytes));
         ReqId(id)
     }
