@@ -113,9 +113,14 @@ def summarize(recs):
 
 def busy_ns(recs):
     """Time at least one request was outstanding (union of [submit, complete])."""
+    return union_ns((r.submit, r.complete) for r in recs)
+
+
+def union_ns(intervals):
+    """Total length of the union of (start, end) intervals."""
     total = 0
     cur_a = cur_b = None
-    for a, b in sorted((r.submit, r.complete) for r in recs):
+    for a, b in sorted(intervals):
         if cur_b is None or a > cur_b:
             if cur_b is not None:
                 total += cur_b - cur_a

@@ -233,19 +233,7 @@ def bw_of(rows, nbytes):
     return pts[0][1]
 
 
-def union_ns(intervals):
-    total = 0
-    cur_a = cur_b = None
-    for a, b in sorted(intervals):
-        if cur_b is None or a > cur_b:
-            if cur_b is not None:
-                total += cur_b - cur_a
-            cur_a, cur_b = a, b
-        else:
-            cur_b = max(cur_b, b)
-    if cur_b is not None:
-        total += cur_b - cur_a
-    return total
+union_ns = tracefile.union_ns
 
 
 def max_speedup(rows, recs, live_s, bypass=64 << 10):

@@ -101,6 +101,21 @@ impl FileDevice {
         Ok(())
     }
 
+    /// Zeroes a range with `fallocate(mode)` on a regular file, falling back
+    /// to writing zeroes (block devices, or file systems without that mode).
+    fn fallocate_or_write_zeroes(
+        &self,
+        mode: libc::c_int,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) -> io::Result<()> {
+        let keep_size = mode | libc::FALLOC_FL_KEEP_SIZE;
+        if !self.is_block_device && self.fallocate(keep_size, offset_bytes, length_bytes).is_ok() {
+            return Ok(());
+        }
+        self.zero_by_writing(offset_bytes, length_bytes)
+    }
+
     fn fallocate(&self, mode: libc::c_int, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
         // SAFETY: fallocate on a valid descriptor with in-range arguments.
         let rc = unsafe {
@@ -160,23 +175,11 @@ impl BlockDevice for FileDevice {
     }
 
     fn trim(&self, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
-        if !self.is_block_device {
-            let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
-            if self.fallocate(punch, offset_bytes, length_bytes).is_ok() {
-                return Ok(());
-            }
-        }
-        self.zero_by_writing(offset_bytes, length_bytes)
+        self.fallocate_or_write_zeroes(libc::FALLOC_FL_PUNCH_HOLE, offset_bytes, length_bytes)
     }
 
     fn write_zeroes(&self, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
-        if !self.is_block_device {
-            let zero = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
-            if self.fallocate(zero, offset_bytes, length_bytes).is_ok() {
-                return Ok(());
-            }
-        }
-        self.zero_by_writing(offset_bytes, length_bytes)
+        self.fallocate_or_write_zeroes(libc::FALLOC_FL_ZERO_RANGE, offset_bytes, length_bytes)
     }
 }
 
