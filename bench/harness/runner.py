@@ -17,6 +17,7 @@ BENCH = os.path.dirname(HERE)
 ROOT = os.path.dirname(BENCH)
 sys.path.insert(0, BENCH)
 
+import readme  # noqa: E402
 import replay  # noqa: E402
 import svg  # noqa: E402
 import tracefile  # noqa: E402
@@ -417,11 +418,4 @@ def write_report(out, r):
           f"Reproduce: `cargo build --workspace --release && {r['command']}`. The recorded trace is `trace.gz` "
           "(docs/trace-format.md; phases are cut at the marker reads listed in `result.json`).", "",
           NOTES_MARK]
-    readme = os.path.join(out, "README.md")
-    notes = ""
-    if os.path.exists(readme):
-        old = open(readme).read()
-        if NOTES_MARK in old:
-            notes = old.split(NOTES_MARK, 1)[1]
-    with open(readme, "w") as fh:
-        fh.write("\n".join(L) + (notes if notes else "\n"))
+    readme.write_keeping_notes(os.path.join(out, "README.md"), L, NOTES_MARK)

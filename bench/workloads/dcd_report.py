@@ -30,6 +30,7 @@ sys.dont_write_bytecode = True
 
 import replay  # noqa: E402
 import svg  # noqa: E402
+import readme  # noqa: E402
 import tracefile  # noqa: E402
 from log import log  # noqa: E402
 
@@ -511,15 +512,9 @@ def main():
           "Commands: `bench/dcd_replay.sh` (simulator half from the committed traces, a few seconds) and "
           "`bench/dcd_replay.sh --live` (live runs first; root, nbdkit, nbdfuse, fuse3).", "", NOTES_MARK]
     json.dump(summary, open(os.path.join(RES, "summary.json"), "w"), indent=1, default=str)
-    readme = os.path.join(RES, "README.md")
-    notes = "\n"
-    if os.path.exists(readme):
-        old = open(readme).read()
-        if NOTES_MARK in old:
-            notes = old.split(NOTES_MARK, 1)[1]
-    open(readme, "w").write("\n".join(L) + notes)
+    readme.write_keeping_notes(os.path.join(RES, "README.md"), L, NOTES_MARK)
     shutil.rmtree(tmp, ignore_errors=True)
-    log(f"wrote {rel(readme)}")
+    log(f"wrote {rel(os.path.join(RES, 'README.md'))}")
 
 
 if __name__ == "__main__":

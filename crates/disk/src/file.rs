@@ -33,7 +33,7 @@ impl FileDevice {
         if direct {
             opts.custom_flags(libc::O_DIRECT);
         }
-        let mut file = opts.open(path).map_err(|e| path_error(path, "cannot open", e))?;
+        let file = opts.open(path).map_err(|e| path_error(path, "cannot open", e))?;
         if exclusive {
             // SAFETY: flock on a valid, owned descriptor.
             let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
@@ -49,6 +49,16 @@ impl FileDevice {
                 });
             }
         }
+        Self::from_file(file, path, direct)
+    }
+
+    /// Opens `path` read-only, without a lock, for inspection.
+    pub fn open_read_only(path: &Path) -> io::Result<FileDevice> {
+        let file = File::open(path).map_err(|e| path_error(path, "cannot open", e))?;
+        Self::from_file(file, path, false)
+    }
+
+    fn from_file(mut file: File, path: &Path, direct: bool) -> io::Result<FileDevice> {
         let is_block_device =
             file.metadata().map_err(|e| path_error(path, "cannot stat", e))?.file_type().is_block_device();
         let size_bytes = file.seek(SeekFrom::End(0)).map_err(|e| path_error(path, "cannot find size", e))?;
@@ -57,22 +67,6 @@ impl FileDevice {
             path: path.to_path_buf(),
             size_bytes,
             direct,
-            is_block_device,
-            rmw_lock: Default::default(),
-        })
-    }
-
-    /// Opens `path` read-only, without a lock, for inspection.
-    pub fn open_read_only(path: &Path) -> io::Result<FileDevice> {
-        let mut file = File::open(path).map_err(|e| path_error(path, "cannot open", e))?;
-        let is_block_device =
-            file.metadata().map_err(|e| path_error(path, "cannot stat", e))?.file_type().is_block_device();
-        let size_bytes = file.seek(SeekFrom::End(0)).map_err(|e| path_error(path, "cannot find size", e))?;
-        Ok(FileDevice {
-            file,
-            path: path.to_path_buf(),
-            size_bytes,
-            direct: false,
             is_block_device,
             rmw_lock: Default::default(),
         })
