@@ -20,11 +20,6 @@ impl MemDevice {
         MemDevice { size_bytes, chunks: Mutex::new(HashMap::new()) }
     }
 
-    /// Bytes of memory held by written chunks.
-    pub fn allocated_bytes(&self) -> u64 {
-        self.chunks.lock().expect("mem device lock").len() as u64 * CHUNK_BYTES
-    }
-
     fn check(&self, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
         match offset_bytes.checked_add(length_bytes) {
             Some(end) if end <= self.size_bytes => Ok(()),

@@ -11,7 +11,7 @@
 //! the [`ZeroLatency`] reorder switch, or by cutting a recorder's log.
 
 use bytes::Bytes;
-use layoutd_core::{Completion, Instant, Op, ReqId, Request, StreamId, Target, TraceRecord};
+use layoutd_core::{Completion, Instant, Op, ReqId, Request, Target, TraceRecord};
 use layoutd_disk::{execute, BlockDevice};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -149,11 +149,6 @@ impl<T: Timing> Harness<T> {
     /// The seed, for "reproduce with --seed N" messages.
     pub fn seed(&self) -> u64 {
         self.seed
-    }
-
-    /// The harness's RNG, for tests that draw workload from the same seed.
-    pub fn rng(&mut self) -> &mut ChaCha8Rng {
-        &mut self.rng
     }
 
     /// Submits a request from above at the current time; returns its id.
@@ -336,9 +331,4 @@ impl<T: Timing> Harness<T> {
         }
         self.now = self.now.max(t);
     }
-}
-
-/// A stream id helper for tests.
-pub fn stream(n: u32) -> StreamId {
-    StreamId(n)
 }
