@@ -197,7 +197,16 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     if let Some(run) = &a.run {
         cmd.arg("--run").arg(run);
     }
+    // Advertise the NBD block-size limits (the nbdkit crate has no block_size
+    // callback): 512-byte sectors, 4 KiB preferred, 32 MiB per request. Larger
+    // requests from clients that ignore the maximum are still split by the plugin.
+    cmd.arg("--filter=blocksize-policy");
     cmd.arg(&plugin);
+    cmd.args([
+        "blocksize-minimum=512".to_string(),
+        "blocksize-preferred=4096".to_string(),
+        format!("blocksize-maximum={}", layoutd_core::REQUEST_BYTES_MAX),
+    ]);
     for d in &a.device {
         cmd.arg(format!("device={}", d.display()));
     }

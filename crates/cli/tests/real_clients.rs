@@ -5,15 +5,6 @@
 mod common;
 use common::*;
 
-fn tools(names: &[&str]) -> bool {
-    let mut ok = require("nbdkit plugin liblayoutd_nbd.so (cargo build --workspace)", plugin_built());
-    for n in names {
-        ok = ok
-            && require(&format!("`{n}` on PATH (apt-get install nbdkit libnbd-bin qemu-utils)"), have_cmd(n));
-    }
-    ok
-}
-
 #[test]
 fn qemu_io_patterns_fua_zero_and_discard_read_back() {
     if !tools(&["nbdkit", "qemu-io"]) {

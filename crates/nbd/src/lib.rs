@@ -102,18 +102,22 @@ impl Connection {
         to_result(self.live.submit(req))
     }
 
-    /// Trim and zero carry no data and NBD allows them up to 4 GiB; the
-    /// request model caps requests at 32 MiB, so split them.
+    /// NBD allows trims and zeroes up to 4 GiB and reads and writes up to
+    /// nbdkit's 64 MiB; the request model caps requests at 32 MiB
+    /// (`REQUEST_BYTES_MAX`, also advertised as the maximum block size), so
+    /// split larger ones. FUA is kept on every piece: each piece must be
+    /// durable when the whole request is acknowledged.
     fn call_ranged(&self, op: Op, offset: u64, count: u32, fua: bool) -> Result<()> {
-        let mut done = 0u32;
-        while done < count {
-            let n = (count - done).min(REQUEST_BYTES_MAX);
-            let last = done + n == count;
-            self.call(op, offset + u64::from(done), n, fua && last, None)?;
-            done += n;
+        for (at, n) in pieces(count) {
+            self.call(op, offset + u64::from(at), n, fua, None)?;
         }
         Ok(())
     }
+}
+
+/// `(start, length)` pieces of at most `REQUEST_BYTES_MAX` covering `0..count`.
+fn pieces(count: u32) -> impl Iterator<Item = (u32, u32)> {
+    (0..count).step_by(REQUEST_BYTES_MAX as usize).map(move |at| (at, (count - at).min(REQUEST_BYTES_MAX)))
 }
 
 impl Server for Connection {
@@ -294,19 +298,27 @@ impl Server for Connection {
             if self.debug_panic_offset == Some(offset) {
                 panic!("debug-panic-offset={offset} reached (fault injection)");
             }
-            let c = self.call(Op::Read, offset, buf.len() as u32, false, None)?;
-            let data = c.data.ok_or_else(|| eio("read returned no data"))?;
-            if data.len() != buf.len() {
-                return Err(eio(format!("read returned {} bytes, wanted {}", data.len(), buf.len())));
+            for (at, n) in pieces(buf.len() as u32) {
+                let part = &mut buf[at as usize..(at + n) as usize];
+                let c = self.call(Op::Read, offset + u64::from(at), n, false, None)?;
+                let data = c.data.ok_or_else(|| eio("read returned no data"))?;
+                if data.len() != part.len() {
+                    return Err(eio(format!("read returned {} bytes, wanted {}", data.len(), part.len())));
+                }
+                part.copy_from_slice(&data);
             }
-            buf.copy_from_slice(&data);
             Ok(())
         })
     }
 
     fn write_at(&self, buf: &[u8], offset: u64, flags: Flags) -> Result<()> {
         guarded("pwrite", || {
-            self.call(Op::Write, offset, buf.len() as u32, flags.contains(Flags::FUA), Some(buf)).map(|_| ())
+            let fua = flags.contains(Flags::FUA);
+            for (at, n) in pieces(buf.len() as u32) {
+                let part = &buf[at as usize..(at + n) as usize];
+                self.call(Op::Write, offset + u64::from(at), n, fua, Some(part))?;
+            }
+            Ok(())
         })
     }
 
@@ -319,9 +331,7 @@ impl Server for Connection {
     }
 
     fn zero(&self, count: u32, offset: u64, flags: Flags) -> Result<()> {
-        guarded("zero", || {
-            self.call(Op::WriteZeroes, offset, count, flags.contains(Flags::FUA), None).map(|_| ())
-        })
+        guarded("zero", || self.call_ranged(Op::WriteZeroes, offset, count, flags.contains(Flags::FUA)))
     }
 }
 

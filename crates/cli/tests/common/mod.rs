@@ -39,6 +39,19 @@ pub fn have_cmd(name: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// The plugin and each of `names` on PATH (else fail, or skip loudly).
+pub fn tools(names: &[&str]) -> bool {
+    let mut ok = require("nbdkit plugin liblayoutd_nbd.so (cargo build --workspace)", plugin_built());
+    for n in names {
+        ok = ok
+            && require(
+                &format!("`{n}` on PATH (apt-get install nbdkit libnbd-bin qemu-utils fio)"),
+                have_cmd(n),
+            );
+    }
+    ok
+}
+
 pub fn plugin_built() -> bool {
     let dir = Path::new(env!("CARGO_BIN_EXE_layoutd")).parent().unwrap();
     dir.join("liblayoutd_nbd.so").exists() || std::env::var_os("LAYOUTD_NBD_PLUGIN").is_some()
