@@ -486,22 +486,18 @@ impl Dcd {
         let _ = now;
         let key = self.next_read_key;
         self.next_read_key += 1;
-        let mut asm = ReadAsm {
-            id: req.id,
-            buf: vec![0u8; req.length_bytes as usize],
-            pieces_left: 1,
-            error: None,
-            any_data: false,
-        };
+        // No payload memory until a payload exists: in timing-only mode no
+        // piece carries data and the buffer is never allocated.
+        let mut asm = ReadAsm { id: req.id, buf: Vec::new(), pieces_left: 1, error: None, any_data: false };
         for &(first, n, src) in &runs {
             let at = (first * S) as usize;
             match src {
                 Source::Ram { buf, offset } => {
                     self.counters.read_ram_bytes += n * S;
-                    let o = offset as usize;
-                    asm.buf[at..at + (n * S) as usize]
-                        .copy_from_slice(&self.buffers[buf as usize][o..o + (n * S) as usize]);
-                    asm.any_data |= self.ram_has_data(buf);
+                    if self.ram_has_data(buf) {
+                        let o = offset as usize;
+                        asm.put(at, &self.buffers[buf as usize][o..o + (n * S) as usize]);
+                    }
                 }
                 Source::Home | Source::Log { .. } => {
                     asm.pieces_left += 1;
@@ -551,11 +547,7 @@ impl Dcd {
         asm.pieces_left -= 1;
         match (result, data) {
             (Err(e), _) => asm.error = asm.error.or(Some(e)),
-            (Ok(()), Some(d)) => {
-                let at = within_bytes as usize;
-                asm.buf[at..at + d.len()].copy_from_slice(&d);
-                asm.any_data = true;
-            }
+            (Ok(()), Some(d)) => asm.put(within_bytes as usize, &d),
             (Ok(()), None) => {}
         }
         if asm.pieces_left > 0 {
@@ -569,5 +561,18 @@ impl Dcd {
             }
         };
         self.complete_upper(c);
+    }
+}
+
+impl ReadAsm {
+    /// Copies one run's payload to `at`, growing the buffer (zero-filled) to
+    /// cover it. In data mode every run carries data, so the runs together
+    /// size the buffer to the whole request.
+    fn put(&mut self, at: usize, d: &[u8]) {
+        if self.buf.len() < at + d.len() {
+            self.buf.resize(at + d.len(), 0);
+        }
+        self.buf[at..at + d.len()].copy_from_slice(d);
+        self.any_data = true;
     }
 }
