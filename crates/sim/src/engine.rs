@@ -305,11 +305,8 @@ struct Replay<'a> {
     tally: Tally,
     origin_ns: u64,
     last_completion_ns: u64,
-    /// The disk's busy total when the trace started (after bring-up) and
-    /// at the last completion of a trace request, so busy time is counted
-    /// over the same window as `simulated_seconds`.
+    /// The disk's busy total when the trace started (after bring-up).
     busy_at_origin_ns: u64,
-    busy_at_last_completion_ns: u64,
     records: Option<std::io::BufWriter<std::fs::File>>,
     progress: indicatif::ProgressBar,
 }
@@ -331,6 +328,7 @@ pub fn simulate(opts: &SimOptions) -> anyhow::Result<SimOutcome> {
     layoutd_runtime::testkit::bring_up(&mut h);
     let origin_ns = h.now.as_ns();
     let busy_at_origin_ns = h.timing.disk().busy_ns_total();
+    h.timing.start_busy_window(origin_ns);
     let reader = TraceReader::open(&opts.trace, opts.format, opts.read.clone(), volume_bytes)?;
     let progress = progress_bar(opts.progress, reader.file_bytes());
     let source: Box<dyn Source> = if opts.closed_loop {
@@ -351,7 +349,6 @@ pub fn simulate(opts: &SimOptions) -> anyhow::Result<SimOutcome> {
         origin_ns,
         last_completion_ns: origin_ns,
         busy_at_origin_ns,
-        busy_at_last_completion_ns: busy_at_origin_ns,
         records,
         progress,
     };
@@ -495,7 +492,7 @@ impl Replay<'_> {
             Op::Trim => t.trims_count += 1,
         }
         self.last_completion_ns = self.last_completion_ns.max(now_ns);
-        self.busy_at_last_completion_ns = self.h.timing.disk().busy_ns_total();
+        self.h.timing.mark_busy_window(now_ns);
         self.source.completed(p.key, p.seq, now_ns);
     }
 }
@@ -509,7 +506,6 @@ impl Replay<'_> {
             origin_ns,
             last_completion_ns,
             busy_at_origin_ns,
-            busy_at_last_completion_ns,
             mut records,
             detector,
             ..
@@ -519,7 +515,9 @@ impl Replay<'_> {
         }
         let simulated_ns = last_completion_ns - origin_ns;
         let busy_total_ns = h.timing.disk().busy_ns_total();
-        let disk_busy_ns = busy_at_last_completion_ns - busy_at_origin_ns;
+        // Busy time inside [first issue, last completion] only: a service
+        // running across either end is counted for its part inside.
+        let disk_busy_ns = h.timing.busy_in_window_ns();
         let simulated_seconds = round6(simulated_ns as f64 / 1e9);
         let utilization =
             if simulated_ns == 0 { 0.0 } else { round6(disk_busy_ns as f64 / simulated_ns as f64) };
@@ -552,7 +550,9 @@ impl Replay<'_> {
             simulated_seconds,
             disk_busy_seconds: round6(disk_busy_ns as f64 / 1e9),
             disk_busy_bringup_seconds: round6(busy_at_origin_ns as f64 / 1e9),
-            disk_busy_after_trace_seconds: round6((busy_total_ns - busy_at_last_completion_ns) as f64 / 1e9),
+            disk_busy_after_trace_seconds: round6(
+                (busy_total_ns - busy_at_origin_ns - disk_busy_ns) as f64 / 1e9,
+            ),
             disk_utilization: utilization,
             response_ms: t.all_ns.summary(1e6),
             read_response_ms: t.read_ns.summary(1e6),

@@ -40,7 +40,9 @@ pub trait Source {
     fn completed(&mut self, key: u32, seq: u64, now_ns: u64);
     /// The reader underneath (progress, counts).
     fn reader(&self) -> &TraceReader;
-    /// Issues whose recorded time went backwards and were moved forward.
+    /// Issues whose recorded time went backwards (before the previous
+    /// request in open loop, before the trace's first request in either
+    /// mode) and were moved forward.
     fn clamped_count(&self) -> u64;
     /// Base streams seen.
     fn stream_count(&self) -> u64;
@@ -69,7 +71,9 @@ impl Source for OpenLoop {
             if let Some(r) = self.reader.next()? {
                 let first = *self.first_ns.get_or_insert(r.submit_ns);
                 let mut at = self.origin_ns + r.submit_ns.saturating_sub(first);
-                if at < self.last_ns {
+                // Earlier than the first request (moved to the origin) or
+                // than the one before it: moved forward, and counted.
+                if r.submit_ns < first || at < self.last_ns {
                     self.clamped_count += 1;
                     at = self.last_ns;
                 }
@@ -130,6 +134,10 @@ pub struct ClosedLoop {
     streams: Vec<Stream>,
     /// (issue instant, file sequence, stream index)
     ready: BinaryHeap<Reverse<(u64, u64, u32)>>,
+    /// Requests recorded before the trace's first request (a stream's
+    /// first, issued at the origin) or before their stream's previous one
+    /// (issued with it).
+    clamped_count: u64,
 }
 
 impl ClosedLoop {
@@ -148,6 +156,7 @@ impl ClosedLoop {
             index: FxHashMap::default(),
             streams: Vec::new(),
             ready: BinaryHeap::new(),
+            clamped_count: 0,
         }
     }
 
@@ -181,8 +190,14 @@ impl ClosedLoop {
         }
         let Some(&(seq, r)) = stream.queue.front() else { return };
         let at = match stream.last {
-            None => self.origin_ns + r.submit_ns.saturating_sub(self.first_ns.expect("set on first read")),
+            None => {
+                let first = self.first_ns.expect("set on first read");
+                self.clamped_count += u64::from(r.submit_ns < first);
+                self.origin_ns + r.submit_ns.saturating_sub(first)
+            }
             Some(last) if r.submit_ns < last.complete_rec_ns => {
+                // Recorded before its predecessor: issued with it, counted.
+                self.clamped_count += u64::from(r.submit_ns < last.submit_rec_ns);
                 last.issue_ns + r.submit_ns.saturating_sub(last.submit_rec_ns)
             }
             Some(last) => match last.complete_ns {
@@ -240,7 +255,7 @@ impl Source for ClosedLoop {
     }
 
     fn clamped_count(&self) -> u64 {
-        0
+        self.clamped_count
     }
 
     fn stream_count(&self) -> u64 {

@@ -56,6 +56,37 @@ pub struct HddTiming {
     pub addresses: Sampler,
     /// When set, every submitted request is appended (tests only: unbounded).
     pub log: Option<Vec<DiskLogEntry>>,
+    busy: BusyWindow,
+}
+
+/// Disk busy time inside the window `[start, mark]`, where `start` is set
+/// once (the trace's origin) and `mark` moves forward (each completion of
+/// a trace request). The arm serves one request at a time, so the services
+/// are disjoint intervals completing in order: the busy time up to the last
+/// mark is the services completed by then, clipped to the start, plus the
+/// part before the mark of the first service to complete after it.
+#[derive(Default)]
+struct BusyWindow {
+    start_ns: u64,
+    /// Services completed so far, clipped to `start_ns`.
+    completed_ns: u64,
+    mark_ns: u64,
+    completed_at_mark_ns: u64,
+    /// The part before the mark of the first service completed after it.
+    straddling_ns: Option<u64>,
+}
+
+impl BusyWindow {
+    fn served(&mut self, start_ns: u64, complete_ns: u64) {
+        let from = start_ns.max(self.start_ns);
+        let inside_ns = complete_ns.saturating_sub(from);
+        self.completed_ns += inside_ns;
+        if complete_ns <= self.mark_ns {
+            self.completed_at_mark_ns += inside_ns;
+        } else if self.straddling_ns.is_none() {
+            self.straddling_ns = Some(self.mark_ns.saturating_sub(from));
+        }
+    }
 }
 
 impl HddTiming {
@@ -67,7 +98,29 @@ impl HddTiming {
             stats: DiskStats::default(),
             addresses: Sampler::new(samples_max),
             log: None,
+            busy: BusyWindow::default(),
         }
+    }
+
+    /// Busy time is counted from `now_ns` on (the trace's origin).
+    pub fn start_busy_window(&mut self, now_ns: u64) {
+        self.busy =
+            BusyWindow { start_ns: now_ns, mark_ns: now_ns, straddling_ns: Some(0), ..Default::default() };
+    }
+
+    /// Moves the busy window's end to `now_ns` (a trace request completed).
+    pub fn mark_busy_window(&mut self, now_ns: u64) {
+        let b = &mut self.busy;
+        debug_assert!(now_ns >= b.mark_ns);
+        b.mark_ns = now_ns;
+        b.completed_at_mark_ns = b.completed_ns;
+        b.straddling_ns = None;
+    }
+
+    /// Disk busy time between the window's start and its last mark. Exact
+    /// once every service that began before the mark has completed.
+    pub fn busy_in_window_ns(&self) -> u64 {
+        self.busy.completed_at_mark_ns + self.busy.straddling_ns.unwrap_or(0)
     }
 
     /// The disk model.
@@ -125,6 +178,7 @@ impl Timing for HddTiming {
         self.stats.cache_hit_count += u64::from(done.cache_hit);
         self.stats.clamped_sectors += u64::from(done.clamped_sectors);
         self.stats.service_ns.record(done.complete_ns - done.start_ns);
+        self.busy.served(done.start_ns, done.complete_ns);
         if !done.cache_hit && done.op != DiskOp::Flush {
             self.stats.seek_cyl.record(done.seek_distance_cyl);
         }

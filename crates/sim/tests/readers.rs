@@ -178,3 +178,99 @@ fn unknown_format_and_missing_file() {
         .unwrap_err();
     assert!(e.starts_with("/nonexistent/t.csv: cannot open"), "{e}");
 }
+
+/// Reads `text` as `format` with `opts`.
+fn read_text(text: &str, format: TraceFormat, opts: ReadOptions) -> Result<Vec<TraceReq>, String> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.trace");
+    std::fs::write(&path, text).unwrap();
+    read_all(&path, format, opts, VOLUME_BYTES)
+}
+
+#[test]
+fn timestamps_the_simulator_cannot_hold_are_refused_with_file_and_line() {
+    // 18446744073709.551 ms is 2^64 ns less a little: it parses, but the
+    // clock would wrap once service time is added.
+    let e = read_err("0 0 100 8 1\n18446744073709.551 0 200 8 0\n", TraceFormat::Disksim);
+    assert!(e.contains("bad.trace:2: timestamp is 18446744074 s after the trace's first request"), "{e}");
+    // A time that does not fit 64 bits at all is an overflow, not "not a number".
+    let e = read_err("0 0 100 8 1\n18446744073709551.616 0 200 8 0\n", TraceFormat::Disksim);
+    assert!(e.contains("bad.trace:2: arrival_ms 18446744073709551.616 overflows"), "{e}");
+    // A completion too far after its submission (MSR ResponseTime).
+    let e = read_err("100,h,0,Read,0,512,18446744073709551615\n", TraceFormat::Msr);
+    assert!(e.contains("bad.trace:1: completion is"), "{e}");
+    // Thirty years is still fine.
+    let ok = read_text("0 0 100 8 1\n946080000000 0 200 8 0\n", TraceFormat::Disksim, ReadOptions::default());
+    assert_eq!(ok.unwrap().len(), 2);
+}
+
+#[test]
+fn blkparse_malformed_request_lines_are_errors() {
+    let bad = [
+        (
+            "  8,0 1 1 1444645666.0 9 D R 1444645666 +\n",
+            "expected `SECTOR + COUNT` after rwbs \"R\", found \"1444645666 +\"",
+        ),
+        ("  8,0 1 1 0.5 9 D R\n", "expected `SECTOR + COUNT` after rwbs \"R\", found \"\""),
+        ("  8,0 1 1 0.5 9 D W 100 + 0 [x]\n", "zero-length W request"),
+        ("  8,0 1 1 0.5 9 D XR 100 + 8 [x]\n", "unknown rwbs \"XR\""),
+        (
+            "  8,0 1 1 0.5 9 D R 99999999999999999999 + 8 [x]\n",
+            "sector 99999999999999999999 overflows 64 bits",
+        ),
+        (
+            "  8,0 1 1 0.5 9 D R 100 + 18446744073709551615 [x]\n",
+            "sector count 18446744073709551615 x 512 bytes overflows",
+        ),
+        ("  8,0 1 1 0.5 9 D R 100 + 36028797018963967 [x]\n", "ends past 2^64 bytes (overflow)"),
+        ("  8,0 1 1 0.5 99999999999999999999 D R 1 + 8 [x]\n", "pid 99999999999999999999 overflows 64 bits"),
+    ];
+    for (line, want) in bad {
+        let e = read_err(line, TraceFormat::Blkparse);
+        assert!(e.contains("bad.trace:1: ") && e.contains(want), "{line:?}: {e}");
+    }
+    // Still fine: other actions, flushes without a range, N events (no request).
+    let ok = "  8,0 1 1 0.1 9 Q R 100 + 8 [x]\n  8,0 1 2 0.2 9 D FN [x]\n  8,0 1 3 0.3 9 D N 0 (12 34) [x]\n";
+    let v = read_text(ok, TraceFormat::Blkparse, ReadOptions::default()).unwrap();
+    assert_eq!(summary(&v), vec![(200_000_000, 9, Op::Flush, 0, 0)]);
+}
+
+#[test]
+fn a_huge_length_is_an_error_not_a_small_request() {
+    // 2^64 - 512 bytes at byte 4096: the end overflows; it used to wrap to 512 bytes.
+    let e = read_err("0,8,18446744073709551104,r,0.5\n", TraceFormat::Spc);
+    assert!(
+        e.contains("bad.trace:1: request at byte 4096 of 18446744073709551104 bytes ends past 2^64"),
+        "{e}"
+    );
+    // A length that fits is cut to 32 MiB and counted, as documented.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.csv");
+    std::fs::write(&path, "0,8,1099511627776,r,0.5\n").unwrap();
+    let mut r = TraceReader::open(&path, TraceFormat::Spc, ReadOptions::default(), VOLUME_BYTES).unwrap();
+    assert_eq!(r.next().unwrap().unwrap().length_bytes, 32 << 20);
+    assert_eq!(r.counts().oversized_count, 1);
+}
+
+#[test]
+fn a_device_that_matches_nothing_is_an_error_naming_the_devices() {
+    let d9 = ReadOptions { device: parse_device("9,0"), ..Default::default() };
+    let e = read_all(&data("sample.blkparse.txt"), TraceFormat::Blkparse, d9, VOLUME_BYTES).unwrap_err();
+    assert!(
+        e.ends_with(
+            "sample.blkparse.txt: --device 9,0 matches none of the 4 requests; the trace's devices are 8,0"
+        ),
+        "{e}"
+    );
+    let d7 = ReadOptions { device: Some(7), ..Default::default() };
+    let e = read_all(&data("sample.msr.csv"), TraceFormat::Msr, d7, VOLUME_BYTES).unwrap_err();
+    assert!(e.contains("--device 7 matches none of the 4 requests; the trace's devices are 1 0"), "{e}");
+}
+
+#[test]
+fn msr_header_is_skipped_in_any_case() {
+    let text = "timestamp,hostname,disknumber,type,offset,size,responsetime\n128166372003061629,hm,1,read,0,4096,10\n";
+    let v = read_text(text, TraceFormat::Msr, ReadOptions::default()).unwrap();
+    assert_eq!(v.len(), 1);
+    assert_eq!(v[0].line, 2);
+}

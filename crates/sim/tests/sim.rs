@@ -183,3 +183,41 @@ fn disk_busy_time_is_counted_over_the_trace_window_only() {
     assert!(s.disk_utilization <= 1.0);
     assert!(s.disk_busy_bringup_seconds > 0.0, "formatting the log costs disk time");
 }
+
+#[test]
+fn timestamps_before_the_first_request_are_moved_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("early.trace");
+    // The second request is recorded before the first; in open loop it was
+    // moved to the origin without being counted.
+    std::fs::write(&path, "1000000 1000000 0 R 0 4096 -\n500000 500000 1 R 1048576 4096 -\n").unwrap();
+    for closed_loop in [false, true] {
+        let mut o = options(path.clone(), 0);
+        o.closed_loop = closed_loop;
+        let s = simulate(&o).unwrap().summary;
+        assert_eq!(s.requests, 2);
+        assert_eq!(s.trace.timestamps_clamped_count, 1, "closed_loop={closed_loop}");
+    }
+}
+
+#[test]
+fn disk_utilization_counts_only_service_inside_the_window() {
+    // A dcd stack absorbs writes in RAM and writes its log behind them: when
+    // the last trace request completes, a log write is in service and runs
+    // past the window. Only its part inside may be counted.
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::new();
+    for i in 0..4000u64 {
+        writeln!(text, "{t} {t} 0 W {o} 4096 -", t = i * 20_000, o = (i * 7919 % 100_000) * 4096).unwrap();
+    }
+    let path = dir.path().join("writes.trace");
+    std::fs::write(&path, text).unwrap();
+    let mut o = options(path, 3);
+    let dcd = "version = 1\n[[layer]]\ntarget = \"dcd\"\nlog_length = \"64MiB\"\n";
+    o.stack = layoutd_core::config::StackConfig::parse(dcd, "dcd").unwrap();
+    let s = simulate(&o).unwrap().summary;
+    assert!(s.disk_utilization <= 1.0, "utilization {}", s.disk_utilization);
+    assert!(s.disk_busy_seconds <= s.simulated_seconds);
+    assert!(s.disk_utilization > 0.5, "the disk was kept busy: {}", s.disk_utilization);
+    assert!(s.disk_busy_after_trace_seconds > 0.0, "log writes ran past the last completion");
+}

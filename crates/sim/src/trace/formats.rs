@@ -47,15 +47,45 @@ impl<'a, I: Iterator<Item = &'a str>> Fields<'a, I> {
 
     fn num(&mut self) -> Result<u64, String> {
         let name = self.names.get(self.index).copied().unwrap_or("field");
-        let f = self.next()?;
-        parse_u64(f).ok_or_else(|| format!("{name} is not a whole number: {f:?}"))
+        whole(name, self.next()?)
     }
 
     fn decimal_ns(&mut self, unit_ns: u64) -> Result<u64, String> {
         let name = self.names.get(self.index).copied().unwrap_or("field");
-        let f = self.next()?;
-        decimal_to_ns(f, unit_ns).ok_or_else(|| format!("{name} is not a non-negative decimal number: {f:?}"))
+        decimal(name, self.next()?, unit_ns)
     }
+}
+
+/// `f` as a whole number; the error tells a number too large for 64 bits
+/// from one that is not a number.
+pub fn whole(name: &str, f: &str) -> Result<u64, String> {
+    parse_u64(f).ok_or_else(|| {
+        if !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit()) {
+            format!("{name} {f} overflows 64 bits (at most {})", u64::MAX)
+        } else {
+            format!("{name} is not a whole number: {f:?}")
+        }
+    })
+}
+
+/// `f` as a non-negative decimal in units of `unit_ns`, in ns; the error
+/// tells overflow from a malformed number.
+pub fn decimal(name: &str, f: &str, unit_ns: u64) -> Result<u64, String> {
+    decimal_to_ns(f, unit_ns).ok_or_else(|| {
+        let digits = f.bytes().filter(|b| *b == b'.').count() <= 1
+            && f.bytes().any(|b| b.is_ascii_digit())
+            && f.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+        if digits {
+            format!("{name} {f} overflows the 64-bit nanosecond clock")
+        } else {
+            format!("{name} is not a non-negative decimal number: {f:?}")
+        }
+    })
+}
+
+/// `count` units of `unit` bytes, refusing overflow.
+fn times(name: &str, count: u64, unit: u64) -> Result<u64, String> {
+    count.checked_mul(unit).ok_or_else(|| format!("{name} {count} x {unit} bytes overflows 64 bits"))
 }
 
 /// Fields separated by runs of spaces and tabs: `split_ascii_whitespace`
@@ -158,7 +188,7 @@ fn req(submit_ns: u64, stream: u64, device: u64, op: Op, offset_bytes: u64, leng
 /// Timestamp and ResponseTime in 100 ns units (Windows filetime); offset and
 /// size in bytes; Type `Read` or `Write`. Stream and device: DiskNumber.
 pub fn parse_msr(line: &str) -> Parsed {
-    if line.starts_with("Timestamp") {
+    if line.get(..9).is_some_and(|h| h.eq_ignore_ascii_case("timestamp")) {
         return Ok(None);
     }
     let names = &["Timestamp", "Hostname", "DiskNumber", "Type", "Offset", "Size", "ResponseTime"];
@@ -175,7 +205,7 @@ pub fn parse_msr(line: &str) -> Parsed {
     let size = f.num()?;
     let response_ticks = f.num()?;
     f.finish()?;
-    let submit_ns = ticks.checked_mul(100).ok_or("Timestamp too large")?;
+    let submit_ns = ticks.checked_mul(100).ok_or("Timestamp overflows the 64-bit nanosecond clock")?;
     let mut r = req(submit_ns, disk, disk, op, offset, size);
     r.complete_ns = Some(submit_ns.saturating_add(response_ticks.saturating_mul(100)));
     Ok(Some(r))
@@ -200,8 +230,8 @@ pub fn parse_fiu(line: &str) -> Parsed {
     let minor = f.num()?;
     let _hash = f.next()?;
     f.finish()?;
-    let offset = lba.checked_mul(SECTOR_BYTES).ok_or("lba too large")?;
-    Ok(Some(req(ts, pid, device_key(major, minor), op, offset, sectors * SECTOR_BYTES)))
+    let offset = times("lba", lba, SECTOR_BYTES)?;
+    Ok(Some(req(ts, pid, device_key(major, minor), op, offset, times("size", sectors, SECTOR_BYTES)?)))
 }
 
 /// The device key of `major,minor`, as `--device 8,0` selects it.
@@ -219,8 +249,12 @@ pub fn parse_device(s: &str) -> Option<u64> {
 
 /// blkparse default output:
 /// `  8,0    3        1     0.000000000   697  Q  WS 223490 + 8 [kjournald]`.
-/// Only events of `action` become requests; other actions, and event lines
-/// without a sector range (plugs, messages), are skipped. Stream: pid.
+/// Only events of `action` become requests; other actions are skipped
+/// (`Ok(None)`, counted). An event of `action` must be a request: its rwbs
+/// made of the letters blktrace writes (`F W D E R N A S M B`), and, for a
+/// read, write or discard, `SECTOR + COUNT` with COUNT above 0. A flush
+/// (`F` without R, W or D) needs no range; an `N` event (an operation that
+/// is neither) carries no request. Stream: pid.
 pub fn parse_blkparse(line: &str, action: BlkAction) -> Parsed {
     let mut it = line.split_ascii_whitespace();
     let Some(dev) = it.next() else { return Ok(None) };
@@ -240,6 +274,10 @@ pub fn parse_blkparse(line: &str, action: BlkAction) -> Parsed {
         return Ok(None);
     }
     let rwbs = f.next()?;
+    if let Some(c) = rwbs.chars().find(|c| !"FWDERNASMB".contains(*c)) {
+        return Err(format!("unknown rwbs {rwbs:?}: {c:?} is none of F W D E R N A S M B"));
+    }
+    let device = device_key(major, minor);
     let op = if rwbs.contains('D') {
         Op::Trim
     } else if rwbs.contains('W') {
@@ -247,23 +285,25 @@ pub fn parse_blkparse(line: &str, action: BlkAction) -> Parsed {
     } else if rwbs.contains('R') {
         Op::Read
     } else if rwbs.contains('F') {
-        return Ok(Some(req(time_ns, pid, device_key(major, minor), Op::Flush, 0, 0)));
+        return Ok(Some(req(time_ns, pid, device, Op::Flush, 0, 0)));
     } else {
         return Ok(None);
     };
-    let (Some(sector), Some(plus), Some(count)) = (it.next(), it.next(), it.next()) else {
-        return Ok(None);
+    let range = (it.next(), it.next(), it.next());
+    let (Some(sector), Some("+"), Some(count)) = range else {
+        let found: Vec<&str> = [range.0, range.1, range.2].into_iter().flatten().collect();
+        return Err(format!("expected `SECTOR + COUNT` after rwbs {rwbs:?}, found {:?}", found.join(" ")));
     };
-    if plus != "+" {
-        return Err(format!("expected `SECTOR + COUNT` after rwbs {rwbs:?}, found {sector:?} {plus:?}"));
-    }
-    let sector: u64 = sector.parse().map_err(|_| format!("sector is not a whole number: {sector:?}"))?;
-    let count: u64 = count.parse().map_err(|_| format!("sector count is not a whole number: {count:?}"))?;
+    let sector = whole("sector", sector)?;
+    let count = whole("sector count", count)?;
     if count == 0 {
-        let flush = rwbs.contains('F');
-        return Ok(flush.then(|| req(time_ns, pid, device_key(major, minor), Op::Flush, 0, 0)));
+        if rwbs.contains('F') {
+            return Ok(Some(req(time_ns, pid, device, Op::Flush, 0, 0)));
+        }
+        return Err(format!("zero-length {rwbs} request (sector count 0)"));
     }
-    let mut r = req(time_ns, pid, device_key(major, minor), op, sector * SECTOR_BYTES, count * SECTOR_BYTES);
+    let offset = times("sector", sector, SECTOR_BYTES)?;
+    let mut r = req(time_ns, pid, device, op, offset, times("sector count", count, SECTOR_BYTES)?);
     r.fua = rwbs.contains('F') && op == Op::Write;
     Ok(Some(r))
 }
@@ -289,7 +329,7 @@ pub fn parse_spc(line: &str) -> Parsed {
         t => return Err(format!("op must be r or w, found {t:?}")),
     };
     let ts = f.decimal_ns(1_000_000_000)?;
-    let offset = lba.checked_mul(SECTOR_BYTES).ok_or("lba too large")?;
+    let offset = times("lba", lba, SECTOR_BYTES)?;
     Ok(Some(req(ts, asu, asu, op, offset, size)))
 }
 
@@ -305,8 +345,8 @@ pub fn parse_disksim(line: &str) -> Parsed {
     let flags = f.num()?;
     f.finish()?;
     let op = if flags & 1 == 1 { Op::Read } else { Op::Write };
-    let offset = blkno.checked_mul(SECTOR_BYTES).ok_or("blkno too large")?;
-    Ok(Some(req(ts, devno, devno, op, offset, size * SECTOR_BYTES)))
+    let offset = times("blkno", blkno, SECTOR_BYTES)?;
+    Ok(Some(req(ts, devno, devno, op, offset, times("size", size, SECTOR_BYTES)?)))
 }
 
 /// A byte cursor for the fused fast path of [`parse_layoutd`]: tokenizing

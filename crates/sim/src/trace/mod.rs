@@ -20,6 +20,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+/// The longest time the simulator's clock covers: a request may be at most
+/// this long after the trace's first request, and complete at most this
+/// long after it was submitted (10^18 ns, about 31.7 years). Later times
+/// would overflow the clock once queueing and service are added, so they
+/// stop the read with `file:line`.
+pub const TIME_SPAN_MAX_NS: u64 = 1_000_000_000_000_000_000;
+
 /// The trace formats `--format` accepts.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -56,6 +63,14 @@ impl TraceFormat {
             let names: Vec<&str> = TraceFormat::ALL.iter().map(|(n, _)| *n).collect();
             format!("unknown trace format {name:?}; valid formats: {}", names.join(", "))
         })
+    }
+
+    /// How `--device` names a device key of this format.
+    pub fn device_name(self, key: u64) -> String {
+        match self {
+            TraceFormat::Fiu | TraceFormat::Blkparse => format!("{},{}", key >> 20, key & 0xF_FFFF),
+            _ => key.to_string(),
+        }
     }
 
     /// Whether records carry a completion time (so think time is exact).
@@ -215,7 +230,12 @@ pub struct TraceReader {
     bytes_read: Arc<AtomicU64>,
     file_bytes: u64,
     counts: ReadCounts,
+    /// The first few devices of requests `--device` did not select.
+    devices_seen: Vec<u64>,
 }
+
+/// Devices named when `--device` matches nothing.
+const DEVICES_NAMED_MAX: usize = 8;
 
 /// Opens `path`, decompressing gzip or zstd when its magic bytes say so.
 fn open_input(path: &Path, count: Arc<AtomicU64>) -> Result<(Box<dyn BufRead>, u64), TraceError> {
@@ -265,6 +285,7 @@ impl TraceReader {
             bytes_read,
             file_bytes,
             counts: ReadCounts::default(),
+            devices_seen: Vec::new(),
         })
     }
 
@@ -298,14 +319,19 @@ impl TraceReader {
         while !self.done {
             let Some(mut r) = self.next_raw()? else {
                 self.done = true;
+                self.check_device_matched()?;
                 break;
             };
             if self.opts.device.is_some_and(|d| d != r.device) {
                 self.counts.other_device_count += 1;
+                if self.devices_seen.len() < DEVICES_NAMED_MAX && !self.devices_seen.contains(&r.device) {
+                    self.devices_seen.push(r.device);
+                }
                 continue;
             }
             let first_ns = *self.first_ns.get_or_insert(r.submit_ns);
             let since_ns = r.submit_ns.saturating_sub(first_ns);
+            self.check_times(&r, first_ns)?;
             if self.opts.from_ns.is_some_and(|from| since_ns < from) {
                 self.counts.before_window_count += 1;
                 continue;
@@ -321,6 +347,53 @@ impl TraceReader {
         Ok(None)
     }
 
+    /// At the end of the file: a `--device` that matched no request is an
+    /// error naming the devices the trace has (a run of 0 requests is never
+    /// what was meant).
+    fn check_device_matched(&self) -> Result<(), TraceError> {
+        let Some(device) = self.opts.device else { return Ok(()) };
+        if self.counts.requests_count > 0 || self.counts.other_device_count == 0 {
+            return Ok(());
+        }
+        let names: Vec<String> = self.devices_seen.iter().map(|d| self.format.device_name(*d)).collect();
+        let more = if self.devices_seen.len() == DEVICES_NAMED_MAX { ", ..." } else { "" };
+        Err(TraceError {
+            path: self.path.clone(),
+            line: 0,
+            message: format!(
+                "--device {} matches none of the {} requests; the trace's devices are {}{more}",
+                self.format.device_name(device),
+                self.counts.other_device_count,
+                names.join(" ")
+            ),
+        })
+    }
+
+    /// Refuses times the simulator's clock cannot hold ([`TIME_SPAN_MAX_NS`]).
+    fn check_times(&self, r: &TraceReq, first_ns: u64) -> Result<(), TraceError> {
+        let seconds = |ns: u64| ns as f64 / 1e9;
+        let since_ns = r.submit_ns.saturating_sub(first_ns);
+        if since_ns > TIME_SPAN_MAX_NS {
+            return Err(self.error(format!(
+                "timestamp is {:.0} s after the trace's first request; the simulator covers at most \
+                 {:.0} s (a wrong --format or --time-unit?)",
+                seconds(since_ns),
+                seconds(TIME_SPAN_MAX_NS)
+            )));
+        }
+        if let Some(c) = r.complete_ns {
+            let response_ns = c.saturating_sub(r.submit_ns);
+            if response_ns > TIME_SPAN_MAX_NS {
+                return Err(self.error(format!(
+                    "completion is {:.0} s after submission; the simulator covers at most {:.0} s",
+                    seconds(response_ns),
+                    seconds(TIME_SPAN_MAX_NS)
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Aligns, cuts and fits `r` onto the volume.
     fn shape(&mut self, r: &mut TraceReq) -> Result<(), TraceError> {
         if r.op == Op::Flush {
@@ -332,7 +405,14 @@ impl TraceReader {
             return Err(self.error("zero-length request (only a flush may be empty)"));
         }
         let start = r.offset_bytes / SECTOR_BYTES * SECTOR_BYTES;
-        let end = r.offset_bytes.saturating_add(r.length_bytes).div_ceil(SECTOR_BYTES) * SECTOR_BYTES;
+        let Some(end) =
+            r.offset_bytes.checked_add(r.length_bytes).and_then(|e| e.checked_next_multiple_of(SECTOR_BYTES))
+        else {
+            return Err(self.error(format!(
+                "request at byte {} of {} bytes ends past 2^64 bytes (overflow)",
+                r.offset_bytes, r.length_bytes
+            )));
+        };
         if start != r.offset_bytes || end - start != r.length_bytes {
             self.counts.unaligned_count += 1;
         }
