@@ -27,6 +27,14 @@ pub const DATA_START_BYTES: u64 = 1 << 20;
 /// The smallest device `format` accepts: the header plus 1 MiB of data.
 pub const DEVICE_BYTES_MIN: u64 = DATA_START_BYTES + (1 << 20);
 
+/// Largest generation accepted from disk: every open bumps it once, so
+/// 2^62 is never reached honestly, and refusing more keeps `+ 1` safe.
+pub const GENERATION_MAX: u64 = 1 << 62;
+/// Largest device (or member) size accepted from disk: 2^60 bytes (1 EiB).
+pub const DEVICE_BYTES_MAX: u64 = 1 << 60;
+/// Most member devices of one volume (the member index is 8 bits).
+pub const MEMBERS_MAX: usize = 256;
+
 const FLAG_CLEAN: u32 = 1;
 /// Bits 8..16 of the flags hold the member index (zero on one-device volumes,
 /// so superblocks written before multi-device volumes decode unchanged).
@@ -102,6 +110,7 @@ impl Superblock {
         b[CONFIG_OFFSET..CONFIG_OFFSET + text.len()].copy_from_slice(text.as_bytes());
         let crc = crc32c::crc32c(&b[..CRC_OFFSET]);
         b[CRC_OFFSET..].copy_from_slice(&crc.to_le_bytes());
+        self.check_ranges().map_err(ConfigError)?;
         assert_eq!(Self::decode_copy(&b).as_ref().map(|s| s.generation), Ok(self.generation));
         Ok(b)
     }
@@ -168,7 +177,7 @@ impl Superblock {
         }
         let text = std::str::from_utf8(&b[CONFIG_OFFSET..CONFIG_OFFSET + config_len])
             .map_err(|_| SuperblockError::Corrupt("config is not UTF-8".into()))?;
-        Ok(Superblock {
+        let sb = Superblock {
             generation: u64_at(16),
             clean: u32_at(12) & FLAG_CLEAN != 0,
             member_index: (u32_at(12) >> MEMBER_SHIFT) as u8,
@@ -176,7 +185,59 @@ impl Superblock {
             data_start_bytes: u64_at(32),
             uuid: b[40..56].try_into().expect("16 bytes"),
             config: StackConfig::parse(text, "superblock")?,
-        })
+        };
+        sb.check_ranges().map_err(SuperblockError::Corrupt)?;
+        Ok(sb)
+    }
+
+    /// Range-checks every number a crafted copy (valid crc) could set, so
+    /// that nothing downstream can wrap, divide by zero or index past an
+    /// end: the decoded superblock is refused instead, naming the field.
+    fn check_ranges(&self) -> Result<(), String> {
+        if self.generation > GENERATION_MAX {
+            return Err(format!("generation {} is past {GENERATION_MAX}", self.generation));
+        }
+        if self.data_start_bytes != DATA_START_BYTES {
+            return Err(format!(
+                "data_start_bytes is {}; this format always starts data at {DATA_START_BYTES}",
+                self.data_start_bytes
+            ));
+        }
+        let size_ok = |n: u64| (DEVICE_BYTES_MIN..=DEVICE_BYTES_MAX).contains(&n);
+        if !size_ok(self.device_size_bytes) {
+            return Err(format!(
+                "device_size_bytes {} is outside {DEVICE_BYTES_MIN}..={DEVICE_BYTES_MAX}",
+                self.device_size_bytes
+            ));
+        }
+        let members = &self.config.device;
+        if members.len() > MEMBERS_MAX {
+            return Err(format!("{} member devices; at most {MEMBERS_MAX}", members.len()));
+        }
+        if usize::from(self.member_index) >= members.len().max(1) {
+            return Err(format!(
+                "member index {} of a volume of {} device(s)",
+                self.member_index,
+                members.len().max(1)
+            ));
+        }
+        for (i, m) in members.iter().enumerate() {
+            if !size_ok(m.size_bytes) {
+                return Err(format!(
+                    "member {i} size {} is outside {DEVICE_BYTES_MIN}..={DEVICE_BYTES_MAX}",
+                    m.size_bytes
+                ));
+            }
+        }
+        if let Some(m) = members.get(usize::from(self.member_index)) {
+            if m.size_bytes != self.device_size_bytes {
+                return Err(format!(
+                    "member {} is listed as {} bytes but its own superblock says {}",
+                    self.member_index, m.size_bytes, self.device_size_bytes
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -192,7 +253,7 @@ mod tests {
             data_start_bytes: DATA_START_BYTES,
             uuid: [7; 16],
             config: StackConfig::default_linear(),
-            member_index: (generation % 2) as u8,
+            member_index: 0,
         }
     }
 
@@ -208,6 +269,45 @@ mod tests {
         let mut torn = img.clone();
         torn[SUPERBLOCK_BYTES + 100] ^= 0xff;
         assert_eq!(Superblock::decode(&torn).unwrap(), s4);
+    }
+
+    /// A copy with a valid crc but a field no honest writer produces.
+    fn crafted(at: usize, value: u64) -> Vec<u8> {
+        let mut b = sample(2).encode().unwrap();
+        b[at..at + 8].copy_from_slice(&value.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..CRC_OFFSET]);
+        b[CRC_OFFSET..].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn crafted_fields_with_a_valid_crc_are_refused_naming_the_field() {
+        for (at, value, field) in [
+            (16, u64::MAX - 1, "generation"),
+            (24, 0, "device_size_bytes"),
+            (24, 1 << 62, "device_size_bytes"),
+            (32, 0, "data_start_bytes"),
+            (32, 1 << 40, "data_start_bytes"),
+        ] {
+            let img = both(crafted(at, value), vec![0; SUPERBLOCK_BYTES]);
+            match Superblock::decode(&img) {
+                Err(SuperblockError::Corrupt(msg)) => assert!(msg.contains(field), "{field}: {msg}"),
+                other => panic!("{field} = {value}: expected a refusal, got {other:?}"),
+            }
+        }
+        // Member sizes of 0 and 1 PiB... past the limit, and a member index
+        // past the member list.
+        for (size, index) in [(0u64, 0u8), (1 << 61, 0), (64 << 20, 3)] {
+            let mut sb = sample(2);
+            sb.member_index = 0;
+            sb.config.device = vec![crate::config::MemberConfig { size_bytes: 64 << 20 }; 2];
+            sb.config.device[0].size_bytes = size;
+            sb.member_index = index;
+            assert!(sb.encode().is_err(), "encode refuses what decode would");
+        }
+        // The valid neighbour copy still wins over a crafted one.
+        let img = both(crafted(32, 0), sample(3).encode().unwrap());
+        assert_eq!(Superblock::decode(&img).unwrap(), sample(3));
     }
 
     #[test]

@@ -38,6 +38,10 @@ pub enum OpenMode {
     Open {
         /// Whether the superblock recorded a clean shutdown.
         clean: bool,
+        /// Open even if recovery finds damaged metadata that costs flushed
+        /// data: the loss is counted and shown in the status instead of
+        /// the open being refused. Off unless the user asks for it.
+        accept_loss: bool,
     },
 }
 

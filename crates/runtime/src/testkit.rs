@@ -75,7 +75,15 @@ pub fn bring_up<T: Timing>(h: &mut Harness<T>) {
         if h.stack.is_ready() {
             return;
         }
-        assert!(h.step(), "stack stalled before ready (seed {})", h.seed());
+        if !h.step() {
+            let errors: Vec<String> = h
+                .stack
+                .layer_statuses()
+                .into_iter()
+                .flat_map(|st| st.config.into_iter().filter(|(k, _)| k == "error").map(|(_, v)| v))
+                .collect();
+            panic!("stack stalled before ready (seed {}): {errors:?}", h.seed());
+        }
     }
     panic!("stack never became ready (seed {})", h.seed());
 }
@@ -296,12 +304,15 @@ pub fn crash_check_with(
     let stack = make(OpenMode::Format);
     let mut h = Harness::new(stack, rec.clone() as Arc<dyn BlockDevice>, ZeroLatency::reordering(), seed);
     bring_up(&mut h);
+    // A volume exists once format is done (the superblock is written after
+    // it): cuts inside the format are not crashes of a volume.
+    let formatted = log.len();
     let ops_by_seq = run_oracle(&mut h, ops, depth, Some(&log));
     h.settle();
     let entries = log.entries();
-    let mut cuts: Vec<usize> = log.flush_points();
+    let mut cuts: Vec<usize> = log.flush_points().into_iter().filter(|&c| c >= formatted).collect();
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xC0FFEE);
-    cuts.extend((0..random_cuts).map(|_| rng.gen_range(0..=entries.len())));
+    cuts.extend((0..random_cuts).map(|_| rng.gen_range(formatted..=entries.len())));
     cuts.push(entries.len());
     cuts.sort_unstable();
     cuts.dedup();
@@ -322,7 +333,7 @@ fn check_cut(
 ) {
     let (submitted, durable_before) = upper_timeline(prefix, ops);
     let image = Arc::new(log.image_at(prefix.len(), device_bytes, None).expect("replay"));
-    let stack = make(OpenMode::Open { clean: false });
+    let stack = make(OpenMode::Open { clean: false, accept_loss: false });
     let mut h = Harness::new(stack, image as Arc<dyn BlockDevice>, ZeroLatency::default(), seed);
     bring_up(&mut h);
     let size = h.stack.size_bytes();

@@ -295,12 +295,20 @@ fn check_members(paths: &[PathBuf], devs: &[FileDevice]) -> Result<Vec<Superbloc
 /// Opens a formatted volume for serving: locks every member, checks the
 /// superblocks, builds and recovers the stack, and marks the members dirty.
 pub fn open(paths: &[PathBuf], direct: bool) -> Result<Volume, VolumeError> {
+    open_with(paths, direct, false)
+}
+
+/// [`open`], optionally accepting the loss of flushed data that recovery
+/// finds damaged (`serve --accept-loss`): the loss is counted in the
+/// stack's status instead of the open being refused.
+pub fn open_with(paths: &[PathBuf], direct: bool, accept_loss: bool) -> Result<Volume, VolumeError> {
     assert!(!paths.is_empty(), "at least one device");
     let devs: Vec<FileDevice> = paths.iter().map(|p| open_locked(p, direct)).collect::<Result<_, _>>()?;
     let sbs = check_members(paths, &devs)?;
     let sb = sbs[0].clone();
     let sizes = member_data_bytes(&sb);
-    let stack = layoutd_targets::build_stack_members(&sb.config, &sizes, OpenMode::Open { clean: sb.clean })
+    let mode = OpenMode::Open { clean: sb.clean, accept_loss };
+    let stack = layoutd_targets::build_stack_members(&sb.config, &sizes, mode)
         .map_err(|e| err(&paths[0], format!("the stored stack config is unusable: {e}")))?;
     let devs: Vec<Arc<FileDevice>> = devs.into_iter().map(Arc::new).collect();
     let data = concat_data(&devs, &sizes, |d, n| Arc::new(SliceDevice::new(d, DATA_START_BYTES, n)));
@@ -337,7 +345,8 @@ pub fn inspect_stack(paths: &[PathBuf]) -> Result<(Superblock, Box<dyn Target>),
         .collect::<Result<_, _>>()?;
     let sb = check_members(paths, &devs)?.swap_remove(0);
     let sizes = member_data_bytes(&sb);
-    let stack = layoutd_targets::build_stack_members(&sb.config, &sizes, OpenMode::Open { clean: sb.clean })
+    let mode = OpenMode::Open { clean: sb.clean, accept_loss: false };
+    let stack = layoutd_targets::build_stack_members(&sb.config, &sizes, mode)
         .map_err(|e| err(&paths[0], format!("the stored stack config is unusable: {e}")))?;
     let devs: Vec<Arc<FileDevice>> = devs.into_iter().map(Arc::new).collect();
     let data = concat_data(&devs, &sizes, |d, n| {

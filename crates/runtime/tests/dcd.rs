@@ -243,7 +243,11 @@ fn a_clean_reopen_replays_the_live_log_and_a_corrupt_checkpoint_is_refused() {
     assert!(counter(&h, "dirty_segments_count") >= 7, "the log holds the writes, nothing destaged");
     drop(h);
     let mut r = Harness::new(
-        stack_from_toml(&text, DEVICE_BYTES, layoutd_core::OpenMode::Open { clean: true }),
+        stack_from_toml(
+            &text,
+            DEVICE_BYTES,
+            layoutd_core::OpenMode::Open { clean: true, accept_loss: false },
+        ),
         dev.clone(),
         ZeroLatency::default(),
         1,
@@ -260,7 +264,11 @@ fn a_clean_reopen_replays_the_live_log_and_a_corrupt_checkpoint_is_refused() {
         dev.write_at(&[0xFF; 16], copy + 20).expect("mem");
     }
     let mut bad = Harness::new(
-        stack_from_toml(&text, DEVICE_BYTES, layoutd_core::OpenMode::Open { clean: false }),
+        stack_from_toml(
+            &text,
+            DEVICE_BYTES,
+            layoutd_core::OpenMode::Open { clean: false, accept_loss: false },
+        ),
         dev,
         ZeroLatency::default(),
         1,

@@ -222,7 +222,7 @@ fn prefix_case(config: &str, seed: u64, fua: bool, lossy: bool) -> (usize, u64) 
             Arc::new(log.image_at(cut, DEVICE_BYTES, None).expect("replay"))
         };
         let mut r = Harness::new(
-            stack_from_toml(config, DEVICE_BYTES, OpenMode::Open { clean: false }),
+            stack_from_toml(config, DEVICE_BYTES, OpenMode::Open { clean: false, accept_loss: false }),
             image,
             ZeroLatency::default(),
             seed,
@@ -306,7 +306,7 @@ fn destage_newest_only(h: &mut Harness) {
 
 fn crash_and_recover(config: &str, log: &layoutd_disk::WriteLog) -> Harness {
     let image = Arc::new(log.image_at(log.len(), DEVICE_BYTES, None).expect("replay"));
-    let stack = stack_from_toml(config, DEVICE_BYTES, OpenMode::Open { clean: false });
+    let stack = stack_from_toml(config, DEVICE_BYTES, OpenMode::Open { clean: false, accept_loss: false });
     let mut h = Harness::new(stack, image, ZeroLatency::default(), 1);
     bring_up(&mut h);
     h

@@ -3,7 +3,7 @@
 
 use crate::seglog::Geometry;
 use layoutd_core::config::{ArgReader, ConfigError};
-use layoutd_core::SECTOR_BYTES;
+use layoutd_core::{REQUEST_BYTES_MAX, SECTOR_BYTES};
 
 /// What a FUA write does.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -195,6 +195,9 @@ fn parse_choice<T: Copy>(
     }
 }
 
+/// Most upper requests held while the log is full.
+const PENDING_MAX_MAX: u64 = 1 << 20;
+
 impl Args {
     /// Parses the layer's keys against a lower device of `lower_bytes`,
     /// made of the member devices `members` (`(start, length)` extents).
@@ -236,10 +239,26 @@ impl Args {
                 "keys `idle_ms_min` ({idle_ms_min}) and `idle_ms_max` ({idle_ms_max}): need 1 <= min <= max"
             )));
         }
-        let pending_max = a.u64_opt("pending_max")?.unwrap_or(4096).clamp(1, 1 << 20) as u32;
-        let slot_count = (segment_bytes / u64::from(slot_bytes)) as u32;
+        let pending_max = a.u64_opt("pending_max")?.unwrap_or(4096);
+        if !(1..=PENDING_MAX_MAX).contains(&pending_max) {
+            return Err(a.error(format!(
+                "key `pending_max` = {pending_max}: must be between 1 and {PENDING_MAX_MAX} (upper requests \
+                 held while the log is full; beyond it a request fails with ENOSPC)"
+            )));
+        }
+        let pending_max = pending_max as u32;
+        let slot_count = u32::try_from(segment_bytes / u64::from(slot_bytes))
+            .map_err(|_| a.error(format!("key `segment_bytes` = {segment_bytes}: too many slots")))?;
         let geo = Geometry::new(log_offset_bytes, log_length_bytes, slot_bytes, slot_count)
             .map_err(|e| a.error(e))?;
+        // Recovery reads a segment (header and slots) in one request.
+        if geo.stride_bytes() > u64::from(REQUEST_BYTES_MAX) {
+            return Err(a.error(format!(
+                "key `segment_bytes` = {segment_bytes}: a segment with its header is {} bytes, but recovery \
+                 reads it in one request of at most {REQUEST_BYTES_MAX} bytes; use a smaller segment_bytes",
+                geo.stride_bytes()
+            )));
+        }
         a.finish()?;
         let args = Args {
             log_offset_bytes,

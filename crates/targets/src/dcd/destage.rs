@@ -5,7 +5,9 @@
 //!
 //! Reclaim rule (what makes stale resurrection impossible): a segment's
 //! location is reused only after a checkpoint with a tail past its seq is
-//! durable, and the tail passes a segment only when (a) every sector in it
+//! durable *in both copies* (written twice, one copy after the other, so a
+//! damaged newest copy that sends recovery to the older one never sends it
+//! to a reused location), and the tail passes a segment only when (a) every sector in it
 //! has gone home by destage or been superseded, (b) every segment holding a
 //! superseding entry or invalidation record is written, and (c) a lower
 //! flush issued after all of that has completed. Replay starts at the tail
@@ -13,8 +15,8 @@
 //! by the entry or record that supersedes it.
 
 use super::policy::Candidate;
-use super::{Dcd, HomeOp, Job, Loc, LowerOp, Phase, SegMeta, SegState};
-use crate::seglog::{Checkpoint, SegLoc, Seq};
+use super::{Dcd, HomeOp, Job, Loc, LowerOp, SegMeta, SegState};
+use crate::seglog::{Checkpoint, FlushMark, SegLoc, Seq};
 use bytes::Bytes;
 use layoutd_core::{Completion, Instant, Op, ReqId, Request, SECTOR_BYTES};
 
@@ -56,6 +58,30 @@ impl Dcd {
             self.destage.idle_deadline = None;
             self.destage.running = true;
         }
+        if self.retry.at.is_some_and(|t| t <= now) {
+            self.retry.at = None;
+            for loc in std::mem::take(&mut self.retry.segments) {
+                self.counters.lower_write_retries_count += 1;
+                self.write_sealed(loc);
+            }
+            if std::mem::take(&mut self.retry.checkpoint) {
+                self.counters.lower_write_retries_count += 1;
+            }
+        }
+    }
+
+    /// A log write failed: waiters that depended on it get the error now
+    /// (their data stays in RAM and is written again after a backoff), and
+    /// nothing else is affected.
+    fn log_write_failed(&mut self, now: Instant, what: String, err: layoutd_core::IoError) {
+        let written = self.ring.written_upto;
+        let (failed, waiting): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.waiters).into_iter().partition(|w| w.upto > written);
+        self.waiters = waiting;
+        for id in failed.into_iter().flat_map(|w| w.acks) {
+            self.complete_upper(Completion::err(id, err));
+        }
+        self.retry.failed(now, format!("{what}: {err}"));
     }
 
     /// Dirty segments on disk with sectors still to move home.
@@ -269,7 +295,7 @@ impl Dcd {
 
     /// Moves the tail past reclaimable segments: flush, then checkpoint.
     pub(super) fn advance_tail(&mut self) {
-        if self.ring.checkpoint_busy {
+        if self.ring.checkpoint_busy || self.retry.checkpoint {
             return;
         }
         let mut t = self.ring.tail;
@@ -292,18 +318,75 @@ impl Dcd {
             boot: self.ring.boot,
             replay_from_seq: tail,
             resume_seq: self.ring.resume,
+            durable_upto: self.ring.durable_upto,
         };
-        let mut req = Request::write(
-            ReqId(0),
-            self.geo.checkpoint_offset_bytes(ck.generation),
-            Bytes::from(ck.encode(&self.geo)),
-        );
-        req.fua = fua;
         self.counters.checkpoints_written_count += 1;
+        self.emit_metadata(op, self.geo.checkpoint_offset_bytes(ck.generation), ck.encode(&self.geo), fua);
+    }
+
+    /// Sends one metadata block write below.
+    fn emit_metadata(&mut self, op: LowerOp, offset_bytes: u64, block: Vec<u8>, fua: bool) {
+        let mut req = Request::write(ReqId(0), offset_bytes, Bytes::from(block));
+        req.fua = fua;
         self.emit(op, req);
     }
 
-    /// The checkpoint is durable: segments before `tail` are free.
+    /// Writes a flush mark saying every seq below `upto` is durable.
+    pub(super) fn write_mark(&mut self, op: LowerOp, upto: Seq) {
+        self.ring.mark_generation += 1;
+        let mark =
+            FlushMark { generation: self.ring.mark_generation, boot: self.ring.boot, durable_upto: upto };
+        self.counters.flush_marks_written_count += 1;
+        self.emit_metadata(op, self.geo.mark_offset_bytes(mark.generation), mark.encode(&self.geo), true);
+    }
+
+    /// Acknowledgements whose flush completed wait for a flush mark that
+    /// covers them (one mark write at a time, covering every waiter).
+    fn write_mark_if_needed(&mut self) {
+        if self.ring.mark_busy {
+            return;
+        }
+        let Some(upto) = self.mark_waiters.iter().map(|w| w.upto).max() else { return };
+        assert!(upto <= self.ring.durable_upto, "a mark never claims more than is durable");
+        self.ring.mark_busy = true;
+        self.write_mark(LowerOp::MarkWrite { upto }, upto);
+    }
+
+    /// A flush for acknowledgements completed: they go out now if the mark
+    /// on disk already covers `upto`, else after the next mark.
+    fn flushed_for(&mut self, acks: Vec<ReqId>, upto: Seq, result: Result<(), layoutd_core::IoError>) {
+        if result.is_err() || upto <= self.ring.mark_upto {
+            for id in acks {
+                self.complete_upper(Completion { id, result, data: None });
+            }
+            return;
+        }
+        self.mark_waiters.push(super::Waiter { acks, upto });
+        self.write_mark_if_needed();
+    }
+
+    fn mark_written(&mut self, upto: Seq, result: Result<(), layoutd_core::IoError>) {
+        assert!(self.ring.mark_busy);
+        self.ring.mark_busy = false;
+        if result.is_ok() {
+            self.ring.mark_upto = self.ring.mark_upto.max(upto);
+        }
+        let mark_upto = self.ring.mark_upto;
+        let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.mark_waiters)
+            .into_iter()
+            .partition(|w| result.is_err() || w.upto <= mark_upto);
+        self.mark_waiters = waiting;
+        for w in done {
+            let r = if w.upto <= mark_upto { Ok(()) } else { result };
+            for id in w.acks {
+                self.complete_upper(Completion { id, result: r, data: None });
+            }
+        }
+        self.write_mark_if_needed();
+    }
+
+    /// The checkpoint is durable in both copies: segments before `tail`
+    /// are free, and no readable copy can send a replay to them.
     fn tail_persisted(&mut self, tail: Seq) {
         assert!(tail > self.ring.tail && tail <= self.ring.head);
         for s in self.ring.tail.0..tail.0 {
@@ -324,19 +407,6 @@ impl Dcd {
         self.ring.checkpoint_busy = false;
     }
 
-    /// Stops serving: the log or its checkpoint could not be written.
-    pub(super) fn fail(&mut self, why: String) {
-        self.phase = Phase::Failed(why);
-        for w in std::mem::take(&mut self.waiters) {
-            for id in w.acks {
-                self.complete_upper(Completion::err(id, layoutd_core::IoError::Io));
-            }
-        }
-        for r in std::mem::take(&mut self.pending) {
-            self.complete_upper(Completion::err(r.id, layoutd_core::IoError::Io));
-        }
-    }
-
     /// Dispatches one lower completion.
     pub(super) fn completion(&mut self, now: Instant, op: LowerOp, c: Completion) {
         let failed = c.result.is_err();
@@ -345,7 +415,14 @@ impl Dcd {
             LowerOp::SegPreflush { loc } if !failed => self.write_segment(loc),
             LowerOp::SegWrite { loc } if !failed => self.segment_written(loc),
             LowerOp::SegPreflush { loc } | LowerOp::SegWrite { loc } => {
-                self.fail(format!("writing log segment {} failed", loc.0));
+                let err = c.result.expect_err("failed");
+                let what = format!(
+                    "writing log segment {} at lower offset {}",
+                    loc.0,
+                    self.geo.segment_offset_bytes(loc)
+                );
+                self.retry.segments.push(loc);
+                self.log_write_failed(now, what, err);
             }
             LowerOp::DurableFlush { acks, upto } => {
                 if acks.is_empty() {
@@ -354,10 +431,11 @@ impl Dcd {
                 if !failed {
                     self.durable(upto);
                 }
-                for id in acks {
-                    self.complete_upper(Completion { id, result: c.result, data: None });
+                if !acks.is_empty() {
+                    self.flushed_for(acks, upto, c.result);
                 }
             }
+            LowerOp::MarkWrite { upto } => self.mark_written(upto, c.result),
             LowerOp::ReadPiece { key, within_bytes, pin } => {
                 if let Some(loc) = pin {
                     self.segs[loc.0 as usize].pins -= 1;
@@ -382,11 +460,18 @@ impl Dcd {
             LowerOp::DestageRead { loc } => self.destage_read_done(loc, c),
             LowerOp::CheckpointFlush { tail, upto } if !failed => {
                 self.durable(upto);
-                self.write_checkpoint(LowerOp::CheckpointWrite { tail }, tail, true)
+                self.write_checkpoint(LowerOp::CheckpointWrite { tail, second: false }, tail, true)
             }
-            LowerOp::CheckpointWrite { tail } if !failed => self.tail_persisted(tail),
+            LowerOp::CheckpointWrite { tail, second: false } if !failed => {
+                self.write_checkpoint(LowerOp::CheckpointWrite { tail, second: true }, tail, true)
+            }
+            LowerOp::CheckpointWrite { tail, second: true } if !failed => self.tail_persisted(tail),
             LowerOp::CheckpointFlush { .. } | LowerOp::CheckpointWrite { .. } => {
-                self.fail("writing the log checkpoint failed".into());
+                let err = c.result.expect_err("failed");
+                self.ring.checkpoint_busy = false;
+                self.retry.checkpoint = true;
+                let at = self.geo.region_offset_bytes;
+                self.retry.failed(now, format!("writing the log checkpoint at lower offset {at}: {err}"));
             }
         }
         self.maybe_finish_job();

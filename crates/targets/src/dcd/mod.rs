@@ -145,21 +145,60 @@ struct Ring {
     resume: Seq,
     generation: u64,
     checkpoint_busy: bool,
+    /// Generation of the newest flush mark written.
+    mark_generation: u64,
+    /// The newest flush mark on disk says every seq below this is durable.
+    mark_upto: Seq,
+    /// A flush mark write is in flight.
+    mark_busy: bool,
 }
 
 /// Why this target sent a lower request.
 #[derive(Clone, Debug)]
 enum LowerOp {
     Bringup,
-    SegPreflush { loc: SegLoc },
-    SegWrite { loc: SegLoc },
-    DurableFlush { acks: Vec<ReqId>, upto: Seq },
-    ReadPiece { key: u64, within_bytes: u32, pin: Option<SegLoc> },
-    HomeUpper { id: ReqId, fua: bool, start: u64, count: u64, arrival: (Seq, u32) },
-    HomeDestage { seq: Seq, sectors: Vec<(u64, Loc)> },
-    DestageRead { loc: SegLoc },
-    CheckpointFlush { tail: Seq, upto: Seq },
-    CheckpointWrite { tail: Seq },
+    SegPreflush {
+        loc: SegLoc,
+    },
+    SegWrite {
+        loc: SegLoc,
+    },
+    DurableFlush {
+        acks: Vec<ReqId>,
+        upto: Seq,
+    },
+    ReadPiece {
+        key: u64,
+        within_bytes: u32,
+        pin: Option<SegLoc>,
+    },
+    HomeUpper {
+        id: ReqId,
+        fua: bool,
+        start: u64,
+        count: u64,
+        arrival: (Seq, u32),
+    },
+    HomeDestage {
+        seq: Seq,
+        sectors: Vec<(u64, Loc)>,
+    },
+    DestageRead {
+        loc: SegLoc,
+    },
+    CheckpointFlush {
+        tail: Seq,
+        upto: Seq,
+    },
+    /// `second`: the same tail written to the other copy, after which no
+    /// readable copy names an older tail and the locations may be reused.
+    CheckpointWrite {
+        tail: Seq,
+        second: bool,
+    },
+    MarkWrite {
+        upto: Seq,
+    },
 }
 
 /// An upper read being assembled from its pieces.
@@ -188,6 +227,38 @@ struct PendingInvalidation {
 struct Waiter {
     acks: Vec<ReqId>,
     upto: Seq,
+}
+
+/// Lower write errors of the log's own writes (segments, checkpoints):
+/// retried with exponential backoff instead of failing the target, so a
+/// transient condition (ENOSPC on a thin or full host file system, a
+/// hiccup) does not poison requests that do not depend on the write.
+#[derive(Default)]
+struct Retry {
+    /// Sealed segments whose write failed, to write again at `at`.
+    segments: Vec<SegLoc>,
+    /// A checkpoint (tail advance) failed: try again at `at`.
+    checkpoint: bool,
+    at: Option<Instant>,
+    /// Consecutive failures, for the backoff.
+    failures: u32,
+    /// The last error, with what was being written: shown in the status.
+    last_error: Option<String>,
+}
+
+impl Retry {
+    /// First retry after 10 ms, doubling per consecutive failure, at most 2 s.
+    const BACKOFF_NS_MIN: u64 = 10_000_000;
+    const BACKOFF_NS_MAX: u64 = 2_000_000_000;
+
+    fn failed(&mut self, now: Instant, what: String) {
+        self.failures = self.failures.saturating_add(1);
+        let shift = (self.failures - 1).min(16);
+        let backoff = (Self::BACKOFF_NS_MIN << shift).min(Self::BACKOFF_NS_MAX);
+        let at = now.add_ns(backoff);
+        self.at = Some(self.at.map_or(at, |t| t.min(at)));
+        self.last_error = Some(what);
+    }
 }
 
 /// Idle detection and the destage job in progress.
@@ -234,7 +305,10 @@ struct Counters {
     invalidation_records_count: u64,
     checkpoints_written_count: u64,
     recovered_segments_count: u64,
+    lost_segments_count: u64,
+    flush_marks_written_count: u64,
     lower_errors_count: u64,
+    lower_write_retries_count: u64,
     writes_held_count: u64,
 }
 
@@ -268,12 +342,18 @@ pub struct Dcd {
     pending: VecDeque<Request>,
     pending_invalidations: VecDeque<PendingInvalidation>,
     waiters: Vec<Waiter>,
+    /// Acknowledgements whose flush completed, waiting for the flush mark
+    /// that records it.
+    mark_waiters: Vec<Waiter>,
+    /// What recovery with `accept_loss` gave up, for the status.
+    loss: Option<String>,
     reads: BTreeMap<u64, ReadAsm>,
     next_read_key: u64,
     home_in_flight: BTreeMap<u64, (u64, u64)>,
     home_waiting: VecDeque<HomeOp>,
     destage: DestageState,
     buffer_deadline: Option<Instant>,
+    retry: Retry,
     counters: Counters,
 }
 
@@ -295,7 +375,9 @@ impl Dcd {
         assert!(args.buffer_count >= 2);
         let phase = match mode {
             OpenMode::Format => Phase::Format(recovery::Formatting::default()),
-            OpenMode::Open { clean } => Phase::Recover(recovery::Recovering::new(clean)),
+            OpenMode::Open { clean, accept_loss } => {
+                Phase::Recover(recovery::Recovering::new(clean, accept_loss))
+            }
         };
         let buffers = (0..args.buffer_count).map(|_| vec![0u8; geo.payload_bytes() as usize]).collect();
         let mut dcd = Dcd {
@@ -317,12 +399,15 @@ impl Dcd {
             pending: VecDeque::new(),
             pending_invalidations: VecDeque::new(),
             waiters: Vec::new(),
+            mark_waiters: Vec::new(),
+            loss: None,
             reads: BTreeMap::new(),
             next_read_key: 0,
             home_in_flight: BTreeMap::new(),
             home_waiting: VecDeque::new(),
             destage: DestageState::default(),
             buffer_deadline: None,
+            retry: Retry::default(),
             counters: Counters::default(),
         };
         dcd.start_bringup();
@@ -418,7 +503,7 @@ impl Target for Dcd {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        [self.buffer_deadline, self.destage.idle_deadline].into_iter().flatten().min()
+        [self.buffer_deadline, self.destage.idle_deadline, self.retry.at].into_iter().flatten().min()
     }
 
     fn is_ready(&self) -> bool {
@@ -430,6 +515,12 @@ impl Target for Dcd {
         let mut config = self.args.echo();
         if let Phase::Failed(e) = &self.phase {
             config.push(("error".into(), e.clone()));
+        }
+        if let Some(e) = &self.retry.last_error {
+            config.push(("last_lower_error".into(), e.clone()));
+        }
+        if let Some(loss) = &self.loss {
+            config.push(("accepted_loss".into(), loss.clone()));
         }
         let counters = [
             ("writes_absorbed_count", c.writes_absorbed_count),
@@ -453,7 +544,10 @@ impl Target for Dcd {
             ("invalidation_records_count", c.invalidation_records_count),
             ("checkpoints_written_count", c.checkpoints_written_count),
             ("recovered_segments_count", c.recovered_segments_count),
+            ("lost_segments_count", c.lost_segments_count),
+            ("flush_marks_written_count", c.flush_marks_written_count),
             ("lower_errors_count", c.lower_errors_count),
+            ("lower_write_retries_count", c.lower_write_retries_count),
             ("log_utilization_pct", self.log_utilization_pct()),
             ("dirty_segments_count", self.dirty_segments_count()),
             ("log_sectors_mapped_count", self.lookup.mapped_count()),
@@ -464,6 +558,7 @@ impl Target for Dcd {
             ("written_upto_seq", self.ring.written_upto.0),
             ("held_count", self.pending.len() as u64),
             ("durability_waiters_count", self.waiters.len() as u64),
+            ("mark_waiters_count", self.mark_waiters.len() as u64),
             ("home_waiting_count", self.home_waiting.len() as u64),
             ("reads_waiting_count", self.destage.reads_waiting.len() as u64),
             ("invalidations_pending_count", self.pending_invalidations.len() as u64),

@@ -11,11 +11,26 @@
 //! checkpoint, then the segments from the tail on; a clean open finds no
 //! torn segment at the end, an unclean one may. Before serving, a new
 //! checkpoint with the next boot and `resume_seq` = the replay end is
-//! written with FUA, so leftovers past the end are never replayed later.
+//! written with FUA, so leftovers past the end are never replayed later,
+//! and a new flush mark saying the log is durable up to the replay end.
+//!
+//! Torn tail or damage: the walk stops at the first segment that does not
+//! belong to the log. If the flush mark says the log was durable past that
+//! point, a client was told those segments were safe: that is damage, not a
+//! torn write, and the open is refused naming the segment, its offset and
+//! why, unless the opener accepts the loss (`--accept-loss`), which is then
+//! counted (`lost_segments_count`) and reported in the status.
+//!
+//! Boot counter: the new run's boot exceeds every boot that can be on
+//! disk. With both checkpoint copies readable that is the newest copy's
+//! boot; with one unreadable (torn or damaged), the unreadable one may
+//! belong to a run one newer, whose segments the walk may not reach (a torn
+//! first segment), so the new boot skips one.
 
 use super::{Dcd, Loc, LowerOp, Phase, SegMeta, SegState, SlotMeta};
 use crate::seglog::{
-    Checkpoint, Entry, ReplayStep, ReplayWalk, SegLoc, SegmentHeader, Seq, CHECKPOINT_AREA_BYTES,
+    Checkpoint, Entry, FlushMark, ReplayStep, ReplayWalk, SegLoc, SegmentHeader, Seq, StopReason,
+    CHECKPOINT_AREA_BYTES,
 };
 use bytes::Bytes;
 use layoutd_core::{Completion, Instant, Op, ReqId, Request, SECTOR_BYTES};
@@ -30,14 +45,27 @@ pub(super) struct Formatting {
 /// Recovering: which read is outstanding.
 pub(super) struct Recovering {
     clean: bool,
+    accept_loss: bool,
     walk: Option<ReplayWalk>,
     checkpoint: Option<Checkpoint>,
-    finishing: bool,
+    /// One checkpoint copy did not decode.
+    copy_unreadable: bool,
+    mark: Option<FlushMark>,
+    /// Writes before serving still in flight (new checkpoint, new mark).
+    finishing: Option<u32>,
 }
 
 impl Recovering {
-    pub(super) fn new(clean: bool) -> Recovering {
-        Recovering { clean, walk: None, checkpoint: None, finishing: false }
+    pub(super) fn new(clean: bool, accept_loss: bool) -> Recovering {
+        Recovering {
+            clean,
+            accept_loss,
+            walk: None,
+            checkpoint: None,
+            copy_unreadable: false,
+            mark: None,
+            finishing: None,
+        }
     }
 }
 
@@ -68,15 +96,26 @@ impl Dcd {
             );
         }
         self.ring = super::Ring { boot: 1, generation: 0, ..Default::default() };
-        let ck = |generation| Checkpoint { generation, boot: 1, replay_from_seq: Seq(0), resume_seq: Seq(0) };
+        let ck = |generation| Checkpoint {
+            generation,
+            boot: 1,
+            replay_from_seq: Seq(0),
+            resume_seq: Seq(0),
+            durable_upto: Seq(0),
+        };
+        let mark = |generation| FlushMark { generation, boot: 1, durable_upto: Seq(0) };
         for generation in [0u64, 1] {
             let bytes = ck(generation).encode(&self.geo);
             let offset = self.geo.checkpoint_offset_bytes(generation);
             self.emit(LowerOp::Bringup, Request::write(ReqId(0), offset, Bytes::from(bytes)));
+            let bytes = mark(generation).encode(&self.geo);
+            let offset = self.geo.mark_offset_bytes(generation);
+            self.emit(LowerOp::Bringup, Request::write(ReqId(0), offset, Bytes::from(bytes)));
         }
         self.ring.generation = 1;
+        self.ring.mark_generation = 1;
         let Phase::Format(f) = &mut self.phase else { unreachable!() };
-        f.writes_left = n + 2;
+        f.writes_left = n + 4;
     }
 
     /// A bring-up request completed.
@@ -115,8 +154,14 @@ impl Dcd {
     }
 
     fn recover_step(&mut self, mut r: Recovering, data: Option<Bytes>) {
-        if r.finishing {
-            self.phase = Phase::Serving;
+        if let Some(left) = r.finishing {
+            assert!(left > 0);
+            if left == 1 {
+                self.phase = Phase::Serving;
+            } else {
+                r.finishing = Some(left - 1);
+                self.phase = Phase::Recover(r);
+            }
             return;
         }
         let Some(data) = data else {
@@ -127,9 +172,11 @@ impl Dcd {
         };
         let Some(walk) = r.walk.as_mut() else {
             match Checkpoint::pick(&data, &self.geo) {
-                Ok((ck, _fallback)) => {
+                Ok((ck, copy_unreadable)) => {
                     r.walk = Some(ReplayWalk::new(ck.clone(), &self.geo));
                     r.checkpoint = Some(ck);
+                    r.copy_unreadable = copy_unreadable;
+                    r.mark = FlushMark::pick(&data, &self.geo);
                     return self.recover_read_next(r);
                 }
                 Err(e) => {
@@ -164,27 +211,62 @@ impl Dcd {
         self.phase = Phase::Recover(r);
     }
 
-    /// The walk ended: persist a checkpoint for the new boot, then serve.
+    /// The walk ended: judge where (torn tail or damage), persist a
+    /// checkpoint for the new boot and a flush mark, then serve.
     fn recover_finish(&mut self, mut r: Recovering) {
         let ck = r.checkpoint.clone().expect("read before the walk");
-        let end = r.walk.as_ref().expect("walked").next_seq();
+        let walk = r.walk.as_ref().expect("walked");
+        let end = walk.next_seq();
         assert!(end >= ck.replay_from_seq);
         assert!(end.0 - ck.replay_from_seq.0 <= u64::from(self.geo.segment_count));
+        // What clients were told (the flush mark) and what a tail advance
+        // relied on (the checkpoint) must both be reached.
+        let flushed_upto = r.mark.as_ref().map_or(Seq(0), |m| m.durable_upto).max(ck.durable_upto);
+        if flushed_upto > end {
+            let stop = walk.stopped().cloned().unwrap_or(StopReason::Full);
+            let loc = self.geo.location(end);
+            let lost = flushed_upto.0 - end.0;
+            let why = format!(
+                "dcd log damaged: segment {} (seq {}) at lower offset {}: {stop}; the log's flush mark and \
+                 checkpoint say it was durable up to seq {}, so {lost} flushed segment(s) from here on \
+                 cannot be recovered",
+                loc.0,
+                end.0,
+                self.geo.segment_offset_bytes(loc),
+                flushed_upto.0
+            );
+            if !r.accept_loss {
+                self.phase = Phase::Failed(format!(
+                    "{why}; refusing to open (nothing was written). To open anyway and lose them, \
+                     open with --accept-loss"
+                ));
+                return;
+            }
+            self.counters.lost_segments_count = lost;
+            self.loss = Some(why);
+        }
+        let boot_step = if r.copy_unreadable { 2 } else { 1 };
+        let boot = (ck.boot + boot_step).max(walk.boot_max() + 1);
+        let mark_generation = r.mark.as_ref().map_or(0, |m| m.generation);
         self.ring = super::Ring {
             tail: ck.replay_from_seq,
             head: end,
             written_upto: end,
             durable_upto: end,
             durable_flush_busy: false,
-            boot: ck.boot + 1,
+            boot,
             resume: end,
             generation: ck.generation,
             checkpoint_busy: false,
+            mark_generation,
+            mark_upto: end,
+            mark_busy: false,
         };
         let _ = r.clean;
-        r.finishing = true;
+        r.finishing = Some(2);
         self.phase = Phase::Recover(r);
         self.write_checkpoint(LowerOp::Bringup, ck.replay_from_seq, true);
+        self.write_mark(LowerOp::Bringup, end);
     }
 
     /// Rebuilds the in-memory header and the lookup table from one replayed

@@ -115,9 +115,7 @@ impl Dcd {
         true
     }
 
-    /// Seals the open segment and starts writing it (after a preflush if
-    /// it carries invalidation records, so the home writes they describe
-    /// are durable before the records can be).
+    /// Seals the open segment and starts writing it.
     pub(super) fn seal(&mut self, loc: SegLoc) {
         assert_eq!(self.open, Some(loc));
         let seg = &mut self.segs[loc.0 as usize];
@@ -125,6 +123,13 @@ impl Dcd {
         seg.state = SegState::Sealed { buf };
         self.open = None;
         self.buffer_deadline = None;
+        self.write_sealed(loc);
+    }
+
+    /// Starts writing a sealed segment (after a preflush if it carries
+    /// invalidation records, so the home writes they describe are durable
+    /// before the records can be). Also how a failed write is retried.
+    pub(super) fn write_sealed(&mut self, loc: SegLoc) {
         if self.segs[loc.0 as usize].has_invalidations {
             self.emit(LowerOp::SegPreflush { loc }, Request::new(ReqId(0), Op::Flush, 0, 0));
         } else {
@@ -161,6 +166,7 @@ impl Dcd {
         };
         seg.state = SegState::Dirty;
         seg.written = true;
+        self.retry.failures = 0;
         self.buffers_free.push(buf);
         assert!(self.buffers_free.len() <= self.args.buffer_count as usize);
         while self.ring.written_upto < self.ring.head {

@@ -20,8 +20,28 @@
 //! 16 generation u64         24 boot u64          32 replay_from_seq u64
 //! 40 resume_seq u64         48 segment_count u32 52 slot_count u32
 //! 56 header_bytes u32       60 crc u32 (crc32c of the block with this field zero)
-//! 64 region_offset_bytes u64   72.. zero
+//! 64 region_offset_bytes u64   72 durable_upto_seq u64   80.. zero
 //! ```
+//! `durable_upto_seq` (0 in checkpoints written before it existed): every
+//! segment below it was durable when the checkpoint was written; the tail
+//! advance that wrote it may have relied on segments up to there holding
+//! the newest copy of a sector (see the dcd reclaim rule), so recovery
+//! must reach it.
+//! Flush mark (one 512-byte block per copy, 1024 bytes into each checkpoint
+//! copy's 4 KiB): evidence that the log was durable up to a seq when a
+//! client's flush or FUA write was acknowledged, so that recovery can tell
+//! a torn tail (allowed to be cut off) from damage to flushed segments
+//! (refused):
+//! ```text
+//! 0  magic u64 "LDSEGFM1"   8  version u32       12 reserved u32
+//! 16 generation u64         24 boot u64          32 durable_upto_seq u64
+//! 40 region_offset_bytes u64                     48 segment_count u32
+//! 52 reserved u32           56 reserved u32      60 crc u32
+//! ```
+//!
+//! Every decoded number is range-checked: sequence numbers, generations and
+//! boot counters above [`SEQ_MAX`] are refused as malformed, so that no
+//! arithmetic on them can overflow.
 
 use super::{Geometry, Seq, ENTRY_BYTES, HEADER_FIXED_BYTES};
 
@@ -29,6 +49,12 @@ use super::{Geometry, Seq, ENTRY_BYTES, HEADER_FIXED_BYTES};
 pub const FORMAT_VERSION: u32 = 1;
 const HEADER_MAGIC: u64 = u64::from_le_bytes(*b"LDSEGHD1");
 const CHECKPOINT_MAGIC: u64 = u64::from_le_bytes(*b"LDSEGCK1");
+const MARK_MAGIC: u64 = u64::from_le_bytes(*b"LDSEGFM1");
+/// Largest sequence number, generation or boot counter accepted from disk
+/// (2^62: a segment a microsecond for 146,000 years). Larger values are
+/// crafted or corrupt, and refusing them keeps every `+ 1` and every
+/// `seq + segment_count` free of overflow.
+pub const SEQ_MAX: u64 = 1 << 62;
 /// Bytes of one encoded checkpoint.
 pub const CHECKPOINT_BYTES: usize = 512;
 const FLAG_PAYLOAD_CRC: u32 = 1;
@@ -193,6 +219,13 @@ impl SegmentHeader {
         }
         let entries =
             (0..entry_count).map(|i| decode_entry(b, i, geo, slots_used)).collect::<Result<Vec<_>, _>>()?;
+        if get_u64(b, 16) > SEQ_MAX || get_u64(b, 24) > SEQ_MAX {
+            return Err(HeaderError::Malformed(format!(
+                "seq {} or boot {} past {SEQ_MAX}",
+                get_u64(b, 16),
+                get_u64(b, 24)
+            )));
+        }
         let payload_crc = (get_u32(b, 52) & FLAG_PAYLOAD_CRC != 0).then(|| get_u32(b, 48));
         Ok(SegmentHeader { seq: Seq(get_u64(b, 16)), boot: get_u64(b, 24), slots_used, payload_crc, entries })
     }
@@ -221,6 +254,21 @@ fn decode_entry(b: &[u8], i: u32, geo: &Geometry, slots_used: u32) -> Result<Ent
     }
 }
 
+/// The common prelude of a 512-byte metadata block (checkpoint, flush
+/// mark): magic at 0, version at 8, crc32c at 60 (taken as zero).
+fn check_block(b: &[u8], magic: u64) -> Result<(), HeaderError> {
+    if get_u64(b, 0) != magic {
+        return Err(HeaderError::NoMagic);
+    }
+    if crc_without(b, 60) != get_u32(b, 60) {
+        return Err(HeaderError::BadCrc);
+    }
+    if get_u32(b, 8) != FORMAT_VERSION {
+        return Err(HeaderError::Version(get_u32(b, 8)));
+    }
+    Ok(())
+}
+
 /// The persisted checkpoint.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Checkpoint {
@@ -233,6 +281,8 @@ pub struct Checkpoint {
     /// The first seq written by run `boot`: segments from here on must
     /// carry `boot`, anything else there is a leftover of a crashed run.
     pub resume_seq: Seq,
+    /// Every segment below this was durable when the checkpoint was written.
+    pub durable_upto: Seq,
 }
 
 impl Checkpoint {
@@ -251,6 +301,7 @@ impl Checkpoint {
         put_u32(&mut b, 52, geo.slot_count);
         put_u32(&mut b, 56, geo.header_bytes);
         put_u64(&mut b, 64, geo.region_offset_bytes);
+        put_u64(&mut b, 72, self.durable_upto.0);
         let crc = crc_without(&b, 60);
         put_u32(&mut b, 60, crc);
         assert_eq!(Checkpoint::decode(&b, geo).as_ref(), Ok(self), "checkpoint round trip");
@@ -261,15 +312,7 @@ impl Checkpoint {
     pub fn decode(b: &[u8], geo: &Geometry) -> Result<Checkpoint, HeaderError> {
         assert!(b.len() >= CHECKPOINT_BYTES, "caller reads a whole checkpoint");
         let b = &b[..CHECKPOINT_BYTES];
-        if get_u64(b, 0) != CHECKPOINT_MAGIC {
-            return Err(HeaderError::NoMagic);
-        }
-        if crc_without(b, 60) != get_u32(b, 60) {
-            return Err(HeaderError::BadCrc);
-        }
-        if get_u32(b, 8) != FORMAT_VERSION {
-            return Err(HeaderError::Version(get_u32(b, 8)));
-        }
+        check_block(b, CHECKPOINT_MAGIC)?;
         let found = (get_u32(b, 12), get_u32(b, 48), get_u32(b, 52), get_u32(b, 56), get_u64(b, 64));
         let want =
             (geo.slot_bytes, geo.segment_count, geo.slot_count, geo.header_bytes, geo.region_offset_bytes);
@@ -283,15 +326,28 @@ impl Checkpoint {
             boot: get_u64(b, 24),
             replay_from_seq: Seq(get_u64(b, 32)),
             resume_seq: Seq(get_u64(b, 40)),
+            durable_upto: Seq(get_u64(b, 72)),
         };
         if ck.boot == 0 {
             return Err(HeaderError::Malformed("boot counter is zero".into()));
+        }
+        for (name, v) in [
+            ("generation", ck.generation),
+            ("boot", ck.boot),
+            ("replay_from_seq", ck.replay_from_seq.0),
+            ("resume_seq", ck.resume_seq.0),
+            ("durable_upto_seq", ck.durable_upto.0),
+        ] {
+            if v > SEQ_MAX {
+                return Err(HeaderError::Malformed(format!("{name} {v} is past {SEQ_MAX}")));
+            }
         }
         Ok(ck)
     }
 
     /// Picks the newest valid of the two copies (`area` holds both, copy 0
-    /// first). Errors report both copies.
+    /// first); the flag says one copy was unreadable. Errors report both
+    /// copies.
     pub fn pick(area: &[u8], geo: &Geometry) -> Result<(Checkpoint, bool), String> {
         let copy = |i: usize| {
             let at = i * super::CHECKPOINT_COPY_BYTES as usize;
@@ -302,6 +358,67 @@ impl Checkpoint {
             (Ok(a), Err(_)) | (Err(_), Ok(a)) => Ok((a, true)),
             (Err(e0), Err(e1)) => Err(format!("no valid checkpoint: copy 0: {e0}; copy 1: {e1}")),
         }
+    }
+}
+
+/// Evidence that every segment below `durable_upto` was durable when a
+/// client was told so (see the module docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlushMark {
+    /// Bumped at every mark write; picks the copy (`generation % 2`).
+    pub generation: u64,
+    /// Boot counter of the run that wrote it.
+    pub boot: u64,
+    /// Every segment with a lower seq was durable.
+    pub durable_upto: Seq,
+}
+
+impl FlushMark {
+    /// Encodes one copy (512 bytes); checked by re-decoding.
+    pub fn encode(&self, geo: &Geometry) -> Vec<u8> {
+        let mut b = vec![0u8; CHECKPOINT_BYTES];
+        put_u64(&mut b, 0, MARK_MAGIC);
+        put_u32(&mut b, 8, FORMAT_VERSION);
+        put_u64(&mut b, 16, self.generation);
+        put_u64(&mut b, 24, self.boot);
+        put_u64(&mut b, 32, self.durable_upto.0);
+        put_u64(&mut b, 40, geo.region_offset_bytes);
+        put_u32(&mut b, 48, geo.segment_count);
+        let crc = crc_without(&b, 60);
+        put_u32(&mut b, 60, crc);
+        assert_eq!(FlushMark::decode(&b, geo).as_ref(), Ok(self), "flush mark round trip");
+        b
+    }
+
+    /// Decodes one copy and checks it against the configured geometry.
+    pub fn decode(b: &[u8], geo: &Geometry) -> Result<FlushMark, HeaderError> {
+        assert!(b.len() >= CHECKPOINT_BYTES, "caller reads a whole mark");
+        let b = &b[..CHECKPOINT_BYTES];
+        check_block(b, MARK_MAGIC)?;
+        if (get_u64(b, 40), get_u32(b, 48)) != (geo.region_offset_bytes, geo.segment_count) {
+            return Err(HeaderError::Geometry(format!(
+                "flush mark of a log at {} with {} segments",
+                get_u64(b, 40),
+                get_u32(b, 48)
+            )));
+        }
+        let m =
+            FlushMark { generation: get_u64(b, 16), boot: get_u64(b, 24), durable_upto: Seq(get_u64(b, 32)) };
+        if m.generation > SEQ_MAX || m.boot > SEQ_MAX || m.durable_upto.0 > SEQ_MAX {
+            return Err(HeaderError::Malformed(format!("flush mark {m:?} has a number past {SEQ_MAX}")));
+        }
+        Ok(m)
+    }
+
+    /// The newest valid of the two copies in the checkpoint area, if any.
+    /// A missing or damaged mark only means less evidence, never an error.
+    pub fn pick(area: &[u8], geo: &Geometry) -> Option<FlushMark> {
+        (0..2u64)
+            .filter_map(|g| {
+                let at = (geo.mark_offset_bytes(g) - geo.region_offset_bytes) as usize;
+                FlushMark::decode(&area[at..at + CHECKPOINT_BYTES], geo).ok()
+            })
+            .max_by_key(|m| m.generation)
     }
 }
 
@@ -345,7 +462,13 @@ mod tests {
     #[test]
     fn checkpoint_pick_prefers_the_newest_valid_copy() {
         let g = geo();
-        let mk = |generation| Checkpoint { generation, boot: 2, replay_from_seq: Seq(5), resume_seq: Seq(9) };
+        let mk = |generation| Checkpoint {
+            generation,
+            boot: 2,
+            replay_from_seq: Seq(5),
+            resume_seq: Seq(9),
+            durable_upto: Seq(7),
+        };
         let mut area = vec![0u8; 8192];
         area[..512].copy_from_slice(&mk(4).encode(&g));
         area[4096..4608].copy_from_slice(&mk(5).encode(&g));

@@ -25,13 +25,17 @@
 //! +------------+------------+-----------------------+-----------------------+--
 //! ```
 //! Checkpoint generation `g` lives in copy `g % 2`; the newest valid copy
-//! wins, so a torn checkpoint write falls back to the previous one.
+//! wins, so a torn checkpoint write falls back to the previous one. Each
+//! 4 KiB copy area also holds, 1 KiB in, one copy of the *flush mark*
+//! ([`FlushMark`]): evidence of how far the log was durable when a client
+//! was last told so, which is what lets recovery tell a torn tail from
+//! damage to flushed segments.
 
 pub mod header;
 pub mod replay;
 
-pub use header::{Checkpoint, Entry, HeaderError, SegmentHeader};
-pub use replay::{ReplayStep, ReplayWalk};
+pub use header::{Checkpoint, Entry, FlushMark, HeaderError, SegmentHeader, SEQ_MAX};
+pub use replay::{ReplayStep, ReplayWalk, StopReason};
 
 use layoutd_core::SECTOR_BYTES;
 
@@ -39,6 +43,8 @@ use layoutd_core::SECTOR_BYTES;
 pub const CHECKPOINT_COPY_BYTES: u64 = 4096;
 /// Bytes reserved at the start of the region for both checkpoint copies.
 pub const CHECKPOINT_AREA_BYTES: u64 = 2 * CHECKPOINT_COPY_BYTES;
+/// Where a flush mark lives within a checkpoint copy.
+pub const MARK_WITHIN_COPY_BYTES: u64 = 1024;
 /// Fixed part of a segment header, before the entries.
 pub const HEADER_FIXED_BYTES: u32 = 64;
 /// Bytes per header entry.
@@ -49,6 +55,7 @@ pub const SLOT_BYTES_MAX: u32 = 64 * SECTOR_BYTES as u32;
 pub const SLOT_COUNT_MAX: u32 = 4096;
 
 const _: () = assert!(CHECKPOINT_COPY_BYTES.is_multiple_of(SECTOR_BYTES));
+const _: () = assert!(MARK_WITHIN_COPY_BYTES + 512 <= CHECKPOINT_COPY_BYTES && MARK_WITHIN_COPY_BYTES >= 512);
 const _: () = assert!(HEADER_FIXED_BYTES.is_multiple_of(8));
 const _: () = assert!(SLOT_BYTES_MAX / SECTOR_BYTES as u32 <= 64);
 const _: () = assert!(SLOT_COUNT_MAX <= u16::MAX as u32);
@@ -163,6 +170,13 @@ impl Geometry {
     /// Where checkpoint generation `generation` is stored.
     pub fn checkpoint_offset_bytes(&self, generation: u64) -> u64 {
         self.region_offset_bytes + (generation % 2) * CHECKPOINT_COPY_BYTES
+    }
+
+    /// Where flush mark generation `generation` is stored: 1 KiB into the
+    /// checkpoint copy of the same parity (the checkpoint itself takes 512
+    /// bytes), so one damaged 4 KiB block costs one copy of each.
+    pub fn mark_offset_bytes(&self, generation: u64) -> u64 {
+        self.checkpoint_offset_bytes(generation) + MARK_WITHIN_COPY_BYTES
     }
 
     /// The location of the segment with sequence number `seq`.

@@ -4,12 +4,23 @@
 //!
 //! A header is applied only if it has the expected seq (the segment with
 //! seq `s` lives at location `s mod segment_count`, so anything else there
-//! is older or a leftover), its crc and payload crc hold, and its boot
-//! matches: from `resume_seq` on it must be the checkpoint's boot (written
-//! since the last open), before it an earlier boot. The walk stops at the
-//! first header that fails, so what is replayed is always a contiguous run
-//! of seqs starting at the tail: a prefix of the order segments were
-//! written in.
+//! is older or a leftover), its crc and payload crc hold (a header with
+//! used slots and no payload crc is refused: only the timing-only simulator
+//! writes those, and it never recovers), and its boot fits:
+//!
+//! - boots never decrease along the walk: a run starts writing where the
+//!   previous recovery ended, so a segment of an older run met after one of
+//!   a newer run is a leftover past an earlier crash's end;
+//! - before `resume_seq` a boot older than the checkpoint's; from it on the
+//!   checkpoint's boot or a newer one. Newer happens when the checkpoint
+//!   read is the older copy because the newest one is unreadable: the runs
+//!   after it wrote segments the older copy does not know of, and they are
+//!   part of the log.
+//!
+//! The walk stops at the first header that fails, so what is replayed is
+//! always a contiguous run of seqs starting at the tail: a prefix of the
+//! order segments were written in. Whether the part cut off held flushed
+//! data is for the caller to judge (see [`super::FlushMark`]).
 
 use super::{Checkpoint, Geometry, HeaderError, SegLoc, SegmentHeader, Seq};
 
@@ -28,6 +39,18 @@ pub enum StopReason {
     Full,
 }
 
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StopReason::Header(e) => write!(f, "segment header: {e}"),
+            StopReason::Seq(s) => write!(f, "the location holds seq {} instead", s.0),
+            StopReason::Boot(b) => write!(f, "a segment of run {b}, a leftover of an earlier crash"),
+            StopReason::Payload => write!(f, "the slots do not match the header's payload crc32c"),
+            StopReason::Full => write!(f, "every location was replayed"),
+        }
+    }
+}
+
 /// What to do with one header.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ReplayStep {
@@ -43,6 +66,8 @@ pub struct ReplayWalk {
     segment_count: u64,
     slot_bytes: usize,
     next: Seq,
+    last_boot: u64,
+    boot_max: u64,
     stopped: Option<StopReason>,
 }
 
@@ -52,6 +77,8 @@ impl ReplayWalk {
         assert!(geo.segment_count >= 2);
         let next = checkpoint.replay_from_seq;
         ReplayWalk {
+            last_boot: 0,
+            boot_max: checkpoint.boot,
             checkpoint,
             segment_count: u64::from(geo.segment_count),
             slot_bytes: geo.slot_bytes as usize,
@@ -73,6 +100,11 @@ impl ReplayWalk {
         Some(geo.location(self.next))
     }
 
+    /// The largest boot counter met (the checkpoint's included).
+    pub fn boot_max(&self) -> u64 {
+        self.boot_max
+    }
+
     /// Why the walk stopped, once it has.
     pub fn stopped(&self) -> Option<&StopReason> {
         self.stopped.as_ref()
@@ -92,6 +124,8 @@ impl ReplayWalk {
             ReplayStep::Apply(h) => {
                 assert_eq!(h.seq, self.next);
                 self.next = Seq(self.next.0 + 1);
+                self.last_boot = h.boot;
+                self.boot_max = self.boot_max.max(h.boot);
             }
             ReplayStep::Stop(r) => self.stopped = Some(r.clone()),
         }
@@ -110,17 +144,19 @@ impl ReplayWalk {
             return ReplayStep::Stop(StopReason::Seq(h.seq));
         }
         let boot_ok = if h.seq >= self.checkpoint.resume_seq {
-            h.boot == self.checkpoint.boot
+            h.boot >= self.checkpoint.boot
         } else {
             h.boot < self.checkpoint.boot
         };
-        if !boot_ok {
+        if !boot_ok || h.boot < self.last_boot {
             return ReplayStep::Stop(StopReason::Boot(h.boot));
         }
-        if let (Some(crc), Some(p)) = (h.payload_crc, payload) {
+        if h.slots_used > 0 {
             let used = h.slots_used as usize * self.slot_bytes;
-            if p.len() < used || SegmentHeader::payload_crc_of(&p[..used]) != crc {
-                return ReplayStep::Stop(StopReason::Payload);
+            match (h.payload_crc, payload) {
+                (Some(crc), Some(p))
+                    if p.len() >= used && SegmentHeader::payload_crc_of(&p[..used]) == crc => {}
+                _ => return ReplayStep::Stop(StopReason::Payload),
             }
         }
         ReplayStep::Apply(h)
@@ -145,7 +181,13 @@ mod tests {
     #[test]
     fn the_walk_applies_a_contiguous_run_and_stops_at_leftovers() {
         let geo = Geometry::new(0, 1 << 20, 512, 4).expect("valid");
-        let ck = Checkpoint { generation: 9, boot: 3, replay_from_seq: Seq(10), resume_seq: Seq(12) };
+        let ck = Checkpoint {
+            generation: 9,
+            boot: 3,
+            replay_from_seq: Seq(10),
+            resume_seq: Seq(12),
+            durable_upto: Seq(0),
+        };
         let mut w = ReplayWalk::new(ck, &geo);
         let p = vec![7u8; 512];
         assert!(matches!(w.offer(Ok(header(10, 1, &p)), Some(&p)), ReplayStep::Apply(_)));
@@ -153,13 +195,56 @@ mod tests {
         // seq 12 onwards was written by boot 3: a boot-2 header there is a leftover.
         assert_eq!(w.offer(Ok(header(12, 2, &p)), Some(&p)), ReplayStep::Stop(StopReason::Boot(2)));
         assert_eq!(w.next_seq(), Seq(12));
+        // A newer run's segments (its checkpoint copy unreadable) belong to
+        // the log; an older run's segment after them is a leftover.
         let mut w = ReplayWalk::new(
-            Checkpoint { generation: 1, boot: 3, replay_from_seq: Seq(4), resume_seq: Seq(4) },
+            Checkpoint {
+                generation: 1,
+                boot: 3,
+                replay_from_seq: Seq(4),
+                resume_seq: Seq(5),
+                durable_upto: Seq(0),
+            },
+            &geo,
+        );
+        assert!(matches!(w.offer(Ok(header(4, 2, &p)), Some(&p)), ReplayStep::Apply(_)));
+        assert!(matches!(w.offer(Ok(header(5, 3, &p)), Some(&p)), ReplayStep::Apply(_)));
+        assert!(matches!(w.offer(Ok(header(6, 4, &p)), Some(&p)), ReplayStep::Apply(_)));
+        assert_eq!(w.boot_max(), 4);
+        assert_eq!(w.offer(Ok(header(7, 3, &p)), Some(&p)), ReplayStep::Stop(StopReason::Boot(3)));
+        // Used slots without a payload crc are never trusted.
+        let mut w = ReplayWalk::new(
+            Checkpoint {
+                generation: 1,
+                boot: 3,
+                replay_from_seq: Seq(4),
+                resume_seq: Seq(4),
+                durable_upto: Seq(0),
+            },
+            &geo,
+        );
+        let mut no_crc = header(4, 3, &p);
+        no_crc.payload_crc = None;
+        assert_eq!(w.offer(Ok(no_crc), Some(&p)), ReplayStep::Stop(StopReason::Payload));
+        let mut w = ReplayWalk::new(
+            Checkpoint {
+                generation: 1,
+                boot: 3,
+                replay_from_seq: Seq(4),
+                resume_seq: Seq(4),
+                durable_upto: Seq(0),
+            },
             &geo,
         );
         assert_eq!(w.offer(Ok(header(3, 3, &p)), Some(&p)), ReplayStep::Stop(StopReason::Seq(Seq(3))));
         let mut w = ReplayWalk::new(
-            Checkpoint { generation: 1, boot: 3, replay_from_seq: Seq(4), resume_seq: Seq(4) },
+            Checkpoint {
+                generation: 1,
+                boot: 3,
+                replay_from_seq: Seq(4),
+                resume_seq: Seq(4),
+                durable_upto: Seq(0),
+            },
             &geo,
         );
         let torn = vec![8u8; 512];
