@@ -23,14 +23,15 @@ disk), modern7200 (8 TB 7200 RPM). Each preset's sources are printed with it.
 Examples:
   layoutd disk show wd800
   layoutd disk show modern7200 --json | jq .random_read_4k_ms
-  layoutd disk show --diskspecs shared/disk-validation/cheetah9LP.diskspecs")]
+  layoutd disk show --parv shared/disk-validation/cheetah9LP.parv")]
     Show {
         /// Preset name (wd800, st3160815as, barracuda4g, modern7200).
         #[arg(value_name = "PRESET", conflicts_with = "diskspecs")]
         preset: Option<String>,
         /// Load the disk from a DiskSim .diskspecs file instead of a preset
-        /// (its `Model = source X.model` and seek curve are read beside it).
-        #[arg(long, value_name = "FILE")]
+        /// (its `Model = source X.model` and seek curve are read beside it),
+        /// or from the .parv that sources it and puts it on its host bus.
+        #[arg(long, visible_alias = "parv", value_name = "FILE")]
         diskspecs: Option<PathBuf>,
         /// Print JSON (keys include random_read_4k_ms, full_stroke_seek_ms,
         /// track_to_track_seek_ms, outer_mb_s, inner_mb_s, params).
@@ -49,11 +50,16 @@ Trace lines: R|W Hit|Miss block_number block_count service_us next_gap_us
 (512-byte blocks; service_us is what the real drive took).
 
 Example:
-  layoutd disk validate --diskspecs shared/disk-validation/barracuda.diskspecs \\
-      --trace shared/disk-validation/barracuda.trace --plot barracuda-cdf.svg")]
+  layoutd disk validate --parv shared/disk-validation/barracuda.parv \\
+      --trace shared/disk-validation/barracuda.trace --plot barracuda-cdf.svg
+
+Parameters the model does not reproduce are reported on stderr, one
+`warning:` line each.")]
     Validate {
-        /// The drive, as a DiskSim .diskspecs file.
-        #[arg(long, value_name = "FILE")]
+        /// The drive, as a DiskSim .parv (which sources the .diskspecs and
+        /// defines the host bus the trace was measured through) or a bare
+        /// .diskspecs (no host bus: a warning says so).
+        #[arg(long, visible_alias = "parv", value_name = "FILE")]
         diskspecs: PathBuf,
         /// The validation trace measured on that drive.
         #[arg(long, value_name = "FILE")]
@@ -72,6 +78,7 @@ pub fn run(cmd: DiskCmd) -> anyhow::Result<()> {
     match cmd {
         DiskCmd::Show { preset, diskspecs, json } => {
             let params = load(preset.as_deref(), diskspecs)?;
+            warn(&params);
             let report = show_report(&params);
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
@@ -81,6 +88,7 @@ pub fn run(cmd: DiskCmd) -> anyhow::Result<()> {
         }
         DiskCmd::Validate { diskspecs, trace, json, plot } => {
             let params = DiskParams::from_diskspecs(&diskspecs)?;
+            warn(&params);
             let report = validate(&params, &trace)?;
             if let Some(path) = &plot {
                 write_cdf_svg(&report, path)
@@ -97,6 +105,13 @@ pub fn run(cmd: DiskCmd) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Print what the DiskSim importer accepted without modelling, on stderr.
+pub fn warn(params: &DiskParams) {
+    for warning in &params.import_warnings {
+        eprintln!("warning: {warning}");
+    }
 }
 
 /// The disk named by a preset or a `--diskspecs` file: what every command

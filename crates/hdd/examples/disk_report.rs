@@ -9,7 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     match args.first().map(String::as_str) {
         Some("show") => {
             let name = args.get(1).map(String::as_str).unwrap_or("wd800");
-            let params = if name.ends_with(".diskspecs") {
+            let params = if name.ends_with(".diskspecs") || name.ends_with(".parv") {
                 DiskParams::from_diskspecs(Path::new(name))?
             } else {
                 DiskParams::preset(name)?

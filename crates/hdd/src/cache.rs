@@ -17,9 +17,14 @@ pub struct Segment {
     prefetching: bool,
     prefetch_start_ns: u64,
     prefetch_limit_lba: u64,
+    /// The arm may not leave before the prefetch reaches this LBA
+    /// ("Minimum read-ahead").
+    prefetch_min_lba: u64,
     sector_ns: u64,
     /// Write-back data not yet on the media until this time.
     dirty_until_ns: u64,
+    /// Holds data a write left (reads may be refused it).
+    write_data: bool,
     last_use: u64,
 }
 
@@ -50,27 +55,61 @@ pub enum ReadLookup {
         /// Arrival time of the request's last sector.
         ready_ns: u64,
     },
+    /// The running read-ahead is about to bring the first sector: without
+    /// "almost read hits" the command is a miss (its overhead), and then
+    /// finds its data arriving (DiskSim picks the segment after the
+    /// command overhead); with them, a streaming hit.
+    Almost {
+        /// Arrival time of the request's last sector.
+        ready_ns: u64,
+    },
     /// The media must be read.
     Miss,
+}
+
+/// Where a stopped read-ahead left the head, and when the arm is free.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stopped {
+    /// LBA just past the last sector read.
+    pub frontier_lba: u64,
+    /// When the arm is free: at once, or after the sector under the head
+    /// or the minimum read-ahead is done.
+    pub free_ns: u64,
 }
 
 /// The segments and their LRU order.
 pub struct Cache {
     segments: Vec<Segment>,
     segment_sectors: u64,
-    read_ahead_sectors_max: u64,
+    /// The last segment takes every write and no read.
+    dedicated_write_segment: bool,
+    read_hits_on_write_data: bool,
+    almost_read_hits: bool,
     use_counter: u64,
 }
 
 impl Cache {
     /// A buffer of `segment_count` segments of `segment_sectors` each.
-    pub fn new(segment_count: u32, segment_sectors: u32, read_ahead_sectors_max: u32) -> Cache {
+    pub fn new(
+        segment_count: u32,
+        segment_sectors: u32,
+        dedicated_write_segment: bool,
+        read_hits_on_write_data: bool,
+        almost_read_hits: bool,
+    ) -> Cache {
         Cache {
             segments: vec![Segment::default(); segment_count as usize],
             segment_sectors: u64::from(segment_sectors.max(1)),
-            read_ahead_sectors_max: u64::from(read_ahead_sectors_max),
+            dedicated_write_segment: dedicated_write_segment && segment_count >= 2,
+            read_hits_on_write_data,
+            almost_read_hits,
             use_counter: 0,
         }
+    }
+
+    /// Segments reads may use.
+    fn read_segments(&self) -> usize {
+        self.segments.len() - usize::from(self.dedicated_write_segment)
     }
 
     fn touch(&mut self, index: usize) {
@@ -78,73 +117,136 @@ impl Cache {
         self.segments[index].last_use = self.use_counter;
     }
 
-    /// Look up a read of `lba..lba+sectors` at `now_ns`; a streaming hit
-    /// extends the read-ahead so a sequential reader keeps streaming.
-    pub fn lookup_read(&mut self, now_ns: u64, lba: u64, sectors: u64) -> ReadLookup {
+    /// Look up a read of `lba..lba+sectors` at `now_ns`: a hit needs its
+    /// first sector in a segment, or, with "almost read hits", next in a
+    /// running read-ahead (DiskSim: otherwise a miss); a running read-ahead that
+    /// holds the first sector serves the rest as it arrives. Returns the
+    /// segment used.
+    pub fn lookup_read(&mut self, now_ns: u64, lba: u64, sectors: u64) -> (ReadLookup, Option<usize>) {
         let end = lba + sectors;
-        for index in 0..self.segments.len() {
+        for index in 0..self.read_segments() {
             let segment = self.segments[index];
             let reach = if segment.prefetching { segment.prefetch_limit_lba } else { segment.end_lba };
             // Cheap range test first: only a prefetching segment needs a division.
-            if !segment.valid || lba < segment.start_lba || lba > reach {
+            if !segment.valid || lba < segment.start_lba || lba >= reach {
+                continue;
+            }
+            if segment.write_data && !self.read_hits_on_write_data {
                 continue;
             }
             let frontier = segment.frontier(now_ns);
             let window_start = segment.start_lba.max(frontier.saturating_sub(self.segment_sectors));
-            if lba < window_start || lba > frontier {
+            let running = segment.prefetching && frontier < segment.prefetch_limit_lba;
+            let almost = running && lba == frontier;
+            if lba < window_start || (lba >= frontier && !almost) {
                 continue;
             }
             if end <= frontier {
                 self.touch(index);
-                self.extend(index, end);
-                return ReadLookup::Hit;
+                return (ReadLookup::Hit, Some(index));
             }
-            let running = segment.prefetching && frontier < segment.prefetch_limit_lba;
-            if running && end - frontier <= self.read_ahead_sectors_max.max(1) {
-                self.touch(index);
-                self.extend(index, end);
-                let ready_ns = self.segments[index].arrival_ns(end);
+            if running {
+                let ready_ns = segment.arrival_ns(end);
                 assert!(ready_ns >= now_ns);
-                return ReadLookup::Streaming { ready_ns };
+                self.touch(index);
+                self.segments[index].prefetch_limit_lba = segment.prefetch_limit_lba.max(end);
+                let lookup = if almost && !self.almost_read_hits {
+                    ReadLookup::Almost { ready_ns }
+                } else {
+                    ReadLookup::Streaming { ready_ns }
+                };
+                return (lookup, Some(index));
             }
         }
-        ReadLookup::Miss
+        (ReadLookup::Miss, None)
     }
 
-    /// Keep reading ahead past a request that ends at `end_lba`.
-    fn extend(&mut self, index: usize, end_lba: u64) {
+    /// The first LBA a segment holds (for the stream test of read-ahead).
+    pub fn start_lba(&self, index: usize) -> u64 {
+        self.segments[index].start_lba
+    }
+
+    /// Data end of a segment at `now_ns`, and whether its read-ahead runs.
+    pub fn frontier(&self, index: usize, now_ns: u64) -> (u64, bool) {
+        let segment = &self.segments[index];
+        let frontier = segment.frontier(now_ns);
+        (frontier, segment.prefetching && frontier < segment.prefetch_limit_lba)
+    }
+
+    /// Let a running read-ahead go on to `limit_lba` (never shortens it).
+    pub fn raise_limit(&mut self, index: usize, limit_lba: u64) {
         let segment = &mut self.segments[index];
         if segment.prefetching {
-            let limit = end_lba + self.read_ahead_sectors_max;
-            segment.prefetch_limit_lba = segment.prefetch_limit_lba.max(limit);
+            segment.prefetch_limit_lba = segment.prefetch_limit_lba.max(limit_lba);
         }
     }
 
-    /// Stop the running read-ahead at `now_ns`; returns the LBA just past the
-    /// last sector read (where the head is), if one was running.
-    pub fn stop_prefetch(&mut self, now_ns: u64) -> Option<u64> {
+    /// Start a read-ahead after a segment whose prefetch has stopped: the
+    /// first new sector starts at `start_ns`.
+    pub fn restart_prefetch(&mut self, index: usize, start_ns: u64, sector_ns: u64, limit_lba: u64) {
+        assert!(sector_ns > 0);
+        let segment = &mut self.segments[index];
+        assert!(!segment.prefetching);
+        if limit_lba > segment.end_lba {
+            segment.prefetching = true;
+            segment.prefetch_start_ns = start_ns;
+            segment.prefetch_limit_lba = limit_lba;
+            segment.prefetch_min_lba = segment.end_lba;
+            segment.sector_ns = sector_ns;
+        }
+    }
+
+    /// Forget a read's own data once it is sent ("Read-ahead over
+    /// requested = -1"): the segment keeps only what lies past `end_lba`.
+    pub fn drop_before(&mut self, index: usize, end_lba: u64) {
+        let segment = &mut self.segments[index];
+        segment.start_lba = segment.start_lba.max(end_lba);
+        let reach = if segment.prefetching { segment.prefetch_limit_lba } else { segment.end_lba };
+        segment.end_lba = segment.end_lba.max(segment.start_lba.min(reach));
+        if !segment.prefetching && segment.start_lba >= segment.end_lba {
+            segment.valid = false;
+        }
+    }
+
+    /// Stop the running read-ahead when the arm is wanted at `now_ns`; it
+    /// runs on to the end of the sector under the head unless
+    /// `stop_in_sector`, and always to its minimum. Returns where the head
+    /// is and when the arm is free, if one was running.
+    pub fn stop_prefetch(&mut self, now_ns: u64, stop_in_sector: bool) -> Option<Stopped> {
         let segment = self.segments.iter_mut().find(|segment| segment.prefetching)?;
-        let frontier = segment.frontier(now_ns);
+        let mut free_ns =
+            now_ns.max(segment.arrival_ns(segment.prefetch_min_lba.min(segment.prefetch_limit_lba)));
+        let frontier = segment.frontier(free_ns);
+        if !stop_in_sector && frontier < segment.prefetch_limit_lba && free_ns > segment.prefetch_start_ns {
+            // Finish the sector being read.
+            free_ns = segment.arrival_ns(frontier + 1);
+        }
+        let frontier = segment.frontier(free_ns);
         segment.end_lba = frontier;
         segment.prefetching = false;
         assert!(segment.start_lba <= segment.end_lba);
         // Whether the stream stopped now or filled its limit earlier, the
         // head sits just past the frontier.
-        Some(frontier)
+        Some(Stopped { frontier_lba: frontier, free_ns })
     }
 
     /// Drop every segment overlapping `lba..lba+sectors` (its data is now
     /// stale) and pick one to refill, in a single pass: an invalid segment,
     /// else the least recently used one whose write-back data is on the media
-    /// by `now_ns`, else the least recently used of all.
-    fn replace(&mut self, now_ns: u64, lba: u64, sectors: u64) -> Option<usize> {
+    /// by `now_ns`, else the least recently used of all. A write uses the
+    /// dedicated write segment when there is one; a read never does.
+    fn replace(&mut self, now_ns: u64, lba: u64, sectors: u64, write: bool) -> Option<usize> {
         let end = lba + sectors;
+        let reads = self.read_segments();
         let mut best: Option<(usize, (bool, bool, u64))> = None;
         for (index, segment) in self.segments.iter_mut().enumerate() {
             let segment_end = if segment.prefetching { segment.prefetch_limit_lba } else { segment.end_lba };
             if segment.valid && segment.start_lba < end && lba < segment_end {
                 assert!(!segment.prefetching, "a read-ahead must be stopped before the arm moves");
                 segment.valid = false;
+            }
+            if (index < reads) == (write && self.dedicated_write_segment) {
+                continue;
             }
             // Lower is better: clean first, then invalid, then least recently used.
             let key = (segment.dirty_until_ns > now_ns, segment.valid, segment.last_use);
@@ -156,8 +258,11 @@ impl Cache {
     }
 
     /// Record a media read of `lba..lba+sectors` that ended at `end_ns`, with
-    /// read-ahead continuing at one sector per `sector_ns`.
-    /// `read_ahead` false: keep the data but do not read past it.
+    /// read-ahead continuing at one sector per `sector_ns` up to `limit_lba`
+    /// (the arm may not leave before `min_lba`). `before_sectors` sectors
+    /// before `lba` were read while waiting for it ("Read any free blocks").
+    /// Returns the segment used.
+    #[allow(clippy::too_many_arguments)]
     pub fn fill_read(
         &mut self,
         now_ns: u64,
@@ -165,32 +270,34 @@ impl Cache {
         sectors: u64,
         end_ns: u64,
         sector_ns: u64,
-        read_ahead: bool,
-    ) {
+        limit_lba: u64,
+        min_lba: u64,
+        before_sectors: u64,
+    ) -> Option<usize> {
         assert!(sector_ns > 0);
-        let Some(index) = self.replace(now_ns, lba, sectors) else {
-            return; // no segments: cache disabled
-        };
+        let index = self.replace(now_ns, lba, sectors, false)?; // None: cache disabled
         let end = lba + sectors;
-        let read_ahead_sectors = if read_ahead { self.read_ahead_sectors_max } else { 0 };
-        let limit = (end + read_ahead_sectors).min(lba + self.segment_sectors).max(end);
+        let limit = limit_lba.max(end);
         self.segments[index] = Segment {
             valid: true,
-            start_lba: lba,
+            start_lba: lba - before_sectors.min(lba),
             end_lba: end,
             prefetching: limit > end,
             prefetch_start_ns: end_ns,
             prefetch_limit_lba: limit,
+            prefetch_min_lba: min_lba.clamp(end, limit),
             sector_ns,
             dirty_until_ns: 0,
+            write_data: false,
             last_use: 0,
         };
         self.touch(index);
+        Some(index)
     }
 
     /// Record written data; it is on the media from `dirty_until_ns` on.
     pub fn store_write(&mut self, now_ns: u64, lba: u64, sectors: u64, dirty_until_ns: u64) {
-        let Some(index) = self.replace(now_ns, lba, sectors) else {
+        let Some(index) = self.replace(now_ns, lba, sectors, true) else {
             return; // no segments: cache disabled
         };
         self.segments[index] = Segment {
@@ -200,8 +307,10 @@ impl Cache {
             prefetching: false,
             prefetch_start_ns: 0,
             prefetch_limit_lba: lba + sectors,
+            prefetch_min_lba: lba + sectors,
             sector_ns: 1,
             dirty_until_ns,
+            write_data: true,
             last_use: 0,
         };
         self.touch(index);

@@ -7,7 +7,9 @@
 //! are matched case-insensitively with runs of spaces collapsed. Only what the
 //! model uses is read; everything else is ignored.
 
-use crate::params::{ms_to_ns, CacheParams, DiskParams, Interface, Overheads, SeekCurve, Zone};
+use crate::params::{
+    ms_to_ns, CacheParams, DiskParams, Interface, Overheads, ReadAheadScope, RequestData, SeekCurve, Zone,
+};
 use crate::HddError;
 use std::path::{Path, PathBuf};
 
@@ -36,10 +38,25 @@ struct Block {
     entries: Vec<Entry>,
 }
 
-/// One parsed file: its path (for messages) and top-level blocks.
+/// One parsed file: its path (for messages), its top-level blocks and, in
+/// a `.parv`, the files it sources, the instances it names and its topology.
 struct Document {
     path: PathBuf,
     blocks: Vec<Block>,
+    /// `source FILE` lines, relative to this file's directory.
+    sources: Vec<(String, u32)>,
+    /// `instantiate [ names ] as TYPE_NAME`: (instance names, type name).
+    instances: Vec<(Vec<String>, String)>,
+    /// `topology TYPE NAME [ ... ]`: the component tree.
+    topology: Option<Node>,
+}
+
+/// One component of a `.parv` topology: `disksim_bus bus1 [ ... ]`.
+#[derive(Debug)]
+struct Node {
+    kind: String,
+    name: String,
+    children: Vec<Node>,
 }
 
 struct Cursor<'a> {
@@ -163,6 +180,45 @@ impl<'a> Cursor<'a> {
     }
 }
 
+impl Cursor<'_> {
+    /// A word: text up to whitespace or punctuation (none skipped before).
+    fn word(&mut self) -> String {
+        let start = self.at;
+        while self.peek().is_some_and(|b| !b.is_ascii_whitespace() && !b"[]{},#".contains(&b)) {
+            self.bump();
+        }
+        String::from_utf8_lossy(&self.bytes[start..self.at]).to_string()
+    }
+
+    /// A topology component: `TYPE NAME [ children ]`.
+    fn node(&mut self, depth: u32) -> Result<Node, HddError> {
+        if depth > NESTING_DEPTH_MAX {
+            return self.error("topology nests too deeply");
+        }
+        self.skip_blank();
+        let kind = self.word();
+        self.skip_blank();
+        let name = self.word();
+        if kind.is_empty() || name.is_empty() {
+            return self.error("expected `TYPE NAME [ ... ]` in the topology");
+        }
+        self.expect(b'[')?;
+        let mut children = Vec::new();
+        loop {
+            self.skip_blank();
+            match self.peek() {
+                None => return self.error("unterminated topology: missing ']'"),
+                Some(b']') => {
+                    self.bump();
+                    return Ok(Node { kind, name, children });
+                }
+                Some(b',') => self.bump(),
+                Some(_) => children.push(self.node(depth + 1)?),
+            }
+        }
+    }
+}
+
 fn normalize_key(key: &str) -> String {
     key.split_whitespace().collect::<Vec<_>>().join(" ").to_ascii_lowercase()
 }
@@ -177,13 +233,53 @@ pub type Reader<'r> = &'r dyn Fn(&Path) -> Result<String, HddError>;
 fn parse_document(path: &Path, read: Reader) -> Result<Document, HddError> {
     let text = read(path)?;
     let mut cursor = Cursor { bytes: text.as_bytes(), at: 0, line: 1, path };
-    let mut blocks = Vec::new();
+    let mut document = Document {
+        path: path.to_path_buf(),
+        blocks: Vec::new(),
+        sources: Vec::new(),
+        instances: Vec::new(),
+        topology: None,
+    };
     loop {
         cursor.skip_blank();
         if cursor.peek().is_none() {
             break;
         }
         let line = cursor.line;
+        let start = cursor.at;
+        match cursor.word().as_str() {
+            "source" => {
+                let file = cursor.token(b"\n#");
+                if file.is_empty() {
+                    return cursor.error("`source` needs a file name");
+                }
+                document.sources.push((file, line));
+                continue;
+            }
+            "instantiate" => {
+                cursor.expect(b'[')?;
+                let names = cursor
+                    .token(b"]")
+                    .split([',', ' ', '\t', '\n'])
+                    .filter(|n| !n.is_empty())
+                    .map(String::from)
+                    .collect();
+                cursor.expect(b']')?;
+                cursor.skip_blank();
+                if cursor.word() != "as" {
+                    return cursor.error("expected `instantiate [ NAMES ] as TYPE`");
+                }
+                cursor.skip_blank();
+                let type_name = cursor.word();
+                document.instances.push((names, type_name));
+                continue;
+            }
+            "topology" => {
+                document.topology = Some(cursor.node(0)?);
+                continue;
+            }
+            _ => cursor.at = start,
+        }
         let header = cursor.token(b"{\n#");
         let type_name = header.split_whitespace().next().unwrap_or("").to_string();
         if type_name.is_empty() {
@@ -191,9 +287,9 @@ fn parse_document(path: &Path, read: Reader) -> Result<Document, HddError> {
         }
         cursor.expect(b'{')?;
         let entries = cursor.entries(0)?;
-        blocks.push(Block { type_name: header, line, entries });
+        document.blocks.push(Block { type_name: header, line, entries });
     }
-    Ok(Document { path: path.to_path_buf(), blocks })
+    Ok(document)
 }
 
 /// A block together with the file it came from, for messages.
@@ -279,19 +375,62 @@ impl<'a> Scope<'a> {
     }
 }
 
-fn find_block<'a>(document: &'a Document, type_prefix: &str) -> Result<Scope<'a>, HddError> {
-    match document.blocks.iter().find(|block| block.type_name.starts_with(type_prefix)) {
-        Some(block) => Ok(Scope { path: &document.path, block }),
-        None => Err(HddError::Parse {
-            path: document.path.clone(),
-            line: 0,
-            message: format!("no `{type_prefix} NAME {{ ... }}` block in this file"),
-        }),
-    }
-}
-
 fn sibling(of: &Path, name: &str) -> PathBuf {
     of.parent().unwrap_or(Path::new(".")).join(name)
+}
+
+/// Deepest chain of `source` lines followed.
+const SOURCE_DEPTH_MAX: u32 = 8;
+
+/// Parse `path` and, depth first, every file it sources.
+fn parse_all(path: &Path, read: Reader, documents: &mut Vec<Document>, depth: u32) -> Result<(), HddError> {
+    let document = parse_document(path, read)?;
+    if depth > SOURCE_DEPTH_MAX {
+        return Err(HddError::Parse {
+            path: path.to_path_buf(),
+            line: 0,
+            message: "`source` nests too deeply".into(),
+        });
+    }
+    let sources: Vec<PathBuf> = document.sources.iter().map(|(file, _)| sibling(path, file)).collect();
+    documents.push(document);
+    for source in sources {
+        parse_all(&source, read, documents, depth + 1)?;
+    }
+    Ok(())
+}
+
+/// The block `KIND NAME { ... }` (any name when `name` is None).
+fn find_block<'a>(documents: &'a [Document], kind: &str, name: Option<&str>) -> Option<Scope<'a>> {
+    documents.iter().find_map(|document| {
+        document
+            .blocks
+            .iter()
+            .find(|block| {
+                let mut words = block.type_name.split_whitespace();
+                words.next() == Some(kind) && name.is_none_or(|name| words.next() == Some(name))
+            })
+            .map(|block| Scope { path: &document.path, block })
+    })
+}
+
+/// The path from the topology's root to the first disk: its components.
+fn disk_path(node: &Node) -> Option<Vec<&Node>> {
+    if node.kind == "disksim_disk" {
+        return Some(vec![node]);
+    }
+    node.children.iter().find_map(|child| {
+        let mut path = disk_path(child)?;
+        path.insert(0, node);
+        Some(path)
+    })
+}
+
+/// The type an instance was created as (`instantiate [ disk0 ] as NAME`).
+fn instance_type<'a>(documents: &'a [Document], instance: &str) -> Option<&'a str> {
+    documents.iter().flat_map(|document| &document.instances).find_map(|(names, type_name)| {
+        names.iter().any(|name| name == instance).then_some(type_name.as_str())
+    })
 }
 
 /// Load a drive from a DiskSim `.diskspecs` file and the files it names.
@@ -299,25 +438,82 @@ pub fn load(path: &Path) -> Result<DiskParams, HddError> {
     load_with(path, &read_text)
 }
 
-/// Load a drive, reading every file through `read`.
+/// Load a drive, reading every file through `read`. `path` is a
+/// `.diskspecs` (a `disksim_disk` block) or a `.parv` (which sources the
+/// diskspecs and places the disk on a bus in its topology).
 pub fn load_with(path: &Path, read: Reader) -> Result<DiskParams, HddError> {
-    let specs = parse_document(path, read)?;
-    let disk = find_block(&specs, "disksim_disk")?;
-    let model_entry = disk.entry("Model")?;
-    let model_path = match &model_entry.value {
-        Value::Word(word) if word.starts_with("source ") => sibling(path, word[7..].trim()),
-        _ => return disk.error(model_entry.line, "`Model` must be `source FILE.model`"),
+    let mut documents = Vec::new();
+    parse_all(path, read, &mut documents, 0)?;
+    let mut warnings = Vec::new();
+    // With a topology: the disk it instantiates and the bus it sits on.
+    let topology = documents.iter().find_map(|document| document.topology.as_ref());
+    let placed = topology.and_then(disk_path);
+    let (disk, bus) = match &placed {
+        Some(components) => {
+            let disk_node = components.last().expect("a path ends at its disk");
+            let disk_type = instance_type(&documents, &disk_node.name).ok_or_else(|| HddError::Parse {
+                path: path.to_path_buf(),
+                line: 0,
+                message: format!("the topology's disk `{}` is never instantiated", disk_node.name),
+            })?;
+            let disk =
+                find_block(&documents, "disksim_disk", Some(disk_type)).ok_or_else(|| HddError::Parse {
+                    path: path.to_path_buf(),
+                    line: 0,
+                    message: format!(
+                        "no `disksim_disk {disk_type} {{ ... }}` block (is its diskspecs sourced?)"
+                    ),
+                })?;
+            let bus_node = components.iter().rev().find(|node| node.kind == "disksim_bus");
+            let bus = bus_node
+                .and_then(|node| instance_type(&documents, &node.name))
+                .and_then(|bus_type| find_block(&documents, "disksim_bus", Some(bus_type)));
+            (disk, bus)
+        }
+        None => {
+            let disk = find_block(&documents, "disksim_disk", None).ok_or_else(|| HddError::Parse {
+                path: path.to_path_buf(),
+                line: 0,
+                message: "no `disksim_disk NAME { ... }` block in this file or the files it sources".into(),
+            })?;
+            (disk, find_block(&documents, "disksim_bus", None))
+        }
     };
-    let model_document = parse_document(&model_path, read)?;
-    let model = find_block(&model_document, "dm_disk")?;
+    check_entries(&disk, DISK_PARAMETERS, &mut warnings);
+    let model_entry = disk.entry("Model")?;
+    let model_document;
+    let model = match &model_entry.value {
+        Value::Word(word) if word.starts_with("source ") => {
+            model_document = parse_document(&sibling(disk.path, word[7..].trim()), read)?;
+            match model_document.blocks.iter().find(|block| block.type_name.starts_with("dm_disk")) {
+                Some(block) => Scope { path: &model_document.path, block },
+                None => {
+                    return Err(HddError::Parse {
+                        path: model_document.path.clone(),
+                        line: 0,
+                        message: "no `dm_disk NAME { ... }` block in this file".into(),
+                    })
+                }
+            }
+        }
+        Value::Block(block) => Scope { path: disk.path, block },
+        _ => {
+            return disk
+                .error(model_entry.line, "`Model` must be `source FILE.model` or a `dm_disk { ... }` block")
+        }
+    };
+    check_entries(&model, MODEL_PARAMETERS, &mut warnings);
     let name = disk.block.type_name.split_whitespace().nth(1).unwrap_or("disksim_disk");
+    let declared_sector_count = model.count("Block count", 1.0e13)?;
     let mut params = DiskParams {
         name: name.to_string(),
         source: format!("DiskSim parameters {}", path.display()),
         rotation_rpm: 0.0,
         surface_count: model.count("Number of data surfaces", 64.0)? as u32,
         cylinder_count: model.count("Number of cylinders", 1.0e7)? as u32,
-        sector_count: model.count("Block count", 1.0e13)?,
+        // DiskSim replaces the declared count by what the zones map
+        // (layout_g1_load.c, checknumblocks): finalize derives it.
+        sector_count: 0,
         zones: Vec::new(),
         seek: SeekCurve::Table { distance_cyl: Vec::new(), seek_ms: Vec::new() },
         head_switch_ns: 0,
@@ -325,20 +521,191 @@ pub fn load_with(path: &Path, read: Reader) -> Result<DiskParams, HddError> {
         overheads: overheads(&disk)?,
         bus_sector_ns: 0,
         bus_write_sector_ns: 0,
-        interface: interface(&disk)?,
-        cache: cache(&disk)?,
+        interface: interface(&disk, bus.as_ref())?,
+        cache: cache(&disk, &mut warnings)?,
+        import_warnings: Vec::new(),
     };
-    let (bus_read_ms, bus_write_ms) = bus_sector_ms(&specs, &disk, name)?;
+    let (bus_read_ms, bus_write_ms) = bus_sector_ms(&disk, bus.as_ref(), &mut warnings)?;
     params.bus_sector_ns = ms_to_ns(bus_read_ms);
     params.bus_write_sector_ns = ms_to_ns(bus_write_ms);
-    read_mechanics(&model, &mut params, read)?;
-    params.zones = zones(&model.block("Layout Model")?, params.surface_count)?;
+    read_mechanics(&model, &mut params, read, &mut warnings)?;
+    let layout = model.block("Layout Model")?;
+    check_entries(&layout, LAYOUT_PARAMETERS, &mut warnings);
+    params.zones = zones(&layout, params.surface_count, &mut warnings)?;
+    let declared_cylinders = params.cylinder_count;
     params.finalize().map_err(|error| HddError::Parse {
-        path: model_path.clone(),
+        path: model.path.to_path_buf(),
         line: 0,
         message: error.to_string(),
     })?;
+    if params.sector_count != declared_sector_count {
+        warnings.push(format!(
+            "`Block count = {declared_sector_count}`: the zones map {} blocks; using the zones' count, as DiskSim does",
+            params.sector_count
+        ));
+    }
+    if params.cylinder_count != declared_cylinders {
+        warnings.push(format!(
+            "`Number of cylinders = {declared_cylinders}`: the zones reach cylinder {}; the arm spans {} cylinders",
+            params.cylinder_count - 1,
+            params.cylinder_count
+        ));
+    }
+    params.import_warnings = warnings;
     Ok(params)
+}
+
+/// What the importer does with a DiskSim parameter.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Use {
+    /// Read and modelled.
+    Modelled,
+    /// No effect on service times (statistics, hints for host schedulers,
+    /// parameters of seek or access types the file does not select).
+    NoEffect,
+    /// Not modelled: the model behaves as DiskSim does with this value;
+    /// any other value is accepted with a warning.
+    NotModelled(f64),
+}
+
+/// Every parameter of DiskSim 4.0's `disksim_disk` block (modules/disk.modspec).
+pub(crate) const DISK_PARAMETERS: &[(&str, Use)] = &[
+    ("Model", Use::Modelled),
+    ("Scheduler", Use::NoEffect), // the host picks layoutd's queue discipline and depth
+    ("Max queue length", Use::NoEffect),
+    ("Bulk sector transfer time", Use::Modelled),
+    ("Segment size (in blks)", Use::Modelled),
+    ("Number of buffer segments", Use::Modelled),
+    ("Print stats", Use::NoEffect),
+    ("Per-request overhead time", Use::Modelled),
+    ("Time scale for overheads", Use::Modelled),
+    ("Hold bus entire read xfer", Use::NotModelled(1.0)),
+    ("Hold bus entire write xfer", Use::NotModelled(1.0)),
+    ("Allow almost read hits", Use::Modelled),
+    ("Allow sneaky full read hits", Use::NotModelled(0.0)),
+    ("Allow sneaky partial read hits", Use::NotModelled(0.0)),
+    ("Allow sneaky intermediate read hits", Use::NotModelled(0.0)),
+    ("Allow read hits on write data", Use::Modelled),
+    ("Allow write prebuffering", Use::NotModelled(0.0)),
+    ("Preseeking level", Use::NotModelled(0.0)),
+    ("Never disconnect", Use::Modelled),
+    ("Avg sectors per cylinder", Use::NoEffect),
+    ("Maximum number of write segments", Use::Modelled),
+    ("Use separate write segment", Use::Modelled),
+    ("Low (write) water mark", Use::NotModelled(0.0)),
+    ("High (read) water mark", Use::Modelled),
+    ("Set watermark by reqsize", Use::Modelled),
+    ("Calc sector by sector", Use::NoEffect),
+    ("Enable caching in buffer", Use::Modelled),
+    ("Buffer continuous read", Use::Modelled),
+    ("Minimum read-ahead (blks)", Use::Modelled),
+    ("Maximum read-ahead (blks)", Use::Modelled),
+    ("Read-ahead over requested", Use::Modelled),
+    ("Read-ahead on idle hit", Use::Modelled),
+    ("Read any free blocks", Use::Modelled),
+    ("Fast write level", Use::Modelled),
+    ("Combine seq writes", Use::NotModelled(0.0)),
+    ("Stop prefetch in sector", Use::Modelled),
+    ("Disconnect write if seek", Use::NotModelled(0.0)),
+    ("Write hit stop prefetch", Use::NotModelled(1.0)),
+    ("Read directly to buffer", Use::NotModelled(1.0)),
+    ("Immed transfer partial hit", Use::NotModelled(0.0)),
+    ("Read hit over. after read", Use::Modelled),
+    ("Read hit over. after write", Use::Modelled),
+    ("Read miss over. after read", Use::Modelled),
+    ("Read miss over. after write", Use::Modelled),
+    ("Write hit over. after read", Use::Modelled),
+    ("Write hit over. after write", Use::Modelled),
+    ("Write miss over. after read", Use::Modelled),
+    ("Write miss over. after write", Use::Modelled),
+    ("Read completion overhead", Use::Modelled),
+    ("Write completion overhead", Use::Modelled),
+    ("Data preparation overhead", Use::Modelled),
+    ("First reselect overhead", Use::Modelled),
+    ("Other reselect overhead", Use::Modelled),
+    ("Read disconnect afterread", Use::Modelled),
+    ("Read disconnect afterwrite", Use::Modelled),
+    ("Write disconnect overhead", Use::Modelled),
+    ("Extra write disconnect", Use::Modelled),
+    ("Extradisc command overhead", Use::Modelled),
+    ("Extradisc disconnect overhead", Use::Modelled),
+    ("Extradisc inter-disconnect delay", Use::Modelled),
+    ("Extradisc 2nd disconnect overhead", Use::Modelled),
+    ("Extradisc seek delta", Use::Modelled),
+    ("Minimum seek delay", Use::Modelled),
+    ("Immediate buffer read", Use::Modelled),
+    ("Immediate buffer write", Use::NotModelled(0.0)),
+];
+
+/// The `dm_disk` block (diskmodel modules/disk.modspec).
+pub(crate) const MODEL_PARAMETERS: &[(&str, Use)] = &[
+    ("Block count", Use::Modelled),
+    ("Number of data surfaces", Use::Modelled),
+    ("Number of cylinders", Use::Modelled),
+    ("Mechanical Model", Use::Modelled),
+    ("Layout Model", Use::Modelled),
+];
+
+/// The `dm_layout_g1` block (modules/layout_g1.modspec).
+pub(crate) const LAYOUT_PARAMETERS: &[(&str, Use)] = &[
+    ("LBN-to-PBN mapping scheme", Use::NotModelled(0.0)),
+    ("Sparing scheme used", Use::Modelled),
+    ("Rangesize for sparing", Use::Modelled),
+    ("Skew units", Use::Modelled),
+    ("Zones", Use::Modelled),
+];
+
+/// A `dm_layout_g1_zone` block (modules/layout_g1_zone.modspec).
+pub(crate) const ZONE_PARAMETERS: &[(&str, Use)] = &[
+    ("First cylinder number", Use::Modelled),
+    ("Last cylinder number", Use::Modelled),
+    ("Blocks per track", Use::Modelled),
+    ("Offset of first block", Use::Modelled),
+    ("Skew units", Use::Modelled),
+    ("Empty space at zone front", Use::Modelled),
+    ("Skew for track switch", Use::Modelled),
+    ("Skew for cylinder switch", Use::Modelled),
+    ("Number of spares", Use::Modelled),
+    ("slips", Use::Modelled),
+    ("defects", Use::Modelled),
+];
+
+/// The `dm_mech_g1` block (modules/mech_g1.modspec).
+pub(crate) const MECHANICS_PARAMETERS: &[(&str, Use)] = &[
+    ("Access time type", Use::Modelled),
+    ("Constant access time", Use::NoEffect), // only with access time type `constant`, refused
+    ("Seek type", Use::Modelled),
+    ("Average seek time", Use::NoEffect), // only seek types linear and curve use it, refused
+    ("Constant seek time", Use::NoEffect), // only seek type constant, refused
+    ("Single cylinder seek time", Use::NoEffect),
+    ("Full strobe seek time", Use::NoEffect),
+    ("Full seek curve", Use::Modelled),
+    ("Add. write settling delay", Use::Modelled),
+    ("Head switch time", Use::Modelled),
+    ("Rotation speed (in rpms)", Use::Modelled),
+    ("Percent error in rpms", Use::NotModelled(0.0)),
+    ("First ten seek times", Use::Modelled),
+    ("HPL seek equation values", Use::Modelled),
+];
+
+/// Warn, one line each, about parameters of `scope` that are not DiskSim's
+/// or are set to a value the model does not reproduce.
+fn check_entries(scope: &Scope, known: &[(&str, Use)], warnings: &mut Vec<String>) {
+    let block = scope.block.type_name.split_whitespace().next().unwrap_or("");
+    for entry in &scope.block.entries {
+        let found = known.iter().find(|(key, _)| normalize_key(key) == entry.key);
+        let at = format!("{}:{}", scope.path.display(), entry.line);
+        match (found, &entry.value) {
+            (None, _) => {
+                warnings.push(format!("{at}: `{}` is not a DiskSim {block} parameter; ignored", entry.key))
+            }
+            (Some((key, Use::NotModelled(neutral))), Value::Number(value)) if value != neutral => warnings
+                .push(format!(
+                    "{at}: `{key} = {value}` is not modelled; the model behaves as with {neutral}"
+                )),
+            _ => {}
+        }
+    }
 }
 
 fn overheads(disk: &Scope) -> Result<Overheads, HddError> {
@@ -362,105 +729,135 @@ fn overheads(disk: &Scope) -> Result<Overheads, HddError> {
 /// The bus phases DiskSim's disk controller charges around a transfer
 /// (`disksim_diskctlr.c`: disconnect, reselect, data preparation,
 /// completion, the HP-style extra write disconnect, minimum write seek).
-fn interface(disk: &Scope) -> Result<Interface, HddError> {
+/// A drive that never disconnects pays no disconnect or reselection.
+fn interface(disk: &Scope, bus: Option<&Scope>) -> Result<Interface, HddError> {
     let scale = disk.number_or("Time scale for overheads", 1.0)?;
+    let connected = disk.number_or("Never disconnect", 0.0)? == 0.0;
     let ns = |key: &str| -> Result<u64, HddError> { Ok(ms_to_ns(disk.number_or(key, 0.0)? * scale)) };
+    let phase = |key: &str| -> Result<u64, HddError> { Ok(if connected { ns(key)? } else { 0 }) };
     let by_request = disk.number_or("Set watermark by reqsize", 1.0)? != 0.0;
     let read_water = disk.number_or("High (read) water mark", 0.0)?.clamp(0.0, 1.0);
+    let arbitration_ms = match bus {
+        Some(bus) => bus.number_or("Arbitration time", 0.0)?,
+        None => 0.0,
+    };
     Ok(Interface {
         data_prep_ns: ns("Data preparation overhead")?,
-        reselect_first_ns: ns("First reselect overhead")?,
-        reselect_other_ns: ns("Other reselect overhead")?,
+        reselect_first_ns: phase("First reselect overhead")?,
+        reselect_other_ns: phase("Other reselect overhead")?,
         read_completion_ns: ns("Read completion overhead")?,
         write_completion_ns: ns("Write completion overhead")?,
-        read_disconnect_after_read_ns: ns("Read disconnect afterread")?,
-        read_disconnect_after_write_ns: ns("Read disconnect afterwrite")?,
-        write_disconnect_ns: ns("Write disconnect overhead")?,
+        read_disconnect_after_read_ns: phase("Read disconnect afterread")?,
+        read_disconnect_after_write_ns: phase("Read disconnect afterwrite")?,
+        write_disconnect_ns: phase("Write disconnect overhead")?,
         // "Set watermark by reqsize = 0" takes the fraction of the segment
-        // instead (all four validation drives set 1); a whole-segment mark
+        // instead (all six validation drives set 1); a whole-segment mark
         // is capped at the request, which a request smaller than a segment
         // reaches first anyway.
         read_watermark: if by_request { read_water } else { 1.0 },
-        extra_write_disconnect: disk.number_or("Extra write disconnect", 0.0)? != 0.0
-            && disk.number_or("Never disconnect", 0.0)? == 0.0,
+        extra_write_disconnect: disk.number_or("Extra write disconnect", 0.0)? != 0.0 && connected,
         extradisc_command_ns: ns("Extradisc command overhead")?,
         extradisc_disconnect_ns: ns("Extradisc disconnect overhead")?,
         extradisc_inter_disconnect_ns: ns("Extradisc inter-disconnect delay")?,
         extradisc_second_disconnect_ns: ns("Extradisc 2nd disconnect overhead")?,
         extradisc_seek_delta_ns: ns("Extradisc seek delta")?,
         write_seek_min_ns: ns("Minimum seek delay")?,
+        bus_arbitration_ns: if connected { ms_to_ns(arbitration_ms) } else { 0 },
+        zero_latency_read: disk.number_or("Immediate buffer read", 0.0)? != 0.0,
     })
 }
 
 /// Host bus time per sector, read and write. DiskSim charges the larger of
-/// the bus's block transfer time (a `disksim_bus` block, which lives in the
-/// `.parv` that instantiates the disk) and the disk's own `Bulk sector
-/// transfer time` (`disk_get_blktranstime`). A `disksim_bus` block in the
-/// `.diskspecs` file itself is honoured; otherwise a drive whose DiskSim
-/// validation bus is published is given that bus (see `VALIDATION_BUSES`).
-fn bus_sector_ms(specs: &Document, disk: &Scope, name: &str) -> Result<(f64, f64), HddError> {
+/// the block transfer time of the bus the disk sits on (a `disksim_bus`
+/// block in the `.parv` that places the disk in its topology) and the
+/// disk's own `Bulk sector transfer time` (`disk_get_blktranstime`).
+fn bus_sector_ms(
+    disk: &Scope,
+    bus: Option<&Scope>,
+    warnings: &mut Vec<String>,
+) -> Result<(f64, f64), HddError> {
     let bulk = disk.number_or("Bulk sector transfer time", 0.0)?.max(0.0);
-    let (mut read, mut write) = (0.0f64, 0.0f64);
-    for block in specs.blocks.iter().filter(|block| block.type_name.starts_with("disksim_bus")) {
-        let bus = Scope { path: &specs.path, block };
-        read = read.max(bus.number_or("Read block transfer time", 0.0)?);
-        write = write.max(bus.number_or("Write block transfer time", 0.0)?);
-    }
-    if read == 0.0 && write == 0.0 {
-        if let Some(bus) = VALIDATION_BUSES.iter().find(|bus| bus.disk == name) {
-            (read, write) = (bus.read_ms, bus.write_ms);
-        }
-    }
+    let Some(bus) = bus else {
+        warnings.push(format!(
+            "{}: no host bus (`disksim_bus`): load the drive's .parv to include it; using `Bulk sector transfer time = {bulk}` alone",
+            disk.path.display()
+        ));
+        return Ok((bulk, bulk));
+    };
+    let read = bus.number_or("Read block transfer time", 0.0)?;
+    let write = bus.number_or("Write block transfer time", 0.0)?;
     Ok((read.max(bulk), write.max(bulk)))
 }
 
-/// A host bus DiskSim's own validation run of a drive used, published with
-/// DiskSim but kept in the `.parv` file rather than the `.diskspecs`.
-struct ValidationBus {
-    disk: &'static str,
-    read_ms: f64,
-    write_ms: f64,
-}
-
-/// DiskSim 4.0, `valid/hp_c2247a.parv`, block `BUS1` (the bus between the
-/// host adapter and the HP C2247A in DiskSim's validation of this trace):
-/// `Read block transfer time = 0.17010`, `Write block transfer time =
-/// 0.18686` ms per 512-byte block, about 3 MB/s. The `.diskspecs` sets
-/// `Bulk sector transfer time = 0` because the bus carries the rate. The
-/// drive's datasheet interface (fast SCSI-2, 10 MB/s burst, 0.051 ms per
-/// sector) is the drive's limit, not the validation host's; see the
-/// disk-validation README for both figures' results. The other three
-/// validation drives' `.parv` buses are 0 and their `.diskspecs` carry the
-/// rate in `Bulk sector transfer time`.
-const VALIDATION_BUSES: &[ValidationBus] =
-    &[ValidationBus { disk: "HP_C2247A_validate", read_ms: 0.170_10, write_ms: 0.186_86 }];
-
-fn cache(disk: &Scope) -> Result<CacheParams, HddError> {
-    let enabled = disk.number_or("Enable caching in buffer", 1.0)? != 0.0;
+fn cache(disk: &Scope, warnings: &mut Vec<String>) -> Result<CacheParams, HddError> {
+    let enabled = disk.number_or("Enable caching in buffer", 1.0)?;
+    if enabled > 1.0 {
+        warnings.push(format!("`Enable caching in buffer = {enabled}` is modelled as 1 (caching on)"));
+    }
     let segment_sectors = disk.count("Segment size (in blks)", 1.0e7)? as u32;
-    let continuous = disk.number_or("Buffer continuous read", 3.0)?;
-    let read_ahead =
-        if continuous == 0.0 { 0 } else { disk.count("Maximum read-ahead (blks)", 1.0e7)? as u32 };
+    // DiskSim forces both read-ahead bounds to 0 without continuous read
+    // (disk_postpass_perdisk); "Maximum read-ahead" bounds every scheme.
+    let scope = match disk.count("Buffer continuous read", 4.0)? {
+        0 => ReadAheadScope::None,
+        1 => ReadAheadScope::TrackEnd,
+        2 => ReadAheadScope::CylinderEnd,
+        3 => ReadAheadScope::SegmentFull,
+        _ => ReadAheadScope::NextTrack,
+    };
+    let (ra_min, ra_max) = if scope == ReadAheadScope::None {
+        (0, 0)
+    } else {
+        let min = disk.count("Minimum read-ahead (blks)", 1.0e7)? as u32;
+        (min, (disk.count("Maximum read-ahead (blks)", 1.0e7)? as u32).max(min))
+    };
+    let request_data = match disk.number_or("Read-ahead over requested", 1.0)? {
+        value if value < 0.0 => RequestData::Dropped,
+        value if value == 0.0 => RequestData::Kept,
+        _ => RequestData::Replaceable,
+    };
     Ok(CacheParams {
-        segment_count: if enabled { disk.count("Number of buffer segments", 256.0)? as u32 } else { 0 },
+        segment_count: if enabled != 0.0 {
+            disk.count("Number of buffer segments", 256.0)? as u32
+        } else {
+            0
+        },
         segment_sectors,
-        read_ahead_sectors_max: read_ahead.min(segment_sectors),
-        // "Read-ahead over requested = 0": we read it as prefetching only for
-        // sequential streams. This is fitted, not DiskSim's documented
-        // meaning: on the Atlas III trace (the one drive with 0) a lone read
-        // is not followed by read-ahead hits, while later reads of a run are.
-        read_ahead_sequential_only: disk.number_or("Read-ahead over requested", 1.0)? == 0.0,
+        read_ahead_sectors_max: ra_max,
+        read_ahead_sectors_min: ra_min,
+        read_ahead_scope: scope,
+        request_data,
+        read_ahead_on_idle_hit: disk.number_or("Read-ahead on idle hit", 0.0)? != 0.0,
+        read_any_free_blocks: disk.number_or("Read any free blocks", 0.0)? != 0.0,
         // DiskSim "Fast write level" 1 and 2 both acknowledge writes from the buffer.
         write_cache: disk.number_or("Fast write level", 0.0)? != 0.0,
         write_segment_count: (disk.number_or("Maximum number of write segments", 1.0)? as u32).clamp(1, 64),
+        dedicated_write_segment: disk.number_or("Use separate write segment", 0.0)? != 0.0,
+        read_hits_on_write_data: disk.number_or("Allow read hits on write data", 1.0)? != 0.0,
+        almost_read_hits: disk.number_or("Allow almost read hits", 0.0)? != 0.0,
+        stop_prefetch_in_sector: disk.number_or("Stop prefetch in sector", 1.0)? != 0.0,
     })
 }
 
-fn read_mechanics(model: &Scope, params: &mut DiskParams, read: Reader) -> Result<(), HddError> {
+fn read_mechanics(
+    model: &Scope,
+    params: &mut DiskParams,
+    read: Reader,
+    warnings: &mut Vec<String>,
+) -> Result<(), HddError> {
     let mechanics = model.block("Mechanical Model")?;
+    check_entries(&mechanics, MECHANICS_PARAMETERS, warnings);
+    let access = mechanics.word("Access time type").unwrap_or("trackSwitchPlusRotation");
+    if access != "trackSwitchPlusRotation" {
+        warnings.push(format!(
+            "{}: `Access time type = {access}` is not modelled; seeks and rotation are modelled in full",
+            mechanics.path.display()
+        ));
+    }
     params.rotation_rpm = mechanics.number("Rotation speed (in rpms)")?;
     params.head_switch_ns = ms_to_ns(mechanics.number("Head switch time")?);
-    params.write_settle_ns = ms_to_ns(mechanics.number_or("Add. write settling delay", 0.0)?);
+    // DiskSim adds the delta, negative or not, after a seek or head switch
+    // (mech_g1: `seekwritedelta`, no range test).
+    params.write_settle_ns = (mechanics.number_or("Add. write settling delay", 0.0)? * 1.0e6).round() as i64;
     let seek_type = mechanics.word("Seek type")?;
     params.seek = match seek_type {
         "extracted" => {
@@ -506,7 +903,18 @@ fn read_mechanics(model: &Scope, params: &mut DiskParams, read: Reader) -> Resul
     Ok(())
 }
 
-fn zones(layout: &Scope, surface_count: u32) -> Result<Vec<Zone>, HddError> {
+fn zones(layout: &Scope, surface_count: u32, warnings: &mut Vec<String>) -> Result<Vec<Zone>, HddError> {
+    let units = |scope: &Scope, warnings: &mut Vec<String>| {
+        if let Ok(unit) = scope.word("Skew units") {
+            if unit != "sectors" {
+                warnings.push(format!(
+                    "{}: `Skew units = {unit}` is not modelled; skews are read as sectors",
+                    scope.path.display()
+                ));
+            }
+        }
+    };
+    units(layout, warnings);
     let scheme = layout.count("Sparing scheme used", 10.0)?;
     let range_cylinders = layout.number_or("Rangesize for sparing", 1.0)?.max(1.0) as u64;
     let (items, line) = layout.list("Zones")?;
@@ -516,6 +924,15 @@ fn zones(layout: &Scope, surface_count: u32) -> Result<Vec<Zone>, HddError> {
             return layout.error(line, "`Zones` must list `dm_layout_g1_zone { ... }` blocks");
         };
         let scope = Scope { path: layout.path, block };
+        check_entries(&scope, ZONE_PARAMETERS, warnings);
+        units(&scope, warnings);
+        if scope.list("defects").is_ok_and(|(defects, _)| !defects.is_empty()) {
+            warnings.push(format!(
+                "{}:{}: zone `defects` (remapped sectors) are not modelled; the sectors stay in place",
+                scope.path.display(),
+                block.line
+            ));
+        }
         zones.push(zone(&scope, scheme, range_cylinders, surface_count)?);
     }
     Ok(zones)

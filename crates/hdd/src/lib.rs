@@ -57,7 +57,9 @@ mod report;
 mod seek;
 
 pub use model::Disk;
-pub use params::{CacheParams, DiskParams, Interface, Overheads, SeekCurve, Zone};
+pub use params::{
+    CacheParams, DiskParams, Interface, Overheads, ReadAheadScope, RequestData, SeekCurve, Zone,
+};
 pub use plot::write_cdf_svg;
 pub use queue::Scheduler;
 pub use report::{

@@ -11,7 +11,7 @@
 
 use crate::cache::{Cache, ReadLookup};
 use crate::geometry::{map, rotation_wait_ns, Pbn};
-use crate::params::DiskParams;
+use crate::params::{DiskParams, ReadAheadScope, RequestData};
 use crate::queue::{Pending, Queue, Scheduler};
 use crate::seek::seek_ns;
 use crate::{DiskCompletion, DiskOp, DiskRequest, HddError};
@@ -48,8 +48,6 @@ pub struct Disk {
     head_surface: u32,
     mechanism_free_ns: u64,
     last_was_write: bool,
-    /// LBA just past the previous read (sequential-stream detection).
-    last_read_end_lba: u64,
     /// LBA just past the previous write (extra-disconnect detection).
     last_write_end_lba: u64,
     last_arrival_ns: u64,
@@ -72,7 +70,9 @@ impl Disk {
         let cache = Cache::new(
             params.cache.segment_count,
             params.cache.segment_sectors,
-            params.cache.read_ahead_sectors_max,
+            params.cache.dedicated_write_segment,
+            params.cache.read_hits_on_write_data,
+            params.cache.almost_read_hits,
         );
         let streaming_sector_ns = (0..params.zones.len())
             .map(|index| {
@@ -93,7 +93,6 @@ impl Disk {
             head_surface: 0,
             mechanism_free_ns: 0,
             last_was_write: false,
-            last_read_end_lba: u64::MAX,
             last_write_end_lba: u64::MAX,
             last_arrival_ns: 0,
             destage_end_ns: [0; DESTAGE_SLOTS_MAX],
@@ -270,8 +269,11 @@ impl Disk {
         let now_ns = completion.start_ns;
         let bus_ns = self.params.bus_sector_ns;
         let interface = &self.params.interface;
-        let (prep_ns, reselect_ns, done_ns) =
-            (interface.data_prep_ns, interface.reselect_first_ns, interface.read_completion_ns);
+        let (prep_ns, reselect_ns, done_ns) = (
+            interface.data_prep_ns,
+            interface.reselect_first_ns + interface.bus_arbitration_ns,
+            interface.read_completion_ns,
+        );
         let disconnect_ns = if self.last_was_write {
             interface.read_disconnect_after_write_ns
         } else {
@@ -280,24 +282,49 @@ impl Disk {
         let segment_sectors = u64::from(self.params.cache.segment_sectors.max(1));
         let watermark =
             ((sectors.min(segment_sectors) as f64 * interface.read_watermark) as u64).clamp(1, sectors);
-        let lookup = self.cache.lookup_read(now_ns, lba, sectors);
-        let hit = lookup != ReadLookup::Miss;
+        let (lookup, segment) = self.cache.lookup_read(now_ns, lba, sectors);
+        let hit = matches!(lookup, ReadLookup::Hit | ReadLookup::Streaming { .. });
         let command_ns = self.params.overheads.pick(false, hit, self.last_was_write);
         completion.cache_hit = hit;
-        let previous_read_end_lba = std::mem::replace(&mut self.last_read_end_lba, lba + sectors);
-        let out_end_ns = match lookup {
-            ReadLookup::Hit => now_ns + command_ns + prep_ns + sectors * bus_ns,
-            ReadLookup::Streaming { ready_ns: last_ns } => {
-                (now_ns + command_ns + prep_ns + sectors * bus_ns).max(last_ns + bus_ns)
+        let end = lba + sectors;
+        let (out_end_ns, segment) = match (lookup, segment) {
+            (ReadLookup::Hit, Some(index)) => {
+                self.read_ahead_after_hit(index, now_ns + command_ns, lba, end);
+                (now_ns + command_ns + prep_ns + sectors * bus_ns, Some(index))
             }
-            ReadLookup::Miss => {
+            (
+                ReadLookup::Streaming { ready_ns: last_ns } | ReadLookup::Almost { ready_ns: last_ns },
+                Some(index),
+            ) => {
+                let limit = self.read_ahead_limit(lba, end, self.cache.start_lba(index));
+                self.cache.raise_limit(index, limit);
+                ((now_ns + command_ns + prep_ns + sectors * bus_ns).max(last_ns + bus_ns), Some(index))
+            }
+            _ => {
                 let mechanism_ready_ns = now_ns + command_ns;
                 let access = self.take_arm(mechanism_ready_ns, lba, sectors, false, pbn, 0);
                 fill_access(completion, &access);
                 let streaming_sector_ns = self.streaming_sector_ns(access.end_zone_index);
-                let sequential = lba == previous_read_end_lba;
-                let read_ahead = sequential || !self.params.cache.read_ahead_sequential_only;
-                self.cache.fill_read(now_ns, lba, sectors, access.end_ns, streaming_sector_ns, read_ahead);
+                let limit = self.read_ahead_limit(lba, end, lba);
+                let min_lba = end + u64::from(self.params.cache.read_ahead_sectors_min);
+                // "Read any free blocks": the sectors before the first
+                // requested one that passed under the head while it waited.
+                let before = if self.params.cache.read_any_free_blocks {
+                    let passed = access.rotation_ns / self.sector_ns(pbn.zone_index);
+                    passed.min(u64::from(pbn.sector)).min(segment_sectors.saturating_sub(sectors))
+                } else {
+                    0
+                };
+                let segment = self.cache.fill_read(
+                    now_ns,
+                    lba,
+                    sectors,
+                    access.end_ns,
+                    streaming_sector_ns,
+                    limit,
+                    min_lba,
+                    before,
+                );
                 // Sectors reach the buffer evenly between the first sector's
                 // start and the access's end (switches spread over the run).
                 let media_ns = access.end_ns - access.first_sector_ns;
@@ -306,10 +333,90 @@ impl Disk {
                     (mechanism_ready_ns + disconnect_ns).max(watermark_ns) + reselect_ns + prep_ns;
                 // The bus holds on until the last sector: it leaves at the bus
                 // rate, and no earlier than one bus time after it is read.
-                (reselected_ns + sectors * bus_ns).max(access.end_ns + bus_ns)
+                ((reselected_ns + sectors * bus_ns).max(access.end_ns + bus_ns), segment)
             }
         };
+        if let (Some(index), RequestData::Dropped) = (segment, self.params.cache.request_data) {
+            self.cache.drop_before(index, end);
+        }
         completion.complete_ns = out_end_ns + done_ns;
+    }
+
+    /// A read hit lets a running read-ahead go on as far as this request
+    /// would take it; on an idle arm it restarts the read-ahead when the
+    /// drive reads ahead on idle hits ("Read-ahead on idle hit").
+    fn read_ahead_after_hit(&mut self, index: usize, ready_ns: u64, lba: u64, end: u64) {
+        let limit = self.read_ahead_limit(lba, end, self.cache.start_lba(index));
+        let (frontier, running) = self.cache.frontier(index, ready_ns);
+        if running {
+            self.cache.raise_limit(index, limit);
+            return;
+        }
+        if !self.params.cache.read_ahead_on_idle_hit
+            || limit <= frontier
+            || frontier >= self.params.sector_count
+        {
+            return;
+        }
+        // The prefetch starts once the arm is free and on the frontier's sector.
+        if let Some(stopped) = self.cache.stop_prefetch(ready_ns, self.params.cache.stop_prefetch_in_sector) {
+            self.place_head(stopped.frontier_lba);
+        }
+        let start_ns = ready_ns.max(self.mechanism_free_ns);
+        let next = map(&self.params, frontier);
+        let (seek, rotation) = self.positioning_ns(start_ns, &next, false);
+        let sector_ns = self.streaming_sector_ns(next.zone_index);
+        self.head_cylinder = next.cylinder;
+        self.head_surface = next.surface;
+        self.cache.restart_prefetch(index, start_ns + seek + rotation, sector_ns, limit);
+    }
+
+    /// How far a read of `lba..end` prefetches (exclusive LBA), from the
+    /// drive's "Buffer continuous read" scope, bounded by the minimum and
+    /// maximum read-ahead and, when prefetched data may not replace the
+    /// request's ("Read-ahead over requested = 0"), by the segment from the
+    /// request's first sector. `segment_start` is the first LBA the
+    /// segment holds (a stream reaches back into earlier tracks).
+    fn read_ahead_limit(&self, lba: u64, end: u64, segment_start: u64) -> u64 {
+        let cache = &self.params.cache;
+        let capacity = self.params.sector_count;
+        let track_end = |at: u64| -> u64 { (at + map(&self.params, at).run_sectors).min(capacity) };
+        let scope_end = match cache.read_ahead_scope {
+            ReadAheadScope::None => return end,
+            ReadAheadScope::SegmentFull => u64::MAX,
+            ReadAheadScope::TrackEnd => track_end(end - 1),
+            ReadAheadScope::CylinderEnd => {
+                let cylinder = map(&self.params, end - 1).cylinder;
+                let mut at = track_end(end - 1);
+                while at < capacity && map(&self.params, at).cylinder == cylinder {
+                    at = track_end(at);
+                }
+                at
+            }
+            ReadAheadScope::NextTrack => {
+                // DiskSim's scheme 4 (disk_buffer_get_max_readahead): the
+                // track holding the block after the request, and one more
+                // track when the segment already reaches back before it.
+                if end >= capacity {
+                    return end;
+                }
+                let next = map(&self.params, end);
+                let first = map(&self.params, segment_start);
+                let on_track = track_end(end);
+                if (first.cylinder, first.surface) != (next.cylinder, next.surface) {
+                    on_track + u64::from(self.params.zones[next.zone_index as usize].sectors_per_track)
+                } else {
+                    on_track
+                }
+            }
+        };
+        let mut limit = scope_end
+            .min(end + u64::from(cache.read_ahead_sectors_max))
+            .max(end + u64::from(cache.read_ahead_sectors_min));
+        if cache.request_data == RequestData::Kept {
+            limit = limit.min(lba + u64::from(cache.segment_sectors)).max(end);
+        }
+        limit.min(capacity)
     }
 
     /// A write, with DiskSim's bus phases. The command overhead is the
@@ -414,15 +521,21 @@ impl Disk {
         first: &Pbn,
         first_sector_min_ns: u64,
     ) -> Access {
-        let start_ns = ready_ns.max(self.mechanism_free_ns);
-        if let Some(frontier) = self.cache.stop_prefetch(start_ns) {
-            let pbn = map(&self.params, frontier.saturating_sub(1));
-            self.head_cylinder = pbn.cylinder;
-            self.head_surface = pbn.surface;
+        let mut start_ns = ready_ns.max(self.mechanism_free_ns);
+        if let Some(stopped) = self.cache.stop_prefetch(start_ns, self.params.cache.stop_prefetch_in_sector) {
+            self.place_head(stopped.frontier_lba);
+            start_ns = start_ns.max(stopped.free_ns);
         }
         let access = self.media_access(start_ns, lba, sectors, write, first, first_sector_min_ns);
         self.mechanism_free_ns = access.end_ns;
         access
+    }
+
+    /// The head sits just past `frontier_lba`, where a read-ahead stopped.
+    fn place_head(&mut self, frontier_lba: u64) {
+        let pbn = map(&self.params, frontier_lba.saturating_sub(1));
+        self.head_cylinder = pbn.cylinder;
+        self.head_surface = pbn.surface;
     }
 
     /// Time to reach `pbn`'s track from the head's: the seek (at least a
@@ -441,8 +554,8 @@ impl Disk {
         if !write {
             return moved;
         }
-        let settle_ns = if moved > 0 { self.params.write_settle_ns } else { 0 };
-        (moved + settle_ns).max(self.params.interface.write_seek_min_ns)
+        let settled = if moved > 0 { moved.saturating_add_signed(self.params.write_settle_ns) } else { 0 };
+        settled.max(self.params.interface.write_seek_min_ns)
     }
 
     /// Seek and rotational wait to reach `pbn` starting at `now_ns`.
@@ -494,6 +607,18 @@ impl Disk {
         let first_sector_ns = on_track_ns + self.rotation_wait(on_track_ns, pbn.angle);
         let distance_cyl = u64::from(pbn.cylinder.abs_diff(self.head_cylinder));
         let (mut now_ns, mut next_lba, mut remaining) = (first_sector_ns, lba, sectors);
+        // Zero-latency read ("Immediate buffer read"): landing `inside`
+        // sectors past the first requested one on this track, the drive
+        // reads from there to the run's end, then from its first sector
+        // back to the landing point. The first sector in LBA order comes
+        // when it would anyway; the track's run ends `inside` sectors after it.
+        let first_run = pbn.run_sectors.min(remaining);
+        let sector_ns = self.sector_ns(pbn.zone_index);
+        let spt = u64::from(self.params.zones[pbn.zone_index as usize].sectors_per_track);
+        let inside = spt.saturating_sub((first_sector_ns - on_track_ns).div_ceil(sector_ns));
+        if !write && self.params.interface.zero_latency_read && inside > 0 && inside < first_run {
+            now_ns -= (first_run - inside) * sector_ns;
+        }
         loop {
             let run = pbn.run_sectors.min(remaining);
             now_ns += run * self.sector_ns(pbn.zone_index);
@@ -512,7 +637,7 @@ impl Disk {
                 0
             };
             if write && switch_ns > 0 {
-                switch_ns += self.params.write_settle_ns;
+                switch_ns = switch_ns.saturating_add_signed(self.params.write_settle_ns);
             }
             now_ns += switch_ns;
             now_ns += self.rotation_wait(now_ns, next.angle);

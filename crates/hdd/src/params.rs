@@ -62,12 +62,20 @@ impl Zone {
         self.range_physical_sectors(surface_count) - self.spare_sectors_per_range
     }
 
+    /// LBAs the zone maps, as DiskSim counts them
+    /// (`dm_layout_g1_compute_blksinband`): the physical sectors, less the
+    /// front empty space, less the spares of every sparing range the zone
+    /// spans (ranges under the empty space count too).
     fn derive_lba_count(&self, surface_count: u32) -> u64 {
-        let physical = self.track_count(surface_count) * u64::from(self.sectors_per_track);
-        let after_front = physical.saturating_sub(self.front_empty_sectors);
-        let range = self.range_physical_sectors(surface_count);
-        let usable = self.range_usable_sectors(surface_count);
-        (after_front / range) * usable + (after_front % range).min(usable)
+        let tracks = self.track_count(surface_count);
+        let after_front =
+            (tracks * u64::from(self.sectors_per_track)).saturating_sub(self.front_empty_sectors);
+        let ranges = if self.spare_range_tracks == 0 || self.spare_range_tracks >= tracks {
+            1
+        } else {
+            tracks / self.spare_range_tracks
+        };
+        after_front.saturating_sub(ranges * self.spare_sectors_per_range)
     }
 }
 
@@ -151,6 +159,38 @@ impl Overheads {
     }
 }
 
+/// How far a read's prefetch runs (DiskSim "Buffer continuous read").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadAheadScope {
+    /// 0: no prefetching.
+    None,
+    /// 1: to the end of the track holding the request's last sector.
+    TrackEnd,
+    /// 2: to the end of the cylinder holding the request's last sector.
+    CylinderEnd,
+    /// 3: until the segment is full.
+    SegmentFull,
+    /// 4: to the end of the track after the one holding the request's last
+    /// sector when the segment already reaches back into the previous track
+    /// (a sequential stream), else to the end of the current track.
+    NextTrack,
+}
+
+/// Whether prefetched data may push a read's own data out of its segment
+/// (DiskSim "Read-ahead over requested").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RequestData {
+    /// 1: prefetched data may replace the data just returned to the host.
+    Replaceable,
+    /// 0: it may not: prefetch stops when the segment is full from the
+    /// request's first sector on.
+    Kept,
+    /// -1: the request's data leaves the segment once it is sent.
+    Dropped,
+}
+
 /// The on-board buffer.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct CacheParams {
@@ -158,15 +198,63 @@ pub struct CacheParams {
     pub segment_count: u32,
     /// Sectors one segment holds.
     pub segment_sectors: u32,
-    /// Most sectors read ahead past a read's end.
+    /// Most sectors read ahead past a read's end, whatever the scope.
     pub read_ahead_sectors_max: u32,
-    /// Read ahead only after a read that continues the previous read
-    /// (DiskSim's "Buffer continuous read = 4", a sequential-stream prefetch).
-    pub read_ahead_sequential_only: bool,
+    /// Sectors read ahead past a read's end before the arm may serve the
+    /// next request.
+    pub read_ahead_sectors_min: u32,
+    /// How far a read's prefetch runs.
+    pub read_ahead_scope: ReadAheadScope,
+    /// Whether prefetch may replace the request's own data.
+    pub request_data: RequestData,
+    /// A read served entirely from the buffer restarts the prefetch
+    /// after its segment ("Read-ahead on idle hit").
+    pub read_ahead_on_idle_hit: bool,
+    /// Sectors of the target track passing under the head before the
+    /// first requested one (rotational latency) go into an empty segment
+    /// ("Read any free blocks").
+    pub read_any_free_blocks: bool,
     /// Write-back caching: a write completes once its data is in the buffer.
     pub write_cache: bool,
     /// Most cached writes not yet on the media (write-back only).
     pub write_segment_count: u32,
+    /// One segment is reserved for writes; reads never use it ("Use
+    /// separate write segment").
+    pub dedicated_write_segment: bool,
+    /// Reads may hit data that writes left in the buffer ("Allow read hits
+    /// on write data").
+    pub read_hits_on_write_data: bool,
+    /// A read whose first sector is the one a running read-ahead is about
+    /// to bring is served from the stream ("Allow almost read hits");
+    /// otherwise it is a miss and goes back to the media.
+    pub almost_read_hits: bool,
+    /// A prefetch stops at once when the arm is needed; otherwise it
+    /// finishes the sector under the head first ("Stop prefetch in sector").
+    pub stop_prefetch_in_sector: bool,
+}
+
+impl CacheParams {
+    /// A plain buffer: `segment_count` segments, prefetch up to
+    /// `read_ahead_sectors_max` past each read, sliding over data already
+    /// returned and resumed by a hit once it has stopped, write-through.
+    pub fn segmented(segment_count: u32, segment_sectors: u32, read_ahead_sectors_max: u32) -> CacheParams {
+        CacheParams {
+            segment_count,
+            segment_sectors,
+            read_ahead_sectors_max,
+            read_ahead_sectors_min: 0,
+            read_ahead_scope: ReadAheadScope::SegmentFull,
+            request_data: RequestData::Replaceable,
+            read_ahead_on_idle_hit: true,
+            read_any_free_blocks: false,
+            write_cache: false,
+            write_segment_count: 1,
+            dedicated_write_segment: false,
+            read_hits_on_write_data: true,
+            almost_read_hits: true,
+            stop_prefetch_in_sector: true,
+        }
+    }
 }
 
 /// Everything the model needs to know about one drive.
@@ -190,8 +278,9 @@ pub struct DiskParams {
     pub seek: SeekCurve,
     /// Time to switch heads within a cylinder.
     pub head_switch_ns: u64,
-    /// Extra settle time before a write.
-    pub write_settle_ns: u64,
+    /// Extra settle time before a write after a seek or head switch
+    /// (DiskSim allows it to be negative: a write settles sooner than a read).
+    pub write_settle_ns: i64,
     /// Controller overheads.
     pub overheads: Overheads,
     /// Host interface (bus) time per sector read: data leaves the buffer
@@ -203,6 +292,9 @@ pub struct DiskParams {
     pub interface: Interface,
     /// On-board buffer.
     pub cache: CacheParams,
+    /// What the importer accepted without modelling it, one line each
+    /// (empty for presets).
+    pub import_warnings: Vec<String>,
 }
 
 /// The SCSI bus phases DiskSim charges around a command's data transfer
@@ -250,6 +342,12 @@ pub struct Interface {
     pub extradisc_seek_delta_ns: u64,
     /// Positioning for a write takes at least this long ("Minimum seek delay").
     pub write_seek_min_ns: u64,
+    /// Bus arbitration, paid each time the drive reselects the host
+    /// (the `disksim_bus` "Arbitration time").
+    pub bus_arbitration_ns: u64,
+    /// Zero-latency reads: a read's sectors on its first track are read in
+    /// the order they pass under the head ("Immediate buffer read").
+    pub zero_latency_read: bool,
 }
 
 impl DiskParams {
@@ -277,7 +375,7 @@ impl DiskParams {
         let mut next_lba = 0u64;
         let mut previous_last: Option<u32> = None;
         for (index, zone) in self.zones.iter_mut().enumerate() {
-            check_zone(index, zone, previous_last, self.cylinder_count)?;
+            check_zone(index, zone, previous_last)?;
             zone.slips.sort_unstable();
             zone.first_lba = next_lba;
             zone.lba_count = zone.derive_lba_count(self.surface_count);
@@ -287,6 +385,11 @@ impl DiskParams {
         if next_lba == 0 {
             return Err(HddError::Invalid("the zones map no sectors".into()));
         }
+        // DiskSim's zones name physical cylinders, inclusive, and are not
+        // checked against "Number of cylinders" (layout_g1): a zone may end
+        // on cylinder `Number of cylinders`. The arm reaches every zone.
+        let zones_end = previous_last.map_or(0, |last| last + 1);
+        self.cylinder_count = self.cylinder_count.max(zones_end);
         if self.sector_count == 0 {
             self.sector_count = next_lba;
         }
@@ -320,21 +423,10 @@ impl DiskParams {
     }
 }
 
-fn check_zone(
-    index: usize,
-    zone: &Zone,
-    previous_last: Option<u32>,
-    cylinder_count: u32,
-) -> Result<(), HddError> {
+fn check_zone(index: usize, zone: &Zone, previous_last: Option<u32>) -> Result<(), HddError> {
     let fail = |what: String| Err(HddError::Invalid(format!("zone {index}: {what}")));
     if zone.first_cylinder > zone.last_cylinder {
         return fail("first cylinder is after last cylinder".into());
-    }
-    if zone.last_cylinder >= cylinder_count {
-        return fail(format!(
-            "last cylinder {} is past the disk's {cylinder_count} cylinders",
-            zone.last_cylinder
-        ));
     }
     if let Some(last) = previous_last {
         if zone.first_cylinder <= last {

@@ -151,6 +151,9 @@ fn barracuda4g() -> Result<DiskParams, HddError> {
     params.surface_count = 10;
     params.sector_count = 0; // derive from the zones: about 8.2 M sectors, 4.2 GB
     params.cache.write_cache = false;
+    // The preset states its departures here; the importer's notes about the
+    // validation files (no .parv bus, declared block count) do not apply.
+    params.import_warnings.clear();
     // The validation rig's host interface moved 0.134 ms per sector; the
     // ST34371W is an Ultra SCSI wide drive: 40 MB/s, 12.8 us per sector.
     params.bus_sector_ns = 12_800;
@@ -222,19 +225,13 @@ fn from_datasheet(sheet: &Datasheet) -> DiskParams {
             sheet.average_seek_ms,
         ),
         head_switch_ns: ms_to_ns(sheet.head_switch_ms),
-        write_settle_ns: ms_to_ns(sheet.write_settle_ms),
+        write_settle_ns: ms_to_ns(sheet.write_settle_ms) as i64,
         overheads: Overheads::uniform(ms_to_ns(sheet.overhead_ms)),
         bus_sector_ns: (SECTOR_SIZE_BYTES as f64 / sheet.bus_mb_s * 1.0e3).round() as u64,
         bus_write_sector_ns: (SECTOR_SIZE_BYTES as f64 / sheet.bus_mb_s * 1.0e3).round() as u64,
         interface: Interface::default(),
-        cache: CacheParams {
-            segment_count: sheet.segment_count,
-            segment_sectors,
-            read_ahead_sectors_max: segment_sectors,
-            read_ahead_sequential_only: false,
-            write_cache: false,
-            write_segment_count: 1,
-        },
+        cache: CacheParams::segmented(sheet.segment_count, segment_sectors, segment_sectors),
+        import_warnings: Vec::new(),
     }
 }
 

@@ -2,7 +2,9 @@
 //! bus-bound streaming, fast-write overheads, the HP C2247A's extra write
 //! disconnect and minimum write seek, and what the importer reads.
 
-use layoutd_hdd::{sequential_read_mb_s, Disk, DiskCompletion, DiskOp, DiskParams, DiskRequest, Scheduler};
+use layoutd_hdd::{
+    sequential_read_mb_s, Disk, DiskCompletion, DiskOp, DiskParams, DiskRequest, RequestData, Scheduler,
+};
 use std::path::PathBuf;
 
 fn validation_dir() -> PathBuf {
@@ -29,7 +31,10 @@ fn serve(disk: &mut Disk, now_ns: u64, request: DiskRequest) -> DiskCompletion {
 /// Read `sectors` at `lba` (a miss), then re-read them 50 ms later (a hit
 /// once the read-ahead has stopped); returns the hit's service time.
 fn hit_ns(params: &DiskParams, sectors: u32) -> u64 {
-    let mut disk = Disk::new(params.clone(), Scheduler::Fifo, 1, 7);
+    // Read-ahead may not push the request's own data out of its segment.
+    let mut params = params.clone();
+    params.cache.request_data = RequestData::Kept;
+    let mut disk = Disk::new(params, Scheduler::Fifo, 1, 7);
     let miss = serve(&mut disk, 0, request(0, DiskOp::Read, 1000, sectors));
     assert!(!miss.cache_hit);
     let now_ns = miss.complete_ns + 50_000_000;
@@ -75,8 +80,8 @@ fn a_bus_slower_than_the_media_makes_sequential_reads_bus_bound() {
 
 #[test]
 fn the_hp_bus_and_bus_phases_are_imported() {
-    let params = drive("hp_c2247a.diskspecs");
-    // DiskSim 4.0 valid/hp_c2247a.parv, BUS1.
+    let params = drive("hp_c2247a.parv");
+    // The bus the .parv puts the disk on: BUS1 (DiskSim 4.0 valid/hp_c2247a.parv).
     assert_eq!(params.bus_sector_ns, 170_100);
     assert_eq!(params.bus_write_sector_ns, 186_860);
     let interface = &params.interface;
@@ -100,7 +105,7 @@ fn the_hp_bus_and_bus_phases_are_imported() {
 
 #[test]
 fn an_hp_read_hit_costs_overhead_prep_bus_and_completion() {
-    let params = drive("hp_c2247a.diskspecs");
+    let params = drive("hp_c2247a.parv");
     // Read hit overhead + data preparation + sectors x bus + completion:
     // 0.95343 + 0.02519 + n x 0.17010 + 0.05665 ms (disksim_diskctlr.c).
     for sectors in [1u32, 2, 6] {
@@ -127,7 +132,7 @@ fn fast_writes_pay_the_write_hit_overhead_and_the_bus() {
 
 #[test]
 fn a_write_after_a_non_sequential_write_disconnects_twice() {
-    let params = drive("hp_c2247a.diskspecs");
+    let params = drive("hp_c2247a.parv");
     let interface = params.interface.clone();
     // Same target, same platter phase at arrival: once after a read, once
     // after a write elsewhere. The extra disconnect delays the data by
@@ -168,7 +173,7 @@ fn a_write_after_a_non_sequential_write_disconnects_twice() {
 
 #[test]
 fn a_write_positions_for_at_least_the_minimum_seek_delay() {
-    let params = drive("hp_c2247a.diskspecs");
+    let params = drive("hp_c2247a.parv");
     let mut disk = Disk::new(params.clone(), Scheduler::Fifo, 1, 5);
     let first = serve(&mut disk, 0, request(0, DiskOp::Write, 700_000, 1));
     // The same track again: no seek, no head switch, no settle, but the
