@@ -109,18 +109,25 @@ impl<D: BlockDevice> BlockDevice for SliceDevice<D> {
 
 /// Performs `req` on `dev` and builds its completion. `with_data` chooses
 /// whether reads return their bytes (data mode) or only complete (timing
-/// mode). Invalid requests complete with EINVAL; device errors with EIO.
+/// mode). Invalid requests complete with EINVAL; device errors with their
+/// kind ([`io_error_kind`]).
 pub fn execute(dev: &dyn BlockDevice, req: &Request, with_data: bool) -> Completion {
+    execute_io(dev, req, with_data).0
+}
+
+/// [`execute`], also returning the device's own error (with its message)
+/// when the request failed, for the runtime to report.
+pub fn execute_io(dev: &dyn BlockDevice, req: &Request, with_data: bool) -> (Completion, Option<io::Error>) {
     if req.validate(dev.size_bytes()).is_err() {
-        return Completion::err(req.id, IoError::Invalid);
+        return (Completion::err(req.id, IoError::Invalid), None);
     }
     let len = u64::from(req.length_bytes);
     let result = match req.op {
         Op::Read if with_data => {
             let mut buf = vec![0u8; req.length_bytes as usize];
             return match dev.read_at(&mut buf, req.offset_bytes) {
-                Ok(()) => Completion { id: req.id, result: Ok(()), data: Some(Bytes::from(buf)) },
-                Err(_) => Completion::err(req.id, IoError::Io),
+                Ok(()) => (Completion { id: req.id, result: Ok(()), data: Some(Bytes::from(buf)) }, None),
+                Err(e) => (Completion::err(req.id, io_error_kind(&e)), Some(e)),
             };
         }
         Op::Read => Ok(()),
@@ -134,8 +141,20 @@ pub fn execute(dev: &dyn BlockDevice, req: &Request, with_data: bool) -> Complet
     };
     let result = result.and_then(|()| if req.fua && req.op.is_modify() { dev.flush() } else { Ok(()) });
     match result {
-        Ok(()) => Completion::ok(req.id),
-        Err(_) => Completion::err(req.id, IoError::Io),
+        Ok(()) => (Completion::ok(req.id), None),
+        Err(e) => (Completion::err(req.id, io_error_kind(&e)), Some(e)),
+    }
+}
+
+/// The block-layer error a device error stands for: ENOSPC (a full or thin
+/// host file system) stays "no space" so targets can retry it and clients
+/// see ENOSPC, EINVAL stays invalid, everything else is EIO.
+pub fn io_error_kind(e: &io::Error) -> IoError {
+    match e.raw_os_error() {
+        Some(libc::ENOSPC) => IoError::NoSpace,
+        Some(libc::EINVAL) => IoError::Invalid,
+        _ if e.kind() == io::ErrorKind::StorageFull => IoError::NoSpace,
+        _ => IoError::Io,
     }
 }
 

@@ -99,8 +99,10 @@ pub struct Harness<T: Timing = ZeroLatency> {
     pub timing: T,
     /// The virtual clock.
     pub now: Instant,
-    /// Fail every lower write with EIO while set.
+    /// Fail every lower write while set, with `lower_write_error`.
     pub fail_lower_writes: bool,
+    /// The error `fail_lower_writes` injects (EIO unless changed).
+    pub lower_write_error: layoutd_core::IoError,
     /// Whether reads return data (data mode) or not (timing mode).
     pub with_data: bool,
     rng: ChaCha8Rng,
@@ -126,6 +128,7 @@ impl<T: Timing> Harness<T> {
             timing,
             now: Instant::ZERO,
             fail_lower_writes: false,
+            lower_write_error: layoutd_core::IoError::Io,
             with_data: true,
             rng: ChaCha8Rng::seed_from_u64(seed),
             seed,
@@ -262,7 +265,7 @@ impl<T: Timing> Harness<T> {
         let req = self.lower.remove(&tag).expect("timing completes what was submitted");
         self.stats.lower_count += 1;
         let completion = if self.fail_lower_writes && req.op.is_modify() {
-            Completion::err(req.id, layoutd_core::IoError::Io)
+            Completion::err(req.id, self.lower_write_error)
         } else {
             execute(&*self.device, &req, self.with_data)
         };

@@ -13,7 +13,7 @@
 //! with EIO rather than touching state that may be inconsistent.
 
 use layoutd_core::{Completion, Instant, IoError, Request, Target, TraceRecord};
-use layoutd_disk::{execute, BlockDevice};
+use layoutd_disk::{execute_io, BlockDevice};
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 use std::io::Write;
@@ -122,7 +122,7 @@ impl Core {
         if let Some(sink) = self.records.as_mut() {
             if writeln!(sink, "{}", r.to_line()).is_err() && !self.records_write_failed {
                 self.records_write_failed = true;
-                tracing::error!("writing the trace file failed; further records are lost");
+                eprintln!("layoutd: writing the trace file failed; further records are lost");
             }
         }
     }
@@ -247,7 +247,13 @@ impl LiveVolume {
     fn run_work(&self, mut work: VecDeque<Request>) {
         while let Some(r) = work.pop_front() {
             let due_ns = self.delay.as_ref().map(|d| d.completion_ns(self.now().as_ns(), &r));
-            let c = execute(&*self.device, &r, true);
+            let (c, err) = execute_io(&*self.device, &r, true);
+            if let Some(e) = err {
+                eprintln!(
+                    "layoutd: lower {:?} of {} bytes at data-area offset {} failed: {e}",
+                    r.op, r.length_bytes, r.offset_bytes
+                );
+            }
             if let Some(due_ns) = due_ns {
                 let wait_ns = due_ns.saturating_sub(self.now().as_ns());
                 if wait_ns > 0 {

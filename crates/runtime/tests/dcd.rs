@@ -281,3 +281,54 @@ fn a_clean_reopen_replays_the_live_log_and_a_corrupt_checkpoint_is_refused() {
     let c = bad.read(0, 512);
     assert_eq!(c.result, Err(layoutd_core::IoError::Io));
 }
+
+/// A transient ENOSPC below (a full or thin host file system) used to put
+/// the target in a failed state: every later request failed, reads of
+/// never-written sectors included, until a restart, and "no space" was
+/// never said. Now only the flush that depended on the failed segment
+/// write gets the error, the cause is in the status, and the segment is
+/// written again after a backoff.
+#[test]
+fn a_transient_enospc_fails_only_what_depends_on_it_and_the_write_is_retried() {
+    use layoutd_core::IoError;
+    use layoutd_runtime::det::{Harness, ZeroLatency};
+    use layoutd_runtime::testkit::{bring_up, stack_from_toml};
+    let text = tiny("")
+        .replace("idle_ms_max = 20", "idle_ms_max = 100000")
+        .replace("idle_ms_min = 1", "idle_ms_min = 100000");
+    let dev = std::sync::Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
+    let mut h = Harness::new(
+        stack_from_toml(&text, DEVICE_BYTES, layoutd_core::OpenMode::Format),
+        dev.clone(),
+        ZeroLatency::default(),
+        1,
+    );
+    bring_up(&mut h);
+    assert_eq!(h.write(0, vec![1; 1024]).result, Ok(()));
+    assert_eq!(h.flush().result, Ok(()));
+    h.fail_lower_writes = true;
+    h.lower_write_error = IoError::NoSpace;
+    assert_eq!(h.write(4096, vec![2; 1024]).result, Ok(()), "absorbed into RAM");
+    assert_eq!(h.flush().result, Err(IoError::NoSpace), "the flush that needed the segment write");
+    // Nothing else is poisoned: reads of RAM, log and never-written sectors.
+    let c = h.read(4096, 1024);
+    assert_eq!((c.result, c.data.map(|d| d.to_vec())), (Ok(()), Some(vec![2; 1024])));
+    let c = h.read(0, 1024);
+    assert_eq!((c.result, c.data.map(|d| d.to_vec())), (Ok(()), Some(vec![1; 1024])));
+    let c = h.read(65536, 512);
+    assert_eq!((c.result, c.data.map(|d| d.to_vec())), (Ok(()), Some(vec![0; 512])));
+    let st = h.stack.status();
+    let why = st.config.iter().find(|(k, _)| k == "last_lower_error").map(|(_, v)| v.clone());
+    assert!(
+        why.as_deref().is_some_and(|w| w.contains("no space") && w.contains("segment")),
+        "cause named: {why:?}"
+    );
+    // Space comes back: the backoff retries the segment, the next flush succeeds.
+    h.fail_lower_writes = false;
+    h.run_until(h.now.add_ms(5000));
+    assert!(counter(&h, "lower_write_retries_count") >= 1);
+    assert_eq!(h.flush().result, Ok(()));
+    assert_eq!(counter(&h, "written_upto_seq"), counter(&h, "head_seq"), "every segment reached the log");
+    let c = h.read(4096, 1024);
+    assert_eq!(c.data.map(|d| d.to_vec()), Some(vec![2; 1024]));
+}
