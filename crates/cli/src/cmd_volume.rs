@@ -1,9 +1,11 @@
 //! `format`, `serve` and `inspect`.
 
+use crate::endpoint;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use layoutd_core::config::{parse_size_str, StackConfig};
 use layoutd_core::superblock::Superblock;
+use layoutd_core::SECTOR_BYTES;
 use layoutd_runtime::volume;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -32,6 +34,7 @@ pub struct FormatArgs {
 }
 
 pub fn format(a: FormatArgs) -> Result<()> {
+    distinct(&a.device)?;
     let cfg = match &a.config {
         None => StackConfig::default_linear(),
         Some(p) => {
@@ -40,13 +43,25 @@ pub fn format(a: FormatArgs) -> Result<()> {
             StackConfig::parse(&text, &p.display().to_string())?
         }
     };
-    if let Some(size) = &a.size {
+    // Files this command creates are removed again if the format fails.
+    let mut created = Vec::new();
+    let result = (|| -> Result<Superblock> {
         for d in &a.device {
-            create_sized(d, size)?;
+            if let Some(size) = &a.size {
+                if create_sized(d, size)? {
+                    created.push(d.clone());
+                }
+            }
+            check_whole_sectors(d)?;
         }
-    }
-    let opts = volume::FormatOptions { force: a.force, direct: a.direct, uuid: random_uuid()? };
-    let sb = volume::format(&a.device, &cfg, &opts)?;
+        let opts = volume::FormatOptions { force: a.force, direct: a.direct, uuid: random_uuid()? };
+        Ok(volume::format(&a.device, &cfg, &opts)?)
+    })();
+    let sb = result.inspect_err(|_| {
+        for d in &created {
+            let _ = std::fs::remove_file(d);
+        }
+    })?;
     println!(
         "formatted {}: {} bytes, stack: {}",
         names(&a.device),
@@ -66,17 +81,55 @@ fn random_uuid() -> Result<[u8; 16]> {
     Ok(u)
 }
 
-fn create_sized(path: &Path, size: &str) -> Result<()> {
-    let bytes = parse_size_str(size).map_err(|e| anyhow::anyhow!("--size: {e}"))?;
+/// Creates `path` with `size` bytes unless it exists (then its size must
+/// match); returns whether it created the file. A size layoutd cannot use is
+/// refused before anything is created, and a file that cannot be sized is
+/// removed again.
+fn create_sized(path: &Path, size: &str) -> Result<bool> {
+    let bytes = parse_size_str(size).map_err(|e| anyhow::anyhow!("--size {size}: {e}"))?;
+    let min = layoutd_core::superblock::DEVICE_BYTES_MIN;
+    if bytes < min {
+        bail!(
+            "--size {size}: {bytes} bytes; layoutd needs at least {min} (1 MiB of header plus 1 MiB of data)"
+        );
+    }
+    if bytes % SECTOR_BYTES != 0 {
+        bail!(
+            "--size {size}: {bytes} bytes is not a whole number of 512-byte sectors; give a multiple of 512"
+        );
+    }
+    if i64::try_from(bytes).is_err() {
+        bail!("--size {size}: {bytes} bytes is larger than any file can be (at most {} bytes)", i64::MAX);
+    }
     if path.exists() {
         let have = std::fs::metadata(path)?.len();
         if have != bytes && std::fs::metadata(path)?.is_file() {
             bail!("{}: exists with {have} bytes, not {bytes}; remove it or drop --size", path.display());
         }
-        return Ok(());
+        return Ok(false);
     }
     let f = std::fs::File::create(path).with_context(|| format!("{}: cannot create", path.display()))?;
-    f.set_len(bytes).with_context(|| format!("{}: cannot size to {bytes} bytes", path.display()))?;
+    if let Err(e) = f.set_len(bytes) {
+        let _ = std::fs::remove_file(path);
+        bail!("{}: cannot make a {bytes}-byte file here ({e}); give a smaller --size", path.display());
+    }
+    Ok(true)
+}
+
+/// A regular file whose size is not a whole number of sectors is refused
+/// naming its size (block devices always are).
+fn check_whole_sectors(path: &Path) -> Result<()> {
+    let Ok(meta) = std::fs::metadata(path) else { return Ok(()) };
+    let sector = SECTOR_BYTES;
+    if meta.is_file() && meta.len() % sector != 0 {
+        bail!(
+            "{}: {} bytes is not a whole number of 512-byte sectors; resize it (truncate -s {} {})",
+            path.display(),
+            meta.len(),
+            meta.len() / sector * sector,
+            path.display()
+        );
+    }
     Ok(())
 }
 
@@ -89,18 +142,40 @@ pub struct ServeArgs {
     /// multi-device volume).
     #[arg(long, value_name = "PATH", required = true)]
     device: Vec<PathBuf>,
-    /// Unix socket to listen on (default: layoutd-<device name>.sock in the temp dir).
+    /// Unix socket to listen on (default: <device name>.sock in a private directory:
+    /// $XDG_RUNTIME_DIR/layoutd, else <temp dir>/layoutd-<uid>, mode 0700).
     #[arg(long, value_name = "PATH", conflicts_with = "listen")]
     socket: Option<PathBuf>,
-    /// Listen on TCP instead, e.g. 127.0.0.1:10809.
+    /// Listen on TCP instead: 127.0.0.1:10809, [::1]:10809, or :10809 (every address).
+    /// Anyone who can connect can read and overwrite the volume: use TLS beyond loopback.
     #[arg(long, value_name = "ADDR")]
     listen: Option<String>,
+    /// Require TLS with X.509 certificates (from nbdkit's default directory, or
+    /// --tls-certificates); see nbdkit-tls(1).
+    #[arg(long)]
+    tls: bool,
+    /// Require TLS with the certificates in DIR (ca-cert.pem, server-cert.pem,
+    /// server-key.pem).
+    #[arg(long, value_name = "DIR", conflicts_with = "tls_psk")]
+    tls_certificates: Option<PathBuf>,
+    /// Require TLS with pre-shared keys: FILE holds `username:hexkey` lines
+    /// (`psktool -p FILE -u USER` makes one; keep it mode 0600).
+    #[arg(long, value_name = "FILE", conflicts_with = "tls")]
+    tls_psk: Option<PathBuf>,
+    /// With certificates: accept only clients presenting a certificate signed by the CA.
+    #[arg(long)]
+    tls_verify_peer: bool,
     /// Run this shell command against the export, then stop (nbdkit captive mode).
     #[arg(long, value_name = "CMD")]
     run: Option<String>,
     /// Record every request to FILE in layoutd's trace format (for `layoutd sim --closed-loop`).
+    /// FILE must not exist (an existing regular file is replaced with --force; a symbolic
+    /// link is never followed).
     #[arg(long, value_name = "FILE")]
     record_trace: Option<PathBuf>,
+    /// Replace an existing --record-trace file.
+    #[arg(long)]
+    force: bool,
     /// Open the device with O_DIRECT.
     #[arg(long)]
     direct: bool,
@@ -148,10 +223,33 @@ fn names(devices: &[PathBuf]) -> String {
     devices.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
 }
 
-fn default_socket(device: &Path) -> PathBuf {
+fn default_socket(device: &Path) -> Result<PathBuf> {
     let name =
         device.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "volume".into());
-    std::env::temp_dir().join(format!("layoutd-{name}.sock"))
+    Ok(endpoint::private_runtime_dir()?.join(format!("{name}.sock")))
+}
+
+/// Refuses a `--record-trace` path that is a symbolic link, or an existing
+/// file without `--force`. (The plugin opens it with O_NOFOLLOW, and O_EXCL
+/// without --force, so a link planted after this check is refused too.)
+fn check_trace_path(p: &Path, force: bool) -> Result<()> {
+    let Ok(meta) = std::fs::symlink_metadata(p) else { return Ok(()) };
+    if meta.file_type().is_symlink() {
+        bail!(
+            "--record-trace {}: is a symbolic link; refusing to follow it (give a new file name)",
+            p.display()
+        );
+    }
+    if !meta.is_file() {
+        bail!("--record-trace {}: exists and is not a regular file; give a new file name", p.display());
+    }
+    if !force {
+        bail!(
+            "--record-trace {}: exists; remove it, give a new name, or pass --force to replace it",
+            p.display()
+        );
+    }
+    Ok(())
 }
 
 /// nbdkit leaves its socket file behind when it exits. Remove such a stale
@@ -172,29 +270,51 @@ fn clear_stale_socket(sock: &Path) -> Result<()> {
 }
 
 pub fn serve(a: ServeArgs) -> Result<()> {
+    distinct(&a.device)?;
     // Check the devices ourselves first, so the common mistakes get one clear line.
-    let sb = volume::check(&a.device)?;
+    volume::check(&a.device)?;
     for d in &a.device {
         drop(layoutd_disk::FileDevice::open(d, false, true).map_err(|e| anyhow::anyhow!("{e}"))?);
     }
+    if let Some(t) = &a.record_trace {
+        check_trace_path(t, a.force)?;
+    }
+    let tls = endpoint::Tls::new(a.tls, a.tls_certificates.clone(), a.tls_psk.clone(), a.tls_verify_peer)?;
     let plugin = plugin_path()?;
     let mut cmd = std::process::Command::new("nbdkit");
     cmd.arg("--foreground").arg("--threads").arg(a.threads.to_string());
+    cmd.args(tls.nbdkit_args());
     let uri = match &a.listen {
         Some(addr) => {
-            let (host, port) =
-                addr.rsplit_once(':').with_context(|| format!("--listen {addr}: expected HOST:PORT"))?;
-            cmd.arg("--ipaddr").arg(host).arg("--port").arg(port);
-            format!("nbd://{addr}")
+            let l = endpoint::Listen::parse(addr)?;
+            if let Some(host) = &l.host {
+                cmd.arg("--ipaddr").arg(host);
+            }
+            cmd.arg("--port").arg(l.port.to_string());
+            l.check_bindable()?;
+            if !tls.is_on() && !l.is_loopback() {
+                eprintln!(
+                    "layoutd: WARNING: listening on {} WITHOUT TLS: anyone who can reach it can read and \
+                     overwrite this volume. Use --tls-psk FILE or --tls-certificates DIR (README: \"Serving over TCP\").",
+                    l.describe()
+                );
+            }
+            endpoint::tcp_uri(&l, &tls)
         }
         None => {
-            let sock = a.socket.clone().unwrap_or_else(|| default_socket(&a.device[0]));
+            let sock = match &a.socket {
+                Some(s) => s.clone(),
+                None => default_socket(&a.device[0])?,
+            };
             clear_stale_socket(&sock)?;
             cmd.arg("--unix").arg(&sock);
-            format!("nbd+unix:///?socket={}", sock.display())
+            endpoint::unix_uri(&sock, &tls)
         }
     };
     if let Some(run) = &a.run {
+        // nbdkit's own $uri carries no TLS key file or user: give the command ours.
+        let run =
+            if tls.is_on() { format!("uri={}; {run}", endpoint::shell_quote(&uri)) } else { run.clone() };
         cmd.arg("--run").arg(run);
     }
     // Advertise the NBD block-size limits (the nbdkit crate has no block_size
@@ -215,6 +335,9 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     }
     if let Some(t) = &a.record_trace {
         cmd.arg(format!("record-trace={}", t.display()));
+        if a.force {
+            cmd.arg("record-trace-overwrite=true");
+        }
     }
     if let Some(p) = &a.emulate {
         layoutd_hdd::DiskParams::preset(p)?; // refuse an unknown preset here, with the list
@@ -224,19 +347,33 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         layoutd_hdd::DiskParams::from_diskspecs(p)?;
         cmd.arg(format!("emulate-diskspecs={}", p.display()));
     }
+    // The plugin prints "serving ... at URI" once nbdkit has bound the socket.
+    cmd.arg(format!("announce-uri={uri}"));
     cmd.args(&a.plugin_arg);
-    eprintln!(
-        "layoutd: serving {} ({} bytes, {}) at {uri}",
-        names(&a.device),
-        volume::member_data_bytes(&sb).iter().sum::<u64>(),
-        if sb.clean { "clean" } else { "was not shut down cleanly: recovering" }
-    );
     if a.dry_run {
         println!("{cmd:?}");
         return Ok(());
     }
     let err = cmd.exec();
     bail!("cannot start nbdkit: {err} (install it: apt-get install nbdkit)")
+}
+
+/// Refuses the same device given twice (the second open would find the
+/// first one's lock and blame another process).
+fn distinct(devices: &[PathBuf]) -> Result<()> {
+    let mut seen: Vec<(PathBuf, &Path)> = Vec::new();
+    for d in devices {
+        let key = std::fs::canonicalize(d).unwrap_or_else(|_| d.clone());
+        if let Some((_, first)) = seen.iter().find(|(k, _)| *k == key) {
+            bail!(
+                "--device {}: given twice (also as {}); give each member once",
+                d.display(),
+                first.display()
+            );
+        }
+        seen.push((key, d));
+    }
+    Ok(())
 }
 
 #[derive(Args)]
@@ -258,6 +395,7 @@ fn uuid_string(u: &[u8; 16]) -> String {
 }
 
 pub fn inspect(a: InspectArgs) -> Result<()> {
+    distinct(&a.device)?;
     let (sb, stack): (Superblock, _) = volume::inspect_stack(&a.device)?;
     let layers = stack.layer_statuses();
     if a.json {
@@ -316,6 +454,7 @@ pub struct DestageArgs {
 }
 
 pub fn destage(a: DestageArgs) -> Result<()> {
+    distinct(&a.device)?;
     volume::check(&a.device)?;
     eprintln!("layoutd: draining {} ...", names(&a.device));
     let statuses = volume::destage(&a.device)?;

@@ -3,6 +3,7 @@
 mod cmd_disk;
 mod cmd_sim;
 mod cmd_volume;
+mod endpoint;
 
 use clap::{Parser, Subcommand};
 
@@ -67,7 +68,20 @@ fn main() {
         }
     };
     if let Err(e) = result {
-        eprintln!("layoutd: error: {e:#}");
+        eprintln!("layoutd: error: {}", message(&e));
         std::process::exit(1);
     }
+}
+
+/// The error and its causes joined by ": ", leaving out a cause whose text
+/// the message already carries (an error that prints its source itself).
+fn message(e: &anyhow::Error) -> String {
+    let mut msg = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !msg.contains(&c) {
+            msg = format!("{msg}: {c}");
+        }
+    }
+    msg
 }

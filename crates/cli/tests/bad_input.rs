@@ -1,12 +1,10 @@
 //! Bad input ends with one clear line naming the problem, a non-zero exit,
 //! and the device untouched.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
-fn layoutd() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_layoutd"))
-}
+use common::layoutd;
+use std::path::{Path, PathBuf};
 
 fn device(dir: &Path, name: &str, bytes: u64) -> PathBuf {
     let p = dir.join(name);
@@ -22,14 +20,7 @@ fn digest(p: &Path) -> u32 {
 /// every one of `needles`, and the device byte-identical afterwards.
 fn refused(args: &[&str], dev: &Path, needles: &[&str]) {
     let before = digest(dev);
-    let out = layoutd().args(args).output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{args:?} succeeded: {stderr}");
-    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "{args:?}: expected one line, got:\n{stderr}");
-    for n in needles {
-        assert!(lines[0].contains(n), "{args:?}: {:?} lacks {n:?}", lines[0]);
-    }
+    common::refused_line(args, needles);
     assert_eq!(digest(dev), before, "{args:?} modified the device");
 }
 

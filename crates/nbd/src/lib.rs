@@ -32,6 +32,10 @@ struct Settings {
     devices: Vec<PathBuf>,
     direct: bool,
     record_trace: Option<PathBuf>,
+    /// Replace an existing record-trace file (never through a symbolic link).
+    record_trace_overwrite: bool,
+    /// The URI `layoutd serve` computed, printed once nbdkit has bound it.
+    announce_uri: Option<String>,
     /// Fault injection for tests: a read at exactly this offset panics.
     debug_panic_offset: Option<u64>,
     /// Emulate this HDD preset (or DiskSim specs file) on completions.
@@ -47,12 +51,18 @@ struct Opened {
     /// Each member's extent on the bottom device, for per-disk emulation.
     extents: Vec<(u64, u64)>,
     data_start_bytes: u64,
+    /// The record-trace file, opened before nbdkit listens.
+    trace_file: Option<std::fs::File>,
+    /// Whether the volume was shut down cleanly before this open.
+    was_clean: bool,
 }
 
 static SETTINGS: Mutex<Settings> = Mutex::new(Settings {
     devices: Vec::new(),
     direct: false,
     record_trace: None,
+    record_trace_overwrite: false,
+    announce_uri: None,
     debug_panic_offset: None,
     emulate: None,
     emulate_diskspecs: None,
@@ -60,6 +70,39 @@ static SETTINGS: Mutex<Settings> = Mutex::new(Settings {
 static OPENED: Mutex<Option<Opened>> = Mutex::new(None);
 static LIVE: OnceLock<Arc<LiveVolume>> = OnceLock::new();
 static NEXT_STREAM: AtomicU32 = AtomicU32::new(0);
+
+/// The member devices' paths, comma-separated, for messages.
+fn member_names(members: &[volume::Member]) -> String {
+    members.iter().map(|m| m.path.display().to_string()).collect::<Vec<_>>().join(", ")
+}
+
+fn parse_bool(key: &str, value: &str) -> Result<bool> {
+    value.parse().map_err(|_| Error::new(libc::EINVAL, format!("{key}={value}: use true or false")))
+}
+
+/// Creates the record-trace file without following a symbolic link at
+/// `path` (O_NOFOLLOW), and without replacing an existing file (O_EXCL)
+/// unless `overwrite`.
+fn create_trace_file(path: &std::path::Path, overwrite: bool) -> Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).custom_flags(libc::O_NOFOLLOW).mode(0o644);
+    if overwrite {
+        o.create(true).truncate(true);
+    } else {
+        o.create_new(true);
+    }
+    o.open(path).map_err(|e| {
+        let why = match e.raw_os_error() {
+            Some(libc::ELOOP) => {
+                "is a symbolic link; refusing to follow it (give a new file name)".to_string()
+            }
+            Some(libc::EEXIST) => "exists; remove it or replace it with `layoutd serve --force`".to_string(),
+            _ => format!("cannot create the trace file: {e}"),
+        };
+        Error::new(libc::EINVAL, format!("record-trace={}: {why}", path.display()))
+    })
+}
 
 fn eio(msg: impl Into<String>) -> Error {
     Error::new(libc::EIO, msg.into())
@@ -134,7 +177,10 @@ impl Server for Connection {
             "device=PATH        (required) a device formatted with `layoutd format`; repeat, in order,\n\
                     for each member of a multi-device volume\n\
              direct=true|false  open with O_DIRECT (default false)\n\
-             record-trace=FILE  record every request in layoutd's trace format\n\
+             record-trace=FILE  record every request in layoutd's trace format (FILE must not exist;\n\
+                    a symbolic link is never followed)\n\
+             record-trace-overwrite=true  replace an existing record-trace file\n\
+             announce-uri=URI   print this URI in the \"serving\" line (layoutd serve sets it)\n\
              emulate=PRESET     hold completions back by the HDD model's service time (wd800, ...)\n\
              emulate-diskspecs=FILE  the same, with a DiskSim parameter file",
         )
@@ -149,12 +195,10 @@ impl Server for Connection {
             let mut s = SETTINGS.lock().map_err(|_| eio("settings lock"))?;
             match key {
                 "device" | "file" => s.devices.push(PathBuf::from(value)),
-                "direct" => {
-                    s.direct = value
-                        .parse()
-                        .map_err(|_| Error::new(libc::EINVAL, format!("direct={value}: use true or false")))?
-                }
+                "direct" => s.direct = parse_bool("direct", value)?,
                 "record-trace" => s.record_trace = Some(PathBuf::from(value)),
+                "record-trace-overwrite" => s.record_trace_overwrite = parse_bool("record-trace-overwrite", value)?,
+                "announce-uri" => s.announce_uri = Some(value.to_string()),
                 "emulate" => s.emulate = Some(value.to_string()),
                 "emulate-diskspecs" => s.emulate_diskspecs = Some(PathBuf::from(value)),
                 "debug-panic-offset" => {
@@ -167,7 +211,7 @@ impl Server for Connection {
                 other => {
                     return Err(Error::new(
                         libc::EINVAL,
-                        format!("unknown parameter `{other}` (known: device, direct, record-trace, emulate, emulate-diskspecs)"),
+                        format!("unknown parameter `{other}` (known: device, direct, record-trace, record-trace-overwrite, announce-uri, emulate, emulate-diskspecs)"),
                     ))
                 }
             }
@@ -184,13 +228,25 @@ impl Server for Connection {
                     "device=PATH is required (repeat it for each member of a multi-device volume)",
                 ));
             }
+            // The trace file first: a refused path must not leave the volume marked dirty.
+            let trace_file = match &s.record_trace {
+                Some(p) => Some(create_trace_file(p, s.record_trace_overwrite)?),
+                None => None,
+            };
             let vol =
                 volume::open(&s.devices, s.direct).map_err(|e| Error::new(libc::EINVAL, e.to_string()))?;
             let extents = vol.member_extents();
             let data_start_bytes = vol.superblock.data_start_bytes;
+            let was_clean = vol.superblock.clean;
             let volume::Volume { members, data, stack, .. } = vol;
-            *OPENED.lock().map_err(|_| eio("lock"))? =
-                Some(Opened { members, pending: Some((stack, data)), extents, data_start_bytes });
+            *OPENED.lock().map_err(|_| eio("lock"))? = Some(Opened {
+                members,
+                pending: Some((stack, data)),
+                extents,
+                data_start_bytes,
+                trace_file,
+                was_clean,
+            });
             Ok(())
         })
     }
@@ -198,7 +254,7 @@ impl Server for Connection {
     fn after_fork() -> Result<()> {
         guarded("after_fork", || {
             let settings = SETTINGS.lock().map_err(|_| eio("settings lock"))?;
-            let record = settings.record_trace.clone();
+            let announce_uri = settings.announce_uri.clone();
             let params = match (&settings.emulate, &settings.emulate_diskspecs) {
                 (Some(name), _) => Some(
                     layoutd_hdd::DiskParams::preset(name)
@@ -211,16 +267,10 @@ impl Server for Connection {
                 (None, None) => None,
             };
             drop(settings);
-            let sink: Option<RecordSink> = match record {
-                None => None,
-                Some(p) => {
-                    let f = std::fs::File::create(&p)
-                        .map_err(|e| eio(format!("{}: cannot create the trace file: {e}", p.display())))?;
-                    Some(Box::new(std::io::BufWriter::new(f)))
-                }
-            };
             let mut opened = OPENED.lock().map_err(|_| eio("lock"))?;
             let o = opened.as_mut().ok_or_else(|| eio("after_fork before config_complete"))?;
+            let sink: Option<RecordSink> =
+                o.trace_file.take().map(|f| Box::new(std::io::BufWriter::new(f)) as RecordSink);
             let (mut stack, data) = o.pending.take().ok_or_else(|| eio("volume already started"))?;
             let has_trace_layer = stack.layer_statuses().iter().any(|s| s.target == "trace");
             if sink.is_some() && !has_trace_layer {
@@ -234,21 +284,35 @@ impl Server for Connection {
                 Arc::new(MemberEmulators::new(&p, &o.extents, o.data_start_bytes))
                     as Arc<dyn layoutd_runtime::live::Delay>
             });
+            let size = stack.size_bytes();
             let live = LiveVolume::start(stack, data, sink, delay);
             LIVE.set(live).map_err(|_| eio("volume started twice"))?;
+            // nbdkit calls after_fork once its sockets are bound: only now is the volume served.
+            eprintln!(
+                "layoutd: serving {} ({size} bytes{}){}",
+                member_names(&o.members),
+                if o.was_clean { "" } else { ", recovered after an unclean shutdown" },
+                announce_uri.map(|u| format!(" at {u}")).unwrap_or_default()
+            );
             Ok(())
         })
     }
 
     fn unload() {
         let _ = guarded("unload", || {
-            let Some(live) = LIVE.get() else { return Ok(()) };
+            let mut opened = OPENED.lock().map_err(|_| eio("lock"))?;
+            let Some(o) = opened.as_mut() else { return Ok(()) };
+            let live = match (LIVE.get(), o.pending.take()) {
+                (Some(live), _) => live.clone(),
+                // Opened but never served (nbdkit could not bind, say): shut the
+                // stack down exactly as after a serve with no clients, so the
+                // volume is not left marked dirty.
+                (None, Some((stack, data))) => LiveVolume::start(stack, data, None, None),
+                (None, None) => return Ok(()),
+            };
             let flushed = live.submit(Request::new(ReqId(0), Op::Flush, 0, 0));
             live.stop();
-            let opened = OPENED.lock().map_err(|_| eio("lock"))?;
-            let Some(o) = opened.as_ref() else { return Ok(()) };
-            let names: Vec<String> = o.members.iter().map(|m| m.path.display().to_string()).collect();
-            let names = names.join(", ");
+            let names = member_names(&o.members);
             match flushed.result {
                 Ok(()) => match volume::mark_clean(&o.members) {
                     Ok(()) => eprintln!("layoutd: {names}: flushed and marked clean"),

@@ -45,7 +45,7 @@ pub fn tools(names: &[&str]) -> bool {
     for n in names {
         ok = ok
             && require(
-                &format!("`{n}` on PATH (apt-get install nbdkit libnbd-bin qemu-utils fio)"),
+                &format!("`{n}` on PATH (apt-get install nbdkit libnbd-bin qemu-utils fio gnutls-bin)"),
                 have_cmd(n),
             );
     }
@@ -84,6 +84,19 @@ pub fn serve_run(dev: &Path, run: &str, extra: &[&str]) -> Output {
         .args(extra)
         .output()
         .unwrap()
+}
+
+/// Runs layoutd expecting failure with exactly one stderr line holding
+/// every one of `needles`.
+pub fn refused_line(args: &[&str], needles: &[&str]) {
+    let out = layoutd().args(args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{args:?} succeeded: {stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{args:?}: expected one line, got:\n{stderr}");
+    for n in needles {
+        assert!(lines[0].contains(n), "{args:?}: {:?} lacks {n:?}", lines[0]);
+    }
 }
 
 pub fn text(o: &Output) -> String {
@@ -143,6 +156,28 @@ impl Drop for Server {
             self.kill();
         }
     }
+}
+
+/// Spawns `layoutd serve ARGS` (no --run) and waits for its "serving ... at
+/// URI" line, printed once nbdkit has bound; returns the child, the URI and the line.
+pub fn serve_until_banner(args: &[&std::ffi::OsStr]) -> (Child, String, String) {
+    use std::io::{BufRead, BufReader};
+    let mut child =
+        layoutd().arg("serve").args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = String::new();
+    while let Some(Ok(l)) = lines.next() {
+        if let Some((_, uri)) = l.split_once("serving ").and_then(|(_, r)| r.rsplit_once(" at ")) {
+            let uri = uri.to_string();
+            // Keep reading: a closed pipe would kill the server on its next message.
+            std::thread::spawn(move || lines.for_each(|l| eprintln!("{}", l.unwrap_or_default())));
+            return (child, uri, l);
+        }
+        seen.push_str(&l);
+        seen.push('\n');
+    }
+    let _ = child.wait();
+    panic!("layoutd serve ended without a serving line:\n{seen}");
 }
 
 pub fn signal(pid: u32, sig: i32) {
