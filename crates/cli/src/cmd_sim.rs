@@ -7,6 +7,7 @@
 use anyhow::{bail, Context};
 use layoutd_core::config::StackConfig;
 use layoutd_hdd::{DiskParams, Scheduler};
+use layoutd_sim::trace::{SizeUnit, TimeUnit};
 use layoutd_sim::{BlkAction, Fit, ReadOptions, SimOptions, TraceFormat};
 use std::path::PathBuf;
 
@@ -19,14 +20,16 @@ layoutd sim --trace hm_0.csv.gz --format msr --device 0 --disk wd800 --fit scale
 layoutd sim --trace run.trace --format layoutd --config dcd.toml --disk wd800 --closed-loop --json dcd.json\n  \
 layoutd sim --compare plain.json dcd.json\n\n\
 Formats: msr (MSR Cambridge CSV), fiu (FIU/SRCMap), blkparse (default text output), spc (UMass SPC CSV), \
-disksim (DiskSim ASCII), layoutd (recorded by the trace target). gzip and zstd files are read transparently.\n\
+disksim (DiskSim ASCII; --time-unit, --size-unit for others of its shape), layoutd (recorded by the trace target), \
+systor (SNIA SYSTOR '17 VDI CSV), tencent (Tencent CBS CSV), alibaba (Alibaba block traces CSV), \
+vscsi (CloudPhysics VSCSI binary). gzip, zstd, bzip2 and xz files are read transparently.\n\
 Same inputs and --seed give byte-identical JSON. See docs/sim.md and docs/trace-formats.md."
 )]
 pub struct SimArgs {
-    /// The trace file (plain, gzip or zstd).
+    /// The trace file (plain, gzip, zstd, bzip2 or xz).
     #[arg(long, required_unless_present = "compare")]
     pub trace: Option<PathBuf>,
-    /// Trace format: msr, fiu, blkparse, spc, disksim or layoutd.
+    /// Trace format: msr, fiu, blkparse, spc, disksim, layoutd, systor, tencent, alibaba or vscsi.
     #[arg(long, required_unless_present = "compare")]
     pub format: Option<String>,
     /// Stack description (TOML); default: one linear target over the whole disk.
@@ -55,8 +58,9 @@ pub struct SimArgs {
     /// Seed of the harness RNG and the platter's phase.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Keep one device: a number (MSR disk, SPC ASU, DiskSim devno) or MAJOR,MINOR (fiu, blkparse).
-    #[arg(long)]
+    /// Keep one device or volume: a number (MSR disk, SPC ASU, DiskSim devno, SYSTOR LUN,
+    /// Tencent VolumeID, Alibaba device_id) or MAJOR,MINOR (fiu, blkparse).
+    #[arg(long, visible_alias = "volume", value_name = "ID")]
     pub device: Option<String>,
     /// Skip requests earlier than this many seconds after the first kept one.
     #[arg(long)]
@@ -64,12 +68,19 @@ pub struct SimArgs {
     /// Stop at this many seconds after the first kept request.
     #[arg(long)]
     pub to_s: Option<f64>,
-    /// Addresses past the end of the volume: none (error), modulo, or scale (squeeze the trace's span onto the volume).
+    /// Addresses past the end of the volume: none (error), modulo, scale (squeeze the trace's span onto the
+    /// volume), or compact (pack the 1 MiB chunks the trace touches together, in order: keeps spatial locality).
     #[arg(long, default_value = "none")]
     pub fit: String,
     /// With --fit scale: the trace's address span in bytes (default: a first pass over the file finds it).
     #[arg(long)]
     pub span_bytes: Option<u64>,
+    /// disksim: the unit of arrival times, ns, us, ms (DiskSim's; default) or s.
+    #[arg(long)]
+    pub time_unit: Option<String>,
+    /// disksim: the unit of block numbers and sizes, sectors (512 bytes; default) or bytes.
+    #[arg(long)]
+    pub size_unit: Option<String>,
     /// blkparse: the event to replay, D (issued to the device) or Q (queued by the file system).
     #[arg(long, default_value = "D")]
     pub blkparse_action: String,
@@ -119,7 +130,8 @@ fn read_options(args: &SimArgs) -> anyhow::Result<ReadOptions> {
         "none" => Fit::None,
         "modulo" => Fit::Modulo,
         "scale" => Fit::Scale,
-        other => bail!("--fit must be none, modulo or scale, got {other:?}"),
+        "compact" => Fit::Compact,
+        other => bail!("--fit must be none, modulo, scale or compact, got {other:?}"),
     };
     let blkparse_action = match args.blkparse_action.as_str() {
         "D" | "d" => BlkAction::D,
@@ -139,7 +151,20 @@ fn read_options(args: &SimArgs) -> anyhow::Result<ReadOptions> {
         to_ns: seconds_ns("to-s", args.to_s)?,
         fit,
         span_bytes: args.span_bytes,
+        compact_chunks: None,
         blkparse_action,
+        time_unit: args
+            .time_unit
+            .as_deref()
+            .map(TimeUnit::from_name)
+            .transpose()
+            .map_err(anyhow::Error::msg)?,
+        size_unit: args
+            .size_unit
+            .as_deref()
+            .map(SizeUnit::from_name)
+            .transpose()
+            .map_err(anyhow::Error::msg)?,
     })
 }
 
@@ -148,6 +173,9 @@ pub fn sim_options(args: &SimArgs) -> anyhow::Result<SimOptions> {
     let trace = args.trace.clone().context("--trace FILE is required")?;
     let format = TraceFormat::from_name(args.format.as_deref().context("--format is required")?)
         .map_err(anyhow::Error::msg)?;
+    if format != TraceFormat::Disksim && (args.time_unit.is_some() || args.size_unit.is_some()) {
+        bail!("--time-unit and --size-unit apply to --format disksim (DiskSim-shaped traces) only");
+    }
     let mut opts = SimOptions::new(trace, format, disk_params(args)?);
     if let Some(path) = &args.config {
         let text =

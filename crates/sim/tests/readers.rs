@@ -171,9 +171,9 @@ fn window_and_fitting() {
 
 #[test]
 fn unknown_format_and_missing_file() {
-    assert!(TraceFormat::from_name("csv")
-        .unwrap_err()
-        .contains("valid formats: msr, fiu, blkparse, spc, disksim, layoutd"));
+    assert!(TraceFormat::from_name("csv").unwrap_err().contains(
+        "valid formats: msr, fiu, blkparse, spc, disksim, layoutd, systor, tencent, alibaba, vscsi"
+    ));
     let e = read_all(Path::new("/nonexistent/t.csv"), TraceFormat::Msr, ReadOptions::default(), VOLUME_BYTES)
         .unwrap_err();
     assert!(e.starts_with("/nonexistent/t.csv: cannot open"), "{e}");
@@ -195,7 +195,7 @@ fn timestamps_the_simulator_cannot_hold_are_refused_with_file_and_line() {
     assert!(e.contains("bad.trace:2: timestamp is 18446744074 s after the trace's first request"), "{e}");
     // A time that does not fit 64 bits at all is an overflow, not "not a number".
     let e = read_err("0 0 100 8 1\n18446744073709551.616 0 200 8 0\n", TraceFormat::Disksim);
-    assert!(e.contains("bad.trace:2: arrival_ms 18446744073709551.616 overflows"), "{e}");
+    assert!(e.contains("bad.trace:2: arrival 18446744073709551.616 overflows"), "{e}");
     // A completion too far after its submission (MSR ResponseTime).
     let e = read_err("100,h,0,Read,0,512,18446744073709551615\n", TraceFormat::Msr);
     assert!(e.contains("bad.trace:1: completion is"), "{e}");
@@ -273,4 +273,217 @@ fn msr_header_is_skipped_in_any_case() {
     let v = read_text(text, TraceFormat::Msr, ReadOptions::default()).unwrap();
     assert_eq!(v.len(), 1);
     assert_eq!(v[0].line, 2);
+}
+
+#[test]
+fn systor_vdi_csv() {
+    let v = read("sample.systor.csv", TraceFormat::Systor);
+    // Header skipped; a blank IOType (no response seen) carries no request.
+    assert_eq!(
+        summary(&v),
+        vec![
+            (1456135200013118000, 4, Op::Read, 899056122368, 131072),
+            (1456135200013519000, 4, Op::Write, 1048576, 4096),
+            (1456135201500000000, 2, Op::Read, 8192, 8192),
+        ]
+    );
+    assert_eq!(v[0].complete_ns, Some(1456135200013118000 + 806_000));
+    assert_eq!((v[0].device, v[2].line), (4, 5));
+    let lun2 = ReadOptions { device: Some(2), ..Default::default() };
+    assert_eq!(
+        read_all(&data("sample.systor.csv"), TraceFormat::Systor, lun2, VOLUME_BYTES).unwrap().len(),
+        1
+    );
+    let e = read_err("1.5,0.1,X,0,0,4096\n", TraceFormat::Systor);
+    assert!(
+        e.contains("bad.trace:1: IOType must be R, W or blank, found \"X\" (reading as --format systor)"),
+        "{e}"
+    );
+    let e = read_err("1.5,0.1,R,0,0\n", TraceFormat::Systor);
+    assert!(e.contains("bad.trace:1: expected 6 fields"), "{e}");
+    let e = read_err("1.5,-0.1,R,0,0,512\n", TraceFormat::Systor);
+    assert!(e.contains("bad.trace:1: Response is not a non-negative decimal"), "{e}");
+}
+
+#[test]
+fn tencent_cbs_csv() {
+    let v = read("sample.tencent.csv", TraceFormat::Tencent);
+    assert_eq!(
+        summary(&v),
+        vec![
+            (1538323199 * 1_000_000_000, 1283, Op::Write, 1007912 * 512, 4096),
+            (1538323199 * 1_000_000_000, 1283, Op::Read, 58592 * 512, 8192),
+            (1538323200 * 1_000_000_000, 21, Op::Read, 2048 * 512, 4096),
+            (1538323201 * 1_000_000_000, 1283, Op::Write, 1007920 * 512, 4096),
+        ]
+    );
+    let vol = ReadOptions { device: parse_device("1283"), ..Default::default() };
+    let only = read_all(&data("sample.tencent.csv"), TraceFormat::Tencent, vol, VOLUME_BYTES).unwrap();
+    assert_eq!(only.iter().map(|r| r.line).collect::<Vec<_>>(), vec![1, 2, 4]);
+    let e = read_err("1538323199,0,8,2,1\n", TraceFormat::Tencent);
+    assert!(e.contains("bad.trace:1: IOType must be 0 (read) or 1 (write), found \"2\""), "{e}");
+    let e = read_err("1538323199,0,8,0,1,9\n", TraceFormat::Tencent);
+    assert!(e.contains("bad.trace:1: expected 5 fields"), "{e}");
+    let e = read_err("1538323199,0,0,0,1\n", TraceFormat::Tencent);
+    assert!(e.contains("bad.trace:1: zero-length request"), "{e}");
+}
+
+#[test]
+fn alibaba_block_csv() {
+    let v = read("sample.alibaba.csv", TraceFormat::Alibaba);
+    assert_eq!(
+        summary(&v),
+        vec![
+            (1577808000000626000, 0, Op::Read, 126703644672, 4096),
+            (1577808000001626000, 0, Op::Write, 126703648768, 8192),
+            (1577808000002000000, 3, Op::Write, 4096, 512),
+            (1577808001000000000, 0, Op::Read, 0, 65536),
+        ]
+    );
+    let e = read_err("0,D,0,4096,1\n", TraceFormat::Alibaba);
+    assert!(
+        e.contains("bad.trace:1: opcode must be R or W, found \"D\" (reading as --format alibaba)"),
+        "{e}"
+    );
+    let e = read_err("x,R,0,4096,1\n", TraceFormat::Alibaba);
+    assert!(e.contains("bad.trace:1: device_id is not a whole number: \"x\""), "{e}");
+}
+
+/// A VSCSI record laid out by hand from the format's structs (little-endian).
+fn vscsi_record(version: u8, cmd: u16, len: u32, lbn: u64, ts_us: u64, rt_us: u64) -> Vec<u8> {
+    let ver = u16::from(version) << 8;
+    let mut r = Vec::new();
+    if version == 1 {
+        r.extend(7u32.to_le_bytes()); // sn
+        r.extend(len.to_le_bytes());
+        r.extend(1u32.to_le_bytes()); // nSG
+        r.extend(cmd.to_le_bytes());
+        r.extend(ver.to_le_bytes());
+        r.extend(lbn.to_le_bytes());
+        r.extend(ts_us.to_le_bytes());
+        assert_eq!(r.len(), 32);
+    } else {
+        r.extend(cmd.to_le_bytes());
+        r.extend(ver.to_le_bytes());
+        r.extend(7u32.to_le_bytes()); // sn
+        r.extend(len.to_le_bytes());
+        r.extend(1u32.to_le_bytes()); // nSG
+        r.extend(lbn.to_le_bytes());
+        r.extend(ts_us.to_le_bytes());
+        r.extend(rt_us.to_le_bytes());
+        assert_eq!(r.len(), 40);
+    }
+    r
+}
+
+fn read_bytes(bytes: &[u8], format: TraceFormat) -> Result<Vec<TraceReq>, String> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.trace");
+    std::fs::write(&path, bytes).unwrap();
+    read_all(&path, format, ReadOptions::default(), VOLUME_BYTES)
+}
+
+#[test]
+fn vscsi_binary_both_versions() {
+    for version in [1u8, 2] {
+        let mut file = Vec::new();
+        file.extend(vscsi_record(version, 0x28, 4096, 1000, 5_000_000, 250)); // READ(10)
+        file.extend(vscsi_record(version, 0x00, 0, 0, 5_000_100, 0)); // TEST UNIT READY: no request
+        file.extend(vscsi_record(version, 0x2a, 8192, 2000, 5_001_000, 900)); // WRITE(10)
+        file.extend(vscsi_record(version, 0x88, 512, 1 << 30, 6_000_000, 100)); // READ(16)
+        let v = read_bytes(&file, TraceFormat::Vscsi).unwrap();
+        assert_eq!(
+            summary(&v),
+            vec![
+                (5_000_000_000, 0, Op::Read, 1000 * 512, 4096),
+                (5_001_000_000, 0, Op::Write, 2000 * 512, 8192),
+                (6_000_000_000, 0, Op::Read, (1 << 30) * 512, 512),
+            ],
+            "version {version}"
+        );
+        assert_eq!(v[1].line, 3, "records are counted as lines");
+        let complete = if version == 2 { Some(5_000_000_000 + 250_000) } else { None };
+        assert_eq!(v[0].complete_ns, complete);
+        // A truncated last record is an error naming it.
+        let e = read_bytes(&file[..file.len() - 5], TraceFormat::Vscsi).unwrap_err();
+        assert!(e.contains("bad.trace:4: truncated record"), "{e}");
+    }
+    // A record of the other version inside a file is refused.
+    let mut mixed = vscsi_record(2, 0x28, 4096, 1, 1, 1);
+    mixed.extend(vscsi_record(2, 0x28, 4096, 1, 2, 1));
+    let mut third = vscsi_record(2, 0x28, 4096, 1, 3, 1);
+    third[3] = 3;
+    mixed.extend(third);
+    let e = read_bytes(&mixed, TraceFormat::Vscsi).unwrap_err();
+    assert!(e.contains("bad.trace:3: record version 3 in a version 2 trace"), "{e}");
+    // Text is not a VSCSI trace.
+    let e = read_bytes(b"0 0 100 8 1\n1 0 200 8 0\n", TraceFormat::Vscsi).unwrap_err();
+    assert!(e.contains("not a VSCSI trace"), "{e}");
+}
+
+#[test]
+fn bzip2_and_xz_are_read_transparently() {
+    use std::io::Write as _;
+    let text = std::fs::read(data("sample.fiu.txt")).unwrap();
+    let plain = read("sample.fiu.txt", TraceFormat::Fiu);
+    let mut bz = bzip2::write::BzEncoder::new(Vec::new(), bzip2::Compression::best());
+    bz.write_all(&text).unwrap();
+    let mut xz = liblzma::write::XzEncoder::new(Vec::new(), 6);
+    xz.write_all(&text).unwrap();
+    for (name, bytes) in [("bzip2", bz.finish().unwrap()), ("xz", xz.finish().unwrap())] {
+        assert_eq!(read_bytes(&bytes, TraceFormat::Fiu).unwrap(), plain, "{name}");
+    }
+}
+
+#[test]
+fn disksim_shaped_traces_in_other_units() {
+    // MQSim writes DiskSim-shaped traces in ns; some tools write bytes.
+    let text = "4851300 1 524288 16 0\n4864300 1 524304 16 1\n";
+    let units = |t, s| ReadOptions {
+        time_unit: Some(layoutd_sim::trace::TimeUnit::from_name(t).unwrap()),
+        size_unit: Some(layoutd_sim::trace::SizeUnit::from_name(s).unwrap()),
+        ..Default::default()
+    };
+    let ns = read_text(text, TraceFormat::Disksim, units("ns", "sectors")).unwrap();
+    assert_eq!(
+        summary(&ns),
+        vec![(4851300, 1, Op::Write, 524288 * 512, 8192), (4864300, 1, Op::Read, 524304 * 512, 8192)]
+    );
+    let bytes = read_text("1.5 0 4096 1024 1\n", TraceFormat::Disksim, units("us", "bytes")).unwrap();
+    assert_eq!(summary(&bytes), vec![(1500, 0, Op::Read, 4096, 1024)]);
+    let s = read_text("2 0 1 1 1\n", TraceFormat::Disksim, units("s", "sectors")).unwrap();
+    assert_eq!(s[0].submit_ns, 2_000_000_000);
+    assert!(layoutd_sim::trace::TimeUnit::from_name("min").unwrap_err().contains("ns, us, ms or s"));
+    assert!(layoutd_sim::trace::SizeUnit::from_name("kb").unwrap_err().contains("sectors or bytes"));
+}
+
+#[test]
+fn fit_compact_keeps_distances_within_chunks_and_order() {
+    const MIB: u64 = 1 << 20;
+    // Three regions far apart on a 1 TiB address space: a sequential run
+    // over a chunk boundary, a short seek, and a far one.
+    let text = format!(
+        "0,W,{a},4096,1\n0,W,{b},8192,2\n0,R,{c},4096,3\n0,R,{d},4096,4\n0,W,{e},4096,5\n",
+        a = 500 * MIB - 4096,
+        b = 500 * MIB,
+        c = 500 * MIB + 65536,
+        d = 900_000 * MIB + 12288,
+        e = 3 * MIB + 512,
+    );
+    let volume = 16 * MIB;
+    let compact = ReadOptions { fit: Fit::Compact, ..Default::default() };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("far.csv");
+    std::fs::write(&path, text).unwrap();
+    let v = read_all(&path, TraceFormat::Alibaba, compact, volume).unwrap();
+    let offsets: Vec<u64> = v.iter().map(|r| r.offset_bytes).collect();
+    // Touched chunks in order: 3, 499, 500, 900000 -> ranks 0, 1, 2, 3.
+    assert_eq!(offsets, vec![2 * MIB - 4096, 2 * MIB, 2 * MIB + 65536, 3 * MIB + 12288, 512]);
+    // The sequential run stays sequential, the short seek keeps its length.
+    assert_eq!(offsets[0] + 4096, offsets[1]);
+    assert_eq!(offsets[2] - offsets[1], 65536);
+    // Too many touched chunks for the volume: an error, not a fold.
+    let tiny = ReadOptions { fit: Fit::Compact, ..Default::default() };
+    let e = read_all(&path, TraceFormat::Alibaba, tiny, 3 * MIB).unwrap_err();
+    assert!(e.contains("--fit compact: the trace touches 4 chunks of 1 MiB"), "{e}");
 }

@@ -188,7 +188,7 @@ fn req(submit_ns: u64, stream: u64, device: u64, op: Op, offset_bytes: u64, leng
 /// Timestamp and ResponseTime in 100 ns units (Windows filetime); offset and
 /// size in bytes; Type `Read` or `Write`. Stream and device: DiskNumber.
 pub fn parse_msr(line: &str) -> Parsed {
-    if line.get(..9).is_some_and(|h| h.eq_ignore_ascii_case("timestamp")) {
+    if is_header(line, "timestamp") {
         return Ok(None);
     }
     let names = &["Timestamp", "Hostname", "DiskNumber", "Type", "Offset", "Size", "ResponseTime"];
@@ -335,18 +335,167 @@ pub fn parse_spc(line: &str) -> Parsed {
 
 /// DiskSim ASCII: `arrival_ms devno blkno size flags`; blkno and size in
 /// 512-byte blocks; flags bit 0 set = read. Stream and device: devno.
-pub fn parse_disksim(line: &str) -> Parsed {
-    let names = &["arrival_ms", "devno", "blkno", "size", "flags"];
+/// `time_unit_ns` and `size_unit_bytes` override the units for traces of
+/// the same shape written in other units (`--time-unit`, `--size-unit`).
+pub fn parse_disksim(line: &str, time_unit_ns: u64, size_unit_bytes: u64) -> Parsed {
+    let names = &["arrival", "devno", "blkno", "size", "flags"];
     let mut f = fields(words(line), names);
-    let ts = f.decimal_ns(1_000_000)?;
+    let ts = f.decimal_ns(time_unit_ns)?;
     let devno = f.num()?;
     let blkno = f.num()?;
     let size = f.num()?;
     let flags = f.num()?;
     f.finish()?;
     let op = if flags & 1 == 1 { Op::Read } else { Op::Write };
-    let offset = times("blkno", blkno, SECTOR_BYTES)?;
-    Ok(Some(req(ts, devno, devno, op, offset, times("size", size, SECTOR_BYTES)?)))
+    let offset = times("blkno", blkno, size_unit_bytes)?;
+    Ok(Some(req(ts, devno, devno, op, offset, times("size", size, size_unit_bytes)?)))
+}
+
+/// Whether `line` starts with `word`, in any case (a CSV header).
+fn is_header(line: &str, word: &str) -> bool {
+    line.get(..word.len()).is_some_and(|h| h.eq_ignore_ascii_case(word))
+}
+
+/// SNIA SYSTOR '17 VDI traces: `Timestamp,Response,IOType,LUN,Offset,Size`.
+/// Timestamp in Unix seconds with a fraction (nine digits, exact to the
+/// microsecond), Response in seconds (gives the completion), IOType `R`,
+/// `W` or blank (no response was seen: the op is unknown, so the line
+/// carries no request), LUN, Offset and Size in bytes. Stream and device: LUN.
+pub fn parse_systor(line: &str) -> Parsed {
+    if is_header(line, "timestamp") {
+        return Ok(None);
+    }
+    let names = &["Timestamp", "Response", "IOType", "LUN", "Offset", "Size"];
+    let mut f = fields(line.split(','), names);
+    let submit_ns = f.decimal_ns(1_000_000_000)?;
+    let response_ns = f.decimal_ns(1_000_000_000)?;
+    let op = match f.next()? {
+        "R" | "r" => Op::Read,
+        "W" | "w" => Op::Write,
+        "" => return Ok(None),
+        t => return Err(format!("IOType must be R, W or blank, found {t:?}")),
+    };
+    let lun = f.num()?;
+    let offset = f.num()?;
+    let size = f.num()?;
+    f.finish()?;
+    let mut r = req(submit_ns, lun, lun, op, offset, size);
+    r.complete_ns = Some(submit_ns.saturating_add(response_ns));
+    Ok(Some(r))
+}
+
+/// Tencent CBS traces: `Timestamp,Offset,Size,IOType,VolumeID`. Timestamp
+/// in Unix seconds, Offset and Size in 512-byte sectors, IOType `0` read or
+/// `1` write. Stream and device: VolumeID.
+pub fn parse_tencent(line: &str) -> Parsed {
+    if is_header(line, "timestamp") {
+        return Ok(None);
+    }
+    let names = &["Timestamp", "Offset", "Size", "IOType", "VolumeID"];
+    let mut f = fields(line.split(','), names);
+    let ts = f.decimal_ns(1_000_000_000)?;
+    let offset = f.num()?;
+    let size = f.num()?;
+    let op = match f.next()? {
+        "0" => Op::Read,
+        "1" => Op::Write,
+        t => return Err(format!("IOType must be 0 (read) or 1 (write), found {t:?}")),
+    };
+    let volume = f.num()?;
+    f.finish()?;
+    let offset = times("Offset", offset, SECTOR_BYTES)?;
+    Ok(Some(req(ts, volume, volume, op, offset, times("Size", size, SECTOR_BYTES)?)))
+}
+
+/// Alibaba block traces (`io_traces.csv`): `device_id,opcode,offset,length,timestamp`.
+/// opcode `R` or `W`, offset and length in bytes, timestamp in
+/// microseconds. Stream and device: device_id.
+pub fn parse_alibaba(line: &str) -> Parsed {
+    if is_header(line, "device_id") {
+        return Ok(None);
+    }
+    let names = &["device_id", "opcode", "offset", "length", "timestamp"];
+    let mut f = fields(line.split(','), names);
+    let device = f.num()?;
+    let op = match f.next()? {
+        "R" | "r" => Op::Read,
+        "W" | "w" => Op::Write,
+        t => return Err(format!("opcode must be R or W, found {t:?}")),
+    };
+    let offset = f.num()?;
+    let length = f.num()?;
+    let ts = f.decimal_ns(1_000)?;
+    f.finish()?;
+    Ok(Some(req(ts, device, device, op, offset, length)))
+}
+
+/// The two record layouts of CloudPhysics VSCSI traces (little-endian, as
+/// libCacheSim reads them): version 1, 32 bytes `sn:u32 len:u32 nSG:u32
+/// cmd:u16 ver:u16 lbn:u64 ts:u64`; version 2, 40 bytes `cmd:u16 ver:u16
+/// sn:u32 len:u32 nSG:u32 lbn:u64 ts:u64 rt:u64`. `ver >> 8` is the version.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum VscsiVersion {
+    /// 32-byte records without response time.
+    V1,
+    /// 40-byte records with response time.
+    V2,
+}
+
+impl VscsiVersion {
+    /// Bytes per record.
+    pub fn record_bytes(self) -> usize {
+        match self {
+            VscsiVersion::V1 => 32,
+            VscsiVersion::V2 => 40,
+        }
+    }
+
+    /// The version of a file whose first bytes are `head` (at least one
+    /// record; two when the file has them): every record tested must agree,
+    /// as libCacheSim tests its first two.
+    pub fn detect(head: &[u8]) -> Option<VscsiVersion> {
+        let ver_at = |at: usize| head.get(at..at + 2).map(|b| u16::from_le_bytes([b[0], b[1]]) >> 8);
+        let agree = |version: VscsiVersion, field: usize, want: u16| {
+            let n = (head.len() / version.record_bytes()).clamp(0, 2);
+            n > 0 && (0..n).all(|i| ver_at(i * version.record_bytes() + field) == Some(want))
+        };
+        if agree(VscsiVersion::V2, 2, 2) {
+            Some(VscsiVersion::V2)
+        } else if agree(VscsiVersion::V1, 14, 1) {
+            Some(VscsiVersion::V1)
+        } else {
+            None
+        }
+    }
+}
+
+/// One VSCSI record. `cmd` is the SCSI opcode: READ(6/10/12/16) and
+/// XDREAD are reads; WRITE(6/10/12/16), WRITE LONG, WRITE AND VERIFY and
+/// the XDWRITE family are writes; any other command (TEST UNIT READY,
+/// INQUIRY, ...) carries no request. lbn in 512-byte sectors, len in bytes,
+/// ts and rt (version 2: the response time) in microseconds. Stream and
+/// device: 0 (a VSCSI trace is one virtual disk).
+pub fn parse_vscsi(rec: &[u8], version: VscsiVersion) -> Parsed {
+    let u16_at = |at: usize| u16::from_le_bytes([rec[at], rec[at + 1]]);
+    let u32_at = |at: usize| u32::from_le_bytes(rec[at..at + 4].try_into().expect("4 bytes"));
+    let u64_at = |at: usize| u64::from_le_bytes(rec[at..at + 8].try_into().expect("8 bytes"));
+    let (cmd, ver, len, lbn, ts_us, rt_us) = match version {
+        VscsiVersion::V1 => (u16_at(12), u16_at(14), u32_at(4), u64_at(16), u64_at(24), None),
+        VscsiVersion::V2 => (u16_at(0), u16_at(2), u32_at(8), u64_at(16), u64_at(24), Some(u64_at(32))),
+    };
+    let want = if version == VscsiVersion::V1 { 1 } else { 2 };
+    if ver >> 8 != want {
+        return Err(format!("record version {} in a version {want} trace (ver field {ver:#06x})", ver >> 8));
+    }
+    let op = match cmd {
+        0x08 | 0x28 | 0x88 | 0xa8 | 0x2d => Op::Read,
+        0x0a | 0x2a | 0x8a | 0xaa | 0x3f | 0x2e | 0x8e | 0xae | 0x9a | 0x9c => Op::Write,
+        _ => return Ok(None),
+    };
+    let submit_ns = ts_us.checked_mul(1_000).ok_or("ts overflows the 64-bit nanosecond clock")?;
+    let mut r = req(submit_ns, 0, 0, op, times("lbn", lbn, SECTOR_BYTES)?, u64::from(len));
+    r.complete_ns = rt_us.map(|rt| submit_ns.saturating_add(rt.saturating_mul(1_000)));
+    Ok(Some(r))
 }
 
 /// A byte cursor for the fused fast path of [`parse_layoutd`]: tokenizing

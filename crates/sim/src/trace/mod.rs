@@ -1,8 +1,8 @@
 //! Streaming block-trace readers.
 //!
-//! A [`TraceReader`] reads one line at a time into a reused buffer, so a
-//! trace of any length is replayed in constant memory. gzip and zstd files
-//! are decompressed transparently, recognised by their magic bytes, not by
+//! A [`TraceReader`] reads one line (or binary record) at a time into a
+//! reused buffer, so a trace of any length is replayed in constant memory.
+//! gzip, zstd, bzip2 and xz files are decompressed transparently, recognised by their magic bytes, not by
 //! their names. Every request leaves as a [`TraceReq`] in bytes and
 //! nanoseconds, whatever the format's units.
 //!
@@ -43,6 +43,14 @@ pub enum TraceFormat {
     Disksim,
     /// layoutd's own trace (`TraceRecord` lines).
     Layoutd,
+    /// SNIA SYSTOR '17 VDI CSV.
+    Systor,
+    /// Tencent CBS CSV.
+    Tencent,
+    /// Alibaba block traces CSV.
+    Alibaba,
+    /// CloudPhysics VSCSI binary records (versions 1 and 2).
+    Vscsi,
 }
 
 impl TraceFormat {
@@ -54,6 +62,10 @@ impl TraceFormat {
         ("spc", TraceFormat::Spc),
         ("disksim", TraceFormat::Disksim),
         ("layoutd", TraceFormat::Layoutd),
+        ("systor", TraceFormat::Systor),
+        ("tencent", TraceFormat::Tencent),
+        ("alibaba", TraceFormat::Alibaba),
+        ("vscsi", TraceFormat::Vscsi),
     ];
 
     /// Parses a `--format` name; the error lists the valid ones.
@@ -75,7 +87,73 @@ impl TraceFormat {
 
     /// Whether records carry a completion time (so think time is exact).
     pub fn has_completion_time(self) -> bool {
-        matches!(self, TraceFormat::Msr | TraceFormat::Layoutd)
+        matches!(self, TraceFormat::Msr | TraceFormat::Layoutd | TraceFormat::Systor)
+    }
+}
+
+/// `--time-unit`: the unit of a DiskSim-shaped trace's arrival times.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TimeUnit {
+    /// Nanoseconds (MQSim's traces).
+    Ns,
+    /// Microseconds.
+    Us,
+    /// Milliseconds (DiskSim's own unit, the default).
+    Ms,
+    /// Seconds.
+    S,
+}
+
+impl TimeUnit {
+    /// Parses `ns`, `us`, `ms` or `s`.
+    pub fn from_name(name: &str) -> Result<TimeUnit, String> {
+        match name {
+            "ns" => Ok(TimeUnit::Ns),
+            "us" => Ok(TimeUnit::Us),
+            "ms" => Ok(TimeUnit::Ms),
+            "s" => Ok(TimeUnit::S),
+            other => Err(format!("--time-unit must be ns, us, ms or s, got {other:?}")),
+        }
+    }
+
+    /// Nanoseconds per unit.
+    pub fn ns(self) -> u64 {
+        match self {
+            TimeUnit::Ns => 1,
+            TimeUnit::Us => 1_000,
+            TimeUnit::Ms => 1_000_000,
+            TimeUnit::S => 1_000_000_000,
+        }
+    }
+}
+
+/// `--size-unit`: the unit of a DiskSim-shaped trace's block numbers and sizes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SizeUnit {
+    /// 512-byte sectors (DiskSim's own unit, the default).
+    Sectors,
+    /// Bytes.
+    Bytes,
+}
+
+impl SizeUnit {
+    /// Parses `sectors` or `bytes`.
+    pub fn from_name(name: &str) -> Result<SizeUnit, String> {
+        match name {
+            "sectors" => Ok(SizeUnit::Sectors),
+            "bytes" => Ok(SizeUnit::Bytes),
+            other => Err(format!("--size-unit must be sectors or bytes, got {other:?}")),
+        }
+    }
+
+    /// Bytes per unit.
+    pub fn bytes(self) -> u64 {
+        match self {
+            SizeUnit::Sectors => SECTOR_BYTES,
+            SizeUnit::Bytes => 1,
+        }
     }
 }
 
@@ -136,7 +214,17 @@ pub enum Fit {
     /// trace's highest end address, found by a first pass over the file
     /// unless given.
     Scale,
+    /// Keeps spatial locality: the volume is cut into chunks of
+    /// [`COMPACT_CHUNK_BYTES`], the chunks the trace touches are found by a
+    /// first pass, and they are packed together in address order. Every
+    /// distance inside a chunk (sequential runs, short seeks) and the order
+    /// of all addresses are kept; only address ranges the trace never
+    /// touches are removed.
+    Compact,
 }
+
+/// The chunk size of [`Fit::Compact`].
+pub const COMPACT_CHUNK_BYTES: u64 = 1 << 20;
 
 /// What to keep of a trace and how to fit it.
 #[derive(Clone, Debug, Default)]
@@ -151,8 +239,14 @@ pub struct ReadOptions {
     pub fit: Fit,
     /// For [`Fit::Scale`]: the trace's address span; found by a first pass if `None`.
     pub span_bytes: Option<u64>,
+    /// For [`Fit::Compact`]: the touched chunks, ascending; found by a first pass.
+    pub compact_chunks: Option<Arc<Vec<u64>>>,
     /// The blkparse event to replay.
     pub blkparse_action: BlkAction,
+    /// disksim: the arrival time's unit (default ms).
+    pub time_unit: Option<TimeUnit>,
+    /// disksim: the block number's and size's unit (default sectors).
+    pub size_unit: Option<SizeUnit>,
 }
 
 /// A problem with one line (or with the file as a whole when `line` is 0).
@@ -232,12 +326,29 @@ pub struct TraceReader {
     counts: ReadCounts,
     /// The first few devices of requests `--device` did not select.
     devices_seen: Vec<u64>,
+    /// vscsi: the record layout, once the first records were read.
+    vscsi: Option<formats::VscsiVersion>,
+}
+
+/// Reads into `buf` until it is full or the input ends; the bytes read.
+fn read_up_to(input: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match input.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
 }
 
 /// Devices named when `--device` matches nothing.
 const DEVICES_NAMED_MAX: usize = 8;
 
-/// Opens `path`, decompressing gzip or zstd when its magic bytes say so.
+/// Opens `path`, decompressing gzip, zstd, bzip2 or xz when its magic
+/// bytes say so.
 fn open_input(path: &Path, count: Arc<AtomicU64>) -> Result<(Box<dyn BufRead>, u64), TraceError> {
     let err = |message: String| TraceError { path: path.to_path_buf(), line: 0, message };
     let file = File::open(path).map_err(|e| err(format!("cannot open: {e}")))?;
@@ -246,6 +357,10 @@ fn open_input(path: &Path, count: Arc<AtomicU64>) -> Result<(Box<dyn BufRead>, u
     let magic = raw.fill_buf().map_err(|e| err(format!("cannot read: {e}")))?;
     let input: Box<dyn BufRead> = if magic.starts_with(&[0x1f, 0x8b]) {
         Box::new(BufReader::with_capacity(1 << 16, flate2::bufread::MultiGzDecoder::new(raw)))
+    } else if magic.starts_with(b"BZh") {
+        Box::new(BufReader::with_capacity(1 << 16, bzip2::bufread::MultiBzDecoder::new(raw)))
+    } else if magic.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0x00]) {
+        Box::new(BufReader::with_capacity(1 << 16, liblzma::bufread::XzDecoder::new_multi_decoder(raw)))
     } else if magic.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
         let dec = zstd::stream::read::Decoder::with_buffer(raw)
             .map_err(|e| err(format!("cannot start zstd decompression: {e}")))?;
@@ -267,7 +382,24 @@ impl TraceReader {
     ) -> Result<TraceReader, TraceError> {
         assert!(volume_bytes >= SECTOR_BYTES, "volume must hold a sector");
         if opts.fit == Fit::Scale && opts.span_bytes.is_none() {
-            opts.span_bytes = Some(scan_span_bytes(path, format, &opts)?);
+            opts.span_bytes = Some(scan(path, format, &opts, false)?.0);
+        }
+        if opts.fit == Fit::Compact && opts.compact_chunks.is_none() {
+            let chunks = scan(path, format, &opts, true)?.1;
+            let touched = chunks.len() as u64 * COMPACT_CHUNK_BYTES;
+            if touched > volume_bytes {
+                return Err(TraceError {
+                    path: path.to_path_buf(),
+                    line: 0,
+                    message: format!(
+                        "--fit compact: the trace touches {} chunks of {} MiB ({touched} bytes), more than the \
+                         volume's {volume_bytes} bytes; use --fit scale or a larger disk",
+                        chunks.len(),
+                        COMPACT_CHUNK_BYTES >> 20
+                    ),
+                });
+            }
+            opts.compact_chunks = Some(Arc::new(chunks));
         }
         let bytes_read = Arc::new(AtomicU64::new(0));
         let (input, file_bytes) = open_input(path, bytes_read.clone())?;
@@ -286,6 +418,7 @@ impl TraceReader {
             file_bytes,
             counts: ReadCounts::default(),
             devices_seen: Vec::new(),
+            vscsi: None,
         })
     }
 
@@ -447,11 +580,69 @@ impl TraceReader {
                 let scaled = (u128::from(start) * u128::from(volume) / u128::from(span)) as u64;
                 Ok((scaled / SECTOR_BYTES * SECTOR_BYTES).min(last_start))
             }
+            Fit::Compact => {
+                let chunks = self.opts.compact_chunks.as_ref().expect("chunks found at open");
+                let rank = chunks
+                    .binary_search(&(start / COMPACT_CHUNK_BYTES))
+                    .expect("the first pass saw every kept request");
+                Ok(rank as u64 * COMPACT_CHUNK_BYTES + start % COMPACT_CHUNK_BYTES)
+            }
+        }
+    }
+
+    /// The next request of a VSCSI file (fixed-size binary records; `line`
+    /// counts records). The version is told by the first two records.
+    fn next_vscsi(&mut self) -> Result<Option<TraceReq>, TraceError> {
+        let version = match self.vscsi {
+            Some(v) => v,
+            None => {
+                let mut head = vec![0u8; 2 * formats::VscsiVersion::V2.record_bytes()];
+                let got = read_up_to(&mut self.input, &mut head)
+                    .map_err(|e| self.error(format!("read failed: {e}")))?;
+                head.truncate(got);
+                if head.is_empty() {
+                    return Ok(None);
+                }
+                let Some(v) = formats::VscsiVersion::detect(&head) else {
+                    return Err(self.error(
+                        "not a VSCSI trace: the first records' ver fields are neither version 1 nor 2 \
+                         (reading as --format vscsi)",
+                    ));
+                };
+                let rest = std::mem::replace(&mut self.input, Box::new(std::io::empty()));
+                self.input = Box::new(std::io::Cursor::new(head).chain(rest));
+                self.vscsi = Some(v);
+                v
+            }
+        };
+        let n = version.record_bytes();
+        loop {
+            self.buf.resize(n, 0);
+            let got = read_up_to(&mut self.input, &mut self.buf)
+                .map_err(|e| self.error(format!("read failed: {e}")))?;
+            if got == 0 {
+                return Ok(None);
+            }
+            self.line += 1;
+            self.counts.lines_count += 1;
+            if got < n {
+                return Err(
+                    self.error(format!("truncated record: {got} of {n} bytes at the end of the file"))
+                );
+            }
+            match formats::parse_vscsi(&self.buf, version) {
+                Ok(Some(r)) => return Ok(Some(TraceReq { line: self.line, ..r })),
+                Ok(None) => self.counts.non_request_lines_count += 1,
+                Err(m) => return Err(self.error(format!("{m} (reading as --format vscsi)"))),
+            }
         }
     }
 
     /// The next request of the file, unfiltered.
     fn next_raw(&mut self) -> Result<Option<TraceReq>, TraceError> {
+        if self.format == TraceFormat::Vscsi {
+            return self.next_vscsi();
+        }
         loop {
             self.buf.clear();
             let n = self
@@ -475,7 +666,15 @@ impl TraceReader {
                 TraceFormat::Msr => formats::parse_msr(text),
                 TraceFormat::Fiu => formats::parse_fiu(text),
                 TraceFormat::Spc => formats::parse_spc(text),
-                TraceFormat::Disksim => formats::parse_disksim(text),
+                TraceFormat::Disksim => formats::parse_disksim(
+                    text,
+                    self.opts.time_unit.unwrap_or(TimeUnit::Ms).ns(),
+                    self.opts.size_unit.unwrap_or(SizeUnit::Sectors).bytes(),
+                ),
+                TraceFormat::Systor => formats::parse_systor(text),
+                TraceFormat::Tencent => formats::parse_tencent(text),
+                TraceFormat::Alibaba => formats::parse_alibaba(text),
+                TraceFormat::Vscsi => unreachable!("read as binary records"),
                 TraceFormat::Layoutd => formats::parse_layoutd(text),
                 TraceFormat::Blkparse => {
                     if self.in_blkparse_summary || formats::is_blkparse_summary_start(text) {
@@ -502,16 +701,28 @@ impl TraceReader {
     }
 }
 
-/// The highest end address of the requests `opts` keeps, for [`Fit::Scale`].
-fn scan_span_bytes(path: &Path, format: TraceFormat, opts: &ReadOptions) -> Result<u64, TraceError> {
-    let scan_opts = ReadOptions { fit: Fit::Modulo, span_bytes: None, ..opts.clone() };
+/// One pass over the requests `opts` keeps: their highest end address (for
+/// [`Fit::Scale`]) and, when `chunks` is set, the [`Fit::Compact`] chunks
+/// they touch, ascending.
+fn scan(
+    path: &Path,
+    format: TraceFormat,
+    opts: &ReadOptions,
+    chunks: bool,
+) -> Result<(u64, Vec<u64>), TraceError> {
+    let scan_opts = ReadOptions { fit: Fit::Modulo, span_bytes: None, compact_chunks: None, ..opts.clone() };
     let mut reader = TraceReader::open(path, format, scan_opts, u64::MAX / 2)?;
     let mut span = 0u64;
+    let mut touched = std::collections::BTreeSet::new();
     while let Some(r) = reader.next()? {
-        span = span.max(r.offset_bytes + r.length_bytes);
+        let end = r.offset_bytes + r.length_bytes;
+        span = span.max(end);
+        if chunks && r.length_bytes > 0 {
+            touched.extend(r.offset_bytes / COMPACT_CHUNK_BYTES..=(end - 1) / COMPACT_CHUNK_BYTES);
+        }
     }
     if span == 0 {
-        return Err(TraceError { path: path.to_path_buf(), line: 0, message: "no request to scale".into() });
+        return Err(TraceError { path: path.to_path_buf(), line: 0, message: "no request to fit".into() });
     }
-    Ok(span)
+    Ok((span, touched.into_iter().collect()))
 }
