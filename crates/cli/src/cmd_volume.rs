@@ -179,6 +179,12 @@ pub struct ServeArgs {
     /// Open the device with O_DIRECT.
     #[arg(long)]
     direct: bool,
+    /// Serve even if recovery finds damaged metadata that costs data a client was told
+    /// was safe (a dcd log damaged before its last flushed segment). Without it such a
+    /// volume is refused, naming the damage; with it the loss is counted
+    /// (`lost_segments_count`) and described in `layoutd inspect`. Copy the device first.
+    #[arg(long)]
+    accept_loss: bool,
     /// Hold every completion back by the HDD model's service time on one simulated arm, so a
     /// file system on a fast device behaves like this disk (presets: `layoutd disk show`).
     #[arg(long, value_name = "PRESET", conflicts_with = "emulate_diskspecs")]
@@ -332,6 +338,9 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     }
     if a.direct {
         cmd.arg("direct=true");
+    }
+    if a.accept_loss {
+        cmd.arg("accept-loss=true");
     }
     if let Some(t) = &a.record_trace {
         cmd.arg(format!("record-trace={}", t.display()));

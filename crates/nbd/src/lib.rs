@@ -31,6 +31,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 struct Settings {
     devices: Vec<PathBuf>,
     direct: bool,
+    /// Open a volume whose recovery finds damage that costs flushed data.
+    accept_loss: bool,
     record_trace: Option<PathBuf>,
     /// Replace an existing record-trace file (never through a symbolic link).
     record_trace_overwrite: bool,
@@ -60,6 +62,7 @@ struct Opened {
 static SETTINGS: Mutex<Settings> = Mutex::new(Settings {
     devices: Vec::new(),
     direct: false,
+    accept_loss: false,
     record_trace: None,
     record_trace_overwrite: false,
     announce_uri: None,
@@ -196,6 +199,7 @@ impl Server for Connection {
             match key {
                 "device" | "file" => s.devices.push(PathBuf::from(value)),
                 "direct" => s.direct = parse_bool("direct", value)?,
+                "accept-loss" => s.accept_loss = parse_bool("accept-loss", value)?,
                 "record-trace" => s.record_trace = Some(PathBuf::from(value)),
                 "record-trace-overwrite" => s.record_trace_overwrite = parse_bool("record-trace-overwrite", value)?,
                 "announce-uri" => s.announce_uri = Some(value.to_string()),
@@ -211,7 +215,7 @@ impl Server for Connection {
                 other => {
                     return Err(Error::new(
                         libc::EINVAL,
-                        format!("unknown parameter `{other}` (known: device, direct, record-trace, record-trace-overwrite, announce-uri, emulate, emulate-diskspecs)"),
+                        format!("unknown parameter `{other}` (known: device, direct, accept-loss, record-trace, record-trace-overwrite, announce-uri, emulate, emulate-diskspecs)"),
                     ))
                 }
             }
@@ -234,7 +238,7 @@ impl Server for Connection {
                 None => None,
             };
             let vol =
-                volume::open(&s.devices, s.direct).map_err(|e| Error::new(libc::EINVAL, e.to_string()))?;
+                volume::open_with(&s.devices, s.direct, s.accept_loss).map_err(|e| Error::new(libc::EINVAL, e.to_string()))?;
             let extents = vol.member_extents();
             let data_start_bytes = vol.superblock.data_start_bytes;
             let was_clean = vol.superblock.clean;

@@ -237,8 +237,8 @@ impl Dcd {
             );
             if !r.accept_loss {
                 self.phase = Phase::Failed(format!(
-                    "{why}; refusing to open (nothing was written). To open anyway and lose them, \
-                     open with --accept-loss"
+                    "{why}; refusing to open (nothing was written). To serve it anyway and lose them, \
+                     copy the device first, then use `layoutd serve --accept-loss`"
                 ));
                 return;
             }
