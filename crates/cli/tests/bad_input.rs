@@ -124,3 +124,25 @@ fn format_then_inspect_json_round_trips_the_config() {
     // Re-formatting an existing volume needs --force.
     refused(&["format", "--device", d], &dev, &["already holds a layoutd volume", "--force"]);
 }
+
+#[test]
+fn foreign_file_systems_and_swap_anywhere_are_named_and_refused_without_force() {
+    if !common::require("`mkfs.btrfs` (apt-get install btrfs-progs)", common::have_cmd("mkfs.btrfs")) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // btrfs keeps its superblock at 64 KiB, past the 32 KiB layoutd's own check reads.
+    let btrfs = device(dir.path(), "btrfs.img", 128 << 20);
+    common::sh_ok(&format!("mkfs.btrfs -q {}", btrfs.display()));
+    let b = btrfs.to_str().unwrap();
+    refused(&["format", "--device", b], &btrfs, &["btrfs.img", "foreign data", "btrfs", "65600", "--force"]);
+    let swap = device(dir.path(), "swap.img", 16 << 20);
+    common::sh_ok(&format!("mkswap -q {}", swap.display()));
+    refused(&["format", "--device", swap.to_str().unwrap()], &swap, &["swap.img", "swap", "--force"]);
+    // A member of a multi-device volume is checked too.
+    let blank = device(dir.path(), "blank.img", 8 << 20);
+    let args = ["format", "--device", blank.to_str().unwrap(), "--device", b];
+    refused(&args, &btrfs, &["btrfs.img", "btrfs"]);
+    let out = layoutd().args(["format", "--device", b, "--force"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -8,6 +8,7 @@
 //!   from the calling threads, the wall clock, a timer thread.
 //! - [`volume`]: formatting, opening and inspecting a device: superblock,
 //!   stack construction, clean-shutdown mark.
+//! - [`probe`]: foreign data detection (libblkid) before `format` writes.
 //!
 //! Targets are the same code in both runtimes.
 #![warn(missing_docs)]
@@ -15,5 +16,6 @@
 pub mod det;
 pub mod emulate;
 pub mod live;
+pub mod probe;
 pub mod testkit;
 pub mod volume;

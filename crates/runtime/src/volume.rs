@@ -226,11 +226,17 @@ pub fn format(paths: &[PathBuf], cfg: &StackConfig, opts: &FormatOptions) -> Res
     if !opts.force {
         for (path, dev) in paths.iter().zip(&devs) {
             match read_superblock(path, dev) {
-                Err(VolumeError { msg, .. }) if msg == SuperblockError::Unformatted.to_string() => {}
+                Err(VolumeError { msg, .. }) if msg == SuperblockError::Unformatted.to_string() => {
+                    crate::probe::refuse_foreign(path).map_err(|msg| err(path, msg))?
+                }
                 Ok(_) => {
                     return Err(err(path, "already holds a layoutd volume; pass --force to overwrite it"))
                 }
-                Err(e) => return Err(err(path, format!("{}; pass --force to overwrite it", e.msg))),
+                Err(e) => {
+                    // Name what the foreign data is when libblkid knows it.
+                    crate::probe::refuse_foreign(path).map_err(|msg| err(path, msg))?;
+                    return Err(err(path, format!("{}; pass --force to overwrite it", e.msg)));
+                }
             }
         }
     }
