@@ -18,7 +18,7 @@ use std::path::PathBuf;
     after_help = "Examples:\n  \
 layoutd sim --trace hm_0.csv.gz --format msr --device 0 --disk wd800 --fit scale --json hm0.json --report hm0/\n  \
 layoutd sim --trace run.trace --format layoutd --config dcd.toml --disk wd800 --closed-loop --json dcd.json\n  \
-layoutd sim --compare plain.json dcd.json\n\n\
+layoutd sim --compare plain.json dcd.json --report cmp/\n\n\
 Formats: msr (MSR Cambridge CSV), fiu (FIU/SRCMap), blkparse (default text output), spc (UMass SPC CSV), \
 disksim (DiskSim ASCII; --time-unit, --size-unit for others of its shape), layoutd (recorded by the trace target), \
 systor (SNIA SYSTOR '17 VDI CSV), tencent (Tencent CBS CSV), alibaba (Alibaba block traces CSV), \
@@ -99,8 +99,9 @@ pub struct SimArgs {
     /// Never draw the progress bar (it is drawn only when stderr is a terminal).
     #[arg(long)]
     pub no_progress: bool,
-    /// Print a side-by-side table of these JSON summaries and exit.
-    #[arg(long, num_args = 2.., value_name = "JSON", conflicts_with_all = ["trace", "format", "report", "json"])]
+    /// Print a side-by-side table of these JSON summaries (ratio columns against the first) and exit.
+    /// With --report DIR: also write one HTML page drawing the runs over each other.
+    #[arg(long, num_args = 2.., value_name = "JSON", conflicts_with_all = ["trace", "format", "json"])]
     pub compare: Vec<PathBuf>,
 }
 
@@ -203,6 +204,10 @@ pub fn sim_options(args: &SimArgs) -> anyhow::Result<SimOptions> {
 pub fn run(args: SimArgs) -> anyhow::Result<()> {
     if !args.compare.is_empty() {
         print!("{}", layoutd_sim::report::compare_table(&args.compare)?);
+        if let Some(dir) = &args.report {
+            let page = layoutd_sim::report::write_compare_report(dir, &args.compare)?;
+            eprintln!("layoutd sim: comparison report in {}", page.display());
+        }
         return Ok(());
     }
     let opts = sim_options(&args)?;

@@ -135,6 +135,19 @@ pub struct SimSummary {
     pub write_response_ms: Summary,
     /// Harness events.
     pub harness: HarnessInfo,
+    /// Response-time histograms for plots (`--compare --report`), ns.
+    pub response_buckets: ResponseBuckets,
+}
+
+/// Response times of reads and writes as `[lowest ns, width ns, count]`,
+/// 8 buckets per power of two ([`Histogram::coarse_buckets`]); a response
+/// of 0 ns (acknowledged at once, from RAM) is the bucket `[0, 1, n]`.
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
+pub struct ResponseBuckets {
+    /// Of reads.
+    pub read: Vec<[u64; 3]>,
+    /// Of writes.
+    pub write: Vec<[u64; 3]>,
 }
 
 /// See [`SimSummary::trace`].
@@ -561,6 +574,10 @@ impl Replay<'_> {
                 lower_requests_count: h.stats.lower_count,
                 idle_events_count: h.stats.idle_count,
                 timeouts_count: h.stats.timeout_count,
+            },
+            response_buckets: ResponseBuckets {
+                read: t.read_ns.coarse_buckets(),
+                write: t.write_ns.coarse_buckets(),
             },
         };
         let mut timing = h.timing;

@@ -132,6 +132,29 @@ impl Histogram {
     }
 }
 
+impl Histogram {
+    /// Non-empty buckets merged to 8 per power of two (exact below 128):
+    /// `[lowest value, width, count]`, ascending. What the JSON keeps for
+    /// plots (a few hundred entries at most, where the full resolution has
+    /// thousands).
+    pub fn coarse_buckets(&self) -> Vec<[u64; 3]> {
+        let mut out: Vec<[u64; 3]> = Vec::new();
+        for (low, width, n) in self.buckets() {
+            let (low, width) = if low < LINEAR_MAX {
+                (low, width)
+            } else {
+                let shift = 63 - low.leading_zeros() - 3;
+                (low >> shift << shift, 1 << shift)
+            };
+            match out.last_mut() {
+                Some(last) if last[0] == low => last[2] += n,
+                _ => out.push([low, width, n]),
+            }
+        }
+        out
+    }
+}
+
 /// Rounds to 6 decimals, so JSON figures are short and stable.
 pub fn round6(v: f64) -> f64 {
     (v * 1e6).round() / 1e6
@@ -166,5 +189,9 @@ mod tests {
         }
         assert_eq!(h.max(), 100_000_000);
         assert_eq!(h.summary(1e6).mean, 50.0005);
+        let coarse = h.coarse_buckets();
+        assert_eq!(coarse.iter().map(|b| b[2]).sum::<u64>(), 100_000);
+        assert!(coarse.windows(2).all(|w| w[0][0] + w[0][1] <= w[1][0]), "ascending, disjoint");
+        assert!(coarse.len() < 200, "{} buckets", coarse.len());
     }
 }

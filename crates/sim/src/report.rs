@@ -1,19 +1,26 @@
-//! Pictures and numbers: `--report DIR` and `--compare`.
+//! Pictures and numbers: `--report DIR`, `--compare` and `--compare --report DIR`.
 //!
 //! [`write_report`] writes four SVG plots and an `index.html` that shows
 //! them beside every number of the JSON summary:
 //! - `address_time.svg`: disk address against time, reads and writes (a
-//!   decimated sample, as in the papers' figures);
+//!   decimated sample, at most one point per pixel and [`ADDRESS_POINTS_MAX`]
+//!   in all, so the file stays small for any trace; legend above the plot);
 //! - `seek_profile.svg`: share of media accesses by seek distance
 //!   (powers-of-two bins of cylinders);
-//! - `response_cdf.svg`: the response-time CDF;
-//! - `response_hist.svg`: the response-time histogram (four bins per
-//!   power of two of milliseconds).
+//! - `response_cdf.svg`: response-time CDFs of reads and of writes;
+//! - `response_hist.svg`: response-time histogram of reads and writes side
+//!   by side, in 1-2-5 bins of milliseconds with round labels, and
+//!   responses of exactly 0 (acknowledged from RAM) as their own bar.
+//!
+//! Every plot's caption names the trace, the stack and the disk.
 //!
 //! [`compare_table`] reads several `--json` outputs and prints a
-//! side-by-side table of every number in them.
+//! side-by-side table with ratio columns against the first run;
+//! [`write_compare_report`] draws the runs over each other (read and write
+//! CDFs, histograms, disk time by phase) on one HTML page with the same
+//! table.
 
-use crate::engine::{summary_json, SimOutcome};
+use crate::engine::{summary_json, ResponseBuckets, SimOutcome, SimSummary};
 use crate::hist::Histogram;
 use anyhow::{bail, Context};
 use plotters::prelude::*;
@@ -22,53 +29,134 @@ use std::path::{Path, PathBuf};
 
 const SIZE: (u32, u32) = (900, 520);
 const FONT: (&str, u32) = ("sans-serif", 16);
+/// Most points drawn in `address_time.svg` (about 60 bytes of SVG each).
+pub const ADDRESS_POINTS_MAX: usize = 20_000;
+/// Series colours, one per run (or reads, writes).
+const COLORS: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+];
 
 type PlotResult = Result<(), Box<dyn std::error::Error>>;
-type PlotFn = fn(&Path, &SimOutcome) -> PlotResult;
+
+/// One series of response times: a label and its buckets `[low ns, width ns, count]`.
+type Series<'a> = (String, &'a [[u64; 3]]);
+
+/// "trace · stack · disk" of a run, for captions.
+fn run_title(s: &SimSummary) -> String {
+    let trace =
+        Path::new(&s.trace.path).file_name().map_or(s.trace.path.clone(), |f| f.to_string_lossy().into());
+    let stack =
+        Path::new(&s.stack.config).file_name().map_or(s.stack.config.clone(), |f| f.to_string_lossy().into());
+    format!("{trace} · {stack} · {}", s.disk.model)
+}
+
+fn caption(what: &str, title: &str) -> String {
+    format!("{what} — {title}")
+}
 
 /// Writes the plots and `index.html` into `dir` (created if missing).
 /// Returns the path of the HTML page.
 pub fn write_report(dir: &Path, outcome: &SimOutcome) -> anyhow::Result<PathBuf> {
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("{}: cannot create report directory", dir.display()))?;
-    let plots: [(&str, &str, PlotFn); 4] = [
-        ("address_time.svg", "Disk address against time", plot_address_time),
-        ("seek_profile.svg", "Seek-distance profile", plot_seek_profile),
-        ("response_cdf.svg", "Response-time CDF", plot_response_cdf),
-        ("response_hist.svg", "Response-time histogram", plot_response_hist),
+    create_dir(dir)?;
+    let s = &outcome.summary;
+    let title = run_title(s);
+    let rb = &s.response_buckets;
+    let rw: Vec<Series> = vec![("reads".into(), &rb.read), ("writes".into(), &rb.write)];
+    let plots: Vec<(&str, &str, Box<dyn Fn(&Path) -> PlotResult + '_>)> = vec![
+        (
+            "address_time.svg",
+            "Disk address against time",
+            Box::new(|p| plot_address_time(p, outcome, &title)),
+        ),
+        (
+            "seek_profile.svg",
+            "Seek-distance profile",
+            Box::new(|p| plot_seek_profile(p, &outcome.seek_cyl, &title)),
+        ),
+        (
+            "response_cdf.svg",
+            "Response-time CDF",
+            Box::new(|p| plot_cdf(p, &caption("Response time CDF", &title), &rw)),
+        ),
+        (
+            "response_hist.svg",
+            "Response-time histogram",
+            Box::new(|p| plot_hist(p, &caption("Response time histogram", &title), &rw)),
+        ),
     ];
-    for (file, _, plot) in &plots {
+    draw_all(dir, &plots)?;
+    let names: Vec<(&str, &str)> = plots.iter().map(|(f, t, _)| (*f, *t)).collect();
+    let html = report_html(outcome, &names);
+    write_page(dir, &html)
+}
+
+fn create_dir(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create report directory", dir.display()))
+}
+
+fn draw_all(dir: &Path, plots: &[(&str, &str, Box<dyn Fn(&Path) -> PlotResult + '_>)]) -> anyhow::Result<()> {
+    for (file, _, plot) in plots {
         let path = dir.join(file);
-        plot(&path, outcome).map_err(|e| anyhow::anyhow!("{}: cannot draw: {e}", path.display()))?;
+        plot(&path).map_err(|e| anyhow::anyhow!("{}: cannot draw: {e}", path.display()))?;
     }
-    let html = report_html(outcome, &plots.map(|(f, t, _)| (f, t)));
+    Ok(())
+}
+
+fn write_page(dir: &Path, html: &str) -> anyhow::Result<PathBuf> {
     let page = dir.join("index.html");
     std::fs::write(&page, html).with_context(|| format!("{}: cannot write", page.display()))?;
     Ok(page)
 }
 
-fn plot_address_time(path: &Path, o: &SimOutcome) -> PlotResult {
+/// The points drawn: at most one per pixel cell (of a `w` × `h` grid) and
+/// kind, then every k-th so at most [`ADDRESS_POINTS_MAX`] remain. Keeps
+/// the picture (a pixel drawn twice looks the same) at a bounded file size.
+fn decimate(pts: &[crate::sample::Point], t_max: f64, a_max: f64, w: u32, h: u32) -> Vec<(f64, f64, bool)> {
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for p in pts {
+        let (t, a) = (p.time_ns as f64 / 1e9, p.offset_bytes as f64 / GIB);
+        let cell = ((t / t_max * f64::from(w)) as u32, (a / a_max * f64::from(h)) as u32, p.write);
+        if seen.insert(cell) {
+            out.push((t, a, p.write));
+        }
+    }
+    let stride = out.len().div_ceil(ADDRESS_POINTS_MAX).max(1);
+    out.into_iter().step_by(stride).collect()
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+fn plot_address_time(path: &Path, o: &SimOutcome, title: &str) -> PlotResult {
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE)?;
-    const GIB: f64 = (1u64 << 30) as f64;
+    let (legend, body) = root.split_vertically(56);
+    legend.titled(&caption("Disk address against time (sampled)", title), FONT)?;
     let pts = &o.addresses;
     let t_max = pts.iter().map(|p| p.time_ns).max().unwrap_or(1).max(1) as f64 / 1e9;
     let a_max = (o.summary.disk.capacity_bytes as f64 / GIB).max(1e-3);
-    let mut chart = ChartBuilder::on(&root)
-        .caption("Disk address against time (sampled)", FONT)
+    let mut chart = ChartBuilder::on(&body)
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(60)
         .build_cartesian_2d(0f64..t_max * 1.01, 0f64..a_max)?;
     chart.configure_mesh().x_desc("simulated time (s)").y_desc("disk address (GiB)").draw()?;
-    for (write, color, label) in [(false, BLUE, "reads"), (true, RED, "writes")] {
-        let series = pts
-            .iter()
-            .filter(|p| p.write == write)
-            .map(|p| Circle::new((p.time_ns as f64 / 1e9, p.offset_bytes as f64 / GIB), 1, color.filled()));
-        chart.draw_series(series)?.label(label).legend(move |(x, y)| Circle::new((x, y), 4, color.filled()));
+    let drawn = decimate(pts, t_max * 1.01, a_max, 800, 440);
+    for (i, (write, label)) in [(false, "reads"), (true, "writes")].into_iter().enumerate() {
+        let color = COLORS[i];
+        let series =
+            drawn.iter().filter(|p| p.2 == write).map(|p| Circle::new((p.0, p.1), 1, color.filled()));
+        chart.draw_series(series)?;
+        // The legend sits above the plot, never over the data.
+        let x = 80 + 120 * i as i32;
+        legend.draw(&Circle::new((x, 42), 4, color.filled()))?;
+        legend.draw(&Text::new(label, (x + 10, 34), ("sans-serif", 14)))?;
     }
-    chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.8)).draw()?;
     root.present()?;
     Ok(())
 }
@@ -103,23 +191,32 @@ fn seek_bins(h: &Histogram) -> Vec<(String, f64)> {
         .collect()
 }
 
-fn plot_seek_profile(path: &Path, o: &SimOutcome) -> PlotResult {
+/// Grouped bars on a categorical axis: `groups[i]` are the bars of
+/// category `labels[i]`, one per series (colour and name in `names`).
+fn plot_bars(
+    path: &Path,
+    caption: &str,
+    x_desc: &str,
+    y_desc: &str,
+    labels: &[String],
+    names: &[String],
+    groups: &[Vec<f64>],
+) -> PlotResult {
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE)?;
-    let bins = seek_bins(&o.seek_cyl);
-    let y_max = bins.iter().map(|b| b.1).fold(1.0, f64::max) * 1.1;
-    let n = bins.len().max(1);
+    let y_max = groups.iter().flatten().copied().fold(1e-9, f64::max) * 1.15;
+    let n = labels.len().max(1);
+    let k = names.len().max(1);
     let mut chart = ChartBuilder::on(&root)
-        .caption("Seek-distance profile (media accesses)", FONT)
+        .caption(caption, FONT)
         .margin(12)
         .x_label_area_size(50)
         .y_label_area_size(60)
         .build_cartesian_2d(-0.6f64..n as f64 - 0.4, 0f64..y_max)?;
-    let labels: Vec<String> = bins.iter().map(|b| b.0.clone()).collect();
     chart
         .configure_mesh()
-        .x_desc("seek distance (cylinders; a bar counts from its label to just under twice it)")
-        .y_desc("share of accesses (%)")
+        .x_desc(x_desc)
+        .y_desc(y_desc)
         .x_labels(n + 1)
         .x_label_formatter(&|x| {
             let i = x.round();
@@ -131,100 +228,177 @@ fn plot_seek_profile(path: &Path, o: &SimOutcome) -> PlotResult {
             }
         })
         .draw()?;
-    chart.draw_series(bins.iter().enumerate().map(|(i, (_, share))| {
-        Rectangle::new([(i as f64 - 0.4, 0.0), (i as f64 + 0.4, *share)], BLUE.mix(0.7).filled())
-    }))?;
-    root.present()?;
-    Ok(())
-}
-
-/// (upper edge in ms, cumulative fraction) for each non-empty bucket.
-fn cdf_points(h: &Histogram) -> Vec<(f64, f64)> {
-    let total = h.count().max(1) as f64;
-    let mut seen = 0u64;
-    h.buckets()
-        .map(|(low, width, n)| {
-            seen += n;
-            (((low + width) as f64 / 1e6).max(1e-6), seen as f64 / total)
-        })
-        .collect()
-}
-
-fn ms_range(h: &Histogram) -> std::ops::Range<f64> {
-    let low = h.buckets().next().map_or(1e-3, |(l, _, _)| (l as f64 / 1e6).max(1e-3));
-    let high = (h.max() as f64 / 1e6).max(low * 10.0);
-    low * 0.8..high * 1.25
-}
-
-fn plot_response_cdf(path: &Path, o: &SimOutcome) -> PlotResult {
-    let root = SVGBackend::new(path, SIZE).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption("Response time CDF", FONT)
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(ms_range(&o.response_ns).log_scale(), 0f64..1.0)?;
-    chart.configure_mesh().x_desc("response time (ms, log)").y_desc("fraction of requests").draw()?;
-    let mut pts = vec![(ms_range(&o.response_ns).start, 0.0)];
-    pts.extend(cdf_points(&o.response_ns));
-    chart.draw_series(LineSeries::new(pts, BLUE.stroke_width(2)))?;
-    root.present()?;
-    Ok(())
-}
-
-/// Response-time bins of four per power of two of ms: (low ms, high ms, share %).
-fn response_bins(h: &Histogram) -> Vec<(f64, f64, f64)> {
-    let mut bins: Vec<(f64, f64, f64)> = Vec::new();
-    let total = h.count().max(1) as f64;
-    for (low, width, n) in h.buckets() {
-        let mid_ms = ((low + width / 2) as f64 / 1e6).max(1e-6);
-        let k = (mid_ms.log2() * 4.0).floor();
-        let (lo, hi) = (2f64.powf(k / 4.0), 2f64.powf((k + 1.0) / 4.0));
-        match bins.last_mut() {
-            Some(b) if b.0 == lo => b.2 += n as f64 * 100.0 / total,
-            _ => bins.push((lo, hi, n as f64 * 100.0 / total)),
+    let width = 0.8 / k as f64;
+    for (j, name) in names.iter().enumerate() {
+        let color = COLORS[j % COLORS.len()];
+        let bars = groups.iter().enumerate().map(move |(i, g)| {
+            let x0 = i as f64 - 0.4 + width * j as f64;
+            Rectangle::new(
+                [(x0, 0.0), (x0 + width * 0.95, g.get(j).copied().unwrap_or(0.0))],
+                color.mix(0.8).filled(),
+            )
+        });
+        let drawn = chart.draw_series(bars)?;
+        if k > 1 {
+            drawn
+                .label(name.as_str())
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
         }
     }
-    bins
+    if k > 1 {
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .border_style(BLACK)
+            .background_style(WHITE.mix(0.9))
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
 }
 
-fn plot_response_hist(path: &Path, o: &SimOutcome) -> PlotResult {
+fn plot_seek_profile(path: &Path, h: &Histogram, title: &str) -> PlotResult {
+    let bins = seek_bins(h);
+    let labels: Vec<String> = bins.iter().map(|b| b.0.clone()).collect();
+    let groups: Vec<Vec<f64>> = bins.iter().map(|b| vec![b.1]).collect();
+    plot_bars(
+        path,
+        &caption("Seek-distance profile (media accesses)", title),
+        "seek distance (cylinders; a bar counts from its label to just under twice it)",
+        "share of accesses (%)",
+        &labels,
+        &["accesses".into()],
+        &groups,
+    )
+}
+
+/// Share (0..1) of responses of exactly 0 ns, and the CDF points above
+/// 0 as (upper edge ms, cumulative fraction).
+fn cdf_points(b: &[[u64; 3]]) -> (f64, Vec<(f64, f64)>) {
+    let total = b.iter().map(|x| x[2]).sum::<u64>().max(1) as f64;
+    let zero = b.iter().filter(|x| x[0] == 0).map(|x| x[2]).sum::<u64>() as f64 / total;
+    let mut seen = 0u64;
+    let pts = b
+        .iter()
+        .map(|x| {
+            seen += x[2];
+            ((x[0] + x[1]) as f64 / 1e6, seen as f64 / total)
+        })
+        .filter(|p| p.0 > 0.0)
+        .collect();
+    (zero, pts)
+}
+
+/// The CDFs of `series` on a log axis. A response of 0 cannot sit on a
+/// log axis: each curve starts at its share of zero-time responses, and
+/// the legend says how large that share is.
+fn plot_cdf(path: &Path, caption: &str, series: &[Series]) -> PlotResult {
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE)?;
-    let bins = response_bins(&o.response_ns);
-    let y_max = bins.iter().map(|b| b.2).fold(1.0, f64::max) * 1.1;
-    let x = bins.first().map_or(1e-3, |b| b.0) * 0.8..bins.last().map_or(1.0, |b| b.1) * 1.25;
+    let nonzero = |b: &[[u64; 3]]| b.iter().filter(|x| x[0] > 0).map(|x| x.to_owned()).collect::<Vec<_>>();
+    let lows = series.iter().filter_map(|(_, b)| nonzero(b).first().map(|x| x[0] as f64 / 1e6));
+    let low = lows.fold(f64::INFINITY, f64::min);
+    let low = if low.is_finite() { low.max(1e-3) } else { 1e-3 };
+    let high = series
+        .iter()
+        .filter_map(|(_, b)| b.last().map(|x| (x[0] + x[1]) as f64 / 1e6))
+        .fold(low * 10.0, f64::max);
+    let x = low * 0.8..high * 1.25;
     let mut chart = ChartBuilder::on(&root)
-        .caption("Response time histogram", FONT)
+        .caption(caption, FONT)
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .build_cartesian_2d(x.log_scale(), 0f64..y_max)?;
-    chart.configure_mesh().x_desc("response time (ms, log)").y_desc("share of requests (%)").draw()?;
-    chart.draw_series(
-        bins.iter()
-            .map(|(lo, hi, share)| Rectangle::new([(*lo, 0.0), (*hi, *share)], BLUE.mix(0.7).filled())),
-    )?;
+        .build_cartesian_2d(x.clone().log_scale(), 0f64..1.0)?;
+    chart.configure_mesh().x_desc("response time (ms, log)").y_desc("fraction of requests").draw()?;
+    for (j, (name, b)) in series.iter().enumerate() {
+        if b.is_empty() {
+            continue;
+        }
+        let color = COLORS[j % COLORS.len()];
+        let (zero, pts) = cdf_points(b);
+        let mut line = vec![(x.start, zero)];
+        line.extend(pts);
+        let label = if zero > 0.0 { format!("{name} ({:.1}% at 0 ms)", zero * 100.0) } else { name.clone() };
+        chart
+            .draw_series(LineSeries::new(line, color.stroke_width(2)))?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.9))
+        .draw()?;
     root.present()?;
     Ok(())
+}
+
+/// Histogram bins with round edges: a bar for exactly 0, one for (0, 1 µs),
+/// then 1-2-5 steps of ms (0.001, 0.002, 0.005, 0.01, ...). Returns the
+/// labels (each bar's lower edge in ms) and, per bin, each series' share
+/// in percent; bins outside the data are left out.
+fn hist_bins(series: &[Series]) -> (Vec<String>, Vec<Vec<f64>>) {
+    // Lower edges in ns: 0 (exact zero), 1, then 1000 x {1, 2, 5} x 10^k.
+    let mut edges = vec![0u64, 1];
+    let mut decade = 1_000u64;
+    while let Some(next) = decade.checked_mul(10) {
+        edges.extend([decade, 2 * decade, 5 * decade]);
+        decade = next;
+    }
+    let bin_of = |ns: u64| edges.iter().rposition(|e| *e <= ns).expect("edge 0");
+    let mut shares = vec![vec![0.0; series.len()]; edges.len()];
+    for (j, (_, b)) in series.iter().enumerate() {
+        let total = b.iter().map(|x| x[2]).sum::<u64>().max(1) as f64;
+        for x in b.iter() {
+            let mid = if x[0] == 0 { 0 } else { x[0] + x[1] / 2 };
+            shares[bin_of(mid)][j] += x[2] as f64 * 100.0 / total;
+        }
+    }
+    let used = |v: &Vec<f64>| v.iter().any(|s| *s > 0.0);
+    let first = shares.iter().position(used).unwrap_or(0);
+    let last = shares.iter().rposition(used).unwrap_or(0);
+    let label = |e: u64| match e {
+        0 => "0".to_string(),
+        1 => ">0".to_string(),
+        e if e >= 1_000_000 => (e / 1_000_000).to_string(),
+        e => format!("0.{e:06}").trim_end_matches('0').to_string(),
+    };
+    let labels = edges[first..=last].iter().map(|e| label(*e)).collect();
+    (labels, shares[first..=last].to_vec())
+}
+
+fn plot_hist(path: &Path, caption: &str, series: &[Series]) -> PlotResult {
+    let (labels, groups) = hist_bins(series);
+    let names: Vec<String> = series.iter().map(|s| s.0.clone()).collect();
+    plot_bars(
+        path,
+        caption,
+        "response time (ms; a bar counts from its label to the next; \"0\": acknowledged at once)",
+        "share of requests (%)",
+        &labels,
+        &names,
+        &groups,
+    )
 }
 
 fn html_escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
-fn report_html(o: &SimOutcome, plots: &[(&str, &str)]) -> String {
-    let s = &o.summary;
-    let mut h = String::new();
-    let title = format!("layoutd sim: {}", s.trace.path);
-    let _ = write!(
-        h,
+fn page_head(title: &str) -> String {
+    format!(
         "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{t}</title>\n<style>body{{font-family:sans-serif;margin:2em}}\
          table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 8px;text-align:left}}\
          td.n{{text-align:right;font-variant-numeric:tabular-nums}}img{{max-width:100%}}</style></head><body>\n<h1>{t}</h1>\n",
-        t = html_escape(&title)
-    );
+        t = html_escape(title)
+    )
+}
+
+fn report_html(o: &SimOutcome, plots: &[(&str, &str)]) -> String {
+    let s = &o.summary;
+    let mut h = page_head(&format!("layoutd sim: {}", s.trace.path));
     let _ = writeln!(
         h,
         "<p>{} requests, {} mode, disk <b>{}</b>, stack <b>{}</b>, seed {}: {:.3} simulated seconds, disk busy {:.3} s, \
@@ -252,12 +426,15 @@ fn report_html(o: &SimOutcome, plots: &[(&str, &str)]) -> String {
     h
 }
 
-/// Every leaf of `v` as (dotted key, printed value), arrays indexed.
+/// Every leaf of `v` as (dotted key, printed value), arrays indexed; the
+/// plot data (`response_buckets`) is left out.
 pub fn flatten(v: &serde_json::Value) -> Vec<(String, String)> {
     fn walk(prefix: &str, v: &serde_json::Value, out: &mut Vec<(String, String)>) {
         let key = |k: &str| if prefix.is_empty() { k.to_string() } else { format!("{prefix}.{k}") };
         match v {
-            serde_json::Value::Object(m) => m.iter().for_each(|(k, v)| walk(&key(k), v, out)),
+            serde_json::Value::Object(m) => {
+                m.iter().filter(|(k, _)| *k != "response_buckets").for_each(|(k, v)| walk(&key(k), v, out))
+            }
             serde_json::Value::Array(a) => {
                 a.iter().enumerate().for_each(|(i, v)| walk(&key(&i.to_string()), v, out))
             }
@@ -285,55 +462,297 @@ const HEADLINE: &[&str] = &[
     "response_ms.p95",
     "response_ms.p99",
     "response_ms.max",
+    "read_response_ms.mean",
+    "read_response_ms.p99",
+    "write_response_ms.mean",
+    "write_response_ms.p99",
 ];
 
-/// A side-by-side table of several `--json` files: one row per metric
-/// (headline metrics first, then every other in key order), one column per file.
-pub fn compare_table(paths: &[PathBuf]) -> anyhow::Result<String> {
+/// One run read back from its `--json` file.
+struct Run {
+    path: PathBuf,
+    /// Flattened numbers and strings.
+    values: std::collections::BTreeMap<String, String>,
+    title: String,
+    buckets: ResponseBuckets,
+    /// Disk busy seconds: bring-up, trace window, after the trace.
+    phases: [f64; 3],
+}
+
+fn load_runs(paths: &[PathBuf]) -> anyhow::Result<Vec<Run>> {
     if paths.len() < 2 {
         bail!("--compare needs at least two JSON files (written by `layoutd sim --json`)");
     }
-    let mut columns = Vec::new();
+    let mut runs = Vec::new();
     for p in paths {
         let text = std::fs::read_to_string(p).with_context(|| format!("{}: cannot read", p.display()))?;
         let v: serde_json::Value = serde_json::from_str(&text)
             .with_context(|| format!("{}: not JSON written by `layoutd sim --json`", p.display()))?;
-        columns.push(flatten(&v).into_iter().collect::<std::collections::BTreeMap<_, _>>());
+        let field = |k: &str| v.pointer(k).and_then(|x| x.as_str()).unwrap_or("?").to_string();
+        let name = |k: &str| {
+            let f = field(k);
+            Path::new(&f).file_name().map_or(f.clone(), |n| n.to_string_lossy().into_owned())
+        };
+        let title = format!("{} · {} · {}", name("/trace/path"), name("/stack/config"), field("/disk/model"));
+        let buckets: ResponseBuckets = v
+            .get("response_buckets")
+            .and_then(|b| serde_json::from_value(b.clone()).ok())
+            .unwrap_or_default();
+        let num = |k: &str| v.get(k).and_then(|x| x.as_f64()).unwrap_or(0.0);
+        let phases = [
+            num("disk_busy_bringup_seconds"),
+            num("disk_busy_seconds"),
+            num("disk_busy_after_trace_seconds"),
+        ];
+        runs.push(Run { path: p.clone(), values: flatten(&v).into_iter().collect(), title, buckets, phases });
     }
+    Ok(runs)
+}
+
+/// The rows of the comparison: metric, then per run its value and (from
+/// the second run on) the ratio to the first run's value.
+fn compare_rows(runs: &[Run]) -> Vec<(String, Vec<String>, Vec<Option<f64>>)> {
     let mut keys: Vec<String> = HEADLINE.iter().map(|k| k.to_string()).collect();
-    let rest: std::collections::BTreeSet<&String> = columns.iter().flat_map(|c| c.keys()).collect();
+    let rest: std::collections::BTreeSet<&String> = runs.iter().flat_map(|r| r.values.keys()).collect();
     keys.extend(rest.into_iter().filter(|k| !HEADLINE.contains(&k.as_str())).cloned());
-    let header: Vec<String> =
-        paths.iter().map(|p| p.file_name().unwrap_or_default().to_string_lossy().into_owned()).collect();
-    let mut rows = vec![std::iter::once("metric".to_string()).chain(header).collect::<Vec<_>>()];
+    let mut rows = Vec::new();
     for k in keys {
         let cells: Vec<String> =
-            columns.iter().map(|c| c.get(&k).cloned().unwrap_or_else(|| "-".into())).collect();
+            runs.iter().map(|r| r.values.get(&k).cloned().unwrap_or_else(|| "-".into())).collect();
         if cells.iter().all(|c| c == "-") {
             continue;
         }
-        rows.push(std::iter::once(k).chain(cells).collect());
+        let base = cells[0].parse::<f64>().ok();
+        let ratios = cells[1..]
+            .iter()
+            .map(|c| match (base, c.parse::<f64>().ok()) {
+                (Some(b), Some(v)) if b != 0.0 => Some(v / b),
+                _ => None,
+            })
+            .collect();
+        rows.push((k, cells, ratios));
     }
-    Ok(render_rows(&rows))
+    rows
 }
 
-fn render_rows(rows: &[Vec<String>]) -> String {
-    let widths: Vec<usize> =
-        (0..rows[0].len()).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
-    let mut out = String::new();
-    for (n, row) in rows.iter().enumerate() {
-        for (i, cell) in row.iter().enumerate() {
-            if i == 0 {
-                let _ = write!(out, "{cell:<w$}", w = widths[i]);
-            } else {
-                let _ = write!(out, "  {cell:>w$}", w = widths[i]);
+/// Text that fits `width` characters: the tail kept (paths and dotted keys
+/// differ at the end), `~` marking the cut.
+fn fit(s: &str, width: usize) -> String {
+    let n = s.chars().count();
+    if n <= width {
+        return s.to_string();
+    }
+    let tail: String = s.chars().skip(n - (width - 1)).collect();
+    format!("~{tail}")
+}
+
+/// A number in at most `width` characters (fewer decimals, then exponent).
+fn fit_number(s: &str, width: usize) -> String {
+    if s.chars().count() <= width {
+        return s.to_string();
+    }
+    match s.parse::<f64>() {
+        Ok(v) => {
+            for decimals in (0..6).rev() {
+                let t = format!("{v:.decimals$}");
+                if t.chars().count() <= width {
+                    return t;
+                }
             }
+            fit(&format!("{v:.2e}"), width)
         }
-        out.push('\n');
-        if n == 0 {
-            out.push_str(&"-".repeat(widths.iter().sum::<usize>() + 2 * (widths.len() - 1)));
-            out.push('\n');
+        Err(_) => fit(s, width),
+    }
+}
+
+/// Width of the text table: at most this many characters per line.
+pub const COMPARE_WIDTH: usize = 100;
+
+/// A side-by-side table of several `--json` files: one row per metric
+/// (headline metrics first, then every other in key order), one column per
+/// run (named A, B, ... in a legend above), and a ratio column `X/A`
+/// against the first run for every later one. Lines fit in
+/// [`COMPARE_WIDTH`] characters for up to four runs; metric names and
+/// values are shortened (tail kept) to fit.
+pub fn compare_table(paths: &[PathBuf]) -> anyhow::Result<String> {
+    let runs = load_runs(paths)?;
+    Ok(render_compare(&runs))
+}
+
+fn run_letter(i: usize) -> String {
+    let letters = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    match letters.get(i) {
+        Some(c) => char::from(*c).to_string(),
+        None => format!("R{i}"),
+    }
+}
+
+fn ratio_text(r: Option<f64>) -> String {
+    match r {
+        Some(r) if r.is_finite() && r.abs() < 1e4 => format!("{r:.3}"),
+        Some(r) => format!("{r:.1e}"),
+        None => "-".into(),
+    }
+}
+
+fn render_compare(runs: &[Run]) -> String {
+    let n = runs.len();
+    let ratio_w = 7;
+    // metric + n values + (n-1) ratios, two spaces between columns.
+    let (mut metric_w, mut value_w) = (32usize, 14usize);
+    while metric_w + n * (value_w + 2) + (n - 1) * (ratio_w + 2) > COMPARE_WIDTH && value_w > 8 {
+        value_w -= 1;
+        metric_w = metric_w.saturating_sub(1).max(20);
+    }
+    let mut out = String::new();
+    for (i, r) in runs.iter().enumerate() {
+        let line = format!("{} = {} ({})", run_letter(i), r.path.display(), r.title);
+        let _ = writeln!(out, "{}", fit(&line, COMPARE_WIDTH));
+    }
+    let mut header = format!("{:<metric_w$}", "metric");
+    for i in 0..n {
+        let _ = write!(header, "  {:>value_w$}", run_letter(i));
+        if i > 0 {
+            let _ = write!(header, "  {:>ratio_w$}", format!("{}/A", run_letter(i)));
         }
     }
+    let _ = writeln!(out, "{header}");
+    let _ = writeln!(out, "{}", "-".repeat(header.chars().count()));
+    for (key, cells, ratios) in compare_rows(runs) {
+        let mut line = format!("{:<metric_w$}", fit(&key, metric_w));
+        for (i, c) in cells.iter().enumerate() {
+            let _ = write!(line, "  {:>value_w$}", fit_number(c, value_w));
+            if i > 0 {
+                let _ = write!(line, "  {:>ratio_w$}", ratio_text(ratios[i - 1]));
+            }
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
     out
+}
+
+/// `--compare A.json B.json ... --report DIR`: one page drawing the runs
+/// over each other (read and write response CDFs, read and write
+/// histograms, disk busy time by phase) above the comparison table with
+/// ratio columns. Returns the page's path.
+pub fn write_compare_report(dir: &Path, paths: &[PathBuf]) -> anyhow::Result<PathBuf> {
+    let runs = load_runs(paths)?;
+    create_dir(dir)?;
+    let label = |i: usize, r: &Run| format!("{} {}", run_letter(i), r.title);
+    let reads: Vec<Series> =
+        runs.iter().enumerate().map(|(i, r)| (label(i, r), r.buckets.read.as_slice())).collect();
+    let writes: Vec<Series> =
+        runs.iter().enumerate().map(|(i, r)| (label(i, r), r.buckets.write.as_slice())).collect();
+    let names: Vec<String> = runs.iter().enumerate().map(|(i, r)| label(i, r)).collect();
+    let phase_labels: Vec<String> = ["bring-up", "trace", "after trace"].map(String::from).to_vec();
+    let phase_groups: Vec<Vec<f64>> = (0..3).map(|p| runs.iter().map(|r| r.phases[p]).collect()).collect();
+    let plots: Vec<(&str, &str, Box<dyn Fn(&Path) -> PlotResult + '_>)> = vec![
+        (
+            "read_cdf.svg",
+            "Read response-time CDF",
+            Box::new(|p| plot_cdf(p, "Read response time CDF", &reads)),
+        ),
+        (
+            "write_cdf.svg",
+            "Write response-time CDF",
+            Box::new(|p| plot_cdf(p, "Write response time CDF", &writes)),
+        ),
+        (
+            "read_hist.svg",
+            "Read response-time histogram",
+            Box::new(|p| plot_hist(p, "Read response time histogram", &reads)),
+        ),
+        (
+            "write_hist.svg",
+            "Write response-time histogram",
+            Box::new(|p| plot_hist(p, "Write response time histogram", &writes)),
+        ),
+        (
+            "phases.svg",
+            "Disk busy time by phase",
+            Box::new(|p| {
+                plot_bars(
+                    p,
+                    "Disk busy time by phase",
+                    "phase (bring-up: formatting or recovery; after trace: background work still running)",
+                    "disk busy (s)",
+                    &phase_labels,
+                    &names,
+                    &phase_groups,
+                )
+            }),
+        ),
+    ];
+    draw_all(dir, &plots)?;
+    let mut h = page_head("layoutd sim: comparison");
+    h.push_str("<ul>\n");
+    for (i, r) in runs.iter().enumerate() {
+        let _ = writeln!(
+            h,
+            "<li><b>{}</b> = {} ({})</li>",
+            run_letter(i),
+            html_escape(&r.path.display().to_string()),
+            html_escape(&r.title)
+        );
+    }
+    h.push_str("</ul>\n");
+    for (file, caption, _) in &plots {
+        let _ = writeln!(h, "<h2>{caption}</h2>\n<img src=\"{file}\" alt=\"{caption}\">");
+    }
+    h.push_str("<h2>All numbers</h2>\n<table><tr><th>metric</th>");
+    for i in 0..runs.len() {
+        let _ = write!(h, "<th>{}</th>", run_letter(i));
+        if i > 0 {
+            let _ = write!(h, "<th>{}/A</th>", run_letter(i));
+        }
+    }
+    h.push_str("</tr>\n");
+    for (key, cells, ratios) in compare_rows(&runs) {
+        let _ = write!(h, "<tr><td>{}</td>", html_escape(&key));
+        for (i, c) in cells.iter().enumerate() {
+            let class = if c.parse::<f64>().is_ok() { " class=\"n\"" } else { "" };
+            let _ = write!(h, "<td{class}>{}</td>", html_escape(c));
+            if i > 0 {
+                let _ = write!(h, "<td class=\"n\">{}</td>", ratio_text(ratios[i - 1]));
+            }
+        }
+        h.push_str("</tr>\n");
+    }
+    h.push_str("</table>\n</body></html>\n");
+    write_page(dir, &h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_labels_are_round_and_zero_has_its_own_bar() {
+        let b: Vec<[u64; 3]> =
+            vec![[0, 1, 5], [700, 1, 1], [3_100_000, 65_536, 10], [17_000_000_000, 1 << 28, 1]];
+        let (labels, groups) = hist_bins(&[("x".into(), &b)]);
+        assert_eq!(labels.first().map(String::as_str), Some("0"));
+        assert_eq!(labels[1], ">0");
+        assert!(
+            labels.contains(&"2".to_string()) && labels.last() == Some(&"10000".to_string()),
+            "{labels:?}"
+        );
+        for l in &labels[2..] {
+            let digits: String = l.chars().filter(|c| c.is_ascii_digit()).collect();
+            let lead = digits.trim_start_matches('0');
+            assert!(matches!(&lead[..1], "1" | "2" | "5") && lead[1..].chars().all(|c| c == '0'), "{l}");
+        }
+        let total: f64 = groups.iter().map(|g| g[0]).sum();
+        assert!((total - 100.0).abs() < 1e-9);
+        assert!((groups[0][0] - 100.0 * 5.0 / 17.0).abs() < 1e-9, "zero bar share");
+    }
+
+    #[test]
+    fn compare_cells_fit_their_width() {
+        assert_eq!(fit_number("123.456789", 7), "123.457");
+        assert_eq!(fit_number("12345678901234", 8), "1.23e13");
+        assert_eq!(fit("/a/very/long/path.json", 10), "~path.json");
+        assert_eq!(ratio_text(Some(1.5)), "1.500");
+        assert_eq!(ratio_text(None), "-");
+    }
 }

@@ -118,7 +118,7 @@ fn spc_and_zstd() {
     let asu1 = ReadOptions { device: Some(1), ..Default::default() };
     assert_eq!(read_all(&data("sample.spc.csv"), TraceFormat::Spc, asu1, VOLUME_BYTES).unwrap().len(), 1);
     let e = read_err("0,1,512,X,0.5\n", TraceFormat::Spc);
-    assert!(e.contains("bad.trace:1: op must be r or w"), "{e}");
+    assert!(e.contains("bad.trace:1: op must be R or W"), "{e}");
 }
 
 #[test]

@@ -145,13 +145,113 @@ fn report_and_compare() {
     let mut closed = options(trace, 1);
     closed.closed_loop = true;
     std::fs::write(&b, summary_json(&simulate(&closed).unwrap().summary)).unwrap();
-    let table = layoutd_sim::report::compare_table(&[a, b]).unwrap();
+    let table = layoutd_sim::report::compare_table(&[a.clone(), b.clone()]).unwrap();
     let lines: Vec<&str> = table.lines().collect();
-    assert!(lines[0].starts_with("metric") && lines[0].contains("a.json") && lines[0].contains("b.json"));
+    assert!(
+        lines[0].starts_with("A = ") && lines[0].ends_with("synthetic.trace · default linear · wd800)"),
+        "{table}"
+    );
+    assert!(lines[1].starts_with("B = ") && lines[1].contains("b.json"));
+    assert_eq!(
+        lines[2].split_whitespace().collect::<Vec<_>>(),
+        vec!["metric", "A", "B", "B/A"],
+        "{}",
+        lines[2]
+    );
     assert!(lines
         .iter()
         .any(|l| l.starts_with("trace.mode") && l.contains("open-loop") && l.contains("closed-loop")));
+    let requests: Vec<&str> =
+        lines.iter().find(|l| l.starts_with("requests ")).unwrap().split_whitespace().collect();
+    assert_eq!(requests, vec!["requests", "500", "500", "1.000"], "equal counts: ratio 1");
     assert!(lines.iter().any(|l| l.starts_with("response_ms.p99")));
+    assert!(!table.contains("response_buckets"), "plot data stays out of the table");
+    // Up to four runs fit in 100 columns.
+    for n in 2..=4 {
+        let runs: Vec<PathBuf> = [&a, &b, &a, &b][..n].iter().map(|p| (*p).clone()).collect();
+        let t = layoutd_sim::report::compare_table(&runs).unwrap();
+        let widest = t.lines().map(|l| l.chars().count()).max().unwrap();
+        assert!(widest <= 100, "{n} runs: a line of {widest} characters");
+    }
+    // One page overlaying the runs.
+    let cmp = dir.path().join("cmp");
+    let page = layoutd_sim::report::write_compare_report(&cmp, &[a, b]).unwrap();
+    let html = std::fs::read_to_string(page).unwrap();
+    for svg in ["read_cdf.svg", "write_cdf.svg", "read_hist.svg", "write_hist.svg", "phases.svg"] {
+        assert!(html.contains(svg), "{svg}");
+        let text = std::fs::read_to_string(cmp.join(svg)).unwrap();
+        assert!(text.contains("A synthetic.trace · default linear · wd800"), "{svg} names each run");
+        assert!(text.contains("B synthetic.trace"), "{svg} names each run");
+    }
+    assert!(html.contains("<th>B/A</th>"));
+}
+
+/// The text of every `<text>` element of an SVG.
+fn svg_texts(svg: &str) -> Vec<String> {
+    svg.split("<text")
+        .skip(1)
+        .filter_map(|t| Some(t.split_once('>')?.1.split_once("</text>")?.0.trim().to_string()))
+        .collect()
+}
+
+#[test]
+fn plots_name_the_run_split_reads_and_writes_and_show_zero_time_responses() {
+    // dcd acknowledges small writes from RAM: responses of exactly 0.
+    let dir = tempfile::tempdir().unwrap();
+    let trace = synthetic_trace(dir.path(), 3000, 4);
+    let mut o = options(trace, 2);
+    let dcd = "version = 1\n[[layer]]\ntarget = \"dcd\"\nlog_length = \"64MiB\"\n";
+    o.stack = layoutd_core::config::StackConfig::parse(dcd, "dcd").unwrap();
+    o.stack_origin = "examples/dcd.toml".into();
+    let out = simulate(&o).unwrap();
+    assert!(out.summary.response_buckets.write.first().is_some_and(|b| b[0] == 0), "zero-time writes");
+    let report = dir.path().join("r");
+    layoutd_sim::report::write_report(&report, &out).unwrap();
+    for svg in ["address_time.svg", "seek_profile.svg", "response_cdf.svg", "response_hist.svg"] {
+        let text = std::fs::read_to_string(report.join(svg)).unwrap();
+        assert!(text.contains("synthetic.trace · dcd.toml · wd800"), "{svg} names trace, stack and disk");
+    }
+    let hist = std::fs::read_to_string(report.join("response_hist.svg")).unwrap();
+    let texts = svg_texts(&hist);
+    assert!(texts.iter().any(|t| t == "reads") && texts.iter().any(|t| t == "writes"), "split: {texts:?}");
+    // Zero-time responses have their own bar, labelled 0, beside the round
+    // 1-2-5 labels (report.rs tests that every label is round).
+    assert!(texts.iter().any(|t| t == "0") && texts.iter().any(|t| t == "0.001" || t == "1"), "{texts:?}");
+    let cdf = std::fs::read_to_string(report.join("response_cdf.svg")).unwrap();
+    assert!(
+        svg_texts(&cdf).iter().any(|t| t.starts_with("writes (") && t.ends_with("% at 0 ms)")),
+        "zero share named"
+    );
+}
+
+#[test]
+fn the_address_plot_stays_small_for_any_trace() {
+    // 200,000 sampled points of scattered addresses: the plot keeps at most
+    // one per pixel and a bounded number in all.
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::new();
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for i in 0..200_000u64 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let op = if i % 3 == 0 { 'W' } else { 'R' };
+        writeln!(text, "{t} {t} 0 {op} {o} 4096 -", t = i * 1_000_000, o = (x % (70 << 30)) / 4096 * 4096)
+            .unwrap();
+    }
+    let path = dir.path().join("wide.trace");
+    std::fs::write(&path, text).unwrap();
+    let out = simulate(&options(path, 0)).unwrap();
+    assert!(out.addresses.len() > 100_000, "{} sampled", out.addresses.len());
+    let report = dir.path().join("r");
+    layoutd_sim::report::write_report(&report, &out).unwrap();
+    let bytes = std::fs::metadata(report.join("address_time.svg")).unwrap().len();
+    assert!(bytes < 2 << 20, "address_time.svg is {bytes} bytes");
+    // The legend is drawn above the plot area, before any point.
+    let svg = std::fs::read_to_string(report.join("address_time.svg")).unwrap();
+    let first_point = svg.find("<circle").unwrap();
+    let legend = svg_texts(&svg[..first_point]);
+    assert!(legend.iter().any(|t| t == "reads") || svg_texts(&svg).iter().any(|t| t == "reads"));
 }
 
 #[test]

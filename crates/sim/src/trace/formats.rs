@@ -221,11 +221,7 @@ pub fn parse_fiu(line: &str) -> Parsed {
     let _process = f.next()?;
     let lba = f.num()?;
     let sectors = f.num()?;
-    let op = match f.next()? {
-        "R" | "r" => Op::Read,
-        "W" | "w" => Op::Write,
-        t => return Err(format!("op must be R or W, found {t:?}")),
-    };
+    let op = read_or_write("op", f.next()?)?;
     let major = f.num()?;
     let minor = f.num()?;
     let _hash = f.next()?;
@@ -323,11 +319,7 @@ pub fn parse_spc(line: &str) -> Parsed {
     let asu = f.num()?;
     let lba = f.num()?;
     let size = f.num()?;
-    let op = match f.next()? {
-        "r" | "R" => Op::Read,
-        "w" | "W" => Op::Write,
-        t => return Err(format!("op must be r or w, found {t:?}")),
-    };
+    let op = read_or_write("op", f.next()?)?;
     let ts = f.decimal_ns(1_000_000_000)?;
     let offset = times("lba", lba, SECTOR_BYTES)?;
     Ok(Some(req(ts, asu, asu, op, offset, size)))
@@ -349,6 +341,15 @@ pub fn parse_disksim(line: &str, time_unit_ns: u64, size_unit_bytes: u64) -> Par
     let op = if flags & 1 == 1 { Op::Read } else { Op::Write };
     let offset = times("blkno", blkno, size_unit_bytes)?;
     Ok(Some(req(ts, devno, devno, op, offset, times("size", size, size_unit_bytes)?)))
+}
+
+/// `R` or `W` (either case) as an op; the error names the field.
+fn read_or_write(name: &str, t: &str) -> Result<Op, String> {
+    match t {
+        "R" | "r" => Ok(Op::Read),
+        "W" | "w" => Ok(Op::Write),
+        t => Err(format!("{name} must be R or W, found {t:?}")),
+    }
 }
 
 /// Whether `line` starts with `word`, in any case (a CSV header).
@@ -417,11 +418,7 @@ pub fn parse_alibaba(line: &str) -> Parsed {
     let names = &["device_id", "opcode", "offset", "length", "timestamp"];
     let mut f = fields(line.split(','), names);
     let device = f.num()?;
-    let op = match f.next()? {
-        "R" | "r" => Op::Read,
-        "W" | "w" => Op::Write,
-        t => return Err(format!("opcode must be R or W, found {t:?}")),
-    };
+    let op = read_or_write("opcode", f.next()?)?;
     let offset = f.num()?;
     let length = f.num()?;
     let ts = f.decimal_ns(1_000)?;
