@@ -18,7 +18,8 @@ use std::path::PathBuf;
     after_help = "Examples:\n  \
 layoutd sim --trace hm_0.csv.gz --format msr --device 0 --disk wd800 --fit scale --json hm0.json --report hm0/\n  \
 layoutd sim --trace run.trace --format layoutd --config dcd.toml --disk wd800 --closed-loop --json dcd.json\n  \
-layoutd sim --compare plain.json dcd.json --report cmp/\n\n\
+layoutd sim --compare plain.json dcd.json --report cmp/\n  \
+layoutd sim --matrix runs.toml --out results/ [--shard 0/4]\n\n\
 Formats: msr (MSR Cambridge CSV), fiu (FIU/SRCMap), blkparse (default text output), spc (UMass SPC CSV), \
 disksim (DiskSim ASCII; --time-unit, --size-unit for others of its shape), layoutd (recorded by the trace target), \
 systor (SNIA SYSTOR '17 VDI CSV), tencent (Tencent CBS CSV), alibaba (Alibaba block traces CSV), \
@@ -27,10 +28,10 @@ Same inputs and --seed give byte-identical JSON. See docs/sim.md and docs/trace-
 )]
 pub struct SimArgs {
     /// The trace file (plain, gzip, zstd, bzip2 or xz).
-    #[arg(long, required_unless_present = "compare")]
+    #[arg(long, required_unless_present_any = ["compare", "matrix"])]
     pub trace: Option<PathBuf>,
     /// Trace format: msr, fiu, blkparse, spc, disksim, layoutd, systor, tencent, alibaba or vscsi.
-    #[arg(long, required_unless_present = "compare")]
+    #[arg(long, required_unless_present_any = ["compare", "matrix"])]
     pub format: Option<String>,
     /// Stack description (TOML); default: one linear target over the whole disk.
     #[arg(long)]
@@ -103,6 +104,82 @@ pub struct SimArgs {
     /// With --report DIR: also write one HTML page drawing the runs over each other.
     #[arg(long, num_args = 2.., value_name = "JSON", conflicts_with_all = ["trace", "format", "json"])]
     pub compare: Vec<PathBuf>,
+    /// Run every trace × stack × disk cell of this matrix file (TOML; see docs/sim.md) on all cores;
+    /// each cell's JSON goes to OUT/cells/, one summary to OUT/summary.json and standard output.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["trace", "compare", "json", "report"], requires = "out")]
+    pub matrix: Option<PathBuf>,
+    /// --matrix: the output directory.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// --matrix: run only the cells whose number is I modulo N (I from 0); merge with --summarize.
+    #[arg(long, value_name = "I/N", requires = "matrix")]
+    pub shard: Option<String>,
+    /// --matrix: write the summary from the cell files already in OUT (after shards ran), run nothing.
+    #[arg(long, requires = "matrix", conflicts_with = "shard")]
+    pub summarize: bool,
+    /// --matrix: cells run at once (default: every core).
+    #[arg(long, value_name = "N", requires = "matrix")]
+    pub jobs: Option<usize>,
+}
+
+/// A cell's flags parsed exactly as `layoutd sim`'s own.
+#[derive(clap::Parser)]
+#[command(name = "layoutd sim")]
+struct CellCli {
+    #[command(flatten)]
+    args: SimArgs,
+}
+
+/// `layoutd sim --matrix FILE --out DIR [--shard I/N | --summarize] [--jobs N]`.
+fn run_matrix(args: &SimArgs, path: &std::path::Path) -> anyhow::Result<()> {
+    use clap::Parser as _;
+    use layoutd_sim::matrix::{run_parallel, summarize, Matrix, Shard};
+    let matrix = Matrix::load(path)?;
+    let out = args.out.clone().context("--matrix needs --out DIR")?;
+    let shard = args.shard.as_deref().map(Shard::parse).transpose().map_err(anyhow::Error::msg)?;
+    if !args.summarize {
+        let cells: Vec<_> =
+            matrix.cells().into_iter().filter(|c| shard.is_none_or(|s| s.has(c.index))).collect();
+        std::fs::create_dir_all(out.join("cells"))
+            .with_context(|| format!("{}: cannot create", out.display()))?;
+        let jobs = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let wall = std::time::Instant::now();
+        run_parallel(&cells, jobs, |cell| {
+            let argv = std::iter::once("layoutd sim".to_string()).chain(cell.args.iter().cloned());
+            let cli = CellCli::try_parse_from(argv).map_err(|e| anyhow::anyhow!("{}", e.render()))?;
+            if cli.args.matrix.is_some() || !cli.args.compare.is_empty() || cli.args.json.is_some() {
+                bail!("a cell's flags may not hold --matrix, --compare or --json");
+            }
+            let mut opts = sim_options(&cli.args)?;
+            opts.progress = false;
+            let outcome = layoutd_sim::simulate(&opts)?;
+            let file = out.join(cell.file());
+            std::fs::write(&file, layoutd_sim::summary_json(&outcome.summary))
+                .with_context(|| format!("{}: cannot write", file.display()))?;
+            if let Some(dir) = &cli.args.report {
+                layoutd_sim::report::write_report(dir, &outcome)?;
+            }
+            Ok(())
+        })?;
+        eprintln!(
+            "layoutd sim: {} cells on {} threads in {:.2} s wall",
+            cells.len(),
+            jobs.min(cells.len()).max(1),
+            wall.elapsed().as_secs_f64()
+        );
+        if shard.is_some_and(|s| s.count > 1) {
+            eprintln!(
+                "layoutd sim: shard done; after every shard: --matrix {} --out DIR --summarize",
+                path.display()
+            );
+            return Ok(());
+        }
+    }
+    let (json, table) = summarize(&matrix, &out)?;
+    let summary = out.join("summary.json");
+    std::fs::write(&summary, json).with_context(|| format!("{}: cannot write", summary.display()))?;
+    print!("{table}");
+    Ok(())
 }
 
 fn disk_params(args: &SimArgs) -> anyhow::Result<DiskParams> {
@@ -202,6 +279,9 @@ pub fn sim_options(args: &SimArgs) -> anyhow::Result<SimOptions> {
 
 /// Runs `layoutd sim`.
 pub fn run(args: SimArgs) -> anyhow::Result<()> {
+    if let Some(path) = &args.matrix {
+        return run_matrix(&args, path);
+    }
     if !args.compare.is_empty() {
         print!("{}", layoutd_sim::report::compare_table(&args.compare)?);
         if let Some(dir) = &args.report {

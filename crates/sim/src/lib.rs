@@ -9,6 +9,7 @@
 //! - [`engine`]: the discrete-event loop on [`layoutd_runtime::det::Harness`]
 //!   with [`timing::HddTiming`] as the bottom device; metrics and JSON.
 //! - [`report`]: SVG plots, the HTML page, and `--compare` tables.
+//! - [`matrix`]: `--matrix`: traces × stacks × disks on all cores, sharded.
 //!
 //! What this crate never does: read the wall clock or draw unseeded
 //! randomness inside a simulation (the same inputs and seed give the same
@@ -19,6 +20,7 @@
 pub mod engine;
 mod fasthash;
 pub mod hist;
+pub mod matrix;
 pub mod report;
 pub mod sample;
 pub mod source;

@@ -537,7 +537,7 @@ fn compare_rows(runs: &[Run]) -> Vec<(String, Vec<String>, Vec<Option<f64>>)> {
 
 /// Text that fits `width` characters: the tail kept (paths and dotted keys
 /// differ at the end), `~` marking the cut.
-fn fit(s: &str, width: usize) -> String {
+pub fn fit(s: &str, width: usize) -> String {
     let n = s.chars().count();
     if n <= width {
         return s.to_string();
