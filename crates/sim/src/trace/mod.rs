@@ -710,12 +710,13 @@ fn scan(
     opts: &ReadOptions,
     chunks: bool,
 ) -> Result<(u64, Vec<u64>), TraceError> {
-    let scan_opts = ReadOptions { fit: Fit::Modulo, span_bytes: None, compact_chunks: None, ..opts.clone() };
-    let mut reader = TraceReader::open(path, format, scan_opts, u64::MAX / 2)?;
+    // Unfitted addresses, exactly as the second pass sees them before fitting.
+    let scan_opts = ReadOptions { fit: Fit::None, span_bytes: None, compact_chunks: None, ..opts.clone() };
+    let mut reader = TraceReader::open(path, format, scan_opts, u64::MAX)?;
     let mut span = 0u64;
     let mut touched = std::collections::BTreeSet::new();
     while let Some(r) = reader.next()? {
-        let end = r.offset_bytes + r.length_bytes;
+        let end = r.offset_bytes.saturating_add(r.length_bytes);
         span = span.max(end);
         if chunks && r.length_bytes > 0 {
             touched.extend(r.offset_bytes / COMPACT_CHUNK_BYTES..=(end - 1) / COMPACT_CHUNK_BYTES);
