@@ -812,7 +812,7 @@ fn cache(disk: &Scope, warnings: &mut Vec<String>) -> Result<CacheParams, HddErr
     };
     let request_data = match disk.number_or("Read-ahead over requested", 1.0)? {
         value if value < 0.0 => RequestData::Dropped,
-        value if value == 0.0 => RequestData::Kept,
+        0.0 => RequestData::Kept,
         _ => RequestData::Replaceable,
     };
     Ok(CacheParams {

@@ -461,7 +461,16 @@ impl Disk {
         // Sector i (from 0) goes to the media no earlier than its data is in:
         // the first sector may start no earlier than this.
         let sector_ns = self.sector_ns(pbn.zone_index);
-        let media_gate_ns = data_start_ns + bus_ns + (sectors - 1) * bus_ns.saturating_sub(sector_ns);
+        let streaming_gate_ns = data_start_ns + bus_ns + (sectors - 1) * bus_ns.saturating_sub(sector_ns);
+        // A drive with extra write disconnects also holds the media back
+        // until min(request, 10) sectors are buffered (15 for a request of
+        // 45 or more): DiskSim's `disk_buffer_block_available`.
+        let buffered_first = match (interface.extra_write_disconnect, sectors) {
+            (false, _) => 1,
+            (true, 0..45) => sectors.min(10),
+            (true, _) => 15,
+        };
+        let media_gate_ns = streaming_gate_ns.max(data_start_ns + buffered_first * bus_ns);
         if !write_cache {
             let access = self.take_arm(mechanism_ready_ns, lba, sectors, true, pbn, media_gate_ns);
             fill_access(completion, &access);
