@@ -15,13 +15,16 @@
 //! shared by all connections and a flush (or FUA) makes every completed
 //! write from every connection durable before it replies.
 
+mod allocation;
+
+use allocation::Allocation;
 use layoutd_core::Stack;
 use layoutd_core::{Completion, IoError, Op, ReqId, Request, StreamId, REQUEST_BYTES_MAX};
 use layoutd_runtime::emulate::MemberEmulators;
 use layoutd_runtime::live::{LiveVolume, RecordSink};
 use layoutd_runtime::volume;
 use layoutd_targets::trace::Trace;
-use nbdkit::{plugin, Error, Flags, FuaFlags, Result, Server, ThreadModel};
+use nbdkit::{plugin, Error, ExtentHandle, ExtentType, Flags, FuaFlags, Result, Server, ThreadModel};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -57,6 +60,8 @@ struct Opened {
     trace_file: Option<std::fs::File>,
     /// Whether the volume was shut down cleanly before this open.
     was_clean: bool,
+    /// Read-only descriptors of the members, for block status (holes).
+    allocation: Option<Allocation>,
 }
 
 static SETTINGS: Mutex<Settings> = Mutex::new(Settings {
@@ -72,6 +77,7 @@ static SETTINGS: Mutex<Settings> = Mutex::new(Settings {
 });
 static OPENED: Mutex<Option<Opened>> = Mutex::new(None);
 static LIVE: OnceLock<Arc<LiveVolume>> = OnceLock::new();
+static ALLOCATION: OnceLock<Allocation> = OnceLock::new();
 static NEXT_STREAM: AtomicU32 = AtomicU32::new(0);
 
 /// The member devices' paths, comma-separated, for messages.
@@ -237,11 +243,15 @@ impl Server for Connection {
                 Some(p) => Some(create_trace_file(p, s.record_trace_overwrite)?),
                 None => None,
             };
-            let vol =
-                volume::open_with(&s.devices, s.direct, s.accept_loss).map_err(|e| Error::new(libc::EINVAL, e.to_string()))?;
+            let vol = volume::open_with(&s.devices, s.direct, s.accept_loss)
+                .map_err(|e| Error::new(libc::EINVAL, e.to_string()))?;
             let extents = vol.member_extents();
             let data_start_bytes = vol.superblock.data_start_bytes;
             let was_clean = vol.superblock.clean;
+            // Best effort: without these descriptors every range is reported as data.
+            let files: std::io::Result<Vec<std::fs::File>> =
+                s.devices.iter().map(std::fs::File::open).collect();
+            let allocation = files.ok().map(|f| Allocation::new(f, extents.clone(), data_start_bytes));
             let volume::Volume { members, data, stack, .. } = vol;
             *OPENED.lock().map_err(|_| eio("lock"))? = Some(Opened {
                 members,
@@ -250,6 +260,7 @@ impl Server for Connection {
                 data_start_bytes,
                 trace_file,
                 was_clean,
+                allocation,
             });
             Ok(())
         })
@@ -291,6 +302,9 @@ impl Server for Connection {
             let size = stack.size_bytes();
             let live = LiveVolume::start(stack, data, sink, delay);
             LIVE.set(live).map_err(|_| eio("volume started twice"))?;
+            if let Some(a) = o.allocation.take() {
+                let _ = ALLOCATION.set(a);
+            }
             // nbdkit calls after_fork once its sockets are bound: only now is the volume served.
             eprintln!(
                 "layoutd: serving {} ({size} bytes{}){}",
@@ -360,6 +374,28 @@ impl Server for Connection {
     fn can_multi_conn(&self) -> Result<bool> {
         Ok(true)
     }
+    fn can_extents(&self) -> Result<bool> {
+        Ok(true)
+    }
+
+    /// Holes (never written or trimmed, where the stack keeps the bytes
+    /// unchanged on the member files) are reported as zero holes; anything
+    /// the stack cannot map (`Target::map_extent` is `None`) as data.
+    fn extents(&self, count: u32, offset: u64, _flags: Flags, h: &mut ExtentHandle) -> Result<()> {
+        guarded("extents", || {
+            let runs = ALLOCATION
+                .get()
+                .zip(self.live.map_extent(offset, u64::from(count)))
+                .map(|(a, pieces)| a.runs_of(&pieces))
+                .unwrap_or_else(|| vec![(u64::from(count), false)]);
+            let mut pos = offset;
+            for (n, hole) in runs {
+                h.add(pos, n, if hole { ExtentType::HoleZero } else { ExtentType::Allocated })?;
+                pos += n;
+            }
+            Ok(())
+        })
+    }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         guarded("pread", || {
@@ -419,5 +455,7 @@ plugin!(Connection {
     can_trim,
     can_zero,
     can_fua,
-    can_multi_conn
+    can_multi_conn,
+    can_extents,
+    extents
 });

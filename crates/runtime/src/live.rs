@@ -1,13 +1,21 @@
 //! The live runtime: the same targets, driven by real threads and real I/O.
 //!
-//! Design ("caller runs"): the thread that submits a request (an nbdkit
-//! worker) locks the stack, hands it the request, takes every lower request
-//! the stack emits, unlocks, and performs that I/O itself; each completion
-//! goes back in under the lock, which may emit more lower work, which the
-//! same thread performs. Upper completions wake whichever thread waits for
-//! them. So the common path has no thread hand-off at all. A timer thread
-//! delivers `handle_timeout` and runs whatever background I/O that emits.
-//! `handle_idle` is delivered when the last outstanding request completes.
+//! Design ("caller runs", for the caller's own work only): the thread that
+//! submits a request (an nbdkit worker) locks the stack, hands it the
+//! request, takes the lower requests the stack emits, unlocks, and performs
+//! the ones done on its request's behalf itself; each completion goes back
+//! in under the lock, which may emit more lower work. As soon as its own
+//! completion is ready it returns, handing whatever is left to the I/O
+//! executor. Lower requests a target marks `background` (log segment
+//! writes, destage, checkpoints) go to the executor at once: no client
+//! waits for I/O that is not its own (a 4 KiB write that seals a dcd
+//! segment is acknowledged without waiting for the segment write), and the
+//! common path of a pass-through stack still has no thread hand-off.
+//!
+//! The executor is a few threads with a queue; each performs what it takes
+//! and the follow-up work its completions emit. The timer thread delivers
+//! `handle_timeout` and hands the work to the executor, so it never blocks
+//! on I/O. `handle_idle` is delivered when nothing is outstanding.
 //!
 //! If a target panics, the stack is poisoned and every later request fails
 //! with EIO rather than touching state that may be inconsistent.
@@ -48,6 +56,32 @@ pub struct LiveVolume {
     epoch: std::time::Instant,
     timer_cv: Condvar,
     shutdown: AtomicBool,
+    executor: Executor,
+}
+
+/// Threads of the I/O executor: background work of one volume is mostly a
+/// few sequential streams (segment writes, destage); more threads only
+/// matter with `--emulate`, where each sleeps for its request's service time.
+const EXECUTOR_THREADS: usize = 4;
+
+/// Lower requests waiting for an executor thread.
+#[derive(Default)]
+struct Executor {
+    queue: Mutex<VecDeque<Request>>,
+    cv: Condvar,
+}
+
+impl Executor {
+    fn push_all(&self, work: impl IntoIterator<Item = Request>) {
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let before = q.len();
+        q.extend(work);
+        match q.len() - before {
+            0 => {}
+            1 => self.cv.notify_one(),
+            _ => self.cv.notify_all(),
+        }
+    }
 }
 
 struct Core {
@@ -89,6 +123,10 @@ impl Waiter {
             g.sleeping = true;
             g = self.cv.wait(g).unwrap_or_else(|p| p.into_inner());
         }
+    }
+
+    fn is_done(&self) -> bool {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).done.is_some()
     }
 
     fn finish(&self, c: Completion) {
@@ -193,12 +231,20 @@ impl LiveVolume {
             epoch: std::time::Instant::now(),
             timer_cv: Condvar::new(),
             shutdown: AtomicBool::new(false),
+            executor: Executor::default(),
         });
         let weak = Arc::downgrade(&vol);
         std::thread::Builder::new()
             .name("layoutd-timer".into())
             .spawn(move || timer_loop(weak))
             .expect("spawn timer thread");
+        for i in 0..EXECUTOR_THREADS {
+            let weak = Arc::downgrade(&vol);
+            std::thread::Builder::new()
+                .name(format!("layoutd-io-{i}"))
+                .spawn(move || executor_loop(weak))
+                .expect("spawn executor thread");
+        }
         vol
     }
 
@@ -239,13 +285,25 @@ impl LiveVolume {
                 self.timer_cv.notify_one();
             }
         }
-        self.run_work(work);
+        self.run_work(work, Some(&waiter));
         waiter.wait()
     }
 
-    /// Performs lower I/O, feeding each completion back, until no work is left.
-    fn run_work(&self, mut work: VecDeque<Request>) {
+    /// Performs lower I/O, feeding each completion back, until no work is
+    /// left. With `own` (a client's thread): background requests, and
+    /// everything once `own` is complete, go to the executor instead.
+    fn run_work(&self, mut work: VecDeque<Request>, own: Option<&Waiter>) {
         while let Some(r) = work.pop_front() {
+            if let Some(w) = own {
+                if r.background {
+                    self.executor.push_all([r]);
+                    continue;
+                }
+                if w.is_done() {
+                    self.executor.push_all(std::iter::once(r).chain(work.drain(..)));
+                    return;
+                }
+            }
             let due_ns = self.delay.as_ref().map(|d| d.completion_ns(self.now().as_ns(), &r));
             let (c, err) = execute_io(&*self.device, &r, true);
             if let Some(e) = err {
@@ -279,6 +337,12 @@ impl LiveVolume {
         }
     }
 
+    /// Where `[offset, offset + length)` lives on the bottom device, if the
+    /// stack knows ([`Target::map_extent`]); `None`: report it as data.
+    pub fn map_extent(&self, offset: u64, length: u64) -> Option<Vec<(u64, u64)>> {
+        self.lock().ok()?.stack.map_extent(offset, length)
+    }
+
     /// Every layer's status, top first (the stack's own if it is a Stack).
     pub fn status(&self) -> Option<layoutd_core::Status> {
         self.lock().ok().map(|c| c.stack.status())
@@ -289,6 +353,7 @@ impl LiveVolume {
     pub fn stop(&self) {
         self.shutdown.store(true, Ordering::SeqCst);
         self.timer_cv.notify_all();
+        self.executor.cv.notify_all();
         if let Ok(mut core) = self.lock() {
             if let Some(sink) = core.records.as_mut() {
                 let _ = sink.flush();
@@ -329,6 +394,28 @@ fn timer_loop(vol: Weak<LiveVolume>) {
                 }
             }
         }
-        v.run_work(work);
+        v.executor.push_all(work);
+    }
+}
+
+/// An executor thread: performs queued lower requests and what their
+/// completions emit. Holds only a weak reference between requests, so
+/// dropping the volume ends the thread; on `stop` it drains the queue first.
+fn executor_loop(vol: Weak<LiveVolume>) {
+    loop {
+        let Some(v) = vol.upgrade() else { return };
+        let next = {
+            let mut q = v.executor.queue.lock().unwrap_or_else(|p| p.into_inner());
+            if q.is_empty() && !v.shutdown.load(Ordering::SeqCst) {
+                // Wake at least every 200 ms to notice a dropped volume.
+                q = v.executor.cv.wait_timeout(q, Duration::from_millis(200)).unwrap_or_else(|p| p.into_inner()).0;
+            }
+            q.pop_front()
+        };
+        match next {
+            Some(r) => v.run_work(VecDeque::from([r]), None),
+            None if v.shutdown.load(Ordering::SeqCst) => return,
+            None => {}
+        }
     }
 }

@@ -155,14 +155,21 @@ impl Linear {
 
     /// The pieces `(lower_offset, within, length)` covering the request.
     fn pieces(&self, req: &Request) -> Vec<(u64, u32, u32)> {
+        let pieces = self.lower_ranges(req.offset_bytes, u64::from(req.length_bytes));
+        pieces.into_iter().map(|(lower, within, n)| (lower, within as u32, n as u32)).collect()
+    }
+
+    /// The pieces `(lower_offset, within, length)` covering upper bytes
+    /// `[offset, offset + length)`, which must lie inside the volume.
+    fn lower_ranges(&self, offset: u64, length: u64) -> Vec<(u64, u64, u64)> {
         let mut out = Vec::with_capacity(1);
-        let mut pos = req.offset_bytes;
-        let end = req.end_bytes();
+        let mut pos = offset;
+        let end = offset + length;
         while pos < end {
             let s = self.segments[self.segment_index(pos)];
             let within_seg = pos - s.upper_start_bytes;
             let n = (s.length_bytes - within_seg).min(end - pos);
-            out.push((s.lower_start_bytes + within_seg, (pos - req.offset_bytes) as u32, n as u32));
+            out.push((s.lower_start_bytes + within_seg, pos - offset, n));
             pos += n;
         }
         out
@@ -172,6 +179,13 @@ impl Linear {
 impl Target for Linear {
     fn name(&self) -> &'static str {
         "linear"
+    }
+
+    /// The segments hold the volume's bytes unchanged.
+    fn map_extent(&self, offset_bytes: u64, length_bytes: u64) -> Option<Vec<(u64, u64)>> {
+        let end = offset_bytes.checked_add(length_bytes).filter(|&e| e <= self.size_bytes)?;
+        let pieces = self.lower_ranges(offset_bytes, end - offset_bytes);
+        Some(pieces.into_iter().map(|(lower, _, n)| (lower, n)).collect())
     }
 
     fn size_bytes(&self) -> u64 {
@@ -217,6 +231,7 @@ impl Target for Linear {
                 fua: req.fua,
                 stream: req.stream,
                 data,
+                background: req.background,
             });
         }
     }
@@ -287,5 +302,14 @@ mod tests {
         let l = Linear::new(Linear::check_slices(&[(8192, 4096), (0, 4096)], 1 << 20).expect("valid"));
         let req = Request::new(layoutd_core::ReqId(1), Op::Read, 2048, 4096);
         assert_eq!(l.pieces(&req), vec![(8192 + 2048, 0, 2048), (0, 2048, 2048)]);
+    }
+
+    #[test]
+    fn extents_map_through_the_segments_and_not_past_the_end() {
+        let l = Linear::new(Linear::check_slices(&[(8192, 4096), (0, 4096)], 1 << 20).expect("valid"));
+        assert_eq!(l.map_extent(2048, 4096), Some(vec![(8192 + 2048, 2048), (0, 2048)]));
+        assert_eq!(l.map_extent(0, 8192), Some(vec![(8192, 4096), (0, 4096)]));
+        assert_eq!(l.map_extent(4096, 8192), None);
+        assert_eq!(l.map_extent(u64::MAX, 2), None);
     }
 }

@@ -81,6 +81,11 @@ impl Target for Trace {
         self.size_bytes
     }
 
+    /// Passes everything through: the bytes are where they are below.
+    fn map_extent(&self, offset_bytes: u64, length_bytes: u64) -> Option<Vec<(u64, u64)>> {
+        Some(vec![(offset_bytes, length_bytes)])
+    }
+
     fn handle_request(&mut self, now: Instant, req: Request) {
         let seq = self.next_seq;
         self.next_seq += 1;
