@@ -313,6 +313,12 @@ pub fn serve(a: ServeArgs) -> Result<()> {
                 None => default_socket(&a.device[0])?,
             };
             clear_stale_socket(&sock)?;
+            // Bind once and let go, so an unusable path is refused before nbdkit opens the volume.
+            std::os::unix::net::UnixListener::bind(&sock)
+                .and_then(|_| std::fs::remove_file(&sock))
+                .with_context(|| {
+                    format!("{}: cannot listen on this socket path; choose another --socket", sock.display())
+                })?;
             cmd.arg("--unix").arg(&sock);
             endpoint::unix_uri(&sock, &tls)
         }

@@ -102,6 +102,18 @@ fn a_port_in_use_is_refused_before_the_volume_is_touched_and_nothing_claims_to_s
 }
 
 #[test]
+fn a_socket_path_that_cannot_be_bound_is_refused_before_the_volume_is_touched() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = formatted(dir.path(), "u.img", "8M", None);
+    let sock = dir.path().join("no such dir/u.sock");
+    refused_line(
+        &["serve", "--device", dev.to_str().unwrap(), "--socket", sock.to_str().unwrap()],
+        &["u.sock", "cannot listen", "--socket"],
+    );
+    assert_eq!(state(&dev), "clean");
+}
+
+#[test]
 fn the_banner_comes_after_binding_with_the_export_size_and_a_percent_encoded_uri() {
     if !tools(&["nbdinfo"]) {
         return;

@@ -192,3 +192,45 @@ fn listening_beyond_loopback_without_tls_is_warned_about() {
         assert!(!run(&["--listen", &lo]).contains("WARNING"), "{lo}");
     }
 }
+
+#[test]
+fn tls_certificates_admit_a_client_trusting_the_ca_and_refuse_plaintext() {
+    if !ready(&["nbdinfo", "certtool"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dev = formatted(dir.path(), "c.img", "16M", None);
+    let certs = dir.path().join("certs");
+    std::fs::create_dir(&certs).unwrap();
+    let c = certs.display();
+    // A CA and a server certificate for localhost, as nbdkit-tls(1) shows.
+    sh_ok(&format!(
+        "cd {c} && certtool --generate-privkey > ca-key.pem 2>/dev/null \
+         && printf 'cn = layoutd test CA\\nca\\ncert_signing_key\\nexpiration_days = 2\\n' > ca.info \
+         && certtool --generate-self-signed --load-privkey ca-key.pem --template ca.info --outfile ca-cert.pem \
+         && certtool --generate-privkey > server-key.pem 2>/dev/null \
+         && printf 'cn = localhost\\ndns_name = localhost\\nip_address = 127.0.0.1\\ntls_www_server\\nencryption_key\\nsigning_key\\nexpiration_days = 2\\n' > server.info \
+         && certtool --generate-certificate --load-ca-certificate ca-cert.pem --load-ca-privkey ca-key.pem \
+            --load-privkey server-key.pem --template server.info --outfile server-cert.pem"
+    ));
+    let plain = format!("nbd+unix:///?socket={}", dev.with_extension("sock").display());
+    let run = format!("nbdinfo --size \"$uri\" && ! nbdinfo --size '{plain}'");
+    let out = serve_run(&dev, &run, &["--tls-certificates", certs.to_str().unwrap()]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains(&(15u64 << 20).to_string()) && t.contains("requires TLS"), "{t}");
+    // A directory without the server's files is refused before nbdkit starts.
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    refused_line(
+        &[
+            "serve",
+            "--device",
+            dev.to_str().unwrap(),
+            "--tls-certificates",
+            empty.to_str().unwrap(),
+            "--dry-run",
+        ],
+        &["empty", "ca-cert.pem"],
+    );
+}
