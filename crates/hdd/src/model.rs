@@ -29,6 +29,9 @@ struct Access {
     distance_cyl: u64,
     /// Zone of the last sector transferred.
     end_zone_index: u32,
+    /// Sectors a zero-latency read took in before its first one: they are
+    /// in the buffer at the end but still go to the host after the rest.
+    early_sectors: u64,
 }
 
 /// A hard disk: model, on-board cache and request queue.
@@ -332,8 +335,10 @@ impl Disk {
                 let reselected_ns =
                     (mechanism_ready_ns + disconnect_ns).max(watermark_ns) + reselect_ns + prep_ns;
                 // The bus holds on until the last sector: it leaves at the bus
-                // rate, and no earlier than one bus time after it is read.
-                ((reselected_ns + sectors * bus_ns).max(access.end_ns + bus_ns), segment)
+                // rate, and no earlier than one bus time after it is read
+                // (after a zero-latency read, the sectors read early follow it).
+                let tail_ns = (1 + access.early_sectors) * bus_ns;
+                ((reselected_ns + sectors * bus_ns).max(access.end_ns + tail_ns), segment)
             }
         };
         if let (Some(index), RequestData::Dropped) = (segment, self.params.cache.request_data) {
@@ -625,8 +630,10 @@ impl Disk {
         let sector_ns = self.sector_ns(pbn.zone_index);
         let spt = u64::from(self.params.zones[pbn.zone_index as usize].sectors_per_track);
         let inside = spt.saturating_sub((first_sector_ns - on_track_ns).div_ceil(sector_ns));
+        let mut early_sectors = 0;
         if !write && self.params.interface.zero_latency_read && inside > 0 && inside < first_run {
             now_ns -= (first_run - inside) * sector_ns;
+            early_sectors = first_run - inside;
         }
         loop {
             let run = pbn.run_sectors.min(remaining);
@@ -661,6 +668,7 @@ impl Disk {
             rotation_ns: first_sector_ns - (start_ns + seek),
             distance_cyl,
             end_zone_index: pbn.zone_index,
+            early_sectors,
         }
     }
 }

@@ -1,0 +1,123 @@
+//! The buffer's read-ahead parameters, each as DiskSim's parameter
+//! reference defines it: how far a read prefetches, whether prefetched data
+//! may replace the request's own, sectors read while waiting for the first
+//! one, and zero-latency reads.
+
+use layoutd_hdd::{
+    Disk, DiskCompletion, DiskOp, DiskParams, DiskRequest, ReadAheadScope, RequestData, Scheduler,
+};
+
+fn read(id: u64, lba: u64, sectors: u32) -> DiskRequest {
+    DiskRequest { id, op: DiskOp::Read, lba, sectors }
+}
+
+fn serve(disk: &mut Disk, now_ns: u64, request: DiskRequest) -> DiskCompletion {
+    disk.submit(now_ns, request);
+    let done_ns = disk.next_completion_ns().expect("in service");
+    disk.complete(done_ns).expect("due")
+}
+
+/// wd800 with one segment of `segment` sectors, reading ahead at most `max`.
+fn drive(segment: u32, max: u32) -> DiskParams {
+    let mut params = DiskParams::preset("wd800").unwrap();
+    params.cache.segment_count = 1;
+    params.cache.segment_sectors = segment;
+    params.cache.read_ahead_sectors_max = max;
+    params.cache.read_ahead_on_idle_hit = false;
+    params
+}
+
+/// Read `first`, wait 50 ms (the read-ahead runs to its limit), then read
+/// `then`: was it a buffer hit?
+fn second_hits(params: &DiskParams, first: (u64, u32), then: (u64, u32)) -> bool {
+    let mut disk = Disk::new(params.clone(), Scheduler::Fifo, 1, 3);
+    let miss = serve(&mut disk, 0, read(0, first.0, first.1));
+    assert!(!miss.cache_hit);
+    serve(&mut disk, miss.complete_ns + 50_000_000, read(1, then.0, then.1)).cache_hit
+}
+
+#[test]
+fn read_ahead_over_requested_decides_whether_the_request_data_stays() {
+    let mut params = drive(64, 64);
+    // 1: prefetched data may replace the data just returned: 64 sectors
+    // past the request push it out of the 64-sector segment.
+    params.cache.request_data = RequestData::Replaceable;
+    assert!(!second_hits(&params, (10_000, 8), (10_000, 8)));
+    assert!(second_hits(&params, (10_000, 8), (10_060, 8)));
+    // 0: it may not: the prefetch stops when the segment is full.
+    params.cache.request_data = RequestData::Kept;
+    assert!(second_hits(&params, (10_000, 8), (10_000, 8)));
+    assert!(second_hits(&params, (10_000, 8), (10_056, 8)));
+    assert!(!second_hits(&params, (10_000, 8), (10_060, 8)));
+    // -1: the request's data leaves the segment once sent.
+    params.cache.request_data = RequestData::Dropped;
+    assert!(!second_hits(&params, (10_000, 8), (10_000, 8)));
+    assert!(second_hits(&params, (10_000, 8), (10_008, 8)));
+}
+
+#[test]
+fn continuous_read_bounds_the_prefetch() {
+    let mut params = drive(4096, 4096);
+    let spt = u64::from(params.zones[0].sectors_per_track);
+    // Sector 0 of the second track: one track past a read at LBA 0.
+    let next_track = (spt, 1);
+    params.cache.read_ahead_scope = ReadAheadScope::None;
+    assert!(!second_hits(&params, (0, 1), (1, 1)));
+    params.cache.read_ahead_scope = ReadAheadScope::TrackEnd;
+    assert!(second_hits(&params, (0, 1), (spt - 1, 1)));
+    assert!(!second_hits(&params, (0, 1), next_track));
+    params.cache.read_ahead_scope = ReadAheadScope::SegmentFull;
+    assert!(second_hits(&params, (0, 1), next_track));
+    // The maximum read-ahead bounds every scope.
+    params.cache.read_ahead_sectors_max = 16;
+    assert!(second_hits(&params, (0, 1), (16, 1)));
+    assert!(!second_hits(&params, (0, 1), (17, 1)));
+}
+
+#[test]
+fn read_any_free_blocks_keeps_what_passed_before_the_first_sector() {
+    let mut params = drive(512, 0);
+    params.cache.read_ahead_scope = ReadAheadScope::None;
+    let spt = u64::from(params.zones[0].sectors_per_track);
+    // The last sector of the track: the head lands before it on the track
+    // and sees some of the sectors ahead of it pass.
+    let target = spt - 1;
+    let hits_before = |params: &DiskParams| {
+        (0..8u64)
+            .filter(|seed| {
+                let mut disk = Disk::new(params.clone(), Scheduler::Fifo, 1, *seed);
+                let miss = serve(&mut disk, 0, read(0, target, 1));
+                serve(&mut disk, miss.complete_ns + 50_000_000, read(1, target - 1, 1)).cache_hit
+            })
+            .count()
+    };
+    assert_eq!(hits_before(&params), 0);
+    params.cache.read_any_free_blocks = true;
+    assert!(hits_before(&params) > 0);
+}
+
+#[test]
+fn a_zero_latency_read_never_takes_longer_and_sometimes_less() {
+    // (The bus is faster than the media: the sectors read early cost less
+    // to send than the revolution they save.)
+    let mut params = drive(512, 0);
+    params.cache.read_ahead_scope = ReadAheadScope::None;
+    let spt = params.zones[0].sectors_per_track;
+    // Half-track reads at track starts, each on an idle disk, arriving at
+    // different platter phases.
+    let total = |params: &DiskParams| -> Vec<u64> {
+        (0..200u64)
+            .map(|id| {
+                let mut disk = Disk::new(params.clone(), Scheduler::Fifo, 1, 5);
+                let now_ns = id * 137_000;
+                let done = serve(&mut disk, now_ns, read(id, (id * 7919 % 1000) * u64::from(spt), spt / 2));
+                done.complete_ns - now_ns
+            })
+            .collect()
+    };
+    let plain = total(&params);
+    params.interface.zero_latency_read = true;
+    let zero_latency = total(&params);
+    assert!(plain.iter().zip(&zero_latency).all(|(p, z)| z <= p));
+    assert!(plain.iter().zip(&zero_latency).any(|(p, z)| z < p));
+}
