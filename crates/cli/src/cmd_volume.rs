@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 #[derive(Args)]
 #[command(
-    after_help = "Examples:\n  layoutd format --device vol.img --size 4G              # create a 4 GiB file, default linear stack\n  layoutd format --device /dev/sdb --config examples/linear.toml --force\n\nWithout --config the stack is one `linear` target over the whole device. The device must be at least 2 MiB; its first MiB holds the superblock. A device holding any data (layoutd or foreign) is refused unless --force is given; a bad config is refused before anything is written."
+    after_help = "Examples:\n  layoutd format --device vol.img --size 4G              # create a 4 GiB file, default linear stack\n  layoutd format --device /dev/sdb --config examples/linear.toml --force\n\nWithout --config the stack is one `linear` target over the whole device. The device must be at least 2 MiB; its first MiB holds the superblock. A device holding data is refused unless --force is given: another layoutd volume, any non-zero byte in its first 32 KiB, or anything libblkid recognises anywhere on it (file systems, partition tables, LVM, RAID, swap, LUKS; what `wipefs DEVICE` lists). The device size must be a whole number of 512-byte sectors; a bad config is refused before anything is written."
 )]
 pub struct FormatArgs {
     /// The file or block device to format. Repeat it to make one volume span several devices
@@ -135,7 +135,7 @@ fn check_whole_sectors(path: &Path) -> Result<()> {
 
 #[derive(Args)]
 #[command(
-    after_help = "Examples:\n  layoutd serve --device vol.img                          # Unix socket, prints the NBD URI\n  layoutd serve --device vol.img --listen 127.0.0.1:10809\n  layoutd serve --device vol.img --run 'qemu-io -f raw -c \"write -P 7 0 1M\" \"$uri\"'\n  layoutd serve --device vol.ssd --emulate wd800 --record-trace run.trace\n\nWith --run, nbdkit runs the command once the export is ready ($uri, $nbd, $unixsocket are set) and stops when it exits (captive mode); the exit status is the command's. SIGINT or SIGTERM flush the volume and write the clean-shutdown mark. nbdkit must be installed; the plugin (liblayoutd_nbd.so) is looked up next to this binary or in $LAYOUTD_NBD_PLUGIN."
+    after_help = "Examples:\n  layoutd serve --device vol.img                          # private Unix socket, prints the NBD URI\n  layoutd serve --device vol.img --listen 127.0.0.1:10809\n  layoutd serve --device vol.img --listen :10809 --tls-psk keys.psk   # beyond loopback: TLS (psktool -p keys.psk -u USER)\n  layoutd serve --device vol.img --run 'qemu-io -f raw -c \"write -P 7 0 1M\" \"$uri\"'\n  layoutd serve --device vol.ssd --emulate wd800 --record-trace run.trace\n\nWith --run, nbdkit runs the command once the export is ready ($uri, $nbd, $unixsocket are set) and stops when it exits (captive mode); the exit status is the command's. SIGINT or SIGTERM flush the volume and write the clean-shutdown mark. Anyone who can connect can read and overwrite the volume: on a TCP address other than loopback use --tls-psk or --tls-certificates (a warning says so otherwise). Block sizes are advertised as 512 minimum, 4096 preferred, 32 MiB maximum. nbdkit must be installed; the plugin (liblayoutd_nbd.so) is looked up next to this binary or in $LAYOUTD_NBD_PLUGIN."
 )]
 pub struct ServeArgs {
     /// A device formatted with `layoutd format` (repeat, in order, for every member of a
