@@ -71,30 +71,36 @@ fn load() -> Result<Blkid, String> {
             "cannot load {LIBRARY} to check the device for foreign data (install util-linux's libblkid: apt-get install libblkid1), or pass --force"
         ));
     }
-    let sym = |name: &str| -> Result<*mut c_void, String> {
-        let c = CString::new(name).expect("no NUL");
-        // SAFETY: `h` is a live handle and `c` a valid C string.
-        let p = unsafe { dlsym(h, c.as_ptr()) };
-        if p.is_null() {
-            Err(format!("{LIBRARY} has no {name}: too old a libblkid; upgrade util-linux or pass --force"))
-        } else {
-            Ok(p)
-        }
-    };
     // SAFETY: each symbol is the libblkid function of that name, whose C
-    // signature (blkid.h) matches the Rust type it is transmuted to.
+    // signature (blkid.h) matches the field's Rust type it is read as.
     unsafe {
         Ok(Blkid {
-            new_probe_from_filename: std::mem::transmute(sym("blkid_new_probe_from_filename")?),
-            free_probe: std::mem::transmute(sym("blkid_free_probe")?),
-            enable_superblocks: std::mem::transmute(sym("blkid_probe_enable_superblocks")?),
-            set_superblocks_flags: std::mem::transmute(sym("blkid_probe_set_superblocks_flags")?),
-            enable_partitions: std::mem::transmute(sym("blkid_probe_enable_partitions")?),
-            set_partitions_flags: std::mem::transmute(sym("blkid_probe_set_partitions_flags")?),
-            do_probe: std::mem::transmute(sym("blkid_do_probe")?),
-            lookup_value: std::mem::transmute(sym("blkid_probe_lookup_value")?),
+            new_probe_from_filename: sym(h, "blkid_new_probe_from_filename")?,
+            free_probe: sym(h, "blkid_free_probe")?,
+            enable_superblocks: sym(h, "blkid_probe_enable_superblocks")?,
+            set_superblocks_flags: sym(h, "blkid_probe_set_superblocks_flags")?,
+            enable_partitions: sym(h, "blkid_probe_enable_partitions")?,
+            set_partitions_flags: sym(h, "blkid_probe_set_partitions_flags")?,
+            do_probe: sym(h, "blkid_do_probe")?,
+            lookup_value: sym(h, "blkid_probe_lookup_value")?,
         })
     }
+}
+
+/// The function `name` of the library `h`, as the function pointer type `F`.
+///
+/// # Safety
+/// `h` is a live dlopen handle and `F` is the symbol's true C signature.
+unsafe fn sym<F: Copy>(h: *mut c_void, name: &str) -> Result<F, String> {
+    assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<*mut c_void>(), "a function pointer");
+    let c = CString::new(name).expect("no NUL");
+    let p = dlsym(h, c.as_ptr());
+    if p.is_null() {
+        return Err(format!(
+            "{LIBRARY} has no {name}: too old a libblkid; upgrade util-linux or pass --force"
+        ));
+    }
+    Ok(std::mem::transmute_copy::<*mut c_void, F>(&p))
 }
 
 /// A probe that is freed on drop.
