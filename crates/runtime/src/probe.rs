@@ -61,14 +61,15 @@ struct Blkid {
 
 const LIBRARY: &str = "libblkid.so.1";
 
-fn load() -> Result<Blkid, String> {
-    let lib = CString::new(LIBRARY).expect("no NUL");
+/// Loads libblkid (`library`: its file name, [`LIBRARY`] outside tests).
+fn load(library: &str) -> Result<Blkid, String> {
+    let lib = CString::new(library).expect("no NUL");
     // SAFETY: dlopen with a valid C string; the handle is never closed, so
     // the symbols below stay valid for the life of the process.
     let h = unsafe { dlopen(lib.as_ptr(), RTLD_NOW) };
     if h.is_null() {
         return Err(format!(
-            "cannot load {LIBRARY} to check the device for foreign data (install util-linux's libblkid: apt-get install libblkid1), or pass --force"
+            "cannot load {library} to check the device for foreign data (install util-linux's libblkid: apt-get install libblkid1), or pass --force"
         ));
     }
     // SAFETY: each symbol is the libblkid function of that name, whose C
@@ -131,7 +132,7 @@ impl Guard<'_> {
 /// Every signature libblkid finds anywhere on the device (as `wipefs` lists
 /// them), in the order found. An error names the device and the fix.
 pub fn signatures(path: &Path) -> Result<Vec<Signature>, String> {
-    let blkid = load()?;
+    let blkid = load(LIBRARY)?;
     let name = CString::new(path.as_os_str().as_bytes()).map_err(|_| "a NUL in the path".to_string())?;
     // SAFETY: a valid C string; a null result is handled.
     let probe = unsafe { (blkid.new_probe_from_filename)(name.as_ptr()) };
@@ -195,6 +196,12 @@ pub fn refuse_foreign(path: &Path) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_libblkid_is_refused_with_the_fix() {
+        let e = load("libblkid-not-here.so.9").err().expect("no such library");
+        assert!(e.contains("apt-get install libblkid1") && e.contains("--force"), "{e}");
+    }
 
     #[test]
     fn a_blank_file_has_no_signature_and_a_planted_swap_one_is_found() {
