@@ -63,6 +63,13 @@ pub enum ReadLookup {
         /// Arrival time of the request's last sector.
         ready_ns: u64,
     },
+    /// The first sectors are in the buffer, the rest is not coming: the
+    /// cached part goes to the host at once while the media supplies the
+    /// rest ("Immed transfer partial hit").
+    Partial {
+        /// First LBA not in the buffer.
+        cached_end_lba: u64,
+    },
     /// The media must be read.
     Miss,
 }
@@ -85,6 +92,7 @@ pub struct Cache {
     dedicated_write_segment: bool,
     read_hits_on_write_data: bool,
     almost_read_hits: bool,
+    partial_hits: bool,
     use_counter: u64,
 }
 
@@ -96,6 +104,7 @@ impl Cache {
         dedicated_write_segment: bool,
         read_hits_on_write_data: bool,
         almost_read_hits: bool,
+        partial_hits: bool,
     ) -> Cache {
         Cache {
             segments: vec![Segment::default(); segment_count as usize],
@@ -103,6 +112,7 @@ impl Cache {
             dedicated_write_segment: dedicated_write_segment && segment_count >= 2,
             read_hits_on_write_data,
             almost_read_hits,
+            partial_hits,
             use_counter: 0,
         }
     }
@@ -156,6 +166,9 @@ impl Cache {
                     ReadLookup::Streaming { ready_ns }
                 };
                 return (lookup, Some(index));
+            }
+            if self.partial_hits && lba < frontier {
+                return (ReadLookup::Partial { cached_end_lba: frontier }, Some(index));
             }
         }
         (ReadLookup::Miss, None)

@@ -609,7 +609,7 @@ pub(crate) const DISK_PARAMETERS: &[(&str, Use)] = &[
     ("Disconnect write if seek", Use::NotModelled(0.0)),
     ("Write hit stop prefetch", Use::NotModelled(1.0)),
     ("Read directly to buffer", Use::NotModelled(1.0)),
-    ("Immed transfer partial hit", Use::NotModelled(0.0)),
+    ("Immed transfer partial hit", Use::Modelled),
     ("Read hit over. after read", Use::Modelled),
     ("Read hit over. after write", Use::Modelled),
     ("Read miss over. after read", Use::Modelled),
@@ -834,6 +834,7 @@ fn cache(disk: &Scope, warnings: &mut Vec<String>) -> Result<CacheParams, HddErr
         dedicated_write_segment: disk.number_or("Use separate write segment", 0.0)? != 0.0,
         read_hits_on_write_data: disk.number_or("Allow read hits on write data", 1.0)? != 0.0,
         almost_read_hits: disk.number_or("Allow almost read hits", 0.0)? != 0.0,
+        partial_hits: disk.number_or("Immed transfer partial hit", 0.0)? != 0.0,
         stop_prefetch_in_sector: disk.number_or("Stop prefetch in sector", 1.0)? != 0.0,
     })
 }

@@ -76,6 +76,7 @@ impl Disk {
             params.cache.dedicated_write_segment,
             params.cache.read_hits_on_write_data,
             params.cache.almost_read_hits,
+            params.cache.partial_hits,
         );
         let streaming_sector_ns = (0..params.zones.len())
             .map(|index| {
@@ -286,7 +287,8 @@ impl Disk {
         let watermark =
             ((sectors.min(segment_sectors) as f64 * interface.read_watermark) as u64).clamp(1, sectors);
         let (lookup, segment) = self.cache.lookup_read(now_ns, lba, sectors);
-        let hit = matches!(lookup, ReadLookup::Hit | ReadLookup::Streaming { .. });
+        let hit =
+            matches!(lookup, ReadLookup::Hit | ReadLookup::Streaming { .. } | ReadLookup::Partial { .. });
         let command_ns = self.params.overheads.pick(false, hit, self.last_was_write);
         completion.cache_hit = hit;
         let end = lba + sectors;
@@ -302,6 +304,32 @@ impl Disk {
                 let limit = self.read_ahead_limit(lba, end, self.cache.start_lba(index));
                 self.cache.raise_limit(index, limit);
                 ((now_ns + command_ns + prep_ns + sectors * bus_ns).max(last_ns + bus_ns), Some(index))
+            }
+            (ReadLookup::Partial { cached_end_lba }, Some(_)) => {
+                // The cached sectors leave at once; the media reads the rest
+                // from where the buffer ends (DiskSim BUFFER_PARTIAL with
+                // "Immed transfer partial hit").
+                let mechanism_ready_ns = now_ns + command_ns;
+                let rest = end - cached_end_lba;
+                let first = map(&self.params, cached_end_lba);
+                let access = self.take_arm(mechanism_ready_ns, cached_end_lba, rest, false, &first, 0);
+                fill_access(completion, &access);
+                let streaming_sector_ns = self.streaming_sector_ns(access.end_zone_index);
+                let limit = self.read_ahead_limit(lba, end, lba);
+                let min_lba = end + u64::from(self.params.cache.read_ahead_sectors_min);
+                let segment = self.cache.fill_read(
+                    now_ns,
+                    cached_end_lba,
+                    rest,
+                    access.end_ns,
+                    streaming_sector_ns,
+                    limit,
+                    min_lba,
+                    cached_end_lba - lba,
+                );
+                let cached_out_ns = mechanism_ready_ns + prep_ns + (sectors - rest) * bus_ns;
+                let tail_ns = (1 + access.early_sectors) * bus_ns;
+                ((cached_out_ns + rest * bus_ns).max(access.end_ns + tail_ns), segment)
             }
             _ => {
                 let mechanism_ready_ns = now_ns + command_ns;

@@ -228,6 +228,10 @@ pub struct CacheParams {
     /// to bring is served from the stream ("Allow almost read hits");
     /// otherwise it is a miss and goes back to the media.
     pub almost_read_hits: bool,
+    /// A read whose first sectors are in the buffer (and whose rest is not
+    /// being prefetched) sends them at once and reads only the rest
+    /// ("Immed transfer partial hit"); otherwise it reads all of it.
+    pub partial_hits: bool,
     /// A prefetch stops at once when the arm is needed; otherwise it
     /// finishes the sector under the head first ("Stop prefetch in sector").
     pub stop_prefetch_in_sector: bool,
@@ -252,6 +256,7 @@ impl CacheParams {
             dedicated_write_segment: false,
             read_hits_on_write_data: true,
             almost_read_hits: true,
+            partial_hits: true,
             stop_prefetch_in_sector: true,
         }
     }

@@ -48,6 +48,11 @@ fn read_ahead_over_requested_decides_whether_the_request_data_stays() {
     params.cache.request_data = RequestData::Kept;
     assert!(second_hits(&params, (10_000, 8), (10_000, 8)));
     assert!(second_hits(&params, (10_000, 8), (10_056, 8)));
+    assert!(!second_hits(&params, (10_000, 8), (10_064, 8)));
+    // 10_060..10_068 is only partly there: a partial hit, or a miss
+    // without "Immed transfer partial hit".
+    assert!(second_hits(&params, (10_000, 8), (10_060, 8)));
+    params.cache.partial_hits = false;
     assert!(!second_hits(&params, (10_000, 8), (10_060, 8)));
     // -1: the request's data leaves the segment once sent.
     params.cache.request_data = RequestData::Dropped;
