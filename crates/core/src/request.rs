@@ -112,12 +112,26 @@ pub struct Request {
     pub stream: StreamId,
     /// The payload of a write in data mode; `None` otherwise.
     pub data: Option<Bytes>,
+    /// Work a target does for itself (log writes, destage, cleaning,
+    /// checkpoints), not on behalf of the request being handled when it was
+    /// emitted: the live runtime performs it off the client's thread, so no
+    /// client waits for I/O that is not its own. Layers below pass it on.
+    pub background: bool,
 }
 
 impl Request {
     /// A request without payload.
     pub fn new(id: ReqId, op: Op, offset_bytes: u64, length_bytes: u32) -> Request {
-        Request { id, op, offset_bytes, length_bytes, fua: false, stream: StreamId(0), data: None }
+        Request {
+            id,
+            op,
+            offset_bytes,
+            length_bytes,
+            fua: false,
+            stream: StreamId(0),
+            data: None,
+            background: false,
+        }
     }
 
     /// A write carrying `data`.

@@ -131,6 +131,32 @@ impl Target for Stack {
         self.layers.iter().map(|t| t.status()).collect()
     }
 
+    /// Each layer maps the known pieces the layer above produced; an
+    /// unknown piece stays unknown all the way down.
+    fn map_extent(&self, offset_bytes: u64, length_bytes: u64) -> Vec<(Option<u64>, u64)> {
+        let mut pieces = vec![(Some(offset_bytes), length_bytes)];
+        for layer in &self.layers {
+            let mut below = Vec::with_capacity(pieces.len());
+            for (o, n) in pieces {
+                match o {
+                    Some(o) => {
+                        let mapped = layer.map_extent(o, n);
+                        debug_assert_eq!(
+                            mapped.iter().map(|p| p.1).sum::<u64>(),
+                            n,
+                            "{} covers the range",
+                            layer.name()
+                        );
+                        below.extend(mapped);
+                    }
+                    None => below.push((None, n)),
+                }
+            }
+            pieces = below;
+        }
+        pieces
+    }
+
     fn status(&self) -> Status {
         let mut s = self.layers[0].status();
         s.counters.push(("requests_rejected_count".into(), self.requests_rejected_count));

@@ -196,13 +196,14 @@ pub trait Target: Send {
     /// For allocation queries (NBD block status): where the bytes
     /// `[offset_bytes, offset_bytes + length_bytes)` of this target live on
     /// the layer below, as `(lower offset, length)` pieces in order covering
-    /// the range, when this target keeps those bytes there unchanged, so a
-    /// hole below reads as zeroes here too. `None`, the default, means
-    /// unknown: the range is reported as data, which is always safe. A target
-    /// that may hold newer bytes elsewhere (a log, a cache) answers `None`.
-    fn map_extent(&self, offset_bytes: u64, length_bytes: u64) -> Option<Vec<(u64, u64)>> {
-        let _ = (offset_bytes, length_bytes);
-        None
+    /// the range. `Some(lower)`: this target keeps those bytes there
+    /// unchanged, so a hole below reads as zeroes here too. `None`: unknown,
+    /// reported as data, which is always safe; the default answers that for
+    /// the whole range, and a target that may hold newer bytes elsewhere (a
+    /// log, a cache) answers it for those bytes.
+    fn map_extent(&self, offset_bytes: u64, length_bytes: u64) -> Vec<(Option<u64>, u64)> {
+        let _ = offset_bytes;
+        vec![(None, length_bytes)]
     }
 }
 

@@ -383,11 +383,13 @@ impl Server for Connection {
     /// the stack cannot map (`Target::map_extent` is `None`) as data.
     fn extents(&self, count: u32, offset: u64, _flags: Flags, h: &mut ExtentHandle) -> Result<()> {
         guarded("extents", || {
-            let runs = ALLOCATION
-                .get()
-                .zip(self.live.map_extent(offset, u64::from(count)))
-                .map(|(a, pieces)| a.runs_of(&pieces))
-                .unwrap_or_else(|| vec![(u64::from(count), false)]);
+            let mut runs: Vec<(u64, bool)> = Vec::new();
+            for (lower, n) in self.live.map_extent(offset, u64::from(count)) {
+                match (ALLOCATION.get(), lower) {
+                    (Some(a), Some(o)) => runs.extend(a.runs_of(&[(o, n)])),
+                    _ => runs.push((n, false)),
+                }
+            }
             let mut pos = offset;
             for (n, hole) in runs {
                 h.add(pos, n, if hole { ExtentType::HoleZero } else { ExtentType::Allocated })?;

@@ -337,10 +337,13 @@ impl LiveVolume {
         }
     }
 
-    /// Where `[offset, offset + length)` lives on the bottom device, if the
-    /// stack knows ([`Target::map_extent`]); `None`: report it as data.
-    pub fn map_extent(&self, offset: u64, length: u64) -> Option<Vec<(u64, u64)>> {
-        self.lock().ok()?.stack.map_extent(offset, length)
+    /// Where `[offset, offset + length)` lives on the bottom device, piece
+    /// by piece ([`Target::map_extent`]); `None` pieces: report as data.
+    pub fn map_extent(&self, offset: u64, length: u64) -> Vec<(Option<u64>, u64)> {
+        match self.lock() {
+            Ok(core) => core.stack.map_extent(offset, length),
+            Err(_) => vec![(None, length)],
+        }
     }
 
     /// Every layer's status, top first (the stack's own if it is a Stack).
@@ -408,7 +411,12 @@ fn executor_loop(vol: Weak<LiveVolume>) {
             let mut q = v.executor.queue.lock().unwrap_or_else(|p| p.into_inner());
             if q.is_empty() && !v.shutdown.load(Ordering::SeqCst) {
                 // Wake at least every 200 ms to notice a dropped volume.
-                q = v.executor.cv.wait_timeout(q, Duration::from_millis(200)).unwrap_or_else(|p| p.into_inner()).0;
+                q = v
+                    .executor
+                    .cv
+                    .wait_timeout(q, Duration::from_millis(200))
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
             }
             q.pop_front()
         };

@@ -332,3 +332,39 @@ fn a_transient_enospc_fails_only_what_depends_on_it_and_the_write_is_retried() {
     let c = h.read(4096, 1024);
     assert_eq!(c.data.map(|d| d.to_vec()), Some(vec![2; 1024]));
 }
+
+/// NBD block status through a stack: a range with a newer copy in the log is
+/// unknown (reported as data); elsewhere the dcd maps 1:1 to its data
+/// region and the linear below maps on to the device; after destage the
+/// written range maps home too.
+#[test]
+fn map_extent_goes_through_the_stack_and_never_hides_log_data() {
+    use layoutd_core::Target;
+    use layoutd_runtime::det::{Harness, ZeroLatency};
+    use layoutd_runtime::testkit::{bring_up, stack_from_toml};
+    let text = format!(
+        "{}[[layer]]\ntarget = \"linear\"\n[[layer.segment]]\noffset = 4096\n",
+        tiny("").replacen("version = 1\n", "version = 1\n[[layer]]\ntarget = \"trace\"\n", 1)
+    );
+    let dev = std::sync::Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
+    let mut h = Harness::new(
+        stack_from_toml(&text, DEVICE_BYTES, layoutd_core::OpenMode::Format),
+        dev,
+        ZeroLatency::default(),
+        1,
+    );
+    bring_up(&mut h);
+    let data_offset = 64 << 10;
+    let home = |o: u64| Some(4096 + data_offset + o);
+    assert_eq!(h.stack.map_extent(8192, 4096), vec![(home(8192), 4096)]);
+    assert_eq!(h.write(8192 + 1024, vec![7; 512]).result, Ok(()));
+    assert_eq!(
+        h.stack.map_extent(8192, 4096),
+        vec![(home(8192), 1024), (None, 512), (home(8192 + 1536), 4096 - 1536)],
+        "the sector in the log is unknown (data), the rest maps home"
+    );
+    assert_eq!(h.stack.map_extent(0, 8192), vec![(home(0), 8192)]);
+    h.settle();
+    assert_eq!(h.stack.map_extent(8192, 4096), vec![(home(8192), 4096)]);
+    assert_eq!(h.stack.map_extent(u64::MAX - 511, 512), vec![(None, 512)]);
+}

@@ -442,15 +442,7 @@ impl Replay<'_> {
         let r = issue.req;
         let length_bytes = r.length_bytes as u32;
         let stream = self.detector.classify(r.stream, r.offset_bytes, r.length_bytes);
-        let req = Request {
-            id: ReqId(0),
-            op: r.op,
-            offset_bytes: r.offset_bytes,
-            length_bytes,
-            fua: r.fua,
-            stream,
-            data: None,
-        };
+        let req = Request { fua: r.fua, stream, ..Request::new(ReqId(0), r.op, r.offset_bytes, length_bytes) };
         let issue_ns = self.h.now.as_ns();
         // Completions delivered during submit wait in the harness until
         // `collect`, so the bookkeeping can go in after the id is known.

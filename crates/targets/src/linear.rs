@@ -182,10 +182,15 @@ impl Target for Linear {
     }
 
     /// The segments hold the volume's bytes unchanged.
-    fn map_extent(&self, offset_bytes: u64, length_bytes: u64) -> Option<Vec<(u64, u64)>> {
-        let end = offset_bytes.checked_add(length_bytes).filter(|&e| e <= self.size_bytes)?;
-        let pieces = self.lower_ranges(offset_bytes, end - offset_bytes);
-        Some(pieces.into_iter().map(|(lower, _, n)| (lower, n)).collect())
+    fn map_extent(&self, offset_bytes: u64, length_bytes: u64) -> Vec<(Option<u64>, u64)> {
+        match offset_bytes.checked_add(length_bytes).filter(|&e| e <= self.size_bytes) {
+            Some(end) => self
+                .lower_ranges(offset_bytes, end - offset_bytes)
+                .into_iter()
+                .map(|(lower, _, n)| (Some(lower), n))
+                .collect(),
+            None => vec![(None, length_bytes)],
+        }
     }
 
     fn size_bytes(&self) -> u64 {
@@ -307,9 +312,9 @@ mod tests {
     #[test]
     fn extents_map_through_the_segments_and_not_past_the_end() {
         let l = Linear::new(Linear::check_slices(&[(8192, 4096), (0, 4096)], 1 << 20).expect("valid"));
-        assert_eq!(l.map_extent(2048, 4096), Some(vec![(8192 + 2048, 2048), (0, 2048)]));
-        assert_eq!(l.map_extent(0, 8192), Some(vec![(8192, 4096), (0, 4096)]));
-        assert_eq!(l.map_extent(4096, 8192), None);
-        assert_eq!(l.map_extent(u64::MAX, 2), None);
+        assert_eq!(l.map_extent(2048, 4096), vec![(Some(8192 + 2048), 2048), (Some(0), 2048)]);
+        assert_eq!(l.map_extent(0, 8192), vec![(Some(8192), 4096), (Some(0), 4096)]);
+        assert_eq!(l.map_extent(4096, 8192), vec![(None, 8192)]);
+        assert_eq!(l.map_extent(u64::MAX, 2), vec![(None, 2)]);
     }
 }

@@ -82,8 +82,8 @@ impl Target for Trace {
     }
 
     /// Passes everything through: the bytes are where they are below.
-    fn map_extent(&self, offset_bytes: u64, length_bytes: u64) -> Option<Vec<(u64, u64)>> {
-        Some(vec![(offset_bytes, length_bytes)])
+    fn map_extent(&self, offset_bytes: u64, length_bytes: u64) -> Vec<(Option<u64>, u64)> {
+        vec![(Some(offset_bytes), length_bytes)]
     }
 
     fn handle_request(&mut self, now: Instant, req: Request) {

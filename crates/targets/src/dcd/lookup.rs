@@ -67,6 +67,26 @@ impl Lookup {
         out
     }
 
+    /// The runs `(first sector, count)` of mapped sectors among `count`
+    /// sectors from `start`, in order (one lookup per line).
+    pub fn mapped_runs(&self, start: u64, count: u64) -> Vec<(u64, u64)> {
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        let Some(end) = start.checked_add(count).filter(|_| count > 0) else { return out };
+        for (&key, line) in self.lines.range(start / LINE_SECTORS..=(end - 1) / LINE_SECTORS) {
+            for (i, &v) in line.iter().enumerate() {
+                let s = key * LINE_SECTORS + i as u64;
+                if s < start || s >= end || Loc::unpack(v).is_none() {
+                    continue;
+                }
+                match out.last_mut() {
+                    Some((a, n)) if *a + *n == s => *n += 1,
+                    _ => out.push((s, 1)),
+                }
+            }
+        }
+        out
+    }
+
     /// Maps `sector` to `loc`; returns the location it replaces.
     pub fn set(&mut self, sector: u64, loc: Loc) -> Option<Loc> {
         let line = self.lines.entry(sector / LINE_SECTORS).or_insert([0; LINE_SECTORS as usize]);

@@ -67,7 +67,7 @@ pub use config::{Args, FuaMode, PolicyKind, ReadFragmented};
 use crate::seglog::{Entry, Geometry, SegLoc, Seq};
 use bytes::Bytes;
 use layoutd_core::config::{ArgReader, ConfigError};
-use layoutd_core::{Completion, Instant, OpenMode, ReqId, Request, Status, Target};
+use layoutd_core::{Completion, Instant, OpenMode, ReqId, Request, Status, Target, SECTOR_BYTES};
 use lookup::{Loc, Lookup};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -199,6 +199,29 @@ enum LowerOp {
     MarkWrite {
         upto: Seq,
     },
+}
+
+impl LowerOp {
+    /// Work the target does for itself rather than for the upper request
+    /// that was being handled: log segments (written when a buffer seals,
+    /// which any write may trigger), destage, checkpoints and flushes that
+    /// only advance durability. Reads for a client, its writes home, and
+    /// the flushes and flush marks that acknowledge a client are not.
+    fn is_background(&self) -> bool {
+        match self {
+            LowerOp::SegPreflush { .. }
+            | LowerOp::SegWrite { .. }
+            | LowerOp::HomeDestage { .. }
+            | LowerOp::DestageRead { .. }
+            | LowerOp::CheckpointFlush { .. }
+            | LowerOp::CheckpointWrite { .. } => true,
+            LowerOp::DurableFlush { acks, .. } => acks.is_empty(),
+            LowerOp::Bringup
+            | LowerOp::ReadPiece { .. }
+            | LowerOp::HomeUpper { .. }
+            | LowerOp::MarkWrite { .. } => false,
+        }
+    }
 }
 
 /// An upper read being assembled from its pieces.
@@ -419,6 +442,7 @@ impl Dcd {
         let id = self.next_lower_id;
         self.next_lower_id += 1;
         req.id = ReqId(id);
+        req.background = op.is_background();
         assert!(self.lower.insert(id, op).is_none(), "lower ids are unique");
         self.lower_q.push_back(req);
         id
@@ -508,6 +532,34 @@ impl Target for Dcd {
 
     fn is_ready(&self) -> bool {
         self.serving()
+    }
+
+    /// Sectors with a newer copy in the log (or a RAM buffer) are unknown
+    /// (reported as data); the rest live at home, 1:1.
+    fn map_extent(&self, offset_bytes: u64, length_bytes: u64) -> Vec<(Option<u64>, u64)> {
+        let unknown = vec![(None, length_bytes)];
+        let Some(end) = offset_bytes.checked_add(length_bytes).filter(|&e| e <= self.args.data_length_bytes)
+        else {
+            return unknown;
+        };
+        if !self.serving() || !offset_bytes.is_multiple_of(SECTOR_BYTES) || !end.is_multiple_of(SECTOR_BYTES)
+        {
+            return unknown;
+        }
+        let mut out = Vec::new();
+        let mut pos = offset_bytes;
+        for (s, n) in self.lookup.mapped_runs(offset_bytes / SECTOR_BYTES, length_bytes / SECTOR_BYTES) {
+            let (a, b) = (s * SECTOR_BYTES, (s + n) * SECTOR_BYTES);
+            if a > pos {
+                out.push((Some(self.args.data_offset_bytes + pos), a - pos));
+            }
+            out.push((None, b - a));
+            pos = b;
+        }
+        if pos < end {
+            out.push((Some(self.args.data_offset_bytes + pos), end - pos));
+        }
+        out
     }
 
     fn status(&self) -> Status {
