@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 const SIZE: (u32, u32) = (900, 520);
 const FONT: (&str, u32) = ("sans-serif", 16);
 /// Most points drawn in `address_time.svg` (about 60 bytes of SVG each).
-pub const ADDRESS_POINTS_MAX: usize = 20_000;
+pub const ADDRESS_POINTS_MAX: usize = 12_000;
 /// Series colours, one per run (or reads, writes).
 const COLORS: [RGBColor; 6] = [
     RGBColor(31, 119, 180),
@@ -319,7 +319,11 @@ fn plot_cdf(path: &Path, caption: &str, series: &[Series]) -> PlotResult {
         let (zero, pts) = cdf_points(b);
         let mut line = vec![(x.start, zero)];
         line.extend(pts);
-        let label = if zero > 0.0 { format!("{name} ({:.1}% at 0 ms)", zero * 100.0) } else { name.clone() };
+        let label = match zero * 100.0 {
+            0.0 => name.clone(),
+            z if z < 0.1 => format!("{name} ({z:.3}% at 0 ms)"),
+            z => format!("{name} ({z:.1}% at 0 ms)"),
+        };
         chart
             .draw_series(LineSeries::new(line, color.stroke_width(2)))?
             .label(label)
