@@ -163,7 +163,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE", conflicts_with = "tls")]
     tls_psk: Option<PathBuf>,
     /// With certificates: accept only clients presenting a certificate signed by the CA.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "tls_psk")]
     tls_verify_peer: bool,
     /// Run this shell command against the export, then stop (nbdkit captive mode).
     #[arg(long, value_name = "CMD")]
