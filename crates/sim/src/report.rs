@@ -43,6 +43,9 @@ const COLORS: [RGBColor; 6] = [
 
 type PlotResult = Result<(), Box<dyn std::error::Error>>;
 
+/// A plot to draw: file name, heading, and how to draw it to a path.
+type Plot<'a> = (&'static str, &'static str, Box<dyn Fn(&Path) -> PlotResult + 'a>);
+
 /// One series of response times: a label and its buckets `[low ns, width ns, count]`.
 type Series<'a> = (String, &'a [[u64; 3]]);
 
@@ -67,7 +70,7 @@ pub fn write_report(dir: &Path, outcome: &SimOutcome) -> anyhow::Result<PathBuf>
     let title = run_title(s);
     let rb = &s.response_buckets;
     let rw: Vec<Series> = vec![("reads".into(), &rb.read), ("writes".into(), &rb.write)];
-    let plots: Vec<(&str, &str, Box<dyn Fn(&Path) -> PlotResult + '_>)> = vec![
+    let plots: Vec<Plot> = vec![
         (
             "address_time.svg",
             "Disk address against time",
@@ -99,7 +102,7 @@ fn create_dir(dir: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create report directory", dir.display()))
 }
 
-fn draw_all(dir: &Path, plots: &[(&str, &str, Box<dyn Fn(&Path) -> PlotResult + '_>)]) -> anyhow::Result<()> {
+fn draw_all(dir: &Path, plots: &[Plot]) -> anyhow::Result<()> {
     for (file, _, plot) in plots {
         let path = dir.join(file);
         plot(&path).map_err(|e| anyhow::anyhow!("{}: cannot draw: {e}", path.display()))?;
@@ -650,7 +653,7 @@ pub fn write_compare_report(dir: &Path, paths: &[PathBuf]) -> anyhow::Result<Pat
     let names: Vec<String> = runs.iter().enumerate().map(|(i, r)| label(i, r)).collect();
     let phase_labels: Vec<String> = ["bring-up", "trace", "after trace"].map(String::from).to_vec();
     let phase_groups: Vec<Vec<f64>> = (0..3).map(|p| runs.iter().map(|r| r.phases[p]).collect()).collect();
-    let plots: Vec<(&str, &str, Box<dyn Fn(&Path) -> PlotResult + '_>)> = vec![
+    let plots: Vec<Plot> = vec![
         (
             "read_cdf.svg",
             "Read response-time CDF",
