@@ -494,7 +494,7 @@ impl TraceReader {
             path: self.path.clone(),
             line: 0,
             message: format!(
-                "--device {} matches none of the {} requests; the trace's devices are {}{more}",
+                "--device (--volume) {} matches none of the {} requests; the trace's devices are {}{more}",
                 self.format.device_name(device),
                 self.counts.other_device_count,
                 names.join(" ")
