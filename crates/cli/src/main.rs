@@ -61,8 +61,8 @@ fn main() {
         Cmd::Disk(c) => cmd_disk::run(c),
         Cmd::Sim(a) => cmd_sim::run(a),
         Cmd::Targets => {
-            for (name, what) in layoutd_targets::TARGET_TYPES {
-                println!("{name:10} {what}");
+            for t in layoutd_targets::TARGET_TYPES {
+                println!("{:10} {}", t.name, t.about);
             }
             Ok(())
         }

@@ -131,6 +131,37 @@ impl Target for Stack {
         self.layers.iter().map(|t| t.status()).collect()
     }
 
+    /// Offered to each layer, top first; the first that takes it answers.
+    /// `N:MSG` sends `MSG` to layer `N` (1 = top) only.
+    fn message(&mut self, now: Instant, msg: &str) -> Result<String, String> {
+        if let Some((n, rest)) = msg.split_once(':').filter(|(n, _)| n.parse::<usize>().is_ok()) {
+            let i: usize = n.parse().expect("checked");
+            let count = self.layers.len();
+            let layer = i
+                .checked_sub(1)
+                .and_then(|i| self.layers.get_mut(i))
+                .ok_or_else(|| format!("no layer {i}: the stack has {count}"))?;
+            let r = layer.message(now, rest.trim());
+            self.pump(now);
+            return r;
+        }
+        let mut errors = Vec::new();
+        for i in 0..self.layers.len() {
+            match self.layers[i].message(now, msg) {
+                Ok(reply) => {
+                    self.pump(now);
+                    return Ok(reply);
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        Err(errors.join("; "))
+    }
+
+    fn is_drained(&self) -> bool {
+        self.layers.iter().all(|t| t.is_drained())
+    }
+
     /// Each layer maps the known pieces the layer above produced; an
     /// unknown piece stays unknown all the way down.
     fn map_extent(&self, offset_bytes: u64, length_bytes: u64) -> Vec<(Option<u64>, u64)> {

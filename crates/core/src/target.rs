@@ -193,6 +193,21 @@ pub trait Target: Send {
         vec![self.status()]
     }
 
+    /// A runtime command, as device-mapper's `message` ("destage", "snapshot
+    /// create NAME", "plan"): `Ok` with a reply, or `Err` saying why not (an
+    /// unknown message included). The default knows none.
+    fn message(&mut self, now: Instant, msg: &str) -> Result<String, String> {
+        let _ = now;
+        Err(format!("{}: unknown message `{msg}` (this target takes none)", self.name()))
+    }
+
+    /// Whether the target holds no background work: nothing left to
+    /// destage, clean or copy, so the device below alone is the volume's
+    /// contents (`layoutd destage` checks it). The default: always.
+    fn is_drained(&self) -> bool {
+        true
+    }
+
     /// For allocation queries (NBD block status): where the bytes
     /// `[offset_bytes, offset_bytes + length_bytes)` of this target live on
     /// the layer below, as `(lower offset, length)` pieces in order covering

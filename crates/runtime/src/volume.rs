@@ -411,13 +411,16 @@ pub fn destage(paths: &[PathBuf]) -> Result<Vec<layoutd_core::Status>, VolumeErr
     }
     h.settle();
     let stack = h.into_stack();
-    for name in ["dirty_segments_count", "log_utilization_pct"] {
-        if let Some(v) = counter(&*stack, name).filter(|&v| v != 0) {
-            return Err(err(
-                path,
-                format!("after draining, {name}={v}: the log is not empty; the device is left marked dirty"),
-            ));
-        }
+    if !stack.is_drained() {
+        let statuses: Vec<String> = stack.layer_statuses().iter().map(|s| s.to_string()).collect();
+        return Err(err(
+            path,
+            format!(
+                "after draining, the stack still holds background work; the device is left marked dirty. \
+                 Status: {}",
+                statuses.join(" | ")
+            ),
+        ));
     }
     mark_clean(&vol.members)?;
     Ok(stack.layer_statuses())

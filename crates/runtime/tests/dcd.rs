@@ -119,9 +119,11 @@ fn dcd_debug_one() {
     assert!(r.is_ok());
 }
 
+/// A counter of any layer (the first that has it).
 fn counter(h: &layoutd_runtime::det::Harness, key: &str) -> u64 {
-    let st = h.stack.status();
-    st.counters.iter().find(|c| c.0 == key).unwrap_or_else(|| panic!("no counter {key}")).1
+    let layers = h.stack.layer_statuses();
+    let found = layers.iter().flat_map(|st| st.counters.iter()).find(|c| c.0 == key);
+    found.unwrap_or_else(|| panic!("no counter {key}")).1
 }
 
 fn build(text: &str, device_bytes: u64) -> Result<layoutd_core::Stack, String> {
@@ -339,7 +341,6 @@ fn a_transient_enospc_fails_only_what_depends_on_it_and_the_write_is_retried() {
 /// written range maps home too.
 #[test]
 fn map_extent_goes_through_the_stack_and_never_hides_log_data() {
-    use layoutd_core::Target;
     use layoutd_runtime::det::{Harness, ZeroLatency};
     use layoutd_runtime::testkit::{bring_up, stack_from_toml};
     let text = format!(
@@ -367,4 +368,44 @@ fn map_extent_goes_through_the_stack_and_never_hides_log_data() {
     h.settle();
     assert_eq!(h.stack.map_extent(8192, 4096), vec![(home(8192), 4096)]);
     assert_eq!(h.stack.map_extent(u64::MAX - 511, 512), vec![(None, 512)]);
+}
+
+/// The `message` entry point: "destage" starts destage now (no idle wait),
+/// routed by the stack to the layer that takes it; unknown messages and
+/// layers are refused naming what is known; `is_drained` says when the log
+/// is empty.
+#[test]
+fn message_destage_starts_destage_now_and_is_drained_says_when_done() {
+    use layoutd_runtime::det::{Harness, ZeroLatency};
+    use layoutd_runtime::testkit::{bring_up, stack_from_toml};
+    let text = tiny("")
+        .replace("idle_ms_max = 20", "idle_ms_max = 100000")
+        .replace("idle_ms_min = 1", "idle_ms_min = 100000")
+        .replacen("version = 1\n", "version = 1\n[[layer]]\ntarget = \"trace\"\n", 1);
+    let dev = std::sync::Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
+    let mut h = Harness::new(
+        stack_from_toml(&text, DEVICE_BYTES, layoutd_core::OpenMode::Format),
+        dev,
+        ZeroLatency::default(),
+        1,
+    );
+    bring_up(&mut h);
+    assert!(h.stack.is_drained());
+    for i in 0..20u64 {
+        assert_eq!(h.write(i * 4096, vec![i as u8 + 1; 1024]).result, Ok(()));
+    }
+    assert_eq!(h.flush().result, Ok(()));
+    assert!(!h.stack.is_drained(), "the log holds the writes");
+    h.run_until(h.now.add_ms(1000));
+    assert_eq!(counter(&h, "destaged_bytes"), 0, "the idle threshold is 100 s away");
+    let now = h.now;
+    let e = h.stack.message(now, "frobnicate").unwrap_err();
+    assert!(e.contains("trace") && e.contains("known: destage"), "{e}");
+    assert!(h.stack.message(now, "5:destage").unwrap_err().contains("the stack has 2"));
+    assert!(h.stack.message(now, "1:destage").is_err(), "the trace layer takes no messages");
+    let reply = h.stack.message(now, "2:destage").expect("dcd takes it");
+    assert!(reply.contains("dirty segment"), "{reply}");
+    h.run_until(h.now.add_ms(1000));
+    assert!(counter(&h, "destaged_bytes") >= 20 * 1024, "destaged without the idle wait");
+    assert!(h.stack.is_drained());
 }

@@ -14,12 +14,56 @@ pub mod trace;
 use layoutd_core::config::{ArgReader, ConfigError, StackConfig};
 use layoutd_core::{OpenMode, Stack, Target};
 
-/// The target types this build knows, with a one-line description each.
-pub const TARGET_TYPES: &[(&str, &str)] = &[
-    ("dcd", "Disk Caching Disk: small writes logged in segments, destaged home when idle, crash recovery by replay"),
-    ("linear", "maps the volume onto one or more slices of the lower device (dm-linear)"),
-    ("trace", "passes everything through and records each request (time, stream, op, offset, length)"),
+/// What a target's constructor gets: its config keys, the size of the
+/// device below, the member extents of that device (the bottom layer of a
+/// multi-device volume sees several; every other layer one), and whether
+/// to format or recover.
+pub struct TargetContext<'a> {
+    /// The layer's own keys (unknown keys are errors once read).
+    pub args: ArgReader<'a>,
+    /// Bytes of the device below.
+    pub lower_bytes: u64,
+    /// `(start, length)` of each member device within the device below.
+    pub members: &'a [(u64, u64)],
+    /// Format or recover.
+    pub mode: OpenMode,
+}
+
+/// One registered target type: the one place a new target is added
+/// (`format`, `layoutd targets`, config validation and the stack builder
+/// all read this table).
+pub struct TargetType {
+    /// The `target = "..."` name.
+    pub name: &'static str,
+    /// One line for `layoutd targets`.
+    pub about: &'static str,
+    /// Builds the target, or says which key is wrong.
+    pub ctr: fn(TargetContext<'_>) -> Result<Box<dyn Target>, ConfigError>,
+}
+
+/// The target types this build knows.
+pub const TARGET_TYPES: &[TargetType] = &[
+    TargetType {
+        name: "dcd",
+        about: "Disk Caching Disk: small writes logged in segments, destaged home when idle, crash recovery by replay",
+        ctr: |c| Ok(Box::new(dcd::Dcd::ctr(c.args, c.lower_bytes, c.members, c.mode)?)),
+    },
+    TargetType {
+        name: "linear",
+        about: "maps the volume onto one or more slices of the lower device (dm-linear)",
+        ctr: |c| Ok(Box::new(linear::Linear::ctr(c.args, c.lower_bytes)?)),
+    },
+    TargetType {
+        name: "trace",
+        about: "passes everything through and records each request (time, stream, op, offset, length)",
+        ctr: |c| Ok(Box::new(trace::Trace::ctr(c.args, c.lower_bytes)?)),
+    },
 ];
+
+/// The registered type called `name`.
+pub fn target_type(name: &str) -> Option<&'static TargetType> {
+    TARGET_TYPES.iter().find(|t| t.name == name)
+}
 
 /// Builds a stack from `cfg` over a bottom device of `device_bytes`.
 /// Layers are built bottom-up so each knows the size below it. Errors name
@@ -42,25 +86,24 @@ pub fn build_stack_members(
     let mut lower_bytes = 0u64;
     for &m in member_bytes {
         members.push((lower_bytes, m));
-        lower_bytes += m;
+        lower_bytes = lower_bytes
+            .checked_add(m)
+            .ok_or_else(|| ConfigError("the member devices add up to more than 2^64 bytes".into()))?;
     }
     let mut layers: Vec<Box<dyn Target>> = Vec::with_capacity(cfg.layer.len());
     for (i, layer) in cfg.layer.iter().enumerate().rev() {
         let context = format!("layer {} ({})", i + 1, layer.target);
         let args = ArgReader::new(context, &layer.args);
-        let target: Box<dyn Target> = match layer.target.as_str() {
-            "dcd" => Box::new(dcd::Dcd::ctr(args, lower_bytes, &members, mode)?),
-            "linear" => Box::new(linear::Linear::ctr(args, lower_bytes)?),
-            "trace" => Box::new(trace::Trace::ctr(args, lower_bytes)?),
-            other => {
-                let known: Vec<&str> = TARGET_TYPES.iter().map(|t| t.0).collect();
-                return Err(ConfigError(format!(
-                    "layer {}: unknown target `{other}` (known: {})",
-                    i + 1,
-                    known.join(", ")
-                )));
-            }
+        let Some(ty) = target_type(&layer.target) else {
+            let known: Vec<&str> = TARGET_TYPES.iter().map(|t| t.name).collect();
+            return Err(ConfigError(format!(
+                "layer {}: unknown target `{}` (known: {})",
+                i + 1,
+                layer.target,
+                known.join(", ")
+            )));
         };
+        let target = (ty.ctr)(TargetContext { args, lower_bytes, members: &members, mode })?;
         lower_bytes = target.size_bytes();
         members = vec![(0, lower_bytes)];
         if lower_bytes == 0 {

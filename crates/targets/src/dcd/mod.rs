@@ -534,6 +534,23 @@ impl Target for Dcd {
         self.serving()
     }
 
+    /// `destage`: start destaging now, as if the idle threshold had passed
+    /// (it still stops at the next request, and resumes at the next idle).
+    fn message(&mut self, now: Instant, msg: &str) -> Result<String, String> {
+        match msg {
+            "destage" if self.serving() => {
+                self.destage.idle_deadline = Some(now);
+                Ok(format!("destaging {} dirty segment(s)", self.dirty_segments_count()))
+            }
+            "destage" => Err("dcd: not serving (bring-up failed or in progress)".into()),
+            other => Err(format!("dcd: unknown message `{other}` (known: destage)")),
+        }
+    }
+
+    fn is_drained(&self) -> bool {
+        self.dirty_segments_count() == 0 && self.log_utilization_pct() == 0
+    }
+
     /// Sectors with a newer copy in the log (or a RAM buffer) are unknown
     /// (reported as data); the rest live at home, 1:1.
     fn map_extent(&self, offset_bytes: u64, length_bytes: u64) -> Vec<(Option<u64>, u64)> {
