@@ -1,11 +1,17 @@
-//! DiskSim parameter import: `.diskspecs`, the `.model` it sources, and the
-//! `.seek` curve the model names.
+//! DiskSim parameter import: a `.parv` and what it sources (the
+//! `.diskspecs`), the `.model` a disk names, and the `.seek` curve the model
+//! names.
 //!
 //! DiskSim's syntax is a tree of blocks: `type name { Key = value, ... }`,
 //! where a value is a number, a word, `source FILE`, a nested `type { ... }`
 //! block or a `[ ... ]` list; `#` starts a comment. Keys contain spaces and
-//! are matched case-insensitively with runs of spaces collapsed. Only what the
-//! model uses is read; everything else is ignored.
+//! are matched case-insensitively with runs of spaces collapsed. At the top
+//! level a `.parv` also has `source FILE`, `instantiate [ NAMES ] as TYPE` and
+//! `topology TYPE NAME [ ... ]`, which place the disk on its bus. Every
+//! parameter of the disk's blocks is either modelled or, when set to a value
+//! the model does not reproduce, reported in a one-line warning; the other
+//! blocks of a `.parv` (statistics, driver, controller, workload) are read
+//! only for the topology and the bus.
 
 use crate::params::{
     ms_to_ns, CacheParams, DiskParams, Interface, Overheads, ReadAheadScope, RequestData, SeekCurve, Zone,

@@ -14,7 +14,8 @@
 //!
 //! Parameters come from built-in [`DiskParams::preset`]s (datasheet figures,
 //! sources cited beside each constant) or from DiskSim parameter files
-//! ([`DiskParams::from_diskspecs`]). [`validate`] replays a DiskSim validation
+//! ([`DiskParams::from_diskspecs`]: a `.parv`, which also gives the host bus,
+//! or a `.diskspecs`). [`validate`] replays a DiskSim validation
 //! trace closed-loop and reports the demerit figure.
 //!
 //! # What this crate never does

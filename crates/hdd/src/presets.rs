@@ -246,9 +246,12 @@ impl DiskParams {
         PRESET_NAMES
     }
 
-    /// A drive from a DiskSim `.diskspecs` file, the `.model` it sources and
-    /// the `.seek` curve the model names (paths relative to each file).
-    /// Errors name the file and line and say what to fix.
+    /// A drive from a DiskSim `.parv` (which sources the `.diskspecs` and
+    /// puts the disk on its host bus in its `topology`) or a bare
+    /// `.diskspecs`, with the `.model` it sources and the `.seek` curve the
+    /// model names (paths relative to each file). Errors name the file and
+    /// line and say what to fix; parameters accepted without being modelled
+    /// are listed in [`DiskParams::import_warnings`], one line each.
     pub fn from_diskspecs(path: &Path) -> Result<DiskParams, HddError> {
         diskspecs::load(path)
     }
