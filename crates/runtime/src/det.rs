@@ -320,6 +320,38 @@ impl<T: Timing> Harness<T> {
         self.call(Request::new(ReqId(0), Op::Flush, 0, 0))
     }
 
+    /// Drives the stack until it is ready (format or recovery done). If it
+    /// stalls, the error gives each layer's own reason (its `error=` status
+    /// key, `target: reason`), or every layer's whole status when none says.
+    pub fn bring_up(&mut self) -> Result<(), String> {
+        for _ in 0..100_000_000u64 {
+            if self.stack.is_ready() {
+                return Ok(());
+            }
+            if !self.step() {
+                let layers = self.stack.layer_statuses();
+                let reasons: Vec<String> = layers
+                    .iter()
+                    .flat_map(|st| {
+                        st.config.iter().filter(|(k, _)| k == "error").map(move |(_, v)| {
+                            if v.starts_with(&st.target) {
+                                v.clone()
+                            } else {
+                                format!("{}: {v}", st.target)
+                            }
+                        })
+                    })
+                    .collect();
+                if reasons.is_empty() {
+                    let all: Vec<String> = layers.iter().map(|s| s.to_string()).collect();
+                    return Err(format!("the stack stalled before it was ready. Stack status: {}", all.join(" | ")));
+                }
+                return Err(reasons.join("; "));
+            }
+        }
+        Err("the stack did not become ready within 100 million steps".into())
+    }
+
     /// Steps until nothing is left to do (bounded); returns steps taken.
     pub fn settle(&mut self) -> u64 {
         let steps = self.drive_bounded(10_000_000);

@@ -69,23 +69,12 @@ pub fn stack_from_toml(toml_text: &str, device_bytes: u64, mode: OpenMode) -> Bo
     Box::new(layoutd_targets::build_stack(&cfg, device_bytes, mode).expect("test config builds"))
 }
 
-/// Drives `h` until its stack is ready (format or recovery done).
+/// Drives `h` until its stack is ready ([`Harness::bring_up`]); panics
+/// with the reason if it stalls.
 pub fn bring_up<T: Timing>(h: &mut Harness<T>) {
-    for _ in 0..10_000_000u64 {
-        if h.stack.is_ready() {
-            return;
-        }
-        if !h.step() {
-            let errors: Vec<String> = h
-                .stack
-                .layer_statuses()
-                .into_iter()
-                .flat_map(|st| st.config.into_iter().filter(|(k, _)| k == "error").map(|(_, v)| v))
-                .collect();
-            panic!("stack stalled before ready (seed {}): {errors:?}", h.seed());
-        }
+    if let Err(e) = h.bring_up() {
+        panic!("stack stalled before ready (seed {}): {e}", h.seed());
     }
-    panic!("stack never became ready (seed {})", h.seed());
 }
 
 /// The bytes a write with sequence `seq` puts at volume sector `sector`.

@@ -152,42 +152,15 @@ fn bring_up(
         return Ok(stack);
     }
     let mut h = Harness::new(stack, data, ZeroLatency::default(), 0);
-    while !h.stack.is_ready() {
-        if !h.step() {
-            let layers = h.stack.layer_statuses();
-            // A layer that says why it stopped: that reason alone, readable.
-            let reasons: Vec<String> = layers
-                .iter()
-                .flat_map(|st| {
-                    st.config.iter().filter(|(k, _)| k == "error").map(move |(_, v)| {
-                        if v.starts_with(&st.target) {
-                            v.clone()
-                        } else {
-                            format!("{}: {v}", st.target)
-                        }
-                    })
-                })
-                .collect();
-            if !reasons.is_empty() {
-                return Err(err(
-                    path,
-                    format!(
-                        "{} (lower offsets count from the device's data area, which starts at byte \
-                         {DATA_START_BYTES})",
-                        reasons.join("; ")
-                    ),
-                ));
-            }
-            let statuses: Vec<String> = layers.iter().map(|s| s.to_string()).collect();
-            return Err(err(
-                path,
-                format!(
-                    "the stack could not finish recovering its metadata; refusing to serve. Stack status: {}",
-                    statuses.join(" | ")
-                ),
-            ));
-        }
-    }
+    h.bring_up().map_err(|e| {
+        err(
+            path,
+            format!(
+                "{e} (refusing to serve; lower offsets count from the device's data area, which starts at byte \
+                 {DATA_START_BYTES})"
+            ),
+        )
+    })?;
     stack = h.into_stack();
     Ok(stack)
 }

@@ -9,6 +9,7 @@
 //! work competes with the trace for the simulated arm.
 
 use crate::hist::{round6, Histogram, Summary};
+use crate::phases::{PhaseInfo, Phases};
 use crate::sample::Point;
 use crate::source::{ClosedLoop, OpenLoop, Source};
 use crate::streams::Detector;
@@ -137,6 +138,8 @@ pub struct SimSummary {
     pub harness: HarnessInfo,
     /// Response-time histograms for plots (`--compare --report`), ns.
     pub response_buckets: ResponseBuckets,
+    /// Mean response by phase of the trace's own clock ([`crate::phases`]).
+    pub phases: PhaseInfo,
 }
 
 /// Response times of reads and writes as `[lowest ns, width ns, count]`,
@@ -251,6 +254,8 @@ pub struct SimOutcome {
 #[derive(Clone, Copy)]
 struct Pending {
     issue_ns: u64,
+    /// Recorded submission, after the trace's first request (for phases).
+    trace_ns: u64,
     op: Op,
     length_bytes: u32,
     key: u32,
@@ -316,6 +321,7 @@ struct Replay<'a> {
     detector: Detector,
     pending: PendingTable,
     tally: Tally,
+    phases: Phases,
     origin_ns: u64,
     last_completion_ns: u64,
     /// The disk's busy total when the trace started (after bring-up).
@@ -338,7 +344,7 @@ pub fn simulate(opts: &SimOptions) -> anyhow::Result<SimOutcome> {
     let device = Arc::new(NullDevice::new(capacity_bytes));
     let mut h = Harness::new(Box::new(stack), device, timing, opts.seed);
     h.with_data = false;
-    layoutd_runtime::testkit::bring_up(&mut h);
+    h.bring_up().map_err(|e| anyhow::anyhow!("{}: bring-up: {e}", opts.stack_origin))?;
     let origin_ns = h.now.as_ns();
     let busy_at_origin_ns = h.timing.disk().busy_ns_total();
     h.timing.start_busy_window(origin_ns);
@@ -359,6 +365,7 @@ pub fn simulate(opts: &SimOptions) -> anyhow::Result<SimOutcome> {
         detector: Detector::new(opts.stream_detect),
         pending: PendingTable::default(),
         tally: Tally::default(),
+        phases: Phases::default(),
         origin_ns,
         last_completion_ns: origin_ns,
         busy_at_origin_ns,
@@ -442,12 +449,15 @@ impl Replay<'_> {
         let r = issue.req;
         let length_bytes = r.length_bytes as u32;
         let stream = self.detector.classify(r.stream, r.offset_bytes, r.length_bytes);
-        let req = Request { fua: r.fua, stream, ..Request::new(ReqId(0), r.op, r.offset_bytes, length_bytes) };
+        let req =
+            Request { fua: r.fua, stream, ..Request::new(ReqId(0), r.op, r.offset_bytes, length_bytes) };
         let issue_ns = self.h.now.as_ns();
         // Completions delivered during submit wait in the harness until
         // `collect`, so the bookkeeping can go in after the id is known.
         let id = self.h.submit(req);
-        let pending = Pending { issue_ns, op: r.op, length_bytes, key: issue.key, seq: issue.seq };
+        let first_ns = self.source.reader().first_ns().unwrap_or(r.submit_ns);
+        let trace_ns = r.submit_ns.saturating_sub(first_ns);
+        let pending = Pending { issue_ns, trace_ns, op: r.op, length_bytes, key: issue.key, seq: issue.seq };
         self.pending.insert(id.0, pending);
         self.collect()
     }
@@ -477,6 +487,7 @@ impl Replay<'_> {
         let p = self.pending.remove(c.id.0);
         let length = u64::from(p.length_bytes);
         let response_ns = now_ns - p.issue_ns;
+        self.phases.record(p.trace_ns, p.op, response_ns);
         let t = &mut self.tally;
         t.all_ns.record(response_ns);
         if c.result.is_err() {
@@ -508,6 +519,7 @@ impl Replay<'_> {
             h,
             source,
             tally: t,
+            phases,
             origin_ns,
             last_completion_ns,
             busy_at_origin_ns,
@@ -571,6 +583,7 @@ impl Replay<'_> {
                 read: t.read_ns.coarse_buckets(),
                 write: t.write_ns.coarse_buckets(),
             },
+            phases: phases.info(),
         };
         let mut timing = h.timing;
         Ok(SimOutcome {
