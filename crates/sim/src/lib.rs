@@ -21,6 +21,7 @@ pub mod engine;
 mod fasthash;
 pub mod hist;
 pub mod matrix;
+pub mod phases;
 pub mod report;
 pub mod sample;
 pub mod source;

@@ -10,18 +10,22 @@
 //! - `response_cdf.svg`: response-time CDFs of reads and of writes;
 //! - `response_hist.svg`: response-time histogram of reads and writes side
 //!   by side, in 1-2-5 bins of milliseconds with round labels, and
-//!   responses of exactly 0 (acknowledged from RAM) as their own bar.
+//!   responses of exactly 0 (acknowledged from RAM) as their own bar;
+//! - `phases.svg`: mean read and write response by phase of the trace
+//!   ([`crate::phases`]).
 //!
 //! Every plot's caption names the trace, the stack and the disk.
 //!
 //! [`compare_table`] reads several `--json` outputs and prints a
 //! side-by-side table with ratio columns against the first run;
 //! [`write_compare_report`] draws the runs over each other (read and write
-//! CDFs, histograms, disk time by phase) on one HTML page with the same
+//! CDFs, histograms, mean response by phase of the trace, disk busy time
+//! before, during and after the trace) on one HTML page with the same
 //! table.
 
 use crate::engine::{summary_json, ResponseBuckets, SimOutcome, SimSummary};
 use crate::hist::Histogram;
+use crate::phases::PhaseInfo;
 use anyhow::{bail, Context};
 use plotters::prelude::*;
 use std::fmt::Write as _;
@@ -90,6 +94,25 @@ pub fn write_report(dir: &Path, outcome: &SimOutcome) -> anyhow::Result<PathBuf>
             "response_hist.svg",
             "Response-time histogram",
             Box::new(|p| plot_hist(p, &caption("Response time histogram", &title), &rw)),
+        ),
+        (
+            "phases.svg",
+            "Mean response by phase of the trace",
+            Box::new(|p| {
+                let ph = &s.phases;
+                let groups = ph
+                    .list
+                    .iter()
+                    .map(|x| vec![x.read_response_ms_mean, x.write_response_ms_mean])
+                    .collect::<Vec<_>>();
+                plot_phase_bars(
+                    p,
+                    &caption("Mean response by phase", &title),
+                    ph,
+                    &["reads".into(), "writes".into()],
+                    &groups,
+                )
+            }),
         ),
     ];
     draw_all(dir, &plots)?;
@@ -275,6 +298,23 @@ fn plot_seek_profile(path: &Path, h: &Histogram, title: &str) -> PlotResult {
     )
 }
 
+/// Mean response per phase as grouped bars, labelled by each phase's start
+/// on the trace's clock.
+fn plot_phase_bars(
+    path: &Path,
+    caption: &str,
+    phases: &PhaseInfo,
+    names: &[String],
+    groups: &[Vec<f64>],
+) -> PlotResult {
+    let labels: Vec<String> = phases.list.iter().map(|p| format!("{}", p.start_s)).collect();
+    let x_desc = format!(
+        "phase: start on the trace's clock (s after its first request), each {} s long",
+        phases.width_s
+    );
+    plot_bars(path, caption, &x_desc, "mean response (ms)", &labels, names, groups)
+}
+
 /// Share (0..1) of responses of exactly 0 ns, and the CDF points above
 /// 0 as (upper edge ms, cumulative fraction).
 fn cdf_points(b: &[[u64; 3]]) -> (f64, Vec<(f64, f64)>) {
@@ -434,13 +474,14 @@ fn report_html(o: &SimOutcome, plots: &[(&str, &str)]) -> String {
 }
 
 /// Every leaf of `v` as (dotted key, printed value), arrays indexed; the
-/// plot data (`response_buckets`) is left out.
+/// plot data (`response_buckets`, `phases`) is left out.
 pub fn flatten(v: &serde_json::Value) -> Vec<(String, String)> {
     fn walk(prefix: &str, v: &serde_json::Value, out: &mut Vec<(String, String)>) {
         let key = |k: &str| if prefix.is_empty() { k.to_string() } else { format!("{prefix}.{k}") };
         match v {
             serde_json::Value::Object(m) => {
-                m.iter().filter(|(k, _)| *k != "response_buckets").for_each(|(k, v)| walk(&key(k), v, out))
+                let plot_data = |k: &str| k == "response_buckets" || (prefix.is_empty() && k == "phases");
+                m.iter().filter(|(k, _)| !plot_data(k)).for_each(|(k, v)| walk(&key(k), v, out))
             }
             serde_json::Value::Array(a) => {
                 a.iter().enumerate().for_each(|(i, v)| walk(&key(&i.to_string()), v, out))
@@ -483,7 +524,9 @@ struct Run {
     title: String,
     buckets: ResponseBuckets,
     /// Disk busy seconds: bring-up, trace window, after the trace.
-    phases: [f64; 3],
+    busy: [f64; 3],
+    /// Mean response by phase of the trace.
+    phases: PhaseInfo,
 }
 
 fn load_runs(paths: &[PathBuf]) -> anyhow::Result<Vec<Run>> {
@@ -506,12 +549,20 @@ fn load_runs(paths: &[PathBuf]) -> anyhow::Result<Vec<Run>> {
             .and_then(|b| serde_json::from_value(b.clone()).ok())
             .unwrap_or_default();
         let num = |k: &str| v.get(k).and_then(|x| x.as_f64()).unwrap_or(0.0);
-        let phases = [
+        let busy = [
             num("disk_busy_bringup_seconds"),
             num("disk_busy_seconds"),
             num("disk_busy_after_trace_seconds"),
         ];
-        runs.push(Run { path: p.clone(), values: flatten(&v).into_iter().collect(), title, buckets, phases });
+        let phases = v.get("phases").and_then(|b| serde_json::from_value(b.clone()).ok()).unwrap_or_default();
+        runs.push(Run {
+            path: p.clone(),
+            values: flatten(&v).into_iter().collect(),
+            title,
+            buckets,
+            busy,
+            phases,
+        });
     }
     Ok(runs)
 }
@@ -651,8 +702,17 @@ pub fn write_compare_report(dir: &Path, paths: &[PathBuf]) -> anyhow::Result<Pat
     let writes: Vec<Series> =
         runs.iter().enumerate().map(|(i, r)| (label(i, r), r.buckets.write.as_slice())).collect();
     let names: Vec<String> = runs.iter().enumerate().map(|(i, r)| label(i, r)).collect();
-    let phase_labels: Vec<String> = ["bring-up", "trace", "after trace"].map(String::from).to_vec();
-    let phase_groups: Vec<Vec<f64>> = (0..3).map(|p| runs.iter().map(|r| r.phases[p]).collect()).collect();
+    let busy_labels: Vec<String> = ["bring-up", "trace", "after trace"].map(String::from).to_vec();
+    let busy_groups: Vec<Vec<f64>> = (0..3).map(|p| runs.iter().map(|r| r.busy[p]).collect()).collect();
+    // Phases are comparable when every run has the same ones (the same
+    // trace); otherwise each run's phases are drawn by index.
+    let same_phases = runs.windows(2).all(|w| {
+        w[0].phases.width_s == w[1].phases.width_s && w[0].phases.list.len() == w[1].phases.list.len()
+    });
+    let phase_count = runs.iter().map(|r| r.phases.list.len()).max().unwrap_or(0);
+    let phase_groups: Vec<Vec<f64>> = (0..phase_count)
+        .map(|i| runs.iter().map(|r| r.phases.list.get(i).map_or(0.0, |p| p.response_ms_mean)).collect())
+        .collect();
     let plots: Vec<Plot> = vec![
         (
             "read_cdf.svg",
@@ -676,16 +736,43 @@ pub fn write_compare_report(dir: &Path, paths: &[PathBuf]) -> anyhow::Result<Pat
         ),
         (
             "phases.svg",
-            "Disk busy time by phase",
+            "Mean response by phase of the trace",
+            Box::new(|p| {
+                if same_phases {
+                    plot_phase_bars(
+                        p,
+                        "Mean response by phase of the trace",
+                        &runs[0].phases,
+                        &names,
+                        &phase_groups,
+                    )
+                } else {
+                    let labels: Vec<String> = (1..=phase_count).map(|i| i.to_string()).collect();
+                    let x_desc = "phase number (the runs' traces differ: each run's own phases)";
+                    plot_bars(
+                        p,
+                        "Mean response by phase",
+                        x_desc,
+                        "mean response (ms)",
+                        &labels,
+                        &names,
+                        &phase_groups,
+                    )
+                }
+            }),
+        ),
+        (
+            "busy.svg",
+            "Disk busy time: bring-up, trace, after",
             Box::new(|p| {
                 plot_bars(
                     p,
-                    "Disk busy time by phase",
-                    "phase (bring-up: formatting or recovery; after trace: background work still running)",
+                    "Disk busy time: bring-up, trace window, after the trace",
+                    "bring-up: formatting or recovery; after trace: background work still running",
                     "disk busy (s)",
-                    &phase_labels,
+                    &busy_labels,
                     &names,
-                    &phase_groups,
+                    &busy_groups,
                 )
             }),
         ),

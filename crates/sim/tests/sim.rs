@@ -177,7 +177,8 @@ fn report_and_compare() {
     let cmp = dir.path().join("cmp");
     let page = layoutd_sim::report::write_compare_report(&cmp, &[a, b]).unwrap();
     let html = std::fs::read_to_string(page).unwrap();
-    for svg in ["read_cdf.svg", "write_cdf.svg", "read_hist.svg", "write_hist.svg", "phases.svg"] {
+    for svg in ["read_cdf.svg", "write_cdf.svg", "read_hist.svg", "write_hist.svg", "phases.svg", "busy.svg"]
+    {
         assert!(html.contains(svg), "{svg}");
         let text = std::fs::read_to_string(cmp.join(svg)).unwrap();
         assert!(text.contains("A synthetic.trace · default linear · wd800"), "{svg} names each run");
@@ -207,7 +208,8 @@ fn plots_name_the_run_split_reads_and_writes_and_show_zero_time_responses() {
     assert!(out.summary.response_buckets.write.first().is_some_and(|b| b[0] == 0), "zero-time writes");
     let report = dir.path().join("r");
     layoutd_sim::report::write_report(&report, &out).unwrap();
-    for svg in ["address_time.svg", "seek_profile.svg", "response_cdf.svg", "response_hist.svg"] {
+    for svg in ["address_time.svg", "seek_profile.svg", "response_cdf.svg", "response_hist.svg", "phases.svg"]
+    {
         let text = std::fs::read_to_string(report.join(svg)).unwrap();
         assert!(text.contains("synthetic.trace · dcd.toml · wd800"), "{svg} names trace, stack and disk");
     }
@@ -320,4 +322,22 @@ fn disk_utilization_counts_only_service_inside_the_window() {
     assert!(s.disk_busy_seconds <= s.simulated_seconds);
     assert!(s.disk_utilization > 0.5, "the disk was kept busy: {}", s.disk_utilization);
     assert!(s.disk_busy_after_trace_seconds > 0.0, "log writes ran past the last completion");
+}
+
+#[test]
+fn phases_follow_the_traces_clock_in_any_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = synthetic_trace(dir.path(), 3000, 4);
+    let open = simulate(&options(trace.clone(), 0)).unwrap().summary;
+    let mut closed = options(trace, 0);
+    closed.closed_loop = true;
+    let closed = simulate(&closed).unwrap().summary;
+    let (a, b) = (&open.phases, &closed.phases);
+    assert!((8..=16).contains(&a.list.len()), "{} phases", a.list.len());
+    assert_eq!((a.width_s, a.list.len()), (b.width_s, b.list.len()), "same trace, same phases");
+    // Phases count by recorded time, so the split of requests is the same.
+    let counts = |p: &layoutd_sim::phases::PhaseInfo| p.list.iter().map(|x| x.requests).collect::<Vec<_>>();
+    assert_eq!(counts(a), counts(b));
+    assert_eq!(counts(a).iter().sum::<u64>(), 3000);
+    assert!(a.list.iter().any(|x| x.read_response_ms_mean > 0.0));
 }

@@ -437,6 +437,11 @@ impl TraceReader {
         &self.counts
     }
 
+    /// The submission time of the first kept request, once it was read.
+    pub fn first_ns(&self) -> Option<u64> {
+        self.first_ns
+    }
+
     /// The format being read.
     pub fn format(&self) -> TraceFormat {
         self.format
