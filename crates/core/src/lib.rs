@@ -12,6 +12,7 @@
 pub mod config;
 pub mod request;
 pub mod stack;
+pub mod streams;
 pub mod superblock;
 pub mod target;
 pub mod time;

@@ -20,6 +20,7 @@
 //! If a target panics, the stack is poisoned and every later request fails
 //! with EIO rather than touching state that may be inconsistent.
 
+use layoutd_core::streams::Detector;
 use layoutd_core::{Completion, Instant, IoError, Request, Target, TraceRecord};
 use layoutd_disk::{execute_io, BlockDevice};
 use rustc_hash::FxHashMap;
@@ -96,6 +97,9 @@ struct Core {
     timer_sleeps_until: Option<Instant>,
     /// Set once a target panicked: the stack's state is no longer trusted.
     failed: bool,
+    /// Splits each connection's requests into streams, as the simulator
+    /// does a trace's processes.
+    detector: Detector,
 }
 
 /// Where a submitter waits for its completion. With "caller runs", the
@@ -225,6 +229,7 @@ impl LiveVolume {
                 records_write_failed: false,
                 timer_sleeps_until: None,
                 failed: false,
+                detector: Detector::new(true),
             }),
             device,
             delay,
@@ -277,6 +282,11 @@ impl LiveVolume {
             }
             req.id = layoutd_core::ReqId(core.next_id);
             core.next_id += 1;
+            req.stream = core.detector.classify(
+                u64::from(req.stream.0),
+                req.offset_bytes,
+                u64::from(req.length_bytes),
+            );
             core.waiters.insert(req.id.0, waiter.clone());
             let now = self.now();
             // On failure the waiter has been completed with EIO.

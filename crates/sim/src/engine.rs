@@ -50,7 +50,10 @@ pub struct SimOptions {
     pub closed_loop_window: usize,
     /// Seeds the harness RNG and the platter's phase.
     pub seed: u64,
-    /// Split interleaved sequential runs into their own streams.
+    /// Split interleaved sequential runs into their own streams. Never
+    /// applied to a layoutd trace: its stream ids are the ones the live
+    /// runtime's detector already gave the targets, so a replay gives them
+    /// the same ids.
     pub stream_detect: bool,
     /// Most address-time points kept for the plot.
     pub samples_max: usize,
@@ -362,7 +365,7 @@ pub fn simulate(opts: &SimOptions) -> anyhow::Result<SimOutcome> {
     let mut replay = Replay {
         h,
         source,
-        detector: Detector::new(opts.stream_detect),
+        detector: Detector::new(opts.stream_detect && opts.format != TraceFormat::Layoutd),
         pending: PendingTable::default(),
         tally: Tally::default(),
         phases: Phases::default(),
