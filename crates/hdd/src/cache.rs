@@ -227,14 +227,17 @@ impl Cache {
     /// is and when the arm is free, if one was running.
     pub fn stop_prefetch(&mut self, now_ns: u64, stop_in_sector: bool) -> Option<Stopped> {
         let segment = self.segments.iter_mut().find(|segment| segment.prefetching)?;
-        let mut free_ns =
-            now_ns.max(segment.arrival_ns(segment.prefetch_min_lba.min(segment.prefetch_limit_lba)));
-        let frontier = segment.frontier(free_ns);
+        let mut free_ns = now_ns;
+        if segment.prefetch_min_lba > segment.end_lba {
+            let min_lba = segment.prefetch_min_lba.min(segment.prefetch_limit_lba);
+            free_ns = free_ns.max(segment.arrival_ns(min_lba));
+        }
+        let mut frontier = segment.frontier(free_ns);
         if !stop_in_sector && frontier < segment.prefetch_limit_lba && free_ns > segment.prefetch_start_ns {
             // Finish the sector being read.
             free_ns = segment.arrival_ns(frontier + 1);
+            frontier += 1;
         }
-        let frontier = segment.frontier(free_ns);
         segment.end_lba = frontier;
         segment.prefetching = false;
         assert!(segment.start_lba <= segment.end_lba);

@@ -654,14 +654,16 @@ impl Disk {
         // reads from there to the run's end, then from its first sector
         // back to the landing point. The first sector in LBA order comes
         // when it would anyway; the track's run ends `inside` sectors after it.
-        let first_run = pbn.run_sectors.min(remaining);
-        let sector_ns = self.sector_ns(pbn.zone_index);
-        let spt = u64::from(self.params.zones[pbn.zone_index as usize].sectors_per_track);
-        let inside = spt.saturating_sub((first_sector_ns - on_track_ns).div_ceil(sector_ns));
         let mut early_sectors = 0;
-        if !write && self.params.interface.zero_latency_read && inside > 0 && inside < first_run {
-            now_ns -= (first_run - inside) * sector_ns;
-            early_sectors = first_run - inside;
+        if !write && self.params.interface.zero_latency_read {
+            let first_run = pbn.run_sectors.min(remaining);
+            let sector_ns = self.sector_ns(pbn.zone_index);
+            let spt = u64::from(self.params.zones[pbn.zone_index as usize].sectors_per_track);
+            let inside = spt.saturating_sub((first_sector_ns - on_track_ns).div_ceil(sector_ns));
+            if inside > 0 && inside < first_run {
+                now_ns -= (first_run - inside) * sector_ns;
+                early_sectors = first_run - inside;
+            }
         }
         loop {
             let run = pbn.run_sectors.min(remaining);
