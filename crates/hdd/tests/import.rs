@@ -148,3 +148,25 @@ fn unmodelled_and_unknown_parameters_are_warned_about_once_each() {
     assert_eq!(about("Avg sectors per cylinder"), 0);
     assert!(params.import_warnings.iter().all(|w| !w.contains('\n')));
 }
+
+#[test]
+fn a_parv_that_does_not_place_its_disk_says_what_is_missing() {
+    let dir = barracuda_with(|_, _| {});
+    let parv = shipped("barracuda.parv");
+    // The topology's disk0 never instantiated.
+    let orphan = parv.replace("instantiate [ disk0 ] as  SEAGATE_ST32171W", "");
+    assert_ne!(orphan, parv);
+    std::fs::write(dir.path().join("orphan.parv"), &orphan).unwrap();
+    let message = DiskParams::from_diskspecs(&dir.path().join("orphan.parv")).unwrap_err().to_string();
+    assert!(message.contains("orphan.parv") && message.contains("disk0"), "{message}");
+    // The diskspecs not sourced: no block for the instantiated type.
+    let unsourced = parv.replace("source barracuda.diskspecs", "");
+    std::fs::write(dir.path().join("unsourced.parv"), &unsourced).unwrap();
+    let message = DiskParams::from_diskspecs(&dir.path().join("unsourced.parv")).unwrap_err().to_string();
+    assert!(message.contains("SEAGATE_ST32171W"), "{message}");
+    // A topology that never closes is a syntax error at its line.
+    let cut = &parv[..parv.find("] # end of system topology").unwrap()];
+    std::fs::write(dir.path().join("cut.parv"), cut).unwrap();
+    let message = DiskParams::from_diskspecs(&dir.path().join("cut.parv")).unwrap_err().to_string();
+    assert!(message.contains("cut.parv:") && message.contains("topology"), "{message}");
+}
