@@ -307,7 +307,13 @@ fn plot_phase_bars(
     names: &[String],
     groups: &[Vec<f64>],
 ) -> PlotResult {
-    let labels: Vec<String> = phases.list.iter().map(|p| format!("{}", p.start_s)).collect();
+    // Windows are 2^k ms wide: labels keep three significant figures or so.
+    let decimals = match phases.width_s {
+        w if w >= 10.0 => 0,
+        w if w >= 1.0 => 1,
+        _ => 3,
+    };
+    let labels: Vec<String> = phases.list.iter().map(|p| format!("{:.decimals$}", p.start_s)).collect();
     let x_desc = format!(
         "phase: start on the trace's clock (s after its first request), each {} s long",
         phases.width_s
