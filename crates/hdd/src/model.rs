@@ -267,8 +267,10 @@ impl Disk {
     /// transfers after the hit overhead and data preparation; a miss
     /// disconnects after the miss overhead, positions and reads, reselects
     /// once the read watermark is in the buffer, and sends the data at the
-    /// bus rate, overlapped with the rest of the media transfer. Both end
-    /// with the completion message.
+    /// bus rate, overlapped with the rest of the media transfer; a partial
+    /// hit sends its buffered sectors at once and reads the rest. All end
+    /// with the completion message. Each sets up the read-ahead that
+    /// follows (`read_ahead_limit`).
     fn serve_read(&mut self, completion: &mut DiskCompletion, lba: u64, sectors: u64, pbn: &Pbn) {
         let now_ns = completion.start_ns;
         let bus_ns = self.params.bus_sector_ns;
@@ -314,19 +316,8 @@ impl Disk {
                 let first = map(&self.params, cached_end_lba);
                 let access = self.take_arm(mechanism_ready_ns, cached_end_lba, rest, false, &first, 0);
                 fill_access(completion, &access);
-                let streaming_sector_ns = self.streaming_sector_ns(access.end_zone_index);
-                let limit = self.read_ahead_limit(lba, end, lba);
-                let min_lba = end + u64::from(self.params.cache.read_ahead_sectors_min);
-                let segment = self.cache.fill_read(
-                    now_ns,
-                    cached_end_lba,
-                    rest,
-                    access.end_ns,
-                    streaming_sector_ns,
-                    limit,
-                    min_lba,
-                    cached_end_lba - lba,
-                );
+                let segment =
+                    self.fill_after_read(now_ns, lba, cached_end_lba, end, &access, cached_end_lba - lba);
                 let cached_out_ns = mechanism_ready_ns + prep_ns + (sectors - rest) * bus_ns;
                 let tail_ns = (1 + access.early_sectors) * bus_ns;
                 ((cached_out_ns + rest * bus_ns).max(access.end_ns + tail_ns), segment)
@@ -335,9 +326,6 @@ impl Disk {
                 let mechanism_ready_ns = now_ns + command_ns;
                 let access = self.take_arm(mechanism_ready_ns, lba, sectors, false, pbn, 0);
                 fill_access(completion, &access);
-                let streaming_sector_ns = self.streaming_sector_ns(access.end_zone_index);
-                let limit = self.read_ahead_limit(lba, end, lba);
-                let min_lba = end + u64::from(self.params.cache.read_ahead_sectors_min);
                 // "Read any free blocks": the sectors before the first
                 // requested one that passed under the head while it waited.
                 let before = if self.params.cache.read_any_free_blocks {
@@ -346,16 +334,7 @@ impl Disk {
                 } else {
                     0
                 };
-                let segment = self.cache.fill_read(
-                    now_ns,
-                    lba,
-                    sectors,
-                    access.end_ns,
-                    streaming_sector_ns,
-                    limit,
-                    min_lba,
-                    before,
-                );
+                let segment = self.fill_after_read(now_ns, lba, lba, end, &access, before);
                 // Sectors reach the buffer evenly between the first sector's
                 // start and the access's end (switches spread over the run).
                 let media_ns = access.end_ns - access.first_sector_ns;
@@ -373,6 +352,33 @@ impl Disk {
             self.cache.drop_before(index, end);
         }
         completion.complete_ns = out_end_ns + done_ns;
+    }
+
+    /// Record the media read of `from..end`, the part of the request
+    /// `lba..end` the buffer lacked, with `before` sectors ahead of `from`
+    /// already in the segment, and start the read-ahead that follows it.
+    fn fill_after_read(
+        &mut self,
+        now_ns: u64,
+        lba: u64,
+        from: u64,
+        end: u64,
+        access: &Access,
+        before: u64,
+    ) -> Option<usize> {
+        let streaming_sector_ns = self.streaming_sector_ns(access.end_zone_index);
+        let limit = self.read_ahead_limit(lba, end, lba);
+        let min_lba = end + u64::from(self.params.cache.read_ahead_sectors_min);
+        self.cache.fill_read(
+            now_ns,
+            from,
+            end - from,
+            access.end_ns,
+            streaming_sector_ns,
+            limit,
+            min_lba,
+            before,
+        )
     }
 
     /// A read hit lets a running read-ahead go on as far as this request
