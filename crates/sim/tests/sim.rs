@@ -213,6 +213,19 @@ fn plots_name_the_run_split_reads_and_writes_and_show_zero_time_responses() {
         let text = std::fs::read_to_string(report.join(svg)).unwrap();
         assert!(text.contains("synthetic.trace · dcd.toml · wd800"), "{svg} names trace, stack and disk");
     }
+    // The same outcome draws the same bytes (no hash order, no clock).
+    let again = dir.path().join("r2");
+    layoutd_sim::report::write_report(&again, &simulate(&o).unwrap()).unwrap();
+    for f in [
+        "address_time.svg",
+        "seek_profile.svg",
+        "response_cdf.svg",
+        "response_hist.svg",
+        "phases.svg",
+        "index.html",
+    ] {
+        assert_eq!(std::fs::read(report.join(f)).unwrap(), std::fs::read(again.join(f)).unwrap(), "{f}");
+    }
     let hist = std::fs::read_to_string(report.join("response_hist.svg")).unwrap();
     let texts = svg_texts(&hist);
     assert!(texts.iter().any(|t| t == "reads") && texts.iter().any(|t| t == "writes"), "split: {texts:?}");
