@@ -5,6 +5,7 @@
 //! [`layoutd_core::target`] for the surface they implement.
 #![warn(missing_docs)]
 
+pub mod alloc;
 pub mod blockmap;
 pub mod dcd;
 pub mod linear;

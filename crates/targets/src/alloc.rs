@@ -1,0 +1,263 @@
+//! Free-space allocation shared by the targets that place data: extents of
+//! free *units* (blocks, chunks or segments; the caller picks the unit),
+//! a placement policy behind one trait, and a segment usage table.
+//!
+//! - [`FreeSpace`]: the free extents, merged, in address order; allocating
+//!   takes a contiguous run a [`Placement`] chooses, releasing gives it back.
+//!   Double allocation and double release are caught by assertions (they
+//!   are bugs, not conditions); running out is `None`.
+//! - [`Placement`] policies: [`NextFit`] (a cursor that moves on, as a log's
+//!   head does), [`Nearest`] (as close to a hint as possible: a replica or a
+//!   snapshot copy next to its origin), [`Largest`] (the largest free
+//!   extent: fewest future seeks for a long sequential run).
+//! - [`SegmentUsage`]: valid units and last-write time per segment, what
+//!   cleaning policies (greedy, cost-benefit, age) choose victims by.
+//!
+//! Memory: one `BTreeMap` entry per free extent (about 24-56 bytes), not per
+//! unit; `SegmentUsage` is 16 bytes per segment.
+
+use std::collections::BTreeMap;
+
+/// Free space over units `0..total_units`.
+#[derive(Clone, Debug)]
+pub struct FreeSpace {
+    /// start -> length of each free extent; never overlapping or adjacent.
+    free: BTreeMap<u64, u64>,
+    free_units: u64,
+    total_units: u64,
+}
+
+impl FreeSpace {
+    /// Everything free.
+    pub fn new(total_units: u64) -> FreeSpace {
+        let mut free = BTreeMap::new();
+        if total_units > 0 {
+            free.insert(0, total_units);
+        }
+        FreeSpace { free, free_units: total_units, total_units }
+    }
+
+    /// Nothing free (recovery then releases what it finds unused).
+    pub fn all_used(total_units: u64) -> FreeSpace {
+        FreeSpace { free: BTreeMap::new(), free_units: 0, total_units }
+    }
+
+    /// Units in all.
+    pub fn total_units(&self) -> u64 {
+        self.total_units
+    }
+
+    /// Units free.
+    pub fn free_units(&self) -> u64 {
+        self.free_units
+    }
+
+    /// The free extents `(start, length)`, in address order.
+    pub fn extents(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.free.iter().map(|(&s, &n)| (s, n))
+    }
+
+    /// Whether every unit of `[start, start + length)` is free.
+    pub fn is_free(&self, start: u64, length: u64) -> bool {
+        match self.free.range(..=start).next_back() {
+            Some((&s, &n)) => start + length <= s + n,
+            None => false,
+        }
+    }
+
+    /// Takes `length` contiguous units where `placement` chooses, near
+    /// `hint` where the policy cares; `None` if no free extent is long enough.
+    pub fn allocate(&mut self, length: u64, hint: u64, placement: &mut dyn Placement) -> Option<u64> {
+        assert!(length > 0, "an empty allocation");
+        let start = placement.choose(self, length, hint)?;
+        self.take(start, length);
+        Some(start)
+    }
+
+    /// Marks `[start, start + length)` used; it must be free (recovery
+    /// rebuilding the map, or a policy's choice).
+    pub fn take(&mut self, start: u64, length: u64) {
+        let (&s, &n) = self
+            .free
+            .range(..=start)
+            .next_back()
+            .filter(|(&s, &n)| start + length <= s + n)
+            .unwrap_or_else(|| panic!("allocating [{start}, +{length}), which is not free"));
+        self.free.remove(&s);
+        if s < start {
+            self.free.insert(s, start - s);
+        }
+        if start + length < s + n {
+            self.free.insert(start + length, s + n - (start + length));
+        }
+        self.free_units -= length;
+    }
+
+    /// Gives `[start, start + length)` back; it must be in use.
+    pub fn release(&mut self, start: u64, length: u64) {
+        assert!(
+            length > 0 && start + length <= self.total_units,
+            "releasing [{start}, +{length}) outside the space"
+        );
+        let (mut s, mut n) = (start, length);
+        if let Some((&ps, &pn)) = self.free.range(..start).next_back() {
+            assert!(ps + pn <= start, "releasing [{start}, +{length}), which is partly free");
+            if ps + pn == start {
+                self.free.remove(&ps);
+                (s, n) = (ps, pn + n);
+            }
+        }
+        if let Some((&ns, &nn)) = self.free.range(start..).next() {
+            assert!(ns >= start + length, "releasing [{start}, +{length}), which is partly free");
+            if ns == start + length {
+                self.free.remove(&ns);
+                n += nn;
+            }
+        }
+        self.free.insert(s, n);
+        self.free_units += length;
+        assert!(self.free_units <= self.total_units);
+    }
+}
+
+/// Where an allocation goes: a free start with `length` free units from it.
+pub trait Placement {
+    /// A start such that `[start, start + length)` is free, or `None`.
+    fn choose(&mut self, free: &FreeSpace, length: u64, hint: u64) -> Option<u64>;
+}
+
+/// The first fit at or after a cursor that moves past each allocation,
+/// wrapping once: a log's head.
+#[derive(Clone, Debug, Default)]
+pub struct NextFit {
+    /// Where the next search starts.
+    pub cursor: u64,
+}
+
+impl Placement for NextFit {
+    fn choose(&mut self, free: &FreeSpace, length: u64, _hint: u64) -> Option<u64> {
+        let fits = |(s, n): (u64, u64), from: u64| {
+            let a = s.max(from);
+            (a + length <= s + n).then_some(a)
+        };
+        // The extent holding the cursor, then those after it, then from 0.
+        let holding = free.free.range(..=self.cursor).next_back().map(|(&s, &n)| (s, n));
+        let after = free.free.range(self.cursor + 1..).map(|(&s, &n)| (s, n));
+        let found = holding
+            .into_iter()
+            .chain(after)
+            .find_map(|e| fits(e, self.cursor))
+            .or_else(|| free.extents().find_map(|e| fits(e, 0)))?;
+        self.cursor = found + length;
+        Some(found)
+    }
+}
+
+/// As close to the hint as possible, on either side.
+#[derive(Clone, Debug, Default)]
+pub struct Nearest;
+
+impl Placement for Nearest {
+    fn choose(&mut self, free: &FreeSpace, length: u64, hint: u64) -> Option<u64> {
+        // In each fitting extent the closest start to the hint; the closest overall.
+        free.extents()
+            .filter(|&(_, n)| n >= length)
+            .map(|(s, n)| hint.clamp(s, s + n - length))
+            .min_by_key(|&start| (start.abs_diff(hint), start))
+    }
+}
+
+/// The start of the largest free extent (ties: the lowest address).
+#[derive(Clone, Debug, Default)]
+pub struct Largest;
+
+impl Placement for Largest {
+    fn choose(&mut self, free: &FreeSpace, length: u64, _hint: u64) -> Option<u64> {
+        let (s, n) = free.extents().max_by_key(|&(s, n)| (n, std::cmp::Reverse(s)))?;
+        (n >= length).then_some(s)
+    }
+}
+
+/// Per segment: valid units and when it was last written (any clock the
+/// caller keeps: a write sequence number or nanoseconds).
+#[derive(Clone, Debug)]
+pub struct SegmentUsage {
+    valid: Vec<u32>,
+    written_at: Vec<u64>,
+    units_per_segment: u32,
+}
+
+impl SegmentUsage {
+    /// `segments` empty segments of `units_per_segment` units.
+    pub fn new(segments: usize, units_per_segment: u32) -> SegmentUsage {
+        SegmentUsage { valid: vec![0; segments], written_at: vec![0; segments], units_per_segment }
+    }
+
+    /// Segments.
+    pub fn len(&self) -> usize {
+        self.valid.len()
+    }
+
+    /// Whether there are no segments.
+    pub fn is_empty(&self) -> bool {
+        self.valid.is_empty()
+    }
+
+    /// Valid units of segment `i`.
+    pub fn valid(&self, i: usize) -> u32 {
+        self.valid[i]
+    }
+
+    /// When segment `i` was last written.
+    pub fn written_at(&self, i: usize) -> u64 {
+        self.written_at[i]
+    }
+
+    /// `n` units of segment `i` became valid at `now`.
+    pub fn add(&mut self, i: usize, n: u32, now: u64) {
+        self.valid[i] += n;
+        assert!(self.valid[i] <= self.units_per_segment, "segment {i}: more valid units than it holds");
+        self.written_at[i] = self.written_at[i].max(now);
+    }
+
+    /// `n` units of segment `i` were overwritten or trimmed.
+    pub fn sub(&mut self, i: usize, n: u32) {
+        self.valid[i] = self.valid[i]
+            .checked_sub(n)
+            .unwrap_or_else(|| panic!("segment {i}: more invalidated than valid"));
+    }
+
+    /// Segment `i` was cleaned or reused: empty again.
+    pub fn reset(&mut self, i: usize) {
+        self.valid[i] = 0;
+        self.written_at[i] = 0;
+    }
+
+    /// Share of valid units in segment `i`, 0..=1.
+    pub fn utilization(&self, i: usize) -> f64 {
+        f64::from(self.valid[i]) / f64::from(self.units_per_segment)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policies_place_where_they_say() {
+        let mut f = FreeSpace::new(100);
+        f.take(10, 20); // free: [0,10) [30,100)
+        f.take(50, 5); // free: [0,10) [30,50) [55,100)
+        assert_eq!(Nearest.choose(&f, 4, 28), Some(30));
+        assert_eq!(Nearest.choose(&f, 4, 12), Some(6), "the closest fit: the end of [0, 10)");
+        assert_eq!(Largest.choose(&f, 4, 0), Some(55));
+        let mut nf = NextFit { cursor: 40 };
+        assert_eq!(nf.choose(&f, 15, 0), Some(55), "[40,50) is too short");
+        assert_eq!(nf.cursor, 70);
+        let mut nf = NextFit { cursor: 95 };
+        assert_eq!(nf.choose(&f, 8, 0), Some(0), "wraps");
+        assert_eq!(Largest.choose(&f, 46, 0), None);
+        f.release(10, 20);
+        assert_eq!(f.extents().collect::<Vec<_>>(), vec![(0, 50), (55, 45)]);
+    }
+}

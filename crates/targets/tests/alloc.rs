@@ -1,0 +1,96 @@
+//! The allocator under random sequences of allocations and releases, with
+//! each placement policy, against a per-unit model: no unit is ever handed
+//! out twice, the free count and free extents always match the model, what
+//! a policy returns is free and of the asked length, and releasing
+//! everything leaves one whole free extent (no leak).
+
+use layoutd_targets::alloc::{FreeSpace, Largest, Nearest, NextFit, Placement};
+use proptest::prelude::*;
+
+const UNITS: u64 = 300;
+
+#[derive(Clone, Debug)]
+enum Op {
+    Alloc {
+        length: u64,
+        hint: u64,
+    },
+    /// Release the `k`-th live allocation (modulo their count).
+    Release {
+        k: usize,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (1..40u64, 0..UNITS).prop_map(|(length, hint)| Op::Alloc { length, hint }),
+        2 => any::<usize>().prop_map(|k| Op::Release { k }),
+    ]
+}
+
+fn policy(i: usize) -> Box<dyn Placement> {
+    match i {
+        0 => Box::new(NextFit::default()),
+        1 => Box::new(Nearest),
+        _ => Box::new(Largest),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn no_double_allocation_and_no_leak(which in 0..3usize, ops in prop::collection::vec(op(), 1..80)) {
+        let mut placement = policy(which);
+        let mut f = FreeSpace::new(UNITS);
+        let mut used = vec![false; UNITS as usize];
+        let mut live: Vec<(u64, u64)> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Alloc { length, hint } => {
+                    let longest_free_run = {
+                        let (mut best, mut run) = (0u64, 0u64);
+                        for &u in &used {
+                            run = if u { 0 } else { run + 1 };
+                            best = best.max(run);
+                        }
+                        best
+                    };
+                    match f.allocate(length, hint, &mut *placement) {
+                        Some(start) => {
+                            for u in start..start + length {
+                                prop_assert!(!used[u as usize], "unit {} handed out twice", u);
+                                used[u as usize] = true;
+                            }
+                            live.push((start, length));
+                        }
+                        None => prop_assert!(longest_free_run < length, "refused {} units with a free run of {}", length, longest_free_run),
+                    }
+                }
+                Op::Release { k } if !live.is_empty() => {
+                    let (start, length) = live.swap_remove(k % live.len());
+                    f.release(start, length);
+                    for u in start..start + length {
+                        used[u as usize] = false;
+                    }
+                }
+                Op::Release { .. } => {}
+            }
+            prop_assert_eq!(f.free_units(), used.iter().filter(|&&u| !u).count() as u64);
+            // The free extents are exactly the model's maximal free runs.
+            let mut runs = Vec::new();
+            let mut u = 0u64;
+            while u < UNITS {
+                if used[u as usize] { u += 1; continue; }
+                let s = u;
+                while u < UNITS && !used[u as usize] { u += 1; }
+                runs.push((s, u - s));
+            }
+            prop_assert_eq!(f.extents().collect::<Vec<_>>(), runs);
+        }
+        for (start, length) in live {
+            f.release(start, length);
+        }
+        prop_assert_eq!(f.extents().collect::<Vec<_>>(), vec![(0, UNITS)]);
+    }
+}
