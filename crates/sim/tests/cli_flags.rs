@@ -1,23 +1,9 @@
 //! Flags of `layoutd sim` as the CLI parses them (the very `cmd_sim.rs` the
 //! binary compiles): the reproductions end to end.
 
-#[path = "../../cli/src/cmd_sim.rs"]
-#[allow(dead_code)]
-mod cmd_sim;
+mod cli;
 
-use clap::Parser;
-
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: cmd_sim::SimArgs,
-}
-
-fn run(args: &[&str]) -> Result<(), String> {
-    let cli =
-        Cli::try_parse_from(std::iter::once("sim").chain(args.iter().copied())).map_err(|e| e.to_string())?;
-    cmd_sim::run(cli.args).map_err(|e| format!("{e:#}"))
-}
+use cli::run;
 
 #[test]
 fn a_timestamp_near_2_pow_64_ns_is_refused_not_a_panic() {

@@ -3,23 +3,13 @@
 //! give the unsharded summary byte for byte. Drives the very `cmd_sim.rs`
 //! the CLI compiles.
 
-#[path = "../../cli/src/cmd_sim.rs"]
-#[allow(dead_code)]
-mod cmd_sim;
+mod cli;
 
-use clap::Parser;
 use std::fmt::Write as _;
 use std::path::Path;
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: cmd_sim::SimArgs,
-}
-
 fn sim(args: &[&str]) {
-    let cli = Cli::try_parse_from(std::iter::once("sim").chain(args.iter().copied())).unwrap();
-    cmd_sim::run(cli.args).unwrap();
+    cli::run(args).unwrap();
 }
 
 /// A small DiskSim trace: `count` requests, mixed reads and writes.
@@ -93,8 +83,7 @@ fn matrix_cells_equal_single_runs_and_shards_merge_to_the_same_summary() {
     // Summarizing before every shard ran names the missing cells.
     let partial = out("partial");
     sim(&["--matrix", &m, "--out", &partial, "--shard", "0/2"]);
-    let cli = Cli::try_parse_from(["sim", "--matrix", &m, "--out", &partial, "--summarize"]).unwrap();
-    let e = cmd_sim::run(cli.args).unwrap_err().to_string();
+    let e = cli::run(&["--matrix", &m, "--out", &partial, "--summarize"]).unwrap_err();
     assert!(e.contains("4 of 8 cells have no JSON yet"), "{e}");
 }
 
