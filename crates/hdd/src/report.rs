@@ -206,10 +206,12 @@ impl fmt::Display for ShowReport {
         )?;
         writeln!(
             f,
-            "  cache                   {} segments x {} sectors, read-ahead {} sectors, write cache {}",
+            "  cache                   {} segments x {} sectors, read-ahead {} sectors ({:?}, request data {:?}), write cache {}",
             p.cache.segment_count,
             p.cache.segment_sectors,
             p.cache.read_ahead_sectors_max,
+            p.cache.read_ahead_scope,
+            p.cache.request_data,
             if p.cache.write_cache { "on" } else { "off" }
         )?;
         writeln!(
