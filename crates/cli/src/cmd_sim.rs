@@ -136,7 +136,7 @@ fn run_matrix(args: &SimArgs, path: &std::path::Path) -> anyhow::Result<()> {
     use layoutd_sim::matrix::{run_parallel, summarize, Matrix, Shard};
     let matrix = Matrix::load(path)?;
     let out = args.out.clone().context("--matrix needs --out DIR")?;
-    let shard = args.shard.as_deref().map(Shard::parse).transpose().map_err(anyhow::Error::msg)?;
+    let shard = parse_opt(&args.shard, Shard::parse)?;
     if !args.summarize {
         let cells: Vec<_> =
             matrix.cells().into_iter().filter(|c| shard.is_none_or(|s| s.has(c.index))).collect();
@@ -231,19 +231,14 @@ fn read_options(args: &SimArgs) -> anyhow::Result<ReadOptions> {
         span_bytes: args.span_bytes,
         compact_chunks: None,
         blkparse_action,
-        time_unit: args
-            .time_unit
-            .as_deref()
-            .map(TimeUnit::from_name)
-            .transpose()
-            .map_err(anyhow::Error::msg)?,
-        size_unit: args
-            .size_unit
-            .as_deref()
-            .map(SizeUnit::from_name)
-            .transpose()
-            .map_err(anyhow::Error::msg)?,
+        time_unit: parse_opt(&args.time_unit, TimeUnit::from_name)?,
+        size_unit: parse_opt(&args.size_unit, SizeUnit::from_name)?,
     })
+}
+
+/// An optional flag through its parser, whose error names the flag.
+fn parse_opt<T>(v: &Option<String>, parse: fn(&str) -> Result<T, String>) -> anyhow::Result<Option<T>> {
+    v.as_deref().map(parse).transpose().map_err(anyhow::Error::msg)
 }
 
 /// Builds the simulator's options from the flags.
