@@ -485,13 +485,15 @@ impl Disk {
                     + interface.extradisc_disconnect_ns
                     + interface.extradisc_inter_disconnect_ns
                     + interface.reselect_first_ns
+                    + interface.bus_arbitration_ns
                     + interface.data_prep_ns,
                 interface.extradisc_second_disconnect_ns,
-                interface.reselect_other_ns,
+                interface.reselect_other_ns + interface.bus_arbitration_ns,
             )
         } else {
             let data_start_ns = now_ns + command_ns + interface.data_prep_ns;
-            (now_ns + command_ns, data_start_ns, interface.write_disconnect_ns, interface.reselect_first_ns)
+            let reselect_ns = interface.reselect_first_ns + interface.bus_arbitration_ns;
+            (now_ns + command_ns, data_start_ns, interface.write_disconnect_ns, reselect_ns)
         };
         let done_ns = interface.write_completion_ns;
         self.last_write_end_lba = lba + sectors;

@@ -83,13 +83,14 @@ fn the_bus_is_the_one_the_parv_puts_the_disk_on() {
     // Swapping the topology's bus swaps the rate.
     let dir = barracuda_with(|_, _| {});
     let parv = shipped("barracuda.parv").replace(
-        "Read block transfer time = 0.0,\nWrite block transfer time = 0.0,\nPrint stats =  1",
-        "Read block transfer time = 0.5,\nWrite block transfer time = 0.25,\nPrint stats =  1",
+        "Arbitration time = 0.0,\nRead block transfer time = 0.0,\nWrite block transfer time = 0.0,\nPrint stats =  1",
+        "Arbitration time = 0.01,\nRead block transfer time = 0.5,\nWrite block transfer time = 0.25,\nPrint stats =  1",
     );
     std::fs::write(dir.path().join("barracuda.parv"), &parv).unwrap();
     assert!(parv.contains("Read block transfer time = 0.5"));
     let slow = load(&dir.path().join("barracuda.parv"));
     assert_eq!((slow.bus_sector_ns, slow.bus_write_sector_ns), (500_000, 250_000));
+    assert_eq!(slow.interface.bus_arbitration_ns, 10_000);
 }
 
 #[test]
