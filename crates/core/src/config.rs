@@ -31,6 +31,41 @@ pub struct StackConfig {
     /// `format` from its `--device` options; empty for one device).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub device: Vec<MemberConfig>,
+    /// The background scheduler (`[background]`); absent: the defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub background: Option<BackgroundConfig>,
+}
+
+/// `[background]`: how background work (destage, cleaning, replication,
+/// reorganisation) is scheduled across the layers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackgroundConfig {
+    /// Bytes per second of background I/O other than forced work (which
+    /// foreground requests wait for, never limited): `"20MiB"`, `1048576`.
+    /// Absent: unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<toml::Value>,
+}
+
+impl BackgroundConfig {
+    /// The scheduler configuration, or what is wrong with the keys.
+    pub fn scheduler(&self) -> Result<crate::background::SchedulerConfig, ConfigError> {
+        let rate = match &self.rate {
+            None => None,
+            Some(v) => {
+                let r = parse_size(v).map_err(|e| ConfigError(format!("[background] rate: {e}")))?;
+                if r == 0 {
+                    return Err(ConfigError(
+                        "[background] rate: 0 would stop destage and cleaning for good; leave the key out for no limit"
+                            .into(),
+                    ));
+                }
+                Some(r)
+            }
+        };
+        Ok(crate::background::SchedulerConfig { rate_bytes_per_s: rate })
+    }
 }
 
 /// One member device of a multi-device volume.
@@ -67,6 +102,7 @@ impl StackConfig {
             version: CONFIG_VERSION,
             layer: vec![LayerConfig { target: "linear".into(), args }],
             device: Vec::new(),
+            background: None,
         }
     }
 

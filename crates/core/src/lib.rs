@@ -9,6 +9,7 @@
 //! `layoutd-runtime`) are the only places where bytes meet a device.
 #![warn(missing_docs)]
 
+pub mod background;
 pub mod config;
 pub mod request;
 pub mod stack;

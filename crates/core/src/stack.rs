@@ -6,6 +6,7 @@
 //! after every input, so a runtime sees only the top's upper side and the
 //! bottom's lower side.
 
+use crate::background::{Offer, Scheduler, SchedulerConfig};
 use crate::{Completion, Instant, Request, Status, Target, TraceRecord};
 use std::collections::VecDeque;
 
@@ -14,14 +15,50 @@ pub struct Stack {
     layers: Vec<Box<dyn Target>>,
     rejected: VecDeque<Completion>,
     requests_rejected_count: u64,
+    scheduler: Scheduler,
 }
+
+/// Most background steps granted after one input (each is small: a segment).
+const BACKGROUND_STEPS_PER_INPUT_MAX: usize = 64;
 
 impl Stack {
     /// Chains `layers`, top first. Each layer's lower address space is the
     /// next layer's upper one.
     pub fn new(layers: Vec<Box<dyn Target>>) -> Stack {
+        Stack::with_scheduler(layers, SchedulerConfig::default())
+    }
+
+    /// [`Stack::new`] with a background scheduler configuration.
+    pub fn with_scheduler(layers: Vec<Box<dyn Target>>, config: SchedulerConfig) -> Stack {
         assert!(!layers.is_empty(), "a stack has at least one target");
-        Stack { layers, rejected: VecDeque::new(), requests_rejected_count: 0 }
+        Stack {
+            layers,
+            rejected: VecDeque::new(),
+            requests_rejected_count: 0,
+            scheduler: Scheduler::new(config),
+        }
+    }
+
+    /// Grants background steps, one offer at a time, while the scheduler
+    /// allows (see [`crate::background`]).
+    fn run_background(&mut self, now: Instant) {
+        let mut declined = vec![false; self.layers.len()];
+        for _ in 0..BACKGROUND_STEPS_PER_INPUT_MAX {
+            let offers: Vec<(usize, Offer)> = self
+                .layers
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !declined[*i])
+                .filter_map(|(i, l)| l.background_offer(now).map(|o| (i, o)))
+                .collect();
+            let Some(i) = self.scheduler.pick(now, &offers) else { return };
+            let class = offers.iter().find(|(j, _)| *j == i).expect("picked from the offers").1.class;
+            match self.layers[i].background_step(now) {
+                Some(bytes) => self.scheduler.charge(class, bytes),
+                None => declined[i] = true,
+            }
+            self.pump(now);
+        }
     }
 
     /// The layers, top first.
@@ -73,6 +110,7 @@ impl Target for Stack {
     }
 
     fn handle_request(&mut self, now: Instant, req: Request) {
+        self.scheduler.foreground_arrived();
         match req.validate(self.size_bytes()) {
             Ok(()) => self.layers[0].handle_request(now, req),
             Err(e) => {
@@ -81,11 +119,13 @@ impl Target for Stack {
             }
         }
         self.pump(now);
+        self.run_background(now);
     }
 
     fn handle_completion(&mut self, now: Instant, completion: Completion) {
         self.layers.last_mut().expect("non-empty").handle_completion(now, completion);
         self.pump(now);
+        self.run_background(now);
     }
 
     fn handle_timeout(&mut self, now: Instant) {
@@ -95,13 +135,16 @@ impl Target for Stack {
             }
         }
         self.pump(now);
+        self.run_background(now);
     }
 
     fn handle_idle(&mut self, now: Instant) {
+        self.scheduler.idle();
         for layer in self.layers.iter_mut().rev() {
             layer.handle_idle(now);
         }
         self.pump(now);
+        self.run_background(now);
     }
 
     fn poll_lower(&mut self) -> Option<Request> {
@@ -116,7 +159,7 @@ impl Target for Stack {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        self.layers.iter().filter_map(|t| t.poll_timeout()).min()
+        self.layers.iter().filter_map(|t| t.poll_timeout()).chain(self.scheduler.wake_at()).min()
     }
 
     fn poll_record(&mut self) -> Option<TraceRecord> {
@@ -143,6 +186,7 @@ impl Target for Stack {
                 .ok_or_else(|| format!("no layer {i}: the stack has {count}"))?;
             let r = layer.message(now, rest.trim());
             self.pump(now);
+            self.run_background(now);
             return r;
         }
         let mut errors = Vec::new();
@@ -150,6 +194,7 @@ impl Target for Stack {
             match self.layers[i].message(now, msg) {
                 Ok(reply) => {
                     self.pump(now);
+                    self.run_background(now);
                     return Ok(reply);
                 }
                 Err(e) => errors.push(e),
@@ -191,6 +236,7 @@ impl Target for Stack {
     fn status(&self) -> Status {
         let mut s = self.layers[0].status();
         s.counters.push(("requests_rejected_count".into(), self.requests_rejected_count));
+        s.counters.extend(self.scheduler.counters());
         s
     }
 }

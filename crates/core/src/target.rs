@@ -201,6 +201,23 @@ pub trait Target: Send {
         Err(format!("{}: unknown message `{msg}` (this target takes none)", self.name()))
     }
 
+    /// Background work this target has now, if any (see
+    /// [`crate::background`]): the stack's scheduler grants one offer at a
+    /// time, by class, and calls [`Target::background_step`]. The default:
+    /// none.
+    fn background_offer(&self, now: Instant) -> Option<crate::background::Offer> {
+        let _ = now;
+        None
+    }
+
+    /// Performs one granted step (emits its lower requests, marked
+    /// `background`); returns the bytes of I/O it started, or `None` if
+    /// there turned out to be nothing to do.
+    fn background_step(&mut self, now: Instant) -> Option<u64> {
+        let _ = now;
+        None
+    }
+
     /// Whether the target holds no background work: nothing left to
     /// destage, clean or copy, so the device below alone is the volume's
     /// contents (`layoutd destage` checks it). The default: always.

@@ -409,3 +409,43 @@ fn message_destage_starts_destage_now_and_is_drained_says_when_done() {
     assert!(counter(&h, "destaged_bytes") >= 20 * 1024, "destaged without the idle wait");
     assert!(h.stack.is_drained());
 }
+
+/// The background scheduler's rate limit (`[background] rate`), in virtual
+/// time: with about one segment's worth of tokens per second, destage of
+/// ten segments is spread over seconds; without it, done at once. (Virtual
+/// time in the deterministic harness: an exact consequence of the token
+/// bucket, not a performance bound.)
+#[test]
+fn the_background_rate_limit_spreads_destage_over_virtual_time() {
+    use layoutd_runtime::det::{Harness, ZeroLatency};
+    use layoutd_runtime::testkit::{bring_up, stack_from_toml};
+    let run = |limit: &str| {
+        let text = format!("{}{limit}", tiny("").replace("idle_ms_max = 20", "idle_ms_max = 5"));
+        let dev = std::sync::Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
+        let mut h = Harness::new(
+            stack_from_toml(&text, DEVICE_BYTES, layoutd_core::OpenMode::Format),
+            dev,
+            ZeroLatency::default(),
+            1,
+        );
+        bring_up(&mut h);
+        for i in 0..80u64 {
+            assert_eq!(h.write(i * 4096, vec![1; 512]).result, Ok(())); // 10 segments of 8 slots
+        }
+        assert_eq!(h.flush().result, Ok(()));
+        let t0 = h.now;
+        h.run_until(t0.add_ms(3000));
+        let after_3s = counter(&h, "destaged_segments_count");
+        h.run_until(t0.add_ms(30_000));
+        let stack_counters = h.stack.status().counters;
+        let throttled =
+            stack_counters.iter().find(|c| c.0 == "background_throttled_count").expect("stack counter").1;
+        (after_3s, counter(&h, "destaged_segments_count"), throttled)
+    };
+    let (unlimited_3s, unlimited_all, unlimited_throttled) = run("");
+    assert_eq!((unlimited_3s, unlimited_all, unlimited_throttled), (10, 10, 0));
+    let (limited_3s, limited_all, throttled) = run("[background]\nrate = \"8KiB\"\n");
+    assert!((2..10).contains(&limited_3s), "about one segment a second: {limited_3s} after 3 s");
+    assert_eq!(limited_all, 10, "and all of them in the end");
+    assert!(throttled > 0);
+}

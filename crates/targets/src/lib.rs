@@ -114,5 +114,6 @@ pub fn build_stack_members(
         layers.push(target);
     }
     layers.reverse();
-    Ok(Stack::new(layers))
+    let scheduler = cfg.background.as_ref().map(|b| b.scheduler()).transpose()?.unwrap_or_default();
+    Ok(Stack::with_scheduler(layers, scheduler))
 }

@@ -488,9 +488,6 @@ impl Dcd {
         self.process_waiters();
         self.advance_tail();
         self.serve_waiting_reads(now);
-        if self.should_destage() {
-            self.step_destage();
-        }
     }
 
     /// `read_fragmented = "destage"`: destage what a fragmented read needs,

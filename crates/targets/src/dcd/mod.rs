@@ -547,6 +547,25 @@ impl Target for Dcd {
         }
     }
 
+    /// Destage, forced when writes wait for log room; granted by the
+    /// stack's background scheduler, one segment per step.
+    fn background_offer(&self, _now: Instant) -> Option<layoutd_core::background::Offer> {
+        use layoutd_core::background::{JobClass, Offer};
+        self.should_destage().then_some(Offer {
+            class: if self.destage.forced { JobClass::Forced } else { JobClass::Destage },
+        })
+    }
+
+    fn background_step(&mut self, _now: Instant) -> Option<u64> {
+        if !self.step_destage() {
+            return None;
+        }
+        let job = self.destage.job.as_ref()?;
+        // The segment read and the writes home of its valid sectors.
+        let valid = u64::from(self.segs[job.loc.0 as usize].valid_sectors) * SECTOR_BYTES;
+        Some(self.geo.stride_bytes() + valid)
+    }
+
     fn is_drained(&self) -> bool {
         self.dirty_segments_count() == 0 && self.log_utilization_pct() == 0
     }
