@@ -296,7 +296,10 @@ impl Disk {
         let end = lba + sectors;
         let (out_end_ns, segment) = match (lookup, segment) {
             (ReadLookup::Hit, Some(index)) => {
-                self.read_ahead_after_hit(index, now_ns + command_ns, lba, end);
+                // DiskSim holds back any prefetch until the read-miss
+                // overhead has passed, hit or not (`disk_read_arrive`).
+                let miss_ns = self.params.overheads.pick(false, false, self.last_was_write);
+                self.read_ahead_after_hit(index, now_ns + miss_ns, lba, end);
                 (now_ns + command_ns + prep_ns + sectors * bus_ns, Some(index))
             }
             (
