@@ -1,25 +1,28 @@
 //! The layoutd superblock: the first thing on a formatted device.
 //!
+//! Each copy is a [`crate::metablock`] block of 16 KiB (magic `LAYOUTD\0`,
+//! format version, generation, crc32c over the whole block) whose payload is:
 //! ```text
 //! device:  | copy A (16 KiB) | copy B (16 KiB) | reserved .. 1 MiB | stack data ...
-//! copy:    0  magic "LAYOUTD\0"         8  format_version u32
-//!          12 flags u32 (bit 0: clean)  16 generation u64
-//!          24 device_size_bytes u64     32 data_start_bytes u64
-//!          40 uuid [16]                 56 config_length_bytes u32
-//!          60 config (TOML, UTF-8) ...  16380 crc32c of bytes 0..16380
+//! payload: 0  flags u32 (bit 0: clean; bits 8..16: member index)   4 reserved u32 (0)
+//!          8  device_size_bytes u64     16 data_start_bytes u64
+//!          24 uuid [16]                 40 config_length_bytes u32
+//!          44 config (TOML, UTF-8) ...
 //! ```
 //!
 //! Two copies are written alternately (generation even → A, odd → B), so a
 //! write torn by a crash leaves the other copy intact; the valid copy with
 //! the highest generation wins. A copy whose crc does not match is never
-//! trusted.
+//! trusted. Format version 1 (before the shared codec) is refused with the
+//! way out named.
 
 use crate::config::{ConfigError, StackConfig};
+use crate::metablock::{MetaBlockCodec, MetaError, Reader, HEADER_BYTES};
 
 /// Magic at offset 0 of every copy.
 pub const MAGIC: [u8; 8] = *b"LAYOUTD\0";
 /// On-disk format version written by this build.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// Size of one superblock copy.
 pub const SUPERBLOCK_BYTES: usize = 16 * 1024;
 /// Where the stack's address space starts on the device.
@@ -39,10 +42,12 @@ const FLAG_CLEAN: u32 = 1;
 /// Bits 8..16 of the flags hold the member index (zero on one-device volumes,
 /// so superblocks written before multi-device volumes decode unchanged).
 const MEMBER_SHIFT: u32 = 8;
-const CONFIG_OFFSET: usize = 60;
-const CRC_OFFSET: usize = SUPERBLOCK_BYTES - 4;
+/// Payload bytes before the config text.
+const CONFIG_OFFSET: usize = 44;
+/// The codec of one copy.
+const CODEC: MetaBlockCodec = MetaBlockCodec { magic: MAGIC, version: FORMAT_VERSION, block_bytes: SUPERBLOCK_BYTES };
 /// Longest config text that fits.
-pub const CONFIG_BYTES_MAX: usize = CRC_OFFSET - CONFIG_OFFSET;
+pub const CONFIG_BYTES_MAX: usize = SUPERBLOCK_BYTES - HEADER_BYTES - CONFIG_OFFSET;
 const _: () = assert!(2 * SUPERBLOCK_BYTES as u64 <= DATA_START_BYTES);
 const _: () = assert!(DATA_START_BYTES.is_multiple_of(4096));
 
@@ -81,6 +86,9 @@ pub enum SuperblockError {
     /// Written by a newer layoutd.
     #[error("superblock format version {0} is not supported by this build (reads version {FORMAT_VERSION}); upgrade layoutd")]
     Version(u32),
+    /// Written by an older layoutd, in a format this build no longer reads.
+    #[error("superblock format version {0} was written by an older layoutd (this build reads version {FORMAT_VERSION}): copy the data off with that build, then `layoutd format --force` this device")]
+    Older(u32),
     /// The stored stack description does not parse.
     #[error("superblock holds a bad stack config: {0}")]
     Config(#[from] ConfigError),
@@ -96,21 +104,18 @@ impl Superblock {
                 text.len()
             )));
         }
-        let mut b = vec![0u8; SUPERBLOCK_BYTES];
-        b[0..8].copy_from_slice(&MAGIC);
-        b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-        let flags =
-            (if self.clean { FLAG_CLEAN } else { 0 }) | (u32::from(self.member_index) << MEMBER_SHIFT);
-        b[12..16].copy_from_slice(&flags.to_le_bytes());
-        b[16..24].copy_from_slice(&self.generation.to_le_bytes());
-        b[24..32].copy_from_slice(&self.device_size_bytes.to_le_bytes());
-        b[32..40].copy_from_slice(&self.data_start_bytes.to_le_bytes());
-        b[40..56].copy_from_slice(&self.uuid);
-        b[56..60].copy_from_slice(&(text.len() as u32).to_le_bytes());
-        b[CONFIG_OFFSET..CONFIG_OFFSET + text.len()].copy_from_slice(text.as_bytes());
-        let crc = crc32c::crc32c(&b[..CRC_OFFSET]);
-        b[CRC_OFFSET..].copy_from_slice(&crc.to_le_bytes());
         self.check_ranges().map_err(ConfigError)?;
+        let mut p = Vec::with_capacity(CONFIG_OFFSET + text.len());
+        let flags = (if self.clean { FLAG_CLEAN } else { 0 }) | (u32::from(self.member_index) << MEMBER_SHIFT);
+        p.extend(flags.to_le_bytes());
+        p.extend(0u32.to_le_bytes());
+        p.extend(self.device_size_bytes.to_le_bytes());
+        p.extend(self.data_start_bytes.to_le_bytes());
+        p.extend(self.uuid);
+        p.extend((text.len() as u32).to_le_bytes());
+        assert_eq!(p.len(), CONFIG_OFFSET);
+        p.extend(text.as_bytes());
+        let b = CODEC.encode(self.generation, &p).map_err(|e| ConfigError(format!("superblock: {e}")))?;
         assert_eq!(Self::decode_copy(&b).as_ref().map(|s| s.generation), Ok(self.generation));
         Ok(b)
     }
@@ -139,6 +144,7 @@ impl Superblock {
             (Unformatted, Unformatted) => Unformatted,
             (Foreign(m), _) => Foreign(m),
             (Version(v), _) | (_, Version(v)) => Version(v),
+            (Older(v), _) | (_, Older(v)) => Older(v),
             (Config(c), _) | (_, Config(c)) => Config(c),
             (Corrupt(x), Corrupt(y)) => Corrupt(format!("copy A: {x}; copy B: {y}")),
             (Corrupt(x), _) | (_, Corrupt(x)) => Corrupt(x),
@@ -148,42 +154,38 @@ impl Superblock {
 
     fn decode_copy(b: &[u8]) -> Result<Superblock, SuperblockError> {
         assert_eq!(b.len(), SUPERBLOCK_BYTES);
-        let magic: [u8; 8] = b[0..8].try_into().expect("8 bytes");
-        if magic != MAGIC {
-            return Err(if b.iter().all(|&x| x == 0) {
-                SuperblockError::Unformatted
-            } else {
-                SuperblockError::Foreign(magic)
-            });
+        let block = CODEC.decode(b).map_err(|e| match e {
+            MetaError::Blank => SuperblockError::Unformatted,
+            MetaError::Foreign(m) => SuperblockError::Foreign(m),
+            MetaError::Version(v) if v < FORMAT_VERSION => SuperblockError::Older(v),
+            MetaError::Version(v) => SuperblockError::Version(v),
+            other => SuperblockError::Corrupt(other.to_string()),
+        })?;
+        let corrupt = |e: MetaError| SuperblockError::Corrupt(e.to_string());
+        let mut r = Reader::new(&block.payload);
+        let flags = r.u32().map_err(corrupt)?;
+        if r.u32().map_err(corrupt)? != 0 {
+            return Err(SuperblockError::Corrupt("reserved field is not zero".into()));
         }
-        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
-        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
-        let crc_stored = u32_at(CRC_OFFSET);
-        let crc_actual = crc32c::crc32c(&b[..CRC_OFFSET]);
-        if crc_stored != crc_actual {
+        let device_size_bytes = r.u64().map_err(corrupt)?;
+        let data_start_bytes = r.u64().map_err(corrupt)?;
+        let uuid: [u8; 16] = r.bytes(16).map_err(corrupt)?.try_into().expect("16 bytes");
+        let config_len = r.u32().map_err(corrupt)? as usize;
+        if config_len != r.remaining() {
             return Err(SuperblockError::Corrupt(format!(
-                "crc32c mismatch (stored {crc_stored:08x}, computed {crc_actual:08x})"
+                "config length {config_len}, but {} bytes follow",
+                r.remaining()
             )));
         }
-        let version = u32_at(8);
-        if version != FORMAT_VERSION {
-            return Err(SuperblockError::Version(version));
-        }
-        let config_len = u32_at(56) as usize;
-        if config_len > CONFIG_BYTES_MAX {
-            return Err(SuperblockError::Corrupt(format!(
-                "config length {config_len} exceeds {CONFIG_BYTES_MAX}"
-            )));
-        }
-        let text = std::str::from_utf8(&b[CONFIG_OFFSET..CONFIG_OFFSET + config_len])
+        let text = std::str::from_utf8(r.bytes(config_len).map_err(corrupt)?)
             .map_err(|_| SuperblockError::Corrupt("config is not UTF-8".into()))?;
         let sb = Superblock {
-            generation: u64_at(16),
-            clean: u32_at(12) & FLAG_CLEAN != 0,
-            member_index: (u32_at(12) >> MEMBER_SHIFT) as u8,
-            device_size_bytes: u64_at(24),
-            data_start_bytes: u64_at(32),
-            uuid: b[40..56].try_into().expect("16 bytes"),
+            generation: block.generation,
+            clean: flags & FLAG_CLEAN != 0,
+            member_index: (flags >> MEMBER_SHIFT) as u8,
+            device_size_bytes,
+            data_start_bytes,
+            uuid,
             config: StackConfig::parse(text, "superblock")?,
         };
         sb.check_ranges().map_err(SuperblockError::Corrupt)?;
@@ -271,12 +273,19 @@ mod tests {
         assert_eq!(Superblock::decode(&torn).unwrap(), s4);
     }
 
-    /// A copy with a valid crc but a field no honest writer produces.
+    /// Recomputes a copy's crc32c (at 28, over the block with it zeroed).
+    fn fix_crc(b: &mut [u8]) {
+        b[28..32].fill(0);
+        let crc = crc32c::crc32c(b);
+        b[28..32].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    /// A copy with a valid crc but a field no honest writer produces
+    /// (`at` counts from the block's start: the payload starts at 32).
     fn crafted(at: usize, value: u64) -> Vec<u8> {
         let mut b = sample(2).encode().unwrap();
         b[at..at + 8].copy_from_slice(&value.to_le_bytes());
-        let crc = crc32c::crc32c(&b[..CRC_OFFSET]);
-        b[CRC_OFFSET..].copy_from_slice(&crc.to_le_bytes());
+        fix_crc(&mut b);
         b
     }
 
@@ -284,10 +293,10 @@ mod tests {
     fn crafted_fields_with_a_valid_crc_are_refused_naming_the_field() {
         for (at, value, field) in [
             (16, u64::MAX - 1, "generation"),
-            (24, 0, "device_size_bytes"),
-            (24, 1 << 62, "device_size_bytes"),
-            (32, 0, "data_start_bytes"),
-            (32, 1 << 40, "data_start_bytes"),
+            (40, 0, "device_size_bytes"),
+            (40, 1 << 62, "device_size_bytes"),
+            (48, 0, "data_start_bytes"),
+            (48, 1 << 40, "data_start_bytes"),
         ] {
             let img = both(crafted(at, value), vec![0; SUPERBLOCK_BYTES]);
             match Superblock::decode(&img) {
@@ -306,7 +315,7 @@ mod tests {
             assert!(sb.encode().is_err(), "encode refuses what decode would");
         }
         // The valid neighbour copy still wins over a crafted one.
-        let img = both(crafted(32, 0), sample(3).encode().unwrap());
+        let img = both(crafted(48, 0), sample(3).encode().unwrap());
         assert_eq!(Superblock::decode(&img).unwrap(), sample(3));
     }
 
@@ -322,11 +331,16 @@ mod tests {
         assert!(matches!(Superblock::decode(&corrupt), Err(SuperblockError::Corrupt(_))));
         let mut newer = sample(2).encode().unwrap();
         newer[8..12].copy_from_slice(&9u32.to_le_bytes());
-        let crc = crc32c::crc32c(&newer[..CRC_OFFSET]);
-        newer[CRC_OFFSET..].copy_from_slice(&crc.to_le_bytes());
+        fix_crc(&mut newer);
         assert_eq!(
             Superblock::decode(&both(newer, vec![0; SUPERBLOCK_BYTES])),
             Err(SuperblockError::Version(9))
         );
+        let mut older = sample(2).encode().unwrap();
+        older[8..12].copy_from_slice(&1u32.to_le_bytes());
+        fix_crc(&mut older);
+        let e = Superblock::decode(&both(older, vec![0; SUPERBLOCK_BYTES])).unwrap_err();
+        assert_eq!(e, SuperblockError::Older(1));
+        assert!(e.to_string().contains("format --force"), "{e}");
     }
 }

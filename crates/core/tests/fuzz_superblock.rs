@@ -54,8 +54,10 @@ proptest! {
         for &(at, v) in &raw { b[at] = v; }
         for &(at, v, w) in &crafted { put(&mut b, at, v, w); }
         if fix {
-            let crc = crc32c::crc32c(&b[..SUPERBLOCK_BYTES - 4]);
-            b[SUPERBLOCK_BYTES - 4..].copy_from_slice(&crc.to_le_bytes());
+            // The metadata block's crc32c: at 28, over the block with it zeroed.
+            b[28..32].fill(0);
+            let crc = crc32c::crc32c(&b);
+            b[28..32].copy_from_slice(&crc.to_le_bytes());
         }
         let other = if second_copy_valid {
             let mut s = sample();

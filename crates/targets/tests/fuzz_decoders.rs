@@ -55,8 +55,8 @@ fn put(b: &mut [u8], at: usize, value: u64, width: usize) {
     }
 }
 
-/// Recomputes a crc32c stored at `at`, computed over `len` bytes with the
-/// field taken as zero.
+/// Recomputes a crc32c stored at `at` (28 in every metadata block), computed
+/// over `len` bytes with the field taken as zero.
 fn fix_crc(b: &mut [u8], at: usize, len: usize) {
     put(b, at, 0, 4);
     let crc = crc32c::crc32c(&b[..len]);
@@ -99,7 +99,7 @@ proptest! {
         for &(at, v, w) in &crafted { put(&mut b, at % n, v, w); }
         if fix {
             let len = g.header_bytes as usize;
-            fix_crc(&mut b, 56, len);
+            fix_crc(&mut b, 28, len);
         }
         if let Ok(h) = SegmentHeader::decode(&b, &g) {
             let _ = h.encode(&g);
@@ -122,7 +122,7 @@ proptest! {
             let n = b.len();
         for &(at, v) in &raw { b[at % n] = v; }
             for &(at, v, w) in &crafted { put(&mut b, at % n, v, w); }
-            if fix { fix_crc(&mut b, 60, 512); }
+            if fix { fix_crc(&mut b, 28, 512); }
             if which == 0 {
                 if let Ok(ck) = Checkpoint::decode(&b, &g) {
                     let _ = ck.encode(&g);

@@ -1,65 +1,69 @@
-//! On-disk formats of the segment log: the segment header and the
-//! checkpoint. Both carry a magic, a format version, a sequence number and
-//! a crc32c, which is checked before every write (the encoder re-decodes
-//! its own output) and after every read. All integers are little endian.
+//! On-disk formats of the segment log: the segment header, the checkpoint
+//! and the flush mark. Each is a [`layoutd_core::metablock`] block (magic,
+//! format version, generation, crc32c over the whole block, checked before
+//! every write by re-decoding and after every read); below, the payloads,
+//! little endian, offsets within the payload (the block header is 32 bytes).
 //!
-//! Segment header (`header_bytes`, sector aligned):
+//! Segment header (`header_bytes`, sector aligned; the block's generation is
+//! the segment's **seq**):
 //! ```text
-//! 0  magic u64 "LDSEGHD1"   8  version u32       12 header_bytes u32
-//! 16 seq u64                24 boot u64
-//! 32 slot_bytes u32         36 slot_count u32    40 entry_count u32
-//! 44 slots_used u32         48 payload_crc u32   52 flags u32 (bit 0: payload_crc valid)
-//! 56 header_crc u32 (crc32c of the header with this field zero)   60 reserved u32
-//! 64 entries, 16 bytes each: start_sector u64, sector_count u32, kind u16, slot u16
+//! 0  boot u64               8  slot_bytes u32    12 slot_count u32
+//! 16 entry_count u32        20 slots_used u32    24 payload_crc u32
+//! 28 flags u32 (bit 0: payload_crc valid)
+//! 32 entries, 16 bytes each: start_sector u64, sector_count u32, kind u16, slot u16
 //!    kind 1 = slot `slot` holds sectors [start, start+count)
 //!    kind 2 = sectors [start, start+count) were overwritten outside the log
 //! ```
-//! Checkpoint (one 512-byte block per copy):
+//! Checkpoint (one 512-byte block per copy; generation picks the copy):
 //! ```text
-//! 0  magic u64 "LDSEGCK1"   8  version u32       12 slot_bytes u32
-//! 16 generation u64         24 boot u64          32 replay_from_seq u64
-//! 40 resume_seq u64         48 segment_count u32 52 slot_count u32
-//! 56 header_bytes u32       60 crc u32 (crc32c of the block with this field zero)
-//! 64 region_offset_bytes u64   72 durable_upto_seq u64   80.. zero
+//! 0  boot u64               8  replay_from_seq u64   16 resume_seq u64
+//! 24 durable_upto_seq u64   32 region_offset_bytes u64
+//! 40 slot_bytes u32         44 slot_count u32        48 segment_count u32
+//! 52 header_bytes u32
 //! ```
-//! `durable_upto_seq` (0 in checkpoints written before it existed): every
-//! segment below it was durable when the checkpoint was written; the tail
-//! advance that wrote it may have relied on segments up to there holding
-//! the newest copy of a sector (see the dcd reclaim rule), so recovery
-//! must reach it.
+//! `durable_upto_seq`: every segment below it was durable when the
+//! checkpoint was written; the tail advance that wrote it may have relied on
+//! segments up to there holding the newest copy of a sector (see the dcd
+//! reclaim rule), so recovery must reach it.
+//!
 //! Flush mark (one 512-byte block per copy, 1024 bytes into each checkpoint
 //! copy's 4 KiB): evidence that the log was durable up to a seq when a
 //! client's flush or FUA write was acknowledged, so that recovery can tell
 //! a torn tail (allowed to be cut off) from damage to flushed segments
 //! (refused):
 //! ```text
-//! 0  magic u64 "LDSEGFM1"   8  version u32       12 reserved u32
-//! 16 generation u64         24 boot u64          32 durable_upto_seq u64
-//! 40 region_offset_bytes u64                     48 segment_count u32
-//! 52 reserved u32           56 reserved u32      60 crc u32
+//! 0  boot u64               8  durable_upto_seq u64  16 region_offset_bytes u64
+//! 24 segment_count u32
 //! ```
 //!
 //! Every decoded number is range-checked: sequence numbers, generations and
 //! boot counters above [`SEQ_MAX`] are refused as malformed, so that no
-//! arithmetic on them can overflow.
+//! arithmetic on them can overflow. Format version 1 (before the shared
+//! codec) is refused as another version.
 
 use super::{Geometry, Seq, ENTRY_BYTES, HEADER_FIXED_BYTES};
+use layoutd_core::metablock::{MetaBlockCodec, MetaError, Reader, GENERATION_MAX, HEADER_BYTES};
 
-/// Format version of headers and checkpoints written by this build.
-pub const FORMAT_VERSION: u32 = 1;
-const HEADER_MAGIC: u64 = u64::from_le_bytes(*b"LDSEGHD1");
-const CHECKPOINT_MAGIC: u64 = u64::from_le_bytes(*b"LDSEGCK1");
-const MARK_MAGIC: u64 = u64::from_le_bytes(*b"LDSEGFM1");
+/// Format version of headers, checkpoints and marks written by this build.
+pub const FORMAT_VERSION: u32 = 2;
+const HEADER_MAGIC: [u8; 8] = *b"LDSEGHD1";
+/// Bytes of one encoded checkpoint (or flush mark).
+pub const CHECKPOINT_BYTES: usize = 512;
+const CHECKPOINT_CODEC: MetaBlockCodec =
+    MetaBlockCodec { magic: *b"LDSEGCK1", version: FORMAT_VERSION, block_bytes: CHECKPOINT_BYTES };
+const MARK_CODEC: MetaBlockCodec =
+    MetaBlockCodec { magic: *b"LDSEGFM1", version: FORMAT_VERSION, block_bytes: CHECKPOINT_BYTES };
 /// Largest sequence number, generation or boot counter accepted from disk
 /// (2^62: a segment a microsecond for 146,000 years). Larger values are
 /// crafted or corrupt, and refusing them keeps every `+ 1` and every
 /// `seq + segment_count` free of overflow.
-pub const SEQ_MAX: u64 = 1 << 62;
-/// Bytes of one encoded checkpoint.
-pub const CHECKPOINT_BYTES: usize = 512;
+pub const SEQ_MAX: u64 = GENERATION_MAX;
 const FLAG_PAYLOAD_CRC: u32 = 1;
 const KIND_SLOT: u16 = 1;
 const KIND_INVALIDATE: u16 = 2;
+/// Payload bytes of a segment header before its entries.
+const HEADER_PAYLOAD_FIXED_BYTES: usize = 32;
+const _: () = assert!(HEADER_BYTES + HEADER_PAYLOAD_FIXED_BYTES == HEADER_FIXED_BYTES as usize);
 
 /// Why a header or checkpoint was not accepted.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -84,6 +88,17 @@ impl std::fmt::Display for HeaderError {
             HeaderError::Version(v) => write!(f, "format version {v}, this build reads {FORMAT_VERSION}"),
             HeaderError::Geometry(s) => write!(f, "geometry differs from the config: {s}"),
             HeaderError::Malformed(s) => write!(f, "malformed: {s}"),
+        }
+    }
+}
+
+impl From<MetaError> for HeaderError {
+    fn from(e: MetaError) -> HeaderError {
+        match e {
+            MetaError::Blank | MetaError::Foreign(_) => HeaderError::NoMagic,
+            MetaError::BadCrc => HeaderError::BadCrc,
+            MetaError::Version(v) => HeaderError::Version(v),
+            MetaError::Malformed(m) => HeaderError::Malformed(m),
         }
     }
 }
@@ -125,30 +140,15 @@ pub struct SegmentHeader {
     pub entries: Vec<Entry>,
 }
 
-fn put_u16(b: &mut [u8], at: usize, v: u16) {
-    b[at..at + 2].copy_from_slice(&v.to_le_bytes());
-}
-fn put_u32(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
-}
-fn put_u64(b: &mut [u8], at: usize, v: u64) {
-    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
-}
-fn get_u16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes(b[at..at + 2].try_into().expect("2 bytes"))
-}
-fn get_u32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-fn get_u64(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+fn header_codec(geo: &Geometry) -> MetaBlockCodec {
+    MetaBlockCodec { magic: HEADER_MAGIC, version: FORMAT_VERSION, block_bytes: geo.header_bytes as usize }
 }
 
-/// crc32c of `b` with the 4 bytes at `at` taken as zero.
-fn crc_without(b: &[u8], at: usize) -> u32 {
-    let c = crc32c::crc32c(&b[..at]);
-    let c = crc32c::crc32c_append(c, &[0u8; 4]);
-    crc32c::crc32c_append(c, &b[at + 4..])
+fn seq_in_range(name: &str, v: u64) -> Result<u64, HeaderError> {
+    if v > SEQ_MAX {
+        return Err(HeaderError::Malformed(format!("{name} {v} is past {SEQ_MAX}")));
+    }
+    Ok(v)
 }
 
 impl SegmentHeader {
@@ -157,20 +157,17 @@ impl SegmentHeader {
     pub fn encode(&self, geo: &Geometry) -> Vec<u8> {
         assert!(self.entries.len() <= geo.entry_count_max as usize, "too many entries");
         assert!(self.slots_used <= geo.slot_count, "more slots used than exist");
-        let mut b = vec![0u8; geo.header_bytes as usize];
-        put_u64(&mut b, 0, HEADER_MAGIC);
-        put_u32(&mut b, 8, FORMAT_VERSION);
-        put_u32(&mut b, 12, geo.header_bytes);
-        put_u64(&mut b, 16, self.seq.0);
-        put_u64(&mut b, 24, self.boot);
-        put_u32(&mut b, 32, geo.slot_bytes);
-        put_u32(&mut b, 36, geo.slot_count);
-        put_u32(&mut b, 40, self.entries.len() as u32);
-        put_u32(&mut b, 44, self.slots_used);
-        put_u32(&mut b, 48, self.payload_crc.unwrap_or(0));
-        put_u32(&mut b, 52, if self.payload_crc.is_some() { FLAG_PAYLOAD_CRC } else { 0 });
-        for (i, e) in self.entries.iter().enumerate() {
-            let at = (HEADER_FIXED_BYTES + ENTRY_BYTES * i as u32) as usize;
+        let mut p =
+            Vec::with_capacity(HEADER_PAYLOAD_FIXED_BYTES + self.entries.len() * ENTRY_BYTES as usize);
+        p.extend(self.boot.to_le_bytes());
+        p.extend(geo.slot_bytes.to_le_bytes());
+        p.extend(geo.slot_count.to_le_bytes());
+        p.extend((self.entries.len() as u32).to_le_bytes());
+        p.extend(self.slots_used.to_le_bytes());
+        p.extend(self.payload_crc.unwrap_or(0).to_le_bytes());
+        p.extend((if self.payload_crc.is_some() { FLAG_PAYLOAD_CRC } else { 0 }).to_le_bytes());
+        assert_eq!(p.len(), HEADER_PAYLOAD_FIXED_BYTES);
+        for e in &self.entries {
             let (start, count, kind, slot) = match *e {
                 Entry::Slot { start_sector, sector_count, slot } => {
                     (start_sector, sector_count, KIND_SLOT, slot)
@@ -179,13 +176,12 @@ impl SegmentHeader {
                     (start_sector, sector_count, KIND_INVALIDATE, 0)
                 }
             };
-            put_u64(&mut b, at, start);
-            put_u32(&mut b, at + 8, count);
-            put_u16(&mut b, at + 12, kind);
-            put_u16(&mut b, at + 14, slot);
+            p.extend(start.to_le_bytes());
+            p.extend(count.to_le_bytes());
+            p.extend(kind.to_le_bytes());
+            p.extend(slot.to_le_bytes());
         }
-        let crc = crc_without(&b, 56);
-        put_u32(&mut b, 56, crc);
+        let b = header_codec(geo).encode(self.seq.0, &p).expect("a header fits its geometry");
         assert_eq!(SegmentHeader::decode(&b, geo).as_ref(), Ok(self), "header round trip");
         b
     }
@@ -193,41 +189,42 @@ impl SegmentHeader {
     /// Decodes and checks a header read from disk.
     pub fn decode(b: &[u8], geo: &Geometry) -> Result<SegmentHeader, HeaderError> {
         assert!(b.len() >= geo.header_bytes as usize, "caller reads a whole header");
-        if get_u64(b, 0) != HEADER_MAGIC {
-            return Err(HeaderError::NoMagic);
-        }
-        let hb = get_u32(b, 12);
-        if hb != geo.header_bytes || crc_without(&b[..hb as usize], 56) != get_u32(b, 56) {
-            return Err(HeaderError::BadCrc);
-        }
-        if get_u32(b, 8) != FORMAT_VERSION {
-            return Err(HeaderError::Version(get_u32(b, 8)));
-        }
-        if get_u32(b, 32) != geo.slot_bytes || get_u32(b, 36) != geo.slot_count {
+        let block = header_codec(geo).decode(b)?;
+        let mut r = Reader::new(&block.payload);
+        let boot = seq_in_range("boot", r.u64()?)?;
+        let (slot_bytes, slot_count) = (r.u32()?, r.u32()?);
+        if slot_bytes != geo.slot_bytes || slot_count != geo.slot_count {
             return Err(HeaderError::Geometry(format!(
-                "slots of {} x {} on disk, {} x {} configured",
-                get_u32(b, 36),
-                get_u32(b, 32),
-                geo.slot_count,
-                geo.slot_bytes
+                "slots of {slot_count} x {slot_bytes} on disk, {} x {} configured",
+                geo.slot_count, geo.slot_bytes
             )));
         }
-        let entry_count = get_u32(b, 40);
-        let slots_used = get_u32(b, 44);
+        let entry_count = r.u32()?;
+        let slots_used = r.u32()?;
         if entry_count > geo.entry_count_max || slots_used > geo.slot_count {
             return Err(HeaderError::Malformed(format!("{entry_count} entries, {slots_used} slots used")));
         }
-        let entries =
-            (0..entry_count).map(|i| decode_entry(b, i, geo, slots_used)).collect::<Result<Vec<_>, _>>()?;
-        if get_u64(b, 16) > SEQ_MAX || get_u64(b, 24) > SEQ_MAX {
+        let (crc, flags) = (r.u32()?, r.u32()?);
+        if flags & !FLAG_PAYLOAD_CRC != 0 {
+            return Err(HeaderError::Malformed(format!("unknown flags {flags:#x}")));
+        }
+        if r.remaining() != entry_count as usize * ENTRY_BYTES as usize {
             return Err(HeaderError::Malformed(format!(
-                "seq {} or boot {} past {SEQ_MAX}",
-                get_u64(b, 16),
-                get_u64(b, 24)
+                "{entry_count} entries, but {} bytes of them",
+                r.remaining()
             )));
         }
-        let payload_crc = (get_u32(b, 52) & FLAG_PAYLOAD_CRC != 0).then(|| get_u32(b, 48));
-        Ok(SegmentHeader { seq: Seq(get_u64(b, 16)), boot: get_u64(b, 24), slots_used, payload_crc, entries })
+        let entries = (0..entry_count)
+            .map(|i| decode_entry(&mut r, i, geo, slots_used))
+            .collect::<Result<Vec<_>, _>>()?;
+        let payload_crc = (flags & FLAG_PAYLOAD_CRC != 0).then_some(crc);
+        Ok(SegmentHeader {
+            seq: Seq(seq_in_range("seq", block.generation)?),
+            boot,
+            slots_used,
+            payload_crc,
+            entries,
+        })
     }
 
     /// crc32c of a segment's used slots, as stored in `payload_crc`.
@@ -236,10 +233,10 @@ impl SegmentHeader {
     }
 }
 
-fn decode_entry(b: &[u8], i: u32, geo: &Geometry, slots_used: u32) -> Result<Entry, HeaderError> {
-    let at = (HEADER_FIXED_BYTES + ENTRY_BYTES * i) as usize;
-    let (start_sector, sector_count) = (get_u64(b, at), get_u32(b, at + 8));
-    let (kind, slot) = (get_u16(b, at + 12), get_u16(b, at + 14));
+fn decode_entry(r: &mut Reader<'_>, i: u32, geo: &Geometry, slots_used: u32) -> Result<Entry, HeaderError> {
+    let (start_sector, sector_count) = (r.u64()?, r.u32()?);
+    let kind = u16::from_le_bytes(r.bytes(2)?.try_into().expect("2 bytes"));
+    let slot = u16::from_le_bytes(r.bytes(2)?.try_into().expect("2 bytes"));
     let bad = |what: &str| HeaderError::Malformed(format!("entry {i}: {what}"));
     if sector_count == 0 || start_sector.checked_add(u64::from(sector_count)).is_none() {
         return Err(bad("empty or overflowing range"));
@@ -252,21 +249,6 @@ fn decode_entry(b: &[u8], i: u32, geo: &Geometry, slots_used: u32) -> Result<Ent
         KIND_INVALIDATE => Ok(Entry::Invalidate { start_sector, sector_count }),
         _ => Err(bad("unknown kind")),
     }
-}
-
-/// The common prelude of a 512-byte metadata block (checkpoint, flush
-/// mark): magic at 0, version at 8, crc32c at 60 (taken as zero).
-fn check_block(b: &[u8], magic: u64) -> Result<(), HeaderError> {
-    if get_u64(b, 0) != magic {
-        return Err(HeaderError::NoMagic);
-    }
-    if crc_without(b, 60) != get_u32(b, 60) {
-        return Err(HeaderError::BadCrc);
-    }
-    if get_u32(b, 8) != FORMAT_VERSION {
-        return Err(HeaderError::Version(get_u32(b, 8)));
-    }
-    Ok(())
 }
 
 /// The persisted checkpoint.
@@ -289,21 +271,20 @@ impl Checkpoint {
     /// Encodes one copy (512 bytes); checked by re-decoding.
     pub fn encode(&self, geo: &Geometry) -> Vec<u8> {
         assert!(self.boot > 0, "boot counts from 1");
-        let mut b = vec![0u8; CHECKPOINT_BYTES];
-        put_u64(&mut b, 0, CHECKPOINT_MAGIC);
-        put_u32(&mut b, 8, FORMAT_VERSION);
-        put_u32(&mut b, 12, geo.slot_bytes);
-        put_u64(&mut b, 16, self.generation);
-        put_u64(&mut b, 24, self.boot);
-        put_u64(&mut b, 32, self.replay_from_seq.0);
-        put_u64(&mut b, 40, self.resume_seq.0);
-        put_u32(&mut b, 48, geo.segment_count);
-        put_u32(&mut b, 52, geo.slot_count);
-        put_u32(&mut b, 56, geo.header_bytes);
-        put_u64(&mut b, 64, geo.region_offset_bytes);
-        put_u64(&mut b, 72, self.durable_upto.0);
-        let crc = crc_without(&b, 60);
-        put_u32(&mut b, 60, crc);
+        let mut p = Vec::with_capacity(56);
+        for v in [
+            self.boot,
+            self.replay_from_seq.0,
+            self.resume_seq.0,
+            self.durable_upto.0,
+            geo.region_offset_bytes,
+        ] {
+            p.extend(v.to_le_bytes());
+        }
+        for v in [geo.slot_bytes, geo.slot_count, geo.segment_count, geo.header_bytes] {
+            p.extend(v.to_le_bytes());
+        }
+        let b = CHECKPOINT_CODEC.encode(self.generation, &p).expect("a checkpoint fits its block");
         assert_eq!(Checkpoint::decode(&b, geo).as_ref(), Ok(self), "checkpoint round trip");
         b
     }
@@ -311,38 +292,27 @@ impl Checkpoint {
     /// Decodes one copy and checks it against the configured geometry.
     pub fn decode(b: &[u8], geo: &Geometry) -> Result<Checkpoint, HeaderError> {
         assert!(b.len() >= CHECKPOINT_BYTES, "caller reads a whole checkpoint");
-        let b = &b[..CHECKPOINT_BYTES];
-        check_block(b, CHECKPOINT_MAGIC)?;
-        let found = (get_u32(b, 12), get_u32(b, 48), get_u32(b, 52), get_u32(b, 56), get_u64(b, 64));
+        let block = CHECKPOINT_CODEC.decode(b)?;
+        let mut r = Reader::new(&block.payload);
+        let boot = seq_in_range("boot", r.u64()?)?;
+        let replay_from_seq = Seq(seq_in_range("replay_from_seq", r.u64()?)?);
+        let resume_seq = Seq(seq_in_range("resume_seq", r.u64()?)?);
+        let durable_upto = Seq(seq_in_range("durable_upto_seq", r.u64()?)?);
+        let found = (r.u64()?, r.u32()?, r.u32()?, r.u32()?, r.u32()?);
         let want =
-            (geo.slot_bytes, geo.segment_count, geo.slot_count, geo.header_bytes, geo.region_offset_bytes);
+            (geo.region_offset_bytes, geo.slot_bytes, geo.slot_count, geo.segment_count, geo.header_bytes);
         if found != want {
             return Err(HeaderError::Geometry(format!(
-                "(slot_bytes, segment_count, slot_count, header_bytes, log offset) on disk {found:?}, configured {want:?}"
+                "(log offset, slot_bytes, slot_count, segment_count, header_bytes) on disk {found:?}, configured {want:?}"
             )));
         }
-        let ck = Checkpoint {
-            generation: get_u64(b, 16),
-            boot: get_u64(b, 24),
-            replay_from_seq: Seq(get_u64(b, 32)),
-            resume_seq: Seq(get_u64(b, 40)),
-            durable_upto: Seq(get_u64(b, 72)),
-        };
-        if ck.boot == 0 {
+        if r.remaining() != 0 {
+            return Err(HeaderError::Malformed(format!("{} bytes after the checkpoint", r.remaining())));
+        }
+        if boot == 0 {
             return Err(HeaderError::Malformed("boot counter is zero".into()));
         }
-        for (name, v) in [
-            ("generation", ck.generation),
-            ("boot", ck.boot),
-            ("replay_from_seq", ck.replay_from_seq.0),
-            ("resume_seq", ck.resume_seq.0),
-            ("durable_upto_seq", ck.durable_upto.0),
-        ] {
-            if v > SEQ_MAX {
-                return Err(HeaderError::Malformed(format!("{name} {v} is past {SEQ_MAX}")));
-            }
-        }
-        Ok(ck)
+        Ok(Checkpoint { generation: block.generation, boot, replay_from_seq, resume_seq, durable_upto })
     }
 
     /// Picks the newest valid of the two copies (`area` holds both, copy 0
@@ -376,16 +346,12 @@ pub struct FlushMark {
 impl FlushMark {
     /// Encodes one copy (512 bytes); checked by re-decoding.
     pub fn encode(&self, geo: &Geometry) -> Vec<u8> {
-        let mut b = vec![0u8; CHECKPOINT_BYTES];
-        put_u64(&mut b, 0, MARK_MAGIC);
-        put_u32(&mut b, 8, FORMAT_VERSION);
-        put_u64(&mut b, 16, self.generation);
-        put_u64(&mut b, 24, self.boot);
-        put_u64(&mut b, 32, self.durable_upto.0);
-        put_u64(&mut b, 40, geo.region_offset_bytes);
-        put_u32(&mut b, 48, geo.segment_count);
-        let crc = crc_without(&b, 60);
-        put_u32(&mut b, 60, crc);
+        let mut p = Vec::with_capacity(28);
+        for v in [self.boot, self.durable_upto.0, geo.region_offset_bytes] {
+            p.extend(v.to_le_bytes());
+        }
+        p.extend(geo.segment_count.to_le_bytes());
+        let b = MARK_CODEC.encode(self.generation, &p).expect("a flush mark fits its block");
         assert_eq!(FlushMark::decode(&b, geo).as_ref(), Ok(self), "flush mark round trip");
         b
     }
@@ -393,21 +359,17 @@ impl FlushMark {
     /// Decodes one copy and checks it against the configured geometry.
     pub fn decode(b: &[u8], geo: &Geometry) -> Result<FlushMark, HeaderError> {
         assert!(b.len() >= CHECKPOINT_BYTES, "caller reads a whole mark");
-        let b = &b[..CHECKPOINT_BYTES];
-        check_block(b, MARK_MAGIC)?;
-        if (get_u64(b, 40), get_u32(b, 48)) != (geo.region_offset_bytes, geo.segment_count) {
+        let block = MARK_CODEC.decode(b)?;
+        let mut r = Reader::new(&block.payload);
+        let boot = seq_in_range("boot", r.u64()?)?;
+        let durable_upto = Seq(seq_in_range("durable_upto_seq", r.u64()?)?);
+        let (offset, segments) = (r.u64()?, r.u32()?);
+        if (offset, segments) != (geo.region_offset_bytes, geo.segment_count) || r.remaining() != 0 {
             return Err(HeaderError::Geometry(format!(
-                "flush mark of a log at {} with {} segments",
-                get_u64(b, 40),
-                get_u32(b, 48)
+                "flush mark of a log at {offset} with {segments} segments"
             )));
         }
-        let m =
-            FlushMark { generation: get_u64(b, 16), boot: get_u64(b, 24), durable_upto: Seq(get_u64(b, 32)) };
-        if m.generation > SEQ_MAX || m.boot > SEQ_MAX || m.durable_upto.0 > SEQ_MAX {
-            return Err(HeaderError::Malformed(format!("flush mark {m:?} has a number past {SEQ_MAX}")));
-        }
-        Ok(m)
+        Ok(FlushMark { generation: block.generation, boot, durable_upto })
     }
 
     /// The newest valid of the two copies in the checkpoint area, if any.
