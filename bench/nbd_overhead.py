@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Benchmark (not a test): layoutd's linear stack served by `layoutd serve`
-against nbdkit's own `file` plugin on the same tmpfs file, same client (fio's
-nbd engine), same nbdkit thread count, interleaved, repeated.
+"""Benchmark (not a test): layoutd's stacks served by `layoutd serve` against
+nbdkit's own `file` plugin on tmpfs, same client (fio's nbd engine), same
+nbdkit thread count, interleaved, repeated. `linear` serves the same file as
+`file`; every other stack (`--stacks`, default `linear,dcd`; `dcd` is
+examples/dcd.toml) gets its own file, formatted afresh before each run.
 
-Usage: bench/nbd_overhead.py [--seconds 8] [--repeats 3] [--dir /dev/shm]
+Usage: bench/nbd_overhead.py [--seconds 8] [--repeats 3] [--dir /dev/shm] [--stacks linear,dcd]
 Writes bench/results/nbd-overhead/README.md and results.json.
 Needs: a release build (cargo build --workspace --release), nbdkit, fio.
 """
@@ -38,7 +40,7 @@ def wait_for(path, proc):
 def start(kind, image, sock):
     if os.path.exists(sock):
         os.unlink(sock)
-    if kind == "layoutd":
+    if kind.startswith("layoutd"):
         cmd = [LAYOUTD, "serve", "--device", image, "--socket", sock, "--threads", "16"]
     else:
         cmd = ["nbdkit", "--foreground", "--threads", "16", "--unix", sock, "file", image]
@@ -64,7 +66,10 @@ def main():
     ap.add_argument("--seconds", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dir", default="/dev/shm")
+    ap.add_argument("--stacks", default="linear,dcd",
+                    help="layoutd stacks: linear, or the name of a config in examples/ (dcd, ...)")
     a = ap.parse_args()
+    stacks = [x for x in a.stacks.split(",") if x]
     image = os.path.join(a.dir, "layoutd-bench.img")
     sock = os.path.join(a.dir, "layoutd-bench.sock")
     if os.path.exists(image):
@@ -74,40 +79,60 @@ def main():
     # writes clobber it; restore layoutd's first MiB before each layoutd run.
     with open(image, "rb") as fh:
         header = fh.read(1 << 20)
-    size = "1000M"  # inside both exports
+    size = "900M"  # inside every export (dcd's log takes 64 MiB of the file)
     results = {}
+    kinds = ["nbdkit-file"] + [f"layoutd-{st}" for st in stacks]
     for name, rw, bs, depth in ROWS:
         for r in range(a.repeats):
-            for kind in ("nbdkit-file", "layoutd"):  # interleaved, same file
-                if kind == "layoutd":
+            for kind in kinds:  # interleaved
+                served = image
+                if kind == "layoutd-linear":
                     with open(image, "r+b") as fh:
                         fh.write(header)
-                p = start(kind, image, sock)
+                elif kind.startswith("layoutd-"):
+                    served = os.path.join(a.dir, f"layoutd-bench-{kind}.img")
+                    if os.path.exists(served):
+                        os.unlink(served)
+                    config = os.path.join(ROOT, "examples", kind[len("layoutd-"):] + ".toml")
+                    subprocess.run([LAYOUTD, "format", "--device", served, "--size", "1025M", "--config", config],
+                                   check=True, capture_output=True)
+                p = start(kind, served, sock)
                 try:
                     res = fio(sock, rw, bs, depth, a.seconds, size)
                 finally:
                     p.terminate()
                     p.wait()
+                if served != image:
+                    os.unlink(served)
                 results.setdefault(name, {}).setdefault(kind, []).append(res)
-                print(f"{name:32} {kind:12} run {r + 1}: {res['iops']:10.0f} IOPS {res['mib_s']:8.1f} MiB/s", file=sys.stderr)
+                print(f"{name:32} {kind:14} run {r + 1}: {res['iops']:10.0f} IOPS {res['mib_s']:8.1f} MiB/s", file=sys.stderr)
     os.unlink(image)
-    write_report(results, a)
+    write_report(results, a, kinds)
 
 
-def write_report(results, a):
+def write_report(results, a, kinds):
     cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"], capture_output=True, text=True).stdout.strip()
-    lines = ["# NBD serving overhead: layoutd linear vs nbdkit `file`", "",
-             "A benchmark, not a test. Both servers serve the same file on tmpfs "
-             f"(`{a.dir}`) with 16 nbdkit threads; the client is fio's nbd engine over a Unix socket; "
-             f"each cell is the median of {a.repeats} interleaved runs of {a.seconds} s (1 s ramp).", "",
+    stacks = [k[len("layoutd-"):] for k in kinds if k.startswith("layoutd-")]
+    lines = ["# NBD serving overhead: layoutd stacks vs nbdkit `file`", "",
+             "A benchmark, not a test. Every server serves a file on tmpfs "
+             f"(`{a.dir}`) with 16 nbdkit threads; the client is fio's nbd engine over a Unix socket "
+             "(900 MiB region); "
+             f"each cell is the median of {a.repeats} interleaved runs of {a.seconds} s (1 s ramp). "
+             "Stacks other than linear are formatted afresh before each run.", "",
              f"Machine: {os.cpu_count()} cores, {cpu}. Date: {time.strftime('%Y-%m-%d')}.", "",
-             "| workload | nbdkit file | layoutd linear | layoutd / file |", "| --- | ---: | ---: | ---: |"]
+             "| workload | nbdkit file | " + " | ".join(f"layoutd {st}" for st in stacks) + " | linear / file | "
+             + " | ".join(f"{st} / linear" for st in stacks if st != "linear") + " |",
+             "| --- | ---: | " + " | ".join("---:" for _ in stacks) + " | ---: | "
+             + " | ".join("---:" for st in stacks if st != "linear") + " |"]
     for name, _, bs, _ in ROWS:
-        f = statistics.median(x["iops"] for x in results[name]["nbdkit-file"])
-        l = statistics.median(x["iops"] for x in results[name]["layoutd"])
-        unit = "MiB/s" if bs == "1m" else "IOPS"
-        fv, lv = (f, l) if bs != "1m" else (f, l)  # 1 MiB: IOPS == MiB/s
-        lines.append(f"| {name} | {fv:,.0f} {unit} | {lv:,.0f} {unit} | {100 * l / f:.0f}% |")
+        med = {k: statistics.median(x["iops"] for x in results[name][k]) for k in kinds}
+        unit = "MiB/s" if bs == "1m" else "IOPS"  # 1 MiB: IOPS == MiB/s
+        f = med["nbdkit-file"]
+        lin = med.get("layoutd-linear")
+        cells = [f"{med['layoutd-' + st]:,.0f} {unit}" for st in stacks]
+        ratio_file = f"{100 * lin / f:.0f}%" if lin else "-"
+        ratios = [f"{100 * med['layoutd-' + st] / lin:.0f}%" if lin else "-" for st in stacks if st != "linear"]
+        lines.append(f"| {name} | {f:,.0f} {unit} | " + " | ".join(cells) + f" | {ratio_file} | " + " | ".join(ratios) + " |")
     lines += ["", "Reproduce: `cargo build --workspace --release && bench/nbd_overhead.py`", "",
               "Raw numbers (every run): `results.json`."]
     readme = os.path.join(OUT, "README.md")
