@@ -8,6 +8,7 @@
 pub mod alloc;
 pub mod blockmap;
 pub mod dcd;
+pub mod gate;
 pub mod linear;
 pub mod seglog;
 mod split;

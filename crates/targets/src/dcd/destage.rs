@@ -242,7 +242,7 @@ impl Dcd {
                 Request::new(ReqId(0), Op::Write, self.args.data_offset_bytes + a * S, ((b - a) * S) as u32);
             req.data = slice;
             let id = self.emit(LowerOp::HomeDestage { seq, sectors: sectors[i..j].to_vec() }, req);
-            self.home_in_flight.insert(id, (a, b));
+            self.home.issued(id, (a, b));
             self.destage.job.as_mut().expect("running").writes_in_flight += 1;
             i = j;
         }
@@ -443,12 +443,12 @@ impl Dcd {
                 self.read_piece_done(key, within_bytes, c.data, c.result);
             }
             LowerOp::HomeUpper { id, fua, start, count, arrival } => {
-                assert!(self.home_in_flight.remove(&c.id.0).is_some());
+                assert!(self.home.completed(c.id.0));
                 self.home_upper_done(Completion { id, ..c }, fua, start, count, arrival);
                 self.home_retry();
             }
             LowerOp::HomeDestage { seq, sectors } => {
-                assert!(self.home_in_flight.remove(&c.id.0).is_some());
+                assert!(self.home.completed(c.id.0));
                 assert_eq!(
                     self.destage.job.as_ref().map(|j| j.seq),
                     Some(seq),

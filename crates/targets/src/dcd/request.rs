@@ -305,33 +305,16 @@ impl Dcd {
         }
     }
 
-    fn home_overlaps(&self, (s, e): (u64, u64), waiting_before: usize) -> bool {
-        self.home_in_flight.values().any(|&(a, b)| a < e && s < b)
-            || self.home_waiting.iter().take(waiting_before).any(|w| {
-                let (a, b) = Self::home_range(w);
-                a < e && s < b
-            })
-    }
-
     /// Writes home are ordered: one overlapping an earlier one waits for it.
     pub(super) fn home_submit(&mut self, op: HomeOp) {
-        if self.home_overlaps(Self::home_range(&op), self.home_waiting.len()) {
-            self.home_waiting.push_back(op);
-        } else {
+        if let Some(op) = self.home.submit(Self::home_range(&op), op) {
             self.home_issue(op);
         }
     }
 
     /// Issues waiting home writes that no longer overlap anything earlier.
     pub(super) fn home_retry(&mut self) {
-        let mut i = 0;
-        while i < self.home_waiting.len() {
-            let range = Self::home_range(&self.home_waiting[i]);
-            if self.home_overlaps(range, i) {
-                i += 1;
-                continue;
-            }
-            let op = self.home_waiting.remove(i).expect("index in range");
+        while let Some((_, op)) = self.home.pop_ready() {
             self.home_issue(op);
         }
     }
@@ -344,7 +327,7 @@ impl Dcd {
                 let lower = Request { offset_bytes: base + req.offset_bytes, ..req.clone() };
                 let op = LowerOp::HomeUpper { id: req.id, fua: req.fua, start, count: end - start, arrival };
                 let lower_id = self.emit(op, lower);
-                self.home_in_flight.insert(lower_id, (start, end));
+                self.home.issued(lower_id, (start, end));
             }
             HomeOp::Destage { seq, sectors, data } => self.destage_issue(seq, sectors, data),
         }
