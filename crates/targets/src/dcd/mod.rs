@@ -224,15 +224,6 @@ impl LowerOp {
     }
 }
 
-/// An upper read being assembled from its pieces.
-struct ReadAsm {
-    id: ReqId,
-    buf: Vec<u8>,
-    pieces_left: u32,
-    error: Option<layoutd_core::IoError>,
-    any_data: bool,
-}
-
 /// A write home waiting for an overlapping one to finish.
 enum HomeOp {
     Upper { req: Request, arrival: (Seq, u32) },
@@ -370,7 +361,7 @@ pub struct Dcd {
     mark_waiters: Vec<Waiter>,
     /// What recovery with `accept_loss` gave up, for the status.
     loss: Option<String>,
-    reads: BTreeMap<u64, ReadAsm>,
+    reads: BTreeMap<u64, crate::split::Assembly>,
     next_read_key: u64,
     /// Writes home (bypass, trim, zeroes, destage) in order: one that
     /// overlaps an earlier one in flight or waiting waits for it.

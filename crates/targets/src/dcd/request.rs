@@ -4,8 +4,9 @@
 //! and reads assembled from RAM, log and data region.
 
 use super::config::{FuaMode, ReadFragmented};
-use super::{Dcd, HomeOp, Loc, LowerOp, PendingInvalidation, ReadAsm, SegMeta, SegState, SlotMeta, Waiter};
+use super::{Dcd, HomeOp, Loc, LowerOp, PendingInvalidation, SegMeta, SegState, SlotMeta, Waiter};
 use crate::seglog::{Entry, SegLoc, SegmentHeader, Seq};
+use crate::split::Assembly;
 use bytes::Bytes;
 use layoutd_core::{Completion, Instant, IoError, Op, ReqId, Request, SECTOR_BYTES};
 
@@ -477,7 +478,8 @@ impl Dcd {
         self.next_read_key += 1;
         // No payload memory until a payload exists: in timing-only mode no
         // piece carries data and the buffer is never allocated.
-        let mut asm = ReadAsm { id: req.id, buf: Vec::new(), pieces_left: 1, error: None, any_data: false };
+        // Piece 0 is the request itself, answered below once every run is out.
+        let mut asm = Assembly::new(req.id, Op::Read, req.length_bytes, 1);
         for &(first, n, src) in &runs {
             let at = (first * S) as usize;
             match src {
@@ -489,7 +491,7 @@ impl Dcd {
                     }
                 }
                 Source::Home | Source::Log { .. } => {
-                    asm.pieces_left += 1;
+                    asm.add_pieces(1);
                     self.read_piece(key, req.offset_bytes, first, n, src);
                 }
             }
@@ -532,36 +534,9 @@ impl Dcd {
         result: Result<(), IoError>,
     ) {
         let asm = self.reads.get_mut(&key).expect("piece of a live read");
-        assert!(asm.pieces_left > 0);
-        asm.pieces_left -= 1;
-        match (result, data) {
-            (Err(e), _) => asm.error = asm.error.or(Some(e)),
-            (Ok(()), Some(d)) => asm.put(within_bytes as usize, &d),
-            (Ok(()), None) => {}
+        if asm.piece_done(within_bytes, data, result) {
+            let c = self.reads.remove(&key).expect("present").finish();
+            self.complete_upper(c);
         }
-        if asm.pieces_left > 0 {
-            return;
-        }
-        let asm = self.reads.remove(&key).expect("present");
-        let c = match asm.error {
-            Some(e) => Completion::err(asm.id, e),
-            None => {
-                Completion { id: asm.id, result: Ok(()), data: asm.any_data.then(|| Bytes::from(asm.buf)) }
-            }
-        };
-        self.complete_upper(c);
-    }
-}
-
-impl ReadAsm {
-    /// Copies one run's payload to `at`, growing the buffer (zero-filled) to
-    /// cover it. In data mode every run carries data, so the runs together
-    /// size the buffer to the whole request.
-    fn put(&mut self, at: usize, d: &[u8]) {
-        if self.buf.len() < at + d.len() {
-            self.buf.resize(at + d.len(), 0);
-        }
-        self.buf[at..at + d.len()].copy_from_slice(d);
-        self.any_data = true;
     }
 }
