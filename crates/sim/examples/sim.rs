@@ -1,12 +1,11 @@
-//! `layoutd sim` before the binary wires it: the very same `cmd_sim.rs`
-//! the CLI compiles, behind a minimal parser.
+//! `layoutd sim` without the rest of the binary: the same command module
+//! (`layoutd_sim::command`) behind a minimal parser.
 //!
 //! ```text
 //! cargo run --release -p layoutd-sim --example sim -- --trace T --format spc --disk wd800 --json out.json
 //! ```
 
-#[path = "../../cli/src/cmd_sim.rs"]
-mod cmd_sim;
+use layoutd_sim::command as cmd_sim;
 
 use clap::Parser;
 

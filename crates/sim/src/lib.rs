@@ -17,6 +17,7 @@
 //! stream; histograms and samples are bounded).
 #![warn(missing_docs)]
 
+pub mod command;
 pub mod engine;
 mod fasthash;
 pub mod hist;

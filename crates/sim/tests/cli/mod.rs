@@ -1,9 +1,7 @@
-//! `layoutd sim` as the CLI parses and runs it: the very `cmd_sim.rs` the
-//! binary compiles, behind a minimal parser, for tests.
+//! `layoutd sim` as the CLI parses and runs it: the command module the
+//! binary uses (`layoutd_sim::command`), behind a minimal parser, for tests.
 
-#[path = "../../../cli/src/cmd_sim.rs"]
-#[allow(dead_code)]
-pub mod cmd_sim;
+pub use layoutd_sim::command as cmd_sim;
 
 use clap::Parser;
 

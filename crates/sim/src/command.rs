@@ -1,14 +1,15 @@
 //! `layoutd sim`: replay a block trace through a stack on the HDD model.
 //!
-//! This file only turns flags into [`layoutd_sim::SimOptions`]; the work is
-//! in the `layoutd-sim` crate (which also compiles this file into its `sim`
-//! example, so it is tested before the binary wires it).
+//! The command's flags (clap) and what they run: flags become
+//! [`crate::SimOptions`] and the engine does the work. The `layoutd` binary
+//! uses this module as its `sim` subcommand; the `sim` example and the
+//! tests drive the same code.
 
 use anyhow::{bail, Context};
 use layoutd_core::config::StackConfig;
 use layoutd_hdd::{DiskParams, Scheduler};
-use layoutd_sim::trace::{SizeUnit, TimeUnit};
-use layoutd_sim::{BlkAction, Fit, ReadOptions, SimOptions, TraceFormat};
+use crate::trace::{SizeUnit, TimeUnit};
+use crate::{BlkAction, Fit, ReadOptions, SimOptions, TraceFormat};
 use std::path::PathBuf;
 
 /// Flags of `layoutd sim`.
@@ -133,7 +134,7 @@ struct CellCli {
 /// `layoutd sim --matrix FILE --out DIR [--shard I/N | --summarize] [--jobs N]`.
 fn run_matrix(args: &SimArgs, path: &std::path::Path) -> anyhow::Result<()> {
     use clap::Parser as _;
-    use layoutd_sim::matrix::{run_parallel, summarize, Matrix, Shard};
+    use crate::matrix::{run_parallel, summarize, Matrix, Shard};
     let matrix = Matrix::load(path)?;
     let out = args.out.clone().context("--matrix needs --out DIR")?;
     let shard = parse_opt(&args.shard, Shard::parse)?;
@@ -152,12 +153,12 @@ fn run_matrix(args: &SimArgs, path: &std::path::Path) -> anyhow::Result<()> {
             }
             let mut opts = sim_options(&cli.args)?;
             opts.progress = false;
-            let outcome = layoutd_sim::simulate(&opts)?;
+            let outcome = crate::simulate(&opts)?;
             let file = out.join(cell.file());
-            std::fs::write(&file, layoutd_sim::summary_json(&outcome.summary))
+            std::fs::write(&file, crate::summary_json(&outcome.summary))
                 .with_context(|| format!("{}: cannot write", file.display()))?;
             if let Some(dir) = &cli.args.report {
-                layoutd_sim::report::write_report(dir, &outcome)?;
+                crate::report::write_report(dir, &outcome)?;
             }
             Ok(())
         })?;
@@ -218,7 +219,7 @@ fn read_options(args: &SimArgs) -> anyhow::Result<ReadOptions> {
     };
     let device = match &args.device {
         Some(d) => Some(
-            layoutd_sim::trace::formats::parse_device(d)
+            crate::trace::formats::parse_device(d)
                 .with_context(|| format!("--device must be a number or MAJOR,MINOR, got {d:?}"))?,
         ),
         None => None,
@@ -278,16 +279,16 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         return run_matrix(&args, path);
     }
     if !args.compare.is_empty() {
-        print!("{}", layoutd_sim::report::compare_table(&args.compare)?);
+        print!("{}", crate::report::compare_table(&args.compare)?);
         if let Some(dir) = &args.report {
-            let page = layoutd_sim::report::write_compare_report(dir, &args.compare)?;
+            let page = crate::report::write_compare_report(dir, &args.compare)?;
             eprintln!("layoutd sim: comparison report in {}", page.display());
         }
         return Ok(());
     }
     let opts = sim_options(&args)?;
     let wall = std::time::Instant::now();
-    let outcome = layoutd_sim::simulate(&opts)?;
+    let outcome = crate::simulate(&opts)?;
     let wall_s = wall.elapsed().as_secs_f64();
     let s = &outcome.summary;
     eprintln!(
@@ -302,7 +303,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         s.requests as f64 / wall_s.max(1e-9),
         opts.seed
     );
-    let json = layoutd_sim::summary_json(s);
+    let json = crate::summary_json(s);
     match &args.json {
         Some(path) => {
             std::fs::write(path, json).with_context(|| format!("{}: cannot write", path.display()))?
@@ -310,7 +311,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         None => print!("{json}"),
     }
     if let Some(dir) = &args.report {
-        let page = layoutd_sim::report::write_report(dir, &outcome)?;
+        let page = crate::report::write_report(dir, &outcome)?;
         eprintln!("layoutd sim: report in {}", page.display());
     }
     Ok(())
