@@ -1,7 +1,7 @@
 //! `layoutd`: format, serve, inspect and simulate layoutd volumes.
 
 mod cmd_disk;
-mod cmd_sim;
+use layoutd_sim::command as cmd_sim;
 mod cmd_volume;
 mod endpoint;
 
