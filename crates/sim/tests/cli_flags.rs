@@ -1,4 +1,4 @@
-//! Flags of `layoutd sim` as the CLI parses them (the very `cmd_sim.rs` the
+//! Flags of `layoutd sim` as the CLI parses them (the command module the
 //! binary compiles): the reproductions end to end.
 
 mod cli;

@@ -1,6 +1,6 @@
 //! `--matrix`: every cell is byte-identical to the single run with the same
 //! flags, whatever the thread count, and shards merged with `--summarize`
-//! give the unsharded summary byte for byte. Drives the very `cmd_sim.rs`
+//! give the unsharded summary byte for byte. Drives the command module
 //! the CLI compiles.
 
 mod cli;
