@@ -123,6 +123,8 @@ def preflight(a):
             missing.append(f"{tool} (apt-get install {pkg})")
     if not os.access(a.layoutd, os.X_OK):
         missing.append(f"{a.layoutd} (cargo build --workspace --release)")
+    elif not tracefile.has_trace(a.layoutd):
+        missing.append(f"`layoutd trace` in {a.layoutd} (an older build: cargo build --workspace --release)")
     elif not os.path.exists(os.path.join(os.path.dirname(a.layoutd), "liblayoutd_nbd.so")) and \
             "LAYOUTD_NBD_PLUGIN" not in os.environ:
         missing.append("liblayoutd_nbd.so next to layoutd (cargo build --workspace --release)")
@@ -174,6 +176,7 @@ def main(argv=None):
     mkfs_opts = (a.mkfs_opts + " " + d.get("mkfs_opts", "")).split()
     out = os.path.abspath(a.out or os.path.join(BENCH, "results", a.name))
     a.layoutd = os.path.abspath(a.layoutd)
+    tracefile.use(a.layoutd)
     preflight(a)
     sim = None
     if a.replay:
@@ -266,20 +269,18 @@ def main(argv=None):
 
 
 def analyze(a, wl, rig, phases, trace_path, out, work, sim, rigsettings, started):
-    log("reading the trace")
-    recs = tracefile.read(trace_path)
-    pairs = [(p["name"], p["markers"][0], p["markers"][1]) for p in phases]
-    win = tracefile.windows(recs, rig.export_bytes, pairs)
+    log("reading the trace (layoutd trace)")
+    eb = rig.export_bytes
     for p in phases:
-        p["trace"] = tracefile.summarize(win[p["name"]])
-    whole = tracefile.summarize(recs)
+        p["trace"] = tracefile.in_phase(p["name"], tracefile.stats, trace_path, eb, p["markers"])
+    whole = tracefile.stats(trace_path)
     tracefile.gzip_copy(trace_path, os.path.join(out, "trace.gz"))
-    epoch = min(r.submit for r in recs)
-    bands = [(p["name"], min((r.submit for r in win[p["name"]]), default=epoch),
-              max((r.complete for r in win[p["name"]]), default=epoch)) for p in phases]
+    epoch = whole["first_submit_ns"] or 0
+    at = lambda t, k: epoch if t[k] is None else t[k]  # noqa: E731 - an empty phase: a band at the start
+    bands = [(p["name"], at(p["trace"], "first_submit_ns"), at(p["trace"], "last_complete_ns")) for p in phases]
     svg.address_time(os.path.join(out, "address_time.svg"),
                      f"{a.name}: block address against time (live, {rigsettings['emulate'] or 'no emulation'})",
-                     recs, bands)
+                     tracefile.read(trace_path), bands)
     sim_info = None
     if sim:
         seeds = [int(x) for x in a.sim_seeds.split(",") if x.strip()]
@@ -289,7 +290,7 @@ def analyze(a, wl, rig, phases, trace_path, out, work, sim, rigsettings, started
         os.makedirs(simdir, exist_ok=True)
         for p in phases:
             t = os.path.join(work, f"{p['name']}.trace")
-            tracefile.write(win[p["name"]], t)
+            tracefile.cut(trace_path, eb, p["markers"][0], p["markers"][1], t)
             runs = []
             for seed in seeds:
                 sfx = "" if seed == seeds[0] else f"-seed{seed}"

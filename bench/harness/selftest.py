@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Checks the harness's pure parts without root or a server: cutting a trace
-at marker reads, summaries, the report writer and the SVG plots.
-No timing is asserted. Run: python3 bench/harness/selftest.py"""
+at marker reads and its summaries (through `layoutd trace`, so a built
+layoutd is needed: cargo build -p layoutd, or LAYOUTD=PATH), the report
+writer and the SVG plots. No timing is asserted.
+Run: python3 bench/harness/selftest.py"""
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -23,7 +26,7 @@ EXPORT = 1 << 30
 
 def line(s, c, op, off, ln):
     """Times in ms."""
-    return tracefile.Rec(f"{s * 1000000} {c * 1000000} 0 {op} {off} {ln} -")
+    return f"{s * 1000000} {c * 1000000} 0 {op} {off} {ln} -\n"
 
 
 def marker(k, t):
@@ -31,49 +34,65 @@ def marker(k, t):
 
 
 def main():
-    recs = [line(0, 10, "W", 0, 4096), marker(0, 20),
-            line(30, 40, "R", 8192, 4096), line(45, 60, "R", 12288, 8192), line(50, 70, "W", 4096, 4096),
-            marker(1, 80), marker(2, 90), line(100, 110, "F", 0, 0), marker(3, 120)]
-    # a read in the marker area that is not on a marker slot is data, not a marker
-    assert tracefile.marker_index(line(0, 1, "R", EXPORT - MARKER_AREA + 512, 4096), EXPORT) is None
-    w = tracefile.windows(recs, EXPORT, [("a", 0, 1), ("b", 2, 3)])
+    d = tempfile.mkdtemp(prefix="layoutd-bench-selftest-")
+    try:
+        check(d)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    print("bench harness selftest: ok")
+
+
+def check(d):
+    lines = [line(0, 10, "W", 0, 4096), marker(0, 20),
+             line(30, 40, "R", 8192, 4096), line(45, 60, "R", 12288, 8192), line(50, 70, "W", 4096, 4096),
+             marker(1, 80), marker(2, 90), line(100, 110, "F", 0, 0),
+             # a read in the marker area that is not on a marker slot is data, not a marker
+             line(111, 112, "R", EXPORT - MARKER_AREA + 512, 4096), marker(3, 120)]
+    path = os.path.join(d, "trace")
+    with open(path, "w") as fh:
+        fh.write(tracefile.HEADER + "".join(lines))
+    recs = tracefile.read(path)
+    assert [(r.submit, r.op, r.off, r.len) for r in recs][:2] == [(0, "W", 0, 4096), (20000000, "R", EXPORT - MARKER_AREA, 4096)]
+    w = tracefile.windows(path, EXPORT, [("a", 0, 1), ("b", 2, 3)])
     assert [r.off for r in w["a"]] == [8192, 12288, 4096], w
-    assert [r.op for r in w["b"]] == ["F"]
-    s = tracefile.summarize(w["a"])
+    assert [r.op for r in w["b"]] == ["F", "R"]
+    s = tracefile.stats(path, EXPORT, (0, 1))
     assert (s["reads"], s["writes"], s["read_bytes"], s["written_bytes"]) == (2, 1, 12288, 4096), s
     assert s["sequential_read_share"] == 0.5  # 12288 follows 8192+4096
     assert s["span_seconds"] == 0.040 and s["busy_seconds"] == 0.035 and s["idle_seconds"] == 0.005, s  # busy [30,40] + [45,70]
     assert s["overlapped_requests"] == 1, s  # the write at 50 overlaps the read 45..60
+    assert sorted(m["index"] for m in s["markers"]) == [0, 1, 2, 3]
+    cut = os.path.join(d, "a.trace")
+    tracefile.cut(path, EXPORT, 0, 1, cut)  # what a phase's replay reads: the same records
+    assert tracefile.stats(cut) == {k: v for k, v in s.items() if k != "markers"}
     try:
-        tracefile.windows(recs, EXPORT, [("c", 0, 7)])
+        tracefile.windows(path, EXPORT, [("c", 0, 7)])
         raise AssertionError("a missing marker must be an error")
     except RuntimeError as e:
-        assert "marker 7" in str(e)
+        assert "phase c" in str(e) and "marker 7" in str(e), e
     assert parse_size("4G") == 4 << 30 and parse_size("512MiB") == 512 << 20 and parse_size("123") == 123
-    with tempfile.TemporaryDirectory() as d:
-        svg.bars(os.path.join(d, "b.svg"), "t", ["x", "y"], [("live", [1.0, 2.5]), ("sim", [1.1, None])], "s")
-        svg.address_time(os.path.join(d, "a.svg"), "t", recs, [("a", 20000000, 80000000)])
-        for f in ("b.svg", "a.svg"):
-            assert open(os.path.join(d, f)).read().startswith("<svg")
-        ph = {"name": "a", "caches_dropped_before": True, "live_seconds": 1.0, "sync_seconds": 0.0,
-              "trace": s, "loop_device": {"reads": 2, "writes": 1}, "sim": {"simulated_seconds": 0.9},
-              "sim_seconds_by_seed": {"0": 0.9, "1": 0.95}}
-        r = {"workload": "w", "params": {"files": 1}, "command": "bench/run w", "started": "now", "git_head": "x",
-             "machine": {"cpus": 1, "cpu": "c", "kernel": "k", "loadavg_at_start": [0], "loadavg_at_end": [0]},
-             "rig": {"size": "1G", "config": None, "emulate": "wd800", "nbdfuse_connections": 1, "mkfs_opts": [],
-                     "mount_opts": "", "cold": "remount", "fsck_clean": True, "server_marked_clean": True},
-             "phases": [ph], "whole_trace": s,
-             "replay": {"command": ["layoutd", "sim"], "disk": "wd800", "scheduler": "fifo", "queue_depth": 1,
-                        "seed": 0, "seeds": [0, 1], "whole_trace": {"simulated_seconds": 1.0}}}
-        runner.write_report(d, r)
-        readme = os.path.join(d, "README.md")
-        with open(readme, "a") as fh:
-            fh.write("\nhand-written note\n")
-        runner.write_report(d, r)  # regenerating keeps the notes
-        text = open(readme).read()
-        assert text.count("hand-written note") == 1 and "| **total** |" in text and "0.90 - 0.95" in text
-        json.load(open(os.path.join(d, "result.json")))
-    print("bench harness selftest: ok")
+    svg.bars(os.path.join(d, "b.svg"), "t", ["x", "y"], [("live", [1.0, 2.5]), ("sim", [1.1, None])], "s")
+    svg.address_time(os.path.join(d, "a.svg"), "t", recs, [("a", 20000000, 80000000)])
+    for f in ("b.svg", "a.svg"):
+        assert open(os.path.join(d, f)).read().startswith("<svg")
+    ph = {"name": "a", "caches_dropped_before": True, "live_seconds": 1.0, "sync_seconds": 0.0,
+          "trace": s, "loop_device": {"reads": 2, "writes": 1}, "sim": {"simulated_seconds": 0.9},
+          "sim_seconds_by_seed": {"0": 0.9, "1": 0.95}}
+    r = {"workload": "w", "params": {"files": 1}, "command": "bench/run w", "started": "now", "git_head": "x",
+         "machine": {"cpus": 1, "cpu": "c", "kernel": "k", "loadavg_at_start": [0], "loadavg_at_end": [0]},
+         "rig": {"size": "1G", "config": None, "emulate": "wd800", "nbdfuse_connections": 1, "mkfs_opts": [],
+                 "mount_opts": "", "cold": "remount", "fsck_clean": True, "server_marked_clean": True},
+         "phases": [ph], "whole_trace": s,
+         "replay": {"command": ["layoutd", "sim"], "disk": "wd800", "scheduler": "fifo", "queue_depth": 1,
+                    "seed": 0, "seeds": [0, 1], "whole_trace": {"simulated_seconds": 1.0}}}
+    runner.write_report(d, r)
+    readme = os.path.join(d, "README.md")
+    with open(readme, "a") as fh:
+        fh.write("\nhand-written note\n")
+    runner.write_report(d, r)  # regenerating keeps the notes
+    text = open(readme).read()
+    assert text.count("hand-written note") == 1 and "| **total** |" in text and "0.90 - 0.95" in text
+    json.load(open(os.path.join(d, "result.json")))
 
 
 if __name__ == "__main__":

@@ -1,149 +1,136 @@
-"""layoutd trace files (docs/trace-format.md): read, cut into phases by
-marker reads, summarize, write back."""
+"""layoutd trace files (docs/trace-format.md) through `layoutd trace`.
+
+The trace format has one parser, layoutd's own: this module never reads a
+trace line. It runs `layoutd trace stats` (summaries), `layoutd trace cut`
+(a phase between two marker reads, see rig.marker) and `layoutd trace
+convert --to jsonl` (records for the plots and the DCD report) and reads
+their JSON. The binary is the one given to `use()` (bench/run --layoutd),
+else $LAYOUTD, else the newer of target/release/layoutd and
+target/debug/layoutd that has the `trace` subcommand.
+"""
 
 import gzip
+import json
+import os
 import shutil
+import subprocess
 
 from rig import MARKER_AREA, MARKER_STRIDE
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
 HEADER = "# layoutd-trace v1: submit_ns complete_ns stream op offset_bytes length_bytes flags\n"
+
+_layoutd = None
+
+
+def has_trace(layoutd):
+    """Whether this layoutd binary has the `trace` subcommand."""
+    try:
+        return subprocess.run([layoutd, "trace", "--help"], capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
+def use(layoutd):
+    """Run `layoutd trace` from this binary."""
+    global _layoutd
+    _layoutd = layoutd
+
+
+def layoutd():
+    global _layoutd
+    if _layoutd:
+        return _layoutd
+    env = os.environ.get("LAYOUTD")
+    if env:
+        _layoutd = env
+        return env
+    found = [p for p in (os.path.join(ROOT, "target", d, "layoutd") for d in ("release", "debug"))
+             if os.access(p, os.X_OK) and has_trace(p)]
+    if not found:
+        raise RuntimeError("no layoutd binary with `layoutd trace`: cargo build -p layoutd (or set LAYOUTD)")
+    _layoutd = max(found, key=os.path.getmtime)
+    return _layoutd
+
+
+def trace(*args):
+    """Runs `layoutd trace ARGS`; its standard output. Raises with its error line."""
+    cmd = [layoutd(), "trace", *[str(x) for x in args]]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(p.stderr.strip() or f"`{' '.join(cmd)}` exited {p.returncode}")
+    return p.stdout
+
+
+def marker_args(export_bytes, window=None):
+    """Flags that name the harness's marker reads, and a (from, to) marker window."""
+    a = ["--marker-base", export_bytes - MARKER_AREA, "--marker-stride", MARKER_STRIDE, "--marker-length", 4096]
+    if window:
+        a += ["--from-marker", window[0], "--to-marker", window[1]]
+    return a
 
 
 class Rec:
-    __slots__ = ("submit", "complete", "stream", "op", "off", "len", "flags", "line")
+    """One request, as `layoutd trace convert --to jsonl` gives it."""
+    __slots__ = ("submit", "complete", "stream", "op", "off", "len", "fua", "line")
 
-    def __init__(self, line):
-        f = line.split()
-        self.submit = int(f[0])
-        self.complete = int(f[1])
-        self.stream = f[2]
-        self.op = f[3]
-        self.off = int(f[4])
-        self.len = int(f[5])
-        self.flags = f[6]
-        self.line = line if line.endswith("\n") else line + "\n"
-
-
-def read(path):
-    opener = gzip.open if path.endswith(".gz") else open
-    out = []
-    with opener(path, "rt") as fh:
-        for line in fh:
-            if line.startswith("#") or not line.strip():
-                continue
-            out.append(Rec(line))
-    return out
+    def __init__(self, d):
+        self.submit = d["submit_ns"]
+        self.complete = d["complete_ns"]
+        self.stream = d["stream"]
+        self.op = d["op"]
+        self.off = d["offset_bytes"]
+        self.len = d["length_bytes"]
+        self.fua = d["fua"]
+        self.line = d["line"]
 
 
-def write(recs, path):
-    with open(path, "w") as fh:
-        fh.write(HEADER)
-        for r in recs:
-            fh.write(r.line)
+def read(path, export_bytes=None, window=None):
+    """The records of a trace (plain or compressed), in file order; with a
+    marker window only those strictly between its two marker reads."""
+    args = ["cut", path, *marker_args(export_bytes, window)] if window else ["convert", path]
+    return [Rec(json.loads(ln)) for ln in trace(*args, "--to", "jsonl").splitlines()]
+
+
+def in_phase(name, fn, *args):
+    """fn(*args), its error prefixed with the phase's name."""
+    try:
+        return fn(*args)
+    except RuntimeError as e:
+        raise RuntimeError(f"phase {name}: {e}") from None
+
+
+def windows(path, export_bytes, pairs):
+    """pairs: [(name, start_marker, end_marker)]. Returns {name: [records
+    strictly between the two markers, markers excluded]}; a marker missing
+    from the trace raises."""
+    return {name: in_phase(name, read, path, export_bytes, (a, b)) for name, a, b in pairs}
+
+
+def cut(path, export_bytes, a, b, out):
+    """Writes the records between marker reads a and b to `out` (layoutd format)."""
+    trace("cut", path, *marker_args(export_bytes, (a, b)), "-o", out)
+
+
+def convert(path, out):
+    """Rewrites a trace (compressed or not) as a plain layoutd trace."""
+    trace("convert", path, "-o", out)
+
+
+def stats(path, export_bytes=None, window=None):
+    """`layoutd trace stats --json`: counts, bytes, span, response times, busy
+    and idle time (of the records between two markers with a window); with
+    export_bytes also the marker reads found (`markers`)."""
+    args = marker_args(export_bytes, window) if export_bytes is not None else []
+    return json.loads(trace("stats", path, *args, "--json"))
+
+
+def markers(path, export_bytes):
+    """{marker number: {"submit_ns", "complete_ns", "line"}} of each marker's first read."""
+    return {m["index"]: m for m in stats(path, export_bytes)["markers"]}
 
 
 def gzip_copy(src, dst):
     with open(src, "rb") as a, gzip.open(dst, "wb", compresslevel=9) as b:
         shutil.copyfileobj(a, b)
-
-
-def marker_index(rec, export_bytes):
-    """The marker number of a marker read, else None."""
-    base = export_bytes - MARKER_AREA
-    if rec.op != "R" or rec.off < base or rec.len != 4096:
-        return None
-    d = rec.off - base
-    return d // MARKER_STRIDE if d % MARKER_STRIDE == 0 else None
-
-
-def windows(recs, export_bytes, pairs):
-    """pairs: [(name, start_marker, end_marker)]. Returns {name: [records
-    strictly between the two markers, markers excluded]}; a marker missing from
-    the trace raises."""
-    pos = {}
-    for i, r in enumerate(recs):
-        k = marker_index(r, export_bytes)
-        if k is not None:
-            pos.setdefault(k, i)
-    out = {}
-    for name, a, b in pairs:
-        if a not in pos or b not in pos:
-            raise RuntimeError(f"phase {name}: marker {a if a not in pos else b} is not in the trace")
-        out[name] = [r for r in recs[pos[a] + 1:pos[b]] if marker_index(r, export_bytes) is None]
-    return out
-
-
-def summarize(recs):
-    """Counts, bytes, time span and response times of a list of records."""
-    s = {"requests": len(recs), "reads": 0, "writes": 0, "flushes": 0, "trims": 0, "zeroes": 0,
-         "read_bytes": 0, "written_bytes": 0}
-    names = {"R": "reads", "W": "writes", "F": "flushes", "T": "trims", "Z": "zeroes"}
-    resp = []
-    seq_reads = 0
-    prev_end = None
-    streams = set()
-    for r in recs:
-        s[names.get(r.op, "other")] = s.get(names.get(r.op, "other"), 0) + 1
-        streams.add(r.stream)
-        if r.op == "R":
-            s["read_bytes"] += r.len
-            if prev_end == r.off:
-                seq_reads += 1
-            prev_end = r.off + r.len
-        elif r.op in ("W", "Z"):
-            s["written_bytes"] += r.len
-        if r.op != "T":
-            resp.append(r.complete - r.submit)
-    s["streams"] = len(streams)
-    if recs:
-        s["span_seconds"] = round((max(r.complete for r in recs) - min(r.submit for r in recs)) / 1e9, 6)
-    else:
-        s["span_seconds"] = 0.0
-    s["sequential_read_share"] = round(seq_reads / s["reads"], 4) if s["reads"] else 0.0
-    s["mean_read_kib"] = round(s["read_bytes"] / s["reads"] / 1024, 2) if s["reads"] else 0.0
-    if resp:
-        resp.sort()
-        s["response_ms"] = {"mean": round(sum(resp) / len(resp) / 1e6, 4),
-                            "p50": round(resp[len(resp) // 2] / 1e6, 4),
-                            "max": round(resp[-1] / 1e6, 4)}
-    s["busy_seconds"] = round(busy_ns(recs) / 1e9, 6)
-    s.update(think_stats(recs))
-    return s
-
-
-def busy_ns(recs):
-    """Time at least one request was outstanding (union of [submit, complete])."""
-    return union_ns((r.submit, r.complete) for r in recs)
-
-
-def union_ns(intervals):
-    """Total length of the union of (start, end) intervals."""
-    total = 0
-    cur_a = cur_b = None
-    for a, b in sorted(intervals):
-        if cur_b is None or a > cur_b:
-            if cur_b is not None:
-                total += cur_b - cur_a
-            cur_a, cur_b = a, b
-        else:
-            cur_b = max(cur_b, b)
-    if cur_b is not None:
-        total += cur_b - cur_a
-    return total
-
-
-def think_stats(recs):
-    """Gaps where nothing was outstanding: what closed-loop replay keeps as
-    think time. Returns total seconds, count and mean in ms, and how many
-    requests overlapped an earlier one of their stream."""
-    last_complete = {}
-    overlapped = 0
-    for r in recs:
-        lc = last_complete.get(r.stream)
-        if lc is not None and r.submit < lc:
-            overlapped += 1
-        last_complete[r.stream] = max(lc or 0, r.complete)
-    if not recs:
-        return {"idle_seconds": 0.0, "overlapped_requests": 0}
-    span = max(r.complete for r in recs) - min(r.submit for r in recs)
-    return {"idle_seconds": round((span - busy_ns(recs)) / 1e9, 6), "overlapped_requests": overlapped}

@@ -78,17 +78,15 @@ def replay_all(sim, tmp):
             if not run:
                 continue
             r, tr = run
-            recs = tracefile.read(tr)
             pairs = [(p["name"], p["markers"][0], p["markers"][1]) for p in r["phases"]]
-            win = tracefile.windows(recs, r["rig"]["export_bytes"], pairs)
             stacks = dict(STACKS, **(VARIANTS if tstack == "plain" else {}))
             for sstack, cfg in stacks.items():
                 d = os.path.join(RES, "sim", regime, f"{tstack}-trace-via-{sstack}")
                 os.makedirs(d, exist_ok=True)
-                for name, _, _ in pairs:
+                for name, ma, mb in pairs:
                     t = os.path.join(tmp, f"{regime}-{tstack}-{name}.trace")
                     if not os.path.exists(t):
-                        tracefile.write(win[name], t)
+                        tracefile.in_phase(name, tracefile.cut, tr, r["rig"]["export_bytes"], ma, mb, t)
                     js = replay.run(sim, t, os.path.join(d, f"{name}.json"), DISK, cfg, 0, "fifo", 1)
                     out[(regime, tstack, sstack, name)] = js
     return out
@@ -113,7 +111,7 @@ def whole_replay(sim, tmp, regime, tstack, sstack):
         else:
             fh.write('[[layer]]\ntarget = "linear"\n')
     t = os.path.join(tmp, f"{regime}-{tstack}-whole.trace")
-    tracefile.write(tracefile.read(tr), t)
+    tracefile.convert(tr, t)
     rec = os.path.join(tmp, f"{regime}-{tstack}-via-{sstack}-whole.rec")
     d = os.path.join(RES, "sim", regime)
     os.makedirs(d, exist_ok=True)
@@ -123,19 +121,12 @@ def whole_replay(sim, tmp, regime, tstack, sstack):
     import subprocess
     subprocess.run(cmd, check=True, capture_output=True)
     eb = r["rig"]["export_bytes"]
-
-    def marks(recs):
-        m = {}
-        for x in recs:
-            k = tracefile.marker_index(x, eb)
-            if k is not None and k not in m:
-                m[k] = x
-        return m
-    ml, ms = marks(tracefile.read(tr)), marks(tracefile.read(rec))
+    ml, ms = tracefile.markers(tr, eb), tracefile.markers(rec, eb)
+    gap = lambda m, a, b: round((m[b]["submit_ns"] - m[a]["complete_ns"]) / 1e9, 4)  # noqa: E731
     out = {}
     for p in r["phases"]:
         a, b = p["markers"]
-        out[p["name"]] = (round((ml[b].submit - ml[a].complete) / 1e9, 4), round((ms[b].submit - ms[a].complete) / 1e9, 4))
+        out[p["name"]] = (gap(ml, a, b), gap(ms, a, b))
     return out
 
 
@@ -162,18 +153,13 @@ def lower_traffic(sim, tmp, regime):
     subprocess.run([*sim, "--trace", t, "--format", "layoutd", "--disk", DISK, "--closed-loop", "--scheduler", "fifo",
                     "--queue-depth", "1", "--seed", "0", "--config", cfg, "--record-trace", low, "--no-progress",
                     "--json", os.path.join(tmp, "lower.json")], check=True, capture_output=True)
-    eb = r["rig"]["export_bytes"]
-    m = {}
-    for x in tracefile.read(top):
-        k = tracefile.marker_index(x, eb)
-        if k is not None and k not in m:
-            m[k] = x
+    m = tracefile.markers(top, r["rig"]["export_bytes"])
     log_end = 64 << 20  # examples/dcd.toml: log_offset 0, log_length 64 MiB
     lows = tracefile.read(low)
     out = {}
     for p in r["phases"]:
         a, b = p["markers"]
-        t0, t1 = m[a].complete, m[b].submit
+        t0, t1 = m[a]["complete_ns"], m[b]["submit_ns"]
         c = {k: [0, 0] for k in ("log_w", "log_r", "home_w", "home_r")}
         for x in lows:
             if t0 <= x.submit < t1 and x.op in ("R", "W"):
@@ -234,7 +220,20 @@ def bw_of(rows, nbytes):
     return pts[0][1]
 
 
-union_ns = tracefile.union_ns
+def union_ns(intervals):
+    """Total length of the union of (start, end) intervals."""
+    total = 0
+    cur_a = cur_b = None
+    for a, b in sorted(intervals):
+        if cur_b is None or a > cur_b:
+            if cur_b is not None:
+                total += cur_b - cur_a
+            cur_a, cur_b = a, b
+        else:
+            cur_b = max(cur_b, b)
+    if cur_b is not None:
+        total += cur_b - cur_a
+    return total
 
 
 def max_speedup(rows, recs, live_s, bypass=64 << 10):
@@ -330,6 +329,7 @@ def main():
     ap.add_argument("--layoutd", default=os.path.join(ROOT, "target/release/layoutd"))
     ap.add_argument("--hist-phase", default="copy-4", help="phase of figures 11/12 (paper: 4-user copy)")
     a = ap.parse_args()
+    tracefile.use(os.path.abspath(a.layoutd))
     sim = replay.find_sim(os.path.abspath(a.layoutd))
     if not sim:
         sys.exit("no `layoutd sim`: cargo build --workspace --release")
@@ -358,8 +358,7 @@ def main():
             continue
         rp, tp = runs["plain"]
         rd, td = runs["dcd"]
-        recs = {s: tracefile.read(runs[s][1]) for s in runs}
-        wins = {s: tracefile.windows(recs[s], runs[s][0]["rig"]["export_bytes"],
+        wins = {s: tracefile.windows(runs[s][1], runs[s][0]["rig"]["export_bytes"],
                                      [(p["name"], p["markers"][0], p["markers"][1]) for p in runs[s][0]["phases"]])
                 for s in runs}
         p0 = rp["params"]
@@ -385,7 +384,6 @@ def main():
             sl = sims.get((regime, "dcd", "dcd-fua-log", name), {}).get("simulated_seconds")
             rfl = load_run(regime, "dcd-fua-log")
             lfl = next((q["live_seconds"] for q in rfl[0]["phases"] if q["name"] == name), None) if rfl else None
-            tsum = {s: tracefile.summarize(wins[s][name]) for s in runs}
 
             def mean_resp(s, op):
                 v = [(r.complete - r.submit) / 1e6 for r in wins[s][name] if r.op == op]
@@ -399,7 +397,7 @@ def main():
                 "live_plain_nosync_s": pp["seconds"], "live_dcd_nosync_s": pd["seconds"],
                 "sim_plain_s": sp, "sim_dcd_s": sd, "sim_plain_trace_via_dcd_s": sx, "sim_dcd_fua_log_s": sl, "live_dcd_fua_log_s": lfl,
                 "write_resp_ms_live": [round(x, 3) for x in wr], "read_resp_ms_live": [round(x, 3) for x in rr],
-                "requests": [tsum["plain"]["requests"], tsum["dcd"]["requests"]],
+                "requests": [len(wins["plain"][name]), len(wins["dcd"][name])],
                 "max_speedup": ms, "sim_dcd_counters": dcdc}
             f = lambda v: f"{v:.2f}" if v is not None else "-"  # noqa: E731
             L.append(f"| {name} | {pp['live_seconds']:.2f} ({pp['seconds']:.2f}) | {pd['live_seconds']:.2f} "

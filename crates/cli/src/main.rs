@@ -2,6 +2,7 @@
 
 mod cmd_disk;
 use layoutd_sim::command as cmd_sim;
+mod cmd_trace;
 mod cmd_volume;
 mod endpoint;
 
@@ -38,6 +39,9 @@ enum Cmd {
     Disk(cmd_disk::DiskCmd),
     /// Replay a block trace through a stack on the HDD model (deterministic simulator).
     Sim(cmd_sim::SimArgs),
+    /// Summarize, cut (at marker reads) and convert block traces.
+    #[command(subcommand)]
+    Trace(cmd_trace::TraceCmd),
     /// List the target types this build knows.
     #[command(
         after_help = "Example:\n  layoutd targets\n\nEach target has a commented example config in examples/<target>.toml."
@@ -60,6 +64,7 @@ fn main() {
         Cmd::Destage(a) => cmd_volume::destage(a),
         Cmd::Disk(c) => cmd_disk::run(c),
         Cmd::Sim(a) => cmd_sim::run(a),
+        Cmd::Trace(c) => cmd_trace::run(c),
         Cmd::Targets => {
             for t in layoutd_targets::TARGET_TYPES {
                 println!("{:10} {}", t.name, t.about);

@@ -14,7 +14,7 @@
 //! end time, summed response time and reads answered in under 1 ms (the
 //! drive's buffer), next to the same figures of the recording.
 
-use layoutd_core::{Op, ReqId, Request};
+use layoutd_core::{Op, ReqId, Request, TraceRecord};
 use layoutd_runtime::emulate::HddEmulator;
 use layoutd_runtime::live::Delay;
 use std::io::BufRead;
@@ -51,16 +51,12 @@ fn main() {
         if line.starts_with('#') || line.trim().is_empty() {
             continue;
         }
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let (s, c): (u64, u64) = (f[0].parse().unwrap(), f[1].parse().unwrap());
-        let op = match f[3] {
-            "R" => Op::Read,
-            "W" => Op::Write,
-            "F" => Op::Flush,
-            "T" => Op::Trim,
-            _ => Op::WriteZeroes,
-        };
-        let req = Request::new(ReqId(n as u64), op, f[4].parse().unwrap(), f[5].parse().unwrap());
+        let rec = TraceRecord::parse_line(&line).unwrap_or_else(|e| {
+            eprintln!("emucheck: {path}:{}: {e}", n + 1);
+            std::process::exit(1)
+        });
+        let (s, c) = (rec.submit.as_ns(), rec.complete.as_ns());
+        let req = Request::new(ReqId(n as u64), rec.op, rec.offset_bytes, rec.length_bytes);
         let issue = match prev {
             Some((ps, pc, pissue, pdone)) if closed => {
                 if s >= pc {
@@ -78,7 +74,7 @@ fn main() {
         end_model = end_model.max(done);
         resp_live += c - s;
         resp_model += done - issue;
-        if f[3] == "R" {
+        if rec.op == Op::Read {
             fast_live += u64::from(c - s < 1_000_000);
             fast_model += u64::from(done - issue < 1_000_000);
         }
