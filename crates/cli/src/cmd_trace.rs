@@ -194,7 +194,7 @@ impl Markers {
             return None;
         }
         let d = r.offset_bytes - self.base;
-        (d % self.stride == 0).then_some(d / self.stride)
+        d.is_multiple_of(self.stride).then_some(d / self.stride)
     }
 }
 
