@@ -26,7 +26,7 @@ pub enum TraceCmd {
     #[command(after_help = concat!(
         "Examples:\n  layoutd trace stats run.trace\n  layoutd trace stats run.trace --json\n  \
 layoutd trace stats hm_0.csv.gz --format msr --device 0\n  \
-layoutd trace stats run.trace --marker-base 4286578688 --from-marker 2 --to-marker 3 --json\n\n\
+layoutd trace stats run.trace --marker-base 4285530112 --from-marker 2 --to-marker 3 --json\n\n\
 Response times are complete_ns - submit_ns, in ms; trims are left out of `response_ms` (as the bench \
 harness always did) but have their own entry in `response_ms_by_op`. Percentiles are the value at \
 index floor(n * p / 100) of the sorted times (p50 is the upper median). busy_seconds is the time at \
@@ -40,13 +40,13 @@ completed. With --marker-base the marker reads found are listed (`markers`); wit
     Stats(StatsArgs),
     /// Cut out the requests between two marker reads (the bench harness's phase brackets).
     #[command(after_help = "Examples:\n  \
-layoutd trace cut run.trace --marker-base 4286578688 --from-marker 0 --to-marker 1 -o phase0.trace\n  \
-layoutd trace cut trace.gz --marker-base 4286578688 --from-marker 4 --to-marker 5 --to jsonl\n\n\
+layoutd trace cut run.trace --marker-base 4285530112 --from-marker 0 --to-marker 1 -o phase0.trace\n  \
+layoutd trace cut trace.gz --marker-base 4285530112 --from-marker 4 --to-marker 5 --to jsonl\n\n\
 A marker read is a read of --marker-length bytes (default 4096) at byte --marker-base + k * --marker-stride \
 (default 65536): marker k. The bench harness puts marker 0 at the start of the export's last 8 MiB, so \
---marker-base is the export size minus 8388608. The cut keeps the requests strictly after the first read \
+--marker-base is the export size minus 8388608 (4285530112 for a 4 GiB volume: its export is 4 GiB - 1 MiB). The cut keeps the requests strictly after the first read \
 of --from-marker and before the first read of --to-marker, in file order, leaving out every marker read; \
-times are kept as recorded. A marker missing from the trace, or a --to-marker read before the \
+times are kept as recorded (unless --rebase). A marker missing from the trace, or a --to-marker read before the \
 --from-marker one, is an error and no output is left behind.")]
     Cut(CutArgs),
     /// Rewrite a trace of any format the simulator reads in layoutd's format (or DiskSim ASCII, or JSON lines).
