@@ -106,6 +106,25 @@ impl<V: MapValue> BlockMap<V> {
         out
     }
 
+    /// Whether any block of `[start, start + length)` is mapped.
+    pub fn intersects(&self, start: u64, length: u64) -> bool {
+        let Some(end) = start.checked_add(length).filter(|_| length > 0) else { return false };
+        match self.extents.range(..end).next_back() {
+            Some((&s, &(n, _))) => s + n > start,
+            None => false,
+        }
+    }
+
+    /// Unmaps the parts of `[start, start + length)` mapped to `value`
+    /// itself (for values that do not advance: a label, not a location).
+    pub fn remove_where_value(&mut self, start: u64, length: u64, value: V) {
+        for e in self.overlapping(start, length) {
+            if e.value == value {
+                self.remove(e.start, e.length);
+            }
+        }
+    }
+
     /// `[start, start + length)` piece by piece: `(start, length, Some(value))`
     /// for mapped runs, `(start, length, None)` for gaps; the pieces cover
     /// the range exactly.

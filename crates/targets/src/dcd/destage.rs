@@ -31,7 +31,7 @@ impl Dcd {
         if !self.serving() || self.destage.running || self.destage.idle_deadline.is_some() {
             return;
         }
-        if self.dirty_segments_count() == 0 {
+        if !self.any_dirty_segment() {
             return;
         }
         self.destage.idle_deadline = Some(now.add_ns(self.idle_threshold_ns()));
@@ -225,14 +225,22 @@ impl Dcd {
         assert!(job.runs_left > 0 && job.seq == seq);
         job.runs_left -= 1;
         let first = sectors[0].0;
+        // The run is contiguous: its current locations in one pass.
+        assert_eq!(
+            sectors[sectors.len() - 1].0 - first + 1,
+            sectors.len() as u64,
+            "a destage run is contiguous"
+        );
+        let current = self.lookup.get_range(first, sectors.len() as u64);
+        let still = |k: usize| current[k] == Some(sectors[k].1);
         let mut i = 0;
         while i < sectors.len() {
-            if self.lookup.get(sectors[i].0) != Some(sectors[i].1) {
+            if !still(i) {
                 i += 1;
                 continue;
             }
             let mut j = i + 1;
-            while j < sectors.len() && self.lookup.get(sectors[j].0) == Some(sectors[j].1) {
+            while j < sectors.len() && still(j) {
                 j += 1;
             }
             let (a, b) = (sectors[i].0, sectors[j - 1].0 + 1);
@@ -256,11 +264,9 @@ impl Dcd {
             job.failed = true;
             return;
         }
-        for (s, loc) in sectors {
-            if self.lookup.remove_if(s, loc) {
-                self.invalidate(loc, None);
-                self.counters.destaged_bytes += S;
-            }
+        for loc in self.lookup.remove_if_many(&sectors) {
+            self.invalidate(loc, None);
+            self.counters.destaged_bytes += S;
         }
     }
 
@@ -395,11 +401,7 @@ impl Dcd {
             assert!(seg.valid_sectors == 0 && seg.pins == 0);
             for e in &seg.entries {
                 if let crate::seglog::Entry::Slot { start_sector, sector_count, .. } = *e {
-                    for x in start_sector..start_sector + u64::from(sector_count) {
-                        if self.ghost.get(&x) == Some(&seg.seq) {
-                            self.ghost.remove(&x);
-                        }
-                    }
+                    self.ghost.remove_where_value(start_sector, u64::from(sector_count), seg.seq);
                 }
             }
         }

@@ -88,17 +88,62 @@ impl Lookup {
     }
 
     /// Maps `sector` to `loc`; returns the location it replaces.
+    #[cfg(test)]
     pub fn set(&mut self, sector: u64, loc: Loc) -> Option<Loc> {
-        let line = self.lines.entry(sector / LINE_SECTORS).or_insert([0; LINE_SECTORS as usize]);
-        let old = Loc::unpack(std::mem::replace(&mut line[(sector % LINE_SECTORS) as usize], loc.pack()));
-        if old.is_none() {
-            self.mapped_count += 1;
+        self.set_run(sector, 1, |_| loc).pop()
+    }
+
+    /// Maps the `n` sectors from `start` to `loc_of(0..n)`, one map lookup
+    /// per line; returns the locations replaced.
+    pub fn set_run(&mut self, start: u64, n: u32, loc_of: impl Fn(u32) -> Loc) -> Vec<Loc> {
+        let mut replaced = Vec::new();
+        let mut w = 0u32;
+        while w < n {
+            let key = (start + u64::from(w)) / LINE_SECTORS;
+            let line = self.lines.entry(key).or_insert([0; LINE_SECTORS as usize]);
+            while w < n && (start + u64::from(w)) / LINE_SECTORS == key {
+                let i = ((start + u64::from(w)) % LINE_SECTORS) as usize;
+                match Loc::unpack(std::mem::replace(&mut line[i], loc_of(w).pack())) {
+                    Some(old) => replaced.push(old),
+                    None => self.mapped_count += 1,
+                }
+                w += 1;
+            }
         }
-        assert_eq!(self.get(sector), Some(loc));
-        old
+        debug_assert!((0..n).all(|w| self.get(start + u64::from(w)) == Some(loc_of(w))));
+        replaced
     }
 
     /// Unmaps `sector` if it still points at `loc`; true if it did.
+    /// [`Lookup::remove_if`] for each `(sector, loc)` of `items` (sorted by
+    /// sector), one map lookup per line; returns the locations removed.
+    pub fn remove_if_many(&mut self, items: &[(u64, Loc)]) -> Vec<Loc> {
+        let mut removed = Vec::with_capacity(items.len());
+        let mut i = 0;
+        while i < items.len() {
+            let key = items[i].0 / LINE_SECTORS;
+            let mut j = i;
+            while j < items.len() && items[j].0 / LINE_SECTORS == key {
+                j += 1;
+            }
+            if let Some(line) = self.lines.get_mut(&key) {
+                for &(sector, loc) in &items[i..j] {
+                    let v = &mut line[(sector % LINE_SECTORS) as usize];
+                    if Loc::unpack(*v) == Some(loc) {
+                        *v = 0;
+                        removed.push(loc);
+                    }
+                }
+                if line.iter().all(|&x| x == 0) {
+                    self.lines.remove(&key);
+                }
+            }
+            i = j;
+        }
+        self.mapped_count -= removed.len() as u64;
+        removed
+    }
+
     pub fn remove_if(&mut self, sector: u64, loc: Loc) -> bool {
         let key = sector / LINE_SECTORS;
         let Some(line) = self.lines.get_mut(&key) else { return false };

@@ -345,7 +345,7 @@ pub struct Dcd {
     lookup: Lookup,
     /// Data sector -> newest live segment with an entry for it: what replay
     /// would map. A write home over any of these needs an invalidation record.
-    ghost: BTreeMap<u64, Seq>,
+    ghost: crate::blockmap::BlockMap<Seq>,
     policy: Box<dyn policy::DestagePolicy>,
     ring: Ring,
     open: Option<SegLoc>,
@@ -404,7 +404,7 @@ impl Dcd {
             geo,
             phase,
             lookup: Lookup::default(),
-            ghost: BTreeMap::new(),
+            ghost: crate::blockmap::BlockMap::new(),
             ring: Ring::default(),
             open: None,
             lower: BTreeMap::new(),
@@ -465,6 +465,15 @@ impl Dcd {
         let used = self.ring.head.0 - self.ring.tail.0;
         assert!(used <= u64::from(self.geo.segment_count));
         used * 100 / u64::from(self.geo.segment_count)
+    }
+
+    /// Whether any segment on disk still holds sectors to destage (the live
+    /// part of the ring only, stopping at the first).
+    fn any_dirty_segment(&self) -> bool {
+        (self.ring.tail.0..self.ring.head.0).any(|s| {
+            let seg = &self.segs[self.geo.location(Seq(s)).0 as usize];
+            seg.state == SegState::Dirty && seg.valid_sectors > 0
+        })
     }
 
     /// Segments on disk that still hold sectors to destage.

@@ -315,23 +315,20 @@ impl Dcd {
     fn replay_entry(&mut self, loc: SegLoc, seq: Seq, e: Entry) {
         match e {
             Entry::Slot { start_sector, sector_count, slot } => {
-                for w in 0..sector_count {
-                    let sector = start_sector + u64::from(w);
-                    if let Some(old) = self.lookup.set(sector, Loc { seg: loc, slot, within: w as u8 }) {
-                        self.invalidate(old, Some(seq));
-                    }
-                    self.ghost.insert(sector, seq);
+                for old in self.lookup.set_run(start_sector, sector_count, |w| Loc {
+                    seg: loc,
+                    slot,
+                    within: w as u8,
+                }) {
+                    self.invalidate(old, Some(seq));
                 }
+                self.ghost.insert(start_sector, u64::from(sector_count), seq);
             }
             Entry::Invalidate { start_sector, sector_count } => {
-                let end = start_sector + u64::from(sector_count);
                 for (_, old) in self.lookup.remove_range(start_sector, u64::from(sector_count), |_| false) {
                     self.invalidate(old, Some(seq));
                 }
-                let keys: Vec<u64> = self.ghost.range(start_sector..end).map(|(k, _)| *k).collect();
-                for k in keys {
-                    self.ghost.remove(&k);
-                }
+                self.ghost.remove(start_sector, u64::from(sector_count));
             }
         }
     }

@@ -150,13 +150,21 @@ impl Dcd {
             payload_crc: seg.has_data.then(|| SegmentHeader::payload_crc_of(payload)),
             entries: seg.entries.clone(),
         };
+        let has_data = seg.has_data;
         let mut data = header.encode(&self.geo);
-        data.extend_from_slice(payload);
-        assert!(data.len() as u64 <= self.geo.stride_bytes());
+        let length = data.len() + payload.len();
+        assert!(length as u64 <= self.geo.stride_bytes());
         self.counters.log_segments_written_count += 1;
-        self.counters.log_written_bytes += data.len() as u64;
+        self.counters.log_written_bytes += length as u64;
         let offset = self.geo.segment_offset_bytes(loc);
-        self.emit(LowerOp::SegWrite { loc }, Request::write(ReqId(0), offset, Bytes::from(data)));
+        // Timing-only mode: no bytes to carry, only the length to charge.
+        let req = if has_data {
+            data.extend_from_slice(payload);
+            Request::write(ReqId(0), offset, Bytes::from(data))
+        } else {
+            Request::new(ReqId(0), Op::Write, offset, length as u32)
+        };
+        self.emit(LowerOp::SegWrite { loc }, req);
     }
 
     /// A segment reached the log: its buffer is free, reads go to disk.
@@ -233,14 +241,11 @@ impl Dcd {
         seg.entries.push(Entry::Slot { start_sector: start, sector_count: n, slot });
         seg.valid_sectors += n;
         let seq = seg.seq;
-        for w in 0..n {
-            let sector = start + u64::from(w);
-            if let Some(old) = self.lookup.set(sector, Loc { seg: loc, slot, within: w as u8 }) {
-                self.invalidate(old, Some(seq));
-                self.counters.overwritten_before_destage_bytes += S;
-            }
-            self.ghost.insert(sector, seq);
+        for old in self.lookup.set_run(start, n, |w| Loc { seg: loc, slot, within: w as u8 }) {
+            self.invalidate(old, Some(seq));
+            self.counters.overwritten_before_destage_bytes += S;
         }
+        self.ghost.insert(start, u64::from(n), seq);
     }
 
     /// FLUSH: seal the open buffer and complete once the log is durable up to it.
@@ -354,7 +359,7 @@ impl Dcd {
             seq < arrival.0 || (seq == arrival.0 && u32::from(l.slot) < arrival.1)
         };
         let removed = self.lookup.remove_range(start, count, |l| !older(l));
-        let replay_visible = self.ghost.range(start..start + count).next().is_some();
+        let replay_visible = self.ghost.intersects(start, count);
         if removed.is_empty() && !replay_visible {
             self.complete_upper(Completion::ok(c.id));
             return;
@@ -378,10 +383,7 @@ impl Dcd {
         let mut acks = Vec::new();
         while self.segs[loc.0 as usize].entries.len() < self.geo.entry_count_max as usize {
             let Some(p) = self.pending_invalidations.pop_front() else { break };
-            let keys: Vec<u64> = self.ghost.range(p.start..p.start + p.count).map(|(k, _)| *k).collect();
-            for k in keys {
-                self.ghost.remove(&k);
-            }
+            self.ghost.remove(p.start, p.count);
             let seg = &mut self.segs[loc.0 as usize];
             seg.entries.push(Entry::Invalidate { start_sector: p.start, sector_count: p.count as u32 });
             seg.has_invalidations = true;
