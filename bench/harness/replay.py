@@ -9,7 +9,7 @@ from log import log
 
 def find_sim(layoutd):
     """argv prefix of the simulator: `layoutd sim` if the binary has it, else
-    the `sim` example built from the same cmd_sim.rs
+    the `sim` example built from the same command module (layoutd_sim::command)
     (cargo build --release -p layoutd-sim --example sim); None if neither."""
     p = subprocess.run([layoutd, "sim", "--help"], capture_output=True, text=True)
     if p.returncode == 0:
