@@ -78,7 +78,6 @@ pub fn run(cmd: DiskCmd) -> anyhow::Result<()> {
     match cmd {
         DiskCmd::Show { preset, diskspecs, json } => {
             let params = load(preset.as_deref(), diskspecs)?;
-            warn(&params);
             let report = show_report(&params);
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
@@ -87,8 +86,7 @@ pub fn run(cmd: DiskCmd) -> anyhow::Result<()> {
             }
         }
         DiskCmd::Validate { diskspecs, trace, json, plot } => {
-            let params = DiskParams::from_diskspecs(&diskspecs)?;
-            warn(&params);
+            let params = load(None, Some(diskspecs.clone()))?;
             let report = validate(&params, &trace)?;
             if let Some(path) = &plot {
                 write_cdf_svg(&report, path)
@@ -107,22 +105,13 @@ pub fn run(cmd: DiskCmd) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Print what the DiskSim importer accepted without modelling, on stderr.
-pub fn warn(params: &DiskParams) {
-    for warning in &params.import_warnings {
-        eprintln!("warning: {warning}");
-    }
-}
-
-/// The disk named by a preset or a `--diskspecs` file: what every command
-/// that accepts a preset name should call.
+/// The disk named by a preset or a `--diskspecs` file, its import warnings
+/// printed ([`DiskParams::named`]).
 pub fn load(preset: Option<&str>, diskspecs: Option<PathBuf>) -> anyhow::Result<DiskParams> {
-    match (preset, diskspecs) {
-        (Some(name), None) => Ok(DiskParams::preset(name)?),
-        (None, Some(path)) => Ok(DiskParams::from_diskspecs(&path)?),
-        (None, None) => {
+    match DiskParams::named(preset, diskspecs.as_deref())? {
+        Some(params) => Ok(params),
+        None => {
             bail!("name a disk: a preset ({}) or --diskspecs FILE", DiskParams::preset_names().join(", "))
         }
-        (Some(_), Some(_)) => bail!("give a preset or --diskspecs, not both"),
     }
 }

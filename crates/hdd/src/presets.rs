@@ -255,4 +255,27 @@ impl DiskParams {
     pub fn from_diskspecs(path: &Path) -> Result<DiskParams, HddError> {
         diskspecs::load(path)
     }
+
+    /// The drive a command names by a preset or a DiskSim file (at most
+    /// one of them; `None` if neither), its import warnings printed on
+    /// stderr, one `warning:` line each: what every command that takes a
+    /// disk calls, so none accepts a parameter in silence.
+    pub fn named(preset: Option<&str>, diskspecs: Option<&Path>) -> Result<Option<DiskParams>, HddError> {
+        let params = match (preset, diskspecs) {
+            (Some(name), None) => DiskParams::preset(name)?,
+            (None, Some(path)) => DiskParams::from_diskspecs(path)?,
+            (None, None) => return Ok(None),
+            (Some(_), Some(path)) => {
+                return Err(HddError::Parse {
+                    path: path.to_path_buf(),
+                    line: 0,
+                    message: "a preset and a DiskSim file were both given; name one disk".into(),
+                })
+            }
+        };
+        for warning in &params.import_warnings {
+            eprintln!("warning: {warning}");
+        }
+        Ok(Some(params))
+    }
 }

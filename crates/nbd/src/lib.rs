@@ -270,17 +270,11 @@ impl Server for Connection {
         guarded("after_fork", || {
             let settings = SETTINGS.lock().map_err(|_| eio("settings lock"))?;
             let announce_uri = settings.announce_uri.clone();
-            let params = match (&settings.emulate, &settings.emulate_diskspecs) {
-                (Some(name), _) => Some(
-                    layoutd_hdd::DiskParams::preset(name)
-                        .map_err(|e| Error::new(libc::EINVAL, e.to_string()))?,
-                ),
-                (None, Some(p)) => Some(
-                    layoutd_hdd::DiskParams::from_diskspecs(p)
-                        .map_err(|e| Error::new(libc::EINVAL, e.to_string()))?,
-                ),
-                (None, None) => None,
-            };
+            let params = layoutd_hdd::DiskParams::named(
+                settings.emulate.as_deref(),
+                settings.emulate_diskspecs.as_deref(),
+            )
+            .map_err(|e| Error::new(libc::EINVAL, e.to_string()))?;
             drop(settings);
             let mut opened = OPENED.lock().map_err(|_| eio("lock"))?;
             let o = opened.as_mut().ok_or_else(|| eio("after_fork before config_complete"))?;

@@ -5,11 +5,11 @@
 //! uses this module as its `sim` subcommand; the `sim` example and the
 //! tests drive the same code.
 
+use crate::trace::{SizeUnit, TimeUnit};
+use crate::{BlkAction, Fit, ReadOptions, SimOptions, TraceFormat};
 use anyhow::{bail, Context};
 use layoutd_core::config::StackConfig;
 use layoutd_hdd::{DiskParams, Scheduler};
-use crate::trace::{SizeUnit, TimeUnit};
-use crate::{BlkAction, Fit, ReadOptions, SimOptions, TraceFormat};
 use std::path::PathBuf;
 
 /// Flags of `layoutd sim`.
@@ -133,8 +133,8 @@ struct CellCli {
 
 /// `layoutd sim --matrix FILE --out DIR [--shard I/N | --summarize] [--jobs N]`.
 fn run_matrix(args: &SimArgs, path: &std::path::Path) -> anyhow::Result<()> {
-    use clap::Parser as _;
     use crate::matrix::{run_parallel, summarize, Matrix, Shard};
+    use clap::Parser as _;
     let matrix = Matrix::load(path)?;
     let out = args.out.clone().context("--matrix needs --out DIR")?;
     let shard = parse_opt(&args.shard, Shard::parse)?;
@@ -184,10 +184,9 @@ fn run_matrix(args: &SimArgs, path: &std::path::Path) -> anyhow::Result<()> {
 }
 
 fn disk_params(args: &SimArgs) -> anyhow::Result<DiskParams> {
-    match (&args.disk, &args.diskspecs) {
-        (Some(name), None) => Ok(DiskParams::preset(name)?),
-        (None, Some(path)) => Ok(DiskParams::from_diskspecs(path)?),
-        _ => bail!(
+    match DiskParams::named(args.disk.as_deref(), args.diskspecs.as_deref())? {
+        Some(params) => Ok(params),
+        None => bail!(
             "name the disk model: --disk PRESET ({}) or --diskspecs FILE",
             DiskParams::preset_names().join(", ")
         ),
