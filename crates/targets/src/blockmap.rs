@@ -115,13 +115,50 @@ impl<V: MapValue> BlockMap<V> {
         }
     }
 
-    /// Unmaps the parts of `[start, start + length)` mapped to `value`
-    /// itself (for values that do not advance: a label, not a location).
+    /// Unmaps each piece of `[start, start + length)` (an extent clipped to
+    /// the range) whose first block maps to `value`. Meant for values that
+    /// do not advance (a label such as a segment's seq), where that is every
+    /// block mapped to `value`.
     pub fn remove_where_value(&mut self, start: u64, length: u64, value: V) {
-        for e in self.overlapping(start, length) {
-            if e.value == value {
-                self.remove(e.start, e.length);
+        let Some(end) = start.checked_add(length).filter(|_| length > 0) else { return };
+        let mut pos = start;
+        while pos < end {
+            let Some(e) = self.extent_at_or_after(pos).filter(|e| e.start < end) else { return };
+            let (a, b) = (e.start.max(pos), e.end().min(end));
+            if e.value.advance(a - e.start) == value {
+                self.cut(a, b, |_| {});
             }
+            pos = b;
+        }
+    }
+
+    /// The extent holding `pos`, else the first one after it.
+    fn extent_at_or_after(&self, pos: u64) -> Option<Extent<V>> {
+        if let Some((&s, &(n, v))) = self.extents.range(..=pos).next_back() {
+            if s + n > pos {
+                return Some(Extent { start: s, length: n, value: v });
+            }
+        }
+        self.extents.range(pos..).next().map(|(&s, &(n, v))| Extent { start: s, length: n, value: v })
+    }
+
+    /// Unmaps `[start, end)`, handing each removed piece to `removed`, in
+    /// order; no allocation.
+    fn cut(&mut self, start: u64, end: u64, mut removed: impl FnMut(Extent<V>)) {
+        let mut pos = start;
+        while pos < end {
+            let Some(e) = self.extent_at_or_after(pos).filter(|e| e.start < end) else { break };
+            self.extents.remove(&e.start);
+            if e.start < start {
+                self.extents.insert(e.start, (start - e.start, e.value));
+            }
+            if e.end() > end {
+                self.extents.insert(end, (e.end() - end, e.value.advance(end - e.start)));
+            }
+            let piece = e.clip(start, end);
+            self.mapped_blocks -= piece.length;
+            removed(piece);
+            pos = e.end();
         }
     }
 
@@ -146,39 +183,31 @@ impl<V: MapValue> BlockMap<V> {
 
     /// Unmaps `[start, start + length)`; returns what was mapped there.
     pub fn remove(&mut self, start: u64, length: u64) -> Vec<Extent<V>> {
-        let removed = self.overlapping(start, length);
-        if removed.is_empty() {
-            return removed;
+        let mut removed = Vec::new();
+        if let Some(end) = start.checked_add(length).filter(|_| length > 0) {
+            self.cut(start, end, |e| removed.push(e));
         }
-        let end = start + length;
-        // Every extent touching the range, whole: cut them out, put back
-        // the parts outside the range.
-        let first =
-            self.extents.range(..start).next_back().filter(|(&s, &(n, _))| s + n > start).map(|(&s, _)| s);
-        let keys: Vec<u64> =
-            first.into_iter().chain(self.extents.range(start..end).map(|(&s, _)| s)).collect();
-        for s in keys {
-            let (n, v) = self.extents.remove(&s).expect("listed");
-            let e = Extent { start: s, length: n, value: v };
-            if s < start {
-                self.extents.insert(s, (start - s, v));
-            }
-            if e.end() > end {
-                self.extents.insert(end, (e.end() - end, v.advance(end - s)));
-            }
-        }
-        let gone: u64 = removed.iter().map(|e| e.length).sum();
-        self.mapped_blocks -= gone;
         removed
     }
 
     /// Maps `[start, start + length)` to `value` onwards, replacing what was
     /// mapped there (returned), merging with neighbours that continue it.
     pub fn insert(&mut self, start: u64, length: u64, value: V) -> Vec<Extent<V>> {
+        let mut replaced = Vec::new();
+        self.insert_with(start, length, value, |e| replaced.push(e));
+        replaced
+    }
+
+    /// [`BlockMap::insert`] without collecting what it replaces.
+    pub fn set(&mut self, start: u64, length: u64, value: V) {
+        self.insert_with(start, length, value, |_| {});
+    }
+
+    fn insert_with(&mut self, start: u64, length: u64, value: V, replaced: impl FnMut(Extent<V>)) {
         assert!(length > 0, "an empty extent");
         let end = start.checked_add(length).expect("a range past u64::MAX");
         let _ = value.advance(length); // the locations must not overflow either
-        let replaced = self.remove(start, length);
+        self.cut(start, end, replaced);
         let (mut s, mut n, mut v) = (start, length, value);
         if let Some((&ps, &(pn, pv))) = self.extents.range(..start).next_back() {
             if ps + pn == start && pv.advance(pn) == value {
@@ -194,7 +223,6 @@ impl<V: MapValue> BlockMap<V> {
         }
         self.extents.insert(s, (n, v));
         self.mapped_blocks += length;
-        replaced
     }
 
     /// Every extent, in address order.

@@ -3,7 +3,7 @@
 
 use bytes::{Bytes, BytesMut};
 use layoutd_core::{Completion, IoError, Op, ReqId};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// One upper request being put together from pieces: lower completions
 /// (with read data at their offset within the request) and bytes copied in

@@ -69,7 +69,8 @@ use bytes::Bytes;
 use layoutd_core::config::{ArgReader, ConfigError};
 use layoutd_core::{Completion, Instant, OpenMode, ReqId, Request, Status, Target, SECTOR_BYTES};
 use lookup::{Loc, Lookup};
-use std::collections::{BTreeMap, VecDeque};
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
 
 /// Where a segment is in its life.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -349,7 +350,8 @@ pub struct Dcd {
     policy: Box<dyn policy::DestagePolicy>,
     ring: Ring,
     open: Option<SegLoc>,
-    lower: BTreeMap<u64, LowerOp>,
+    /// Lower requests in flight by id (looked up, never iterated).
+    lower: FxHashMap<u64, LowerOp>,
     next_lower_id: u64,
     lower_q: VecDeque<Request>,
     upper_q: VecDeque<Completion>,
@@ -361,7 +363,8 @@ pub struct Dcd {
     mark_waiters: Vec<Waiter>,
     /// What recovery with `accept_loss` gave up, for the status.
     loss: Option<String>,
-    reads: BTreeMap<u64, crate::split::Assembly>,
+    /// Reads being assembled by key (looked up, never iterated).
+    reads: FxHashMap<u64, crate::split::Assembly>,
     next_read_key: u64,
     /// Writes home (bypass, trim, zeroes, destage) in order: one that
     /// overlaps an earlier one in flight or waiting waits for it.
@@ -407,7 +410,7 @@ impl Dcd {
             ghost: crate::blockmap::BlockMap::new(),
             ring: Ring::default(),
             open: None,
-            lower: BTreeMap::new(),
+            lower: FxHashMap::default(),
             next_lower_id: 0,
             lower_q: VecDeque::new(),
             upper_q: VecDeque::new(),
@@ -416,7 +419,7 @@ impl Dcd {
             waiters: Vec::new(),
             mark_waiters: Vec::new(),
             loss: None,
-            reads: BTreeMap::new(),
+            reads: FxHashMap::default(),
             next_read_key: 0,
             home: crate::gate::OverlapGate::new(),
             destage: DestageState::default(),

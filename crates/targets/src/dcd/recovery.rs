@@ -322,7 +322,7 @@ impl Dcd {
                 }) {
                     self.invalidate(old, Some(seq));
                 }
-                self.ghost.insert(start_sector, u64::from(sector_count), seq);
+                self.ghost.set(start_sector, u64::from(sector_count), seq);
             }
             Entry::Invalidate { start_sector, sector_count } => {
                 for (_, old) in self.lookup.remove_range(start_sector, u64::from(sector_count), |_| false) {

@@ -245,7 +245,7 @@ impl Dcd {
             self.invalidate(old, Some(seq));
             self.counters.overwritten_before_destage_bytes += S;
         }
-        self.ghost.insert(start, u64::from(n), seq);
+        self.ghost.set(start, u64::from(n), seq);
     }
 
     /// FLUSH: seal the open buffer and complete once the log is durable up to it.
