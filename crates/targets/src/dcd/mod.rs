@@ -336,6 +336,21 @@ enum Phase {
 }
 
 /// The dcd target.
+///
+/// Memory bounds. The per-segment state (`segs`, `buffers`) is fixed by the
+/// geometry and `buffer_count`; `lookup` and `ghost` grow with the sectors
+/// logged, at most the log's capacity in sectors. Every in-flight
+/// collection is bounded by the upper requests in flight, which the runtime
+/// bounds (live: nbdkit's threads, 16 by default; the simulator's closed
+/// loop: its window; an open-loop replay issues at trace times and bounds
+/// nothing, by design): `pending` holds at most `pending_max` (beyond it a
+/// request fails with ENOSPC);
+/// `waiters` and `mark_waiters` at most one entry per flush or FUA write
+/// in flight; `reads` one per read in flight; `pending_invalidations` and
+/// the `home` gate one per write home in flight, plus one destage job's
+/// runs; `lower` is the sum of all of these plus one destage job, one
+/// checkpoint and one flush mark. `lower_q` and `upper_q` are drained after
+/// every input.
 pub struct Dcd {
     args: Args,
     geo: Geometry,
@@ -355,6 +370,7 @@ pub struct Dcd {
     next_lower_id: u64,
     lower_q: VecDeque<Request>,
     upper_q: VecDeque<Completion>,
+    /// Upper requests held while the log has no room (at most `pending_max`).
     pending: VecDeque<Request>,
     pending_invalidations: VecDeque<PendingInvalidation>,
     waiters: Vec<Waiter>,
