@@ -119,6 +119,22 @@ fn dcd_debug_one() {
     assert!(r.is_ok());
 }
 
+/// A stack formatted from `text` on a fresh memory device, brought up
+/// (zero-latency device, seed 1).
+fn formatted(text: &str) -> layoutd_runtime::det::Harness {
+    use layoutd_runtime::det::{Harness, ZeroLatency};
+    use layoutd_runtime::testkit::{bring_up, stack_from_toml};
+    let dev = std::sync::Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
+    let mut h = Harness::new(
+        stack_from_toml(text, DEVICE_BYTES, layoutd_core::OpenMode::Format),
+        dev,
+        ZeroLatency::default(),
+        1,
+    );
+    bring_up(&mut h);
+    h
+}
+
 /// A counter of any layer (the first that has it).
 fn counter(h: &layoutd_runtime::det::Harness, key: &str) -> u64 {
     let layers = h.stack.layer_statuses();
@@ -165,17 +181,8 @@ fn the_example_config_formats_and_serves() {
 
 #[test]
 fn idle_destage_waits_for_the_threshold_and_a_request_restarts_the_wait() {
-    use layoutd_runtime::det::{Harness, ZeroLatency};
-    use layoutd_runtime::testkit::{bring_up, stack_from_toml};
     let text = tiny("").replace("idle_ms_max = 20", "idle_ms_max = 1000");
-    let dev = std::sync::Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
-    let mut h = Harness::new(
-        stack_from_toml(&text, DEVICE_BYTES, layoutd_core::OpenMode::Format),
-        dev,
-        ZeroLatency::default(),
-        1,
-    );
-    bring_up(&mut h);
+    let mut h = formatted(&text);
     assert_eq!(h.write(0, vec![7u8; 1024]).result, Ok(()));
     assert_eq!(h.flush().result, Ok(()));
     let t0 = h.now;
@@ -341,20 +348,11 @@ fn a_transient_enospc_fails_only_what_depends_on_it_and_the_write_is_retried() {
 /// written range maps home too.
 #[test]
 fn map_extent_goes_through_the_stack_and_never_hides_log_data() {
-    use layoutd_runtime::det::{Harness, ZeroLatency};
-    use layoutd_runtime::testkit::{bring_up, stack_from_toml};
     let text = format!(
         "{}[[layer]]\ntarget = \"linear\"\n[[layer.segment]]\noffset = 4096\n",
         tiny("").replacen("version = 1\n", "version = 1\n[[layer]]\ntarget = \"trace\"\n", 1)
     );
-    let dev = std::sync::Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
-    let mut h = Harness::new(
-        stack_from_toml(&text, DEVICE_BYTES, layoutd_core::OpenMode::Format),
-        dev,
-        ZeroLatency::default(),
-        1,
-    );
-    bring_up(&mut h);
+    let mut h = formatted(&text);
     let data_offset = 64 << 10;
     let home = |o: u64| Some(4096 + data_offset + o);
     assert_eq!(h.stack.map_extent(8192, 4096), vec![(home(8192), 4096)]);
@@ -376,20 +374,11 @@ fn map_extent_goes_through_the_stack_and_never_hides_log_data() {
 /// is empty.
 #[test]
 fn message_destage_starts_destage_now_and_is_drained_says_when_done() {
-    use layoutd_runtime::det::{Harness, ZeroLatency};
-    use layoutd_runtime::testkit::{bring_up, stack_from_toml};
     let text = tiny("")
         .replace("idle_ms_max = 20", "idle_ms_max = 100000")
         .replace("idle_ms_min = 1", "idle_ms_min = 100000")
         .replacen("version = 1\n", "version = 1\n[[layer]]\ntarget = \"trace\"\n", 1);
-    let dev = std::sync::Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
-    let mut h = Harness::new(
-        stack_from_toml(&text, DEVICE_BYTES, layoutd_core::OpenMode::Format),
-        dev,
-        ZeroLatency::default(),
-        1,
-    );
-    bring_up(&mut h);
+    let mut h = formatted(&text);
     assert!(h.stack.is_drained());
     for i in 0..20u64 {
         assert_eq!(h.write(i * 4096, vec![i as u8 + 1; 1024]).result, Ok(()));
@@ -417,18 +406,9 @@ fn message_destage_starts_destage_now_and_is_drained_says_when_done() {
 /// bucket, not a performance bound.)
 #[test]
 fn the_background_rate_limit_spreads_destage_over_virtual_time() {
-    use layoutd_runtime::det::{Harness, ZeroLatency};
-    use layoutd_runtime::testkit::{bring_up, stack_from_toml};
     let run = |limit: &str| {
         let text = format!("{}{limit}", tiny("").replace("idle_ms_max = 20", "idle_ms_max = 5"));
-        let dev = std::sync::Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
-        let mut h = Harness::new(
-            stack_from_toml(&text, DEVICE_BYTES, layoutd_core::OpenMode::Format),
-            dev,
-            ZeroLatency::default(),
-            1,
-        );
-        bring_up(&mut h);
+        let mut h = formatted(&text);
         for i in 0..80u64 {
             assert_eq!(h.write(i * 4096, vec![1; 512]).result, Ok(())); // 10 segments of 8 slots
         }

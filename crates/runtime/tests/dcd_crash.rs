@@ -20,6 +20,9 @@ use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+mod tagged;
+use tagged::{tag_of, tagged};
+
 const S: u64 = 512;
 /// 64 KiB log + 192 KiB data: small enough to check every cut point.
 const DEVICE_BYTES: u64 = 256 << 10;
@@ -29,23 +32,6 @@ fn cfg(extra: &str) -> String {
         "version = 1\n[[layer]]\ntarget = \"dcd\"\nlog_length = \"64KiB\"\nsegment_bytes = 4096\nslot_bytes = 512\n\
          buffer_count = 3\nbuffer_delay_ms = 5\nbypass_bytes = 4096\nidle_ms_max = 20\nidle_ms_min = 1\n{extra}"
     )
-}
-
-/// Sector contents written by logged write `w` (1-based) at `sector`.
-fn tagged(w: u64, sector: u64) -> [u8; 512] {
-    let mut b = [0u8; 512];
-    b[0..8].copy_from_slice(&w.to_le_bytes());
-    b[8..16].copy_from_slice(&sector.to_le_bytes());
-    b[16..24].copy_from_slice(&(w ^ sector ^ 0x5EED).to_le_bytes());
-    b
-}
-
-fn tag_of(b: &[u8], sector: u64) -> Option<u64> {
-    if b.iter().all(|&x| x == 0) {
-        return Some(0);
-    }
-    let w = u64::from_le_bytes(b[0..8].try_into().expect("8"));
-    (tagged(w, sector)[..] == *b).then_some(w)
 }
 
 const SUBMIT: u64 = 1 << 62;

@@ -25,6 +25,9 @@ use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+mod tagged;
+use tagged::{tag_of, tagged};
+
 const S: u64 = 512;
 /// 64 KiB log + 192 KiB data, as in `dcd_crash.rs`.
 const DEVICE_BYTES: u64 = 256 << 10;
@@ -40,23 +43,6 @@ fn cfg() -> String {
 
 fn geo() -> Geometry {
     Geometry::new(0, LOG_BYTES, 512, 8).expect("the test log's geometry")
-}
-
-/// Sector contents written by write `w` at `sector`.
-fn tagged(w: u64, sector: u64) -> [u8; 512] {
-    let mut b = [0u8; 512];
-    b[0..8].copy_from_slice(&w.to_le_bytes());
-    b[8..16].copy_from_slice(&sector.to_le_bytes());
-    b[16..24].copy_from_slice(&(w ^ sector ^ 0xDA4A).to_le_bytes());
-    b
-}
-
-fn tag_of(b: &[u8], sector: u64) -> Option<u64> {
-    if b.iter().all(|&x| x == 0) {
-        return Some(0);
-    }
-    let w = u64::from_le_bytes(b[0..8].try_into().expect("8"));
-    (tagged(w, sector)[..] == *b).then_some(w)
 }
 
 /// A crashed volume: the device as it was when the run stopped (no clean
