@@ -111,12 +111,72 @@ impl TraceRecord {
 
     /// Parses one line written by [`TraceRecord::to_line`].
     pub fn parse_line(line: &str) -> Result<TraceRecord, String> {
+        // One pass over the bytes for well-formed lines (the simulator reads
+        // millions of them); the field-by-field pass only to say what is wrong.
+        Self::parse_fast(line).map_or_else(|| Self::parse_careful(line), Ok)
+    }
+
+    fn parse_fast(line: &str) -> Option<TraceRecord> {
+        let b = line.as_bytes();
+        let mut pos = 0usize;
+        let blank = |pos: &mut usize| {
+            while b.get(*pos).is_some_and(|c| *c == b' ' || *c == b'\t') {
+                *pos += 1;
+            }
+        };
+        let end_of_field = |pos: usize| b.get(pos).is_none_or(|c| *c == b' ' || *c == b'\t');
+        let number = |pos: &mut usize| -> Option<u64> {
+            blank(pos);
+            let start = *pos;
+            let mut v: u64 = 0;
+            while let Some(d) = b.get(*pos).map(|c| c.wrapping_sub(b'0')).filter(|d| *d <= 9) {
+                v = v.checked_mul(10)?.checked_add(u64::from(d))?;
+                *pos += 1;
+            }
+            (*pos > start && end_of_field(*pos)).then_some(v)
+        };
+        let byte = |pos: &mut usize| -> Option<u8> {
+            blank(pos);
+            let c = *b.get(*pos)?;
+            *pos += 1;
+            end_of_field(*pos).then_some(c)
+        };
+        let (submit, complete, stream) = (number(&mut pos)?, number(&mut pos)?, number(&mut pos)?);
+        let op = Op::from_code(char::from(byte(&mut pos)?))?;
+        let (offset_bytes, length) = (number(&mut pos)?, number(&mut pos)?);
+        let fua = match byte(&mut pos)? {
+            b'-' => false,
+            b'F' => true,
+            _ => return None,
+        };
+        blank(&mut pos);
+        (pos == b.len()).then_some(())?;
+        Some(TraceRecord {
+            submit: Instant::from_ns(submit),
+            complete: Instant::from_ns(complete),
+            stream: StreamId(u32::try_from(stream).ok()?),
+            op,
+            offset_bytes,
+            length_bytes: u32::try_from(length).ok()?,
+            fua,
+        })
+    }
+
+    fn parse_careful(line: &str) -> Result<TraceRecord, String> {
+        const NAMES: [&str; 7] =
+            ["submit_ns", "complete_ns", "stream", "op", "offset_bytes", "length_bytes", "flags"];
         let f: Vec<&str> = line.split_ascii_whitespace().collect();
         if f.len() != 7 {
-            return Err(format!("expected 7 fields, found {}", f.len()));
+            return Err(format!("expected 7 fields ({}), found {}", NAMES.join(" "), f.len()));
         }
-        let num = |i: usize, what: &str| -> Result<u64, String> {
-            f[i].parse::<u64>().map_err(|_| format!("field {} ({what}) is not a number: {:?}", i + 1, f[i]))
+        let num = |i: usize| -> Result<u64, String> {
+            f[i].parse::<u64>().map_err(|_| {
+                if f[i].bytes().all(|c| c.is_ascii_digit()) {
+                    format!("{} {} overflows 64 bits (at most {})", NAMES[i], f[i], u64::MAX)
+                } else {
+                    format!("{} is not a whole number: {:?}", NAMES[i], f[i])
+                }
+            })
         };
         let op_char = f[3].chars().next().filter(|_| f[3].len() == 1);
         let op =
@@ -127,13 +187,15 @@ impl TraceRecord {
             other => return Err(format!("unknown flags {other:?} (- or F)")),
         };
         Ok(TraceRecord {
-            submit: Instant::from_ns(num(0, "submit_ns")?),
-            complete: Instant::from_ns(num(1, "complete_ns")?),
-            stream: StreamId(u32::try_from(num(2, "stream")?).map_err(|_| "stream too large".to_string())?),
+            submit: Instant::from_ns(num(0)?),
+            complete: Instant::from_ns(num(1)?),
+            stream: StreamId(
+                u32::try_from(num(2)?).map_err(|_| format!("stream {} is past {}", f[2], u32::MAX))?,
+            ),
             op,
-            offset_bytes: num(4, "offset_bytes")?,
-            length_bytes: u32::try_from(num(5, "length_bytes")?)
-                .map_err(|_| "length too large".to_string())?,
+            offset_bytes: num(4)?,
+            length_bytes: u32::try_from(num(5)?)
+                .map_err(|_| format!("length_bytes {} is past {}", f[5], u32::MAX))?,
             fua,
         })
     }
@@ -258,5 +320,10 @@ mod tests {
         assert!(TraceRecord::parse_line("1 2 3 X 0 512 -").unwrap_err().contains("unknown op"));
         assert!(TraceRecord::parse_line("1 2 3 R 0 512").unwrap_err().contains("7 fields"));
         assert!(TraceRecord::parse_line("1 2 3 R zz 512 -").unwrap_err().contains("offset_bytes"));
+        assert!(TraceRecord::parse_line("99999999999999999999 2 3 R 0 512 -")
+            .unwrap_err()
+            .contains("overflows"));
+        assert!(TraceRecord::parse_line("1 2 3 R 0 8589934592 -").unwrap_err().contains("length_bytes"));
+        assert_eq!(TraceRecord::parse_line(" 1\t2 3 R 0 512 F "), TraceRecord::parse_line("1 2 3 R 0 512 F"));
     }
 }

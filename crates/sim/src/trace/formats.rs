@@ -8,7 +8,7 @@
 //! bytes. The formats are documented in `docs/trace-formats.md`.
 
 use super::{BlkAction, TraceReq};
-use layoutd_core::{Op, SECTOR_BYTES};
+use layoutd_core::{Op, TraceRecord, SECTOR_BYTES};
 
 type Parsed = Result<Option<TraceReq>, String>;
 
@@ -495,101 +495,19 @@ pub fn parse_vscsi(rec: &[u8], version: VscsiVersion) -> Parsed {
     Ok(Some(r))
 }
 
-/// A byte cursor for the fused fast path of [`parse_layoutd`]: tokenizing
-/// and number parsing in one pass. Any surprise returns `None`, and the
-/// careful parser runs to say what is wrong.
-struct Cursor<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-}
-
-impl Cursor<'_> {
-    fn blank(&mut self) {
-        while self.bytes.get(self.pos).is_some_and(|b| *b == b' ' || *b == b'\t') {
-            self.pos += 1;
-        }
-    }
-
-    fn at_end_of_field(&self) -> bool {
-        self.bytes.get(self.pos).is_none_or(|b| *b == b' ' || *b == b'\t')
-    }
-
-    fn number(&mut self) -> Option<u64> {
-        self.blank();
-        let start = self.pos;
-        let mut v: u64 = 0;
-        while let Some(d) = self.bytes.get(self.pos).map(|b| b.wrapping_sub(b'0')).filter(|d| *d <= 9) {
-            v = v.checked_mul(10)?.checked_add(u64::from(d))?;
-            self.pos += 1;
-        }
-        (self.pos > start && self.at_end_of_field()).then_some(v)
-    }
-
-    fn byte(&mut self) -> Option<u8> {
-        self.blank();
-        let b = *self.bytes.get(self.pos)?;
-        self.pos += 1;
-        self.at_end_of_field().then_some(b)
-    }
-}
-
-fn parse_layoutd_fast(line: &str) -> Option<TraceReq> {
-    let mut c = Cursor { bytes: line.as_bytes(), pos: 0 };
-    let (submit_ns, complete_ns, stream) = (c.number()?, c.number()?, c.number()?);
-    let op = Op::from_code(char::from(c.byte()?))?;
-    let (offset, length) = (c.number()?, c.number()?);
-    let fua = match c.byte()? {
-        b'-' => false,
-        b'F' => true,
-        _ => return None,
-    };
-    c.blank();
-    if c.pos != c.bytes.len() || complete_ns < submit_ns {
-        return None;
-    }
-    let mut r = req(submit_ns, stream, 0, op, offset, length);
-    r.complete_ns = Some(complete_ns);
-    r.fua = fua;
-    Some(r)
-}
-
 /// layoutd's own format, one [`layoutd_core::TraceRecord`] per line:
-/// `submit_ns complete_ns stream op offset_bytes length_bytes flags`.
+/// `submit_ns complete_ns stream op offset_bytes length_bytes flags`,
+/// parsed by the one parser of that format, [`TraceRecord::parse_line`].
 /// Stream: the recorded stream; device 0.
 pub fn parse_layoutd(line: &str) -> Parsed {
-    if let Some(r) = parse_layoutd_fast(line) {
-        return Ok(Some(r));
-    }
-    parse_layoutd_careful(line)
-}
-
-fn parse_layoutd_careful(line: &str) -> Parsed {
-    let names = &["submit_ns", "complete_ns", "stream", "op", "offset_bytes", "length_bytes", "flags"];
-    let mut f = fields(words(line), names);
-    let submit_ns = f.num()?;
-    let complete_ns = f.num()?;
-    let stream = f.num()?;
-    let op_field = f.next()?;
-    let op = op_field
-        .chars()
-        .next()
-        .filter(|_| op_field.len() == 1)
-        .and_then(Op::from_code)
-        .ok_or_else(|| format!("unknown op {op_field:?} (R W F T Z)"))?;
-    let offset = f.num()?;
-    let length = f.num()?;
-    let fua = match f.next()? {
-        "-" => false,
-        "F" => true,
-        other => return Err(format!("unknown flags {other:?} (- or F)")),
-    };
-    f.finish()?;
+    let t = TraceRecord::parse_line(line)?;
+    let (submit_ns, complete_ns) = (t.submit.as_ns(), t.complete.as_ns());
     if complete_ns < submit_ns {
         return Err(format!("complete_ns {complete_ns} is before submit_ns {submit_ns}"));
     }
-    let mut r = req(submit_ns, stream, 0, op, offset, length);
+    let mut r = req(submit_ns, u64::from(t.stream.0), 0, t.op, t.offset_bytes, u64::from(t.length_bytes));
     r.complete_ns = Some(complete_ns);
-    r.fua = fua;
+    r.fua = t.fua;
     Ok(Some(r))
 }
 
