@@ -59,13 +59,14 @@ mod seek;
 
 pub use model::Disk;
 pub use params::{
-    CacheParams, DiskParams, Interface, Overheads, ReadAheadScope, RequestData, SeekCurve, Zone,
+    zone_media_mb_s, CacheParams, DiskParams, Interface, Overheads, ReadAheadScope, RequestData, SeekCurve,
+    Zone,
 };
 pub use plot::write_cdf_svg;
 pub use queue::Scheduler;
 pub use report::{
-    demerit_ms, random_read_mean_ms, seek_curve_ms, sequential_read_mb_s, show_report, validate,
-    zone_media_mb_s, ShowReport, ValidateReport, ZoneRate,
+    demerit_ms, random_read_mean_ms, seek_curve_ms, sequential_read_mb_s, show_report, validate, ShowReport,
+    ValidateReport, ZoneRate,
 };
 
 use std::path::PathBuf;

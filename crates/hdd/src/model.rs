@@ -80,7 +80,7 @@ impl Disk {
         );
         let streaming_sector_ns = (0..params.zones.len())
             .map(|index| {
-                let mb_s = crate::report::zone_media_mb_s(&params, index);
+                let mb_s = crate::params::zone_media_mb_s(&params, index);
                 ((crate::SECTOR_SIZE_BYTES as f64 / mb_s * 1.0e3) as u64).max(1)
             })
             .collect();

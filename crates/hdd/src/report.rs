@@ -2,7 +2,7 @@
 //! and `disk validate` (closed-loop replay of a DiskSim validation trace).
 
 use crate::model::{splitmix64, Disk};
-use crate::params::DiskParams;
+use crate::params::{zone_media_mb_s, DiskParams};
 use crate::queue::Scheduler;
 use crate::seek::{average_seek_ms, seek_ns};
 use crate::{DiskOp, DiskRequest, HddError, SECTOR_SIZE_BYTES};
@@ -64,18 +64,6 @@ pub struct ShowReport {
     pub zones: Vec<ZoneRate>,
     /// Every parameter.
     pub params: DiskParams,
-}
-
-/// Sustained media rate of a zone: a cylinder takes a revolution per
-/// surface plus its head switches' track skews and one cylinder skew.
-pub fn zone_media_mb_s(params: &DiskParams, zone_index: usize) -> f64 {
-    let zone = &params.zones[zone_index];
-    let surfaces = f64::from(params.surface_count);
-    let spt = f64::from(zone.sectors_per_track);
-    let revolution_s = 60.0 / params.rotation_rpm;
-    let skew_sectors = (surfaces - 1.0) * zone.track_skew_sectors + zone.cylinder_skew_sectors;
-    let cylinder_s = surfaces * revolution_s + skew_sectors * revolution_s / spt;
-    surfaces * spt * SECTOR_SIZE_BYTES as f64 / cylinder_s / 1.0e6
 }
 
 /// Build the `show` report by running the model.
