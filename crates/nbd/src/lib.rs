@@ -1,7 +1,8 @@
 //! The nbdkit plugin that serves a layoutd volume.
 //!
-//! `nbdkit liblayoutd_nbd.so device=PATH [direct=true] [record-trace=FILE]`
-//! (normally started for you by `layoutd serve`). The volume is opened and
+//! `nbdkit liblayoutd_nbd.so device=PATH [device=PATH ...] [direct=true]
+//! [accept-loss=true] [record-trace=FILE] [emulate=PRESET]` (normally started
+//! for you by `layoutd serve`, which also adds the blocksize-policy filter). The volume is opened and
 //! recovered in `config_complete`, so a bad device stops nbdkit before it
 //! listens; the live runtime's threads start in `after_fork`. On shutdown
 //! (`unload`: SIGINT, SIGTERM, or the end of `--run`) the stack is flushed
@@ -11,7 +12,8 @@
 //! boundary; the request fails with EIO and the panic is logged. After a
 //! panic inside the stack, every later request fails with EIO.
 //!
-//! Each NBD connection is a stream. Multi-conn is advertised: the stack is
+//! Each NBD connection is a base stream (the live runtime's stream detector
+//! splits interleaved sequential runs within it). Multi-conn is advertised: the stack is
 //! shared by all connections and a flush (or FUA) makes every completed
 //! write from every connection durable before it replies.
 

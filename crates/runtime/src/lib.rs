@@ -5,7 +5,8 @@
 //!   latency with seeded reordering for tests, the HDD model for the
 //!   simulator. Same inputs and seed, same outputs, byte for byte.
 //! - [`live`]: the live runtime. Real I/O on a [`layoutd_disk::BlockDevice`]
-//!   from the calling threads, the wall clock, a timer thread.
+//!   from the calling threads (their own I/O) and an I/O executor (the
+//!   targets' background I/O), the wall clock, a timer thread.
 //! - [`volume`]: formatting, opening and inspecting a device: superblock,
 //!   stack construction, clean-shutdown mark.
 //! - [`probe`]: foreign data detection (libblkid) before `format` writes.

@@ -24,9 +24,9 @@
 //! log_offset                             data_offset
 //! | ckpt 0 | ckpt 1 | seg 0 | seg 1 | ... | data region (= the volume, 1:1) ... |
 //! ```
-//! Physical DCD (log on its own device) needs a stack with two lower devices,
-//! which the core stack cannot express yet; the region keys are named so a
-//! future `log_device` key can select the device the log region lives on.
+//! Physical DCD (the log on its own device): `log_device = N` and
+//! `data_device = N` place each region on member N of a multi-device volume
+//! (see `docs/dcd.md`).
 //!
 //! Config (`[[layer]] target = "dcd"`; sizes as `4096`, `"64KiB"`):
 //! ```toml
