@@ -325,5 +325,20 @@ mod tests {
             .contains("overflows"));
         assert!(TraceRecord::parse_line("1 2 3 R 0 8589934592 -").unwrap_err().contains("length_bytes"));
         assert_eq!(TraceRecord::parse_line(" 1\t2 3 R 0 512 F "), TraceRecord::parse_line("1 2 3 R 0 512 F"));
+        // The fast and careful passes agree wherever the fast one answers,
+        // and the careful one refuses whatever the fast one does not take.
+        for line in ["1 2 3 R 0 512 -", "5\t9 0 W 4096 8192 F ", "7 7 1 F 0 0 -", "1 2 3 Z 1 2 -"] {
+            assert_eq!(
+                TraceRecord::parse_fast(line),
+                Some(TraceRecord::parse_careful(line).unwrap()),
+                "{line}"
+            );
+        }
+        for line in
+            ["1 2 3 RR 0 512 -", "1 2 3 R 0 512 - x", "1 2 3 R 0x 512 -", "1 2", "1 2 4294967296 R 0 512 -"]
+        {
+            assert_eq!(TraceRecord::parse_fast(line), None, "{line}");
+            assert!(TraceRecord::parse_careful(line).is_err(), "{line}");
+        }
     }
 }

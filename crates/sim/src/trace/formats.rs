@@ -527,13 +527,13 @@ mod tests {
         assert_eq!(parse_u64("18446744073709551615"), Some(u64::MAX));
         assert_eq!(parse_u64("18446744073709551616"), None);
         assert_eq!(parse_u64("+1"), None);
-        // The fast and careful layoutd parsers agree wherever the fast one answers.
+        // layoutd lines: through the core's parser, plus the reader's own
+        // check that a request completes after it was submitted.
         for line in ["1 2 3 R 0 512 -", "5\t9 0 W 4096 8192 F ", "7 7 1 F 0 0 -", "1 2 3 Z 1 2 -"] {
-            assert_eq!(parse_layoutd_fast(line), parse_layoutd_careful(line).unwrap(), "{line}");
+            assert!(matches!(parse_layoutd(line), Ok(Some(_))), "{line}");
         }
         for line in ["1 2 3 RR 0 512 -", "5 2 3 R 0 512 -", "1 2 3 R 0 512 - x", "1 2 3 R 0x 512 -", "1 2"] {
-            assert_eq!(parse_layoutd_fast(line), None, "{line}");
-            assert!(parse_layoutd_careful(line).is_err(), "{line}");
+            assert!(parse_layoutd(line).is_err(), "{line}");
         }
         assert_eq!(parse_u64(""), None);
     }
