@@ -114,7 +114,6 @@ impl Lookup {
         replaced
     }
 
-    /// Unmaps `sector` if it still points at `loc`; true if it did.
     /// [`Lookup::remove_if`] for each `(sector, loc)` of `items` (sorted by
     /// sector), one map lookup per line; returns the locations removed.
     pub fn remove_if_many(&mut self, items: &[(u64, Loc)]) -> Vec<Loc> {
@@ -144,6 +143,7 @@ impl Lookup {
         removed
     }
 
+    /// Unmaps `sector` if it still points at `loc`; true if it did.
     pub fn remove_if(&mut self, sector: u64, loc: Loc) -> bool {
         let key = sector / LINE_SECTORS;
         let Some(line) = self.lines.get_mut(&key) else { return false };
