@@ -421,6 +421,45 @@ mod tests {
         ));
     }
 
+    /// A block with a payload field overwritten and its crc recomputed: what
+    /// a crafted (not a damaged) block looks like.
+    fn crafted(mut b: Vec<u8>, payload_at: usize, value: u64) -> Vec<u8> {
+        let at = HEADER_BYTES + payload_at;
+        b[at..at + 8].copy_from_slice(&value.to_le_bytes());
+        b[28..32].fill(0);
+        let crc = crc32c::crc32c(&b);
+        b[28..32].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn crafted_checkpoint_and_header_fields_are_refused_naming_the_field() {
+        let g = geo();
+        let ck = Checkpoint { generation: 4, boot: 2, replay_from_seq: Seq(5), resume_seq: Seq(9), durable_upto: Seq(7) };
+        for (at, value, field) in [
+            (0, u64::MAX, "boot"),
+            (0, 0, "boot counter is zero"),
+            (8, u64::MAX - 3, "replay_from_seq"),
+            (16, SEQ_MAX + 1, "resume_seq"),
+            (24, u64::MAX, "durable_upto_seq"),
+            (32, 4096, "log offset"),
+        ] {
+            let e = Checkpoint::decode(&crafted(ck.encode(&g), at, value), &g).unwrap_err();
+            assert!(e.to_string().contains(field), "{field}: {e}");
+        }
+        // The generation lives in the block header: past 2^62 it is refused.
+        let mut b = ck.encode(&g);
+        b[16..24].copy_from_slice(&(u64::MAX - 1).to_le_bytes());
+        b[28..32].fill(0);
+        let crc = crc32c::crc32c(&b);
+        b[28..32].copy_from_slice(&crc.to_le_bytes());
+        assert!(Checkpoint::decode(&b, &g).unwrap_err().to_string().contains("generation"));
+        // A segment header's boot near 2^64.
+        let h = SegmentHeader { seq: Seq(3), boot: 1, slots_used: 0, payload_crc: None, entries: Vec::new() };
+        let e = SegmentHeader::decode(&crafted(h.encode(&g), 0, u64::MAX), &g).unwrap_err();
+        assert!(e.to_string().contains("boot"), "{e}");
+    }
+
     #[test]
     fn checkpoint_pick_prefers_the_newest_valid_copy() {
         let g = geo();
