@@ -401,7 +401,7 @@ impl Dcd {
             assert!(seg.valid_sectors == 0 && seg.pins == 0);
             for e in &seg.entries {
                 if let crate::seglog::Entry::Slot { start_sector, sector_count, .. } = *e {
-                    self.ghost.remove_where_value(start_sector, u64::from(sector_count), seg.seq);
+                    self.lookup.clear_visible_in(start_sector, u64::from(sector_count), seg.seq);
                 }
             }
         }

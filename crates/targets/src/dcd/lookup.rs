@@ -4,7 +4,7 @@
 //! request is one map lookup, while partial and overlapping requests are
 //! still exact per sector. A `BTreeMap` keeps iteration deterministic.
 
-use crate::seglog::SegLoc;
+use crate::seglog::{SegLoc, Seq};
 use std::collections::BTreeMap;
 
 const LINE_SECTORS: u64 = 8;
@@ -34,10 +34,27 @@ impl Loc {
     }
 }
 
+/// One line: each sector's newest log location, and the seq (+1; 0: none)
+/// of the newest live segment with an entry for it, which is what replay
+/// would map: the "replay-visible" map, which outlives the location once the
+/// sector is destaged, until the tail passes the segment. Both live in one
+/// line so a logged write costs one map lookup.
+#[derive(Clone, Copy, Default)]
+struct Line {
+    locs: [u64; LINE_SECTORS as usize],
+    visible: [u64; LINE_SECTORS as usize],
+}
+
+impl Line {
+    fn is_empty(&self) -> bool {
+        self.locs.iter().chain(&self.visible).all(|&x| x == 0)
+    }
+}
+
 /// The table.
 #[derive(Default)]
 pub struct Lookup {
-    lines: BTreeMap<u64, [u64; LINE_SECTORS as usize]>,
+    lines: BTreeMap<u64, Line>,
     mapped_count: u64,
 }
 
@@ -50,14 +67,14 @@ impl Lookup {
     /// Where `sector` lives, if in the log.
     pub fn get(&self, sector: u64) -> Option<Loc> {
         let line = self.lines.get(&(sector / LINE_SECTORS))?;
-        Loc::unpack(line[(sector % LINE_SECTORS) as usize])
+        Loc::unpack(line.locs[(sector % LINE_SECTORS) as usize])
     }
 
     /// The locations of `count` sectors from `start` (one lookup per line).
     pub fn get_range(&self, start: u64, count: u64) -> Vec<Option<Loc>> {
         let mut out = vec![None; count as usize];
         for (&key, line) in self.lines.range(start / LINE_SECTORS..=(start + count - 1) / LINE_SECTORS) {
-            for (i, &v) in line.iter().enumerate() {
+            for (i, &v) in line.locs.iter().enumerate() {
                 let s = key * LINE_SECTORS + i as u64;
                 if s >= start && s < start + count {
                     out[(s - start) as usize] = Loc::unpack(v);
@@ -73,7 +90,7 @@ impl Lookup {
         let mut out: Vec<(u64, u64)> = Vec::new();
         let Some(end) = start.checked_add(count).filter(|_| count > 0) else { return out };
         for (&key, line) in self.lines.range(start / LINE_SECTORS..=(end - 1) / LINE_SECTORS) {
-            for (i, &v) in line.iter().enumerate() {
+            for (i, &v) in line.locs.iter().enumerate() {
                 let s = key * LINE_SECTORS + i as u64;
                 if s < start || s >= end || Loc::unpack(v).is_none() {
                     continue;
@@ -90,20 +107,22 @@ impl Lookup {
     /// Maps `sector` to `loc`; returns the location it replaces.
     #[cfg(test)]
     pub fn set(&mut self, sector: u64, loc: Loc) -> Option<Loc> {
-        self.set_run(sector, 1, |_| loc).pop()
+        self.set_run(sector, 1, |_| loc, Seq(0)).pop()
     }
 
-    /// Maps the `n` sectors from `start` to `loc_of(0..n)`, one map lookup
-    /// per line; returns the locations replaced.
-    pub fn set_run(&mut self, start: u64, n: u32, loc_of: impl Fn(u32) -> Loc) -> Vec<Loc> {
+    /// Maps the `n` sectors from `start` to `loc_of(0..n)`, written to the
+    /// log in segment `seq` (which they are now replay-visible in), one map
+    /// lookup per line; returns the locations replaced.
+    pub fn set_run(&mut self, start: u64, n: u32, loc_of: impl Fn(u32) -> Loc, seq: Seq) -> Vec<Loc> {
         let mut replaced = Vec::new();
         let mut w = 0u32;
         while w < n {
             let key = (start + u64::from(w)) / LINE_SECTORS;
-            let line = self.lines.entry(key).or_insert([0; LINE_SECTORS as usize]);
+            let line = self.lines.entry(key).or_default();
             while w < n && (start + u64::from(w)) / LINE_SECTORS == key {
                 let i = ((start + u64::from(w)) % LINE_SECTORS) as usize;
-                match Loc::unpack(std::mem::replace(&mut line[i], loc_of(w).pack())) {
+                line.visible[i] = seq.0 + 1;
+                match Loc::unpack(std::mem::replace(&mut line.locs[i], loc_of(w).pack())) {
                     Some(old) => replaced.push(old),
                     None => self.mapped_count += 1,
                 }
@@ -127,13 +146,13 @@ impl Lookup {
             }
             if let Some(line) = self.lines.get_mut(&key) {
                 for &(sector, loc) in &items[i..j] {
-                    let v = &mut line[(sector % LINE_SECTORS) as usize];
+                    let v = &mut line.locs[(sector % LINE_SECTORS) as usize];
                     if Loc::unpack(*v) == Some(loc) {
                         *v = 0;
                         removed.push(loc);
                     }
                 }
-                if line.iter().all(|&x| x == 0) {
+                if line.is_empty() {
                     self.lines.remove(&key);
                 }
             }
@@ -147,16 +166,64 @@ impl Lookup {
     pub fn remove_if(&mut self, sector: u64, loc: Loc) -> bool {
         let key = sector / LINE_SECTORS;
         let Some(line) = self.lines.get_mut(&key) else { return false };
-        let v = &mut line[(sector % LINE_SECTORS) as usize];
+        let v = &mut line.locs[(sector % LINE_SECTORS) as usize];
         if Loc::unpack(*v) != Some(loc) {
             return false;
         }
         *v = 0;
         self.mapped_count -= 1;
-        if line.iter().all(|&x| x == 0) {
+        if line.is_empty() {
             self.lines.remove(&key);
         }
         true
+    }
+
+    /// Applies `f(line, index within the line)` to each sector of
+    /// `[start, start + count)` that has a line, dropping lines left empty.
+    fn each_in_range(&mut self, start: u64, count: u64, mut f: impl FnMut(&mut Line, usize)) {
+        let Some(end) = start.checked_add(count).filter(|_| count > 0) else { return };
+        let mut emptied = Vec::new();
+        for (&key, line) in self.lines.range_mut(start / LINE_SECTORS..=(end - 1) / LINE_SECTORS) {
+            for i in 0..LINE_SECTORS {
+                let s = key * LINE_SECTORS + i;
+                if s >= start && s < end {
+                    f(line, i as usize);
+                }
+            }
+            if line.is_empty() {
+                emptied.push(key);
+            }
+        }
+        for key in emptied {
+            self.lines.remove(&key);
+        }
+    }
+
+    /// Whether any sector of `[start, start + count)` is replay-visible.
+    pub fn visible_in(&self, start: u64, count: u64) -> bool {
+        let Some(end) = start.checked_add(count).filter(|_| count > 0) else { return false };
+        self.lines.range(start / LINE_SECTORS..=(end - 1) / LINE_SECTORS).any(|(&key, line)| {
+            (0..LINE_SECTORS).any(|i| {
+                let s = key * LINE_SECTORS + i;
+                s >= start && s < end && line.visible[i as usize] != 0
+            })
+        })
+    }
+
+    /// No sector of `[start, start + count)` is replay-visible any more (an
+    /// invalidation record for them was logged).
+    pub fn clear_visible(&mut self, start: u64, count: u64) {
+        self.each_in_range(start, count, |line, i| line.visible[i] = 0);
+    }
+
+    /// The sectors of `[start, start + count)` replay-visible in segment
+    /// `seq` are not any more (the tail passed it).
+    pub fn clear_visible_in(&mut self, start: u64, count: u64, seq: Seq) {
+        self.each_in_range(start, count, |line, i| {
+            if line.visible[i] == seq.0 + 1 {
+                line.visible[i] = 0;
+            }
+        });
     }
 
     /// Unmaps every sector of `[start, start + count)` for which `keep`

@@ -338,7 +338,7 @@ enum Phase {
 /// The dcd target.
 ///
 /// Memory bounds. The per-segment state (`segs`, `buffers`) is fixed by the
-/// geometry and `buffer_count`; `lookup` and `ghost` grow with the sectors
+/// geometry and `buffer_count`; `lookup` (locations and the replay-visible map) grows with the sectors
 /// logged, at most the log's capacity in sectors. Every in-flight
 /// collection is bounded by the upper requests in flight, which the runtime
 /// bounds (live: nbdkit's threads, 16 by default; the simulator's closed
@@ -359,9 +359,6 @@ pub struct Dcd {
     buffers: Vec<Vec<u8>>,
     buffers_free: Vec<u32>,
     lookup: Lookup,
-    /// Data sector -> newest live segment with an entry for it: what replay
-    /// would map. A write home over any of these needs an invalidation record.
-    ghost: crate::blockmap::BlockMap<Seq>,
     policy: Box<dyn policy::DestagePolicy>,
     ring: Ring,
     open: Option<SegLoc>,
@@ -423,7 +420,6 @@ impl Dcd {
             geo,
             phase,
             lookup: Lookup::default(),
-            ghost: crate::blockmap::BlockMap::new(),
             ring: Ring::default(),
             open: None,
             lower: FxHashMap::default(),

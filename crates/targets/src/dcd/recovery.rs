@@ -315,20 +315,16 @@ impl Dcd {
     fn replay_entry(&mut self, loc: SegLoc, seq: Seq, e: Entry) {
         match e {
             Entry::Slot { start_sector, sector_count, slot } => {
-                for old in self.lookup.set_run(start_sector, sector_count, |w| Loc {
-                    seg: loc,
-                    slot,
-                    within: w as u8,
-                }) {
+                let loc_of = |w: u32| Loc { seg: loc, slot, within: w as u8 };
+                for old in self.lookup.set_run(start_sector, sector_count, loc_of, seq) {
                     self.invalidate(old, Some(seq));
                 }
-                self.ghost.set(start_sector, u64::from(sector_count), seq);
             }
             Entry::Invalidate { start_sector, sector_count } => {
                 for (_, old) in self.lookup.remove_range(start_sector, u64::from(sector_count), |_| false) {
                     self.invalidate(old, Some(seq));
                 }
-                self.ghost.remove(start_sector, u64::from(sector_count));
+                self.lookup.clear_visible(start_sector, u64::from(sector_count));
             }
         }
     }

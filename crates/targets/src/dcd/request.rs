@@ -241,11 +241,10 @@ impl Dcd {
         seg.entries.push(Entry::Slot { start_sector: start, sector_count: n, slot });
         seg.valid_sectors += n;
         let seq = seg.seq;
-        for old in self.lookup.set_run(start, n, |w| Loc { seg: loc, slot, within: w as u8 }) {
+        for old in self.lookup.set_run(start, n, |w| Loc { seg: loc, slot, within: w as u8 }, seq) {
             self.invalidate(old, Some(seq));
             self.counters.overwritten_before_destage_bytes += S;
         }
-        self.ghost.set(start, u64::from(n), seq);
     }
 
     /// FLUSH: seal the open buffer and complete once the log is durable up to it.
@@ -359,7 +358,7 @@ impl Dcd {
             seq < arrival.0 || (seq == arrival.0 && u32::from(l.slot) < arrival.1)
         };
         let removed = self.lookup.remove_range(start, count, |l| !older(l));
-        let replay_visible = self.ghost.intersects(start, count);
+        let replay_visible = self.lookup.visible_in(start, count);
         if removed.is_empty() && !replay_visible {
             self.complete_upper(Completion::ok(c.id));
             return;
@@ -383,7 +382,7 @@ impl Dcd {
         let mut acks = Vec::new();
         while self.segs[loc.0 as usize].entries.len() < self.geo.entry_count_max as usize {
             let Some(p) = self.pending_invalidations.pop_front() else { break };
-            self.ghost.remove(p.start, p.count);
+            self.lookup.clear_visible(p.start, p.count);
             let seg = &mut self.segs[loc.0 as usize];
             seg.entries.push(Entry::Invalidate { start_sector: p.start, sector_count: p.count as u32 });
             seg.has_invalidations = true;
