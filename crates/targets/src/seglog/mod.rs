@@ -64,14 +64,6 @@ const _: () = assert!(SLOT_COUNT_MAX <= u16::MAX as u32);
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Seq(pub u64);
 
-/// As a [`crate::blockmap::BlockMap`] value a seq is a label: every block
-/// of an extent carries the same one.
-impl crate::blockmap::MapValue for Seq {
-    fn advance(self, _n: u64) -> Seq {
-        self
-    }
-}
-
 /// A segment's location (index) within the log region.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SegLoc(pub u32);
