@@ -45,7 +45,8 @@ const MEMBER_SHIFT: u32 = 8;
 /// Payload bytes before the config text.
 const CONFIG_OFFSET: usize = 44;
 /// The codec of one copy.
-const CODEC: MetaBlockCodec = MetaBlockCodec { magic: MAGIC, version: FORMAT_VERSION, block_bytes: SUPERBLOCK_BYTES };
+const CODEC: MetaBlockCodec =
+    MetaBlockCodec { magic: MAGIC, version: FORMAT_VERSION, block_bytes: SUPERBLOCK_BYTES };
 /// Longest config text that fits.
 pub const CONFIG_BYTES_MAX: usize = SUPERBLOCK_BYTES - HEADER_BYTES - CONFIG_OFFSET;
 const _: () = assert!(2 * SUPERBLOCK_BYTES as u64 <= DATA_START_BYTES);
@@ -106,7 +107,8 @@ impl Superblock {
         }
         self.check_ranges().map_err(ConfigError)?;
         let mut p = Vec::with_capacity(CONFIG_OFFSET + text.len());
-        let flags = (if self.clean { FLAG_CLEAN } else { 0 }) | (u32::from(self.member_index) << MEMBER_SHIFT);
+        let flags =
+            (if self.clean { FLAG_CLEAN } else { 0 }) | (u32::from(self.member_index) << MEMBER_SHIFT);
         p.extend(flags.to_le_bytes());
         p.extend(0u32.to_le_bytes());
         p.extend(self.device_size_bytes.to_le_bytes());

@@ -344,7 +344,10 @@ impl<T: Timing> Harness<T> {
                     .collect();
                 if reasons.is_empty() {
                     let all: Vec<String> = layers.iter().map(|s| s.to_string()).collect();
-                    return Err(format!("the stack stalled before it was ready. Stack status: {}", all.join(" | ")));
+                    return Err(format!(
+                        "the stack stalled before it was ready. Stack status: {}",
+                        all.join(" | ")
+                    ));
                 }
                 return Err(reasons.join("; "));
             }

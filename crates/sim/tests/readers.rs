@@ -264,7 +264,10 @@ fn a_device_that_matches_nothing_is_an_error_naming_the_devices() {
     );
     let d7 = ReadOptions { device: Some(7), ..Default::default() };
     let e = read_all(&data("sample.msr.csv"), TraceFormat::Msr, d7, VOLUME_BYTES).unwrap_err();
-    assert!(e.contains("--device (--volume) 7 matches none of the 4 requests; the trace's devices are 1 0"), "{e}");
+    assert!(
+        e.contains("--device (--volume) 7 matches none of the 4 requests; the trace's devices are 1 0"),
+        "{e}"
+    );
 }
 
 #[test]

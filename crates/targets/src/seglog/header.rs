@@ -435,7 +435,13 @@ mod tests {
     #[test]
     fn crafted_checkpoint_and_header_fields_are_refused_naming_the_field() {
         let g = geo();
-        let ck = Checkpoint { generation: 4, boot: 2, replay_from_seq: Seq(5), resume_seq: Seq(9), durable_upto: Seq(7) };
+        let ck = Checkpoint {
+            generation: 4,
+            boot: 2,
+            replay_from_seq: Seq(5),
+            resume_seq: Seq(9),
+            durable_upto: Seq(7),
+        };
         for (at, value, field) in [
             (0, u64::MAX, "boot"),
             (0, 0, "boot counter is zero"),
