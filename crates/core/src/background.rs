@@ -107,11 +107,15 @@ impl Scheduler {
         self.refilled_at = now;
     }
 
-    /// Of `offers` (`(layer index, offer)`, top layer first), the one to
-    /// grant now, if any.
-    pub fn pick(&mut self, now: Instant, offers: &[(usize, Offer)]) -> Option<usize> {
+    /// Of `offers` (`(layer index, offer)`), the one to grant now, if any,
+    /// with its class.
+    pub fn pick(
+        &mut self,
+        now: Instant,
+        offers: impl IntoIterator<Item = (usize, Offer)>,
+    ) -> Option<(usize, JobClass)> {
         self.refill(now);
-        let best = offers.iter().max_by_key(|(i, o)| (o.class, std::cmp::Reverse(*i)))?;
+        let best = offers.into_iter().max_by_key(|(i, o)| (o.class, std::cmp::Reverse(*i)))?;
         let granted = match best.1.class {
             JobClass::Forced => true,
             _ if self.foreground_busy => false,
@@ -125,7 +129,7 @@ impl Scheduler {
             return None;
         }
         self.granted_count[best.1.class as usize] += 1;
-        Some(best.0)
+        Some((best.0, best.1.class))
     }
 
     /// A granted step of `class` issued `bytes` of I/O.
@@ -176,12 +180,12 @@ mod tests {
             (1, offer(JobClass::Destage)),
             (2, offer(JobClass::Cleaning)),
         ];
-        assert_eq!(s.pick(t, &offers), Some(1));
+        assert_eq!(s.pick(t, offers).map(|p| p.0), Some(1));
         let offers = [(0, offer(JobClass::Cleaning)), (1, offer(JobClass::Forced))];
-        assert_eq!(s.pick(t, &offers), Some(1));
+        assert_eq!(s.pick(t, offers).map(|p| p.0), Some(1));
         let offers = [(3, offer(JobClass::Cleaning)), (1, offer(JobClass::Cleaning))];
-        assert_eq!(s.pick(t, &offers), Some(1), "ties: the upper layer");
-        assert_eq!(s.pick(t, &[]), None);
+        assert_eq!(s.pick(t, offers).map(|p| p.0), Some(1), "ties: the upper layer");
+        assert_eq!(s.pick(t, std::iter::empty()).map(|p| p.0), None);
     }
 
     #[test]
@@ -189,10 +193,13 @@ mod tests {
         let mut s = Scheduler::new(SchedulerConfig::default());
         let t = Instant::ZERO;
         s.foreground_arrived();
-        assert_eq!(s.pick(t, &[(0, offer(JobClass::Destage))]), None);
-        assert_eq!(s.pick(t, &[(0, offer(JobClass::Destage)), (1, offer(JobClass::Forced))]), Some(1));
+        assert_eq!(s.pick(t, [(0, offer(JobClass::Destage))]).map(|p| p.0), None);
+        assert_eq!(
+            s.pick(t, [(0, offer(JobClass::Destage)), (1, offer(JobClass::Forced))]).map(|p| p.0),
+            Some(1)
+        );
         s.idle();
-        assert_eq!(s.pick(t, &[(0, offer(JobClass::Destage))]), Some(0));
+        assert_eq!(s.pick(t, [(0, offer(JobClass::Destage))]).map(|p| p.0), Some(0));
     }
 
     #[test]
@@ -201,16 +208,20 @@ mod tests {
         let mut s = Scheduler::new(SchedulerConfig { rate_bytes_per_s: Some(1_000_000) });
         let mut t = Instant::ZERO;
         let d = [(0, offer(JobClass::Destage))];
-        assert_eq!(s.pick(t, &d), Some(0));
+        assert_eq!(s.pick(t, d).map(|p| p.0), Some(0));
         s.charge(JobClass::Destage, 1_500_000); // half a second in debt
-        assert_eq!(s.pick(t, &d), None, "throttled");
+        assert_eq!(s.pick(t, d).map(|p| p.0), None, "throttled");
         assert_eq!(s.wake_at(), Some(Instant::ZERO.add_ns(500_001_000)));
-        assert_eq!(s.pick(t, &[(0, offer(JobClass::Forced))]), Some(0), "forced work is never throttled");
+        assert_eq!(
+            s.pick(t, [(0, offer(JobClass::Forced))]).map(|p| p.0),
+            Some(0),
+            "forced work is never throttled"
+        );
         s.charge(JobClass::Forced, 10_000_000);
         t = t.add_ms(400);
-        assert_eq!(s.pick(t, &d), None, "still in debt after 0.4 s");
+        assert_eq!(s.pick(t, d).map(|p| p.0), None, "still in debt after 0.4 s");
         t = t.add_ms(200);
-        assert_eq!(s.pick(t, &d), Some(0), "refilled after 0.6 s");
+        assert_eq!(s.pick(t, d).map(|p| p.0), Some(0), "refilled after 0.6 s");
         assert_eq!(s.counters().iter().find(|c| c.0 == "background_throttled_count").map(|c| c.1), Some(2));
     }
 }

@@ -6,7 +6,7 @@
 //! after every input, so a runtime sees only the top's upper side and the
 //! bottom's lower side.
 
-use crate::background::{Offer, Scheduler, SchedulerConfig};
+use crate::background::{Scheduler, SchedulerConfig};
 use crate::{Completion, Instant, Request, Status, Target, TraceRecord};
 use std::collections::VecDeque;
 
@@ -31,6 +31,10 @@ impl Stack {
     /// [`Stack::new`] with a background scheduler configuration.
     pub fn with_scheduler(layers: Vec<Box<dyn Target>>, config: SchedulerConfig) -> Stack {
         assert!(!layers.is_empty(), "a stack has at least one target");
+        assert!(
+            layers.len() <= 64,
+            "a stack has at most 64 layers (the background scheduler marks them in a u64)"
+        );
         Stack {
             layers,
             rejected: VecDeque::new(),
@@ -41,21 +45,21 @@ impl Stack {
 
     /// Grants background steps, one offer at a time, while the scheduler
     /// allows (see [`crate::background`]).
+    /// Runs after every input, so it allocates nothing.
     fn run_background(&mut self, now: Instant) {
-        let mut declined = vec![false; self.layers.len()];
+        // Layers whose step found nothing to do this time, one bit each.
+        let mut declined = 0u64;
         for _ in 0..BACKGROUND_STEPS_PER_INPUT_MAX {
-            let offers: Vec<(usize, Offer)> = self
+            let offers = self
                 .layers
                 .iter()
                 .enumerate()
-                .filter(|(i, _)| !declined[*i])
-                .filter_map(|(i, l)| l.background_offer(now).map(|o| (i, o)))
-                .collect();
-            let Some(i) = self.scheduler.pick(now, &offers) else { return };
-            let class = offers.iter().find(|(j, _)| *j == i).expect("picked from the offers").1.class;
+                .filter(|(i, _)| declined & (1 << i) == 0)
+                .filter_map(|(i, l)| l.background_offer(now).map(|o| (i, o)));
+            let Some((i, class)) = self.scheduler.pick(now, offers) else { return };
             match self.layers[i].background_step(now) {
                 Some(bytes) => self.scheduler.charge(class, bytes),
-                None => declined[i] = true,
+                None => declined |= 1 << i,
             }
             self.pump(now);
         }

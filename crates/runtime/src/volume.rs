@@ -359,11 +359,6 @@ pub fn inspect_stack(paths: &[PathBuf]) -> Result<(Superblock, Box<dyn Target>),
     Ok((sb, stack))
 }
 
-/// The value of counter `name` in any layer of `stack`, if some layer has it.
-pub fn counter(stack: &dyn Target, name: &str) -> Option<u64> {
-    stack.layer_statuses().iter().flat_map(|s| s.counters.clone()).find(|(k, _)| k == name).map(|(_, v)| v)
-}
-
 /// Drains all background work offline (for `dcd`: destages the whole log
 /// home), checks that nothing is left dirty, flushes, and marks the volume
 /// clean. Returns the stack's statuses afterwards.

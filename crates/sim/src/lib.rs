@@ -4,8 +4,9 @@
 //! - [`trace`]: streaming readers of six trace formats (gzip/zstd
 //!   transparently), with device, window and address-fitting options.
 //! - [`source`]: open-loop and closed-loop issue of the trace's requests.
-//! - [`streams`]: the stream detector (process or device, split into
-//!   interleaved sequential runs).
+//! - streams come from [`layoutd_core::streams`] (the detector the live
+//!   runtime uses too): the process or device, split into interleaved
+//!   sequential runs.
 //! - [`engine`]: the discrete-event loop on [`layoutd_runtime::det::Harness`]
 //!   with [`timing::HddTiming`] as the bottom device; metrics and JSON.
 //! - [`report`]: SVG plots, the HTML page, and `--compare` tables.
@@ -19,14 +20,12 @@
 
 pub mod command;
 pub mod engine;
-mod fasthash;
 pub mod hist;
 pub mod matrix;
 pub mod phases;
 pub mod report;
 pub mod sample;
 pub mod source;
-pub mod streams;
 pub mod timing;
 pub mod trace;
 

@@ -14,8 +14,8 @@
 //!   request lies beyond the window waits for it (bounded memory; see
 //!   `docs/sim.md`).
 
-use crate::fasthash::FxHashMap;
 use crate::trace::{TraceError, TraceReader, TraceReq};
+use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 

@@ -106,32 +106,6 @@ impl<V: MapValue> BlockMap<V> {
         out
     }
 
-    /// Whether any block of `[start, start + length)` is mapped.
-    pub fn intersects(&self, start: u64, length: u64) -> bool {
-        let Some(end) = start.checked_add(length).filter(|_| length > 0) else { return false };
-        match self.extents.range(..end).next_back() {
-            Some((&s, &(n, _))) => s + n > start,
-            None => false,
-        }
-    }
-
-    /// Unmaps each piece of `[start, start + length)` (an extent clipped to
-    /// the range) whose first block maps to `value`. Meant for values that
-    /// do not advance (a label such as a segment's seq), where that is every
-    /// block mapped to `value`.
-    pub fn remove_where_value(&mut self, start: u64, length: u64, value: V) {
-        let Some(end) = start.checked_add(length).filter(|_| length > 0) else { return };
-        let mut pos = start;
-        while pos < end {
-            let Some(e) = self.extent_at_or_after(pos).filter(|e| e.start < end) else { return };
-            let (a, b) = (e.start.max(pos), e.end().min(end));
-            if e.value.advance(a - e.start) == value {
-                self.cut(a, b, |_| {});
-            }
-            pos = b;
-        }
-    }
-
     /// The extent holding `pos`, else the first one after it.
     fn extent_at_or_after(&self, pos: u64) -> Option<Extent<V>> {
         if let Some((&s, &(n, v))) = self.extents.range(..=pos).next_back() {
@@ -196,11 +170,6 @@ impl<V: MapValue> BlockMap<V> {
         let mut replaced = Vec::new();
         self.insert_with(start, length, value, |e| replaced.push(e));
         replaced
-    }
-
-    /// [`BlockMap::insert`] without collecting what it replaces.
-    pub fn set(&mut self, start: u64, length: u64, value: V) {
-        self.insert_with(start, length, value, |_| {});
     }
 
     fn insert_with(&mut self, start: u64, length: u64, value: V, replaced: impl FnMut(Extent<V>)) {

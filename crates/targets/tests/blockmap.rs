@@ -10,29 +10,14 @@ use std::collections::BTreeMap;
 
 #[derive(Clone, Debug)]
 enum Op {
-    Insert {
-        start: u64,
-        length: u64,
-        value: u64,
-    },
-    Remove {
-        start: u64,
-        length: u64,
-    },
-    /// Unmap the blocks of the range whose location is exactly `value`
-    /// (meaningful for labels; here: blocks whose location equals it).
-    RemoveWhere {
-        start: u64,
-        length: u64,
-        value: u64,
-    },
+    Insert { start: u64, length: u64, value: u64 },
+    Remove { start: u64, length: u64 },
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => (0..200u64, 1..40u64, prop_oneof![0..64u64, 1000..1064u64]).prop_map(|(start, length, value)| Op::Insert { start, length, value }),
         1 => (0..220u64, 0..60u64).prop_map(|(start, length)| Op::Remove { start, length }),
-        1 => (0..220u64, 0..60u64, prop_oneof![0..64u64, 1000..1064u64]).prop_map(|(start, length, value)| Op::RemoveWhere { start, length, value }),
     ]
 }
 
@@ -57,23 +42,6 @@ proptest! {
                         model.insert(b, value + (b - start));
                     }
                     (start, length, (r, before))
-                }
-                Op::RemoveWhere { start, length, value } => {
-                    // For u64 locations "the extent's value" is its first
-                    // block's location: remove the pieces whose clipped first
-                    // location equals `value`.
-                    let pieces: Vec<_> = m
-                        .range(start, length)
-                        .into_iter()
-                        .filter(|p| p.2 == Some(value))
-                        .collect();
-                    m.remove_where_value(start, length, value);
-                    for (s, n, _) in pieces {
-                        for b in s..s + n {
-                            model.remove(&b);
-                        }
-                    }
-                    (start, 0, (Vec::new(), Vec::new()))
                 }
                 Op::Remove { start, length } => {
                     let r = m.remove(start, length);
