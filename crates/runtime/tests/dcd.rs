@@ -12,6 +12,13 @@ const DEVICE_BYTES: u64 = 1 << 20;
 
 /// A tiny logical DCD: 64 KiB log of 4 KiB segments (8 slots of 512 B),
 /// 12 segments in the ring; writes under 4 KiB are logged.
+/// [`tiny`] with destage only when forced: the idle threshold is 100 s.
+fn quiet() -> String {
+    tiny("")
+        .replace("idle_ms_max = 20", "idle_ms_max = 100000")
+        .replace("idle_ms_min = 1", "idle_ms_min = 100000")
+}
+
 pub fn tiny(extra: &str) -> String {
     format!(
         "version = 1\n[[layer]]\ntarget = \"dcd\"\nlog_length = \"64KiB\"\nsegment_bytes = 4096\nslot_bytes = 512\n\
@@ -234,9 +241,7 @@ fn a_clean_reopen_replays_the_live_log_and_a_corrupt_checkpoint_is_refused() {
     use layoutd_disk::BlockDevice;
     use layoutd_runtime::det::{Harness, ZeroLatency};
     use layoutd_runtime::testkit::{bring_up, stack_from_toml};
-    let text = tiny("")
-        .replace("idle_ms_max = 20", "idle_ms_max = 100000")
-        .replace("idle_ms_min = 1", "idle_ms_min = 100000");
+    let text = quiet();
     let dev = std::sync::Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
     let mut h = Harness::new(
         stack_from_toml(&text, DEVICE_BYTES, layoutd_core::OpenMode::Format),
@@ -300,19 +305,7 @@ fn a_clean_reopen_replays_the_live_log_and_a_corrupt_checkpoint_is_refused() {
 #[test]
 fn a_transient_enospc_fails_only_what_depends_on_it_and_the_write_is_retried() {
     use layoutd_core::IoError;
-    use layoutd_runtime::det::{Harness, ZeroLatency};
-    use layoutd_runtime::testkit::{bring_up, stack_from_toml};
-    let text = tiny("")
-        .replace("idle_ms_max = 20", "idle_ms_max = 100000")
-        .replace("idle_ms_min = 1", "idle_ms_min = 100000");
-    let dev = std::sync::Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
-    let mut h = Harness::new(
-        stack_from_toml(&text, DEVICE_BYTES, layoutd_core::OpenMode::Format),
-        dev.clone(),
-        ZeroLatency::default(),
-        1,
-    );
-    bring_up(&mut h);
+    let mut h = formatted(&quiet());
     assert_eq!(h.write(0, vec![1; 1024]).result, Ok(()));
     assert_eq!(h.flush().result, Ok(()));
     h.fail_lower_writes = true;
@@ -374,10 +367,7 @@ fn map_extent_goes_through_the_stack_and_never_hides_log_data() {
 /// is empty.
 #[test]
 fn message_destage_starts_destage_now_and_is_drained_says_when_done() {
-    let text = tiny("")
-        .replace("idle_ms_max = 20", "idle_ms_max = 100000")
-        .replace("idle_ms_min = 1", "idle_ms_min = 100000")
-        .replacen("version = 1\n", "version = 1\n[[layer]]\ntarget = \"trace\"\n", 1);
+    let text = quiet().replacen("version = 1\n", "version = 1\n[[layer]]\ntarget = \"trace\"\n", 1);
     let mut h = formatted(&text);
     assert!(h.stack.is_drained());
     for i in 0..20u64 {

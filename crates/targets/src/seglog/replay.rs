@@ -178,17 +178,22 @@ mod tests {
         }
     }
 
+    /// A walk from a boot-3 checkpoint with this tail and resume point.
+    fn walk(replay_from: u64, resume: u64, geo: &Geometry) -> ReplayWalk {
+        let ck = Checkpoint {
+            generation: 1,
+            boot: 3,
+            replay_from_seq: Seq(replay_from),
+            resume_seq: Seq(resume),
+            durable_upto: Seq(0),
+        };
+        ReplayWalk::new(ck, geo)
+    }
+
     #[test]
     fn the_walk_applies_a_contiguous_run_and_stops_at_leftovers() {
         let geo = Geometry::new(0, 1 << 20, 512, 4).expect("valid");
-        let ck = Checkpoint {
-            generation: 9,
-            boot: 3,
-            replay_from_seq: Seq(10),
-            resume_seq: Seq(12),
-            durable_upto: Seq(0),
-        };
-        let mut w = ReplayWalk::new(ck, &geo);
+        let mut w = walk(10, 12, &geo);
         let p = vec![7u8; 512];
         assert!(matches!(w.offer(Ok(header(10, 1, &p)), Some(&p)), ReplayStep::Apply(_)));
         assert!(matches!(w.offer(Ok(header(11, 2, &p)), Some(&p)), ReplayStep::Apply(_)));
@@ -197,56 +202,20 @@ mod tests {
         assert_eq!(w.next_seq(), Seq(12));
         // A newer run's segments (its checkpoint copy unreadable) belong to
         // the log; an older run's segment after them is a leftover.
-        let mut w = ReplayWalk::new(
-            Checkpoint {
-                generation: 1,
-                boot: 3,
-                replay_from_seq: Seq(4),
-                resume_seq: Seq(5),
-                durable_upto: Seq(0),
-            },
-            &geo,
-        );
+        let mut w = walk(4, 5, &geo);
         assert!(matches!(w.offer(Ok(header(4, 2, &p)), Some(&p)), ReplayStep::Apply(_)));
         assert!(matches!(w.offer(Ok(header(5, 3, &p)), Some(&p)), ReplayStep::Apply(_)));
         assert!(matches!(w.offer(Ok(header(6, 4, &p)), Some(&p)), ReplayStep::Apply(_)));
         assert_eq!(w.boot_max(), 4);
         assert_eq!(w.offer(Ok(header(7, 3, &p)), Some(&p)), ReplayStep::Stop(StopReason::Boot(3)));
         // Used slots without a payload crc are never trusted.
-        let mut w = ReplayWalk::new(
-            Checkpoint {
-                generation: 1,
-                boot: 3,
-                replay_from_seq: Seq(4),
-                resume_seq: Seq(4),
-                durable_upto: Seq(0),
-            },
-            &geo,
-        );
+        let mut w = walk(4, 4, &geo);
         let mut no_crc = header(4, 3, &p);
         no_crc.payload_crc = None;
         assert_eq!(w.offer(Ok(no_crc), Some(&p)), ReplayStep::Stop(StopReason::Payload));
-        let mut w = ReplayWalk::new(
-            Checkpoint {
-                generation: 1,
-                boot: 3,
-                replay_from_seq: Seq(4),
-                resume_seq: Seq(4),
-                durable_upto: Seq(0),
-            },
-            &geo,
-        );
+        let mut w = walk(4, 4, &geo);
         assert_eq!(w.offer(Ok(header(3, 3, &p)), Some(&p)), ReplayStep::Stop(StopReason::Seq(Seq(3))));
-        let mut w = ReplayWalk::new(
-            Checkpoint {
-                generation: 1,
-                boot: 3,
-                replay_from_seq: Seq(4),
-                resume_seq: Seq(4),
-                durable_upto: Seq(0),
-            },
-            &geo,
-        );
+        let mut w = walk(4, 4, &geo);
         let torn = vec![8u8; 512];
         assert_eq!(w.offer(Ok(header(4, 3, &p)), Some(&torn)), ReplayStep::Stop(StopReason::Payload));
         assert_eq!(w.next_location(&geo), None);
