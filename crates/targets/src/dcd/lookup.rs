@@ -133,8 +133,9 @@ impl Lookup {
         replaced
     }
 
-    /// [`Lookup::remove_if`] for each `(sector, loc)` of `items` (sorted by
-    /// sector), one map lookup per line; returns the locations removed.
+    /// Unmaps each `(sector, loc)` of `items` (sorted by sector) whose
+    /// sector still points at `loc`, one map lookup per line; returns the
+    /// locations removed.
     pub fn remove_if_many(&mut self, items: &[(u64, Loc)]) -> Vec<Loc> {
         let mut removed = Vec::with_capacity(items.len());
         let mut i = 0;
@@ -162,32 +163,16 @@ impl Lookup {
         removed
     }
 
-    /// Unmaps `sector` if it still points at `loc`; true if it did.
-    pub fn remove_if(&mut self, sector: u64, loc: Loc) -> bool {
-        let key = sector / LINE_SECTORS;
-        let Some(line) = self.lines.get_mut(&key) else { return false };
-        let v = &mut line.locs[(sector % LINE_SECTORS) as usize];
-        if Loc::unpack(*v) != Some(loc) {
-            return false;
-        }
-        *v = 0;
-        self.mapped_count -= 1;
-        if line.is_empty() {
-            self.lines.remove(&key);
-        }
-        true
-    }
-
-    /// Applies `f(line, index within the line)` to each sector of
+    /// Applies `f(line, index within the line, sector)` to each sector of
     /// `[start, start + count)` that has a line, dropping lines left empty.
-    fn each_in_range(&mut self, start: u64, count: u64, mut f: impl FnMut(&mut Line, usize)) {
+    fn each_in_range(&mut self, start: u64, count: u64, mut f: impl FnMut(&mut Line, usize, u64)) {
         let Some(end) = start.checked_add(count).filter(|_| count > 0) else { return };
         let mut emptied = Vec::new();
         for (&key, line) in self.lines.range_mut(start / LINE_SECTORS..=(end - 1) / LINE_SECTORS) {
             for i in 0..LINE_SECTORS {
                 let s = key * LINE_SECTORS + i;
                 if s >= start && s < end {
-                    f(line, i as usize);
+                    f(line, i as usize, s);
                 }
             }
             if line.is_empty() {
@@ -213,13 +198,13 @@ impl Lookup {
     /// No sector of `[start, start + count)` is replay-visible any more (an
     /// invalidation record for them was logged).
     pub fn clear_visible(&mut self, start: u64, count: u64) {
-        self.each_in_range(start, count, |line, i| line.visible[i] = 0);
+        self.each_in_range(start, count, |line, i, _| line.visible[i] = 0);
     }
 
     /// The sectors of `[start, start + count)` replay-visible in segment
     /// `seq` are not any more (the tail passed it).
     pub fn clear_visible_in(&mut self, start: u64, count: u64, seq: Seq) {
-        self.each_in_range(start, count, |line, i| {
+        self.each_in_range(start, count, |line, i, _| {
             if line.visible[i] == seq.0 + 1 {
                 line.visible[i] = 0;
             }
@@ -231,23 +216,13 @@ impl Lookup {
     pub fn remove_range(&mut self, start: u64, count: u64, keep: impl Fn(Loc) -> bool) -> Vec<(u64, Loc)> {
         assert!(count > 0);
         let mut removed = Vec::new();
-        let keys: Vec<u64> = self
-            .lines
-            .range(start / LINE_SECTORS..=(start + count - 1) / LINE_SECTORS)
-            .map(|(k, _)| *k)
-            .collect();
-        for key in keys {
-            for i in 0..LINE_SECTORS {
-                let s = key * LINE_SECTORS + i;
-                if s < start || s >= start + count {
-                    continue;
-                }
-                if let Some(loc) = self.get(s).filter(|&l| !keep(l)) {
-                    assert!(self.remove_if(s, loc));
-                    removed.push((s, loc));
-                }
+        self.each_in_range(start, count, |line, i, s| {
+            if let Some(loc) = Loc::unpack(line.locs[i]).filter(|&l| !keep(l)) {
+                line.locs[i] = 0;
+                removed.push((s, loc));
             }
-        }
+        });
+        self.mapped_count -= removed.len() as u64;
         removed
     }
 }
@@ -265,10 +240,10 @@ mod tests {
         assert_eq!(t.set(7, l(9, 0, 0)), Some(l(1, 2, 3)));
         assert_eq!(t.mapped_count(), 2);
         assert_eq!(t.get_range(6, 4), vec![None, Some(l(9, 0, 0)), Some(l(1, 2, 4)), None]);
-        assert!(!t.remove_if(7, l(1, 2, 3)));
+        assert!(t.remove_if_many(&[(7, l(1, 2, 3))]).is_empty());
         let gone = t.remove_range(0, 100, |loc| loc.seg == SegLoc(9));
         assert_eq!(gone, vec![(8, l(1, 2, 4))]);
-        assert!(t.remove_if(7, l(9, 0, 0)));
+        assert_eq!(t.remove_if_many(&[(7, l(9, 0, 0))]), vec![l(9, 0, 0)]);
         assert_eq!(t.mapped_count(), 0);
         assert_eq!(t.get(7), None);
     }
