@@ -260,6 +260,19 @@ pub enum JournalRecord {
         /// Where the chunk lives.
         location: u64,
     },
+    /// A run of snapshot exceptions: `volume`'s chunks `[chunk, chunk +
+    /// count)` live at `location` onwards (extent metadata: one record for
+    /// a run whose locations continue each other).
+    ExceptionRange {
+        /// The volume (origin or snapshot) id.
+        volume: u32,
+        /// The first chunk within the volume.
+        chunk: u64,
+        /// Chunks in the run.
+        count: u32,
+        /// Where the first chunk lives.
+        location: u64,
+    },
     /// A segment's usage: `valid` units, last written at `written_at`.
     SegmentUsage {
         /// The segment.
@@ -277,6 +290,7 @@ impl JournalRecord {
     const DIRTY: u8 = 3;
     const EXCEPTION: u8 = 4;
     const SEGMENT_USAGE: u8 = 5;
+    const EXCEPTION_RANGE: u8 = 6;
 
     /// Appends the record (`kind, length, fields`) to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
@@ -304,6 +318,13 @@ impl JournalRecord {
                 f.extend(location.to_le_bytes());
                 Self::EXCEPTION
             }
+            JournalRecord::ExceptionRange { volume, chunk, count, location } => {
+                f.extend(volume.to_le_bytes());
+                f.extend(chunk.to_le_bytes());
+                f.extend(count.to_le_bytes());
+                f.extend(location.to_le_bytes());
+                Self::EXCEPTION_RANGE
+            }
             JournalRecord::SegmentUsage { segment, valid, written_at } => {
                 f.extend(segment.to_le_bytes());
                 f.extend(valid.to_le_bytes());
@@ -326,6 +347,7 @@ impl JournalRecord {
             Self::DIRTY => 9,
             Self::EXCEPTION => 20,
             Self::SEGMENT_USAGE => 16,
+            Self::EXCEPTION_RANGE => 24,
             other => return Err(MetaError::Malformed(format!("journal record of unknown kind {other}"))),
         };
         if len != want {
@@ -350,9 +372,18 @@ impl JournalRecord {
             Self::EXCEPTION => {
                 JournalRecord::Exception { volume: r.u32()?, chunk: r.u64()?, location: r.u64()? }
             }
+            Self::EXCEPTION_RANGE => JournalRecord::ExceptionRange {
+                volume: r.u32()?,
+                chunk: r.u64()?,
+                count: r.u32()?,
+                location: r.u64()?,
+            },
             _ => JournalRecord::SegmentUsage { segment: r.u32()?, valid: r.u32()?, written_at: r.u64()? },
         };
-        if let JournalRecord::MapUpdate { count: 0, .. } | JournalRecord::MapRemove { count: 0, .. } = rec {
+        if let JournalRecord::MapUpdate { count: 0, .. }
+        | JournalRecord::MapRemove { count: 0, .. }
+        | JournalRecord::ExceptionRange { count: 0, .. } = rec
+        {
             return Err(MetaError::Malformed("journal record of zero blocks".into()));
         }
         Ok(rec)
@@ -414,6 +445,7 @@ mod tests {
             JournalRecord::Dirty { block: 77, dirty: true },
             JournalRecord::Exception { volume: 2, chunk: 5, location: 4096 },
             JournalRecord::SegmentUsage { segment: 9, valid: 30, written_at: 1234 },
+            JournalRecord::ExceptionRange { volume: 3, chunk: 7, count: 40, location: 9000 },
         ];
         let mut payload = Vec::new();
         recs.iter().for_each(|r| r.encode(&mut payload));

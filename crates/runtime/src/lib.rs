@@ -19,4 +19,5 @@ pub mod emulate;
 pub mod live;
 pub mod probe;
 pub mod testkit;
+pub mod testkit_volumes;
 pub mod volume;

@@ -78,7 +78,7 @@ pub fn bring_up<T: Timing>(h: &mut Harness<T>) {
 }
 
 /// The bytes a write with sequence `seq` puts at volume sector `sector`.
-fn tagged_sector(seq: u64, sector: u64) -> [u8; S as usize] {
+pub(crate) fn tagged_sector(seq: u64, sector: u64) -> [u8; S as usize] {
     let mut b = [0u8; S as usize];
     b[0..8].copy_from_slice(&seq.to_le_bytes());
     b[8..16].copy_from_slice(&sector.to_le_bytes());
@@ -93,7 +93,7 @@ fn tagged_sector(seq: u64, sector: u64) -> [u8; S as usize] {
 }
 
 /// Which write (by seq, 0 = zeroes) a sector's bytes came from, if any.
-fn sector_tag(bytes: &[u8], sector: u64) -> Option<u64> {
+pub(crate) fn sector_tag(bytes: &[u8], sector: u64) -> Option<u64> {
     if bytes.iter().all(|&b| b == 0) {
         return Some(0);
     }
@@ -133,8 +133,8 @@ pub struct Recorded {
     pub ops: Vec<(Op, u64, u32, bool)>,
 }
 
-const MARK_SUBMIT: u64 = 1 << 62;
-const MARK_COMPLETE: u64 = 1 << 63;
+pub(crate) const MARK_SUBMIT: u64 = 1 << 62;
+pub(crate) const MARK_COMPLETE: u64 = 1 << 63;
 
 /// Runs `ops` against the stack in `h` with up to `depth` requests in
 /// flight, checking every read against the model. Marks upper submissions
@@ -299,16 +299,24 @@ pub fn crash_check_with(
     let ops_by_seq = run_oracle(&mut h, ops, depth, Some(&log));
     h.settle();
     let entries = log.entries();
-    let mut cuts: Vec<usize> = log.flush_points().into_iter().filter(|&c| c >= formatted).collect();
-    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xC0FFEE);
-    cuts.extend((0..random_cuts).map(|_| rng.gen_range(formatted..=entries.len())));
-    cuts.push(entries.len());
-    cuts.sort_unstable();
-    cuts.dedup();
+    let cuts = cut_points(&log, formatted, seed, random_cuts);
     for &cut in &cuts {
         check_cut(make, device_bytes, seed, &log, &entries[..cut], &ops_by_seq);
     }
     cuts.len()
+}
+
+/// Where to cut a recorded log: every flush point after `formatted`,
+/// `random_cuts` seeded random points, and the end.
+pub(crate) fn cut_points(log: &WriteLog, formatted: usize, seed: u64, random_cuts: usize) -> Vec<usize> {
+    let len = log.len();
+    let mut cuts: Vec<usize> = log.flush_points().into_iter().filter(|&c| c >= formatted).collect();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xC0FFEE);
+    cuts.extend((0..random_cuts).map(|_| rng.gen_range(formatted..=len)));
+    cuts.push(len);
+    cuts.sort_unstable();
+    cuts.dedup();
+    cuts
 }
 
 /// Checks one cut point: which values each sector may hold, and that it does.
@@ -346,7 +354,10 @@ fn check_cut(
 
 /// From the marks in the log prefix: which seqs were submitted, and the
 /// seq boundary before which every completed modify is durable.
-fn upper_timeline(prefix: &[layoutd_disk::LogEntry], ops: &[(Op, u64, u32, bool)]) -> (Vec<bool>, Vec<bool>) {
+pub(crate) fn upper_timeline(
+    prefix: &[layoutd_disk::LogEntry],
+    ops: &[(Op, u64, u32, bool)],
+) -> (Vec<bool>, Vec<bool>) {
     let mut submitted = vec![false; ops.len()];
     submitted[0] = true;
     let mut completed = vec![false; ops.len()];

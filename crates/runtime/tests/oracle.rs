@@ -43,6 +43,10 @@ length = "256K"
 target = "linear"
 "#,
     ),
+    (
+        "pool-origin-only-8k-chunks",
+        "version = 1\n[[layer]]\ntarget = \"pool\"\nchunk_size = \"8K\"\nvolumes_max = 1\njournal_blocks = 8\n",
+    ),
 ];
 
 fn op_strategy() -> impl Strategy<Value = OpSpec> {

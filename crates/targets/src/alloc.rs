@@ -65,6 +65,24 @@ impl FreeSpace {
         }
     }
 
+    /// The free unit closest to `hint` within `[lo, hi)` (ties: the lower
+    /// one), in two map lookups: the last free unit at or below the hint
+    /// and the first above it.
+    pub fn nearest_unit(&self, hint: u64, lo: u64, hi: u64) -> Option<u64> {
+        let hint = hint.clamp(lo, hi.max(lo + 1) - 1);
+        let below = self
+            .free
+            .range(..=hint)
+            .next_back()
+            .map(|(&s, &n)| (s + n - 1).min(hint))
+            .filter(|&u| u >= lo && u < hi);
+        let above = self.free.range(hint + 1..).next().map(|(&s, _)| s).filter(|&u| u >= lo && u < hi);
+        match (below, above) {
+            (Some(b), Some(a)) => Some(if hint - b <= a - hint { b } else { a }),
+            (b, a) => b.or(a),
+        }
+    }
+
     /// Takes `length` contiguous units where `placement` chooses, near
     /// `hint` where the policy cares; `None` if no free extent is long enough.
     pub fn allocate(&mut self, length: u64, hint: u64, placement: &mut dyn Placement) -> Option<u64> {
@@ -257,6 +275,11 @@ mod tests {
         let mut nf = NextFit { cursor: 95 };
         assert_eq!(nf.choose(&f, 8, 0), Some(0), "wraps");
         assert_eq!(Largest.choose(&f, 46, 0), None);
+        assert_eq!(f.nearest_unit(12, 0, 100), Some(9));
+        assert_eq!(f.nearest_unit(12, 10, 100), Some(30));
+        assert_eq!(f.nearest_unit(52, 0, 100), Some(49));
+        assert_eq!(f.nearest_unit(52, 50, 56), Some(55));
+        assert_eq!(f.nearest_unit(52, 50, 55), None);
         f.release(10, 20);
         assert_eq!(f.extents().collect::<Vec<_>>(), vec![(0, 50), (55, 45)]);
     }

@@ -10,6 +10,7 @@ pub mod blockmap;
 pub mod dcd;
 pub mod gate;
 pub mod linear;
+pub mod pool;
 pub mod seglog;
 mod split;
 pub mod trace;
@@ -55,6 +56,11 @@ pub const TARGET_TYPES: &[TargetType] = &[
         name: "linear",
         about: "maps the volume onto one or more slices of the lower device (dm-linear)",
         ctr: |c| Ok(Box::new(linear::Linear::ctr(c.args, c.lower_bytes)?)),
+    },
+    TargetType {
+        name: "pool",
+        about: "an origin and copy-on-write snapshots in one thin pool, copies placed next to their origin chunk",
+        ctr: |c| Ok(Box::new(pool::Pool::ctr(c.args, c.lower_bytes, c.mode)?)),
     },
     TargetType {
         name: "trace",

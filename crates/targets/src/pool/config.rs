@@ -1,0 +1,205 @@
+//! The pool's config keys and the on-disk layout they give.
+
+use super::place::{ChunkPlacement, Contiguous, NearestFree, Sliced};
+use layoutd_core::config::{ArgReader, ConfigError};
+use layoutd_core::metablock::HEADER_BYTES;
+
+/// Bytes of one metadata block (checkpoint or journal).
+pub const META_BLOCK_BYTES: u64 = 4096;
+/// Bytes of one checkpoint extent record (`kind, length` and 24 bytes).
+pub const EXTENT_RECORD_BYTES: u64 = 26;
+/// Extent records in one checkpoint body block.
+pub const EXTENTS_PER_BLOCK: u64 = (META_BLOCK_BYTES - HEADER_BYTES as u64) / EXTENT_RECORD_BYTES;
+/// The most volumes (origin included) a pool holds: the volume table fits
+/// the checkpoint's header block.
+pub const VOLUMES_MAX_LIMIT: u64 = 40;
+/// The longest volume name.
+pub const NAME_BYTES_MAX: usize = 64;
+
+/// Which placement policy.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum PlacementKind {
+    /// Classic LVM2: copies after the origin, in order.
+    Contiguous,
+    /// The thesis: origin in slices with gaps.
+    Sliced,
+    /// Chunk-level nearest free.
+    Nearest,
+}
+
+/// Parsed keys and the layout on the lower device.
+#[derive(Clone, Debug)]
+pub struct PoolConfig {
+    /// Bytes of a chunk (the unit of allocation and copy).
+    pub chunk_bytes: u64,
+    /// Chunks of every volume (its virtual size).
+    pub volume_chunks: u64,
+    /// Volume slots (origin included).
+    pub volumes_max: u64,
+    /// The placement policy.
+    pub placement: PlacementKind,
+    /// Slices (the `sliced` policy).
+    pub slices: u64,
+    /// Percent of the data area kept out of the origin's layout for copies.
+    pub copy_share_percent: u64,
+    /// Whether the idle-time defragmenter runs.
+    pub defrag: bool,
+    /// Journal blocks in the ring.
+    pub journal_blocks: u64,
+    /// Checkpoint body blocks per copy.
+    pub body_blocks: u64,
+    /// Data chunks.
+    pub data_chunks: u64,
+    /// Where the data area starts on the lower device.
+    pub data_start_bytes: u64,
+}
+
+impl PoolConfig {
+    /// Parses the keys against a lower device of `lower_bytes`.
+    pub fn parse(mut args: ArgReader<'_>, lower_bytes: u64) -> Result<PoolConfig, ConfigError> {
+        let chunk_bytes = args.size_opt("chunk_size")?.unwrap_or(64 << 10);
+        if !chunk_bytes.is_power_of_two() || !(8 << 10..=1 << 20).contains(&chunk_bytes) {
+            return Err(args
+                .error(format!("key `chunk_size`: {chunk_bytes} bytes; a power of two from 8KiB to 1MiB")));
+        }
+        let placement = match args.str_opt("placement")?.unwrap_or("nearest") {
+            "contiguous" => PlacementKind::Contiguous,
+            "sliced" => PlacementKind::Sliced,
+            "nearest" => PlacementKind::Nearest,
+            other => {
+                return Err(args.error(format!(
+                    "key `placement`: unknown policy `{other}` (contiguous, sliced, nearest)"
+                )))
+            }
+        };
+        let slices_key = args.u64_opt("slices")?;
+        if slices_key.is_some() && placement != PlacementKind::Sliced {
+            return Err(args.error("key `slices`: only the `sliced` placement takes it"));
+        }
+        let slices = slices_key.unwrap_or(30);
+        let volumes_max = args.u64_opt("volumes_max")?.unwrap_or(16);
+        if !(1..=VOLUMES_MAX_LIMIT).contains(&volumes_max) {
+            return Err(
+                args.error(format!("key `volumes_max`: {volumes_max}; from 1 to {VOLUMES_MAX_LIMIT}"))
+            );
+        }
+        let journal_blocks = args.u64_opt("journal_blocks")?.unwrap_or(64);
+        if !(4..=8192).contains(&journal_blocks) {
+            return Err(args.error(format!("key `journal_blocks`: {journal_blocks}; from 4 to 8192")));
+        }
+        let extents_per_chunk = args.u64_opt("metadata_extents_per_chunk")?.unwrap_or(2);
+        if !(1..=64).contains(&extents_per_chunk) {
+            return Err(
+                args.error(format!("key `metadata_extents_per_chunk`: {extents_per_chunk}; from 1 to 64"))
+            );
+        }
+        let copy_share = args.u64_opt("copy_share_percent")?;
+        let volume_size = args.size_opt("volume_size")?;
+        let defrag = args.bool_opt("defrag")?.unwrap_or(placement == PlacementKind::Nearest);
+        // The layout: two checkpoint copies, the journal ring, then data.
+        let chunks_bound = lower_bytes / chunk_bytes;
+        let body_blocks = (chunks_bound * extents_per_chunk + volumes_max).div_ceil(EXTENTS_PER_BLOCK);
+        let meta_bytes = 2 * META_BLOCK_BYTES * (1 + body_blocks) + journal_blocks * META_BLOCK_BYTES;
+        let data_start_bytes = meta_bytes.div_ceil(chunk_bytes) * chunk_bytes;
+        let data_chunks = lower_bytes.saturating_sub(data_start_bytes) / chunk_bytes;
+        if data_chunks < 4 {
+            return Err(args.error(format!(
+                "the lower device of {lower_bytes} bytes leaves {data_chunks} data chunks of {chunk_bytes} \
+                 bytes after {data_start_bytes} bytes of metadata: give a larger device or smaller chunks"
+            )));
+        }
+        let volume_chunks = match (volume_size, copy_share) {
+            (Some(_), Some(_)) => {
+                return Err(args.error("give `volume_size` or `copy_share_percent`, not both"));
+            }
+            (Some(v), None) => {
+                if v == 0 || v % chunk_bytes != 0 {
+                    return Err(args.error(format!(
+                        "key `volume_size`: {v} bytes; a positive multiple of the chunk ({chunk_bytes})"
+                    )));
+                }
+                v / chunk_bytes
+            }
+            (None, share) => {
+                let share = share.unwrap_or(20);
+                if share >= 100 {
+                    return Err(args.error(format!("key `copy_share_percent`: {share}; below 100")));
+                }
+                (data_chunks * (100 - share) / 100).max(1)
+            }
+        };
+        if placement == PlacementKind::Contiguous && volume_chunks > data_chunks {
+            return Err(args.error(format!(
+                "key `volume_size`: {} bytes is past the data area ({} bytes); `contiguous` lays the \
+                 origin out in it",
+                volume_chunks * chunk_bytes,
+                data_chunks * chunk_bytes
+            )));
+        }
+        if volume_chunks.checked_mul(chunk_bytes).and_then(|b| b.checked_mul(volumes_max)).is_none() {
+            return Err(args.error("`volume_size` times `volumes_max` is past 2^64 bytes"));
+        }
+        let cfg = PoolConfig {
+            chunk_bytes,
+            volume_chunks,
+            volumes_max,
+            placement,
+            slices,
+            copy_share_percent: copy_share.unwrap_or(20),
+            defrag,
+            journal_blocks,
+            body_blocks,
+            data_chunks,
+            data_start_bytes,
+        };
+        cfg.placement_policy().map_err(|e| args.error(e))?;
+        args.finish()?;
+        Ok(cfg)
+    }
+
+    /// The policy the config names.
+    pub fn placement_policy(&self) -> Result<Box<dyn ChunkPlacement>, String> {
+        Ok(match self.placement {
+            PlacementKind::Contiguous => Box::new(Contiguous::new(self.volume_chunks)),
+            PlacementKind::Sliced => {
+                Box::new(Sliced::new(self.slices, self.data_chunks, self.volume_chunks)?)
+            }
+            PlacementKind::Nearest => Box::new(NearestFree::new(self.data_chunks, self.volume_chunks)),
+        })
+    }
+
+    /// Bytes of one volume.
+    pub fn volume_bytes(&self) -> u64 {
+        self.volume_chunks * self.chunk_bytes
+    }
+
+    /// Bytes of one checkpoint copy.
+    pub fn checkpoint_copy_bytes(&self) -> u64 {
+        META_BLOCK_BYTES * (1 + self.body_blocks)
+    }
+
+    /// Where checkpoint copy `c` (0 or 1) starts.
+    pub fn checkpoint_at(&self, c: u64) -> u64 {
+        c * self.checkpoint_copy_bytes()
+    }
+
+    /// Where the journal ring starts.
+    pub fn journal_at(&self) -> u64 {
+        2 * self.checkpoint_copy_bytes()
+    }
+
+    /// Where journal block `seq` goes.
+    pub fn journal_block_at(&self, seq: u64) -> u64 {
+        self.journal_at() + (seq % self.journal_blocks) * META_BLOCK_BYTES
+    }
+
+    /// The most extents a checkpoint holds.
+    pub fn extents_max(&self) -> u64 {
+        self.body_blocks * EXTENTS_PER_BLOCK
+    }
+
+    /// Where data chunk `p` starts on the lower device.
+    pub fn chunk_at(&self, p: u64) -> u64 {
+        self.data_start_bytes + p * self.chunk_bytes
+    }
+}

@@ -1,0 +1,1444 @@
+//! `pool`: an origin volume and copy-on-write snapshots of it (or of each
+//! other) in one thin pool on one lower device, allocated in chunks, with
+//! the copies placed next to their origin chunk (see `docs/pool.md`).
+//!
+//! Glossary: a *volume* is the origin (slot 0) or a snapshot (slots
+//! `1..volumes_max`); an *lc* is a logical chunk within a volume; a *data
+//! chunk* (`p`, `q`) is a chunk of the data area; a volume's *map* sends
+//! its lcs to data chunks (extents, [`BlockMap`]); a data chunk mapped by
+//! several volumes (always at the same lc) is *shared*.
+//!
+//! Addressing: the pool exposes `volumes_max` volumes laid end to end,
+//! volume `s` at byte `s * volume_size`; the NBD layer maps export names
+//! onto those ranges (`snapshot list` gives them). Nothing in the core or
+//! the other targets knows about volumes.
+//!
+//! Writes: in place when the chunk is the writer's alone; the first write
+//! of the origin to a shared chunk copies it once to a chunk the placement
+//! chooses near it and moves every other sharer there (one copy for all),
+//! makes that durable, then writes in place; a snapshot writing a shared
+//! chunk gets its own chunk (read-modify-write, or no read for a whole
+//! chunk). Unmapped chunks read as zeroes and are allocated on the first
+//! write (thin); no free chunk gives ENOSPC on that write only.
+//!
+//! Durability: map changes become journal records once their data is
+//! written; a commit flushes the device, then writes the records (FUA).
+//! A flush commits; the origin's write over a copied chunk waits for the
+//! commit of its copy; a chunk whose sharers changed is not written in
+//! place, nor a freed chunk reused, before that change is durable. Snapshot
+//! create/delete/merge write a checkpoint (the volume table and every map).
+
+mod config;
+mod meta;
+pub mod place;
+
+pub use config::{PlacementKind, PoolConfig};
+pub use meta::VolumeEntry;
+
+use crate::alloc::FreeSpace;
+use crate::blockmap::BlockMap;
+use crate::split::Assembly;
+use bytes::Bytes;
+use config::META_BLOCK_BYTES;
+use layoutd_core::config::{ArgReader, ConfigError};
+use layoutd_core::metablock::{JournalRecord, MetaError};
+use layoutd_core::{
+    Completion, Instant, IoError, Op, OpenMode, ReqId, Request, Status, Target, REQUEST_BYTES_MAX,
+};
+use meta::{Header, Run, UNMAPPED};
+use place::ChunkPlacement;
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::VecDeque;
+
+/// Zeroes for unmapped reads (a chunk is at most 1 MiB).
+static ZEROES: [u8; 1 << 20] = [0; 1 << 20];
+
+struct Volume {
+    entry: VolumeEntry,
+    map: BlockMap<u64>,
+}
+
+/// One step of a chunk job.
+enum Step {
+    /// Decide what to do from the maps (the lc is locked).
+    Plan,
+    /// Read the piece from the lower device for the upper request.
+    ReadUpper { at: u64 },
+    /// Zeroes for the upper request.
+    Zeroes,
+    /// Write the piece's data at `at`.
+    WriteUpper { at: u64 },
+    /// Read a whole data chunk into the job's buffer.
+    ReadBuf { p: u64 },
+    /// Put the piece's data into the buffer (a zeroed one if none).
+    Patch,
+    /// Write the buffer to data chunk `q`.
+    WriteBuf { q: u64 },
+    /// Change the maps and append the records.
+    Apply(Change),
+    /// Wait until every record appended so far is durable.
+    Commit,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Change {
+    /// A fresh chunk for `slot`'s `lc`.
+    Map { slot: u32, lc: u64, q: u64 },
+    /// `slot`'s own copy of a shared chunk.
+    Private { slot: u32, lc: u64, q: u64 },
+    /// Every sharer of the origin's `p` but the origin moves to the copy `q`.
+    CowOut { lc: u64, p: u64, q: u64 },
+    /// `slot`'s `lc` unmapped.
+    Unmap { slot: u32, lc: u64 },
+    /// Every sharer of `p` moves to `q` (defragmentation).
+    Move { lc: u64, p: u64, q: u64 },
+}
+
+struct Job {
+    upper: Option<u64>,
+    within: u32,
+    slot: u32,
+    lc: u64,
+    coff: u64,
+    len: u64,
+    op: Op,
+    data: Option<Bytes>,
+    steps: VecDeque<Step>,
+    buf: Option<Vec<u8>>,
+    /// A chunk taken from the free space and not yet in a map.
+    taken: Option<u64>,
+    read: Option<Bytes>,
+}
+
+struct Upper {
+    asm: Assembly,
+    lcs: Vec<u64>,
+}
+
+#[derive(Clone, Copy)]
+enum Owner {
+    Job(u64),
+    Commit,
+    /// Bring-up I/O, by lower offset.
+    Bring(u64),
+}
+
+enum CommitStage {
+    Flushing,
+    Writing { left: usize },
+}
+
+struct Commit {
+    no: u64,
+    stage: CommitStage,
+    /// The encoded blocks: `(lower offset, bytes)`, written in order.
+    writes: VecDeque<(u64, Vec<u8>)>,
+    /// Journal blocks go one at a time; checkpoint pieces together.
+    sequential: bool,
+    checkpoint: Option<(u64, u64)>,
+    next_seq: u64,
+}
+
+enum Phase {
+    Format,
+    Recover { stage: u8, headers: Vec<Result<Header, MetaError>>, journal: Vec<u8>, tried: Vec<usize> },
+    Serving,
+    Failed(String),
+}
+
+enum Structural {
+    Create { name: String, of: u32, read_only: bool },
+    Delete { slot: u32 },
+    Merge { slot: u32 },
+}
+
+#[derive(Default)]
+struct Counters {
+    chunks_copied: u64,
+    copy_read_bytes: u64,
+    copy_written_bytes: u64,
+    copy_distance_sum: u64,
+    copies_placed: u64,
+    private_chunks: u64,
+    full_overwrite_read_skipped: u64,
+    allocated_chunks: u64,
+    defrag_moves: u64,
+    commits: u64,
+    checkpoints: u64,
+    journal_blocks: u64,
+    nospace: u64,
+    reads: u64,
+    writes: u64,
+}
+
+/// The pool target; see the module docs.
+pub struct Pool {
+    cfg: PoolConfig,
+    place: Box<dyn ChunkPlacement>,
+    vols: Vec<Option<Volume>>,
+    refs: Vec<u16>,
+    free: FreeSpace,
+    phase: Phase,
+    next_lower_id: u64,
+    owners: FxHashMap<u64, Owner>,
+    bring_left: usize,
+    format_stage: u8,
+    bring_reads: FxHashMap<u64, Bytes>,
+    lower_q: VecDeque<Request>,
+    upper_q: VecDeque<Completion>,
+    waiting: VecDeque<Request>,
+    locked: FxHashSet<u64>,
+    uppers: FxHashMap<u64, Upper>,
+    jobs: FxHashMap<u64, Job>,
+    next_job: u64,
+    batch: Vec<JournalRecord>,
+    batch_no: u64,
+    durable_no: u64,
+    commit: Option<Commit>,
+    commit_waiters: Vec<(u64, u64)>,
+    held: FxHashMap<u64, u64>,
+    frees: Vec<(u64, u64)>,
+    want_checkpoint: bool,
+    checkpoint_gen: u64,
+    journal_start: u64,
+    journal_seq: u64,
+    structural: Option<Structural>,
+    defrag_pending: bool,
+    defrag_cursor: (u32, u64),
+    counters: Counters,
+}
+
+impl Pool {
+    /// Parses the config over a lower device of `lower_bytes`.
+    pub fn ctr(args: ArgReader<'_>, lower_bytes: u64, mode: OpenMode) -> Result<Pool, ConfigError> {
+        let cfg = PoolConfig::parse(args, lower_bytes)?;
+        let place = cfg.placement_policy().map_err(ConfigError)?;
+        let mut pool = Pool {
+            vols: (0..cfg.volumes_max).map(|_| None).collect(),
+            refs: vec![0; cfg.data_chunks as usize],
+            free: FreeSpace::new(cfg.data_chunks),
+            place,
+            phase: Phase::Format,
+            next_lower_id: 0,
+            owners: FxHashMap::default(),
+            bring_left: 0,
+            format_stage: 0,
+            bring_reads: FxHashMap::default(),
+            lower_q: VecDeque::new(),
+            upper_q: VecDeque::new(),
+            waiting: VecDeque::new(),
+            locked: FxHashSet::default(),
+            uppers: FxHashMap::default(),
+            jobs: FxHashMap::default(),
+            next_job: 0,
+            batch: Vec::new(),
+            batch_no: 1,
+            durable_no: 0,
+            commit: None,
+            commit_waiters: Vec::new(),
+            held: FxHashMap::default(),
+            frees: Vec::new(),
+            want_checkpoint: false,
+            checkpoint_gen: 0,
+            journal_start: 0,
+            journal_seq: 0,
+            structural: None,
+            defrag_pending: false,
+            defrag_cursor: (0, 0),
+            counters: Counters::default(),
+            cfg,
+        };
+        match mode {
+            OpenMode::Format => pool.start_format(),
+            OpenMode::Open { .. } => pool.start_recovery(),
+        }
+        Ok(pool)
+    }
+
+    fn lower(&mut self, owner: Owner, mut req: Request) {
+        req.id = ReqId(self.next_lower_id);
+        self.next_lower_id += 1;
+        self.owners.insert(req.id.0, owner);
+        self.lower_q.push_back(req);
+    }
+
+    fn bring(&mut self, reqs: Vec<Request>) {
+        self.bring_left = reqs.len();
+        for r in reqs {
+            self.lower(Owner::Bring(r.offset_bytes), r);
+        }
+    }
+
+    // ---- format and recovery ----
+
+    fn start_format(&mut self) {
+        self.vols[0] = Some(Volume {
+            entry: VolumeEntry { slot: 0, name: "origin".into(), parent: None, read_only: false },
+            map: BlockMap::new(),
+        });
+        let zero = |at: u64, n: u64| Request::write(ReqId(0), at, Bytes::from(vec![0u8; n as usize]));
+        let cfg = self.cfg.clone();
+        let mut reqs =
+            vec![zero(cfg.checkpoint_at(0), META_BLOCK_BYTES), zero(cfg.checkpoint_at(1), META_BLOCK_BYTES)];
+        let ring = cfg.journal_blocks * META_BLOCK_BYTES;
+        let mut at = 0;
+        while at < ring {
+            let n = (ring - at).min(u64::from(REQUEST_BYTES_MAX));
+            reqs.push(zero(cfg.journal_at() + at, n));
+            at += n;
+        }
+        self.bring(reqs);
+    }
+
+    fn start_recovery(&mut self) {
+        self.phase = Phase::Recover { stage: 0, headers: Vec::new(), journal: Vec::new(), tried: Vec::new() };
+        let cfg = self.cfg.clone();
+        let mut reqs = vec![
+            Request::new(ReqId(0), Op::Read, cfg.checkpoint_at(0), META_BLOCK_BYTES as u32),
+            Request::new(ReqId(0), Op::Read, cfg.checkpoint_at(1), META_BLOCK_BYTES as u32),
+        ];
+        let ring = cfg.journal_blocks * META_BLOCK_BYTES;
+        let mut at = 0;
+        while at < ring {
+            let n = (ring - at).min(u64::from(REQUEST_BYTES_MAX));
+            reqs.push(Request::new(ReqId(0), Op::Read, cfg.journal_at() + at, n as u32));
+            at += n;
+        }
+        self.bring(reqs);
+    }
+
+    fn bring_done(&mut self) {
+        let reads = std::mem::take(&mut self.bring_reads);
+        match &mut self.phase {
+            Phase::Format if self.format_stage == 0 => {
+                // The zeroes durable before the first checkpoint names the
+                // journal empty.
+                self.format_stage = 1;
+                self.bring(vec![Request::new(ReqId(0), Op::Flush, 0, 0)]);
+            }
+            Phase::Format if self.format_stage == 1 => {
+                self.format_stage = 2;
+                let (gen, bytes) = self.encode_checkpoint();
+                let at = self.cfg.checkpoint_at(gen % 2);
+                self.checkpoint_gen = gen;
+                let mut w = Request::write(ReqId(0), at, Bytes::from(bytes));
+                w.fua = true;
+                self.bring(vec![w]);
+            }
+            Phase::Format => {
+                self.phase = Phase::Serving;
+            }
+            Phase::Recover { stage: 0, headers, journal, .. } => {
+                let block = |at: u64| reads.get(&at).cloned().unwrap_or_default();
+                let cfg = &self.cfg;
+                *headers = (0..2).map(|c| meta::decode_header(cfg, &block(cfg.checkpoint_at(c)))).collect();
+                let mut j = Vec::with_capacity((cfg.journal_blocks * META_BLOCK_BYTES) as usize);
+                let mut at = 0;
+                while (at as u64) < cfg.journal_blocks * META_BLOCK_BYTES {
+                    let piece = block(cfg.journal_at() + at as u64);
+                    at += piece.len().max(1);
+                    j.extend_from_slice(&piece);
+                }
+                *journal = j;
+                self.read_next_checkpoint();
+            }
+            Phase::Recover { .. } => self.finish_recovery(reads),
+            Phase::Serving | Phase::Failed(_) => {}
+        }
+    }
+
+    /// Reads the body of the newest checkpoint copy not tried yet.
+    fn read_next_checkpoint(&mut self) {
+        let Phase::Recover { stage, headers, tried, .. } = &mut self.phase else { return };
+        let candidate = (0..2usize)
+            .filter(|c| !tried.contains(c))
+            .filter_map(|c| headers[c].as_ref().ok().map(|h| (h.generation, c)))
+            .max();
+        let Some((_, c)) = candidate else {
+            let why: Vec<String> = (0..2)
+                .map(|c| match &headers[c] {
+                    Err(e) => format!("copy {c} at lower offset {}: {e}", self.cfg.checkpoint_at(c as u64)),
+                    Ok(_) => format!(
+                        "copy {c} at lower offset {}: its body is damaged",
+                        self.cfg.checkpoint_at(c as u64)
+                    ),
+                })
+                .collect();
+            let blank = headers.iter().all(|h| matches!(h, Err(MetaError::Blank)));
+            let msg = if blank {
+                format!(
+                    "pool: no checkpoint found ({}): not a formatted pool; `layoutd format` it",
+                    why.join("; ")
+                )
+            } else {
+                format!(
+                    "pool: metadata checkpoint unreadable ({}): refusing to open; nothing was changed. \
+                     Restore the device from a backup, or reformat it (its data is lost)",
+                    why.join("; ")
+                )
+            };
+            self.phase = Phase::Failed(msg);
+            return;
+        };
+        tried.push(c);
+        *stage = 1;
+        let h = headers[c].as_ref().expect("chosen");
+        let body = h.body_blocks * META_BLOCK_BYTES;
+        let start = self.cfg.checkpoint_at(c as u64) + META_BLOCK_BYTES;
+        let mut reqs = Vec::new();
+        let mut at = 0;
+        while at < body {
+            let n = (body - at).min(u64::from(REQUEST_BYTES_MAX));
+            reqs.push(Request::new(ReqId(0), Op::Read, start + at, n as u32));
+            at += n;
+        }
+        if reqs.is_empty() {
+            self.finish_recovery(FxHashMap::default());
+        } else {
+            self.bring(reqs);
+        }
+    }
+
+    fn finish_recovery(&mut self, reads: FxHashMap<u64, Bytes>) {
+        let Phase::Recover { headers, journal, tried, .. } = &self.phase else { return };
+        let c = *tried.last().expect("a copy was chosen");
+        let header = headers[c].clone().expect("chosen");
+        let journal = journal.clone();
+        let start = self.cfg.checkpoint_at(c as u64) + META_BLOCK_BYTES;
+        let mut body = Vec::new();
+        let mut keys: Vec<u64> = reads.keys().copied().collect();
+        keys.sort_unstable();
+        for k in keys {
+            body.extend_from_slice(&reads[&k]);
+        }
+        let runs = match meta::decode_body(&self.cfg, &header, &body) {
+            Ok(r) => r,
+            Err((i, e)) => {
+                let at = start + (i.max(1) - 1) * META_BLOCK_BYTES;
+                let Phase::Recover { headers, .. } = &mut self.phase else { unreachable!() };
+                headers[c] = Err(MetaError::Malformed(format!("body block at lower offset {at}: {e}")));
+                return self.read_next_checkpoint();
+            }
+        };
+        match self.rebuild(&header, &runs, &journal) {
+            Ok(()) => {
+                self.checkpoint_gen = header.generation;
+                self.phase = Phase::Serving;
+                self.defrag_pending = true;
+            }
+            Err(e) => self.phase = Phase::Failed(e),
+        }
+    }
+
+    /// The maps from a checkpoint and the journal after it; checks that
+    /// every data chunk belongs to one lc.
+    fn rebuild(&mut self, header: &Header, runs: &[Run], journal: &[u8]) -> Result<(), String> {
+        self.vols = (0..self.cfg.volumes_max).map(|_| None).collect();
+        for v in &header.volumes {
+            self.vols[v.slot as usize] = Some(Volume { entry: v.clone(), map: BlockMap::new() });
+        }
+        for &(slot, chunk, count, loc) in runs {
+            let vol = self.vols[slot as usize].as_mut().expect("checked by decode_body");
+            vol.map.insert(chunk, u64::from(count), loc);
+        }
+        // The journal: blocks from `journal_start` on, in sequence, until
+        // the first missing one (a torn tail); a valid block past a gap is
+        // damage, not a torn tail.
+        let cfg = self.cfg.clone();
+        let mut blocks: Vec<(u64, u64, Vec<JournalRecord>)> = Vec::new();
+        for i in 0..cfg.journal_blocks {
+            let at = (i * META_BLOCK_BYTES) as usize;
+            if let Ok((seq, recs)) = meta::decode_journal(&journal[at..at + META_BLOCK_BYTES as usize]) {
+                if seq >= header.journal_start && seq % cfg.journal_blocks == i {
+                    blocks.push((seq, cfg.journal_at() + i * META_BLOCK_BYTES, recs));
+                }
+            }
+        }
+        blocks.sort_by_key(|b| b.0);
+        let mut next = header.journal_start;
+        for (seq, at, recs) in &blocks {
+            if *seq != next {
+                return Err(format!(
+                    "pool: journal block {seq} at lower offset {at} follows a missing block {next} \
+                     (damaged metadata, not a torn write): refusing to open; restore from a backup"
+                ));
+            }
+            for r in recs {
+                let JournalRecord::Exception { volume, chunk, location } = *r else { unreachable!() };
+                let ok = (volume as usize) < self.vols.len()
+                    && self.vols[volume as usize].is_some()
+                    && chunk < cfg.volume_chunks
+                    && (location == UNMAPPED || location < cfg.data_chunks);
+                if !ok {
+                    return Err(format!(
+                        "pool: journal block {seq} at lower offset {at}: volume {volume} chunk {chunk} -> \
+                         {location} is out of range (damaged metadata): refusing to open"
+                    ));
+                }
+                let map = &mut self.vols[volume as usize].as_mut().expect("checked").map;
+                if location == UNMAPPED {
+                    map.remove(chunk, 1);
+                } else {
+                    map.insert(chunk, 1, location);
+                }
+            }
+            next += 1;
+        }
+        self.journal_seq = next;
+        self.journal_start = header.journal_start;
+        // Reference counts and the free space, checking that no data chunk
+        // is claimed by two lcs.
+        let mut lc_of = vec![u64::MAX; cfg.data_chunks as usize];
+        self.refs = vec![0; cfg.data_chunks as usize];
+        for vol in self.vols.iter().flatten() {
+            for e in vol.map.iter() {
+                for i in 0..e.length {
+                    let (lc, p) = (e.start + i, e.value + i);
+                    if lc_of[p as usize] != u64::MAX && lc_of[p as usize] != lc {
+                        return Err(format!(
+                            "pool: volume `{}` chunk {lc} maps data chunk {p} (lower offset {}), which chunk \
+                             {} of another volume also maps (damaged metadata): refusing to open",
+                            vol.entry.name,
+                            cfg.chunk_at(p),
+                            lc_of[p as usize]
+                        ));
+                    }
+                    lc_of[p as usize] = lc;
+                    self.refs[p as usize] += 1;
+                }
+            }
+        }
+        self.free = FreeSpace::new(cfg.data_chunks);
+        for (p, &r) in self.refs.iter().enumerate() {
+            if r > 0 {
+                self.free.take(p as u64, 1);
+            }
+        }
+        Ok(())
+    }
+
+    // ---- requests ----
+
+    fn serving(&self) -> bool {
+        matches!(self.phase, Phase::Serving)
+    }
+
+    /// `(slot, lc, offset in chunk, length)` pieces of a byte range.
+    fn pieces(&self, offset: u64, length: u64) -> Vec<(u32, u64, u64, u64)> {
+        let (vb, c) = (self.cfg.volume_bytes(), self.cfg.chunk_bytes);
+        let mut out = Vec::new();
+        let mut o = offset;
+        while o < offset + length {
+            let slot = (o / vb) as u32;
+            let w = o % vb;
+            let n = (c - w % c).min(offset + length - o);
+            out.push((slot, w / c, w % c, n));
+            o += n;
+        }
+        out
+    }
+
+    fn lcs_of(&self, req: &Request) -> Vec<u64> {
+        if req.op == Op::Flush {
+            return Vec::new();
+        }
+        let mut l: Vec<u64> =
+            self.pieces(req.offset_bytes, u64::from(req.length_bytes)).iter().map(|p| p.1).collect();
+        l.sort_unstable();
+        l.dedup();
+        l
+    }
+
+    fn admit(&mut self) {
+        if !self.serving() {
+            if let Phase::Failed(_) = self.phase {
+                while let Some(r) = self.waiting.pop_front() {
+                    self.upper_q.push_back(Completion::err(r.id, IoError::Io));
+                }
+            }
+            return;
+        }
+        let mut claimed: FxHashSet<u64> = FxHashSet::default();
+        let mut i = 0;
+        while i < self.waiting.len() {
+            if self.structural.is_some() {
+                break;
+            }
+            let lcs = self.lcs_of(&self.waiting[i]);
+            if lcs.iter().any(|lc| self.locked.contains(lc) || claimed.contains(lc)) {
+                claimed.extend(lcs);
+                i += 1;
+                continue;
+            }
+            let req = self.waiting.remove(i).expect("in range");
+            self.start(req, lcs);
+        }
+    }
+
+    fn start(&mut self, req: Request, lcs: Vec<u64>) {
+        if req.validate(self.size_bytes()).is_err() {
+            self.upper_q.push_back(Completion::err(req.id, IoError::Invalid));
+            return;
+        }
+        self.locked.extend(lcs.iter().copied());
+        let pieces = if req.op == Op::Flush {
+            vec![(0, 0, 0, 0)]
+        } else {
+            self.pieces(req.offset_bytes, u64::from(req.length_bytes))
+        };
+        match req.op {
+            Op::Read => self.counters.reads += 1,
+            Op::Flush => {}
+            _ => self.counters.writes += 1,
+        }
+        let uid = req.id.0;
+        self.uppers.insert(
+            uid,
+            Upper { asm: Assembly::new(req.id, req.op, req.length_bytes, pieces.len() as u32), lcs },
+        );
+        let mut within = 0u64;
+        let mut jids = Vec::new();
+        for (slot, lc, coff, len) in pieces {
+            let data = match (req.op, &req.data) {
+                (Op::Write, Some(d)) => Some(d.slice(within as usize..(within + len) as usize)),
+                (Op::WriteZeroes | Op::Trim, _) => Some(Bytes::from_static(&ZEROES[..len as usize])),
+                _ => None,
+            };
+            let mut steps = VecDeque::new();
+            steps.push_back(if req.op == Op::Flush { Step::Commit } else { Step::Plan });
+            if req.fua && req.op.is_modify() {
+                steps.push_back(Step::Commit);
+            }
+            let jid = self.new_job(Job {
+                upper: Some(uid),
+                within: within as u32,
+                slot,
+                lc,
+                coff,
+                len,
+                op: req.op,
+                data,
+                steps,
+                buf: None,
+                taken: None,
+                read: None,
+            });
+            jids.push(jid);
+            within += len;
+        }
+        for jid in jids {
+            self.run_job(jid);
+        }
+    }
+
+    fn new_job(&mut self, job: Job) -> u64 {
+        let jid = self.next_job;
+        self.next_job += 1;
+        self.jobs.insert(jid, job);
+        jid
+    }
+
+    /// Runs a job's steps until one waits (I/O or a commit) or it ends.
+    fn run_job(&mut self, jid: u64) {
+        loop {
+            let Some(job) = self.jobs.get_mut(&jid) else { return };
+            let Some(step) = job.steps.pop_front() else {
+                return self.end_job(jid, Ok(()));
+            };
+            let bg = job.upper.is_none();
+            let c = self.cfg.chunk_bytes;
+            match step {
+                Step::Plan => match self.plan(jid) {
+                    Ok(steps) => {
+                        let job = self.jobs.get_mut(&jid).expect("live");
+                        for s in steps.into_iter().rev() {
+                            job.steps.push_front(s);
+                        }
+                    }
+                    Err(e) => return self.end_job(jid, Err(e)),
+                },
+                Step::Zeroes => job.read = Some(Bytes::from_static(&ZEROES[..job.len as usize])),
+                Step::ReadUpper { at } => {
+                    let r = Request::new(ReqId(0), Op::Read, at, job.len as u32);
+                    return self.lower(Owner::Job(jid), r);
+                }
+                Step::WriteUpper { at } => {
+                    let mut r = Request::new(ReqId(0), Op::Write, at, job.len as u32);
+                    r.data = job.data.clone();
+                    return self.lower(Owner::Job(jid), r);
+                }
+                Step::ReadBuf { p } => {
+                    let mut r = Request::new(ReqId(0), Op::Read, self.cfg.chunk_at(p), c as u32);
+                    r.background = bg;
+                    return self.lower(Owner::Job(jid), r);
+                }
+                Step::Patch => {
+                    let (coff, len) = (job.coff as usize, job.len as usize);
+                    if let Some(d) = &job.data {
+                        let buf = job.buf.get_or_insert_with(|| vec![0u8; c as usize]);
+                        buf[coff..coff + len].copy_from_slice(d);
+                    }
+                }
+                Step::WriteBuf { q } => {
+                    let mut r = Request::new(ReqId(0), Op::Write, self.cfg.chunk_at(q), c as u32);
+                    r.data = job.buf.take().map(Bytes::from);
+                    r.background = bg;
+                    return self.lower(Owner::Job(jid), r);
+                }
+                Step::Apply(change) => {
+                    job.taken = None;
+                    self.apply(change);
+                }
+                Step::Commit => {
+                    self.commit_waiters.push((self.batch_no, jid));
+                    return;
+                }
+            }
+        }
+    }
+
+    fn end_job(&mut self, jid: u64, result: Result<(), IoError>) {
+        let job = self.jobs.remove(&jid).expect("live");
+        if let Some(q) = job.taken {
+            self.free.release(q, 1);
+        }
+        match job.upper {
+            Some(uid) => {
+                let up = self.uppers.get_mut(&uid).expect("live upper");
+                if up.asm.piece_done(job.within, job.read, result) {
+                    let up = self.uppers.remove(&uid).expect("live");
+                    for lc in &up.lcs {
+                        self.locked.remove(lc);
+                    }
+                    self.upper_q.push_back(up.asm.finish());
+                }
+            }
+            None => {
+                self.locked.remove(&job.lc);
+            }
+        }
+    }
+
+    /// Where the origin's `lc` is (or belongs).
+    fn origin_ref(&self, lc: u64) -> u64 {
+        self.vols[0].as_ref().and_then(|v| v.map.get(lc)).unwrap_or_else(|| self.place.home(lc))
+    }
+
+    fn extents_count(&self) -> u64 {
+        self.vols.iter().flatten().map(|v| v.map.extent_count() as u64).sum()
+    }
+
+    /// A free chunk for `slot`'s `lc`: `Err(None)` to wait for a commit
+    /// that frees some, `Err(Some(NoSpace))` if there is none.
+    fn take_chunk(&mut self, slot: u32, lc: u64, near: Option<u64>) -> Result<u64, Option<IoError>> {
+        let room = self.extents_count() + 2 <= self.cfg.extents_max();
+        let found = if !room {
+            None
+        } else if let Some(n) = near {
+            self.place.place_copy(&self.free, n)
+        } else if slot == 0 {
+            self.place.place_origin(&self.free, lc)
+        } else {
+            let n = self.origin_ref(lc);
+            self.place.place_copy(&self.free, n)
+        };
+        match found {
+            Some(q) => {
+                self.free.take(q, 1);
+                Ok(q)
+            }
+            None if !self.frees.is_empty() || self.commit.is_some() => Err(None),
+            None => {
+                self.counters.nospace += 1;
+                Err(Some(IoError::NoSpace))
+            }
+        }
+    }
+
+    fn plan(&mut self, jid: u64) -> Result<Vec<Step>, IoError> {
+        let job = &self.jobs[&jid];
+        let (slot, lc, coff, len, op) = (job.slot, job.lc, job.coff, job.len, job.op);
+        let c = self.cfg.chunk_bytes;
+        let Some(vol) = self.vols.get(slot as usize).and_then(|v| v.as_ref()) else {
+            return Err(IoError::Invalid);
+        };
+        let (mapped, read_only) = (vol.map.get(lc), vol.entry.read_only);
+        if op == Op::Read {
+            return Ok(vec![match mapped {
+                Some(p) => Step::ReadUpper { at: self.cfg.chunk_at(p) + coff },
+                None => Step::Zeroes,
+            }]);
+        }
+        if read_only {
+            return Err(IoError::Invalid);
+        }
+        let full = coff == 0 && len == c;
+        let zeroing = matches!(op, Op::Trim | Op::WriteZeroes);
+        if zeroing && (full || mapped.is_none()) {
+            if mapped.is_some() && self.extents_count() + 1 > self.cfg.extents_max() {
+                self.counters.nospace += 1;
+                return Err(IoError::NoSpace);
+            }
+            return Ok(match mapped {
+                Some(_) => vec![Step::Apply(Change::Unmap { slot, lc })],
+                None => Vec::new(),
+            });
+        }
+        let Some(p) = mapped else {
+            let q = match self.take_chunk(slot, lc, None) {
+                Ok(q) => q,
+                Err(None) => return Ok(vec![Step::Commit, Step::Plan]),
+                Err(Some(e)) => return Err(e),
+            };
+            self.jobs.get_mut(&jid).expect("live").taken = Some(q);
+            self.counters.allocated_chunks += 1;
+            self.defrag_pending |= self.cfg.defrag;
+            return Ok(if full {
+                vec![Step::WriteUpper { at: self.cfg.chunk_at(q) }, Step::Apply(Change::Map { slot, lc, q })]
+            } else {
+                vec![Step::Patch, Step::WriteBuf { q }, Step::Apply(Change::Map { slot, lc, q })]
+            });
+        };
+        if self.refs[p as usize] == 1 {
+            let at = self.cfg.chunk_at(p) + coff;
+            return Ok(if self.held.contains_key(&p) {
+                vec![Step::Commit, Step::WriteUpper { at }]
+            } else {
+                vec![Step::WriteUpper { at }]
+            });
+        }
+        // Shared.
+        let q = match self.take_chunk(slot, lc, Some(p)) {
+            Ok(q) => q,
+            Err(None) => return Ok(vec![Step::Commit, Step::Plan]),
+            Err(Some(e)) => return Err(e),
+        };
+        self.jobs.get_mut(&jid).expect("live").taken = Some(q);
+        self.counters.copies_placed += 1;
+        self.counters.copy_distance_sum += q.abs_diff(p);
+        self.defrag_pending |= self.cfg.defrag;
+        if slot == 0 {
+            // Copy out once for every sharer, make it durable, then write in place.
+            self.counters.chunks_copied += 1;
+            self.counters.copy_read_bytes += c;
+            self.counters.copy_written_bytes += c;
+            return Ok(vec![
+                Step::ReadBuf { p },
+                Step::WriteBuf { q },
+                Step::Apply(Change::CowOut { lc, p, q }),
+                Step::Commit,
+                Step::WriteUpper { at: self.cfg.chunk_at(p) + coff },
+            ]);
+        }
+        self.counters.private_chunks += 1;
+        let change = Step::Apply(Change::Private { slot, lc, q });
+        Ok(if full {
+            self.counters.full_overwrite_read_skipped += 1;
+            vec![Step::WriteUpper { at: self.cfg.chunk_at(q) }, change]
+        } else {
+            self.counters.copy_read_bytes += c;
+            self.counters.copy_written_bytes += c;
+            vec![Step::ReadBuf { p }, Step::Patch, Step::WriteBuf { q }, change]
+        })
+    }
+
+    fn record(&mut self, slot: u32, lc: u64, location: u64) {
+        self.batch.push(JournalRecord::Exception { volume: slot, chunk: lc, location });
+    }
+
+    /// `p` lost a sharer: freed once that is durable if none is left,
+    /// else not written in place until then.
+    fn unshare(&mut self, p: u64) {
+        self.refs[p as usize] -= 1;
+        if self.refs[p as usize] == 0 {
+            self.frees.push((self.batch_no, p));
+        } else {
+            self.held.insert(p, self.batch_no);
+        }
+    }
+
+    fn apply(&mut self, change: Change) {
+        match change {
+            Change::Map { slot, lc, q } => {
+                let vol = self.vols[slot as usize].as_mut().expect("live volume");
+                let old = vol.map.insert(lc, 1, q);
+                assert!(old.is_empty(), "a fresh chunk for a mapped lc");
+                self.refs[q as usize] = 1;
+                self.record(slot, lc, q);
+            }
+            Change::Private { slot, lc, q } => {
+                let vol = self.vols[slot as usize].as_mut().expect("live volume");
+                let old = vol.map.insert(lc, 1, q);
+                self.refs[q as usize] = 1;
+                self.record(slot, lc, q);
+                if let Some(e) = old.first() {
+                    self.unshare(e.value);
+                }
+            }
+            Change::CowOut { lc, p, q } | Change::Move { lc, p, q } => {
+                let keep_origin = matches!(change, Change::CowOut { .. });
+                let mut moved = 0u16;
+                for s in 0..self.vols.len() {
+                    if s == 0 && keep_origin {
+                        continue;
+                    }
+                    let Some(vol) = self.vols[s].as_mut() else { continue };
+                    if vol.map.get(lc) == Some(p) {
+                        vol.map.insert(lc, 1, q);
+                        moved += 1;
+                        self.record(s as u32, lc, q);
+                    }
+                }
+                self.refs[q as usize] = moved;
+                for _ in 0..moved {
+                    self.unshare(p);
+                }
+                if !keep_origin {
+                    self.counters.defrag_moves += 1;
+                }
+            }
+            Change::Unmap { slot, lc } => {
+                let vol = self.vols[slot as usize].as_mut().expect("live volume");
+                let old = vol.map.remove(lc, 1);
+                self.record(slot, lc, UNMAPPED);
+                if let Some(e) = old.first() {
+                    self.unshare(e.value);
+                }
+            }
+        }
+    }
+
+    // ---- commits ----
+
+    fn volume_entries(&self) -> Vec<VolumeEntry> {
+        self.vols.iter().flatten().map(|v| v.entry.clone()).collect()
+    }
+
+    /// The next checkpoint: `(generation, bytes)`.
+    fn encode_checkpoint(&self) -> (u64, Vec<u8>) {
+        let mut runs: Vec<Run> = Vec::new();
+        for vol in self.vols.iter().flatten() {
+            for e in vol.map.iter() {
+                let mut off = 0;
+                while off < e.length {
+                    let n = (e.length - off).min(u64::from(u32::MAX));
+                    runs.push((vol.entry.slot, e.start + off, n as u32, e.value + off));
+                    off += n;
+                }
+            }
+        }
+        let gen = self.checkpoint_gen + 1;
+        (gen, meta::encode_checkpoint(&self.cfg, gen, self.journal_seq, &self.volume_entries(), &runs))
+    }
+
+    fn maybe_commit(&mut self) {
+        if self.commit.is_some() || !self.serving() {
+            return;
+        }
+        let wanted =
+            self.want_checkpoint || self.commit_waiters.iter().any(|&(need, _)| need > self.durable_no);
+        if !wanted {
+            return;
+        }
+        let no = self.batch_no;
+        self.batch_no += 1;
+        let records = std::mem::take(&mut self.batch);
+        let cap = meta::journal_capacity();
+        let blocks = records.len().div_ceil(cap) as u64;
+        let full = self.journal_seq + blocks - self.journal_start > self.cfg.journal_blocks;
+        let mut writes = VecDeque::new();
+        let mut checkpoint = None;
+        let mut next_seq = self.journal_seq;
+        if self.want_checkpoint || full {
+            self.want_checkpoint = false;
+            let (gen, bytes) = self.encode_checkpoint();
+            let at = self.cfg.checkpoint_at(gen % 2);
+            let mut o = 0;
+            while o < bytes.len() {
+                let n = (bytes.len() - o).min(REQUEST_BYTES_MAX as usize);
+                writes.push_back((at + o as u64, bytes[o..o + n].to_vec()));
+                o += n;
+            }
+            checkpoint = Some((gen, self.journal_seq));
+        } else {
+            for chunk in records.chunks(cap) {
+                writes
+                    .push_back((self.cfg.journal_block_at(next_seq), meta::encode_journal(next_seq, chunk)));
+                next_seq += 1;
+            }
+        }
+        self.commit = Some(Commit {
+            no,
+            stage: CommitStage::Flushing,
+            writes,
+            sequential: checkpoint.is_none(),
+            checkpoint,
+            next_seq,
+        });
+        self.lower(Owner::Commit, Request::new(ReqId(0), Op::Flush, 0, 0));
+    }
+
+    fn commit_io_done(&mut self, result: Result<(), IoError>) {
+        if let Err(e) = result {
+            self.phase = Phase::Failed(format!("pool: metadata commit failed below: {e}"));
+            let waiters = std::mem::take(&mut self.commit_waiters);
+            self.commit = None;
+            for (_, jid) in waiters {
+                self.end_job(jid, Err(IoError::Io));
+            }
+            return;
+        }
+        let commit = self.commit.as_mut().expect("a commit in flight");
+        if let CommitStage::Writing { left } = commit.stage {
+            if left > 1 {
+                commit.stage = CommitStage::Writing { left: left - 1 };
+                return;
+            }
+        }
+        if commit.writes.is_empty() {
+            let commit = self.commit.take().expect("in flight");
+            return self.commit_done(commit);
+        }
+        // Journal blocks one at a time (a later block never durable before
+        // an earlier one); checkpoint pieces together.
+        let n = if commit.sequential { 1 } else { commit.writes.len() };
+        commit.stage = CommitStage::Writing { left: n };
+        let issue: Vec<(u64, Vec<u8>)> = commit.writes.drain(..n).collect();
+        for (at, bytes) in issue {
+            let mut w = Request::write(ReqId(0), at, Bytes::from(bytes));
+            w.fua = true;
+            w.background = true;
+            self.lower(Owner::Commit, w);
+        }
+    }
+
+    fn commit_done(&mut self, commit: Commit) {
+        self.counters.commits += 1;
+        match commit.checkpoint {
+            Some((gen, start)) => {
+                self.counters.checkpoints += 1;
+                self.checkpoint_gen = gen;
+                self.journal_start = start;
+            }
+            None => {
+                self.counters.journal_blocks += commit.next_seq - self.journal_seq;
+                self.journal_seq = commit.next_seq;
+            }
+        }
+        let no = commit.no;
+        self.durable_no = no;
+        self.held.retain(|_, b| *b > no);
+        let (ready, later): (Vec<_>, Vec<_>) = self.frees.drain(..).partition(|&(b, _)| b <= no);
+        self.frees = later;
+        for (_, p) in ready {
+            self.free.release(p, 1);
+        }
+        let (ready, later): (Vec<_>, Vec<_>) = self.commit_waiters.drain(..).partition(|&(n, _)| n <= no);
+        self.commit_waiters = later;
+        for (_, jid) in ready {
+            self.run_job(jid);
+        }
+    }
+
+    // ---- snapshots ----
+
+    fn slot_named(&self, name: &str) -> Result<u32, String> {
+        self.vols
+            .iter()
+            .flatten()
+            .find(|v| v.entry.name == name)
+            .map(|v| v.entry.slot)
+            .ok_or_else(|| format!("pool: no volume named `{name}` (see `snapshot list`)"))
+    }
+
+    fn snapshot_message(&mut self, words: &[&str]) -> Result<String, String> {
+        let usage = "pool: usage: snapshot create NAME [of VOLUME] [ro] | snapshot delete NAME | \
+                     snapshot merge NAME | snapshot list";
+        if !self.serving() {
+            return Err("pool: not serving (bring-up failed or in progress)".into());
+        }
+        match words {
+            ["list"] => Ok(self.list()),
+            _ if self.structural.is_some() => {
+                Err("pool: a snapshot operation is in progress; retry when it is done".into())
+            }
+            ["create", name, rest @ ..] => {
+                let (of, read_only) = match rest {
+                    [] => ("origin", false),
+                    ["ro"] => ("origin", true),
+                    ["of", v] => (*v, false),
+                    ["of", v, "ro"] => (*v, true),
+                    _ => return Err(usage.into()),
+                };
+                let valid = !name.is_empty()
+                    && name.len() <= config::NAME_BYTES_MAX
+                    && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+                if !valid {
+                    return Err(format!(
+                        "pool: bad snapshot name `{name}`: 1 to {} letters, digits, `_`, `.` or `-`",
+                        config::NAME_BYTES_MAX
+                    ));
+                }
+                if self.slot_named(name).is_ok() {
+                    return Err(format!("pool: a volume named `{name}` exists already"));
+                }
+                let of = self.slot_named(of)?;
+                if !self.vols.iter().any(Option::is_none) {
+                    return Err(format!(
+                        "pool: all {} volume slots are in use (`volumes_max`): delete a snapshot first",
+                        self.cfg.volumes_max
+                    ));
+                }
+                let extents = self.vols[of as usize].as_ref().expect("named").map.extent_count() as u64;
+                if self.extents_count() + extents + 2 > self.cfg.extents_max() {
+                    return Err("pool: no room for the snapshot's map in the pool's metadata (ENOSPC)".into());
+                }
+                self.structural = Some(Structural::Create { name: name.to_string(), of, read_only });
+                self.run_structural();
+                Ok(format!(
+                    "created snapshot `{name}` of `{}`",
+                    self.vols[of as usize].as_ref().expect("live").entry.name
+                ))
+            }
+            ["delete", name] => {
+                let slot = self.slot_named(name)?;
+                if slot == 0 {
+                    return Err(
+                        "pool: the origin cannot be deleted (delete the pool's device instead)".into()
+                    );
+                }
+                self.structural = Some(Structural::Delete { slot });
+                self.run_structural();
+                Ok(format!("deleted `{name}`"))
+            }
+            ["merge", name] => {
+                let slot = self.slot_named(name)?;
+                if slot == 0 {
+                    return Err("pool: merge takes a snapshot; the origin is what it rolls back".into());
+                }
+                self.structural = Some(Structural::Merge { slot });
+                self.run_structural();
+                Ok(format!(
+                    "merged `{name}` into the origin (the origin now holds its contents; `{name}` is gone)"
+                ))
+            }
+            _ => Err(usage.into()),
+        }
+    }
+
+    fn list(&self) -> String {
+        let vb = self.cfg.volume_bytes();
+        let mut out = Vec::new();
+        for v in self.vols.iter().flatten() {
+            let parent = v
+                .entry
+                .parent
+                .and_then(|p| self.vols[p as usize].as_ref())
+                .map_or("-".to_string(), |p| p.entry.name.clone());
+            out.push(format!(
+                "{} slot={} offset_bytes={} size_bytes={} parent={} mode={} allocated_bytes={}",
+                v.entry.name,
+                v.entry.slot,
+                u64::from(v.entry.slot) * vb,
+                vb,
+                parent,
+                if v.entry.read_only { "ro" } else { "rw" },
+                v.map.mapped_blocks() * self.cfg.chunk_bytes
+            ));
+        }
+        out.join("\n")
+    }
+
+    /// Applies the pending snapshot operation once nothing is in flight.
+    fn run_structural(&mut self) {
+        if self.structural.is_none() || !self.jobs.is_empty() {
+            return;
+        }
+        match self.structural.take().expect("checked") {
+            Structural::Create { name, of, read_only } => {
+                let slot = self.vols.iter().position(Option::is_none).expect("checked free") as u32;
+                let map = self.vols[of as usize].as_ref().expect("live").map.clone();
+                for e in map.iter() {
+                    for p in e.value..e.value + e.length {
+                        self.refs[p as usize] += 1;
+                    }
+                }
+                self.vols[slot as usize] =
+                    Some(Volume { entry: VolumeEntry { slot, name, parent: Some(of), read_only }, map });
+            }
+            Structural::Delete { slot } => self.drop_volume(slot),
+            Structural::Merge { slot } => {
+                let map = self.vols[slot as usize].as_ref().expect("live").map.clone();
+                for e in map.iter() {
+                    for p in e.value..e.value + e.length {
+                        self.refs[p as usize] += 1;
+                    }
+                }
+                let old = std::mem::replace(&mut self.vols[0].as_mut().expect("origin").map, map);
+                for e in old.iter() {
+                    for p in e.value..e.value + e.length {
+                        self.unshare(p);
+                    }
+                }
+                self.drop_volume(slot);
+            }
+        }
+        self.want_checkpoint = true;
+        self.defrag_pending |= self.cfg.defrag;
+        self.maybe_commit();
+    }
+
+    fn drop_volume(&mut self, slot: u32) {
+        let vol = self.vols[slot as usize].take().expect("live");
+        for e in vol.map.iter() {
+            for p in e.value..e.value + e.length {
+                self.unshare(p);
+            }
+        }
+        for v in self.vols.iter_mut().flatten() {
+            if v.entry.parent == Some(slot) {
+                v.entry.parent = vol.entry.parent;
+            }
+        }
+    }
+
+    // ---- defragmentation ----
+
+    /// The next chunk worth moving: `(lc, from, to)`, scanning at most a
+    /// bounded number of chunks from the cursor.
+    fn defrag_candidate(&mut self) -> Option<(u64, u64, u64)> {
+        let slots = self.cfg.volumes_max as u32;
+        let n = self.cfg.volume_chunks;
+        let mut budget = 4096u64;
+        let (mut s, mut lc) = self.defrag_cursor;
+        let mut wrapped = false;
+        while budget > 0 {
+            if lc >= n {
+                lc = 0;
+                s += 1;
+                if s >= slots {
+                    if wrapped {
+                        break;
+                    }
+                    s = 0;
+                    wrapped = true;
+                }
+            }
+            let Some(vol) = self.vols[s as usize].as_ref() else {
+                lc = n;
+                continue;
+            };
+            let Some(e) = vol.map.overlapping(lc, n - lc).into_iter().next() else {
+                lc = n;
+                continue;
+            };
+            for i in 0..e.length.min(budget) {
+                let (l, p) = (e.start + i, e.value + i);
+                budget -= 1;
+                if self.locked.contains(&l) || self.held.contains_key(&p) {
+                    continue;
+                }
+                let target = if s == 0 { self.place.home(l) } else { self.origin_ref(l) };
+                let d = p.abs_diff(target);
+                if d <= 1 || (s == 0 && !self.free.is_free(target, 1)) {
+                    continue;
+                }
+                if let Some(q) = self.free.nearest_unit(target, 0, self.cfg.data_chunks) {
+                    if q.abs_diff(target) + 1 < d && (s != 0 || q == target) {
+                        self.defrag_cursor = (s, l + 1);
+                        return Some((l, p, q));
+                    }
+                }
+            }
+            lc = e.start + e.length;
+            if budget == 0 {
+                self.defrag_cursor = (s, lc);
+                return None;
+            }
+        }
+        self.defrag_pending = false;
+        self.defrag_cursor = (0, 0);
+        None
+    }
+
+    fn status_counters(&self) -> Vec<(String, u64)> {
+        let k = &self.counters;
+        let c = self.cfg.chunk_bytes;
+        let allocated = self.cfg.data_chunks - self.free.free_units();
+        let shared = self.refs.iter().filter(|&&r| r > 1).count() as u64;
+        let extents = self.extents_count();
+        let metadata_bytes = (1 + extents.div_ceil(config::EXTENTS_PER_BLOCK)) * META_BLOCK_BYTES;
+        let mut v = vec![
+            ("volumes_count".to_string(), self.vols.iter().flatten().count() as u64),
+            ("data_bytes".into(), self.cfg.data_chunks * c),
+            ("data_allocated_bytes".into(), allocated * c),
+            ("data_free_bytes".into(), self.free.free_units() * c),
+            ("metadata_area_bytes".into(), self.cfg.data_start_bytes),
+            ("metadata_checkpoint_bytes".into(), metadata_bytes),
+            ("metadata_extents_count".into(), extents),
+            ("metadata_extents_max".into(), self.cfg.extents_max()),
+            (
+                "metadata_bytes_per_chunk_milli".into(),
+                (extents * config::EXTENT_RECORD_BYTES * 1000).checked_div(allocated).unwrap_or(0),
+            ),
+            ("chunks_copied_count".into(), k.chunks_copied),
+            ("copy_read_bytes".into(), k.copy_read_bytes),
+            ("copy_written_bytes".into(), k.copy_written_bytes),
+            ("chunks_shared_count".into(), shared),
+            ("snapshot_private_chunks_count".into(), k.private_chunks),
+            ("full_overwrite_read_skipped_count".into(), k.full_overwrite_read_skipped),
+            ("chunks_allocated_count".into(), k.allocated_chunks),
+            (
+                "copy_distance_mean_chunks_milli".into(),
+                (k.copy_distance_sum * 1000).checked_div(k.copies_placed).unwrap_or(0),
+            ),
+            ("defrag_moves_count".into(), k.defrag_moves),
+            ("commits_count".into(), k.commits),
+            ("checkpoints_count".into(), k.checkpoints),
+            ("journal_blocks_written_count".into(), k.journal_blocks),
+            ("nospace_count".into(), k.nospace),
+            ("reads_count".into(), k.reads),
+            ("writes_count".into(), k.writes),
+        ];
+        for vol in self.vols.iter().flatten() {
+            v.push((format!("volume_{}_allocated_bytes", vol.entry.name), vol.map.mapped_blocks() * c));
+        }
+        v
+    }
+
+    fn pump(&mut self) {
+        self.admit();
+        self.run_structural();
+        self.admit();
+        self.maybe_commit();
+    }
+}
+
+impl Target for Pool {
+    fn name(&self) -> &'static str {
+        "pool"
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.cfg.volumes_max * self.cfg.volume_bytes()
+    }
+
+    fn handle_request(&mut self, _now: Instant, req: Request) {
+        self.waiting.push_back(req);
+        self.pump();
+    }
+
+    fn handle_completion(&mut self, _now: Instant, c: Completion) {
+        let owner = self.owners.remove(&c.id.0).expect("completion of a request the pool sent");
+        match owner {
+            Owner::Bring(at) => {
+                if let Err(e) = c.result {
+                    self.phase =
+                        Phase::Failed(format!("pool: metadata I/O failed below during bring-up: {e}"));
+                } else if let Some(d) = c.data {
+                    self.bring_reads.insert(at, d);
+                }
+                self.bring_left -= 1;
+                if self.bring_left == 0 && !matches!(self.phase, Phase::Failed(_)) {
+                    self.bring_done();
+                }
+            }
+            Owner::Commit => self.commit_io_done(c.result),
+            Owner::Job(jid) => {
+                if let Err(e) = c.result {
+                    return self.end_job(jid, Err(e));
+                }
+                let job = self.jobs.get_mut(&jid).expect("live job");
+                match job.steps.front() {
+                    // A buffer read feeds the patch / write that follow.
+                    Some(Step::Patch | Step::WriteBuf { .. }) if job.buf.is_none() && c.data.is_some() => {
+                        job.buf = c.data.map(|d| d.to_vec());
+                    }
+                    _ if c.data.is_some() => job.read = c.data,
+                    _ => {}
+                }
+                self.run_job(jid);
+            }
+        }
+        self.pump();
+    }
+
+    fn poll_lower(&mut self) -> Option<Request> {
+        self.lower_q.pop_front()
+    }
+
+    fn poll_upper(&mut self) -> Option<Completion> {
+        self.upper_q.pop_front()
+    }
+
+    fn is_ready(&self) -> bool {
+        self.serving()
+    }
+
+    fn status(&self) -> Status {
+        let mut config = vec![
+            ("chunk_size".to_string(), self.cfg.chunk_bytes.to_string()),
+            ("volume_size".into(), self.cfg.volume_bytes().to_string()),
+            ("volumes_max".into(), self.cfg.volumes_max.to_string()),
+            ("placement".into(), self.place.name().to_string()),
+            ("defrag".into(), self.cfg.defrag.to_string()),
+            ("journal_blocks".into(), self.cfg.journal_blocks.to_string()),
+        ];
+        if self.cfg.placement == PlacementKind::Sliced {
+            config.push(("slices".into(), self.cfg.slices.to_string()));
+        }
+        config.extend(self.place.config());
+        if let Phase::Failed(e) = &self.phase {
+            config.push(("error".into(), e.clone()));
+        }
+        Status { target: "pool".into(), config, counters: self.status_counters() }
+    }
+
+    fn message(&mut self, _now: Instant, msg: &str) -> Result<String, String> {
+        let words: Vec<&str> = msg.split_whitespace().collect();
+        match words.as_slice() {
+            ["snapshot", rest @ ..] => {
+                let r = self.snapshot_message(rest);
+                self.pump();
+                r
+            }
+            _ => Err(format!("pool: unknown message `{msg}` (snapshot create|delete|merge|list)")),
+        }
+    }
+
+    fn background_offer(&self, _now: Instant) -> Option<layoutd_core::background::Offer> {
+        use layoutd_core::background::{JobClass, Offer};
+        (self.cfg.defrag && self.defrag_pending && self.serving() && self.structural.is_none())
+            .then_some(Offer { class: JobClass::Reorganisation })
+    }
+
+    fn background_step(&mut self, _now: Instant) -> Option<u64> {
+        let (lc, p, q) = self.defrag_candidate()?;
+        self.free.take(q, 1);
+        self.locked.insert(lc);
+        let jid = self.new_job(Job {
+            upper: None,
+            within: 0,
+            slot: 0,
+            lc,
+            coff: 0,
+            len: self.cfg.chunk_bytes,
+            op: Op::Write,
+            data: None,
+            steps: VecDeque::from([
+                Step::ReadBuf { p },
+                Step::WriteBuf { q },
+                Step::Apply(Change::Move { lc, p, q }),
+            ]),
+            buf: None,
+            taken: Some(q),
+            read: None,
+        });
+        self.run_job(jid);
+        Some(2 * self.cfg.chunk_bytes)
+    }
+
+    fn is_drained(&self) -> bool {
+        self.jobs.is_empty() && self.commit.is_none() && self.batch.is_empty() && self.structural.is_none()
+    }
+}
