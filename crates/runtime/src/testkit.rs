@@ -35,17 +35,22 @@ pub struct OpSpec {
     pub stream: u32,
 }
 
+/// A random op: 40% writes, 35% reads, 10% flushes, 8% trims, 7% write-zeroes.
+pub(crate) fn random_op(rng: &mut ChaCha8Rng) -> Op {
+    match rng.gen_range(0..100) {
+        0..=39 => Op::Write,
+        40..=74 => Op::Read,
+        75..=84 => Op::Flush,
+        85..=92 => Op::Trim,
+        _ => Op::WriteZeroes,
+    }
+}
+
 /// A proptest-free generator: `count` ops over a volume of `sectors_total`.
 pub fn random_ops(rng: &mut ChaCha8Rng, count: usize, sectors_total: u64, sectors_max: u32) -> Vec<OpSpec> {
     (0..count)
         .map(|_| {
-            let op = match rng.gen_range(0..100) {
-                0..=39 => Op::Write,
-                40..=74 => Op::Read,
-                75..=84 => Op::Flush,
-                85..=92 => Op::Trim,
-                _ => Op::WriteZeroes,
-            };
+            let op = random_op(rng);
             // Mostly small, sometimes large requests.
             let sectors = if rng.gen_bool(0.1) {
                 rng.gen_range(1..=sectors_max)

@@ -22,7 +22,8 @@
 
 use crate::det::{Harness, Timing, ZeroLatency};
 use crate::testkit::{
-    bring_up, cut_points, sector_tag, tagged_sector, upper_timeline, MakeStack, MARK_COMPLETE, MARK_SUBMIT,
+    bring_up, cut_points, random_op, sector_tag, tagged_sector, upper_timeline, MakeStack, MARK_COMPLETE,
+    MARK_SUBMIT,
 };
 use bytes::Bytes;
 use layoutd_core::{IoError, Op, OpenMode, ReqId, Request, StreamId, Target, SECTOR_BYTES};
@@ -221,13 +222,7 @@ pub fn run_volumes<T: Timing>(
         // An op on a random volume.
         let live: Vec<usize> = (0..slots).filter(|&s| model[s].is_some()).collect();
         let slot = live[rng.gen_range(0..live.len())];
-        let op = match rng.gen_range(0..100) {
-            0..=39 => Op::Write,
-            40..=74 => Op::Read,
-            75..=84 => Op::Flush,
-            85..=92 => Op::Trim,
-            _ => Op::WriteZeroes,
-        };
+        let op = random_op(&mut rng);
         let op = if op.is_modify() && model[slot].as_ref().expect("live").read_only { Op::Read } else { op };
         if op == Op::Read && !reads {
             continue;

@@ -2,10 +2,15 @@
 //! written, deleted and merged at random points; crash cuts checking every
 //! volume; copy-on-write sharing, placement, thin allocation, bad input.
 
-use layoutd_core::{Completion, Instant, Op, Request, Stack, Status, Target};
-use layoutd_runtime::testkit::stack_from_toml;
-use layoutd_runtime::testkit_volumes::{volumes_crash_check, volumes_oracle_check, Workload};
+use layoutd_core::{Completion, Instant, IoError, Op, OpenMode, ReqId, Request, Stack, Status, Target};
+use layoutd_disk::{BlockDevice, MemDevice};
+use layoutd_runtime::det::{Harness, ZeroLatency};
+use layoutd_runtime::testkit::{bring_up, stack_from_toml};
+use layoutd_runtime::testkit_volumes::{
+    list_volumes, message, volumes_crash_check, volumes_oracle_check, Workload,
+};
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 const DEVICE_BYTES: u64 = 2 << 20;
 
@@ -139,4 +144,295 @@ fn the_volume_crash_check_catches_metadata_durable_before_its_copies() {
             40,
         );
     }
+}
+
+// ---- deterministic cases ----
+
+const CHUNK: usize = 8 << 10;
+
+fn harness(c: &str, device: u64) -> (Harness, Arc<MemDevice>) {
+    let dev = Arc::new(MemDevice::new(device));
+    let mut h =
+        Harness::new(stack_from_toml(c, device, OpenMode::Format), dev.clone(), ZeroLatency::reordering(), 1);
+    bring_up(&mut h);
+    (h, dev)
+}
+
+fn reopen(c: &str, dev: &Arc<MemDevice>) -> Harness {
+    let copy = Arc::new(MemDevice::new(dev.size_bytes()));
+    dev.copy_to(&copy).expect("copy");
+    let stack = stack_from_toml(c, dev.size_bytes(), OpenMode::Open { clean: false, accept_loss: false });
+    Harness::new(stack, copy, ZeroLatency::default(), 2)
+}
+
+fn counter(h: &Harness, name: &str) -> u64 {
+    let st = h.stack.status();
+    st.counters.iter().find(|(k, _)| k == name).unwrap_or_else(|| panic!("no counter {name} in {st}")).1
+}
+
+fn volume_offset(h: &mut Harness, name: &str) -> u64 {
+    let now = h.now;
+    let (table, size) = list_volumes(&mut *h.stack, now);
+    let slot = table.iter().find(|(_, n, _)| n == name).unwrap_or_else(|| panic!("no volume {name}")).0;
+    slot as u64 * size
+}
+
+fn read(h: &mut Harness, at: u64, len: usize) -> Vec<u8> {
+    let c = h.read(at, len as u32);
+    assert_eq!(c.result, Ok(()));
+    c.data.expect("data").to_vec()
+}
+
+fn ok(h: &mut Harness, msg: &str) -> String {
+    message(h, msg).unwrap_or_else(|e| panic!("{msg}: {e}"))
+}
+
+#[test]
+fn one_copy_serves_every_snapshot_and_the_origin_stays_in_place() {
+    let c = cfg("contiguous", "");
+    let (mut h, _) = harness(&c, DEVICE_BYTES);
+    assert_eq!(h.write(0, vec![0xA1; CHUNK]).result, Ok(()));
+    for s in ["s1", "s2", "s3"] {
+        ok(&mut h, &format!("snapshot create {s}"));
+    }
+    assert_eq!(counter(&h, "chunks_shared_count"), 1, "four volumes, one data chunk");
+    let allocated = counter(&h, "data_allocated_bytes");
+    assert_eq!(h.write(512, vec![0xB2; 512]).result, Ok(()));
+    assert_eq!(counter(&h, "chunks_copied_count"), 1, "one copy for the three snapshots");
+    assert_eq!(counter(&h, "data_allocated_bytes"), allocated + CHUNK as u64);
+    assert_eq!(h.write(4096, vec![0xC3; 512]).result, Ok(()));
+    assert_eq!(counter(&h, "chunks_copied_count"), 1, "the chunk is the origin's alone now");
+    for s in ["s1", "s2", "s3"] {
+        let at = volume_offset(&mut h, s);
+        assert_eq!(read(&mut h, at, CHUNK), vec![0xA1; CHUNK], "{s} keeps the old chunk");
+    }
+    let o = read(&mut h, 0, CHUNK);
+    assert_eq!(
+        (&o[..512], &o[512..1024], &o[4096..4608]),
+        (&[0xA1; 512][..], &[0xB2; 512][..], &[0xC3; 512][..])
+    );
+    // A snapshot of a snapshot shares with it; writing the child copies for it alone.
+    ok(&mut h, "snapshot delete s3");
+    ok(&mut h, "snapshot create s4 of s1");
+    let s4 = volume_offset(&mut h, "s4");
+    assert_eq!(h.write(s4, vec![0xD4; 512]).result, Ok(()));
+    let s1 = volume_offset(&mut h, "s1");
+    assert_eq!(read(&mut h, s1, 512), vec![0xA1; 512]);
+    assert_eq!(read(&mut h, s4, 1024)[..512], [0xD4; 512]);
+    assert_eq!(read(&mut h, s4, 1024)[512..], [0xA1; 512]);
+}
+
+#[test]
+fn a_full_chunk_overwrite_skips_the_read_only_when_no_snapshot_needs_it() {
+    let c = cfg("nearest", "defrag = false\n");
+    let (mut h, _) = harness(&c, DEVICE_BYTES);
+    assert_eq!(h.write(0, vec![1; 2 * CHUNK]).result, Ok(()));
+    ok(&mut h, "snapshot create s1");
+    // The origin overwrites a whole shared chunk: the snapshot needs the old data.
+    assert_eq!(h.write(0, vec![2; CHUNK]).result, Ok(()));
+    assert_eq!(counter(&h, "copy_read_bytes"), CHUNK as u64, "the old chunk was read for the copy");
+    // The snapshot overwrites a whole shared chunk: nobody needs a copy.
+    let s1 = volume_offset(&mut h, "s1");
+    assert_eq!(h.write(s1 + CHUNK as u64, vec![3; CHUNK]).result, Ok(()));
+    assert_eq!(counter(&h, "copy_read_bytes"), CHUNK as u64, "no read for the snapshot's full overwrite");
+    assert_eq!(counter(&h, "full_overwrite_read_skipped_count"), 1);
+    assert_eq!(read(&mut h, CHUNK as u64, CHUNK), vec![1; CHUNK], "the origin keeps its chunk");
+    assert_eq!(read(&mut h, s1, 2 * CHUNK), [vec![1; CHUNK], vec![3; CHUNK]].concat());
+    // A partial snapshot write does read (read-modify-write of its own copy).
+    ok(&mut h, "snapshot create s2");
+    let s2 = volume_offset(&mut h, "s2");
+    assert_eq!(h.write(s2, vec![4; 512]).result, Ok(()));
+    assert_eq!(counter(&h, "copy_read_bytes"), 2 * CHUNK as u64);
+}
+
+#[test]
+fn merge_rolls_the_origin_back_and_delete_frees_what_only_the_snapshot_held() {
+    let c = cfg("sliced", "slices = 6\n");
+    let (mut h, dev) = harness(&c, DEVICE_BYTES);
+    assert_eq!(h.write(0, vec![5; 3 * CHUNK]).result, Ok(()));
+    ok(&mut h, "snapshot create keep");
+    ok(&mut h, "snapshot create scratch ro");
+    assert_eq!(h.write(0, vec![6; 3 * CHUNK]).result, Ok(()));
+    let scratch = volume_offset(&mut h, "scratch");
+    assert_eq!(h.write(scratch, vec![1; 512]).result, Err(IoError::Invalid), "read-only");
+    let before = counter(&h, "data_allocated_bytes");
+    ok(&mut h, "snapshot delete scratch");
+    assert_eq!(h.flush().result, Ok(()));
+    assert_eq!(counter(&h, "data_allocated_bytes"), before, "the copies are still keep's");
+    ok(&mut h, "snapshot merge keep");
+    assert_eq!(h.flush().result, Ok(()));
+    assert_eq!(read(&mut h, 0, 3 * CHUNK), vec![5; 3 * CHUNK], "rolled back");
+    assert_eq!(counter(&h, "volumes_count"), 1);
+    assert_eq!(counter(&h, "data_allocated_bytes"), 3 * CHUNK as u64, "the origin's newer chunks are free");
+    // And it all survives a reopen.
+    h.settle();
+    let mut h2 = reopen(&c, &dev);
+    bring_up(&mut h2);
+    assert_eq!(read(&mut h2, 0, 3 * CHUNK), vec![5; 3 * CHUNK]);
+    assert_eq!(counter(&h2, "volumes_count"), 1);
+}
+
+#[test]
+fn bad_snapshot_commands_say_why_in_one_line_and_change_nothing() {
+    let c = cfg("nearest", "");
+    let (mut h, _) = harness(&c, DEVICE_BYTES);
+    assert_eq!(h.write(0, vec![9; CHUNK]).result, Ok(()));
+    ok(&mut h, "snapshot create a");
+    let cases = [
+        ("snapshot create b of nosuch", "no volume named `nosuch`"),
+        ("snapshot create a", "exists already"),
+        ("snapshot create origin", "exists already"),
+        ("snapshot delete origin", "origin cannot be deleted"),
+        ("snapshot delete nosuch", "no volume named"),
+        ("snapshot merge origin", "merge takes a snapshot"),
+        ("snapshot create bad/name", "bad snapshot name"),
+        ("snapshot create x of", "usage"),
+        ("snapshot frobnicate", "usage"),
+    ];
+    for (msg, want) in cases {
+        let e = message(&mut h, msg).expect_err(msg);
+        assert!(e.contains(want) && !e.contains('\n'), "{msg}: {e}");
+    }
+    ok(&mut h, "snapshot create b");
+    ok(&mut h, "snapshot create c");
+    let e = message(&mut h, "snapshot create d").expect_err("full");
+    assert!(e.contains("volume slots are in use"), "{e}");
+    let now = h.now;
+    let (table, _) = list_volumes(&mut *h.stack, now);
+    assert_eq!(table.iter().map(|t| t.1.as_str()).collect::<Vec<_>>(), ["origin", "a", "b", "c"]);
+    assert_eq!(read(&mut h, 0, CHUNK), vec![9; CHUNK]);
+}
+
+#[test]
+fn a_full_pool_fails_only_the_write_that_needs_space_with_enospc() {
+    // Volumes of 2 MiB over a pool of well under 2 MiB of data: overcommitted.
+    let c = "version = 1\n[[layer]]\ntarget = \"pool\"\nchunk_size = \"8K\"\nvolume_size = \"2M\"\nvolumes_max = 2\n\
+             journal_blocks = 8\n";
+    let (mut h, _) = harness(c, DEVICE_BYTES);
+    let data = counter(&h, "data_bytes");
+    let mut written = 0u64;
+    let err = loop {
+        let r = h.write(written, vec![7; CHUNK]).result;
+        if r.is_err() {
+            break r;
+        }
+        written += CHUNK as u64;
+    };
+    assert_eq!(err, Err(IoError::NoSpace));
+    assert_eq!(written, data, "every data chunk was used first");
+    assert_eq!(h.write(0, vec![8; CHUNK]).result, Ok(()), "an allocated chunk is still writable");
+    assert_eq!(h.flush().result, Ok(()));
+    assert_eq!(read(&mut h, 0, CHUNK), vec![8; CHUNK]);
+    assert_eq!(read(&mut h, written + CHUNK as u64, 512), vec![0; 512], "unallocated reads zeroes");
+    // A snapshot pins everything: the origin's next write needs a copy: ENOSPC, data intact.
+    ok(&mut h, "snapshot create s");
+    assert_eq!(h.write(CHUNK as u64, vec![1; 512]).result, Err(IoError::NoSpace));
+    assert_eq!(read(&mut h, CHUNK as u64, 512), vec![7; 512]);
+    ok(&mut h, "snapshot delete s");
+    // Trimming frees space (once durable) for the next write.
+    let trim = h.call(Request::new(ReqId(0), Op::Trim, 0, 4 * CHUNK as u32));
+    assert_eq!(trim.result, Ok(()));
+    assert_eq!(h.write(written, vec![3; CHUNK]).result, Ok(()), "space freed by the trim");
+    assert_eq!(read(&mut h, 0, 512), vec![0; 512]);
+    assert!(counter(&h, "nospace_count") >= 2);
+}
+
+#[test]
+fn damaged_metadata_is_refused_naming_the_offset_and_nothing_is_changed() {
+    let c = cfg("nearest", "defrag = false\n");
+    let (mut h, dev) = harness(&c, DEVICE_BYTES);
+    assert_eq!(h.write(0, vec![1; 4 * CHUNK]).result, Ok(()));
+    ok(&mut h, "snapshot create s");
+    // Two commits after the checkpoint: two journal blocks.
+    assert_eq!(h.write(0, vec![2; CHUNK]).result, Ok(()));
+    assert_eq!(h.flush().result, Ok(()));
+    assert_eq!(h.write(CHUNK as u64, vec![2; CHUNK]).result, Ok(()));
+    assert_eq!(h.flush().result, Ok(()));
+    h.settle();
+    let seq = counter(&h, "journal_next_seq");
+    assert!(seq >= counter(&h, "journal_start_seq") + 2);
+    let open_err = |dev: &Arc<MemDevice>| {
+        let mut h = reopen(&c, dev);
+        h.bring_up().err()
+    };
+    assert_eq!(open_err(&dev), None);
+    let flip = |dev: &Arc<MemDevice>, at: u64| {
+        let mut b = [0u8; 1];
+        dev.read_at(&mut b, at).unwrap();
+        b[0] ^= 0x40;
+        dev.write_at(&b, at).unwrap();
+    };
+    // The newest checkpoint's body damaged: the older copy and the journal
+    // after it still give the same volumes, or the open is refused; never
+    // wrong data.
+    // A journal block past a damaged one: refused, naming the block's offset.
+    let damaged = journal_at(&h) + ((seq - 2) % 8) * 4096 + 100;
+    flip(&dev, damaged);
+    let e = open_err(&dev).expect("refused");
+    assert!(e.contains("lower offset") && e.contains("refusing to open"), "{e}");
+    flip(&dev, damaged);
+    assert_eq!(open_err(&dev), None, "restored, it opens: nothing was changed");
+    // Both checkpoint headers damaged: refused, naming both offsets.
+    flip(&dev, 40);
+    let second = checkpoint_copy_bytes(&h);
+    flip(&dev, second + 40);
+    let e = open_err(&dev).expect("refused");
+    assert!(e.contains("lower offset 0") && e.contains(&format!("lower offset {second}")), "{e}");
+    flip(&dev, 40);
+    flip(&dev, second + 40);
+    let mut h2 = reopen(&c, &dev);
+    bring_up(&mut h2);
+    let s = volume_offset(&mut h2, "s");
+    assert_eq!(read(&mut h2, s, CHUNK), vec![1; CHUNK]);
+    assert_eq!(read(&mut h2, 0, 2 * CHUNK), vec![2; 2 * CHUNK]);
+}
+
+fn checkpoint_copy_bytes(h: &Harness) -> u64 {
+    counter(h, "metadata_checkpoint_copy_bytes")
+}
+
+fn journal_at(h: &Harness) -> u64 {
+    2 * checkpoint_copy_bytes(h)
+}
+
+#[test]
+fn copies_land_nearer_their_origin_with_each_policy_and_defrag_moves_them_closer() {
+    let workload = |c: &str| {
+        let (mut h, _) = harness(c, DEVICE_BYTES);
+        assert_eq!(h.write(0, vec![1; 48 * CHUNK]).result, Ok(()));
+        ok(&mut h, "snapshot create s");
+        for i in (0..48u64).step_by(3) {
+            assert_eq!(h.write(i * CHUNK as u64, vec![2; 512]).result, Ok(()));
+        }
+        h.settle();
+        (counter(&h, "copy_distance_mean_chunks_milli"), h)
+    };
+    let (contiguous, _) = workload(&cfg("contiguous", ""));
+    let (sliced, _) = workload(&cfg("sliced", "slices = 6\n"));
+    let (nearest, _) = workload(&cfg("nearest", "defrag = false\n"));
+    eprintln!("mean copy distance (chunks x1000): contiguous {contiguous} sliced {sliced} nearest {nearest}");
+    assert!(contiguous > sliced && sliced > nearest, "{contiguous} {sliced} {nearest}");
+    // Defrag: with the space near the origin taken by a scratch snapshot's
+    // chunks, copies go far; deleting it frees that space and the idle-time
+    // defragmenter moves the copies back next to their origin.
+    // The origin dense (no space kept out of its layout).
+    let c = "version = 1\n[[layer]]\ntarget = \"pool\"\nchunk_size = \"8K\"\ncopy_share_percent = 0\n\
+             volumes_max = 4\njournal_blocks = 8\nplacement = \"nearest\"\n";
+    let (mut h, _) = harness(c, DEVICE_BYTES);
+    assert_eq!(h.write(0, vec![1; 48 * CHUNK]).result, Ok(()));
+    ok(&mut h, "snapshot create scratch");
+    let scratch = volume_offset(&mut h, "scratch");
+    for i in 0..48u64 {
+        assert_eq!(h.write(scratch + i * CHUNK as u64, vec![3; CHUNK]).result, Ok(()));
+    }
+    ok(&mut h, "snapshot create s");
+    for i in 0..48u64 {
+        assert_eq!(h.write(i * CHUNK as u64, vec![2; 512]).result, Ok(()));
+    }
+    ok(&mut h, "snapshot delete scratch");
+    assert_eq!(h.flush().result, Ok(()));
+    h.settle();
+    assert!(counter(&h, "defrag_moves_count") > 0, "{}", h.stack.status());
+    let s = volume_offset(&mut h, "s");
+    assert_eq!(read(&mut h, s, 48 * CHUNK), vec![1; 48 * CHUNK], "moves keep the contents");
 }

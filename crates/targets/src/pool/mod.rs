@@ -1030,6 +1030,8 @@ impl Pool {
         self.held.retain(|_, b| *b > no);
         let (ready, later): (Vec<_>, Vec<_>) = self.frees.drain(..).partition(|&(b, _)| b <= no);
         self.frees = later;
+        // Freed space may let the defragmenter move copies nearer.
+        self.defrag_pending |= self.cfg.defrag && !ready.is_empty();
         for (_, p) in ready {
             self.free.release(p, 1);
         }
@@ -1274,6 +1276,7 @@ impl Pool {
             ("data_allocated_bytes".into(), allocated * c),
             ("data_free_bytes".into(), self.free.free_units() * c),
             ("metadata_area_bytes".into(), self.cfg.data_start_bytes),
+            ("metadata_checkpoint_copy_bytes".into(), self.cfg.checkpoint_copy_bytes()),
             ("metadata_checkpoint_bytes".into(), metadata_bytes),
             ("metadata_extents_count".into(), extents),
             ("metadata_extents_max".into(), self.cfg.extents_max()),
@@ -1296,6 +1299,8 @@ impl Pool {
             ("commits_count".into(), k.commits),
             ("checkpoints_count".into(), k.checkpoints),
             ("journal_blocks_written_count".into(), k.journal_blocks),
+            ("journal_start_seq".into(), self.journal_start),
+            ("journal_next_seq".into(), self.journal_seq),
             ("nospace_count".into(), k.nospace),
             ("reads_count".into(), k.reads),
             ("writes_count".into(), k.writes),
