@@ -276,10 +276,11 @@ impl Dcd {
             job.failed = true;
             return;
         }
-        for loc in self.lookup.remove_if_many(&sectors) {
-            self.invalidate(loc, None);
-            self.counters.destaged_bytes += S;
-        }
+        let (segs, counters) = (&mut self.segs, &mut self.counters);
+        self.lookup.remove_if_many(&sectors, |loc| {
+            super::invalidate(segs, loc, None);
+            counters.destaged_bytes += S;
+        });
     }
 
     fn maybe_finish_job(&mut self) {

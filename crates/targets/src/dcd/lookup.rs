@@ -119,12 +119,17 @@ impl Lookup {
     /// Whether any of `count` sectors from `start` is mapped (one probe per
     /// line, nothing allocated: the read path's common case).
     pub fn any_mapped(&self, start: u64, count: u64) -> bool {
+        self.any_sector(start, count, |line, i| line.locs[i] != 0)
+    }
+
+    /// Whether `pred(line, index)` holds for any sector of `[start, start + count)`.
+    fn any_sector(&self, start: u64, count: u64, pred: impl Fn(&Line, usize) -> bool) -> bool {
         let Some(end) = start.checked_add(count).filter(|_| count > 0) else { return false };
         line_keys(&self.lines, start / LINE_SECTORS, (end - 1) / LINE_SECTORS).any(|key| {
             let Some(line) = self.lines.get(&key) else { return false };
             (0..LINE_SECTORS).any(|i| {
                 let s = key * LINE_SECTORS + i;
-                s >= start && s < end && line.locs[i as usize] != 0
+                s >= start && s < end && pred(line, i as usize)
             })
         })
     }
@@ -181,9 +186,9 @@ impl Lookup {
 
     /// Unmaps each `(sector, loc)` of `items` (sorted by sector) whose
     /// sector still points at `loc`, one map lookup per line; returns the
-    /// locations removed.
-    pub fn remove_if_many(&mut self, items: &[(u64, Loc)]) -> Vec<Loc> {
-        let mut removed = Vec::with_capacity(items.len());
+    /// locations removed, each passed to `removed`.
+    pub fn remove_if_many(&mut self, items: &[(u64, Loc)], mut removed: impl FnMut(Loc)) {
+        let mut count = 0u64;
         let mut i = 0;
         while i < items.len() {
             let key = items[i].0 / LINE_SECTORS;
@@ -196,7 +201,8 @@ impl Lookup {
                     let v = &mut line.locs[(sector % LINE_SECTORS) as usize];
                     if Loc::unpack(*v) == Some(loc) {
                         *v = 0;
-                        removed.push(loc);
+                        count += 1;
+                        removed(loc);
                     }
                 }
                 if line.is_empty() {
@@ -205,8 +211,7 @@ impl Lookup {
             }
             i = j;
         }
-        self.mapped_count -= removed.len() as u64;
-        removed
+        self.mapped_count -= count;
     }
 
     /// Applies `f(line, index within the line, sector)` to each sector of
@@ -229,14 +234,7 @@ impl Lookup {
 
     /// Whether any sector of `[start, start + count)` is replay-visible.
     pub fn visible_in(&self, start: u64, count: u64) -> bool {
-        let Some(end) = start.checked_add(count).filter(|_| count > 0) else { return false };
-        line_keys(&self.lines, start / LINE_SECTORS, (end - 1) / LINE_SECTORS).any(|key| {
-            let Some(line) = self.lines.get(&key) else { return false };
-            (0..LINE_SECTORS).any(|i| {
-                let s = key * LINE_SECTORS + i;
-                s >= start && s < end && line.visible[i as usize] != 0
-            })
-        })
+        self.any_sector(start, count, |line, i| line.visible[i] != 0)
     }
 
     /// No sector of `[start, start + count)` is replay-visible any more (an
@@ -284,10 +282,14 @@ mod tests {
         assert_eq!(t.set(7, l(9, 0, 0)), Some(l(1, 2, 3)));
         assert_eq!(t.mapped_count(), 2);
         assert_eq!(t.get_range(6, 4), vec![None, Some(l(9, 0, 0)), Some(l(1, 2, 4)), None]);
-        assert!(t.remove_if_many(&[(7, l(1, 2, 3))]).is_empty());
+        let mut gone = Vec::new();
+        t.remove_if_many(&[(7, l(1, 2, 3))], |l| gone.push(l));
+        assert!(gone.is_empty());
         let gone = t.remove_range(0, 100, |loc| loc.seg == SegLoc(9));
         assert_eq!(gone, vec![(8, l(1, 2, 4))]);
-        assert_eq!(t.remove_if_many(&[(7, l(9, 0, 0))]), vec![l(9, 0, 0)]);
+        let mut gone = Vec::new();
+        t.remove_if_many(&[(7, l(9, 0, 0))], |l| gone.push(l));
+        assert_eq!(gone, vec![l(9, 0, 0)]);
         assert_eq!(t.mapped_count(), 0);
         assert_eq!(t.get(7), None);
     }
