@@ -457,6 +457,12 @@ impl Dcd {
                 }
                 self.read_piece_done(key, within_bytes, c.data, c.result);
             }
+            LowerOp::ReadWhole { id, pin } => {
+                if let Some(loc) = pin {
+                    self.segs[loc.0 as usize].pins -= 1;
+                }
+                self.complete_upper(Completion { id, ..c });
+            }
             LowerOp::HomeUpper { id, fua, start, count, arrival } => {
                 assert!(self.home.completed(c.id.0));
                 self.home_upper_done(Completion { id, ..c }, fua, start, count, arrival);

@@ -173,6 +173,11 @@ enum LowerOp {
         within_bytes: u32,
         pin: Option<SegLoc>,
     },
+    /// A read served by this one lower read.
+    ReadWhole {
+        id: ReqId,
+        pin: Option<SegLoc>,
+    },
     HomeUpper {
         id: ReqId,
         fua: bool,
@@ -219,6 +224,7 @@ impl LowerOp {
             LowerOp::DurableFlush { acks, .. } => acks.is_empty(),
             LowerOp::Bringup
             | LowerOp::ReadPiece { .. }
+            | LowerOp::ReadWhole { .. }
             | LowerOp::HomeUpper { .. }
             | LowerOp::MarkWrite { .. } => false,
         }

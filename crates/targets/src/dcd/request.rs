@@ -481,6 +481,14 @@ impl Dcd {
             }
         }
         let _ = now;
+        // One lower read covers it all: its completion is the answer, with
+        // no assembly kept while it is queued below.
+        if let [(0, n, src @ (Source::Home | Source::Log { .. }))] = runs[..] {
+            let (lower_offset, pin) = self.read_source(req.offset_bytes, 0, n, src);
+            let lower = Request::new(ReqId(0), Op::Read, lower_offset, req.length_bytes);
+            self.emit(LowerOp::ReadWhole { id: req.id, pin }, lower);
+            return;
+        }
         let key = self.next_read_key;
         self.next_read_key += 1;
         // No payload memory until a payload exists: in timing-only mode no
@@ -515,7 +523,16 @@ impl Dcd {
     }
 
     fn read_piece(&mut self, key: u64, offset_bytes: u64, first: u64, n: u64, src: Source) {
-        let (lower_offset, pin) = match src {
+        let (lower_offset, pin) = self.read_source(offset_bytes, first, n, src);
+        let within_bytes = (first * S) as u32;
+        let req = Request::new(ReqId(0), Op::Read, lower_offset, (n * S) as u32);
+        self.emit(LowerOp::ReadPiece { key, within_bytes, pin }, req);
+    }
+
+    /// Where `n` sectors from sector `first` of a read at `offset_bytes`
+    /// are read below, pinning their segment if in the log; counted.
+    fn read_source(&mut self, offset_bytes: u64, first: u64, n: u64, src: Source) -> (u64, Option<SegLoc>) {
+        match src {
             Source::Home => {
                 self.counters.read_data_bytes += n * S;
                 (self.args.data_offset_bytes + offset_bytes + first * S, None)
@@ -526,10 +543,7 @@ impl Dcd {
                 (offset, Some(loc))
             }
             Source::Ram { .. } => panic!("RAM runs are copied, not read"),
-        };
-        let within_bytes = (first * S) as u32;
-        let req = Request::new(ReqId(0), Op::Read, lower_offset, (n * S) as u32);
-        self.emit(LowerOp::ReadPiece { key, within_bytes, pin }, req);
+        }
     }
 
     /// One piece of a read answered (piece 0 is the request itself).
