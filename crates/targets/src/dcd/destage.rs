@@ -185,7 +185,12 @@ impl Dcd {
         }
         let seg = &self.segs[loc.0 as usize];
         let mut sectors: Vec<(u64, Loc, usize)> = Vec::with_capacity(seg.valid_sectors as usize);
-        for (i, slot) in seg.slots.iter().enumerate() {
+        // Slots in data-address order, so the sectors usually come out
+        // sorted already (the sort below then only checks).
+        let mut order: Vec<u16> = (0..seg.slots.len() as u16).collect();
+        order.sort_by_key(|&i| seg.slots[i as usize].start_sector);
+        for i in order.into_iter().map(usize::from) {
+            let slot = &seg.slots[i];
             for w in 0..slot.sector_count {
                 if slot.valid_mask & (1 << w) != 0 {
                     let at = i * self.geo.slot_bytes as usize + (u64::from(w) * S) as usize;
@@ -198,7 +203,9 @@ impl Dcd {
             }
         }
         assert_eq!(sectors.len(), seg.valid_sectors as usize);
-        sectors.sort_unstable_by_key(|s| s.0);
+        if !sectors.is_sorted_by_key(|s| s.0) {
+            sectors.sort_unstable_by_key(|s| s.0);
+        }
         let seq = seg.seq;
         let mut i = 0;
         while i < sectors.len() {
@@ -220,7 +227,7 @@ impl Dcd {
     }
 
     /// Issues a destage run, skipping sectors overwritten since it was read.
-    pub(super) fn destage_issue(&mut self, seq: Seq, sectors: Vec<(u64, Loc)>, data: Option<Bytes>) {
+    pub(super) fn destage_issue(&mut self, seq: Seq, mut sectors: Vec<(u64, Loc)>, data: Option<Bytes>) {
         let job = self.destage.job.as_mut().expect("destage runs belong to the running job");
         assert!(job.runs_left > 0 && job.seq == seq);
         job.runs_left -= 1;
@@ -232,15 +239,15 @@ impl Dcd {
             "a destage run is contiguous"
         );
         let current = self.lookup.get_range(first, sectors.len() as u64);
-        let still = |k: usize| current[k] == Some(sectors[k].1);
+        let still: Vec<bool> = current.iter().zip(&sectors).map(|(c, s)| *c == Some(s.1)).collect();
         let mut i = 0;
-        while i < sectors.len() {
-            if !still(i) {
+        while i < still.len() {
+            if !still[i] {
                 i += 1;
                 continue;
             }
             let mut j = i + 1;
-            while j < sectors.len() && still(j) {
+            while j < still.len() && still[j] {
                 j += 1;
             }
             let (a, b) = (sectors[i].0, sectors[j - 1].0 + 1);
@@ -249,7 +256,12 @@ impl Dcd {
             let mut req =
                 Request::new(ReqId(0), Op::Write, self.args.data_offset_bytes + a * S, ((b - a) * S) as u32);
             req.data = slice;
-            let id = self.emit(LowerOp::HomeDestage { seq, sectors: sectors[i..j].to_vec() }, req);
+            let piece = if i == 0 && j == sectors.len() {
+                std::mem::take(&mut sectors)
+            } else {
+                sectors[i..j].to_vec()
+            };
+            let id = self.emit(LowerOp::HomeDestage { seq, sectors: piece }, req);
             self.home.issued(id, (a, b));
             self.destage.job.as_mut().expect("running").writes_in_flight += 1;
             i = j;
@@ -264,10 +276,11 @@ impl Dcd {
             job.failed = true;
             return;
         }
-        for loc in self.lookup.remove_if_many(&sectors) {
-            self.invalidate(loc, None);
-            self.counters.destaged_bytes += S;
-        }
+        let (segs, counters) = (&mut self.segs, &mut self.counters);
+        self.lookup.remove_if_many(&sectors, |loc| {
+            super::invalidate(segs, loc, None);
+            counters.destaged_bytes += S;
+        });
     }
 
     fn maybe_finish_job(&mut self) {
@@ -443,6 +456,12 @@ impl Dcd {
                     self.segs[loc.0 as usize].pins -= 1;
                 }
                 self.read_piece_done(key, within_bytes, c.data, c.result);
+            }
+            LowerOp::ReadWhole { id, pin } => {
+                if let Some(loc) = pin {
+                    self.segs[loc.0 as usize].pins -= 1;
+                }
+                self.complete_upper(Completion { id, ..c });
             }
             LowerOp::HomeUpper { id, fua, start, count, arrival } => {
                 assert!(self.home.completed(c.id.0));

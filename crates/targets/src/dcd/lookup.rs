@@ -2,10 +2,14 @@
 //! log (segment location, slot, sector within the slot). Organised in
 //! 4 KiB lines of 8 sectors (the paper's cache lines), so an aligned 4 KiB
 //! request is one map lookup, while partial and overlapping requests are
-//! still exact per sector. A `BTreeMap` keeps iteration deterministic.
+//! still exact per sector. Lines sit in a hash map (the per-request cost
+//! is a few probes, not a tree walk); range operations visit the range's
+//! line keys in address order, or, when the range spans more lines than the
+//! table holds, the table's own keys sorted, so every walk is in address
+//! order and deterministic.
 
 use crate::seglog::{SegLoc, Seq};
-use std::collections::BTreeMap;
+use rustc_hash::FxHashMap;
 
 const LINE_SECTORS: u64 = 8;
 const PRESENT: u64 = 1 << 63;
@@ -54,8 +58,35 @@ impl Line {
 /// The table.
 #[derive(Default)]
 pub struct Lookup {
-    lines: BTreeMap<u64, Line>,
+    lines: FxHashMap<u64, Line>,
     mapped_count: u64,
+}
+
+/// The line keys of `[first, last]` that may hold a line, in order: the
+/// range itself when it is no longer than the table, else the table's keys.
+fn line_keys(lines: &FxHashMap<u64, Line>, first: u64, last: u64) -> LineKeys {
+    if last - first < lines.len() as u64 {
+        LineKeys::Range(first..=last)
+    } else {
+        let mut keys: Vec<u64> = lines.keys().copied().filter(|k| (first..=last).contains(k)).collect();
+        keys.sort_unstable();
+        LineKeys::Listed(keys.into_iter())
+    }
+}
+
+enum LineKeys {
+    Range(std::ops::RangeInclusive<u64>),
+    Listed(std::vec::IntoIter<u64>),
+}
+
+impl Iterator for LineKeys {
+    type Item = u64;
+    fn next(&mut self) -> Option<u64> {
+        match self {
+            LineKeys::Range(r) => r.next(),
+            LineKeys::Listed(k) => k.next(),
+        }
+    }
 }
 
 impl Lookup {
@@ -73,7 +104,8 @@ impl Lookup {
     /// The locations of `count` sectors from `start` (one lookup per line).
     pub fn get_range(&self, start: u64, count: u64) -> Vec<Option<Loc>> {
         let mut out = vec![None; count as usize];
-        for (&key, line) in self.lines.range(start / LINE_SECTORS..=(start + count - 1) / LINE_SECTORS) {
+        for key in line_keys(&self.lines, start / LINE_SECTORS, (start + count - 1) / LINE_SECTORS) {
+            let Some(line) = self.lines.get(&key) else { continue };
             for (i, &v) in line.locs.iter().enumerate() {
                 let s = key * LINE_SECTORS + i as u64;
                 if s >= start && s < start + count {
@@ -84,12 +116,31 @@ impl Lookup {
         out
     }
 
+    /// Whether any of `count` sectors from `start` is mapped (one probe per
+    /// line, nothing allocated: the read path's common case).
+    pub fn any_mapped(&self, start: u64, count: u64) -> bool {
+        self.any_sector(start, count, |line, i| line.locs[i] != 0)
+    }
+
+    /// Whether `pred(line, index)` holds for any sector of `[start, start + count)`.
+    fn any_sector(&self, start: u64, count: u64, pred: impl Fn(&Line, usize) -> bool) -> bool {
+        let Some(end) = start.checked_add(count).filter(|_| count > 0) else { return false };
+        line_keys(&self.lines, start / LINE_SECTORS, (end - 1) / LINE_SECTORS).any(|key| {
+            let Some(line) = self.lines.get(&key) else { return false };
+            (0..LINE_SECTORS).any(|i| {
+                let s = key * LINE_SECTORS + i;
+                s >= start && s < end && pred(line, i as usize)
+            })
+        })
+    }
+
     /// The runs `(first sector, count)` of mapped sectors among `count`
     /// sectors from `start`, in order (one lookup per line).
     pub fn mapped_runs(&self, start: u64, count: u64) -> Vec<(u64, u64)> {
         let mut out: Vec<(u64, u64)> = Vec::new();
         let Some(end) = start.checked_add(count).filter(|_| count > 0) else { return out };
-        for (&key, line) in self.lines.range(start / LINE_SECTORS..=(end - 1) / LINE_SECTORS) {
+        for key in line_keys(&self.lines, start / LINE_SECTORS, (end - 1) / LINE_SECTORS) {
+            let Some(line) = self.lines.get(&key) else { continue };
             for (i, &v) in line.locs.iter().enumerate() {
                 let s = key * LINE_SECTORS + i as u64;
                 if s < start || s >= end || Loc::unpack(v).is_none() {
@@ -135,9 +186,9 @@ impl Lookup {
 
     /// Unmaps each `(sector, loc)` of `items` (sorted by sector) whose
     /// sector still points at `loc`, one map lookup per line; returns the
-    /// locations removed.
-    pub fn remove_if_many(&mut self, items: &[(u64, Loc)]) -> Vec<Loc> {
-        let mut removed = Vec::with_capacity(items.len());
+    /// locations removed, each passed to `removed`.
+    pub fn remove_if_many(&mut self, items: &[(u64, Loc)], mut removed: impl FnMut(Loc)) {
+        let mut count = 0u64;
         let mut i = 0;
         while i < items.len() {
             let key = items[i].0 / LINE_SECTORS;
@@ -150,7 +201,8 @@ impl Lookup {
                     let v = &mut line.locs[(sector % LINE_SECTORS) as usize];
                     if Loc::unpack(*v) == Some(loc) {
                         *v = 0;
-                        removed.push(loc);
+                        count += 1;
+                        removed(loc);
                     }
                 }
                 if line.is_empty() {
@@ -159,16 +211,15 @@ impl Lookup {
             }
             i = j;
         }
-        self.mapped_count -= removed.len() as u64;
-        removed
+        self.mapped_count -= count;
     }
 
     /// Applies `f(line, index within the line, sector)` to each sector of
     /// `[start, start + count)` that has a line, dropping lines left empty.
     fn each_in_range(&mut self, start: u64, count: u64, mut f: impl FnMut(&mut Line, usize, u64)) {
         let Some(end) = start.checked_add(count).filter(|_| count > 0) else { return };
-        let mut emptied = Vec::new();
-        for (&key, line) in self.lines.range_mut(start / LINE_SECTORS..=(end - 1) / LINE_SECTORS) {
+        for key in line_keys(&self.lines, start / LINE_SECTORS, (end - 1) / LINE_SECTORS) {
+            let Some(line) = self.lines.get_mut(&key) else { continue };
             for i in 0..LINE_SECTORS {
                 let s = key * LINE_SECTORS + i;
                 if s >= start && s < end {
@@ -176,23 +227,14 @@ impl Lookup {
                 }
             }
             if line.is_empty() {
-                emptied.push(key);
+                self.lines.remove(&key);
             }
-        }
-        for key in emptied {
-            self.lines.remove(&key);
         }
     }
 
     /// Whether any sector of `[start, start + count)` is replay-visible.
     pub fn visible_in(&self, start: u64, count: u64) -> bool {
-        let Some(end) = start.checked_add(count).filter(|_| count > 0) else { return false };
-        self.lines.range(start / LINE_SECTORS..=(end - 1) / LINE_SECTORS).any(|(&key, line)| {
-            (0..LINE_SECTORS).any(|i| {
-                let s = key * LINE_SECTORS + i;
-                s >= start && s < end && line.visible[i as usize] != 0
-            })
-        })
+        self.any_sector(start, count, |line, i| line.visible[i] != 0)
     }
 
     /// No sector of `[start, start + count)` is replay-visible any more (an
@@ -240,10 +282,14 @@ mod tests {
         assert_eq!(t.set(7, l(9, 0, 0)), Some(l(1, 2, 3)));
         assert_eq!(t.mapped_count(), 2);
         assert_eq!(t.get_range(6, 4), vec![None, Some(l(9, 0, 0)), Some(l(1, 2, 4)), None]);
-        assert!(t.remove_if_many(&[(7, l(1, 2, 3))]).is_empty());
+        let mut gone = Vec::new();
+        t.remove_if_many(&[(7, l(1, 2, 3))], |l| gone.push(l));
+        assert!(gone.is_empty());
         let gone = t.remove_range(0, 100, |loc| loc.seg == SegLoc(9));
         assert_eq!(gone, vec![(8, l(1, 2, 4))]);
-        assert_eq!(t.remove_if_many(&[(7, l(9, 0, 0))]), vec![l(9, 0, 0)]);
+        let mut gone = Vec::new();
+        t.remove_if_many(&[(7, l(9, 0, 0))], |l| gone.push(l));
+        assert_eq!(gone, vec![l(9, 0, 0)]);
         assert_eq!(t.mapped_count(), 0);
         assert_eq!(t.get(7), None);
     }

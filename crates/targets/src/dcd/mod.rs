@@ -173,6 +173,11 @@ enum LowerOp {
         within_bytes: u32,
         pin: Option<SegLoc>,
     },
+    /// A read served by this one lower read.
+    ReadWhole {
+        id: ReqId,
+        pin: Option<SegLoc>,
+    },
     HomeUpper {
         id: ReqId,
         fua: bool,
@@ -219,6 +224,7 @@ impl LowerOp {
             LowerOp::DurableFlush { acks, .. } => acks.is_empty(),
             LowerOp::Bringup
             | LowerOp::ReadPiece { .. }
+            | LowerOp::ReadWhole { .. }
             | LowerOp::HomeUpper { .. }
             | LowerOp::MarkWrite { .. } => false,
         }
@@ -461,18 +467,7 @@ impl Dcd {
     /// Marks one sector of `loc` as no longer current. `superseder` is the
     /// segment whose record replaces it (None when it went home by destage).
     fn invalidate(&mut self, loc: Loc, superseder: Option<Seq>) {
-        let seg = &mut self.segs[loc.seg.0 as usize];
-        assert_ne!(seg.state, SegState::Free, "a mapped sector lives in a live segment");
-        let slot = &mut seg.slots[loc.slot as usize];
-        let bit = 1u64 << loc.within;
-        assert!(slot.valid_mask & bit != 0, "invalidating a sector that is not valid");
-        slot.valid_mask &= !bit;
-        assert!(seg.valid_sectors > 0);
-        seg.valid_sectors -= 1;
-        if let Some(s) = superseder {
-            assert!(s >= seg.seq, "a superseder is never older");
-            seg.superseded_seq_max = seg.superseded_seq_max.max(Some(s));
-        }
+        invalidate(&mut self.segs, loc, superseder);
     }
 
     /// Share of the ring between tail and head, in percent.
@@ -673,5 +668,22 @@ impl Target for Dcd {
             config,
             counters: counters.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
         }
+    }
+}
+
+/// [`Dcd::invalidate`] on the segment table alone (for callers that hold
+/// the lookup table at the same time).
+fn invalidate(segs: &mut [SegMeta], loc: Loc, superseder: Option<Seq>) {
+    let seg = &mut segs[loc.seg.0 as usize];
+    assert_ne!(seg.state, SegState::Free, "a mapped sector lives in a live segment");
+    let slot = &mut seg.slots[loc.slot as usize];
+    let bit = 1u64 << loc.within;
+    assert!(slot.valid_mask & bit != 0, "invalidating a sector that is not valid");
+    slot.valid_mask &= !bit;
+    assert!(seg.valid_sectors > 0);
+    seg.valid_sectors -= 1;
+    if let Some(s) = superseder {
+        assert!(s >= seg.seq, "a superseder is never older");
+        seg.superseded_seq_max = seg.superseded_seq_max.max(Some(s));
     }
 }
