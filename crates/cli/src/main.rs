@@ -1,6 +1,7 @@
 //! `layoutd`: format, serve, inspect and simulate layoutd volumes.
 
 mod cmd_disk;
+mod cmd_snapshot;
 use layoutd_sim::command as cmd_sim;
 mod cmd_trace;
 mod cmd_volume;
@@ -36,6 +37,8 @@ enum Cmd {
     Destage(cmd_volume::DestageArgs),
     /// Send a runtime command to a volume's targets, online (running serve) or offline.
     Message(cmd_volume::MessageArgs),
+    /// Create, list, delete or merge the snapshots of a `pool` volume, online or offline.
+    Snapshot(cmd_snapshot::SnapshotArgs),
     /// Inspect the HDD model's presets and validate it against real drives.
     #[command(subcommand)]
     Disk(cmd_disk::DiskCmd),
@@ -65,6 +68,7 @@ fn main() {
         Cmd::Inspect(a) => cmd_volume::inspect(a),
         Cmd::Destage(a) => cmd_volume::destage(a),
         Cmd::Message(a) => cmd_volume::message(a),
+        Cmd::Snapshot(a) => cmd_snapshot::run(a),
         Cmd::Disk(c) => cmd_disk::run(c),
         Cmd::Sim(a) => cmd_sim::run(*a),
         Cmd::Trace(c) => cmd_trace::run(c),

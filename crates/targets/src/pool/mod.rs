@@ -203,6 +203,8 @@ pub struct Pool {
     journal_start: u64,
     journal_seq: u64,
     structural: Option<Structural>,
+    /// The batch whose commit makes the last snapshot operation durable.
+    structural_batch: u64,
     defrag_pending: bool,
     defrag_cursor: (u32, u64),
     counters: Counters,
@@ -243,6 +245,7 @@ impl Pool {
             journal_start: 0,
             journal_seq: 0,
             structural: None,
+            structural_batch: 0,
             defrag_pending: false,
             defrag_cursor: (0, 0),
             counters: Counters::default(),
@@ -1055,12 +1058,22 @@ impl Pool {
 
     fn snapshot_message(&mut self, words: &[&str]) -> Result<String, String> {
         let usage = "pool: usage: snapshot create NAME [of VOLUME] [ro] | snapshot delete NAME | \
-                     snapshot merge NAME | snapshot list";
+                     snapshot merge NAME | snapshot list | snapshot sync";
         if !self.serving() {
             return Err("pool: not serving (bring-up failed or in progress)".into());
         }
         match words {
             ["list"] => Ok(self.list()),
+            ["sync"] => {
+                if self.structural.is_none()
+                    && !self.want_checkpoint
+                    && self.durable_no >= self.structural_batch
+                {
+                    Ok("durable".into())
+                } else {
+                    Err("pool: the last snapshot operation is not durable yet; retry".into())
+                }
+            }
             _ if self.structural.is_some() => {
                 Err("pool: a snapshot operation is in progress; retry when it is done".into())
             }
@@ -1186,6 +1199,7 @@ impl Pool {
             }
         }
         self.want_checkpoint = true;
+        self.structural_batch = self.batch_no;
         self.defrag_pending |= self.cfg.defrag;
         self.maybe_commit();
     }
