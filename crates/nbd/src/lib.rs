@@ -30,7 +30,7 @@ use layoutd_runtime::emulate::MemberEmulators;
 use layoutd_runtime::live::{LiveVolume, RecordSink};
 use layoutd_runtime::volume;
 use layoutd_targets::trace::Trace;
-use nbdkit::{plugin, Error, ExtentHandle, ExtentType, Flags, FuaFlags, Result, Server, ThreadModel};
+use nbdkit::{Error, ExtentHandle, ExtentType, Flags, FuaFlags, Result, Server, ThreadModel};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -152,11 +152,16 @@ struct Connection {
     debug_panic_offset: Option<u64>,
     live: Arc<LiveVolume>,
     stream: StreamId,
+    /// The export's range of the stack (a volume of a `pool`; else all of it).
+    base_bytes: u64,
     size_bytes: u64,
+    /// A read-only snapshot's export.
+    read_only: bool,
 }
 
 impl Connection {
     fn call(&self, op: Op, offset: u64, count: u32, fua: bool, data: Option<&[u8]>) -> Result<Completion> {
+        let offset = if op == Op::Flush { 0 } else { self.base_bytes + offset };
         let mut req = Request::new(ReqId(0), op, offset, count);
         req.fua = fua;
         req.stream = self.stream;
@@ -371,10 +376,23 @@ impl Server for Connection {
     fn open(_readonly: bool) -> Result<Box<dyn Server>> {
         guarded("open", || {
             let live = LIVE.get().ok_or_else(|| eio("volume not started"))?.clone();
-            let size_bytes = live.size_bytes();
+            let (base_bytes, size_bytes, read_only) = match exports::volumes(&live) {
+                Some(vols) => {
+                    let name = nbdkit::export_name().unwrap_or_default();
+                    exports::find(&vols, &name).ok_or_else(|| {
+                        let names: Vec<&str> = vols.iter().map(|v| v.0.as_str()).collect();
+                        Error::new(
+                            libc::ENOENT,
+                            format!("no export `{name}` (exports: {})", names.join(", ")),
+                        )
+                    })?
+                }
+                None => (0, live.size_bytes(), false),
+            };
             let stream = StreamId(NEXT_STREAM.fetch_add(1, Ordering::Relaxed));
             let debug_panic_offset = SETTINGS.lock().map_err(|_| eio("settings lock"))?.debug_panic_offset;
-            Ok(Box::new(Connection { debug_panic_offset, live, stream, size_bytes }) as Box<dyn Server>)
+            Ok(Box::new(Connection { debug_panic_offset, live, stream, base_bytes, size_bytes, read_only })
+                as Box<dyn Server>)
         })
     }
 
@@ -383,7 +401,7 @@ impl Server for Connection {
     }
 
     fn can_write(&self) -> Result<bool> {
-        Ok(true)
+        Ok(!self.read_only)
     }
     fn can_flush(&self) -> Result<bool> {
         Ok(true)
@@ -410,7 +428,7 @@ impl Server for Connection {
     fn extents(&self, count: u32, offset: u64, _flags: Flags, h: &mut ExtentHandle) -> Result<()> {
         guarded("extents", || {
             let mut runs: Vec<(u64, bool)> = Vec::new();
-            for (lower, n) in self.live.map_extent(offset, u64::from(count)) {
+            for (lower, n) in self.live.map_extent(self.base_bytes + offset, u64::from(count)) {
                 match (ALLOCATION.get(), lower) {
                     (Some(a), Some(o)) => runs.extend(a.runs_of(&[(o, n)])),
                     _ => runs.push((n, false)),
@@ -467,23 +485,30 @@ impl Server for Connection {
     }
 }
 
-plugin!(Connection {
-    thread_model,
-    config,
-    config_complete,
-    config_help,
-    after_fork,
-    unload,
-    write_at,
-    flush,
-    trim,
-    zero,
-    can_write,
-    can_flush,
-    can_trim,
-    can_zero,
-    can_fua,
-    can_multi_conn,
-    can_extents,
-    extents
-});
+mod exports;
+
+// The crate's `plugin!` registration, extended by `exports` with the
+// export-list callbacks the crate does not know.
+#[no_mangle]
+pub extern "C" fn plugin_init() -> *const nbdkit::Plugin {
+    let mut plugin = nbdkit::Builder::new();
+    plugin.thread_model = true;
+    plugin.config = true;
+    plugin.config_complete = true;
+    plugin.config_help = true;
+    plugin.after_fork = true;
+    plugin.unload = true;
+    plugin.write_at = true;
+    plugin.flush = true;
+    plugin.trim = true;
+    plugin.zero = true;
+    plugin.can_write = true;
+    plugin.can_flush = true;
+    plugin.can_trim = true;
+    plugin.can_zero = true;
+    plugin.can_fua = true;
+    plugin.can_multi_conn = true;
+    plugin.can_extents = true;
+    plugin.extents = true;
+    exports::extend(plugin.into_ptr::<Connection>())
+}
