@@ -26,7 +26,7 @@ use crate::testkit::{
     MARK_SUBMIT,
 };
 use bytes::Bytes;
-use layoutd_core::{IoError, Op, OpenMode, ReqId, Request, StreamId, Target, SECTOR_BYTES};
+use layoutd_core::{Op, OpenMode, ReqId, Request, StreamId, Target, SECTOR_BYTES};
 use layoutd_disk::{BlockDevice, MemDevice, Recorder, WriteLog};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -212,8 +212,7 @@ pub fn run_volumes<T: Timing>(
                 }
                 _ => continue,
             };
-            let now = h.now;
-            h.stack.message(now, &msg).unwrap_or_else(|e| panic!("{msg}: {e} (seed {seed})"));
+            h.message(&msg).unwrap_or_else(|e| panic!("{msg}: {e} (seed {seed})"));
             run.snapshot_ops += 1;
             run.tables
                 .push((0..slots).filter_map(|s| model[s].as_ref().map(|v| (s, v.name.clone()))).collect());
@@ -406,17 +405,4 @@ fn allowed_values(
         .collect();
     let newest = touching.iter().rposition(|t| t.1).unwrap_or(0);
     touching[newest..].iter().filter(|t| t.2).map(|t| t.0).collect()
-}
-
-/// Sends `msg` and unwraps the reply, driving the harness after it.
-pub fn message<T: Timing>(h: &mut Harness<T>, msg: &str) -> Result<String, String> {
-    let now = h.now;
-    let r = h.stack.message(now, msg);
-    h.settle();
-    r
-}
-
-/// The error a write to `offset` gets (for read-only and missing volumes).
-pub fn write_result<T: Timing>(h: &mut Harness<T>, offset: u64, len: usize) -> Result<(), IoError> {
-    h.write(offset, vec![7u8; len]).result
 }

@@ -99,7 +99,7 @@ impl PoolConfig {
         // The layout: two checkpoint copies, the journal ring, then data.
         let chunks_bound = lower_bytes / chunk_bytes;
         let body_blocks = (chunks_bound * extents_per_chunk + volumes_max).div_ceil(EXTENTS_PER_BLOCK);
-        let meta_bytes = 2 * META_BLOCK_BYTES * (1 + body_blocks) + journal_blocks * META_BLOCK_BYTES;
+        let meta_bytes = 2 * META_BLOCK_BYTES * (1 + body_blocks) + 2 * journal_blocks * META_BLOCK_BYTES;
         let data_start_bytes = meta_bytes.div_ceil(chunk_bytes) * chunk_bytes;
         let data_chunks = lower_bytes.saturating_sub(data_start_bytes) / chunk_bytes;
         if data_chunks < 4 {
@@ -188,9 +188,14 @@ impl PoolConfig {
         2 * self.checkpoint_copy_bytes()
     }
 
-    /// Where journal block `seq` goes.
-    pub fn journal_block_at(&self, seq: u64) -> u64 {
-        self.journal_at() + (seq % self.journal_blocks) * META_BLOCK_BYTES
+    /// Bytes of the journal: two copies of the ring.
+    pub fn journal_bytes(&self) -> u64 {
+        2 * self.journal_blocks * META_BLOCK_BYTES
+    }
+
+    /// Where copy `copy` (0 or 1) of journal block `seq` goes.
+    pub fn journal_block_at(&self, seq: u64, copy: u64) -> u64 {
+        self.journal_at() + (copy * self.journal_blocks + seq % self.journal_blocks) * META_BLOCK_BYTES
     }
 
     /// The most extents a checkpoint holds.

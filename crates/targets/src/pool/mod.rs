@@ -131,10 +131,10 @@ enum CommitStage {
 struct Commit {
     no: u64,
     stage: CommitStage,
-    /// The encoded blocks: `(lower offset, bytes)`, written in order.
-    writes: VecDeque<(u64, Vec<u8>)>,
-    /// Journal blocks go one at a time; checkpoint pieces together.
-    sequential: bool,
+    /// The encoded blocks, `(lower offset, bytes)`, in groups: a group is
+    /// written together, the next once it is done (a journal block's two
+    /// copies; a checkpoint's pieces).
+    writes: VecDeque<Vec<(u64, Vec<u8>)>>,
     checkpoint: Option<(u64, u64)>,
     next_seq: u64,
 }
@@ -283,7 +283,7 @@ impl Pool {
         let cfg = self.cfg.clone();
         let mut reqs =
             vec![zero(cfg.checkpoint_at(0), META_BLOCK_BYTES), zero(cfg.checkpoint_at(1), META_BLOCK_BYTES)];
-        let ring = cfg.journal_blocks * META_BLOCK_BYTES;
+        let ring = cfg.journal_bytes();
         let mut at = 0;
         while at < ring {
             let n = (ring - at).min(u64::from(REQUEST_BYTES_MAX));
@@ -300,7 +300,7 @@ impl Pool {
             Request::new(ReqId(0), Op::Read, cfg.checkpoint_at(0), META_BLOCK_BYTES as u32),
             Request::new(ReqId(0), Op::Read, cfg.checkpoint_at(1), META_BLOCK_BYTES as u32),
         ];
-        let ring = cfg.journal_blocks * META_BLOCK_BYTES;
+        let ring = cfg.journal_bytes();
         let mut at = 0;
         while at < ring {
             let n = (ring - at).min(u64::from(REQUEST_BYTES_MAX));
@@ -335,9 +335,9 @@ impl Pool {
                 let block = |at: u64| reads.get(&at).cloned().unwrap_or_default();
                 let cfg = &self.cfg;
                 *headers = (0..2).map(|c| meta::decode_header(cfg, &block(cfg.checkpoint_at(c)))).collect();
-                let mut j = Vec::with_capacity((cfg.journal_blocks * META_BLOCK_BYTES) as usize);
+                let mut j = Vec::with_capacity(cfg.journal_bytes() as usize);
                 let mut at = 0;
-                while (at as u64) < cfg.journal_blocks * META_BLOCK_BYTES {
+                while (at as u64) < cfg.journal_bytes() {
                     let piece = block(cfg.journal_at() + at as u64);
                     at += piece.len().max(1);
                     j.extend_from_slice(&piece);
@@ -448,16 +448,19 @@ impl Pool {
         // the first missing one (a torn tail); a valid block past a gap is
         // damage, not a torn tail.
         let cfg = self.cfg.clone();
+        // Each block is written in two copies at once: either copy will do
+        // (one lost to damage later is not a torn tail).
         let mut blocks: Vec<(u64, u64, Vec<JournalRecord>)> = Vec::new();
-        for i in 0..cfg.journal_blocks {
+        for i in 0..2 * cfg.journal_blocks {
             let at = (i * META_BLOCK_BYTES) as usize;
             if let Ok((seq, recs)) = meta::decode_journal(&journal[at..at + META_BLOCK_BYTES as usize]) {
-                if seq >= header.journal_start && seq % cfg.journal_blocks == i {
+                if seq >= header.journal_start && seq % cfg.journal_blocks == i % cfg.journal_blocks {
                     blocks.push((seq, cfg.journal_at() + i * META_BLOCK_BYTES, recs));
                 }
             }
         }
         blocks.sort_by_key(|b| b.0);
+        blocks.dedup_by_key(|b| b.0);
         let mut next = header.journal_start;
         for (seq, at, recs) in &blocks {
             if *seq != next {
@@ -956,28 +959,25 @@ impl Pool {
             self.want_checkpoint = false;
             let (gen, bytes) = self.encode_checkpoint();
             let at = self.cfg.checkpoint_at(gen % 2);
+            let mut group = Vec::new();
             let mut o = 0;
             while o < bytes.len() {
                 let n = (bytes.len() - o).min(REQUEST_BYTES_MAX as usize);
-                writes.push_back((at + o as u64, bytes[o..o + n].to_vec()));
+                group.push((at + o as u64, bytes[o..o + n].to_vec()));
                 o += n;
             }
+            writes.push_back(group);
             checkpoint = Some((gen, self.journal_seq));
         } else {
             for chunk in records.chunks(cap) {
-                writes
-                    .push_back((self.cfg.journal_block_at(next_seq), meta::encode_journal(next_seq, chunk)));
+                let block = meta::encode_journal(next_seq, chunk);
+                writes.push_back(
+                    (0..2).map(|c| (self.cfg.journal_block_at(next_seq, c), block.clone())).collect(),
+                );
                 next_seq += 1;
             }
         }
-        self.commit = Some(Commit {
-            no,
-            stage: CommitStage::Flushing,
-            writes,
-            sequential: checkpoint.is_none(),
-            checkpoint,
-            next_seq,
-        });
+        self.commit = Some(Commit { no, stage: CommitStage::Flushing, writes, checkpoint, next_seq });
         self.lower(Owner::Commit, Request::new(ReqId(0), Op::Flush, 0, 0));
     }
 
@@ -1003,10 +1003,9 @@ impl Pool {
             return self.commit_done(commit);
         }
         // Journal blocks one at a time (a later block never durable before
-        // an earlier one); checkpoint pieces together.
-        let n = if commit.sequential { 1 } else { commit.writes.len() };
-        commit.stage = CommitStage::Writing { left: n };
-        let issue: Vec<(u64, Vec<u8>)> = commit.writes.drain(..n).collect();
+        // an earlier one).
+        let issue = commit.writes.pop_front().expect("checked");
+        commit.stage = CommitStage::Writing { left: issue.len() };
         for (at, bytes) in issue {
             let mut w = Request::write(ReqId(0), at, Bytes::from(bytes));
             w.fua = true;
