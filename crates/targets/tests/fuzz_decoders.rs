@@ -172,8 +172,9 @@ proptest! {
     }
 }
 
-const EXAMPLES: [&str; 5] = [
+const EXAMPLES: [&str; 6] = [
     include_str!("../../../examples/linear.toml"),
+    include_str!("../../../examples/pool.toml"),
     include_str!("../../../examples/trace.toml"),
     include_str!("../../../examples/dcd.toml"),
     include_str!("../../../examples/dcd-physical.toml"),

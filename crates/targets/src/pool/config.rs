@@ -13,6 +13,9 @@ pub const EXTENTS_PER_BLOCK: u64 = (META_BLOCK_BYTES - HEADER_BYTES as u64) / EX
 /// The most volumes (origin included) a pool holds: the volume table fits
 /// the checkpoint's header block.
 pub const VOLUMES_MAX_LIMIT: u64 = 40;
+/// The most data chunks a pool holds (2 bytes of RAM each for the share
+/// counts: 256 MiB at the limit; 8 TiB of 64 KiB chunks).
+pub const DATA_CHUNKS_MAX: u64 = 1 << 27;
 /// The longest volume name.
 pub const NAME_BYTES_MAX: usize = 64;
 
@@ -97,7 +100,7 @@ impl PoolConfig {
         let volume_size = args.size_opt("volume_size")?;
         let defrag = args.bool_opt("defrag")?.unwrap_or(placement == PlacementKind::Nearest);
         // The layout: two checkpoint copies, the journal ring, then data.
-        let chunks_bound = lower_bytes / chunk_bytes;
+        let chunks_bound = (lower_bytes / chunk_bytes).min(DATA_CHUNKS_MAX + 1);
         let body_blocks = (chunks_bound * extents_per_chunk + volumes_max).div_ceil(EXTENTS_PER_BLOCK);
         let meta_bytes = 2 * META_BLOCK_BYTES * (1 + body_blocks) + 2 * journal_blocks * META_BLOCK_BYTES;
         let data_start_bytes = meta_bytes.div_ceil(chunk_bytes) * chunk_bytes;
@@ -106,6 +109,12 @@ impl PoolConfig {
             return Err(args.error(format!(
                 "the lower device of {lower_bytes} bytes leaves {data_chunks} data chunks of {chunk_bytes} \
                  bytes after {data_start_bytes} bytes of metadata: give a larger device or smaller chunks"
+            )));
+        }
+        if data_chunks > DATA_CHUNKS_MAX {
+            return Err(args.error(format!(
+                "the lower device of {lower_bytes} bytes makes {data_chunks} chunks of {chunk_bytes} bytes; \
+                 a pool holds at most {DATA_CHUNKS_MAX}: give a larger `chunk_size`"
             )));
         }
         let volume_chunks = match (volume_size, copy_share) {
@@ -206,5 +215,46 @@ impl PoolConfig {
     /// Where data chunk `p` starts on the lower device.
     pub fn chunk_at(&self, p: u64) -> u64 {
         self.data_start_bytes + p * self.chunk_bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(keys: &str, lower_bytes: u64) -> Result<PoolConfig, String> {
+        let table: toml::Table = toml::from_str(keys).expect("toml");
+        PoolConfig::parse(ArgReader::new("layer 1 (pool)", &table), lower_bytes).map_err(|e| e.0)
+    }
+
+    #[test]
+    fn bad_keys_are_refused_naming_the_key_and_the_range() {
+        let dev = 64 << 20;
+        for (keys, want) in [
+            ("chunk_size = \"4K\"", "key `chunk_size`: 4096 bytes; a power of two from 8KiB to 1MiB"),
+            ("chunk_size = \"96K\"", "key `chunk_size`"),
+            ("placement = \"best\"", "unknown policy `best` (contiguous, sliced, nearest)"),
+            ("slices = 8", "only the `sliced` placement takes it"),
+            ("placement = \"sliced\"\nslices = 0", "`slices` = 0"),
+            ("volumes_max = 0", "key `volumes_max`: 0; from 1 to 40"),
+            ("journal_blocks = 2", "key `journal_blocks`"),
+            ("volume_size = \"1M\"\ncopy_share_percent = 10", "not both"),
+            ("volume_size = \"100K\"", "a positive multiple of the chunk"),
+            ("copy_share_percent = 100", "below 100"),
+            ("placement = \"contiguous\"\nvolume_size = \"1G\"", "past the data area"),
+            ("placement = \"sliced\"\ncopy_share_percent = 0", "leaves no gap"),
+            ("colour = \"blue\"", "unknown key `colour`"),
+        ] {
+            let e = parse(keys, dev).expect_err(keys);
+            assert!(e.contains(want) && e.starts_with("layer 1 (pool)"), "{keys}: {e}");
+        }
+        let e = parse("chunk_size = \"8K\"", 1 << 41).expect_err("huge");
+        assert!(e.contains("give a larger `chunk_size`"), "{e}");
+        let e = parse("", 256 << 10).expect_err("tiny");
+        assert!(e.contains("give a larger device or smaller chunks"), "{e}");
+        let ok = parse("", dev).expect("defaults");
+        assert_eq!((ok.chunk_bytes, ok.volumes_max, ok.placement), (64 << 10, 16, PlacementKind::Nearest));
+        assert!(ok.defrag && ok.volume_chunks == ok.data_chunks * 80 / 100);
+        assert!(ok.data_start_bytes >= ok.journal_at() + ok.journal_bytes());
     }
 }
