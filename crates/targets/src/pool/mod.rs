@@ -36,7 +36,7 @@ pub use config::{PlacementKind, PoolConfig};
 pub use meta::VolumeEntry;
 
 use crate::alloc::FreeSpace;
-use crate::blockmap::BlockMap;
+use crate::blockmap::{BlockMap, Extent};
 use crate::split::Assembly;
 use bytes::Bytes;
 use config::META_BLOCK_BYTES;
@@ -1243,7 +1243,10 @@ impl Pool {
                 lc = n;
                 continue;
             };
-            let Some(e) = vol.map.overlapping(lc, n - lc).into_iter().next() else {
+            let Some(e) = vol.map.extent_at_or_after(lc).map(|e| {
+                let skip = lc.saturating_sub(e.start);
+                Extent { start: e.start + skip, length: e.length - skip, value: e.value + skip }
+            }) else {
                 lc = n;
                 continue;
             };

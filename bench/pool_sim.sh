@@ -1,0 +1,29 @@
+#!/bin/sh
+# The pool benchmark's simulator half, scaled down (docs/pool.md,
+# bench/results/pool/README.md): a 64 MiB tree unpacked on the origin, a
+# snapshot, a partial rewrite of a quarter of its chunks, 30 s idle, then
+# the tree read on the origin and on the snapshot; on the HDD model, for
+# each placement policy and a plain volume. Deterministic: rerunning gives
+# the same figures.
+#
+#   bench/pool_sim.sh [DISK]        (default wd800; needs target/release/layoutd or target/debug/layoutd)
+set -eu
+cd "$(dirname "$0")/.."
+DISK=${1:-wd800}
+L=target/release/layoutd
+[ -x "$L" ] || L=target/debug/layoutd
+VOLUME=1073741824
+TRACE=bench/traces/pool/partial_rewrite_64m.trace
+OUT=bench/results/pool
+RUNS=$OUT/tmp/runs-$DISK
+mkdir -p bench/traces/pool "$RUNS"
+AT=$(python3 bench/workloads/pool_trace.py "$TRACE" 64 $VOLUME 1)
+NAMES="plain contiguous sliced-30 sliced-4096 nearest"
+for n in $NAMES; do
+    msg=""
+    [ "$n" = plain ] || msg="--message=@$AT:snapshot create snap"
+    # shellcheck disable=SC2086
+    "$L" sim --trace "$TRACE" --format layoutd --config "bench/workloads/pool/$n.toml" --disk "$DISK" \
+        --closed-loop --no-progress --record-trace "$RUNS/$n.rec" --json "$RUNS/$n.json" ${msg:+"$msg"} 2>&1 | tail -1
+done
+python3 bench/workloads/pool_report.py "$RUNS" $VOLUME "$OUT" "$DISK" $NAMES
