@@ -514,3 +514,15 @@ fn a_snapshot_taken_with_writes_in_flight_holds_those_completed_and_none_submitt
     let origin = read(&mut h, 0, 3 * CHUNK);
     assert!(origin[2 * CHUNK..].iter().all(|&b| b == 3));
 }
+
+#[test]
+fn a_pool_reopens_in_timing_only_mode_where_reads_bring_no_data() {
+    // The simulator replays without data: recovery must not index into
+    // bytes that never came (it sees a blank device and says so).
+    let c = cfg("nearest", "");
+    let (_, dev) = harness(&c, DEVICE_BYTES);
+    let mut h = reopen(&c, &dev);
+    h.with_data = false;
+    let e = h.bring_up().expect_err("nothing to read in timing mode");
+    assert!(e.contains("no checkpoint found"), "{e}");
+}

@@ -50,6 +50,20 @@ use place::ChunkPlacement;
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::VecDeque;
 
+/// The bytes `[start, start + length)` from bring-up reads keyed by their
+/// offset; zeroes where a read brought no data (timing-only mode).
+fn gather(reads: &FxHashMap<u64, Bytes>, start: u64, length: u64) -> Vec<u8> {
+    let mut out = vec![0u8; length as usize];
+    for (&at, d) in reads {
+        if at >= start && at < start + length {
+            let o = (at - start) as usize;
+            let n = d.len().min(out.len() - o);
+            out[o..o + n].copy_from_slice(&d[..n]);
+        }
+    }
+    out
+}
+
 /// Zeroes for unmapped reads (a chunk is at most 1 MiB).
 static ZEROES: [u8; 1 << 20] = [0; 1 << 20];
 
@@ -332,17 +346,14 @@ impl Pool {
                 self.phase = Phase::Serving;
             }
             Phase::Recover { stage: 0, headers, journal, .. } => {
-                let block = |at: u64| reads.get(&at).cloned().unwrap_or_default();
                 let cfg = &self.cfg;
-                *headers = (0..2).map(|c| meta::decode_header(cfg, &block(cfg.checkpoint_at(c)))).collect();
-                let mut j = Vec::with_capacity(cfg.journal_bytes() as usize);
-                let mut at = 0;
-                while (at as u64) < cfg.journal_bytes() {
-                    let piece = block(cfg.journal_at() + at as u64);
-                    at += piece.len().max(1);
-                    j.extend_from_slice(&piece);
-                }
-                *journal = j;
+                *headers = (0..2)
+                    .map(|c| {
+                        let start = cfg.checkpoint_at(c);
+                        meta::decode_header(cfg, &gather(&reads, start, META_BLOCK_BYTES))
+                    })
+                    .collect();
+                *journal = gather(&reads, cfg.journal_at(), cfg.journal_bytes());
                 self.read_next_checkpoint();
             }
             Phase::Recover { .. } => self.finish_recovery(reads),
@@ -408,12 +419,7 @@ impl Pool {
         let header = headers[c].clone().expect("chosen");
         let journal = journal.clone();
         let start = self.cfg.checkpoint_at(c as u64) + META_BLOCK_BYTES;
-        let mut body = Vec::new();
-        let mut keys: Vec<u64> = reads.keys().copied().collect();
-        keys.sort_unstable();
-        for k in keys {
-            body.extend_from_slice(&reads[&k]);
-        }
+        let body = gather(&reads, start, header.body_blocks * META_BLOCK_BYTES);
         let runs = match meta::decode_body(&self.cfg, &header, &body) {
             Ok(r) => r,
             Err((i, e)) => {
