@@ -114,14 +114,9 @@ impl Target for EarlyAck {
     }
 }
 
-#[test]
-#[should_panic(expected = "after a crash")]
-fn the_volume_crash_check_catches_metadata_durable_before_its_copies() {
-    // No reads, so that the oracle cannot see it first: only a crash cut
-    // between a copy and the metadata naming it (or the origin write it
-    // protects) shows it.
-    let c = cfg("nearest", "defrag = false\n");
-    let make = |mode| {
+/// A pool over [`EarlyAck`].
+fn early_ack_pool(c: String) -> impl Fn(layoutd_core::OpenMode) -> Box<dyn Target> {
+    move |mode| {
         let pool = stack_from_toml(&c, DEVICE_BYTES, mode);
         let below = EarlyAck {
             armed: mode != layoutd_core::OpenMode::Format,
@@ -131,8 +126,17 @@ fn the_volume_crash_check_catches_metadata_durable_before_its_copies() {
             early: Default::default(),
             size: DEVICE_BYTES,
         };
-        Box::new(Stack::new(vec![pool, Box::new(below)])) as Box<dyn Target>
-    };
+        Box::new(Stack::new(vec![pool, Box::new(below)]))
+    }
+}
+
+#[test]
+#[should_panic(expected = "after a crash")]
+fn the_volume_crash_check_catches_metadata_durable_before_its_copies() {
+    // No reads, so that the oracle cannot see it first: only a crash cut
+    // between a copy and the metadata naming it (or the origin write it
+    // protects) shows it.
+    let make = early_ack_pool(cfg("nearest", "defrag = false\n"));
     for seed in 0..10u64 {
         volumes_crash_check(
             &make,
@@ -525,4 +529,18 @@ fn a_pool_reopens_in_timing_only_mode_where_reads_bring_no_data() {
     h.with_data = false;
     let e = h.bring_up().expect_err("nothing to read in timing mode");
     assert!(e.contains("no checkpoint found"), "{e}");
+}
+
+#[test]
+#[should_panic(expected = "expected write")]
+fn the_volume_oracle_catches_a_stale_read() {
+    let make = early_ack_pool(cfg("nearest", "defrag = false\n"));
+    for seed in 0..10u64 {
+        volumes_oracle_check(
+            &make,
+            DEVICE_BYTES,
+            seed,
+            Workload { count: 400, depth: 6, snapshot_every: 25, reads: true },
+        );
+    }
 }
