@@ -438,10 +438,16 @@ fn copies_land_nearer_their_origin_with_each_policy_and_defrag_moves_them_closer
     for i in 0..48u64 {
         assert_eq!(h.write(i * CHUNK as u64, vec![2; 512]).result, Ok(()));
     }
+    let before = counter(&h, "copies_distance_now_mean_chunks_milli");
     ok(&mut h, "snapshot delete scratch");
     assert_eq!(h.flush().result, Ok(()));
     h.settle();
     assert!(counter(&h, "defrag_moves_count") > 0, "{}", h.stack.status());
+    let after = counter(&h, "copies_distance_now_mean_chunks_milli");
+    eprintln!("copy distance before defrag {before}, after {after} (chunks x1000)");
+    // The origin is dense over 0..48, the freed chunks are 48..96 and the
+    // copies sat at 96..144: at best each moves 48 chunks nearer.
+    assert_eq!((before, after), (72_000, 48_000), "the copies moved as near as the free space allows");
     let s = volume_offset(&mut h, "s");
     assert_eq!(read(&mut h, s, 48 * CHUNK), vec![1; 48 * CHUNK], "moves keep the contents");
 }

@@ -1285,6 +1285,25 @@ impl Pool {
         None
     }
 
+    /// The mean distance, in chunks ×1000, between each snapshot chunk
+    /// not shared with the origin and the origin's chunk (or home) at its
+    /// lc, now (after any defragmentation).
+    fn copies_distance_now_milli(&self) -> u64 {
+        let (mut sum, mut n) = (0u64, 0u64);
+        for vol in self.vols.iter().skip(1).flatten() {
+            for e in vol.map.iter() {
+                for i in 0..e.length {
+                    let target = self.origin_ref(e.start + i);
+                    if target != e.value + i {
+                        sum += (e.value + i).abs_diff(target);
+                        n += 1;
+                    }
+                }
+            }
+        }
+        (sum * 1000).checked_div(n).unwrap_or(0)
+    }
+
     fn status_counters(&self) -> Vec<(String, u64)> {
         let k = &self.counters;
         let c = self.cfg.chunk_bytes;
@@ -1317,6 +1336,7 @@ impl Pool {
                 "copy_distance_mean_chunks_milli".into(),
                 (k.copy_distance_sum * 1000).checked_div(k.copies_placed).unwrap_or(0),
             ),
+            ("copies_distance_now_mean_chunks_milli".into(), self.copies_distance_now_milli()),
             ("defrag_moves_count".into(), k.defrag_moves),
             ("commits_count".into(), k.commits),
             ("checkpoints_count".into(), k.checkpoints),
