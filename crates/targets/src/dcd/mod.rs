@@ -417,6 +417,8 @@ impl Dcd {
             }
         };
         let buffers = (0..args.buffer_count).map(|_| vec![0u8; geo.payload_bytes() as usize]).collect();
+        let lookup = Lookup::new(geo.segment_count, geo.slot_count, geo.slot_sectors())
+            .expect("Args::parse checked that locations pack");
         let mut dcd = Dcd {
             policy: policy::make(args.destage_policy),
             segs: vec![SegMeta::free(); geo.segment_count as usize],
@@ -425,7 +427,7 @@ impl Dcd {
             args,
             geo,
             phase,
-            lookup: Lookup::default(),
+            lookup,
             ring: Ring::default(),
             open: None,
             lower: FxHashMap::default(),
