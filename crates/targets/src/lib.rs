@@ -10,6 +10,7 @@ pub mod blockmap;
 pub mod dcd;
 pub mod gate;
 pub mod linear;
+pub mod opt;
 pub mod seglog;
 mod split;
 pub mod trace;
@@ -55,6 +56,11 @@ pub const TARGET_TYPES: &[TargetType] = &[
         name: "linear",
         about: "maps the volume onto one or more slices of the lower device (dm-linear)",
         ctr: |c| Ok(Box::new(linear::Linear::ctr(c.args, c.lower_bytes)?)),
+    },
+    TargetType {
+        name: "opt",
+        about: "self-optimizing layout: profiles requests, plans correlated blocks into an OPT region, copies them there in idle time",
+        ctr: |c| Ok(Box::new(opt::Opt::ctr(c.args, c.lower_bytes, c.mode)?)),
     },
     TargetType {
         name: "trace",
