@@ -225,7 +225,7 @@ fn plugin_path() -> Result<PathBuf> {
 }
 
 /// The devices' paths, comma-separated, for messages.
-fn names(devices: &[PathBuf]) -> String {
+pub(crate) fn names(devices: &[PathBuf]) -> String {
     devices.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
 }
 
@@ -375,7 +375,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
 
 /// Refuses the same device given twice (the second open would find the
 /// first one's lock and blame another process).
-fn distinct(devices: &[PathBuf]) -> Result<()> {
+pub(crate) fn distinct(devices: &[PathBuf]) -> Result<()> {
     let mut seen: Vec<(PathBuf, &Path)> = Vec::new();
     for d in devices {
         let key = std::fs::canonicalize(d).unwrap_or_else(|_| d.clone());

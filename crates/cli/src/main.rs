@@ -1,6 +1,7 @@
 //! `layoutd`: format, serve, inspect and simulate layoutd volumes.
 
 mod cmd_disk;
+mod cmd_opt;
 use layoutd_sim::command as cmd_sim;
 mod cmd_trace;
 mod cmd_volume;
@@ -34,6 +35,8 @@ enum Cmd {
     Inspect(cmd_volume::InspectArgs),
     /// Drain background work offline: destage a `dcd` log home, flush, mark clean.
     Destage(cmd_volume::DestageArgs),
+    /// The `opt` target offline: status, plan, apply or drop the OPT region's contents.
+    Opt(cmd_opt::OptArgs),
     /// Inspect the HDD model's presets and validate it against real drives.
     #[command(subcommand)]
     Disk(cmd_disk::DiskCmd),
@@ -62,6 +65,7 @@ fn main() {
         Cmd::Serve(a) => cmd_volume::serve(a),
         Cmd::Inspect(a) => cmd_volume::inspect(a),
         Cmd::Destage(a) => cmd_volume::destage(a),
+        Cmd::Opt(a) => cmd_opt::run(a),
         Cmd::Disk(c) => cmd_disk::run(c),
         Cmd::Sim(a) => cmd_sim::run(a),
         Cmd::Trace(c) => cmd_trace::run(c),

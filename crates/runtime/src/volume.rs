@@ -363,9 +363,34 @@ pub fn inspect_stack(paths: &[PathBuf]) -> Result<(Superblock, Box<dyn Target>),
 /// home), checks that nothing is left dirty, flushes, and marks the volume
 /// clean. Returns the stack's statuses afterwards.
 pub fn destage(paths: &[PathBuf]) -> Result<Vec<layoutd_core::Status>, VolumeError> {
+    offline_messages(paths, &[]).map(|(_, statuses)| statuses)
+}
+
+/// Opens the volume offline (it must not be served), sends `messages` to
+/// the stack in order (as device-mapper's `message`; the first refused
+/// one stops them), then drains all background work, flushes and marks
+/// the volume clean as [`destage`] does. Returns the replies and the
+/// statuses afterwards; a refused message is an error once the volume is
+/// drained and clean again.
+pub fn offline_messages(
+    paths: &[PathBuf],
+    messages: &[String],
+) -> Result<(Vec<String>, Vec<layoutd_core::Status>), VolumeError> {
     let vol = open(paths, false)?;
     let path = &paths[0];
     let mut h = Harness::new(vol.stack, vol.data.clone(), ZeroLatency::default(), 0);
+    let mut replies = Vec::with_capacity(messages.len());
+    let mut refused = None;
+    for m in messages {
+        let now = h.now;
+        match h.stack.message(now, m) {
+            Ok(r) => replies.push(r),
+            Err(e) => {
+                refused = Some(format!("message `{m}` refused: {e}"));
+                break;
+            }
+        }
+    }
     let steps_max = 100_000_000;
     if h.drive_bounded(steps_max) == steps_max {
         return Err(err(
@@ -391,5 +416,8 @@ pub fn destage(paths: &[PathBuf]) -> Result<Vec<layoutd_core::Status>, VolumeErr
         ));
     }
     mark_clean(&vol.members)?;
-    Ok(stack.layer_statuses())
+    match refused {
+        Some(e) => Err(err(path, e)),
+        None => Ok((replies, stack.layer_statuses())),
+    }
 }

@@ -13,6 +13,8 @@
 
 use layoutd_core::config::StackConfig;
 use layoutd_core::OpenMode;
+use layoutd_targets::opt::config::Geometry as OptGeometry;
+use layoutd_targets::opt::meta::{map_codec, JournalBlock, MapImage};
 use layoutd_targets::seglog::{
     Checkpoint, Entry, FlushMark, Geometry, ReplayStep, ReplayWalk, SegmentHeader, Seq,
 };
@@ -139,6 +141,34 @@ proptest! {
         }
     }
 
+    /// The `opt` map and journal blocks.
+    #[test]
+    fn opt_maps_and_journal_blocks_never_panic(raw in raw_writes(4096), crafted in crafted_writes(600), fix in any::<bool>()) {
+        let g = OptGeometry::new(1 << 20, 256 << 10, 4 << 20, 4096, 4).expect("valid");
+        let map = MapImage { runs: vec![(10, 3, 0), (100, 2, 5), (7, 1, 9)], dirty: vec![1, 9] };
+        let codec = map_codec(&g);
+        for which in 0..2 {
+            let mut b = if which == 0 {
+                codec.encode(3, &map.encode(&g)).expect("fits")
+            } else {
+                JournalBlock { map_generation: 3, slots: vec![1, 2, 40] }.encode(7)
+            };
+            let n = b.len();
+            for &(at, v) in &raw { b[at % n] = v; }
+            for &(at, v, w) in &crafted { put(&mut b, at % n, v, w); }
+            if fix { fix_crc(&mut b, 28, n); }
+            if which == 0 {
+                if let Ok(d) = codec.decode(&b) {
+                    if let Ok(m) = MapImage::decode(&d.payload, &g) {
+                        let _ = codec.encode(d.generation, &m.encode(&g)).expect("a decoded map re-encodes");
+                    }
+                }
+            } else if let Ok(j) = JournalBlock::decode(&b, g.slot_count) {
+                let _ = j.encode(1);
+            }
+        }
+    }
+
     /// The stack config: mutated example configs over devices of any size
     /// either build or are refused with an error, never a panic.
     #[test]
@@ -172,7 +202,8 @@ proptest! {
     }
 }
 
-const EXAMPLES: [&str; 5] = [
+const EXAMPLES: [&str; 6] = [
+    include_str!("../../../examples/opt.toml"),
     include_str!("../../../examples/linear.toml"),
     include_str!("../../../examples/trace.toml"),
     include_str!("../../../examples/dcd.toml"),

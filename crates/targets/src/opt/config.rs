@@ -165,7 +165,9 @@ impl Args {
                 "key `block_bytes`: {block_bytes} must be a power of two from 512 to 1 MiB"
             )));
         }
-        let default_length = (lower_bytes / 25).next_multiple_of(block_bytes);
+        // 4% of the device, at most 1 GiB (a map of 256 Ki blocks of 4 KiB,
+        // about 8 MiB per copy, rewritten at each reconfiguration).
+        let default_length = (lower_bytes / 25).min(1 << 30).next_multiple_of(block_bytes);
         let opt_length_bytes = a.size_opt("opt_length")?.unwrap_or(default_length);
         let default_offset = (lower_bytes.saturating_sub(opt_length_bytes) / 2) / block_bytes * block_bytes;
         let opt_offset_bytes = a.size_opt("opt_offset")?.unwrap_or(default_offset);

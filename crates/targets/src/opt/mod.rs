@@ -329,6 +329,27 @@ impl Opt {
         }
     }
 
+    /// `profile TIME_NS STREAM OFFSET_BYTES LENGTH_BYTES`: a request seen
+    /// elsewhere (a captured trace), profiled as if it had come here.
+    fn profile_message(&mut self, rest: &str) -> Result<String, String> {
+        let f: Vec<u64> = rest
+            .split_ascii_whitespace()
+            .map(|x| x.parse::<u64>().map_err(|_| format!("opt: profile: {x:?} is not a number")))
+            .collect::<Result<_, _>>()?;
+        let [time_ns, stream, offset, length] = f[..] else {
+            return Err("opt: profile takes TIME_NS STREAM OFFSET_BYTES LENGTH_BYTES".into());
+        };
+        if length == 0 || offset.checked_add(length).is_none_or(|e| e > self.geo.volume_bytes) {
+            return Err(format!("opt: profile: {offset}+{length} is not inside the volume"));
+        }
+        let (first, end) = self.blocks_of(offset, length);
+        let stream = u32::try_from(stream).map_err(|_| "opt: profile: stream past 2^32".to_string())?;
+        let blocks = u32::try_from(end - first).map_err(|_| "opt: profile: too long".to_string())?;
+        self.profile.record(ProfileEntry { time_ns, block: first, blocks, stream });
+        self.requests_since_plan += 1;
+        Ok(String::new())
+    }
+
     fn phase_is_live(&self) -> bool {
         self.serving()
     }
@@ -468,7 +489,7 @@ impl Opt {
         for e in self.map.iter() {
             for i in 0..e.length {
                 let (home, slot) = (e.start + i, (e.value + i) as u32);
-                if drop.contains(&slot) {
+                if drop.binary_search(&slot).is_ok() {
                     continue;
                 }
                 match image.runs.last_mut() {
@@ -596,6 +617,9 @@ impl Target for Opt {
         if !self.serving() {
             return Err("opt: not serving (bring-up failed or in progress)".into());
         }
+        if let Some(rest) = msg.strip_prefix("profile ") {
+            return self.profile_message(rest);
+        }
         match msg {
             "plan" => Ok(self.plan_now(now)),
             "apply" => self.apply(now),
@@ -603,7 +627,9 @@ impl Target for Opt {
                 self.start_job(now, Vec::new()).map(|s| format!("dropping the OPT region's contents: {s}"))
             }
             "status" => Ok(self.describe()),
-            other => Err(format!("opt: unknown message `{other}` (known: plan, apply, drop, status)")),
+            other => Err(format!(
+                "opt: unknown message `{other}` (known: plan, apply, drop, status, profile TIME_NS STREAM OFFSET LENGTH)"
+            )),
         }
     }
 
