@@ -1,0 +1,134 @@
+//! The `opt` target served for real, under ext4 and xfs: the file system
+//! is read and written through reconfigurations (plans every few hundred
+//! requests, copies in idle time), survives a clean restart with blocks in
+//! the OPT region, and a SIGKILL of the server mid-write.
+
+mod common;
+use common::*;
+
+/// A 16 MiB region planning every 300 requests, learning from anything
+/// seen once.
+const OPT: &str = r#"version = 1
+[[layer]]
+target = "opt"
+opt_length = "16MiB"
+edge_weight_min = 1
+think_time_ms = 1000
+plan_interval_requests = 300
+"#;
+
+fn inspect(dev: &std::path::Path) -> serde_json::Value {
+    let o = layoutd().args(["inspect", "--json", "--device"]).arg(dev).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn opt_counter(v: &serde_json::Value, name: &str) -> u64 {
+    let counters = v["layers"][0]["counters"].as_array().expect("counters");
+    counters.iter().find(|c| c[0] == name).unwrap_or_else(|| panic!("no counter {name}"))[1].as_u64().unwrap()
+}
+
+/// Reads every file of `files` under `root` `rounds` times, dropping the
+/// page cache in between so the reads reach the volume.
+fn read_rounds(root: &std::path::Path, files: &[(std::path::PathBuf, u32)], rounds: u32) {
+    for _ in 0..rounds {
+        sh_ok("sync; echo 3 > /proc/sys/vm/drop_caches");
+        verify_tree(root, files);
+    }
+}
+
+/// mkfs, a tree written and read through reconfigurations, a clean
+/// restart with blocks mapped, writes to mapped blocks, a kill mid-write,
+/// recovery, and the checker (`fsck`) clean at the end.
+fn through_reconfiguration_restart_and_kill(fs: &str) {
+    if !block_rig_available() || !require(&format!("mkfs.{fs}"), have_cmd(&format!("mkfs.{fs}"))) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dev = formatted(dir.path(), "o.img", "337M", Some(OPT));
+    let mut rig = BlockRig::start(&dev, dir.path());
+    sh_ok(&format!("mkfs.{fs} -q {} {}", if fs == "xfs" { "-f" } else { "-F" }, rig.loop_dev()));
+    rig.mount();
+    let files = write_tree(&rig.mnt.join("a"), 200, 11);
+    read_rounds(&rig.mnt.join("a"), &files, 3);
+    rig.umount();
+    drop(rig);
+    let v = inspect(&dev);
+    assert_eq!(v["clean"], true, "serve did not shut down cleanly");
+    let mapped = opt_counter(&v, "mapped_blocks_count");
+    assert!(mapped > 0, "no reconfiguration happened while serving: {v}");
+    eprintln!("{fs}: {mapped} blocks in the OPT region after the first run");
+
+    // A clean restart: the map is back, reads are served from the copies,
+    // and writes go to them (dirty) while the tree stays intact.
+    let second = dir.path().join("second");
+    std::fs::create_dir_all(&second).unwrap();
+    let mut rig = BlockRig::start(&dev, &second);
+    rig.mount();
+    read_rounds(&rig.mnt.join("a"), &files, 1);
+    let more = write_tree(&rig.mnt.join("b"), 120, 12);
+    sh_ok("sync");
+    read_rounds(&rig.mnt.join("b"), &more, 2);
+    let durable = [files.clone(), more.clone()];
+    // A write-heavy phase over the same files, killed in the middle.
+    let root = rig.mnt.join("c");
+    let writer = std::thread::spawn(move || {
+        let _ = std::panic::catch_unwind(|| write_tree(&root, 2000, 13));
+    });
+    let c = rig.mnt.join("c");
+    for _ in 0..6000 {
+        let out = sh(&format!("find '{}' -type f 2>/dev/null | wc -l", c.display()));
+        let n: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0);
+        if n >= 200 || writer.is_finished() {
+            eprintln!("{fs}: killing the server with {n} files of the last phase written");
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(!writer.is_finished(), "the workload ended before the kill; make it longer");
+    rig.server.as_mut().unwrap().kill();
+    rig.detach();
+    let _ = writer.join();
+    drop(rig);
+    assert_eq!(inspect(&dev)["clean"], false, "a killed server leaves the device dirty");
+
+    // Recovery: map plus journal; the file system's own journal on mount.
+    let third = dir.path().join("third");
+    std::fs::create_dir_all(&third).unwrap();
+    let mut rig = BlockRig::start(&dev, &third);
+    rig.mount();
+    verify_tree(&rig.mnt.join("a"), &durable[0]);
+    verify_tree(&rig.mnt.join("b"), &durable[1]);
+    rig.umount();
+    if fs == "xfs" {
+        let o = sh(&format!("xfs_repair -n {}", rig.loop_dev()));
+        assert!(o.status.success(), "xfs_repair -n found problems:\n{}", text(&o));
+    } else {
+        eprintln!("{}", rig.fsck());
+    }
+    drop(rig);
+    let v = inspect(&dev);
+    assert!(opt_counter(&v, "mapped_blocks_count") > 0, "{v}");
+    // Dropping the region copies the dirty copies home: the volume's home
+    // area alone then holds the file system.
+    let o = layoutd().args(["opt", "drop", "--device"]).arg(&dev).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(opt_counter(&inspect(&dev), "mapped_blocks_count"), 0);
+    let fourth = dir.path().join("fourth");
+    std::fs::create_dir_all(&fourth).unwrap();
+    let mut rig = BlockRig::start(&dev, &fourth);
+    rig.mount();
+    verify_tree(&rig.mnt.join("a"), &durable[0]);
+    verify_tree(&rig.mnt.join("b"), &durable[1]);
+    rig.umount();
+}
+
+#[test]
+fn ext4_on_opt_survives_reconfigurations_a_clean_restart_and_a_kill() {
+    through_reconfiguration_restart_and_kill("ext4");
+}
+
+#[test]
+fn xfs_on_opt_survives_reconfigurations_a_clean_restart_and_a_kill() {
+    through_reconfiguration_restart_and_kill("xfs");
+}
