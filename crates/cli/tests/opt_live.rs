@@ -17,15 +17,16 @@ think_time_ms = 1000
 plan_interval_requests = 300
 "#;
 
-fn inspect(dev: &std::path::Path) -> serde_json::Value {
-    let o = layoutd().args(["inspect", "--json", "--device"]).arg(dev).output().unwrap();
-    assert!(o.status.success(), "{}", text(&o));
-    serde_json::from_slice(&o.stdout).unwrap()
-}
+use common::inspect_json as inspect;
+use common::top_counter as opt_counter;
 
-fn opt_counter(v: &serde_json::Value, name: &str) -> u64 {
-    let counters = v["layers"][0]["counters"].as_array().expect("counters");
-    counters.iter().find(|c| c[0] == name).unwrap_or_else(|| panic!("no counter {name}"))[1].as_u64().unwrap()
+/// The rig again on `dev`, working in `dir/name`, mounted.
+fn restart(dev: &std::path::Path, dir: &std::path::Path, name: &str) -> BlockRig {
+    let work = dir.join(name);
+    std::fs::create_dir_all(&work).unwrap();
+    let mut rig = BlockRig::start(dev, &work);
+    rig.mount();
+    rig
 }
 
 /// Reads every file of `files` under `root` `rounds` times, dropping the
@@ -51,6 +52,8 @@ fn through_reconfiguration_restart_and_kill(fs: &str) {
     rig.mount();
     let files = write_tree(&rig.mnt.join("a"), 200, 11);
     read_rounds(&rig.mnt.join("a"), &files, 3);
+    // Idle time: the reconfiguration the last plan started runs to the end.
+    std::thread::sleep(std::time::Duration::from_secs(2));
     rig.umount();
     drop(rig);
     let v = inspect(&dev);
@@ -61,42 +64,20 @@ fn through_reconfiguration_restart_and_kill(fs: &str) {
 
     // A clean restart: the map is back, reads are served from the copies,
     // and writes go to them (dirty) while the tree stays intact.
-    let second = dir.path().join("second");
-    std::fs::create_dir_all(&second).unwrap();
-    let mut rig = BlockRig::start(&dev, &second);
-    rig.mount();
+    let mut rig = restart(&dev, dir.path(), "second");
     read_rounds(&rig.mnt.join("a"), &files, 1);
     let more = write_tree(&rig.mnt.join("b"), 120, 12);
     sh_ok("sync");
     read_rounds(&rig.mnt.join("b"), &more, 2);
     let durable = [files.clone(), more.clone()];
-    // A write-heavy phase over the same files, killed in the middle.
-    let root = rig.mnt.join("c");
-    let writer = std::thread::spawn(move || {
-        let _ = std::panic::catch_unwind(|| write_tree(&root, 2000, 13));
-    });
+    // A write-heavy phase, killed in the middle.
     let c = rig.mnt.join("c");
-    for _ in 0..6000 {
-        let out = sh(&format!("find '{}' -type f 2>/dev/null | wc -l", c.display()));
-        let n: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0);
-        if n >= 200 || writer.is_finished() {
-            eprintln!("{fs}: killing the server with {n} files of the last phase written");
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    assert!(!writer.is_finished(), "the workload ended before the kill; make it longer");
-    rig.server.as_mut().unwrap().kill();
-    rig.detach();
-    let _ = writer.join();
+    kill_mid_write(&mut rig, c, 13, 200, fs);
     drop(rig);
     assert_eq!(inspect(&dev)["clean"], false, "a killed server leaves the device dirty");
 
     // Recovery: map plus journal; the file system's own journal on mount.
-    let third = dir.path().join("third");
-    std::fs::create_dir_all(&third).unwrap();
-    let mut rig = BlockRig::start(&dev, &third);
-    rig.mount();
+    let mut rig = restart(&dev, dir.path(), "third");
     verify_tree(&rig.mnt.join("a"), &durable[0]);
     verify_tree(&rig.mnt.join("b"), &durable[1]);
     rig.umount();
@@ -114,10 +95,7 @@ fn through_reconfiguration_restart_and_kill(fs: &str) {
     let o = layoutd().args(["opt", "drop", "--device"]).arg(&dev).output().unwrap();
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(opt_counter(&inspect(&dev), "mapped_blocks_count"), 0);
-    let fourth = dir.path().join("fourth");
-    std::fs::create_dir_all(&fourth).unwrap();
-    let mut rig = BlockRig::start(&dev, &fourth);
-    rig.mount();
+    let mut rig = restart(&dev, dir.path(), "fourth");
     verify_tree(&rig.mnt.join("a"), &durable[0]);
     verify_tree(&rig.mnt.join("b"), &durable[1]);
     rig.umount();
