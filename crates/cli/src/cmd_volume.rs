@@ -192,6 +192,11 @@ pub struct ServeArgs {
     /// The same as --emulate, with a DiskSim parameter file.
     #[arg(long, value_name = "FILE")]
     emulate_diskspecs: Option<PathBuf>,
+    /// Control socket for runtime commands (`layoutd message`):
+    /// default <NBD socket>.ctl (with --listen: <device name>.ctl in the private directory).
+    /// Mode 0600: only its owner may command the volume.
+    #[arg(long, value_name = "PATH")]
+    control: Option<PathBuf>,
     /// nbdkit worker threads.
     #[arg(long, default_value_t = 16)]
     threads: u32,
@@ -225,7 +230,7 @@ fn plugin_path() -> Result<PathBuf> {
 }
 
 /// The devices' paths, comma-separated, for messages.
-pub(crate) fn names(devices: &[PathBuf]) -> String {
+fn names(devices: &[PathBuf]) -> String {
     devices.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
 }
 
@@ -260,6 +265,13 @@ fn check_trace_path(p: &Path, force: bool) -> Result<()> {
 
 /// nbdkit leaves its socket file behind when it exits. Remove such a stale
 /// socket; refuse one that something still listens on.
+/// The control socket that goes with NBD socket `sock`.
+fn control_path_of(sock: &Path) -> PathBuf {
+    let mut p = sock.as_os_str().to_owned();
+    p.push(".ctl");
+    PathBuf::from(p)
+}
+
 fn clear_stale_socket(sock: &Path) -> Result<()> {
     use std::os::unix::fs::FileTypeExt;
     let Ok(meta) = std::fs::symlink_metadata(sock) else { return Ok(()) };
@@ -290,6 +302,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     let mut cmd = std::process::Command::new("nbdkit");
     cmd.arg("--foreground").arg("--threads").arg(a.threads.to_string());
     cmd.args(tls.nbdkit_args());
+    let mut nbd_socket = None;
     let uri = match &a.listen {
         Some(addr) => {
             let l = endpoint::Listen::parse(addr)?;
@@ -320,9 +333,16 @@ pub fn serve(a: ServeArgs) -> Result<()> {
                     format!("{}: cannot listen on this socket path; choose another --socket", sock.display())
                 })?;
             cmd.arg("--unix").arg(&sock);
+            nbd_socket = Some(sock.clone());
             endpoint::unix_uri(&sock, &tls)
         }
     };
+    let control = match (&a.control, &nbd_socket) {
+        (Some(c), _) => c.clone(),
+        (None, Some(sock)) => control_path_of(sock),
+        (None, None) => control_path_of(&default_socket(&a.device[0])?),
+    };
+    clear_stale_socket(&control).map_err(|e| anyhow::anyhow!("--control: {e}"))?;
     if let Some(run) = &a.run {
         // nbdkit's own $uri carries no TLS key file or user: give the command ours.
         let run =
@@ -342,6 +362,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     for d in &a.device {
         cmd.arg(format!("device={}", d.display()));
     }
+    cmd.arg(format!("control={}", control.display()));
     if a.direct {
         cmd.arg("direct=true");
     }
@@ -375,7 +396,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
 
 /// Refuses the same device given twice (the second open would find the
 /// first one's lock and blame another process).
-pub(crate) fn distinct(devices: &[PathBuf]) -> Result<()> {
+fn distinct(devices: &[PathBuf]) -> Result<()> {
     let mut seen: Vec<(PathBuf, &Path)> = Vec::new();
     for d in devices {
         let key = std::fs::canonicalize(d).unwrap_or_else(|_| d.clone());
@@ -477,5 +498,90 @@ pub fn destage(a: DestageArgs) -> Result<()> {
     for s in statuses {
         println!("  {s}");
     }
+    Ok(())
+}
+
+#[derive(Args)]
+#[command(
+    after_help = "Examples:\n  layoutd message --device vol.img destage                 # offline: opens, delivers, finishes the work, marks clean\n  layoutd message --socket /run/user/0/layoutd/vol.img.sock destage   # online: a running `layoutd serve`\n  layoutd message --control vol.ctl 2:destage                # to layer 2 only (layers count from the top)\n\nA message is a runtime command to the volume's targets (device-mapper's `message`): `destage` (dcd), and what each target documents in docs/<target>.md. Without a layer number every layer is offered it, top first, and the first that knows it answers. Online, the command runs between requests: every write completed before it is seen, none after. Exit status 1 if a target refuses it, with the reason."
+)]
+pub struct MessageArgs {
+    #[command(flatten)]
+    to: CommandFlags,
+    /// The message, e.g. `destage` or `snapshot create s1` (words are joined by spaces).
+    #[arg(required = true, num_args = 1.., value_name = "TEXT")]
+    text: Vec<String>,
+}
+
+/// Where a runtime command goes, as flags (shared by `message` and the
+/// target commands built on it, such as `opt`).
+#[derive(Args)]
+pub struct CommandFlags {
+    /// Offline: a device formatted with `layoutd format` (repeat for each member); it must not be served.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["socket", "control"])]
+    device: Vec<PathBuf>,
+    /// Online: the NBD Unix socket of a running `layoutd serve` (its control socket is <PATH>.ctl).
+    #[arg(long, value_name = "PATH", conflicts_with = "control")]
+    socket: Option<PathBuf>,
+    /// Online: the control socket of a running `layoutd serve` (its --control).
+    #[arg(long, value_name = "PATH")]
+    control: Option<PathBuf>,
+}
+
+impl CommandFlags {
+    /// The [`CommandTarget`] these flags name.
+    pub fn target(&self) -> Result<CommandTarget> {
+        CommandTarget::from_flags(&self.device, &self.socket, &self.control)
+    }
+}
+
+/// Where a command for a volume goes: online to a control socket, or
+/// offline to the devices.
+pub enum CommandTarget {
+    /// A running `layoutd serve`'s control socket.
+    Online(PathBuf),
+    /// The devices themselves (not served).
+    Offline(Vec<PathBuf>),
+}
+
+impl CommandTarget {
+    /// From `--device` / `--socket` / `--control`.
+    pub fn from_flags(
+        device: &[PathBuf],
+        socket: &Option<PathBuf>,
+        control: &Option<PathBuf>,
+    ) -> Result<Self> {
+        match (device.is_empty(), socket, control) {
+            (_, _, Some(c)) => Ok(CommandTarget::Online(c.clone())),
+            (_, Some(s), None) => Ok(CommandTarget::Online(control_path_of(s))),
+            (false, None, None) => {
+                distinct(device)?;
+                Ok(CommandTarget::Offline(device.to_vec()))
+            }
+            (true, None, None) => bail!(
+                "give --device PATH (offline), or --socket / --control of a running `layoutd serve` (online)"
+            ),
+        }
+    }
+
+    /// Delivers `text`: the target's reply, or an error with its refusal.
+    pub fn send(&self, text: &str) -> Result<String> {
+        let reply = match self {
+            CommandTarget::Online(path) => layoutd_runtime::control::send(path, text).map_err(|e| {
+                anyhow::anyhow!(
+                    "{}: cannot reach the control socket ({e}); is `layoutd serve` running with this --socket/--control?",
+                    path.display()
+                )
+            })?,
+            CommandTarget::Offline(paths) => volume::message(paths, text)?,
+        };
+        reply.map_err(|why| anyhow::anyhow!("the volume refused `{text}`: {why}"))
+    }
+}
+
+pub fn message(a: MessageArgs) -> Result<()> {
+    let target = a.to.target()?;
+    let reply = target.send(&a.text.join(" "))?;
+    println!("{reply}");
     Ok(())
 }

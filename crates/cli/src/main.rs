@@ -35,13 +35,15 @@ enum Cmd {
     Inspect(cmd_volume::InspectArgs),
     /// Drain background work offline: destage a `dcd` log home, flush, mark clean.
     Destage(cmd_volume::DestageArgs),
-    /// The `opt` target offline: status, plan, apply or drop the OPT region's contents.
+    /// Send a runtime command to a volume's targets, online (running serve) or offline.
+    Message(cmd_volume::MessageArgs),
+    /// The `opt` target: status, plan, apply or drop the OPT region's contents.
     Opt(cmd_opt::OptArgs),
     /// Inspect the HDD model's presets and validate it against real drives.
     #[command(subcommand)]
     Disk(cmd_disk::DiskCmd),
     /// Replay a block trace through a stack on the HDD model (deterministic simulator).
-    Sim(cmd_sim::SimArgs),
+    Sim(Box<cmd_sim::SimArgs>),
     /// Summarize, cut (at marker reads) and convert block traces.
     #[command(subcommand)]
     Trace(cmd_trace::TraceCmd),
@@ -65,9 +67,10 @@ fn main() {
         Cmd::Serve(a) => cmd_volume::serve(a),
         Cmd::Inspect(a) => cmd_volume::inspect(a),
         Cmd::Destage(a) => cmd_volume::destage(a),
+        Cmd::Message(a) => cmd_volume::message(a),
         Cmd::Opt(a) => cmd_opt::run(a),
         Cmd::Disk(c) => cmd_disk::run(c),
-        Cmd::Sim(a) => cmd_sim::run(a),
+        Cmd::Sim(a) => cmd_sim::run(*a),
         Cmd::Trace(c) => cmd_trace::run(c),
         Cmd::Targets => {
             for t in layoutd_targets::TARGET_TYPES {

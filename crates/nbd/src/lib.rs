@@ -1,12 +1,16 @@
 //! The nbdkit plugin that serves a layoutd volume.
 //!
 //! `nbdkit liblayoutd_nbd.so device=PATH [device=PATH ...] [direct=true]
-//! [accept-loss=true] [record-trace=FILE] [emulate=PRESET]` (normally started
+//! [accept-loss=true] [record-trace=FILE] [emulate=PRESET] [control=SOCKET]` (normally started
 //! for you by `layoutd serve`, which also adds the blocksize-policy filter). The volume is opened and
 //! recovered in `config_complete`, so a bad device stops nbdkit before it
 //! listens; the live runtime's threads start in `after_fork`. On shutdown
 //! (`unload`: SIGINT, SIGTERM, or the end of `--run`) the stack is flushed
 //! and the clean-shutdown mark is written.
+//!
+//! `control=SOCKET`: a Unix socket (mode 0600, created after the volume
+//! starts, removed on unload) on which runtime commands reach the stack
+//! (`layoutd message`; protocol in [`layoutd_runtime::control`]).
 //!
 //! Every callback runs inside `catch_unwind`: a panic never crosses the FFI
 //! boundary; the request fails with EIO and the panic is logged. After a
@@ -48,6 +52,8 @@ struct Settings {
     /// Emulate this HDD preset (or DiskSim specs file) on completions.
     emulate: Option<String>,
     emulate_diskspecs: Option<PathBuf>,
+    /// The control socket to create.
+    control: Option<PathBuf>,
 }
 
 /// What `config_complete` opened, waiting for `after_fork` to start serving.
@@ -76,7 +82,9 @@ static SETTINGS: Mutex<Settings> = Mutex::new(Settings {
     debug_panic_offset: None,
     emulate: None,
     emulate_diskspecs: None,
+    control: None,
 });
+static CONTROL: Mutex<Option<layoutd_runtime::control::ControlServer>> = Mutex::new(None);
 static OPENED: Mutex<Option<Opened>> = Mutex::new(None);
 static LIVE: OnceLock<Arc<LiveVolume>> = OnceLock::new();
 static ALLOCATION: OnceLock<Allocation> = OnceLock::new();
@@ -193,7 +201,8 @@ impl Server for Connection {
              record-trace-overwrite=true  replace an existing record-trace file\n\
              announce-uri=URI   print this URI in the \"serving\" line (layoutd serve sets it)\n\
              emulate=PRESET     hold completions back by the HDD model's service time (wd800, ...)\n\
-             emulate-diskspecs=FILE  the same, with a DiskSim parameter file",
+             emulate-diskspecs=FILE  the same, with a DiskSim parameter file\n\
+             control=SOCKET     accept runtime commands (`layoutd message`) on this Unix socket",
         )
     }
 
@@ -213,6 +222,7 @@ impl Server for Connection {
                 "announce-uri" => s.announce_uri = Some(value.to_string()),
                 "emulate" => s.emulate = Some(value.to_string()),
                 "emulate-diskspecs" => s.emulate_diskspecs = Some(PathBuf::from(value)),
+                "control" => s.control = Some(PathBuf::from(value)),
                 "debug-panic-offset" => {
                     s.debug_panic_offset = Some(
                         value
@@ -223,7 +233,7 @@ impl Server for Connection {
                 other => {
                     return Err(Error::new(
                         libc::EINVAL,
-                        format!("unknown parameter `{other}` (known: device, direct, accept-loss, record-trace, record-trace-overwrite, announce-uri, emulate, emulate-diskspecs)"),
+                        format!("unknown parameter `{other}` (known: device, direct, accept-loss, record-trace, record-trace-overwrite, announce-uri, emulate, emulate-diskspecs, control)"),
                     ))
                 }
             }
@@ -272,6 +282,7 @@ impl Server for Connection {
         guarded("after_fork", || {
             let settings = SETTINGS.lock().map_err(|_| eio("settings lock"))?;
             let announce_uri = settings.announce_uri.clone();
+            let control = settings.control.clone();
             let params = layoutd_hdd::DiskParams::named(
                 settings.emulate.as_deref(),
                 settings.emulate_diskspecs.as_deref(),
@@ -297,7 +308,17 @@ impl Server for Connection {
             });
             let size = stack.size_bytes();
             let live = LiveVolume::start(stack, data, sink, delay);
-            LIVE.set(live).map_err(|_| eio("volume started twice"))?;
+            LIVE.set(live.clone()).map_err(|_| eio("volume started twice"))?;
+            if let Some(path) = &control {
+                let server = layoutd_runtime::control::ControlServer::start(
+                    path,
+                    Box::new(move |text: &str| live.message(text)),
+                )
+                .map_err(|e| {
+                    Error::new(libc::EINVAL, format!("control={}: cannot listen: {e}", path.display()))
+                })?;
+                *CONTROL.lock().map_err(|_| eio("lock"))? = Some(server);
+            }
             if let Some(a) = o.allocation.take() {
                 let _ = ALLOCATION.set(a);
             }
@@ -308,12 +329,21 @@ impl Server for Connection {
                 if o.was_clean { "" } else { ", recovered after an unclean shutdown" },
                 announce_uri.map(|u| format!(" at {u}")).unwrap_or_default()
             );
+            if let Some(path) = &control {
+                eprintln!(
+                    "layoutd: control socket {} (`layoutd message --control {}` TEXT)",
+                    path.display(),
+                    path.display()
+                );
+            }
             Ok(())
         })
     }
 
     fn unload() {
         let _ = guarded("unload", || {
+            // No commands during shutdown; the socket file goes.
+            drop(CONTROL.lock().map_err(|_| eio("lock"))?.take());
             let mut opened = OPENED.lock().map_err(|_| eio("lock"))?;
             let Some(o) = opened.as_mut() else { return Ok(()) };
             let live = match (LIVE.get(), o.pending.take()) {

@@ -203,6 +203,17 @@ impl<T: Timing> Harness<T> {
         }
     }
 
+    /// Delivers a runtime command to the stack now ([`Target::message`]),
+    /// then moves what it emitted, as after any other input.
+    pub fn message(&mut self, text: &str) -> Result<String, String> {
+        let reply = self.stack.message(self.now, text);
+        self.drain();
+        if !self.lower.is_empty() || !self.upper_outstanding.is_empty() {
+            self.idle_delivered = false;
+        }
+        reply
+    }
+
     /// The instant of the next event, if any.
     pub fn next_event(&self) -> Option<Instant> {
         [self.timing.next_completion(), self.stack.poll_timeout()].into_iter().flatten().min()

@@ -7,6 +7,8 @@
 //! - [`live`]: the live runtime. Real I/O on a [`layoutd_disk::BlockDevice`]
 //!   from the calling threads (their own I/O) and an I/O executor (the
 //!   targets' background I/O), the wall clock, a timer thread.
+//! - [`control`]: the control socket of a served volume (runtime commands
+//!   from `layoutd message` and the commands built on it).
 //! - [`volume`]: formatting, opening and inspecting a device: superblock,
 //!   stack construction, clean-shutdown mark.
 //! - [`probe`]: foreign data detection (libblkid) before `format` writes.
@@ -14,6 +16,7 @@
 //! Targets are the same code in both runtimes.
 #![warn(missing_docs)]
 
+pub mod control;
 pub mod det;
 pub mod emulate;
 pub mod live;

@@ -347,6 +347,28 @@ impl LiveVolume {
         }
     }
 
+    /// Delivers a runtime command to the stack ([`Target::message`]) between
+    /// requests: every request completed before it has been seen by the
+    /// stack, none after. Lower I/O the command starts goes to the executor.
+    pub fn message(&self, text: &str) -> Result<String, String> {
+        let mut work = VecDeque::new();
+        let reply = {
+            let mut core = self.lock().map_err(|_| "the volume's state is poisoned".to_string())?;
+            let now = self.now();
+            let mut reply =
+                Err("the volume has failed (a target panicked); restart `layoutd serve`".to_string());
+            if core.step(&mut work, |stack| reply = stack.message(now, text)).is_err() {
+                return Err("the volume has failed (a target panicked); restart `layoutd serve`".into());
+            }
+            if core.timer_needs_wake() {
+                self.timer_cv.notify_one();
+            }
+            reply
+        };
+        self.executor.push_all(work);
+        reply
+    }
+
     /// Where `[offset, offset + length)` lives on the bottom device, piece
     /// by piece ([`Target::map_extent`]); `None` pieces: report as data.
     pub fn map_extent(&self, offset: u64, length: u64) -> Vec<(Option<u64>, u64)> {

@@ -359,43 +359,27 @@ pub fn inspect_stack(paths: &[PathBuf]) -> Result<(Superblock, Box<dyn Target>),
     Ok((sb, stack))
 }
 
-/// Drains all background work offline (for `dcd`: destages the whole log
-/// home), checks that nothing is left dirty, flushes, and marks the volume
-/// clean. Returns the stack's statuses afterwards.
-pub fn destage(paths: &[PathBuf]) -> Result<Vec<layoutd_core::Status>, VolumeError> {
-    offline_messages(paths, &[]).map(|(_, statuses)| statuses)
-}
+/// What [`run_offline`] leaves: the first step's result, the stack, the members.
+type Offline<R> = (R, Box<dyn Target>, Vec<Member>);
 
-/// Opens the volume offline (it must not be served), sends `messages` to
-/// the stack in order (as device-mapper's `message`; the first refused
-/// one stops them), then drains all background work, flushes and marks
-/// the volume clean as [`destage`] does. Returns the replies and the
-/// statuses afterwards; a refused message is an error once the volume is
-/// drained and clean again.
-pub fn offline_messages(
+/// Opens the volume offline, runs `first` on a harness over it, lets every
+/// background job finish (bounded), flushes and settles; returns `first`'s
+/// result and the stack, with the volume still marked dirty (the caller
+/// marks it clean once satisfied).
+fn run_offline<R>(
     paths: &[PathBuf],
-    messages: &[String],
-) -> Result<(Vec<String>, Vec<layoutd_core::Status>), VolumeError> {
+    what: &str,
+    first: impl FnOnce(&mut Harness<ZeroLatency>) -> R,
+) -> Result<Offline<R>, VolumeError> {
     let vol = open(paths, false)?;
     let path = &paths[0];
     let mut h = Harness::new(vol.stack, vol.data.clone(), ZeroLatency::default(), 0);
-    let mut replies = Vec::with_capacity(messages.len());
-    let mut refused = None;
-    for m in messages {
-        let now = h.now;
-        match h.stack.message(now, m) {
-            Ok(r) => replies.push(r),
-            Err(e) => {
-                refused = Some(format!("message `{m}` refused: {e}"));
-                break;
-            }
-        }
-    }
+    let r = first(&mut h);
     let steps_max = 100_000_000;
     if h.drive_bounded(steps_max) == steps_max {
         return Err(err(
             path,
-            "background work did not finish within 100 million steps; the device is left marked dirty",
+            format!("{what} did not finish within 100 million steps; the device is left marked dirty"),
         ));
     }
     let flushed = h.flush();
@@ -403,11 +387,28 @@ pub fn offline_messages(
         return Err(err(path, format!("the final flush failed ({e}); the device is left marked dirty")));
     }
     h.settle();
-    let stack = h.into_stack();
+    Ok((r, h.into_stack(), vol.members))
+}
+
+/// Delivers a runtime command ([`Target::message`]) to the volume offline:
+/// opens it (locked, recovering if needed), delivers `text`, lets the work
+/// it starts and any other background work finish, flushes, and marks the
+/// volume clean. Returns the stack's reply or refusal.
+pub fn message(paths: &[PathBuf], text: &str) -> Result<Result<String, String>, VolumeError> {
+    let (reply, _, members) = run_offline(paths, "the work the message started", |h| h.message(text))?;
+    mark_clean(&members)?;
+    Ok(reply)
+}
+
+/// Drains all background work offline (for `dcd`: destages the whole log
+/// home), checks that nothing is left dirty, flushes, and marks the volume
+/// clean. Returns the stack's statuses afterwards.
+pub fn destage(paths: &[PathBuf]) -> Result<Vec<layoutd_core::Status>, VolumeError> {
+    let ((), stack, members) = run_offline(paths, "background work", |_| ())?;
     if !stack.is_drained() {
         let statuses: Vec<String> = stack.layer_statuses().iter().map(|s| s.to_string()).collect();
         return Err(err(
-            path,
+            &paths[0],
             format!(
                 "after draining, the stack still holds background work; the device is left marked dirty. \
                  Status: {}",
@@ -415,9 +416,6 @@ pub fn offline_messages(
             ),
         ));
     }
-    mark_clean(&vol.members)?;
-    match refused {
-        Some(e) => Err(err(path, e)),
-        None => Ok((replies, stack.layer_statuses())),
-    }
+    mark_clean(&members)?;
+    Ok(stack.layer_statuses())
 }

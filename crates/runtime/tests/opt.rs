@@ -2,7 +2,7 @@
 //! frequent reconfigurations, each in-flight conflict driven by hand,
 //! recovery after a crash, a corrupt map, and bad configs.
 
-use layoutd_core::{Instant, Op, OpenMode, ReqId, Request, Target};
+use layoutd_core::{Op, OpenMode, ReqId, Request, Target};
 use layoutd_disk::{BlockDevice, MemDevice};
 use layoutd_runtime::det::{Harness, ZeroLatency};
 use layoutd_runtime::testkit::{
@@ -112,8 +112,7 @@ fn block(tag: u8) -> Vec<u8> {
 }
 
 fn message(h: &mut Harness, msg: &str) -> Result<String, String> {
-    let now: Instant = h.now;
-    h.stack.message(now, msg)
+    h.message(msg)
 }
 
 fn describe(h: &mut Harness) -> String {

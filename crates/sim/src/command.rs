@@ -98,6 +98,11 @@ pub struct SimArgs {
     /// Write the records of a `trace` layer in the stack to this file (layoutd format).
     #[arg(long)]
     pub record_trace: Option<PathBuf>,
+    /// Deliver a runtime command to the stack at a point of the trace (repeatable): `@N:TEXT` before
+    /// request N (0-based), or `90s:TEXT` / `1500ms:TEXT` before the first request that long after
+    /// the first one, in trace time. E.g. `--message @5000:"snapshot create s1"`, `--message 3600s:plan`.
+    #[arg(long, value_name = "WHEN:TEXT")]
+    pub message: Vec<String>,
     /// Never draw the progress bar (it is drawn only when stderr is a terminal).
     #[arg(long)]
     pub no_progress: bool,
@@ -269,6 +274,12 @@ pub fn sim_options(args: &SimArgs) -> anyhow::Result<SimOptions> {
     opts.stream_detect = !args.no_stream_detect;
     opts.progress = !args.no_progress;
     opts.record_trace = args.record_trace.clone();
+    opts.messages = args
+        .message
+        .iter()
+        .map(|m| crate::messages::ScheduledMessage::parse(m))
+        .collect::<Result<_, _>>()
+        .map_err(anyhow::Error::msg)?;
     Ok(opts)
 }
 

@@ -9,6 +9,7 @@
 //! work competes with the trace for the simulated arm.
 
 use crate::hist::{round6, Histogram, Summary};
+use crate::messages::{MessageInfo, ScheduledMessage};
 use crate::phases::{PhaseInfo, Phases};
 use crate::sample::Point;
 use crate::source::{ClosedLoop, OpenLoop, Source};
@@ -63,6 +64,8 @@ pub struct SimOptions {
     pub record_trace: Option<PathBuf>,
     /// Keep every request the disk sees (tests; unbounded memory).
     pub log_disk: bool,
+    /// Runtime commands to deliver at points of the trace (`--message`).
+    pub messages: Vec<ScheduledMessage>,
 }
 
 impl SimOptions {
@@ -86,6 +89,7 @@ impl SimOptions {
             progress: false,
             record_trace: None,
             log_disk: false,
+            messages: Vec::new(),
         }
     }
 }
@@ -143,6 +147,9 @@ pub struct SimSummary {
     pub response_buckets: ResponseBuckets,
     /// Mean response by phase of the trace's own clock ([`crate::phases`]).
     pub phases: PhaseInfo,
+    /// The `--message`s delivered, in order (absent when none was given).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub messages: Vec<MessageInfo>,
 }
 
 /// Response times of reads and writes as `[lowest ns, width ns, count]`,
@@ -331,6 +338,11 @@ struct Replay<'a> {
     busy_at_origin_ns: u64,
     records: Option<std::io::BufWriter<std::fs::File>>,
     progress: indicatif::ProgressBar,
+    /// `--message`s not yet delivered, in the order given.
+    messages_due: Vec<ScheduledMessage>,
+    messages_done: Vec<MessageInfo>,
+    /// Requests issued so far.
+    issued_count: u64,
 }
 
 /// Runs one simulation.
@@ -374,6 +386,9 @@ pub fn simulate(opts: &SimOptions) -> anyhow::Result<SimOutcome> {
         busy_at_origin_ns,
         records,
         progress,
+        messages_due: opts.messages.clone(),
+        messages_done: Vec::new(),
+        issued_count: 0,
     };
     replay.run()?;
     replay.progress.finish_and_clear();
@@ -433,8 +448,14 @@ impl Replay<'_> {
                 }
                 continue;
             }
-            let Some(at) = issue_at else { break };
-            self.issue(at);
+            let Some(at) = issue_at else {
+                if self.messages_due.is_empty() {
+                    break;
+                }
+                self.deliver_messages(u64::MAX, u64::MAX)?;
+                continue;
+            };
+            self.issue(at)?;
             issued += 1;
             if issued.is_multiple_of(65536) {
                 self.progress.set_position(self.source.reader().bytes_read());
@@ -445,11 +466,45 @@ impl Replay<'_> {
         Ok(())
     }
 
-    fn issue(&mut self, at_ns: u64) {
+    /// Delivers the due `--message`s (before request `index` at trace
+    /// time `trace_ns`), in the order given; a refusal ends the replay.
+    fn deliver_messages(&mut self, index: u64, trace_ns: u64) -> anyhow::Result<()> {
+        let mut i = 0;
+        while i < self.messages_due.len() {
+            if !self.messages_due[i].due(index, trace_ns) {
+                i += 1;
+                continue;
+            }
+            let m = self.messages_due.remove(i);
+            let now = self.h.now;
+            let reply = self.h.message(&m.text).map_err(|e| {
+                anyhow::anyhow!(
+                    "--message {:?} (before request {}): the stack refused it: {e}",
+                    m.spec,
+                    self.issued_count
+                )
+            })?;
+            self.collect();
+            self.messages_done.push(MessageInfo {
+                spec: m.spec,
+                before_request: self.issued_count,
+                sim_ns: now.as_ns().saturating_sub(self.origin_ns),
+                reply,
+            });
+        }
+        Ok(())
+    }
+
+    fn issue(&mut self, at_ns: u64) -> anyhow::Result<()> {
         let now = layoutd_core::Instant::from_ns(at_ns);
         self.h.now = self.h.now.max(now);
         let issue = self.source.pop();
         let r = issue.req;
+        if !self.messages_due.is_empty() {
+            let first_ns = self.source.reader().first_ns().unwrap_or(r.submit_ns);
+            self.deliver_messages(self.issued_count, r.submit_ns.saturating_sub(first_ns))?;
+        }
+        self.issued_count += 1;
         let length_bytes = r.length_bytes as u32;
         let stream = self.detector.classify(r.stream, r.offset_bytes, r.length_bytes);
         let req =
@@ -462,7 +517,8 @@ impl Replay<'_> {
         let trace_ns = r.submit_ns.saturating_sub(first_ns);
         let pending = Pending { issue_ns, trace_ns, op: r.op, length_bytes, key: issue.key, seq: issue.seq };
         self.pending.insert(id.0, pending);
-        self.collect()
+        self.collect();
+        Ok(())
     }
 
     fn step(&mut self) -> anyhow::Result<()> {
@@ -528,6 +584,7 @@ impl Replay<'_> {
             busy_at_origin_ns,
             mut records,
             detector,
+            messages_done,
             ..
         } = self;
         if let Some(w) = &mut records {
@@ -587,6 +644,7 @@ impl Replay<'_> {
                 write: t.write_ns.coarse_buckets(),
             },
             phases: phases.info(),
+            messages: messages_done,
         };
         let mut timing = h.timing;
         Ok(SimOutcome {

@@ -11,6 +11,7 @@
 //!   with [`timing::HddTiming`] as the bottom device; metrics and JSON.
 //! - [`report`]: SVG plots, the HTML page, and `--compare` tables.
 //! - [`matrix`]: `--matrix`: traces × stacks × disks on all cores, sharded.
+//! - [`messages`]: `--message WHEN:TEXT`, runtime commands at a point of the trace.
 //!
 //! What this crate never does: read the wall clock or draw unseeded
 //! randomness inside a simulation (the same inputs and seed give the same
@@ -22,6 +23,7 @@ pub mod command;
 pub mod engine;
 pub mod hist;
 pub mod matrix;
+pub mod messages;
 pub mod phases;
 pub mod report;
 pub mod sample;

@@ -62,7 +62,7 @@ const REQUESTS: u64 = 200_000;
 /// above the allocation before the replay started, for the whole simulator
 /// (reader, harness, disk queue, stack, histograms). A payload buffer per
 /// outstanding read would be 64 KiB per request here.
-const BYTES_PER_QUEUED_REQUEST_MAX: usize = 1024;
+const BYTES_PER_QUEUED_REQUEST_MAX: usize = 512;
 
 /// An open-loop overload in layoutd format: one request every 10 µs (the
 /// disk serves one in several ms, so the queue grows to nearly the whole

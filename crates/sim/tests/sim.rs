@@ -354,3 +354,44 @@ fn phases_follow_the_traces_clock_in_any_mode() {
     assert_eq!(counts(a).iter().sum::<u64>(), 3000);
     assert!(a.list.iter().any(|x| x.read_response_ms_mean > 0.0));
 }
+
+#[test]
+fn messages_are_delivered_at_their_point_of_the_trace_and_a_refusal_stops_the_replay() {
+    use layoutd_sim::messages::ScheduledMessage;
+    let dir = tempfile::tempdir().unwrap();
+    let trace = synthetic_trace(dir.path(), 3000, 4);
+    // Requests of the trace before 2 s of trace time (the file is in time order).
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let times: Vec<u64> =
+        text.lines().skip(1).map(|l| l.split(' ').next().unwrap().parse().unwrap()).collect();
+    let before_2s = times.iter().filter(|&&t| t - times[0] < 2_000_000_000).count() as u64;
+    assert!(before_2s > 0 && before_2s < 3000);
+    let dcd = "version = 1\n[[layer]]\ntarget = \"dcd\"\nlog_length = \"16MiB\"\nidle_ms_max = 100000\n";
+    for closed_loop in [false, true] {
+        let mut o = options(trace.clone(), 3);
+        o.stack = StackConfig::parse(dcd, "test dcd").unwrap();
+        o.closed_loop = closed_loop;
+        o.messages = ["@1200:destage", "2s:destage", "@1000000:destage"]
+            .iter()
+            .map(|m| ScheduledMessage::parse(m).unwrap())
+            .collect();
+        let s = simulate(&o).unwrap().summary;
+        let at: Vec<(&str, u64)> = s.messages.iter().map(|m| (m.spec.as_str(), m.before_request)).collect();
+        assert_eq!(at.len(), 3, "every message delivered once: {at:?}");
+        assert!(s.messages.iter().all(|m| m.reply.starts_with("destaging")), "{:?}", s.messages);
+        assert!(at.contains(&("@1200:destage", 1200)), "{at:?}");
+        assert_eq!(at[2], ("@1000000:destage", 3000), "past the end: after the last request");
+        if !closed_loop {
+            assert!(at.contains(&("2s:destage", before_2s)), "open loop issues in trace order: {at:?}");
+        }
+        assert!(summary_json(&s).contains("\"messages\""));
+    }
+    // Without messages the JSON has no such key (earlier summaries stay byte-identical).
+    let plain = simulate(&options(trace.clone(), 3)).unwrap().summary;
+    assert!(!summary_json(&plain).contains("\"messages\""));
+    // A message the stack does not know stops the run and names it.
+    let mut o = options(trace, 3);
+    o.messages = vec![ScheduledMessage::parse("@10:snapshot create s1").unwrap()];
+    let e = simulate(&o).err().expect("refused").to_string();
+    assert!(e.contains("@10:snapshot create s1") && e.contains("refused"), "{e}");
+}

@@ -259,6 +259,14 @@ impl Args {
                 geo.stride_bytes()
             )));
         }
+        if super::lookup::Lookup::new(geo.segment_count, geo.slot_count, geo.slot_sectors()).is_none() {
+            return Err(a.error(format!(
+                "key `log_length` = {log_length_bytes}: the log has {} segments of {slot_count} slots; a \
+                 location in it must fit in 31 bits (about 2^31 log sectors), so use a shorter log_length \
+                 or larger segment_bytes/slot_bytes",
+                geo.segment_count
+            )));
+        }
         a.finish()?;
         let args = Args {
             log_offset_bytes,

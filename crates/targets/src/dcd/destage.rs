@@ -39,7 +39,7 @@ impl Dcd {
 
     /// `max * (min/max)^utilization`: 1 s when empty, 1 ms when full (defaults).
     pub fn idle_threshold_ns(&self) -> u64 {
-        let used = (self.ring.head.0 - self.ring.tail.0) as f64 / f64::from(self.geo.segment_count);
+        let used = (self.log.ring.head.0 - self.log.ring.tail.0) as f64 / f64::from(self.geo.segment_count);
         assert!((0.0..=1.0).contains(&used));
         let (max, min) = (self.args.idle_ms_max as f64 * 1e6, self.args.idle_ms_min as f64 * 1e6);
         let t = max * (min / max).powf(used);
@@ -48,9 +48,9 @@ impl Dcd {
     }
 
     pub(super) fn timeout(&mut self, now: Instant) {
-        if self.buffer_deadline.is_some_and(|t| t <= now) {
-            self.buffer_deadline = None;
-            if let Some(loc) = self.open.filter(|l| !self.segs[l.0 as usize].entries.is_empty()) {
+        if self.log.buffer_deadline.is_some_and(|t| t <= now) {
+            self.log.buffer_deadline = None;
+            if let Some(loc) = self.log.open.filter(|l| !self.log.segs[l.0 as usize].entries.is_empty()) {
                 self.seal(loc);
             }
         }
@@ -58,13 +58,13 @@ impl Dcd {
             self.destage.idle_deadline = None;
             self.destage.running = true;
         }
-        if self.retry.at.is_some_and(|t| t <= now) {
-            self.retry.at = None;
-            for loc in std::mem::take(&mut self.retry.segments) {
+        if self.log.retry.at.is_some_and(|t| t <= now) {
+            self.log.retry.at = None;
+            for loc in std::mem::take(&mut self.log.retry.segments) {
                 self.counters.lower_write_retries_count += 1;
                 self.write_sealed(loc);
             }
-            if std::mem::take(&mut self.retry.checkpoint) {
+            if std::mem::take(&mut self.log.retry.checkpoint) {
                 self.counters.lower_write_retries_count += 1;
             }
         }
@@ -74,25 +74,25 @@ impl Dcd {
     /// (their data stays in RAM and is written again after a backoff), and
     /// nothing else is affected.
     fn log_write_failed(&mut self, now: Instant, what: String, err: layoutd_core::IoError) {
-        let written = self.ring.written_upto;
+        let written = self.log.ring.written_upto;
         let (failed, waiting): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut self.waiters).into_iter().partition(|w| w.upto > written);
-        self.waiters = waiting;
+            std::mem::take(&mut self.acks.waiters).into_iter().partition(|w| w.upto > written);
+        self.acks.waiters = waiting;
         for id in failed.into_iter().flat_map(|w| w.acks) {
             self.complete_upper(Completion::err(id, err));
         }
-        self.retry.failed(now, format!("{what}: {err}"));
+        self.log.retry.failed(now, format!("{what}: {err}"));
     }
 
     /// Dirty segments on disk with sectors still to move home.
     fn candidates(&self) -> Vec<Candidate> {
-        (self.ring.tail.0..self.ring.head.0)
+        (self.log.ring.tail.0..self.log.ring.head.0)
             .map(|s| (s, self.geo.location(Seq(s))))
             .filter(|&(s, loc)| {
-                let seg = &self.segs[loc.0 as usize];
+                let seg = &self.log.segs[loc.0 as usize];
                 // Destaging a segment before every older one is durable could
                 // put a write home whose predecessors a crash then loses.
-                s < self.ring.durable_upto.0
+                s < self.log.ring.durable_upto.0
                     && seg.state == SegState::Dirty
                     && seg.valid_sectors > 0
                     && !seg.destaging
@@ -100,7 +100,7 @@ impl Dcd {
             .map(|(s, loc)| Candidate {
                 seq: Seq(s),
                 loc,
-                valid_sectors: self.segs[loc.0 as usize].valid_sectors,
+                valid_sectors: self.log.segs[loc.0 as usize].valid_sectors,
             })
             .collect()
     }
@@ -116,7 +116,7 @@ impl Dcd {
         assert!(self.should_destage());
         let candidates = self.candidates();
         if candidates.is_empty() {
-            if self.ring.durable_upto < self.ring.written_upto {
+            if self.log.ring.durable_upto < self.log.ring.written_upto {
                 self.flush_for_durability();
             } else {
                 self.destage.running = false;
@@ -135,23 +135,23 @@ impl Dcd {
 
     /// Written segments exist that are not yet known durable: one flush.
     fn flush_for_durability(&mut self) {
-        if self.ring.durable_flush_busy {
+        if self.log.ring.durable_flush_busy {
             return;
         }
-        self.ring.durable_flush_busy = true;
-        let upto = self.ring.written_upto;
+        self.log.ring.durable_flush_busy = true;
+        let upto = self.log.ring.written_upto;
         self.emit(LowerOp::DurableFlush { acks: Vec::new(), upto }, Request::new(ReqId(0), Op::Flush, 0, 0));
     }
 
     /// A flush issued when `upto` was the written mark completed.
     fn durable(&mut self, upto: Seq) {
-        assert!(upto <= self.ring.written_upto);
-        self.ring.durable_upto = self.ring.durable_upto.max(upto);
+        assert!(upto <= self.log.ring.written_upto);
+        self.log.ring.durable_upto = self.log.ring.durable_upto.max(upto);
     }
 
     fn start_job(&mut self, loc: SegLoc, forced: bool) {
         assert!(self.destage.job.is_none());
-        let seg = &mut self.segs[loc.0 as usize];
+        let seg = &mut self.log.segs[loc.0 as usize];
         assert_eq!(seg.state, SegState::Dirty);
         assert!(!seg.destaging && seg.valid_sectors > 0);
         seg.destaging = true;
@@ -183,9 +183,14 @@ impl Dcd {
             job.failed = true;
             return;
         }
-        let seg = &self.segs[loc.0 as usize];
+        let seg = &self.log.segs[loc.0 as usize];
         let mut sectors: Vec<(u64, Loc, usize)> = Vec::with_capacity(seg.valid_sectors as usize);
-        for (i, slot) in seg.slots.iter().enumerate() {
+        // Slots in data-address order, so the sectors usually come out
+        // sorted already (the sort below then only checks).
+        let mut order: Vec<u16> = (0..seg.slots.len() as u16).collect();
+        order.sort_by_key(|&i| seg.slots[i as usize].start_sector);
+        for i in order.into_iter().map(usize::from) {
+            let slot = &seg.slots[i];
             for w in 0..slot.sector_count {
                 if slot.valid_mask & (1 << w) != 0 {
                     let at = i * self.geo.slot_bytes as usize + (u64::from(w) * S) as usize;
@@ -198,7 +203,9 @@ impl Dcd {
             }
         }
         assert_eq!(sectors.len(), seg.valid_sectors as usize);
-        sectors.sort_unstable_by_key(|s| s.0);
+        if !sectors.is_sorted_by_key(|s| s.0) {
+            sectors.sort_unstable_by_key(|s| s.0);
+        }
         let seq = seg.seq;
         let mut i = 0;
         while i < sectors.len() {
@@ -220,7 +227,7 @@ impl Dcd {
     }
 
     /// Issues a destage run, skipping sectors overwritten since it was read.
-    pub(super) fn destage_issue(&mut self, seq: Seq, sectors: Vec<(u64, Loc)>, data: Option<Bytes>) {
+    pub(super) fn destage_issue(&mut self, seq: Seq, mut sectors: Vec<(u64, Loc)>, data: Option<Bytes>) {
         let job = self.destage.job.as_mut().expect("destage runs belong to the running job");
         assert!(job.runs_left > 0 && job.seq == seq);
         job.runs_left -= 1;
@@ -232,15 +239,15 @@ impl Dcd {
             "a destage run is contiguous"
         );
         let current = self.lookup.get_range(first, sectors.len() as u64);
-        let still = |k: usize| current[k] == Some(sectors[k].1);
+        let still: Vec<bool> = current.iter().zip(&sectors).map(|(c, s)| *c == Some(s.1)).collect();
         let mut i = 0;
-        while i < sectors.len() {
-            if !still(i) {
+        while i < still.len() {
+            if !still[i] {
                 i += 1;
                 continue;
             }
             let mut j = i + 1;
-            while j < sectors.len() && still(j) {
+            while j < still.len() && still[j] {
                 j += 1;
             }
             let (a, b) = (sectors[i].0, sectors[j - 1].0 + 1);
@@ -249,8 +256,13 @@ impl Dcd {
             let mut req =
                 Request::new(ReqId(0), Op::Write, self.args.data_offset_bytes + a * S, ((b - a) * S) as u32);
             req.data = slice;
-            let id = self.emit(LowerOp::HomeDestage { seq, sectors: sectors[i..j].to_vec() }, req);
-            self.home.issued(id, (a, b));
+            let piece = if i == 0 && j == sectors.len() {
+                std::mem::take(&mut sectors)
+            } else {
+                sectors[i..j].to_vec()
+            };
+            let id = self.emit(LowerOp::HomeDestage { seq, sectors: piece }, req);
+            self.home.gate.issued(id, (a, b));
             self.destage.job.as_mut().expect("running").writes_in_flight += 1;
             i = j;
         }
@@ -264,10 +276,11 @@ impl Dcd {
             job.failed = true;
             return;
         }
-        for loc in self.lookup.remove_if_many(&sectors) {
-            self.invalidate(loc, None);
-            self.counters.destaged_bytes += S;
-        }
+        let (segs, counters) = (&mut self.log.segs, &mut self.counters);
+        self.lookup.remove_if_many(&sectors, |loc| {
+            super::invalidate(segs, loc, None);
+            counters.destaged_bytes += S;
+        });
     }
 
     fn maybe_finish_job(&mut self) {
@@ -276,7 +289,7 @@ impl Dcd {
             return;
         }
         let job = self.destage.job.take().expect("present");
-        let seg = &mut self.segs[job.loc.0 as usize];
+        let seg = &mut self.log.segs[job.loc.0 as usize];
         assert!(seg.destaging && seg.seq == job.seq);
         seg.destaging = false;
         assert!(job.failed || seg.valid_sectors == 0, "a finished destage leaves nothing valid");
@@ -289,42 +302,42 @@ impl Dcd {
     }
 
     fn reclaimable(&self, seq: Seq) -> bool {
-        let seg = &self.segs[self.geo.location(seq).0 as usize];
+        let seg = &self.log.segs[self.geo.location(seq).0 as usize];
         assert_eq!(seg.seq, seq, "ring location holds the seq it should");
         seg.state == SegState::Dirty
             && seg.written
             && seg.valid_sectors == 0
             && seg.pins == 0
             && !seg.destaging
-            && seg.superseded_seq_max.is_none_or(|s| s < self.ring.written_upto)
+            && seg.superseded_seq_max.is_none_or(|s| s < self.log.ring.written_upto)
     }
 
     /// Moves the tail past reclaimable segments: flush, then checkpoint.
     pub(super) fn advance_tail(&mut self) {
-        if self.ring.checkpoint_busy || self.retry.checkpoint {
+        if self.log.ring.checkpoint_busy || self.log.retry.checkpoint {
             return;
         }
-        let mut t = self.ring.tail;
-        while t < self.ring.head && self.reclaimable(t) {
+        let mut t = self.log.ring.tail;
+        while t < self.log.ring.head && self.reclaimable(t) {
             t = Seq(t.0 + 1);
         }
-        if t == self.ring.tail {
+        if t == self.log.ring.tail {
             return;
         }
-        assert!(t <= self.ring.written_upto, "only written segments are reclaimed");
-        self.ring.checkpoint_busy = true;
-        let upto = self.ring.written_upto;
+        assert!(t <= self.log.ring.written_upto, "only written segments are reclaimed");
+        self.log.ring.checkpoint_busy = true;
+        let upto = self.log.ring.written_upto;
         self.emit(LowerOp::CheckpointFlush { tail: t, upto }, Request::new(ReqId(0), Op::Flush, 0, 0));
     }
 
     pub(super) fn write_checkpoint(&mut self, op: LowerOp, tail: Seq, fua: bool) {
-        self.ring.generation += 1;
+        self.log.ring.generation += 1;
         let ck = Checkpoint {
-            generation: self.ring.generation,
-            boot: self.ring.boot,
+            generation: self.log.ring.generation,
+            boot: self.log.ring.boot,
             replay_from_seq: tail,
-            resume_seq: self.ring.resume,
-            durable_upto: self.ring.durable_upto,
+            resume_seq: self.log.ring.resume,
+            durable_upto: self.log.ring.durable_upto,
         };
         self.counters.checkpoints_written_count += 1;
         self.emit_metadata(op, self.geo.checkpoint_offset_bytes(ck.generation), ck.encode(&self.geo), fua);
@@ -339,9 +352,12 @@ impl Dcd {
 
     /// Writes a flush mark saying every seq below `upto` is durable.
     pub(super) fn write_mark(&mut self, op: LowerOp, upto: Seq) {
-        self.ring.mark_generation += 1;
-        let mark =
-            FlushMark { generation: self.ring.mark_generation, boot: self.ring.boot, durable_upto: upto };
+        self.log.ring.mark_generation += 1;
+        let mark = FlushMark {
+            generation: self.log.ring.mark_generation,
+            boot: self.log.ring.boot,
+            durable_upto: upto,
+        };
         self.counters.flush_marks_written_count += 1;
         self.emit_metadata(op, self.geo.mark_offset_bytes(mark.generation), mark.encode(&self.geo), true);
     }
@@ -349,39 +365,39 @@ impl Dcd {
     /// Acknowledgements whose flush completed wait for a flush mark that
     /// covers them (one mark write at a time, covering every waiter).
     fn write_mark_if_needed(&mut self) {
-        if self.ring.mark_busy {
+        if self.log.ring.mark_busy {
             return;
         }
-        let Some(upto) = self.mark_waiters.iter().map(|w| w.upto).max() else { return };
-        assert!(upto <= self.ring.durable_upto, "a mark never claims more than is durable");
-        self.ring.mark_busy = true;
+        let Some(upto) = self.acks.mark_waiters.iter().map(|w| w.upto).max() else { return };
+        assert!(upto <= self.log.ring.durable_upto, "a mark never claims more than is durable");
+        self.log.ring.mark_busy = true;
         self.write_mark(LowerOp::MarkWrite { upto }, upto);
     }
 
     /// A flush for acknowledgements completed: they go out now if the mark
     /// on disk already covers `upto`, else after the next mark.
     fn flushed_for(&mut self, acks: Vec<ReqId>, upto: Seq, result: Result<(), layoutd_core::IoError>) {
-        if result.is_err() || upto <= self.ring.mark_upto {
+        if result.is_err() || upto <= self.log.ring.mark_upto {
             for id in acks {
                 self.complete_upper(Completion { id, result, data: None });
             }
             return;
         }
-        self.mark_waiters.push(super::Waiter { acks, upto });
+        self.acks.mark_waiters.push(super::Waiter { acks, upto });
         self.write_mark_if_needed();
     }
 
     fn mark_written(&mut self, upto: Seq, result: Result<(), layoutd_core::IoError>) {
-        assert!(self.ring.mark_busy);
-        self.ring.mark_busy = false;
+        assert!(self.log.ring.mark_busy);
+        self.log.ring.mark_busy = false;
         if result.is_ok() {
-            self.ring.mark_upto = self.ring.mark_upto.max(upto);
+            self.log.ring.mark_upto = self.log.ring.mark_upto.max(upto);
         }
-        let mark_upto = self.ring.mark_upto;
-        let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.mark_waiters)
+        let mark_upto = self.log.ring.mark_upto;
+        let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.acks.mark_waiters)
             .into_iter()
             .partition(|w| result.is_err() || w.upto <= mark_upto);
-        self.mark_waiters = waiting;
+        self.acks.mark_waiters = waiting;
         for w in done {
             let r = if w.upto <= mark_upto { Ok(()) } else { result };
             for id in w.acks {
@@ -394,10 +410,10 @@ impl Dcd {
     /// The checkpoint is durable in both copies: segments before `tail`
     /// are free, and no readable copy can send a replay to them.
     fn tail_persisted(&mut self, tail: Seq) {
-        assert!(tail > self.ring.tail && tail <= self.ring.head);
-        for s in self.ring.tail.0..tail.0 {
+        assert!(tail > self.log.ring.tail && tail <= self.log.ring.head);
+        for s in self.log.ring.tail.0..tail.0 {
             let loc = self.geo.location(Seq(s));
-            let seg = std::mem::replace(&mut self.segs[loc.0 as usize], SegMeta::free());
+            let seg = std::mem::replace(&mut self.log.segs[loc.0 as usize], SegMeta::free());
             assert!(seg.valid_sectors == 0 && seg.pins == 0);
             for e in &seg.entries {
                 if let crate::seglog::Entry::Slot { start_sector, sector_count, .. } = *e {
@@ -405,8 +421,8 @@ impl Dcd {
                 }
             }
         }
-        self.ring.tail = tail;
-        self.ring.checkpoint_busy = false;
+        self.log.ring.tail = tail;
+        self.log.ring.checkpoint_busy = false;
     }
 
     /// Dispatches one lower completion.
@@ -423,12 +439,12 @@ impl Dcd {
                     loc.0,
                     self.geo.segment_offset_bytes(loc)
                 );
-                self.retry.segments.push(loc);
+                self.log.retry.segments.push(loc);
                 self.log_write_failed(now, what, err);
             }
             LowerOp::DurableFlush { acks, upto } => {
                 if acks.is_empty() {
-                    self.ring.durable_flush_busy = false;
+                    self.log.ring.durable_flush_busy = false;
                 }
                 if !failed {
                     self.durable(upto);
@@ -440,17 +456,23 @@ impl Dcd {
             LowerOp::MarkWrite { upto } => self.mark_written(upto, c.result),
             LowerOp::ReadPiece { key, within_bytes, pin } => {
                 if let Some(loc) = pin {
-                    self.segs[loc.0 as usize].pins -= 1;
+                    self.log.segs[loc.0 as usize].pins -= 1;
                 }
                 self.read_piece_done(key, within_bytes, c.data, c.result);
             }
+            LowerOp::ReadWhole { id, pin } => {
+                if let Some(loc) = pin {
+                    self.log.segs[loc.0 as usize].pins -= 1;
+                }
+                self.complete_upper(Completion { id, ..c });
+            }
             LowerOp::HomeUpper { id, fua, start, count, arrival } => {
-                assert!(self.home.completed(c.id.0));
+                assert!(self.home.gate.completed(c.id.0));
                 self.home_upper_done(Completion { id, ..c }, fua, start, count, arrival);
                 self.home_retry();
             }
             LowerOp::HomeDestage { seq, sectors } => {
-                assert!(self.home.completed(c.id.0));
+                assert!(self.home.gate.completed(c.id.0));
                 assert_eq!(
                     self.destage.job.as_ref().map(|j| j.seq),
                     Some(seq),
@@ -470,10 +492,10 @@ impl Dcd {
             LowerOp::CheckpointWrite { tail, second: true } if !failed => self.tail_persisted(tail),
             LowerOp::CheckpointFlush { .. } | LowerOp::CheckpointWrite { .. } => {
                 let err = c.result.expect_err("failed");
-                self.ring.checkpoint_busy = false;
-                self.retry.checkpoint = true;
+                self.log.ring.checkpoint_busy = false;
+                self.log.retry.checkpoint = true;
                 let at = self.geo.region_offset_bytes;
-                self.retry.failed(now, format!("writing the log checkpoint at lower offset {at}: {err}"));
+                self.log.retry.failed(now, format!("writing the log checkpoint at lower offset {at}: {err}"));
             }
         }
         self.maybe_finish_job();
@@ -499,14 +521,14 @@ impl Dcd {
         let start = req.offset_bytes / S;
         let locs = self.lookup.get_range(start, u64::from(req.length_bytes) / S);
         let segs: Vec<SegLoc> = locs.iter().flatten().map(|l| l.seg).collect();
-        let on_disk = segs.iter().find(|l| self.segs[l.0 as usize].state == SegState::Dirty).copied();
+        let on_disk = segs.iter().find(|l| self.log.segs[l.0 as usize].state == SegState::Dirty).copied();
         match on_disk {
             None => {
                 let req = self.destage.reads_waiting.pop_front().expect("front");
                 self.read(now, req);
             }
-            Some(loc) if self.destage.job.is_none() && !self.segs[loc.0 as usize].destaging => {
-                if self.segs[loc.0 as usize].seq < self.ring.durable_upto {
+            Some(loc) if self.destage.job.is_none() && !self.log.segs[loc.0 as usize].destaging => {
+                if self.log.segs[loc.0 as usize].seq < self.log.ring.durable_upto {
                     self.start_job(loc, true);
                 } else {
                     self.flush_for_durability();

@@ -2,13 +2,16 @@
 //! log (segment location, slot, sector within the slot). Organised in
 //! 4 KiB lines of 8 sectors (the paper's cache lines), so an aligned 4 KiB
 //! request is one map lookup, while partial and overlapping requests are
-//! still exact per sector. A `BTreeMap` keeps iteration deterministic.
+//! still exact per sector. Lines sit in a hash map (the per-request cost
+//! is a few probes, not a tree walk); range operations visit the range's
+//! line keys in address order, or, when the range spans more lines than the
+//! table holds, the table's own keys sorted, so every walk is in address
+//! order and deterministic.
 
 use crate::seglog::{SegLoc, Seq};
-use std::collections::BTreeMap;
+use rustc_hash::FxHashMap;
 
 const LINE_SECTORS: u64 = 8;
-const PRESENT: u64 = 1 << 63;
 
 /// Where one data sector's newest copy lives.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -21,28 +24,52 @@ pub struct Loc {
     pub within: u8,
 }
 
-impl Loc {
-    fn pack(self) -> u64 {
-        PRESENT | (u64::from(self.seg.0) << 24) | (u64::from(self.slot) << 8) | u64::from(self.within)
+/// How a [`Loc`] packs into 32 bits (0: none): segment, slot and sector
+/// fields of the widths the geometry needs, plus one.
+#[derive(Copy, Clone, Debug)]
+struct Packing {
+    slot_bits: u32,
+    within_bits: u32,
+}
+
+/// Bits needed to hold values below `n`.
+fn bits_for(n: u64) -> u32 {
+    u64::BITS - n.saturating_sub(1).leading_zeros()
+}
+
+impl Packing {
+    fn pack(self, l: Loc) -> u32 {
+        let v = (l.seg.0 << (self.slot_bits + self.within_bits))
+            | (u32::from(l.slot) << self.within_bits)
+            | u32::from(l.within);
+        v + 1
     }
-    fn unpack(v: u64) -> Option<Loc> {
-        (v & PRESENT != 0).then_some(Loc {
-            seg: SegLoc(((v >> 24) & 0xFFFF_FFFF) as u32),
-            slot: ((v >> 8) & 0xFFFF) as u16,
-            within: (v & 0xFF) as u8,
+
+    fn unpack(self, v: u32) -> Option<Loc> {
+        let x = v.checked_sub(1)?;
+        Some(Loc {
+            seg: SegLoc(x >> (self.slot_bits + self.within_bits)),
+            slot: ((x >> self.within_bits) & ((1 << self.slot_bits) - 1)) as u16,
+            within: (x & ((1 << self.within_bits) - 1)) as u8,
         })
     }
 }
 
-/// One line: each sector's newest log location, and the seq (+1; 0: none)
-/// of the newest live segment with an entry for it, which is what replay
-/// would map: the "replay-visible" map, which outlives the location once the
-/// sector is destaged, until the tail passes the segment. Both live in one
-/// line so a logged write costs one map lookup.
+/// A segment seq as a line stores it (0: none). Distinct for any two seqs
+/// fewer than 2^32 - 1 apart, and the live part of the ring is far shorter.
+fn visible_of(seq: Seq) -> u32 {
+    (seq.0 % u64::from(u32::MAX)) as u32 + 1
+}
+
+/// One line: each sector's newest log location, and the seq of the newest
+/// live segment with an entry for it, which is what replay would map: the
+/// "replay-visible" map, which outlives the location once the sector is
+/// destaged, until the tail passes the segment. Both live in one 64-byte
+/// line so a logged write costs one map lookup and one cache line.
 #[derive(Clone, Copy, Default)]
 struct Line {
-    locs: [u64; LINE_SECTORS as usize],
-    visible: [u64; LINE_SECTORS as usize],
+    locs: [u32; LINE_SECTORS as usize],
+    visible: [u32; LINE_SECTORS as usize],
 }
 
 impl Line {
@@ -51,14 +78,56 @@ impl Line {
     }
 }
 
-/// The table.
-#[derive(Default)]
+/// The table. Memory: one 64-byte line (plus the hash table's 8-byte key
+/// and about 1/7 spare) per 8-sector line holding a logged or
+/// replay-visible sector.
 pub struct Lookup {
-    lines: BTreeMap<u64, Line>,
+    lines: FxHashMap<u64, Line>,
     mapped_count: u64,
+    packing: Packing,
+}
+
+/// The line keys of `[first, last]` that may hold a line, in order: the
+/// range itself when it is no longer than the table, else the table's keys.
+fn line_keys(lines: &FxHashMap<u64, Line>, first: u64, last: u64) -> LineKeys {
+    if last - first < lines.len() as u64 {
+        LineKeys::Range(first..=last)
+    } else {
+        let mut keys: Vec<u64> = lines.keys().copied().filter(|k| (first..=last).contains(k)).collect();
+        keys.sort_unstable();
+        LineKeys::Listed(keys.into_iter())
+    }
+}
+
+enum LineKeys {
+    Range(std::ops::RangeInclusive<u64>),
+    Listed(std::vec::IntoIter<u64>),
+}
+
+impl Iterator for LineKeys {
+    type Item = u64;
+    fn next(&mut self) -> Option<u64> {
+        match self {
+            LineKeys::Range(r) => r.next(),
+            LineKeys::Listed(k) => k.next(),
+        }
+    }
 }
 
 impl Lookup {
+    /// A table for a log of `segment_count` segments of `slot_count` slots
+    /// of `slot_sectors` sectors; `None` if a location does not fit in 32
+    /// bits (a log of more than about 2^31 sectors).
+    pub fn new(segment_count: u32, slot_count: u32, slot_sectors: u32) -> Option<Lookup> {
+        let (seg_bits, slot_bits, within_bits) =
+            (bits_for(segment_count.into()), bits_for(slot_count.into()), bits_for(slot_sectors.into()));
+        (seg_bits + slot_bits + within_bits < 32).then_some(Lookup {
+            lines: FxHashMap::default(),
+            mapped_count: 0,
+            packing: Packing { slot_bits, within_bits },
+        })
+    }
+
     /// Sectors currently mapped into the log.
     pub fn mapped_count(&self) -> u64 {
         self.mapped_count
@@ -67,21 +136,40 @@ impl Lookup {
     /// Where `sector` lives, if in the log.
     pub fn get(&self, sector: u64) -> Option<Loc> {
         let line = self.lines.get(&(sector / LINE_SECTORS))?;
-        Loc::unpack(line.locs[(sector % LINE_SECTORS) as usize])
+        self.packing.unpack(line.locs[(sector % LINE_SECTORS) as usize])
     }
 
     /// The locations of `count` sectors from `start` (one lookup per line).
     pub fn get_range(&self, start: u64, count: u64) -> Vec<Option<Loc>> {
         let mut out = vec![None; count as usize];
-        for (&key, line) in self.lines.range(start / LINE_SECTORS..=(start + count - 1) / LINE_SECTORS) {
+        for key in line_keys(&self.lines, start / LINE_SECTORS, (start + count - 1) / LINE_SECTORS) {
+            let Some(line) = self.lines.get(&key) else { continue };
             for (i, &v) in line.locs.iter().enumerate() {
                 let s = key * LINE_SECTORS + i as u64;
                 if s >= start && s < start + count {
-                    out[(s - start) as usize] = Loc::unpack(v);
+                    out[(s - start) as usize] = self.packing.unpack(v);
                 }
             }
         }
         out
+    }
+
+    /// Whether any of `count` sectors from `start` is mapped (one probe per
+    /// line, nothing allocated: the read path's common case).
+    pub fn any_mapped(&self, start: u64, count: u64) -> bool {
+        self.any_sector(start, count, |line, i| line.locs[i] != 0)
+    }
+
+    /// Whether `pred(line, index)` holds for any sector of `[start, start + count)`.
+    fn any_sector(&self, start: u64, count: u64, pred: impl Fn(&Line, usize) -> bool) -> bool {
+        let Some(end) = start.checked_add(count).filter(|_| count > 0) else { return false };
+        line_keys(&self.lines, start / LINE_SECTORS, (end - 1) / LINE_SECTORS).any(|key| {
+            let Some(line) = self.lines.get(&key) else { return false };
+            (0..LINE_SECTORS).any(|i| {
+                let s = key * LINE_SECTORS + i;
+                s >= start && s < end && pred(line, i as usize)
+            })
+        })
     }
 
     /// The runs `(first sector, count)` of mapped sectors among `count`
@@ -89,10 +177,11 @@ impl Lookup {
     pub fn mapped_runs(&self, start: u64, count: u64) -> Vec<(u64, u64)> {
         let mut out: Vec<(u64, u64)> = Vec::new();
         let Some(end) = start.checked_add(count).filter(|_| count > 0) else { return out };
-        for (&key, line) in self.lines.range(start / LINE_SECTORS..=(end - 1) / LINE_SECTORS) {
+        for key in line_keys(&self.lines, start / LINE_SECTORS, (end - 1) / LINE_SECTORS) {
+            let Some(line) = self.lines.get(&key) else { continue };
             for (i, &v) in line.locs.iter().enumerate() {
                 let s = key * LINE_SECTORS + i as u64;
-                if s < start || s >= end || Loc::unpack(v).is_none() {
+                if s < start || s >= end || v == 0 {
                     continue;
                 }
                 match out.last_mut() {
@@ -115,14 +204,15 @@ impl Lookup {
     /// lookup per line; returns the locations replaced.
     pub fn set_run(&mut self, start: u64, n: u32, loc_of: impl Fn(u32) -> Loc, seq: Seq) -> Vec<Loc> {
         let mut replaced = Vec::new();
+        let (packing, visible) = (self.packing, visible_of(seq));
         let mut w = 0u32;
         while w < n {
             let key = (start + u64::from(w)) / LINE_SECTORS;
             let line = self.lines.entry(key).or_default();
             while w < n && (start + u64::from(w)) / LINE_SECTORS == key {
                 let i = ((start + u64::from(w)) % LINE_SECTORS) as usize;
-                line.visible[i] = seq.0 + 1;
-                match Loc::unpack(std::mem::replace(&mut line.locs[i], loc_of(w).pack())) {
+                line.visible[i] = visible;
+                match packing.unpack(std::mem::replace(&mut line.locs[i], packing.pack(loc_of(w)))) {
                     Some(old) => replaced.push(old),
                     None => self.mapped_count += 1,
                 }
@@ -135,9 +225,9 @@ impl Lookup {
 
     /// Unmaps each `(sector, loc)` of `items` (sorted by sector) whose
     /// sector still points at `loc`, one map lookup per line; returns the
-    /// locations removed.
-    pub fn remove_if_many(&mut self, items: &[(u64, Loc)]) -> Vec<Loc> {
-        let mut removed = Vec::with_capacity(items.len());
+    /// locations removed, each passed to `removed`.
+    pub fn remove_if_many(&mut self, items: &[(u64, Loc)], mut removed: impl FnMut(Loc)) {
+        let mut count = 0u64;
         let mut i = 0;
         while i < items.len() {
             let key = items[i].0 / LINE_SECTORS;
@@ -148,9 +238,10 @@ impl Lookup {
             if let Some(line) = self.lines.get_mut(&key) {
                 for &(sector, loc) in &items[i..j] {
                     let v = &mut line.locs[(sector % LINE_SECTORS) as usize];
-                    if Loc::unpack(*v) == Some(loc) {
+                    if *v == self.packing.pack(loc) {
                         *v = 0;
-                        removed.push(loc);
+                        count += 1;
+                        removed(loc);
                     }
                 }
                 if line.is_empty() {
@@ -159,16 +250,15 @@ impl Lookup {
             }
             i = j;
         }
-        self.mapped_count -= removed.len() as u64;
-        removed
+        self.mapped_count -= count;
     }
 
     /// Applies `f(line, index within the line, sector)` to each sector of
     /// `[start, start + count)` that has a line, dropping lines left empty.
     fn each_in_range(&mut self, start: u64, count: u64, mut f: impl FnMut(&mut Line, usize, u64)) {
         let Some(end) = start.checked_add(count).filter(|_| count > 0) else { return };
-        let mut emptied = Vec::new();
-        for (&key, line) in self.lines.range_mut(start / LINE_SECTORS..=(end - 1) / LINE_SECTORS) {
+        for key in line_keys(&self.lines, start / LINE_SECTORS, (end - 1) / LINE_SECTORS) {
+            let Some(line) = self.lines.get_mut(&key) else { continue };
             for i in 0..LINE_SECTORS {
                 let s = key * LINE_SECTORS + i;
                 if s >= start && s < end {
@@ -176,23 +266,14 @@ impl Lookup {
                 }
             }
             if line.is_empty() {
-                emptied.push(key);
+                self.lines.remove(&key);
             }
-        }
-        for key in emptied {
-            self.lines.remove(&key);
         }
     }
 
     /// Whether any sector of `[start, start + count)` is replay-visible.
     pub fn visible_in(&self, start: u64, count: u64) -> bool {
-        let Some(end) = start.checked_add(count).filter(|_| count > 0) else { return false };
-        self.lines.range(start / LINE_SECTORS..=(end - 1) / LINE_SECTORS).any(|(&key, line)| {
-            (0..LINE_SECTORS).any(|i| {
-                let s = key * LINE_SECTORS + i;
-                s >= start && s < end && line.visible[i as usize] != 0
-            })
-        })
+        self.any_sector(start, count, |line, i| line.visible[i] != 0)
     }
 
     /// No sector of `[start, start + count)` is replay-visible any more (an
@@ -204,8 +285,9 @@ impl Lookup {
     /// The sectors of `[start, start + count)` replay-visible in segment
     /// `seq` are not any more (the tail passed it).
     pub fn clear_visible_in(&mut self, start: u64, count: u64, seq: Seq) {
+        let visible = visible_of(seq);
         self.each_in_range(start, count, |line, i, _| {
-            if line.visible[i] == seq.0 + 1 {
+            if line.visible[i] == visible {
                 line.visible[i] = 0;
             }
         });
@@ -216,8 +298,9 @@ impl Lookup {
     pub fn remove_range(&mut self, start: u64, count: u64, keep: impl Fn(Loc) -> bool) -> Vec<(u64, Loc)> {
         assert!(count > 0);
         let mut removed = Vec::new();
+        let packing = self.packing;
         self.each_in_range(start, count, |line, i, s| {
-            if let Some(loc) = Loc::unpack(line.locs[i]).filter(|&l| !keep(l)) {
+            if let Some(loc) = packing.unpack(line.locs[i]).filter(|&l| !keep(l)) {
                 line.locs[i] = 0;
                 removed.push((s, loc));
             }
@@ -233,17 +316,22 @@ mod tests {
 
     #[test]
     fn lookup_maps_unmaps_and_counts_per_sector() {
-        let mut t = Lookup::default();
+        let mut t = Lookup::new(16, 4096, 64).unwrap();
+        assert!(Lookup::new(1 << 20, 4096, 64).is_none(), "2^38 sectors do not pack");
         let l = |seg, slot, within| Loc { seg: SegLoc(seg), slot, within };
         assert_eq!(t.set(7, l(1, 2, 3)), None);
         assert_eq!(t.set(8, l(1, 2, 4)), None);
         assert_eq!(t.set(7, l(9, 0, 0)), Some(l(1, 2, 3)));
         assert_eq!(t.mapped_count(), 2);
         assert_eq!(t.get_range(6, 4), vec![None, Some(l(9, 0, 0)), Some(l(1, 2, 4)), None]);
-        assert!(t.remove_if_many(&[(7, l(1, 2, 3))]).is_empty());
+        let mut gone = Vec::new();
+        t.remove_if_many(&[(7, l(1, 2, 3))], |l| gone.push(l));
+        assert!(gone.is_empty());
         let gone = t.remove_range(0, 100, |loc| loc.seg == SegLoc(9));
         assert_eq!(gone, vec![(8, l(1, 2, 4))]);
-        assert_eq!(t.remove_if_many(&[(7, l(9, 0, 0))]), vec![l(9, 0, 0)]);
+        let mut gone = Vec::new();
+        t.remove_if_many(&[(7, l(9, 0, 0))], |l| gone.push(l));
+        assert_eq!(gone, vec![l(9, 0, 0)]);
         assert_eq!(t.mapped_count(), 0);
         assert_eq!(t.get(7), None);
     }

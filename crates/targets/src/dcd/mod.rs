@@ -173,6 +173,11 @@ enum LowerOp {
         within_bytes: u32,
         pin: Option<SegLoc>,
     },
+    /// A read served by this one lower read.
+    ReadWhole {
+        id: ReqId,
+        pin: Option<SegLoc>,
+    },
     HomeUpper {
         id: ReqId,
         fua: bool,
@@ -219,6 +224,7 @@ impl LowerOp {
             LowerOp::DurableFlush { acks, .. } => acks.is_empty(),
             LowerOp::Bringup
             | LowerOp::ReadPiece { .. }
+            | LowerOp::ReadWhole { .. }
             | LowerOp::HomeUpper { .. }
             | LowerOp::MarkWrite { .. } => false,
         }
@@ -335,57 +341,173 @@ enum Phase {
     Failed(String),
 }
 
-/// The dcd target.
+/// The dcd target: the shared lookup table and the parts that own the rest
+/// of its state: the segment log (`SegmentLog`), the home writer
+/// (`HomeWriter`, on the shared overlap gate), the read assembler
+/// (`ReadAssembler`, on the shared `Assembly`), durability
+/// acknowledgements (`Acks`), the destager (`DestageState` and its
+/// policy) and the lower I/O bookkeeping (`LowerIo`).
 ///
-/// Memory bounds. The per-segment state (`segs`, `buffers`) is fixed by the
-/// geometry and `buffer_count`; `lookup` (locations and the replay-visible map) grows with the sectors
-/// logged, at most the log's capacity in sectors. Every in-flight
-/// collection is bounded by the upper requests in flight, which the runtime
-/// bounds (live: nbdkit's threads, 16 by default; the simulator's closed
-/// loop: its window; an open-loop replay issues at trace times and bounds
-/// nothing, by design): `pending` holds at most `pending_max` (beyond it a
-/// request fails with ENOSPC);
-/// `waiters` and `mark_waiters` at most one entry per flush or FUA write
-/// in flight; `reads` one per read in flight; `pending_invalidations` and
-/// the `home` gate one per write home in flight, plus one destage job's
-/// runs; `lower` is the sum of all of these plus one destage job, one
-/// checkpoint and one flush mark. `lower_q` and `upper_q` are drained after
-/// every input.
+/// Memory bounds. The segment log is fixed by the geometry and
+/// `buffer_count`; `lookup` grows with the sectors logged, at most the log's
+/// capacity (see `docs/dcd.md`, Memory). Every in-flight collection is
+/// bounded by the upper requests in flight, which the runtime bounds (live:
+/// nbdkit's threads, 16 by default; the simulator's closed loop: its
+/// window; an open-loop replay issues at trace times and bounds nothing, by
+/// design): `pending` holds at most `pending_max` (beyond it a request
+/// fails with ENOSPC); the acks at most one entry per flush or FUA write in
+/// flight; the read assembler one per multi-piece read in flight; the home
+/// writer one per write home in flight, plus one destage job's runs; the
+/// lower I/O map the sum of all of these plus one destage job, one
+/// checkpoint and one flush mark. The lower and upper queues are drained
+/// after every input.
 pub struct Dcd {
     args: Args,
     geo: Geometry,
     phase: Phase,
+    /// Data sector -> newest log location (shared by every part below).
+    lookup: Lookup,
+    log: SegmentLog,
+    home: HomeWriter,
+    reads: ReadAssembler,
+    acks: Acks,
+    io: LowerIo,
+    destage: DestageState,
+    policy: Box<dyn policy::DestagePolicy>,
+    /// Upper requests held while the log has no room (at most
+    /// `pending_max`; beyond it a request fails with ENOSPC).
+    pending: VecDeque<Request>,
+    /// What recovery with `accept_loss` gave up, for the status.
+    loss: Option<String>,
+    counters: Counters,
+}
+
+/// The segment log: the ring of segments on disk, their in-memory headers,
+/// the RAM buffers of the open and sealed ones, and the retry state of the
+/// log's own writes. Fixed size: one entry per segment and `buffer_count`
+/// buffers.
+struct SegmentLog {
     segs: Vec<SegMeta>,
     buffers: Vec<Vec<u8>>,
     buffers_free: Vec<u32>,
-    lookup: Lookup,
-    policy: Box<dyn policy::DestagePolicy>,
     ring: Ring,
+    /// The segment taking appends, if any.
     open: Option<SegLoc>,
-    /// Lower requests in flight by id (looked up, never iterated).
-    lower: FxHashMap<u64, LowerOp>,
-    next_lower_id: u64,
-    lower_q: VecDeque<Request>,
-    upper_q: VecDeque<Completion>,
-    /// Upper requests held while the log has no room (at most `pending_max`).
-    pending: VecDeque<Request>,
-    pending_invalidations: VecDeque<PendingInvalidation>,
-    waiters: Vec<Waiter>,
-    /// Acknowledgements whose flush completed, waiting for the flush mark
-    /// that records it.
-    mark_waiters: Vec<Waiter>,
-    /// What recovery with `accept_loss` gave up, for the status.
-    loss: Option<String>,
-    /// Reads being assembled by key (looked up, never iterated).
-    reads: FxHashMap<u64, crate::split::Assembly>,
-    next_read_key: u64,
-    /// Writes home (bypass, trim, zeroes, destage) in order: one that
-    /// overlaps an earlier one in flight or waiting waits for it.
-    home: crate::gate::OverlapGate<HomeOp>,
-    destage: DestageState,
+    /// When the open segment is sealed even if not full.
     buffer_deadline: Option<Instant>,
     retry: Retry,
-    counters: Counters,
+}
+
+/// Writes home (bypass, trim, zeroes, destage) in order through the shared
+/// overlap gate, and the invalidation records those writes owe the log.
+/// Bounded by the writes home in flight (one per upper write being
+/// bypassed, plus one destage job's runs).
+struct HomeWriter {
+    /// One that overlaps an earlier one in flight or waiting waits for it.
+    gate: crate::gate::OverlapGate<HomeOp>,
+    /// Invalidation records not yet placed in a segment.
+    pending_invalidations: VecDeque<PendingInvalidation>,
+}
+
+/// Reads served from several places at once, assembled by key with the
+/// shared [`crate::split::Assembly`]; one entry per such read in flight (a
+/// read served by one lower read has none).
+struct ReadAssembler {
+    /// Looked up, never iterated.
+    asms: FxHashMap<u64, crate::split::Assembly>,
+    next_key: u64,
+}
+
+/// Acknowledgements waiting for durability: one entry per flush or FUA
+/// write in flight.
+struct Acks {
+    /// Waiting for their segments to be written and flushed.
+    waiters: Vec<Waiter>,
+    /// Flushed, waiting for the flush mark that records it.
+    mark_waiters: Vec<Waiter>,
+}
+
+/// Lower requests this target sent, by id, and the queues the runtime
+/// drains after every input. `lower` holds one entry per lower request in
+/// flight (the sum of every part's in-flight work).
+struct LowerIo {
+    /// Looked up, never iterated.
+    lower: FxHashMap<u64, LowerOp>,
+    next_id: u64,
+    lower_q: VecDeque<Request>,
+    upper_q: VecDeque<Completion>,
+}
+
+impl SegmentLog {
+    /// Segment `loc` reached the log: its buffer is free, reads go to disk,
+    /// and the written mark moves past every written seq in order.
+    fn written(&mut self, loc: SegLoc, geo: &Geometry) {
+        let seg = &mut self.segs[loc.0 as usize];
+        let SegState::Sealed { buf } = seg.state else {
+            panic!("completion for a segment not being written")
+        };
+        seg.state = SegState::Dirty;
+        seg.written = true;
+        self.retry.failures = 0;
+        self.buffers_free.push(buf);
+        assert!(self.buffers_free.len() <= self.buffers.len());
+        while self.ring.written_upto < self.ring.head {
+            let s = &self.segs[geo.location(self.ring.written_upto).0 as usize];
+            if s.seq != self.ring.written_upto || !s.written {
+                break;
+            }
+            self.ring.written_upto = Seq(self.ring.written_upto.0 + 1);
+        }
+    }
+
+    /// Whether RAM buffer `buf` holds its segment's bytes (not in
+    /// timing-only mode).
+    fn ram_has_data(&self, buf: u32) -> bool {
+        self.segs.iter().any(|s| {
+            matches!(s.state, SegState::Open { buf: b } | SegState::Sealed { buf: b } if b == buf)
+                && s.has_data
+        })
+    }
+}
+
+impl ReadAssembler {
+    /// A key for a new assembled read.
+    fn new_key(&mut self) -> u64 {
+        let key = self.next_key;
+        self.next_key += 1;
+        key
+    }
+
+    /// A piece of read `key` answered; its upper completion once every
+    /// piece has.
+    fn piece_done(
+        &mut self,
+        key: u64,
+        within_bytes: u32,
+        data: Option<Bytes>,
+        result: Result<(), layoutd_core::IoError>,
+    ) -> Option<Completion> {
+        let asm = self.asms.get_mut(&key).expect("piece of a live read");
+        asm.piece_done(within_bytes, data, result).then(|| self.asms.remove(&key).expect("present").finish())
+    }
+}
+
+impl LowerIo {
+    /// Queues `req` below, remembering why; returns its id.
+    fn emit(&mut self, op: LowerOp, mut req: Request) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        req.id = ReqId(id);
+        req.background = op.is_background();
+        assert!(self.lower.insert(id, op).is_none(), "lower ids are unique");
+        self.lower_q.push_back(req);
+        id
+    }
+
+    /// Why lower request `id` was sent (it completed).
+    fn take(&mut self, id: ReqId) -> LowerOp {
+        self.lower.remove(&id.0).expect("completion for a request this target sent")
+    }
 }
 
 impl Dcd {
@@ -411,32 +533,38 @@ impl Dcd {
             }
         };
         let buffers = (0..args.buffer_count).map(|_| vec![0u8; geo.payload_bytes() as usize]).collect();
+        let lookup = Lookup::new(geo.segment_count, geo.slot_count, geo.slot_sectors())
+            .expect("Args::parse checked that locations pack");
         let mut dcd = Dcd {
             policy: policy::make(args.destage_policy),
-            segs: vec![SegMeta::free(); geo.segment_count as usize],
-            buffers,
-            buffers_free: (0..args.buffer_count).rev().collect(),
+            log: SegmentLog {
+                segs: vec![SegMeta::free(); geo.segment_count as usize],
+                buffers,
+                buffers_free: (0..args.buffer_count).rev().collect(),
+                ring: Ring::default(),
+                open: None,
+                buffer_deadline: None,
+                retry: Retry::default(),
+            },
             args,
             geo,
             phase,
-            lookup: Lookup::default(),
-            ring: Ring::default(),
-            open: None,
-            lower: FxHashMap::default(),
-            next_lower_id: 0,
-            lower_q: VecDeque::new(),
-            upper_q: VecDeque::new(),
+            lookup,
+            home: HomeWriter {
+                gate: crate::gate::OverlapGate::new(),
+                pending_invalidations: VecDeque::new(),
+            },
+            reads: ReadAssembler { asms: FxHashMap::default(), next_key: 0 },
+            acks: Acks { waiters: Vec::new(), mark_waiters: Vec::new() },
+            io: LowerIo {
+                lower: FxHashMap::default(),
+                next_id: 0,
+                lower_q: VecDeque::new(),
+                upper_q: VecDeque::new(),
+            },
             pending: VecDeque::new(),
-            pending_invalidations: VecDeque::new(),
-            waiters: Vec::new(),
-            mark_waiters: Vec::new(),
             loss: None,
-            reads: FxHashMap::default(),
-            next_read_key: 0,
-            home: crate::gate::OverlapGate::new(),
             destage: DestageState::default(),
-            buffer_deadline: None,
-            retry: Retry::default(),
             counters: Counters::default(),
         };
         dcd.start_bringup();
@@ -444,40 +572,23 @@ impl Dcd {
     }
 
     /// Sends a request below, remembering why.
-    fn emit(&mut self, op: LowerOp, mut req: Request) -> u64 {
-        let id = self.next_lower_id;
-        self.next_lower_id += 1;
-        req.id = ReqId(id);
-        req.background = op.is_background();
-        assert!(self.lower.insert(id, op).is_none(), "lower ids are unique");
-        self.lower_q.push_back(req);
-        id
+    fn emit(&mut self, op: LowerOp, req: Request) -> u64 {
+        self.io.emit(op, req)
     }
 
     fn complete_upper(&mut self, c: Completion) {
-        self.upper_q.push_back(c);
+        self.io.upper_q.push_back(c);
     }
 
     /// Marks one sector of `loc` as no longer current. `superseder` is the
     /// segment whose record replaces it (None when it went home by destage).
     fn invalidate(&mut self, loc: Loc, superseder: Option<Seq>) {
-        let seg = &mut self.segs[loc.seg.0 as usize];
-        assert_ne!(seg.state, SegState::Free, "a mapped sector lives in a live segment");
-        let slot = &mut seg.slots[loc.slot as usize];
-        let bit = 1u64 << loc.within;
-        assert!(slot.valid_mask & bit != 0, "invalidating a sector that is not valid");
-        slot.valid_mask &= !bit;
-        assert!(seg.valid_sectors > 0);
-        seg.valid_sectors -= 1;
-        if let Some(s) = superseder {
-            assert!(s >= seg.seq, "a superseder is never older");
-            seg.superseded_seq_max = seg.superseded_seq_max.max(Some(s));
-        }
+        invalidate(&mut self.log.segs, loc, superseder);
     }
 
     /// Share of the ring between tail and head, in percent.
     pub fn log_utilization_pct(&self) -> u64 {
-        let used = self.ring.head.0 - self.ring.tail.0;
+        let used = self.log.ring.head.0 - self.log.ring.tail.0;
         assert!(used <= u64::from(self.geo.segment_count));
         used * 100 / u64::from(self.geo.segment_count)
     }
@@ -485,15 +596,15 @@ impl Dcd {
     /// Whether any segment on disk still holds sectors to destage (the live
     /// part of the ring only, stopping at the first).
     fn any_dirty_segment(&self) -> bool {
-        (self.ring.tail.0..self.ring.head.0).any(|s| {
-            let seg = &self.segs[self.geo.location(Seq(s)).0 as usize];
+        (self.log.ring.tail.0..self.log.ring.head.0).any(|s| {
+            let seg = &self.log.segs[self.geo.location(Seq(s)).0 as usize];
             seg.state == SegState::Dirty && seg.valid_sectors > 0
         })
     }
 
     /// Segments on disk that still hold sectors to destage.
     pub fn dirty_segments_count(&self) -> u64 {
-        self.segs.iter().filter(|s| s.state == SegState::Dirty && s.valid_sectors > 0).count() as u64
+        self.log.segs.iter().filter(|s| s.state == SegState::Dirty && s.valid_sectors > 0).count() as u64
     }
 
     fn serving(&self) -> bool {
@@ -516,7 +627,7 @@ impl Target for Dcd {
     }
 
     fn handle_completion(&mut self, now: Instant, c: Completion) {
-        let op = self.lower.remove(&c.id.0).expect("completion for a request this target sent");
+        let op = self.io.take(c.id);
         if c.result.is_err() {
             self.counters.lower_errors_count += 1;
         }
@@ -534,15 +645,15 @@ impl Target for Dcd {
     }
 
     fn poll_lower(&mut self) -> Option<Request> {
-        self.lower_q.pop_front()
+        self.io.lower_q.pop_front()
     }
 
     fn poll_upper(&mut self) -> Option<Completion> {
-        self.upper_q.pop_front()
+        self.io.upper_q.pop_front()
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        [self.buffer_deadline, self.destage.idle_deadline, self.retry.at].into_iter().flatten().min()
+        [self.log.buffer_deadline, self.destage.idle_deadline, self.log.retry.at].into_iter().flatten().min()
     }
 
     fn is_ready(&self) -> bool {
@@ -577,7 +688,7 @@ impl Target for Dcd {
         }
         let job = self.destage.job.as_ref()?;
         // The segment read and the writes home of its valid sectors.
-        let valid = u64::from(self.segs[job.loc.0 as usize].valid_sectors) * SECTOR_BYTES;
+        let valid = u64::from(self.log.segs[job.loc.0 as usize].valid_sectors) * SECTOR_BYTES;
         Some(self.geo.stride_bytes() + valid)
     }
 
@@ -619,7 +730,7 @@ impl Target for Dcd {
         if let Phase::Failed(e) = &self.phase {
             config.push(("error".into(), e.clone()));
         }
-        if let Some(e) = &self.retry.last_error {
+        if let Some(e) = &self.log.retry.last_error {
             config.push(("last_lower_error".into(), e.clone()));
         }
         if let Some(loss) = &self.loss {
@@ -655,23 +766,40 @@ impl Target for Dcd {
             ("dirty_segments_count", self.dirty_segments_count()),
             ("log_sectors_mapped_count", self.lookup.mapped_count()),
             ("segment_count", u64::from(self.geo.segment_count)),
-            ("tail_seq", self.ring.tail.0),
-            ("head_seq", self.ring.head.0),
-            ("boot_count", self.ring.boot),
-            ("written_upto_seq", self.ring.written_upto.0),
+            ("tail_seq", self.log.ring.tail.0),
+            ("head_seq", self.log.ring.head.0),
+            ("boot_count", self.log.ring.boot),
+            ("written_upto_seq", self.log.ring.written_upto.0),
             ("held_count", self.pending.len() as u64),
-            ("durability_waiters_count", self.waiters.len() as u64),
-            ("mark_waiters_count", self.mark_waiters.len() as u64),
-            ("home_waiting_count", self.home.waiting_count() as u64),
+            ("durability_waiters_count", self.acks.waiters.len() as u64),
+            ("mark_waiters_count", self.acks.mark_waiters.len() as u64),
+            ("home_waiting_count", self.home.gate.waiting_count() as u64),
             ("reads_waiting_count", self.destage.reads_waiting.len() as u64),
-            ("invalidations_pending_count", self.pending_invalidations.len() as u64),
-            ("buffers_free_count", self.buffers_free.len() as u64),
-            ("open_segment_seq", self.open.map_or(u64::MAX, |l| self.segs[l.0 as usize].seq.0)),
+            ("invalidations_pending_count", self.home.pending_invalidations.len() as u64),
+            ("buffers_free_count", self.log.buffers_free.len() as u64),
+            ("open_segment_seq", self.log.open.map_or(u64::MAX, |l| self.log.segs[l.0 as usize].seq.0)),
         ];
         Status {
             target: "dcd".into(),
             config,
             counters: counters.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
         }
+    }
+}
+
+/// [`Dcd::invalidate`] on the segment table alone (for callers that hold
+/// the lookup table at the same time).
+fn invalidate(segs: &mut [SegMeta], loc: Loc, superseder: Option<Seq>) {
+    let seg = &mut segs[loc.seg.0 as usize];
+    assert_ne!(seg.state, SegState::Free, "a mapped sector lives in a live segment");
+    let slot = &mut seg.slots[loc.slot as usize];
+    let bit = 1u64 << loc.within;
+    assert!(slot.valid_mask & bit != 0, "invalidating a sector that is not valid");
+    slot.valid_mask &= !bit;
+    assert!(seg.valid_sectors > 0);
+    seg.valid_sectors -= 1;
+    if let Some(s) = superseder {
+        assert!(s >= seg.seq, "a superseder is never older");
+        seg.superseded_seq_max = seg.superseded_seq_max.max(Some(s));
     }
 }

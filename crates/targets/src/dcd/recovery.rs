@@ -95,7 +95,7 @@ impl Dcd {
                 Request::write(ReqId(0), offset, Bytes::from(vec![0u8; SECTOR_BYTES as usize])),
             );
         }
-        self.ring = super::Ring { boot: 1, generation: 0, ..Default::default() };
+        self.log.ring = super::Ring { boot: 1, generation: 0, ..Default::default() };
         let ck = |generation| Checkpoint {
             generation,
             boot: 1,
@@ -112,8 +112,8 @@ impl Dcd {
             let offset = self.geo.mark_offset_bytes(generation);
             self.emit(LowerOp::Bringup, Request::write(ReqId(0), offset, Bytes::from(bytes)));
         }
-        self.ring.generation = 1;
-        self.ring.mark_generation = 1;
+        self.log.ring.generation = 1;
+        self.log.ring.mark_generation = 1;
         let Phase::Format(f) = &mut self.phase else { unreachable!() };
         f.writes_left = n + 4;
     }
@@ -248,7 +248,7 @@ impl Dcd {
         let boot_step = if r.copy_unreadable { 2 } else { 1 };
         let boot = (ck.boot + boot_step).max(walk.boot_max() + 1);
         let mark_generation = r.mark.as_ref().map_or(0, |m| m.generation);
-        self.ring = super::Ring {
+        self.log.ring = super::Ring {
             tail: ck.replay_from_seq,
             head: end,
             written_upto: end,
@@ -303,8 +303,8 @@ impl Dcd {
                 seg.has_invalidations = true;
             }
         }
-        assert_eq!(self.segs[loc.0 as usize].state, SegState::Free, "each location is replayed once");
-        self.segs[loc.0 as usize] = seg;
+        assert_eq!(self.log.segs[loc.0 as usize].state, SegState::Free, "each location is replayed once");
+        self.log.segs[loc.0 as usize] = seg;
         for e in &h.entries {
             self.replay_entry(loc, h.seq, *e);
         }

@@ -75,7 +75,7 @@ impl Dcd {
                 return;
             }
         }
-        if self.pending_invalidations.is_empty() {
+        if self.home.pending_invalidations.is_empty() {
             self.destage.forced = false;
         }
     }
@@ -84,8 +84,8 @@ impl Dcd {
     /// header entries, sealing it and opening the next if needed.
     fn ensure_room(&mut self, now: Instant, slots: u32, entries: u32) -> bool {
         assert!(slots <= self.geo.slot_count && entries <= self.geo.entry_count_max);
-        if let Some(loc) = self.open {
-            let seg = &self.segs[loc.0 as usize];
+        if let Some(loc) = self.log.open {
+            let seg = &self.log.segs[loc.0 as usize];
             let slots_ok = seg.slots.len() as u32 + slots <= self.geo.slot_count;
             if slots_ok && seg.entries.len() as u32 + entries <= self.geo.entry_count_max {
                 return true;
@@ -99,31 +99,31 @@ impl Dcd {
 
     /// Pairs a free buffer with the next ring location.
     fn open_segment(&mut self, now: Instant, records: bool) -> bool {
-        assert!(self.open.is_none());
+        assert!(self.log.open.is_none());
         let limit = u64::from(self.geo.segment_count) - u64::from(!records);
-        if self.ring.head.0 - self.ring.tail.0 >= limit {
+        if self.log.ring.head.0 - self.log.ring.tail.0 >= limit {
             self.destage.forced = true;
             return false;
         }
-        let Some(buf) = self.buffers_free.pop() else { return false };
-        let loc = self.geo.location(self.ring.head);
-        assert_eq!(self.segs[loc.0 as usize].state, SegState::Free, "ring location reused while live");
-        self.segs[loc.0 as usize] =
-            SegMeta { seq: self.ring.head, state: SegState::Open { buf }, ..SegMeta::free() };
-        self.ring.head = Seq(self.ring.head.0 + 1);
-        self.open = Some(loc);
+        let Some(buf) = self.log.buffers_free.pop() else { return false };
+        let loc = self.geo.location(self.log.ring.head);
+        assert_eq!(self.log.segs[loc.0 as usize].state, SegState::Free, "ring location reused while live");
+        self.log.segs[loc.0 as usize] =
+            SegMeta { seq: self.log.ring.head, state: SegState::Open { buf }, ..SegMeta::free() };
+        self.log.ring.head = Seq(self.log.ring.head.0 + 1);
+        self.log.open = Some(loc);
         self.place_pending_invalidations(now);
         true
     }
 
     /// Seals the open segment and starts writing it.
     pub(super) fn seal(&mut self, loc: SegLoc) {
-        assert_eq!(self.open, Some(loc));
-        let seg = &mut self.segs[loc.0 as usize];
+        assert_eq!(self.log.open, Some(loc));
+        let seg = &mut self.log.segs[loc.0 as usize];
         let SegState::Open { buf } = seg.state else { panic!("sealing a segment that is not open") };
         seg.state = SegState::Sealed { buf };
-        self.open = None;
-        self.buffer_deadline = None;
+        self.log.open = None;
+        self.log.buffer_deadline = None;
         self.write_sealed(loc);
     }
 
@@ -131,7 +131,7 @@ impl Dcd {
     /// invalidation records, so the home writes they describe are durable
     /// before the records can be). Also how a failed write is retried.
     pub(super) fn write_sealed(&mut self, loc: SegLoc) {
-        if self.segs[loc.0 as usize].has_invalidations {
+        if self.log.segs[loc.0 as usize].has_invalidations {
             self.emit(LowerOp::SegPreflush { loc }, Request::new(ReqId(0), Op::Flush, 0, 0));
         } else {
             self.write_segment(loc);
@@ -139,26 +139,28 @@ impl Dcd {
     }
 
     pub(super) fn write_segment(&mut self, loc: SegLoc) {
-        let seg = &self.segs[loc.0 as usize];
+        let seg = &self.log.segs[loc.0 as usize];
         let SegState::Sealed { buf } = seg.state else { panic!("writing a segment that is not sealed") };
         let used_bytes = seg.slots.len() * self.geo.slot_bytes as usize;
-        let payload = &self.buffers[buf as usize][..used_bytes];
-        let header = SegmentHeader {
-            seq: seg.seq,
-            boot: self.ring.boot,
-            slots_used: seg.slots.len() as u32,
-            payload_crc: seg.has_data.then(|| SegmentHeader::payload_crc_of(payload)),
-            entries: seg.entries.clone(),
-        };
-        let has_data = seg.has_data;
-        let mut data = header.encode(&self.geo);
-        let length = data.len() + payload.len();
+        let payload = &self.log.buffers[buf as usize][..used_bytes];
+        assert!(seg.entries.len() <= self.geo.entry_count_max as usize, "too many entries");
+        let length = self.geo.header_bytes as usize + payload.len();
         assert!(length as u64 <= self.geo.stride_bytes());
         self.counters.log_segments_written_count += 1;
         self.counters.log_written_bytes += length as u64;
         let offset = self.geo.segment_offset_bytes(loc);
-        // Timing-only mode: no bytes to carry, only the length to charge.
-        let req = if has_data {
+        // Timing-only mode: no bytes to carry, only the length to charge
+        // (the header is not even encoded).
+        let req = if seg.has_data {
+            let header = SegmentHeader {
+                seq: seg.seq,
+                boot: self.log.ring.boot,
+                slots_used: seg.slots.len() as u32,
+                payload_crc: Some(SegmentHeader::payload_crc_of(payload)),
+                entries: seg.entries.clone(),
+            };
+            let mut data = header.encode(&self.geo);
+            debug_assert_eq!(data.len(), self.geo.header_bytes as usize);
             data.extend_from_slice(payload);
             Request::write(ReqId(0), offset, Bytes::from(data))
         } else {
@@ -169,22 +171,7 @@ impl Dcd {
 
     /// A segment reached the log: its buffer is free, reads go to disk.
     pub(super) fn segment_written(&mut self, loc: SegLoc) {
-        let seg = &mut self.segs[loc.0 as usize];
-        let SegState::Sealed { buf } = seg.state else {
-            panic!("completion for a segment not being written")
-        };
-        seg.state = SegState::Dirty;
-        seg.written = true;
-        self.retry.failures = 0;
-        self.buffers_free.push(buf);
-        assert!(self.buffers_free.len() <= self.args.buffer_count as usize);
-        while self.ring.written_upto < self.ring.head {
-            let s = &self.segs[self.geo.location(self.ring.written_upto).0 as usize];
-            if s.seq != self.ring.written_upto || !s.written {
-                break;
-            }
-            self.ring.written_upto = Seq(self.ring.written_upto.0 + 1);
-        }
+        self.log.written(loc, &self.geo);
     }
 
     /// Takes a small write into the open buffer and acknowledges it.
@@ -194,10 +181,10 @@ impl Dcd {
         let slots = sectors.div_ceil(slot_sectors) as u32;
         // Records of earlier writes home must precede this write in the log.
         self.flush_pending_invalidations(now);
-        if !self.pending_invalidations.is_empty() || !self.ensure_room(now, slots, slots) {
+        if !self.home.pending_invalidations.is_empty() || !self.ensure_room(now, slots, slots) {
             return false;
         }
-        let loc = self.open.expect("room was made");
+        let loc = self.log.open.expect("room was made");
         let start = req.offset_bytes / S;
         for k in 0..u64::from(slots) {
             let first = k * slot_sectors;
@@ -207,17 +194,17 @@ impl Dcd {
         }
         self.counters.writes_absorbed_count += 1;
         self.counters.writes_absorbed_bytes += u64::from(req.length_bytes);
-        if self.buffer_deadline.is_none() {
-            self.buffer_deadline = Some(now.add_ms(self.args.buffer_delay_ms));
+        if self.log.buffer_deadline.is_none() {
+            self.log.buffer_deadline = Some(now.add_ms(self.args.buffer_delay_ms));
         }
-        let seq = self.segs[loc.0 as usize].seq;
+        let seq = self.log.segs[loc.0 as usize].seq;
         if req.fua {
             self.counters.writes_fua_count += 1;
             self.seal(loc);
-            self.waiters.push(Waiter { acks: vec![req.id], upto: Seq(seq.0 + 1) });
+            self.acks.waiters.push(Waiter { acks: vec![req.id], upto: Seq(seq.0 + 1) });
         } else {
             self.complete_upper(Completion::ok(req.id));
-            if self.segs[loc.0 as usize].slots.len() as u32 == self.geo.slot_count {
+            if self.log.segs[loc.0 as usize].slots.len() as u32 == self.geo.slot_count {
                 self.seal(loc);
             }
         }
@@ -226,13 +213,13 @@ impl Dcd {
 
     fn append_slot(&mut self, loc: SegLoc, start: u64, n: u32, data: Option<&[u8]>) {
         assert!(n >= 1 && n <= self.geo.slot_sectors());
-        let seg = &mut self.segs[loc.0 as usize];
+        let seg = &mut self.log.segs[loc.0 as usize];
         let SegState::Open { buf } = seg.state else { panic!("appending to a segment that is not open") };
         let slot = seg.slots.len() as u16;
         match data {
             Some(d) => {
                 let at = slot as usize * self.geo.slot_bytes as usize;
-                self.buffers[buf as usize][at..at + d.len()].copy_from_slice(d);
+                self.log.buffers[buf as usize][at..at + d.len()].copy_from_slice(d);
             }
             None => seg.has_data = false,
         }
@@ -250,30 +237,30 @@ impl Dcd {
     /// FLUSH: seal the open buffer and complete once the log is durable up to it.
     fn flush(&mut self, now: Instant, req: &Request) -> bool {
         self.flush_pending_invalidations(now);
-        if !self.pending_invalidations.is_empty() {
+        if !self.home.pending_invalidations.is_empty() {
             return false;
         }
-        let upto = match self.open {
-            Some(loc) if !self.segs[loc.0 as usize].entries.is_empty() => {
-                let seq = self.segs[loc.0 as usize].seq;
+        let upto = match self.log.open {
+            Some(loc) if !self.log.segs[loc.0 as usize].entries.is_empty() => {
+                let seq = self.log.segs[loc.0 as usize].seq;
                 self.seal(loc);
                 Seq(seq.0 + 1)
             }
-            Some(loc) => self.segs[loc.0 as usize].seq,
-            None => self.ring.head,
+            Some(loc) => self.log.segs[loc.0 as usize].seq,
+            None => self.log.ring.head,
         };
-        assert!(upto <= self.ring.head);
+        assert!(upto <= self.log.ring.head);
         self.counters.flushes_count += 1;
-        self.waiters.push(Waiter { acks: vec![req.id], upto });
+        self.acks.waiters.push(Waiter { acks: vec![req.id], upto });
         true
     }
 
     /// Issues one lower flush for every waiter whose segments are all written.
     pub(super) fn process_waiters(&mut self) {
-        let written = self.ring.written_upto;
+        let written = self.log.ring.written_upto;
         let (ready, waiting): (Vec<Waiter>, Vec<Waiter>) =
-            std::mem::take(&mut self.waiters).into_iter().partition(|w| w.upto <= written);
-        self.waiters = waiting;
+            std::mem::take(&mut self.acks.waiters).into_iter().partition(|w| w.upto <= written);
+        self.acks.waiters = waiting;
         let acks: Vec<ReqId> = ready.into_iter().flat_map(|w| w.acks).collect();
         if !acks.is_empty() {
             self.emit(LowerOp::DurableFlush { acks, upto: written }, Request::new(ReqId(0), Op::Flush, 0, 0));
@@ -282,9 +269,11 @@ impl Dcd {
 
     /// Where the log is now: a later log write compares greater.
     fn arrival_pos(&self) -> (Seq, u32) {
-        match self.open {
-            Some(loc) => (self.segs[loc.0 as usize].seq, self.segs[loc.0 as usize].slots.len() as u32),
-            None => (self.ring.head, 0),
+        match self.log.open {
+            Some(loc) => {
+                (self.log.segs[loc.0 as usize].seq, self.log.segs[loc.0 as usize].slots.len() as u32)
+            }
+            None => (self.log.ring.head, 0),
         }
     }
 
@@ -312,14 +301,14 @@ impl Dcd {
 
     /// Writes home are ordered: one overlapping an earlier one waits for it.
     pub(super) fn home_submit(&mut self, op: HomeOp) {
-        if let Some(op) = self.home.submit(Self::home_range(&op), op) {
+        if let Some(op) = self.home.gate.submit(Self::home_range(&op), op) {
             self.home_issue(op);
         }
     }
 
     /// Issues waiting home writes that no longer overlap anything earlier.
     pub(super) fn home_retry(&mut self) {
-        while let Some((_, op)) = self.home.pop_ready() {
+        while let Some((_, op)) = self.home.gate.pop_ready() {
             self.home_issue(op);
         }
     }
@@ -332,7 +321,7 @@ impl Dcd {
                 let lower = Request { offset_bytes: base + req.offset_bytes, ..req.clone() };
                 let op = LowerOp::HomeUpper { id: req.id, fua: req.fua, start, count: end - start, arrival };
                 let lower_id = self.emit(op, lower);
-                self.home.issued(lower_id, (start, end));
+                self.home.gate.issued(lower_id, (start, end));
             }
             HomeOp::Destage { seq, sectors, data } => self.destage_issue(seq, sectors, data),
         }
@@ -352,7 +341,7 @@ impl Dcd {
             self.complete_upper(Completion::err(c.id, e));
             return;
         }
-        let segs = &self.segs;
+        let segs = &self.log.segs;
         let older = |l: Loc| {
             let seq = segs[l.seg.0 as usize].seq;
             seq < arrival.0 || (seq == arrival.0 && u32::from(l.slot) < arrival.1)
@@ -373,39 +362,39 @@ impl Dcd {
         for &(_, loc) in &removed {
             self.invalidate(loc, None);
         }
-        self.pending_invalidations.push_back(PendingInvalidation { start, count, fua_ack });
+        self.home.pending_invalidations.push_back(PendingInvalidation { start, count, fua_ack });
     }
 
     /// Moves pending invalidation records into the open segment.
     pub(super) fn place_pending_invalidations(&mut self, now: Instant) {
-        let Some(loc) = self.open else { return };
+        let Some(loc) = self.log.open else { return };
         let mut acks = Vec::new();
-        while self.segs[loc.0 as usize].entries.len() < self.geo.entry_count_max as usize {
-            let Some(p) = self.pending_invalidations.pop_front() else { break };
+        while self.log.segs[loc.0 as usize].entries.len() < self.geo.entry_count_max as usize {
+            let Some(p) = self.home.pending_invalidations.pop_front() else { break };
             self.lookup.clear_visible(p.start, p.count);
-            let seg = &mut self.segs[loc.0 as usize];
+            let seg = &mut self.log.segs[loc.0 as usize];
             seg.entries.push(Entry::Invalidate { start_sector: p.start, sector_count: p.count as u32 });
             seg.has_invalidations = true;
             self.counters.invalidation_records_count += 1;
             acks.extend(p.fua_ack);
         }
-        if !self.segs[loc.0 as usize].entries.is_empty() && self.buffer_deadline.is_none() {
-            self.buffer_deadline = Some(now.add_ms(self.args.buffer_delay_ms));
+        if !self.log.segs[loc.0 as usize].entries.is_empty() && self.log.buffer_deadline.is_none() {
+            self.log.buffer_deadline = Some(now.add_ms(self.args.buffer_delay_ms));
         }
         if !acks.is_empty() {
-            let seq = self.segs[loc.0 as usize].seq;
+            let seq = self.log.segs[loc.0 as usize].seq;
             self.seal(loc);
-            self.waiters.push(Waiter { acks, upto: Seq(seq.0 + 1) });
+            self.acks.waiters.push(Waiter { acks, upto: Seq(seq.0 + 1) });
         }
     }
 
     /// Places pending records, opening a segment if needed.
     pub(super) fn flush_pending_invalidations(&mut self, now: Instant) {
-        while !self.pending_invalidations.is_empty() {
-            if self.open.is_some() {
+        while !self.home.pending_invalidations.is_empty() {
+            if self.log.open.is_some() {
                 self.place_pending_invalidations(now);
             }
-            if self.pending_invalidations.is_empty() || !self.ensure_room(now, 0, 1) {
+            if self.home.pending_invalidations.is_empty() || !self.ensure_room(now, 0, 1) {
                 return;
             }
         }
@@ -423,7 +412,7 @@ enum Source {
 impl Dcd {
     fn source(&self, sector: u64, loc: Option<Loc>) -> Source {
         let Some(l) = loc else { return Source::Home };
-        let seg = &self.segs[l.seg.0 as usize];
+        let seg = &self.log.segs[l.seg.0 as usize];
         let within = u64::from(l.slot) * u64::from(self.geo.slot_bytes) + u64::from(l.within) * S;
         match seg.state {
             SegState::Open { buf } | SegState::Sealed { buf } => Source::Ram { buf, offset: within },
@@ -439,6 +428,10 @@ impl Dcd {
         let start = req.offset_bytes / S;
         let count = u64::from(req.length_bytes) / S;
         let mut runs: Vec<(u64, u64, Source)> = Vec::new();
+        if !self.lookup.any_mapped(start, count) {
+            runs.push((0, count, Source::Home));
+            return runs;
+        }
         for (i, loc) in self.lookup.get_range(start, count).into_iter().enumerate() {
             let src = self.source(start + i as u64, loc);
             if let Some(last) = runs.last_mut() {
@@ -475,8 +468,15 @@ impl Dcd {
             }
         }
         let _ = now;
-        let key = self.next_read_key;
-        self.next_read_key += 1;
+        // One lower read covers it all: its completion is the answer, with
+        // no assembly kept while it is queued below.
+        if let [(0, n, src @ (Source::Home | Source::Log { .. }))] = runs[..] {
+            let (lower_offset, pin) = self.read_source(req.offset_bytes, 0, n, src);
+            let lower = Request::new(ReqId(0), Op::Read, lower_offset, req.length_bytes);
+            self.emit(LowerOp::ReadWhole { id: req.id, pin }, lower);
+            return;
+        }
+        let key = self.reads.new_key();
         // No payload memory until a payload exists: in timing-only mode no
         // piece carries data and the buffer is never allocated.
         // Piece 0 is the request itself, answered below once every run is out.
@@ -486,9 +486,9 @@ impl Dcd {
             match src {
                 Source::Ram { buf, offset } => {
                     self.counters.read_ram_bytes += n * S;
-                    if self.ram_has_data(buf) {
+                    if self.log.ram_has_data(buf) {
                         let o = offset as usize;
-                        asm.put(at, &self.buffers[buf as usize][o..o + (n * S) as usize]);
+                        asm.put(at, &self.log.buffers[buf as usize][o..o + (n * S) as usize]);
                     }
                 }
                 Source::Home | Source::Log { .. } => {
@@ -497,33 +497,32 @@ impl Dcd {
                 }
             }
         }
-        self.reads.insert(key, asm);
+        self.reads.asms.insert(key, asm);
         self.read_piece_done(key, 0, None, Ok(()));
     }
 
-    fn ram_has_data(&self, buf: u32) -> bool {
-        self.segs.iter().any(|s| {
-            matches!(s.state, SegState::Open { buf: b } | SegState::Sealed { buf: b } if b == buf)
-                && s.has_data
-        })
+    fn read_piece(&mut self, key: u64, offset_bytes: u64, first: u64, n: u64, src: Source) {
+        let (lower_offset, pin) = self.read_source(offset_bytes, first, n, src);
+        let within_bytes = (first * S) as u32;
+        let req = Request::new(ReqId(0), Op::Read, lower_offset, (n * S) as u32);
+        self.emit(LowerOp::ReadPiece { key, within_bytes, pin }, req);
     }
 
-    fn read_piece(&mut self, key: u64, offset_bytes: u64, first: u64, n: u64, src: Source) {
-        let (lower_offset, pin) = match src {
+    /// Where `n` sectors from sector `first` of a read at `offset_bytes`
+    /// are read below, pinning their segment if in the log; counted.
+    fn read_source(&mut self, offset_bytes: u64, first: u64, n: u64, src: Source) -> (u64, Option<SegLoc>) {
+        match src {
             Source::Home => {
                 self.counters.read_data_bytes += n * S;
                 (self.args.data_offset_bytes + offset_bytes + first * S, None)
             }
             Source::Log { loc, offset } => {
                 self.counters.read_log_bytes += n * S;
-                self.segs[loc.0 as usize].pins += 1;
+                self.log.segs[loc.0 as usize].pins += 1;
                 (offset, Some(loc))
             }
             Source::Ram { .. } => panic!("RAM runs are copied, not read"),
-        };
-        let within_bytes = (first * S) as u32;
-        let req = Request::new(ReqId(0), Op::Read, lower_offset, (n * S) as u32);
-        self.emit(LowerOp::ReadPiece { key, within_bytes, pin }, req);
+        }
     }
 
     /// One piece of a read answered (piece 0 is the request itself).
@@ -534,9 +533,7 @@ impl Dcd {
         data: Option<Bytes>,
         result: Result<(), IoError>,
     ) {
-        let asm = self.reads.get_mut(&key).expect("piece of a live read");
-        if asm.piece_done(within_bytes, data, result) {
-            let c = self.reads.remove(&key).expect("present").finish();
+        if let Some(c) = self.reads.piece_done(key, within_bytes, data, result) {
             self.complete_upper(c);
         }
     }

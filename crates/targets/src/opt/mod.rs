@@ -626,7 +626,7 @@ impl Target for Opt {
             "drop" => {
                 self.start_job(now, Vec::new()).map(|s| format!("dropping the OPT region's contents: {s}"))
             }
-            "status" => Ok(self.describe()),
+            "status" => Ok(format!("{}\n{}", self.describe(), self.status())),
             other => Err(format!(
                 "opt: unknown message `{other}` (known: plan, apply, drop, status, profile TIME_NS STREAM OFFSET LENGTH)"
             )),
