@@ -20,7 +20,7 @@ const B: u64 = 4096;
 fn tiny(every: u64) -> String {
     format!(
         "version = 1\n[[layer]]\ntarget = \"opt\"\nopt_offset = \"512K\"\nopt_length = \"96K\"\n\
-         journal_blocks = 2\nedge_weight_min = 0\nplan_interval_requests = {every}\ncopy_blocks_per_step = 4\n"
+         journal_blocks = 2\nedge_weight_min = 0\nplan_interval_requests = {every}\ncopy_blocks_per_step = 4\nidle_ms = 0\n"
     )
 }
 

@@ -54,6 +54,7 @@ journal_blocks = 2
 edge_weight_min = 0
 plan_interval_requests = 8
 copy_blocks_per_step = 4
+idle_ms = 0
 "#,
     ),
     (

@@ -13,10 +13,10 @@
 //! writes to mapped blocks since the last map are then lost, and the
 //! status says so).
 
-use super::meta::{map_codec, JournalBlock, MapImage};
+use super::meta::{encode_map, pick_map, JournalBlock, MapImage};
 use super::{LowerOp, Opt, Phase, Slot};
 use bytes::Bytes;
-use layoutd_core::metablock::MetaError;
+use layoutd_core::metablock::{MetaError, GENERATION_MAX};
 use layoutd_core::{Completion, Op, ReqId, Request};
 
 /// Reads outstanding while recovering.
@@ -42,10 +42,8 @@ impl Opt {
         match &mut self.phase {
             Phase::Format { writes_left, .. } => {
                 *writes_left = 3;
-                let codec = map_codec(&g);
-                let empty = MapImage::default().encode(&g);
                 for generation in [0u64, 1] {
-                    let b = codec.encode(generation, &empty).expect("an empty map fits");
+                    let b = encode_map(&g, generation, &MapImage::default());
                     let offset = g.map_offset_bytes(generation as usize);
                     self.emit(LowerOp::Bringup { part: 3 }, Request::write(ReqId(0), offset, b.into()));
                 }
@@ -118,19 +116,14 @@ impl Opt {
         let g = self.geo;
         let at = g.opt_offset_bytes;
         let [m0, m1, journal] = std::mem::take(&mut r.parts).map(|p| p.expect("read"));
-        let codec = map_codec(&g);
-        let picked =
-            codec.pick(&m0, &m1).map_err(|(e0, e1)| format!("copy 0: {e0}; copy 1: {e1}")).and_then(|p| {
-                MapImage::decode(&p.block.payload, &g)
-                    .map(|m| (p.block.generation, m))
-                    .map_err(|e| format!("copy {} (generation {}): {e}", p.copy, p.block.generation))
-            });
+        let picked = pick_map(&g, &m0, &m1).map(|(generation, m, _)| (generation, m));
         let journals: Vec<Result<JournalBlock, MetaError>> = journal
             .chunks(super::config::JOURNAL_BLOCK_BYTES as usize)
             .map(|b| JournalBlock::decode(b, g.slot_count))
             .collect();
         // A generation past every one on disk, for a fallback map.
-        let newest = [&m0, &m1].into_iter().filter_map(|b| codec.decode(b).ok()).map(|d| d.generation);
+        let header_generation = |b: &[u8]| u64::from_le_bytes(b[16..24].try_into().expect("8 bytes"));
+        let newest = [&m0, &m1].into_iter().map(|b| header_generation(b).min(GENERATION_MAX - 2));
         let newest = journals.iter().flatten().map(|j| j.map_generation).chain(newest).max().unwrap_or(0);
         let (generation, image) = match picked {
             Ok(p) => p,
@@ -188,13 +181,8 @@ impl Opt {
     /// The consolidated map written before serving (the journal restarts).
     fn write_map_bringup(&mut self, image: MapImage) {
         let generation = self.map_generation + 1;
-        let codec = map_codec(&self.geo);
-        let bytes = codec.encode(generation, &image.encode(&self.geo)).expect("the map fits its block");
-        let offset = self.geo.map_offset_bytes(layoutd_core::metablock::MetaBlockCodec::copy_of(generation));
         self.map_generation = generation;
         self.journal_next = 0;
-        self.counters.map_writes_count += 1;
-        let req = Request { fua: true, ..Request::write(ReqId(0), offset, bytes.into()) };
-        self.emit(LowerOp::Bringup { part: 3 }, req);
+        self.emit_map(LowerOp::Bringup { part: 3 }, generation, &image);
     }
 }

@@ -36,7 +36,8 @@ pub struct Args {
     pub think_time_ms: u64,
     /// The planner stops at vertices whose connectivity is below this.
     pub edge_weight_min: u64,
-    /// Blocks copied per background step (the copy rate, with `[background] rate`).
+    /// Most blocks one copy request moves (a run of the plan; two copies
+    /// are in flight at most; the rate is capped by `[background] rate`).
     pub copy_blocks_per_step: u32,
     /// Plan after this many profiled requests (0: not by count).
     pub plan_interval_requests: u64,
@@ -44,6 +45,9 @@ pub struct Args {
     pub plan_interval_ms: u64,
     /// Plan and apply on their own (false: only on `plan` / `apply`).
     pub auto_apply: bool,
+    /// Background work (analysis, planning, copies) starts only after this
+    /// long without a request (0: whenever the runtime reports idle).
+    pub idle_ms: u64,
 }
 
 /// Where things are on the lower device.
@@ -194,6 +198,7 @@ impl Args {
             plan_interval_requests: a.u64_opt("plan_interval_requests")?.unwrap_or(0),
             plan_interval_ms: a.u64_opt("plan_interval_ms")?.unwrap_or(600_000),
             auto_apply: a.bool_opt("auto_apply")?.unwrap_or(true),
+            idle_ms: a.u64_opt("idle_ms")?.unwrap_or(100),
         };
         a.finish()?;
         let geo = Geometry::new(opt_offset_bytes, opt_length_bytes, lower_bytes, block_bytes, journal_blocks)
@@ -218,6 +223,7 @@ impl Args {
             ("plan_interval_requests", self.plan_interval_requests.to_string()),
             ("plan_interval_ms", self.plan_interval_ms.to_string()),
             ("auto_apply", self.auto_apply.to_string()),
+            ("idle_ms", self.idle_ms.to_string()),
         ];
         v.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
     }

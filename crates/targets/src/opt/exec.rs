@@ -27,6 +27,12 @@ use std::collections::{BTreeMap, VecDeque};
 
 /// Copies of one run given up after this many stale attempts.
 const COPY_TRIES_MAX: u8 = 3;
+/// Copy chains (read, then write) in flight at once, copy-in or copy-home:
+/// a foreground request arriving in idle time waits behind at most these.
+const COPIES_IN_FLIGHT_MAX: u32 = 2;
+/// Copied blocks committed (flush, map write) at a time, so a long plan
+/// goes live piece by piece instead of at its end.
+const COMMIT_BLOCKS_MIN: u64 = 1024;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum JobPhase {
@@ -46,6 +52,8 @@ enum RunState {
     Reading,
     Writing,
     Done,
+    /// In the map (live).
+    Committed,
     Abandoned,
 }
 
@@ -70,9 +78,14 @@ pub(super) struct Job {
     home_done: Vec<(u32, u32)>,
     home_in_flight: u32,
     runs: Vec<CopyRun>,
+    /// Runs to copy (again), in slot order.
+    todo: VecDeque<u32>,
     /// Home block → run, to mark runs stale.
     by_home: BTreeMap<u64, u32>,
+    /// Runs being copied.
     runs_in_flight: u32,
+    /// Blocks copied (`Done`) and not committed yet.
+    uncommitted_blocks: u64,
     /// A lower error: finish what is in flight, then give the job up.
     aborted: bool,
 }
@@ -117,8 +130,9 @@ impl Opt {
         }
     }
 
+    /// Starts one copy home (a slot still dirty), or moves on when none is left.
     fn step_copy_home(&mut self) -> Option<u64> {
-        let limit = self.args.copy_blocks_per_step;
+        let limit = COPIES_IN_FLIGHT_MAX;
         let b = self.geo.block_bytes;
         let mut bytes = 0;
         loop {
@@ -135,6 +149,7 @@ impl Opt {
             let req = Request::new(ReqId(0), Op::Read, self.geo.slot_offset_bytes(slot), b as u32);
             self.emit_gated(LowerOp::HomeRead { slot, version: s.version }, req);
             bytes += b;
+            break;
         }
         let j = self.job.as_mut().expect("a job");
         if j.home_todo.is_empty() && j.home_in_flight == 0 {
@@ -155,41 +170,39 @@ impl Opt {
         (bytes > 0).then_some(bytes)
     }
 
+    /// Whether the copies done so far are to be committed now: enough of
+    /// them (the plan goes live piece by piece), or the last ones.
+    fn commit_due(j: &Job) -> bool {
+        j.uncommitted_blocks >= COMMIT_BLOCKS_MIN || (j.todo.is_empty() && j.uncommitted_blocks > 0)
+    }
+
+    /// Starts one run's copy; with none in flight and a commit due, starts
+    /// the commit (its flush); with nothing left, ends the job.
     fn step_copy_in(&mut self) -> Option<u64> {
-        let limit = self.args.copy_blocks_per_step;
         let b = self.geo.block_bytes;
-        let mut bytes = 0;
         let j = self.job.as_mut().expect("a job");
-        let mut issue = Vec::new();
-        for (i, r) in j.runs.iter_mut().enumerate() {
-            if j.runs_in_flight >= limit {
-                break;
-            }
-            if r.state == RunState::Todo {
-                r.state = RunState::Reading;
-                r.stale = false;
-                j.runs_in_flight += r.count;
-                issue.push((i as u32, r.home, r.count));
-            }
+        if j.runs_in_flight == 0 && Self::commit_due(j) {
+            j.phase = JobPhase::CommitFlush;
+            self.emit(LowerOp::JobFlush, Request::new(ReqId(0), Op::Flush, 0, 0));
+            return Some(0);
         }
-        let finished = issue.is_empty() && j.runs_in_flight == 0;
-        for (run, home, count) in issue {
-            let len = u64::from(count) * b;
-            let req = Request::new(ReqId(0), Op::Read, self.geo.home_bytes(home * b), len as u32);
-            self.emit_gated(LowerOp::CopyInRead { run }, req);
-            bytes += len;
+        if j.runs_in_flight == 0 && j.todo.is_empty() {
+            self.finish_job();
+            return Some(0);
         }
-        if finished {
-            let j = self.job.as_mut().expect("a job");
-            if j.runs.iter().any(|r| r.state == RunState::Done) {
-                j.phase = JobPhase::CommitFlush;
-                self.emit(LowerOp::JobFlush, Request::new(ReqId(0), Op::Flush, 0, 0));
-            } else {
-                self.finish_job();
-            }
-            return Some(bytes);
+        if j.runs_in_flight >= COPIES_IN_FLIGHT_MAX || Self::commit_due(j) {
+            return None;
         }
-        (bytes > 0).then_some(bytes)
+        let run = j.todo.pop_front()?;
+        let r = &mut j.runs[run as usize];
+        assert_eq!(r.state, RunState::Todo);
+        r.state = RunState::Reading;
+        r.stale = false;
+        j.runs_in_flight += 1;
+        let (home, len) = (r.home, u64::from(r.count) * b);
+        let req = Request::new(ReqId(0), Op::Read, self.geo.home_bytes(home * b), len as u32);
+        self.emit_gated(LowerOp::CopyInRead { run }, req);
+        Some(len)
     }
 
     fn finish_job(&mut self) {
@@ -251,8 +264,8 @@ impl Opt {
         let r = &mut j.runs[run as usize];
         assert_eq!(r.state, RunState::Reading);
         if c.result.is_err() || r.stale || j.aborted {
-            j.runs_in_flight -= r.count;
-            Self::retry_or_abandon(r, &mut self.counters.copies_stale_count);
+            j.runs_in_flight -= 1;
+            Self::retry_or_abandon(run, r, &mut j.todo, &mut self.counters.copies_stale_count);
             return;
         }
         r.state = RunState::Writing;
@@ -267,20 +280,24 @@ impl Opt {
         let j = self.job.as_mut().expect("a job");
         let r = &mut j.runs[run as usize];
         assert_eq!(r.state, RunState::Writing);
-        j.runs_in_flight -= r.count;
+        j.runs_in_flight -= 1;
         if failed || r.stale {
-            Self::retry_or_abandon(r, &mut self.counters.copies_stale_count);
+            Self::retry_or_abandon(run, r, &mut j.todo, &mut self.counters.copies_stale_count);
             return;
         }
         r.state = RunState::Done;
+        j.uncommitted_blocks += u64::from(r.count);
         self.counters.copies_count += 1;
         self.counters.copied_bytes += u64::from(r.count) * self.geo.block_bytes;
     }
 
-    fn retry_or_abandon(r: &mut CopyRun, stale_count: &mut u64) {
+    fn retry_or_abandon(run: u32, r: &mut CopyRun, todo: &mut VecDeque<u32>, stale_count: &mut u64) {
         *stale_count += 1;
         r.tries += 1;
         r.state = if r.tries >= COPY_TRIES_MAX { RunState::Abandoned } else { RunState::Todo };
+        if r.state == RunState::Todo {
+            todo.push_back(run);
+        }
     }
 
     /// An upper write to home blocks `[first, end)`: copies of them in
@@ -298,6 +315,7 @@ impl Opt {
             r.stale = true;
             if r.state == RunState::Done {
                 r.state = RunState::Abandoned;
+                j.uncommitted_blocks -= u64::from(r.count);
                 self.counters.copies_stale_count += 1;
             }
         }
@@ -340,7 +358,8 @@ impl Opt {
                     .map(|r| (r.home, r.count, r.slot))
                     .collect();
                 if adds.is_empty() {
-                    return self.finish_job();
+                    j.phase = JobPhase::CopyIn;
+                    return;
                 }
                 j.phase = JobPhase::CommitWrite;
                 self.changing = adds.iter().map(|&(h, c, _)| (h, h + u64::from(c))).collect();
@@ -369,15 +388,19 @@ impl Opt {
                 self.changing.clear();
             }
             JobPhase::CommitWrite => {
-                for r in j.runs.iter().filter(|r| r.state == RunState::Done && !r.stale) {
+                for r in j.runs.iter_mut().filter(|r| r.state == RunState::Done && !r.stale) {
                     self.map.insert(r.home, u64::from(r.count), u64::from(r.slot));
                     for i in 0..r.count {
                         let s = &mut self.slots[(r.slot + i) as usize];
                         assert!(s.home.is_none(), "a committed slot was free");
                         *s = Slot { home: Some(r.home + u64::from(i)), ..Slot::default() };
                     }
+                    r.state = RunState::Committed;
                 }
-                self.finish_job();
+                self.changing.clear();
+                j.uncommitted_blocks = 0;
+                // More to copy, or nothing: the next step decides.
+                j.phase = JobPhase::CopyIn;
             }
             // A checkpoint map write (the journal was full).
             _ => {}
@@ -509,9 +532,11 @@ impl Opt {
             home_todo,
             home_done: Vec::new(),
             home_in_flight: 0,
+            todo: (0..runs.len() as u32).collect(),
             runs,
             by_home,
             runs_in_flight: 0,
+            uncommitted_blocks: 0,
             aborted: false,
         });
         Ok(reply)

@@ -12,11 +12,45 @@
 
 use super::config::{Geometry, JOURNAL_BLOCK_BYTES, MAP_FIXED_BYTES};
 use crate::blockmap::BlockMap;
-use layoutd_core::metablock::{JournalRecord, MetaBlockCodec, MetaError, Reader};
+use layoutd_core::metablock::{JournalRecord, MetaBlockCodec, MetaError, Reader, HEADER_BYTES};
 
-/// The map's block kind.
-pub fn map_codec(geo: &Geometry) -> MetaBlockCodec {
-    MetaBlockCodec { magic: *b"LDOPTMAP", version: 1, block_bytes: geo.map_bytes as usize }
+/// The map's block kind for a payload of `payload_bytes`: the block is as
+/// long as the payload needs (whole 4 KiB), so a map write costs what the
+/// map holds, not the worst case its area is sized for.
+pub fn map_codec(geo: &Geometry, payload_bytes: usize) -> MetaBlockCodec {
+    let block = (HEADER_BYTES + payload_bytes).next_multiple_of(4096).min(geo.map_bytes as usize);
+    MetaBlockCodec { magic: *b"LDOPTMAP", version: 1, block_bytes: block }
+}
+
+/// `image` as map generation `generation`, ready to write.
+pub fn encode_map(geo: &Geometry, generation: u64, image: &MapImage) -> Vec<u8> {
+    let payload = image.encode(geo);
+    map_codec(geo, payload.len()).encode(generation, &payload).expect("the map fits its area")
+}
+
+/// Decodes one map copy's block (`b`: the copy's whole area); the block's
+/// length comes from its own payload length field, which the crc covers.
+fn decode_map_block(geo: &Geometry, b: &[u8]) -> Result<(u64, Vec<u8>), MetaError> {
+    assert!(b.len() as u64 >= geo.map_bytes, "the caller reads the whole map area");
+    let payload_bytes = u32::from_le_bytes(b[12..16].try_into().expect("4 bytes")) as usize;
+    let codec = map_codec(geo, payload_bytes.min(geo.map_bytes as usize));
+    codec.decode(b).map(|d| (d.generation, d.payload))
+}
+
+/// The newest of the two copies whose block is intact (a torn newest copy
+/// falls back to the other), decoded: `(generation, map, copy)`. A copy
+/// whose block is intact but whose map is malformed is refused, never
+/// skipped: that is damage or another format, not a torn write.
+pub fn pick_map(geo: &Geometry, c0: &[u8], c1: &[u8]) -> Result<(u64, MapImage, usize), String> {
+    let ((generation, payload), copy) = match (decode_map_block(geo, c0), decode_map_block(geo, c1)) {
+        (Ok(a), Ok(b)) if b.0 > a.0 => (b, 1),
+        (Ok(a), _) => (a, 0),
+        (Err(_), Ok(b)) => (b, 1),
+        (Err(e0), Err(e1)) => return Err(format!("copy 0: {e0}; copy 1: {e1}")),
+    };
+    let map =
+        MapImage::decode(&payload, geo).map_err(|e| format!("copy {copy} (generation {generation}): {e}"))?;
+    Ok((generation, map, copy))
 }
 
 /// The journal's block kind.
@@ -162,6 +196,19 @@ mod tests {
         }
         let other = Geometry::new(1 << 20, 512 << 10, 4 << 20, 4096, 4).unwrap();
         assert!(MapImage::decode(&MapImage::default().encode(&g), &other).is_err(), "another geometry");
+        // Copies of any size: the newest valid one wins, a torn one falls back.
+        let area = |gen, m: &MapImage| {
+            let mut b = encode_map(&g, gen, m);
+            b.resize(g.map_bytes as usize, 0xAB);
+            b
+        };
+        let (old, new) =
+            (area(4, &MapImage::default()), area(5, &MapImage { runs: vec![(1, 2, 3)], dirty: vec![] }));
+        assert_eq!(pick_map(&g, &old, &new).unwrap().0, 5);
+        let mut torn = new.clone();
+        torn[40] ^= 1;
+        assert_eq!(pick_map(&g, &old, &torn).unwrap().2, 0);
+        assert!(pick_map(&g, &torn, &vec![0; g.map_bytes as usize]).is_err());
     }
 
     #[test]

@@ -178,6 +178,8 @@ pub struct Opt {
     planned: Option<Vec<Range>>,
     requests_since_plan: u64,
     last_plan_at: Instant,
+    /// Background work waits until this instant (`idle_ms` after the last request).
+    idle_deadline: Option<Instant>,
     lower: FxHashMap<u64, LowerOp>,
     next_lower_id: u64,
     lower_q: VecDeque<Request>,
@@ -226,6 +228,7 @@ impl Opt {
             planned: None,
             requests_since_plan: 0,
             last_plan_at: Instant::ZERO,
+            idle_deadline: None,
             lower: FxHashMap::default(),
             next_lower_id: 0,
             lower_q: VecDeque::new(),
@@ -302,6 +305,9 @@ impl Opt {
     }
 
     fn request(&mut self, now: Instant, req: Request) {
+        if self.args.idle_ms > 0 {
+            self.idle_deadline = Some(now.add_ms(self.args.idle_ms));
+        }
         if req.op != Op::Flush && self.phase_is_live() {
             let (first, end) = self.blocks_of(req.offset_bytes, u64::from(req.length_bytes));
             self.profile.record(ProfileEntry {
@@ -508,14 +514,18 @@ impl Opt {
     /// Writes `image` as the next map generation (FUA, the other copy).
     fn write_map(&mut self, image: meta::MapImage) {
         assert!(!self.meta_busy, "one metadata write at a time");
-        let generation = self.map_generation + 1;
-        let codec = meta::map_codec(&self.geo);
-        let bytes = codec.encode(generation, &image.encode(&self.geo)).expect("the map fits its block");
-        let offset = self.geo.map_offset_bytes(layoutd_core::metablock::MetaBlockCodec::copy_of(generation));
         self.meta_busy = true;
+        let generation = self.map_generation + 1;
+        self.emit_map(LowerOp::MapWrite { generation }, generation, &image);
+    }
+
+    /// Emits the map write of `generation` as `op`.
+    fn emit_map(&mut self, op: LowerOp, generation: u64, image: &meta::MapImage) {
+        let bytes = meta::encode_map(&self.geo, generation, image);
+        let offset = self.geo.map_offset_bytes(layoutd_core::metablock::MetaBlockCodec::copy_of(generation));
         self.counters.map_writes_count += 1;
         let req = Request { fua: true, ..Request::write(ReqId(0), offset, bytes.into()) };
-        self.emit(LowerOp::MapWrite { generation }, req);
+        self.emit(op, req);
     }
 
     fn meta_done(&mut self, op: LowerOp, result: Result<(), IoError>) {
@@ -605,6 +615,17 @@ impl Target for Opt {
         self.lower_q.pop_front()
     }
 
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.idle_deadline
+    }
+
+    /// The idle threshold passed: background work may start.
+    fn handle_timeout(&mut self, now: Instant) {
+        if self.idle_deadline.is_some_and(|d| d <= now) {
+            self.idle_deadline = None;
+        }
+    }
+
     fn poll_upper(&mut self) -> Option<Completion> {
         self.upper_q.pop_front()
     }
@@ -636,6 +657,7 @@ impl Target for Opt {
     fn background_offer(&self, now: Instant) -> Option<layoutd_core::background::Offer> {
         use layoutd_core::background::{JobClass, Offer};
         let work = self.serving()
+            && self.idle_deadline.is_none_or(|d| now >= d)
             && (self.job_wants_step()
                 || self.plan_due(now)
                 || (!self.profile.is_empty() && self.job.is_none()));
