@@ -2,14 +2,16 @@
 //! indirection (a target reads no clock; this measures the same code from
 //! outside): reads a layoutd trace, takes every read and write into the
 //! analyzer, builds the master graph and plans, timing each stage and
-//! relating it to the work units the target counts; then times block-map
-//! lookups on the plan's map (the indirection of every request).
+//! relating it to the work units the target counts; then times the piece
+//! walk over the plan's map (`opt::for_each_piece`, the indirection of
+//! every request).
 //!
 //!   cargo run --release -p layoutd-sim --example opt_cpu -- TRACE [CAPACITY_BLOCKS]
 
 use layoutd_core::TraceRecord;
 use layoutd_targets::blockmap::BlockMap;
 use layoutd_targets::opt::analyze::{master_graph, plan, Analyzer, Limits, ProfileEntry, WEIGHT_UNIT};
+use layoutd_targets::opt::for_each_piece;
 use std::time::Instant;
 
 fn main() {
@@ -60,7 +62,7 @@ fn main() {
     let mut pieces = 0usize;
     for _ in 0..20 {
         for e in &entries {
-            pieces += map.range(e.block, u64::from(e.blocks)).len();
+            for_each_piece(&map, e.block, u64::from(e.blocks), |_, _, _| pieces += 1);
         }
     }
     best[2] = t.elapsed().as_secs_f64() / (20 * entries.len()) as f64;

@@ -107,7 +107,7 @@ impl<V: MapValue> BlockMap<V> {
     }
 
     /// The extent holding `pos`, else the first one after it.
-    fn extent_at_or_after(&self, pos: u64) -> Option<Extent<V>> {
+    pub fn extent_at_or_after(&self, pos: u64) -> Option<Extent<V>> {
         if let Some((&s, &(n, v))) = self.extents.range(..=pos).next_back() {
             if s + n > pos {
                 return Some(Extent { start: s, length: n, value: v });

@@ -53,6 +53,32 @@ use layoutd_core::{
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 
+/// Walks blocks `[start, start + length)` of `map` piece by piece, calling
+/// `f(first block, blocks, Some(slot of the first) | None)`; no allocation
+/// (one or two ordered-map lookups a piece). The indirection of every
+/// request.
+pub fn for_each_piece(
+    map: &BlockMap<u64>,
+    start: u64,
+    length: u64,
+    mut f: impl FnMut(u64, u64, Option<u64>),
+) {
+    let end = start + length;
+    let mut pos = start;
+    while pos < end {
+        let (n, slot) = match map.extent_at_or_after(pos) {
+            Some(e) if e.start <= pos => {
+                ((e.start + e.length).min(end) - pos, Some(e.value + (pos - e.start)))
+            }
+            Some(e) if e.start < end => (e.start - pos, None),
+            _ => (end - pos, None),
+        };
+        assert!(n > 0, "a piece moves forward");
+        f(pos, n, slot);
+        pos += n;
+    }
+}
+
 /// One slot of the region.
 #[derive(Clone, Copy, Debug, Default)]
 struct Slot {
@@ -280,25 +306,28 @@ impl Opt {
         let b = self.geo.block_bytes;
         let (first, end) = self.blocks_of(offset, length);
         self.counters.indirection_lookups_count += 1;
-        let mut out = Vec::new();
-        for (start, n, slot) in self.map.range(first, end - first) {
+        let mut out = Vec::with_capacity(2);
+        let geo = self.geo;
+        for_each_piece(&self.map, first, end - first, |start, n, slot| {
             let a = (start * b).max(offset);
             let z = ((start + n) * b).min(offset + length);
             match slot {
                 Some(s) => {
-                    let lower = self.geo.slot_offset_bytes(s as u32) + (a - start * b);
+                    let lower = geo.slot_offset_bytes(s as u32) + (a - start * b);
                     out.push((lower, (a - offset) as u32, z - a, Some(s as u32)));
                 }
                 None => {
                     // A home piece may straddle the region's start.
-                    let cut = self.geo.opt_offset_bytes;
-                    let parts = if a < cut && cut < z { vec![(a, cut), (cut, z)] } else { vec![(a, z)] };
-                    for (x, y) in parts {
-                        out.push((self.geo.home_bytes(x), (x - offset) as u32, y - x, None));
+                    let cut = geo.opt_offset_bytes;
+                    if a < cut && cut < z {
+                        out.push((a, (a - offset) as u32, cut - a, None));
+                        out.push((geo.home_bytes(cut), (cut - offset) as u32, z - cut, None));
+                    } else {
+                        out.push((geo.home_bytes(a), (a - offset) as u32, z - a, None));
                     }
                 }
             }
-        }
+        });
         self.counters.indirection_pieces_count += out.len() as u64;
         assert_eq!(out.iter().map(|p| p.2).sum::<u64>(), length, "pieces cover the request");
         out
@@ -406,11 +435,11 @@ impl Opt {
             return Err(req);
         }
         let mut touched = Vec::new();
-        for (_, n, slot) in self.map.range(blocks.0, blocks.1 - blocks.0) {
+        for_each_piece(&self.map, blocks.0, blocks.1 - blocks.0, |_, n, slot| {
             if let Some(s) = slot {
                 touched.extend((s..s + n).map(|s| s as u32));
             }
-        }
+        });
         let mut clean = touched.iter().copied().filter(|&s| !self.slots[s as usize].dirty).peekable();
         if clean.peek().is_some() {
             let clean: Vec<u32> = clean.collect();
