@@ -506,6 +506,17 @@ pub fn destage(a: DestageArgs) -> Result<()> {
     after_help = "Examples:\n  layoutd message --device vol.img destage                 # offline: opens, delivers, finishes the work, marks clean\n  layoutd message --socket /run/user/0/layoutd/vol.img.sock destage   # online: a running `layoutd serve`\n  layoutd message --control vol.ctl 2:destage                # to layer 2 only (layers count from the top)\n\nA message is a runtime command to the volume's targets (device-mapper's `message`): `destage` (dcd), and what each target documents in docs/<target>.md. Without a layer number every layer is offered it, top first, and the first that knows it answers. Online, the command runs between requests: every write completed before it is seen, none after. Exit status 1 if a target refuses it, with the reason."
 )]
 pub struct MessageArgs {
+    #[command(flatten)]
+    to: CommandFlags,
+    /// The message, e.g. `destage` or `snapshot create s1` (words are joined by spaces).
+    #[arg(required = true, num_args = 1.., value_name = "TEXT")]
+    text: Vec<String>,
+}
+
+/// Where a runtime command goes, as flags (shared by `message` and the
+/// target commands built on it, such as `opt`).
+#[derive(Args)]
+pub struct CommandFlags {
     /// Offline: a device formatted with `layoutd format` (repeat for each member); it must not be served.
     #[arg(long, value_name = "PATH", conflicts_with_all = ["socket", "control"])]
     device: Vec<PathBuf>,
@@ -515,9 +526,13 @@ pub struct MessageArgs {
     /// Online: the control socket of a running `layoutd serve` (its --control).
     #[arg(long, value_name = "PATH")]
     control: Option<PathBuf>,
-    /// The message, e.g. `destage` or `snapshot create s1` (words are joined by spaces).
-    #[arg(required = true, num_args = 1.., value_name = "TEXT")]
-    text: Vec<String>,
+}
+
+impl CommandFlags {
+    /// The [`CommandTarget`] these flags name.
+    pub fn target(&self) -> Result<CommandTarget> {
+        CommandTarget::from_flags(&self.device, &self.socket, &self.control)
+    }
 }
 
 /// Where a command for a volume goes: online to a control socket, or
@@ -565,7 +580,7 @@ impl CommandTarget {
 }
 
 pub fn message(a: MessageArgs) -> Result<()> {
-    let target = CommandTarget::from_flags(&a.device, &a.socket, &a.control)?;
+    let target = a.to.target()?;
     let reply = target.send(&a.text.join(" "))?;
     println!("{reply}");
     Ok(())

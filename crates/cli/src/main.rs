@@ -2,6 +2,7 @@
 
 mod cmd_disk;
 mod cmd_snapshot;
+mod cmd_opt;
 use layoutd_sim::command as cmd_sim;
 mod cmd_trace;
 mod cmd_volume;
@@ -39,6 +40,8 @@ enum Cmd {
     Message(cmd_volume::MessageArgs),
     /// Create, list, delete or merge the snapshots of a `pool` volume, online or offline.
     Snapshot(cmd_snapshot::SnapshotArgs),
+    /// The `opt` target: status, plan, apply or drop the OPT region's contents.
+    Opt(cmd_opt::OptArgs),
     /// Inspect the HDD model's presets and validate it against real drives.
     #[command(subcommand)]
     Disk(cmd_disk::DiskCmd),
@@ -69,6 +72,7 @@ fn main() {
         Cmd::Destage(a) => cmd_volume::destage(a),
         Cmd::Message(a) => cmd_volume::message(a),
         Cmd::Snapshot(a) => cmd_snapshot::run(a),
+        Cmd::Opt(a) => cmd_opt::run(a),
         Cmd::Disk(c) => cmd_disk::run(c),
         Cmd::Sim(a) => cmd_sim::run(*a),
         Cmd::Trace(c) => cmd_trace::run(c),

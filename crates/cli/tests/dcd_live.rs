@@ -10,16 +10,8 @@ target = "dcd"
 log_length = "32MiB"
 "#;
 
-fn inspect(dev: &std::path::Path) -> serde_json::Value {
-    let o = layoutd().args(["inspect", "--json", "--device"]).arg(dev).output().unwrap();
-    assert!(o.status.success(), "{}", text(&o));
-    serde_json::from_slice(&o.stdout).unwrap()
-}
-
-fn dcd_counter(v: &serde_json::Value, name: &str) -> u64 {
-    let counters = v["layers"][0]["counters"].as_array().expect("counters");
-    counters.iter().find(|c| c[0] == name).unwrap_or_else(|| panic!("no counter {name}"))[1].as_u64().unwrap()
-}
+use common::inspect_json as inspect;
+use common::top_counter as dcd_counter;
 
 #[test]
 fn destage_drains_the_log_and_leaves_a_plain_data_region() {
@@ -65,26 +57,9 @@ fn ext4_on_dcd_survives_an_unclean_kill_mid_write() {
     rig.mount();
     let durable = write_tree(&rig.mnt.join("a"), 150, 3);
     sh_ok("sync");
-    // A write-heavy phase, killed in the middle.
-    let root = rig.mnt.join("b");
-    let writer = std::thread::spawn(move || {
-        let _ = std::panic::catch_unwind(|| write_tree(&root, 2000, 5));
-    });
-    // Kill once the second phase is well under way (and before it ends).
+    // A write-heavy phase, killed once it is well under way.
     let b = rig.mnt.join("b");
-    for _ in 0..6000 {
-        let written = sh(&format!("find '{}' -type f 2>/dev/null | wc -l", b.display()));
-        let n: u64 = String::from_utf8_lossy(&written.stdout).trim().parse().unwrap_or(0);
-        if n >= 300 || writer.is_finished() {
-            eprintln!("killing the server with {n} files of the second phase written");
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    assert!(!writer.is_finished(), "the workload ended before the kill; make it longer");
-    rig.server.as_mut().unwrap().kill();
-    rig.detach();
-    let _ = writer.join();
+    kill_mid_write(&mut rig, b, 5, 300, "dcd");
     drop(rig);
     assert_eq!(inspect(&dev)["clean"], false, "a killed server leaves the device dirty");
     // Recovery on open, then the journal replays on mount.

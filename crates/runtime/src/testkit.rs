@@ -150,6 +150,19 @@ pub fn run_oracle<T: Timing>(
     depth: usize,
     log: Option<&WriteLog>,
 ) -> Vec<(Op, u64, u32, bool)> {
+    run_oracle_idle(h, ops, depth, log, 0)
+}
+
+/// [`run_oracle`] that also lets the stack see idle (background work may
+/// start) before every `idle_every`-th op when nothing is in flight above,
+/// as a file system's gaps do; 0: never (idle only once the ops are done).
+pub fn run_oracle_idle<T: Timing>(
+    h: &mut Harness<T>,
+    ops: &[OpSpec],
+    depth: usize,
+    log: Option<&WriteLog>,
+    idle_every: usize,
+) -> Vec<(Op, u64, u32, bool)> {
     let sectors_total = h.stack.size_bytes() / S;
     let mut model = Model::default();
     let mut inflight = InFlight { by_id: BTreeMap::new() };
@@ -160,7 +173,10 @@ pub fn run_oracle<T: Timing>(
             let (start, end) = clamp(spec, sectors_total);
             inflight.by_id.len() < depth && !inflight.conflicts(start, end, spec.op.is_modify())
         });
-        if next_fits == Some(true) {
+        let idle_now = idle_every > 0 && seqs.len() % idle_every == 0 && inflight.by_id.is_empty();
+        if next_fits == Some(true) && idle_now && h.idle_pending() {
+            h.step();
+        } else if next_fits == Some(true) {
             let spec = pending.next().expect("peeked");
             let seq = seqs.len() as u64;
             let (start, end) = clamp(&spec, sectors_total);
@@ -252,11 +268,23 @@ pub fn oracle_check_with(
     ops: &[OpSpec],
     depth: usize,
 ) -> Harness {
+    oracle_check_idle_with(make, device_bytes, seed, ops, depth, 0)
+}
+
+/// [`oracle_check_with`] with idle gaps (see [`run_oracle_idle`]).
+pub fn oracle_check_idle_with(
+    make: MakeStack<'_>,
+    device_bytes: u64,
+    seed: u64,
+    ops: &[OpSpec],
+    depth: usize,
+    idle_every: usize,
+) -> Harness {
     let dev = Arc::new(MemDevice::new(device_bytes));
     let stack = make(OpenMode::Format);
     let mut h = Harness::new(stack, dev, ZeroLatency::reordering(), seed);
     bring_up(&mut h);
-    run_oracle(&mut h, ops, depth, None);
+    run_oracle_idle(&mut h, ops, depth, None, idle_every);
     h.settle();
     // A final full read-back through a fresh pass compares every sector.
     h
@@ -293,6 +321,19 @@ pub fn crash_check_with(
     depth: usize,
     random_cuts: usize,
 ) -> usize {
+    crash_check_idle_with(make, device_bytes, seed, ops, depth, random_cuts, 0)
+}
+
+/// [`crash_check_with`] with idle gaps (see [`run_oracle_idle`]).
+pub fn crash_check_idle_with(
+    make: MakeStack<'_>,
+    device_bytes: u64,
+    seed: u64,
+    ops: &[OpSpec],
+    depth: usize,
+    random_cuts: usize,
+    idle_every: usize,
+) -> usize {
     let rec = Arc::new(Recorder::new(MemDevice::new(device_bytes)));
     let log = rec.log();
     let stack = make(OpenMode::Format);
@@ -301,7 +342,7 @@ pub fn crash_check_with(
     // A volume exists once format is done (the superblock is written after
     // it): cuts inside the format are not crashes of a volume.
     let formatted = log.len();
-    let ops_by_seq = run_oracle(&mut h, ops, depth, Some(&log));
+    let ops_by_seq = run_oracle_idle(&mut h, ops, depth, Some(&log), idle_every);
     h.settle();
     let entries = log.entries();
     let cuts = cut_points(&log, formatted, seed, random_cuts);

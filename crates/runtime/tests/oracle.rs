@@ -47,6 +47,35 @@ target = "linear"
         "pool-origin-only-8k-chunks",
         "version = 1\n[[layer]]\ntarget = \"pool\"\nchunk_size = \"8K\"\nvolumes_max = 1\njournal_blocks = 8\n",
     ),
+    (
+        "opt-tiny-region-frequent-plans",
+        r#"version = 1
+[[layer]]
+target = "opt"
+opt_offset = "512K"
+opt_length = "96K"
+journal_blocks = 2
+edge_weight_min = 0
+plan_interval_requests = 8
+copy_blocks_per_step = 4
+idle_ms = 0
+"#,
+    ),
+    (
+        "opt-1k-blocks-at-the-end-over-linear",
+        r#"version = 1
+[[layer]]
+target = "opt"
+opt_offset = "992K"
+opt_length = "32K"
+block_bytes = 1024
+journal_blocks = 1
+edge_weight_min = 0
+plan_interval_requests = 5
+[[layer]]
+target = "linear"
+"#,
+    ),
 ];
 
 fn op_strategy() -> impl Strategy<Value = OpSpec> {

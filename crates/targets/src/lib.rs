@@ -11,6 +11,7 @@ pub mod dcd;
 pub mod gate;
 pub mod linear;
 pub mod pool;
+pub mod opt;
 pub mod seglog;
 mod split;
 pub mod trace;
@@ -61,6 +62,11 @@ pub const TARGET_TYPES: &[TargetType] = &[
         name: "pool",
         about: "an origin and copy-on-write snapshots in one thin pool, copies placed next to their origin chunk",
         ctr: |c| Ok(Box::new(pool::Pool::ctr(c.args, c.lower_bytes, c.mode)?)),
+    },
+    TargetType {
+        name: "opt",
+        about: "self-optimizing layout: profiles requests, plans correlated blocks into an OPT region, copies them there in idle time",
+        ctr: |c| Ok(Box::new(opt::Opt::ctr(c.args, c.lower_bytes, c.mode)?)),
     },
     TargetType {
         name: "trace",

@@ -13,6 +13,8 @@
 
 use layoutd_core::config::StackConfig;
 use layoutd_core::OpenMode;
+use layoutd_targets::opt::config::Geometry as OptGeometry;
+use layoutd_targets::opt::meta::{encode_map, pick_map, JournalBlock, MapImage};
 use layoutd_targets::seglog::{
     Checkpoint, Entry, FlushMark, Geometry, ReplayStep, ReplayWalk, SegmentHeader, Seq,
 };
@@ -139,6 +141,34 @@ proptest! {
         }
     }
 
+    /// The `opt` map and journal blocks.
+    #[test]
+    fn opt_maps_and_journal_blocks_never_panic(raw in raw_writes(4096), crafted in crafted_writes(600), fix in any::<bool>()) {
+        let g = OptGeometry::new(1 << 20, 256 << 10, 4 << 20, 4096, 4).expect("valid");
+        let map = MapImage { runs: vec![(10, 3, 0), (100, 2, 5), (7, 1, 9)], dirty: vec![1, 9] };
+        for which in 0..2 {
+            let mut b = if which == 0 {
+                let mut b = encode_map(&g, 3, &map);
+                b.resize(g.map_bytes as usize, 0);
+                b
+            } else {
+                JournalBlock { map_generation: 3, slots: vec![1, 2, 40] }.encode(7)
+            };
+            let n = b.len();
+            for &(at, v) in &raw { b[at % n] = v; }
+            for &(at, v, w) in &crafted { put(&mut b, at % n, v, w); }
+            if fix { fix_crc(&mut b, 28, n); }
+            if which == 0 {
+                let blank = vec![0u8; n];
+                if let Ok((generation, m, _)) = pick_map(&g, &b, &blank) {
+                    let _ = encode_map(&g, generation, &m);
+                }
+            } else if let Ok(j) = JournalBlock::decode(&b, g.slot_count) {
+                let _ = j.encode(1);
+            }
+        }
+    }
+
     /// The stack config: mutated example configs over devices of any size
     /// either build or are refused with an error, never a panic.
     #[test]
@@ -172,7 +202,8 @@ proptest! {
     }
 }
 
-const EXAMPLES: [&str; 6] = [
+const EXAMPLES: [&str; 7] = [
+    include_str!("../../../examples/opt.toml"),
     include_str!("../../../examples/linear.toml"),
     include_str!("../../../examples/pool.toml"),
     include_str!("../../../examples/trace.toml"),

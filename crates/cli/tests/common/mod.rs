@@ -341,3 +341,39 @@ pub fn verify_tree(root: &Path, files: &[(PathBuf, u32)]) {
         assert_eq!(crc32c::crc32c(&data), *crc, "{} has the wrong contents", rel.display());
     }
 }
+
+/// `layoutd inspect --json --device DEV`.
+pub fn inspect_json(dev: &Path) -> serde_json::Value {
+    let o = layoutd().args(["inspect", "--json", "--device"]).arg(dev).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// Counter `name` of the top layer in an [`inspect_json`] value.
+pub fn top_counter(v: &serde_json::Value, name: &str) -> u64 {
+    let counters = v["layers"][0]["counters"].as_array().expect("counters");
+    counters.iter().find(|c| c[0] == name).unwrap_or_else(|| panic!("no counter {name}"))[1].as_u64().unwrap()
+}
+
+/// Writes a tree of 2000 files under `root` on a thread and SIGKILLs the
+/// rig's server once `at_files` of them exist (before the writer ends),
+/// then detaches the rig. `label` prefixes the log line.
+pub fn kill_mid_write(rig: &mut BlockRig, root: PathBuf, seed: u32, at_files: u64, label: &str) {
+    let watched = root.clone();
+    let writer = std::thread::spawn(move || {
+        let _ = std::panic::catch_unwind(|| write_tree(&root, 2000, seed));
+    });
+    for _ in 0..6000 {
+        let written = sh(&format!("find '{}' -type f 2>/dev/null | wc -l", watched.display()));
+        let n: u64 = String::from_utf8_lossy(&written.stdout).trim().parse().unwrap_or(0);
+        if n >= at_files || writer.is_finished() {
+            eprintln!("{label}: killing the server with {n} files of the write phase written");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(!writer.is_finished(), "the workload ended before the kill; make it longer");
+    rig.server.as_mut().unwrap().kill();
+    rig.detach();
+    let _ = writer.join();
+}

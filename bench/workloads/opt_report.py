@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Tables for bench/results/opt/README.md from the simulator's JSON files
+(written by bench/opt_sim.sh): mean I/O time per day of the trace (the
+phases, four a day), speedups on the held-out days, and the opt counters.
+
+    opt_report.py RESULTS_DIR CPU_FILE
+"""
+import json
+import sys
+
+DAYS = 4
+DAY_S = 65.536
+
+
+def days(j, count=DAYS):
+    """Per day: (requests, mean response ms), from the phases (each lies
+    within one day: 16.384 s wide, days 65.536 s long)."""
+    out = [[0, 0.0] for _ in range(count)]
+    for p in j["phases"]["list"]:
+        d = int(p["start_s"] // DAY_S)
+        out[d][0] += p["requests"]
+        out[d][1] += p["requests"] * p["response_ms_mean"]
+    return [(n, s / max(n, 1)) for n, s in out]
+
+
+def counters(j):
+    for layer in j["stack"]["layers"]:
+        if layer["target"] == "opt":
+            return dict(layer["counters"])
+    return {}
+
+
+def startup(res):
+    """The start-up experiment: day 2 repeats day 1 exactly."""
+    print()
+    print("Start-up after one reconfiguration (day 2 repeats day 1; plan at the end of day 1):")
+    print()
+    print("| run | day 1 | day 2 | speedup day 2 |")
+    print("| --- | --- | --- | --- |")
+    base = days(json.load(open(f"{res}/startup-plain.json")), 2)
+    for r in ["plain", "opt"]:
+        d = days(json.load(open(f"{res}/startup-{r}.json")), 2)
+        print(f"| {r} | {d[0][1]:.2f} ms | {d[1][1]:.2f} ms | {base[1][1] / d[1][1]:.2f}x |")
+    print()
+
+
+def main():
+    if sys.argv[1] == "--startup":
+        return startup(sys.argv[2])
+    res, cpu_file = sys.argv[1], sys.argv[2]
+    cpu = {}
+    for line in open(cpu_file):
+        name, user, system = line.split()
+        cpu[name] = float(user) + float(system)
+    runs = ["plain", "opt-train-day1", "opt-daily", "opt-noplan"]
+    js = {r: json.load(open(f"{res}/{r}.json")) for r in runs}
+    width = js["plain"]["phases"]["width_s"]
+    assert abs(DAY_S / width - round(DAY_S / width)) < 1e-9, f"phases of {width} s do not divide a day"
+    base = days(js["plain"])
+    print("| run | day 1 (training) | day 2 | day 3 | day 4 | days 2-4 | speedup days 2-4 |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for r in runs:
+        d = days(js[r])
+        held = sum(n * ms for n, ms in d[1:]) / sum(n for n, _ in d[1:])
+        held_base = sum(n * ms for n, ms in base[1:]) / sum(n for n, _ in base[1:])
+        cells = [f"{ms:.2f} ms" for _, ms in d]
+        print(f"| {r} | " + " | ".join(cells) + f" | {held:.2f} ms | {held_base / held:.2f}x |")
+    print()
+    print("Speedup by held-out day (plain mean / run mean):")
+    print()
+    print("| run | day 2 | day 3 | day 4 |")
+    print("| --- | --- | --- | --- |")
+    for r in runs[1:]:
+        d = days(js[r])
+        print(f"| {r} | " + " | ".join(f"{base[i][1] / d[i][1]:.2f}x" for i in range(1, DAYS)) + " |")
+    print()
+    print("| run | requests | simulated s | opt counters | CPU s of the sim process |")
+    print("| --- | --- | --- | --- | --- |")
+    keys = ["plans_count", "reconfigurations_count", "mapped_blocks_count", "copied_bytes", "read_opt_bytes",
+            "written_opt_bytes", "dirty_copies_count", "copied_home_bytes", "analysis_units", "planning_units",
+            "graph_vertices_count", "graph_edges_count", "indirection_pieces_per_request_milli"]
+    for r in runs:
+        c = counters(js[r])
+        cs = ", ".join(f"{k}={c[k]}" for k in keys if k in c) or "-"
+        print(f"| {r} | {js[r]['requests']} | {js[r]['simulated_seconds']:.1f} | {cs} | {cpu.get(r, float('nan')):.2f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+//! The `opt` target served for real, under ext4 and xfs: the file system
+//! is read, a plan is forced online through the control socket while it
+//! is mounted and copied in idle time, the volume survives a clean restart
+//! with blocks in the OPT region, writes to them, and a SIGKILL of the
+//! server mid-write. Automatic plans are off so that what is mapped when
+//! a server stops does not depend on timing.
+
+mod common;
+use common::*;
+
+/// A 16 MiB region learning from anything seen once; plans only when told.
+const OPT: &str = r#"version = 1
+[[layer]]
+target = "opt"
+opt_length = "16MiB"
+edge_weight_min = 1
+think_time_ms = 1000
+plan_interval_requests = 0
+plan_interval_ms = 0
+"#;
+
+use common::inspect_json as inspect;
+use common::top_counter as opt_counter;
+
+/// The rig again on `dev`, working in `dir/name`, mounted.
+fn restart(dev: &std::path::Path, dir: &std::path::Path, name: &str) -> BlockRig {
+    let work = dir.join(name);
+    std::fs::create_dir_all(&work).unwrap();
+    let mut rig = BlockRig::start(dev, &work);
+    rig.mount();
+    rig
+}
+
+/// Reads every file of `files` under `root` `rounds` times, dropping the
+/// page cache in between so the reads reach the volume.
+fn read_rounds(root: &std::path::Path, files: &[(std::path::PathBuf, u32)], rounds: u32) {
+    for _ in 0..rounds {
+        sh_ok("sync; echo 3 > /proc/sys/vm/drop_caches");
+        verify_tree(root, files);
+    }
+}
+
+/// mkfs, a tree written and read through reconfigurations, a clean
+/// restart with blocks mapped, writes to mapped blocks, a kill mid-write,
+/// recovery, and the checker (`fsck`) clean at the end.
+fn through_reconfiguration_restart_and_kill(fs: &str) {
+    if !block_rig_available() || !require(&format!("mkfs.{fs}"), have_cmd(&format!("mkfs.{fs}"))) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dev = formatted(dir.path(), "o.img", "337M", Some(OPT));
+    let mut rig = BlockRig::start(&dev, dir.path());
+    sh_ok(&format!("mkfs.{fs} -q {} {}", if fs == "xfs" { "-f" } else { "-F" }, rig.loop_dev()));
+    rig.mount();
+    let files = write_tree(&rig.mnt.join("a"), 200, 11);
+    read_rounds(&rig.mnt.join("a"), &files, 3);
+    // A plan forced online, through the control socket, while mounted.
+    let sock = rig.server.as_ref().unwrap().socket.clone();
+    let o = layoutd().args(["opt", "plan", "--socket"]).arg(&sock).output().unwrap();
+    assert!(o.status.success() && text(&o).contains("plan:"), "{}", text(&o));
+    let o = layoutd().args(["opt", "status", "--socket"]).arg(&sock).output().unwrap();
+    assert!(o.status.success() && text(&o).contains("map generation"), "{}", text(&o));
+    // Idle time: the reconfiguration the plan started runs to the end.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    rig.umount();
+    drop(rig);
+    let v = inspect(&dev);
+    assert_eq!(v["clean"], true, "serve did not shut down cleanly");
+    let mapped = opt_counter(&v, "mapped_blocks_count");
+    assert!(mapped > 0, "no reconfiguration happened while serving: {v}");
+    eprintln!("{fs}: {mapped} blocks in the OPT region after the first run");
+
+    // A clean restart: the map is back, reads are served from the copies,
+    // and writes go to them (dirty) while the tree stays intact.
+    let mut rig = restart(&dev, dir.path(), "second");
+    read_rounds(&rig.mnt.join("a"), &files, 1);
+    let more = write_tree(&rig.mnt.join("b"), 120, 12);
+    sh_ok("sync");
+    read_rounds(&rig.mnt.join("b"), &more, 2);
+    let durable = [files.clone(), more.clone()];
+    // A write-heavy phase, killed in the middle.
+    let c = rig.mnt.join("c");
+    kill_mid_write(&mut rig, c, 13, 200, fs);
+    drop(rig);
+    assert_eq!(inspect(&dev)["clean"], false, "a killed server leaves the device dirty");
+
+    // Recovery: map plus journal; the file system's own journal on mount.
+    let mut rig = restart(&dev, dir.path(), "third");
+    verify_tree(&rig.mnt.join("a"), &durable[0]);
+    verify_tree(&rig.mnt.join("b"), &durable[1]);
+    rig.umount();
+    if fs == "xfs" {
+        let o = sh(&format!("xfs_repair -n {}", rig.loop_dev()));
+        assert!(o.status.success(), "xfs_repair -n found problems:\n{}", text(&o));
+    } else {
+        eprintln!("{}", rig.fsck());
+    }
+    drop(rig);
+    let v = inspect(&dev);
+    assert!(opt_counter(&v, "mapped_blocks_count") > 0, "{v}");
+    // Dropping the region copies the dirty copies home: the volume's home
+    // area alone then holds the file system.
+    let o = layoutd().args(["opt", "drop", "--device"]).arg(&dev).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(opt_counter(&inspect(&dev), "mapped_blocks_count"), 0);
+    let mut rig = restart(&dev, dir.path(), "fourth");
+    verify_tree(&rig.mnt.join("a"), &durable[0]);
+    verify_tree(&rig.mnt.join("b"), &durable[1]);
+    rig.umount();
+}
+
+/// One test for both file systems: two block rigs at once (nbdfuse, loop
+/// devices) are slow to come up on a loaded machine.
+#[test]
+fn ext4_and_xfs_on_opt_survive_reconfigurations_a_clean_restart_and_a_kill() {
+    through_reconfiguration_restart_and_kill("ext4");
+    through_reconfiguration_restart_and_kill("xfs");
+}

@@ -1,0 +1,324 @@
+//! The `opt` target: the oracle and crash checks with a tiny OPT region and
+//! frequent reconfigurations, each in-flight conflict driven by hand,
+//! recovery after a crash, a corrupt map, and bad configs.
+
+use layoutd_core::{Op, OpenMode, ReqId, Request, Target};
+use layoutd_disk::{BlockDevice, MemDevice};
+use layoutd_runtime::det::{Harness, ZeroLatency};
+use layoutd_runtime::testkit::{
+    bring_up, crash_check_idle_with, oracle_check_idle_with, stack_from_toml, OpSpec,
+};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::sync::Arc;
+
+const DEVICE_BYTES: u64 = 1 << 20;
+const B: u64 = 4096;
+
+/// A 96 KiB region (20 slots of 4 KiB) in the middle of a 1 MiB device,
+/// planning every `every` requests.
+fn tiny(every: u64) -> String {
+    format!(
+        "version = 1\n[[layer]]\ntarget = \"opt\"\nopt_offset = \"512K\"\nopt_length = \"96K\"\n\
+         journal_blocks = 2\nedge_weight_min = 0\nplan_interval_requests = {every}\ncopy_blocks_per_step = 4\nidle_ms = 0\n"
+    )
+}
+
+/// No automatic plans: tests drive `plan` / `apply` / `drop` themselves.
+fn manual() -> String {
+    tiny(0) + "auto_apply = false\nplan_interval_ms = 0\n"
+}
+
+/// Mostly a hot set read in a repeated order (what the planner learns),
+/// writes into it (dirty copies), and some of everything elsewhere.
+fn ops(rng: &mut ChaCha8Rng, count: usize) -> Vec<OpSpec> {
+    let hot: Vec<u64> = (0..12).map(|_| rng.gen_range(0..1900)).collect();
+    let mut i = 0;
+    (0..count)
+        .map(|_| {
+            i += 1;
+            let (op, sectors) = match rng.gen_range(0..100) {
+                0..=49 => (Op::Read, rng.gen_range(1..=16)),
+                50..=79 => (Op::Write, rng.gen_range(1..=16)),
+                80..=87 => (Op::Flush, 0),
+                88..=93 => (Op::Trim, rng.gen_range(1..=16)),
+                _ => (Op::WriteZeroes, rng.gen_range(1..=16)),
+            };
+            let sector = if rng.gen_bool(0.8) { hot[i % hot.len()] } else { rng.gen_range(0..2048) };
+            OpSpec { op, sector, sectors, fua: rng.gen_bool(0.05), stream: (i % 2) as u32 }
+        })
+        .collect()
+}
+
+fn counter(stack: &dyn Target, key: &str) -> u64 {
+    let st = stack.layer_statuses().into_iter().find(|s| s.target == "opt").expect("an opt layer");
+    st.counters.iter().find(|c| c.0 == key).map(|c| c.1).unwrap_or_else(|| panic!("no counter {key}"))
+}
+
+#[test]
+fn opt_reads_back_what_a_byte_array_would_while_reconfiguring() {
+    let keys = [
+        "reconfigurations_count",
+        "copies_count",
+        "dirty_copies_count",
+        "copied_home_bytes",
+        "dropped_blocks_count",
+        "read_opt_bytes",
+        "written_opt_bytes",
+        "journal_writes_count",
+        "writes_held_count",
+    ];
+    let mut totals = vec![0u64; keys.len()];
+    for seed in 0..12u64 {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let ops = ops(&mut rng, 400);
+        let cfg = tiny(6 + seed % 5);
+        let make = |mode| stack_from_toml(&cfg, DEVICE_BYTES, mode);
+        let h = oracle_check_idle_with(&make, DEVICE_BYTES, seed, &ops, 1 + seed as usize % 4, 3);
+        assert_eq!(h.upper_outstanding_count(), 0);
+        for (t, k) in totals.iter_mut().zip(keys) {
+            *t += counter(&*h.stack, k);
+        }
+    }
+    eprintln!("{:?}", keys.iter().zip(&totals).collect::<Vec<_>>());
+    // Each mechanism ran many times: copy in, switch, write to a copy,
+    // copy home, drop.
+    for (t, k) in totals.iter().zip(keys) {
+        assert!(*t >= 12, "{k} = {t}: the workload did not exercise it");
+    }
+}
+
+#[test]
+fn opt_crash_at_every_flush_and_random_points_keeps_flushed_data() {
+    for seed in 0..4u64 {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let ops = ops(&mut rng, 200);
+        let make = |mode| stack_from_toml(&tiny(6), DEVICE_BYTES, mode);
+        let cuts = crash_check_idle_with(&make, DEVICE_BYTES, seed, &ops, 1 + seed as usize % 3, 30, 3);
+        assert!(cuts > 20, "too few cut points: {cuts}");
+    }
+}
+
+/// A harness over a fresh device with the manual config, brought up.
+fn harness(dev: &Arc<MemDevice>, mode: OpenMode) -> Harness {
+    let stack = stack_from_toml(&manual(), DEVICE_BYTES, mode);
+    let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
+    bring_up(&mut h);
+    h
+}
+
+fn block(tag: u8) -> Vec<u8> {
+    vec![tag; B as usize]
+}
+
+fn message(h: &mut Harness, msg: &str) -> Result<String, String> {
+    h.message(msg)
+}
+
+fn describe(h: &mut Harness) -> String {
+    message(h, "status").expect("status")
+}
+
+/// Writes blocks 10..14, reads them in order twice, plans and applies,
+/// and runs the job to the end: blocks 10..14 are in OPT.
+fn mapped_harness(dev: &Arc<MemDevice>) -> Harness {
+    let mut h = harness(dev, OpenMode::Format);
+    for b in 10..14u8 {
+        assert_eq!(h.write(u64::from(b) * B, block(b)).result, Ok(()));
+    }
+    assert_eq!(h.flush().result, Ok(()));
+    for _ in 0..2 {
+        for b in 10..14u64 {
+            assert_eq!(h.read(b * B, B as u32).result, Ok(()));
+        }
+    }
+    let reply = message(&mut h, "apply").expect("apply");
+    assert!(reply.contains("to copy"), "{reply}");
+    h.settle();
+    assert_eq!(counter(&*h.stack, "job_active"), 0, "{}", describe(&mut h));
+    assert!(counter(&*h.stack, "mapped_blocks_count") >= 4, "{}", describe(&mut h));
+    h
+}
+
+/// Steps until `pred` holds (bounded).
+fn step_until(h: &mut Harness, what: &str, pred: impl Fn(&mut Harness) -> bool) {
+    for _ in 0..10_000 {
+        if pred(h) {
+            return;
+        }
+        assert!(h.step(), "stalled before {what}: {}", describe(h));
+    }
+    panic!("never reached {what}");
+}
+
+fn read_block(h: &mut Harness, b: u64) -> Vec<u8> {
+    let c = h.read(b * B, B as u32);
+    assert_eq!(c.result, Ok(()));
+    c.data.expect("data").to_vec()
+}
+
+#[test]
+fn reads_of_mapped_blocks_come_from_the_copy_and_the_first_write_waits_for_its_dirty_bit() {
+    let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+    let mut h = mapped_harness(&dev);
+    let before = counter(&*h.stack, "read_opt_bytes");
+    assert_eq!(read_block(&mut h, 11), block(11));
+    assert_eq!(counter(&*h.stack, "read_opt_bytes"), before + B);
+    let (held, journal) =
+        (counter(&*h.stack, "writes_held_count"), counter(&*h.stack, "journal_writes_count"));
+    assert_eq!(h.write(11 * B, block(0x61)).result, Ok(()));
+    assert_eq!(counter(&*h.stack, "writes_held_count"), held + 1, "held for the journal");
+    assert_eq!(counter(&*h.stack, "journal_writes_count"), journal + 1);
+    assert_eq!(counter(&*h.stack, "dirty_slots_count"), 1);
+    // The second write to the now dirty slot goes straight through.
+    assert_eq!(h.write(11 * B, block(0x62)).result, Ok(()));
+    assert_eq!(counter(&*h.stack, "writes_held_count"), held + 1);
+    assert_eq!(read_block(&mut h, 11), block(0x62));
+    // Home still holds the old bytes: the copy is authoritative.
+    let mut home = vec![0u8; B as usize];
+    dev.read_at(&mut home, 11 * B).unwrap();
+    assert_eq!(home, block(11));
+}
+
+#[test]
+fn a_write_during_copy_in_makes_the_copy_stale_and_it_is_copied_again() {
+    let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+    let mut h = harness(&dev, OpenMode::Format);
+    for b in 10..14u64 {
+        assert_eq!(h.write(b * B, block(b as u8)).result, Ok(()));
+        h.read(b * B, B as u32);
+    }
+    message(&mut h, "apply").expect("apply");
+    step_until(&mut h, "a copy read in flight", |h| {
+        describe(h).contains("phase CopyIn") && h.lower_in_flight_count() > 0
+    });
+    let id = h.submit(Request::write(ReqId(0), 12 * B, block(0x77).into()));
+    h.settle();
+    assert_eq!(h.wait_for(id).result, Ok(()));
+    assert!(counter(&*h.stack, "copies_stale_count") >= 1, "{}", describe(&mut h));
+    assert_eq!(counter(&*h.stack, "mapped_blocks_count"), 4, "{}", describe(&mut h));
+    let before = counter(&*h.stack, "read_opt_bytes");
+    assert_eq!(read_block(&mut h, 12), block(0x77));
+    assert_eq!(counter(&*h.stack, "read_opt_bytes"), before + B, "served from the fresh copy");
+}
+
+#[test]
+fn a_write_during_copy_home_keeps_the_slot_dirty_until_copied_again() {
+    let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+    let mut h = mapped_harness(&dev);
+    assert_eq!(h.write(11 * B, block(0x51)).result, Ok(()));
+    message(&mut h, "drop").expect("drop");
+    step_until(&mut h, "a copy-home read in flight", |h| {
+        describe(h).contains("phase CopyHome") && h.lower_in_flight_count() > 0
+    });
+    // A read and a write of the block being copied home, at once.
+    let r = h.submit(Request::new(ReqId(0), Op::Read, 11 * B, B as u32));
+    let w = h.submit(Request::write(ReqId(0), 11 * B, block(0x52).into()));
+    h.settle();
+    assert_eq!(h.wait_for(r).data.expect("data").to_vec(), block(0x51), "the read saw the copy");
+    assert_eq!(h.wait_for(w).result, Ok(()));
+    assert_eq!(counter(&*h.stack, "mapped_blocks_count"), 0, "{}", describe(&mut h));
+    assert_eq!(counter(&*h.stack, "copied_home_bytes"), 2 * B, "copied home twice");
+    assert_eq!(read_block(&mut h, 11), block(0x52));
+    let mut home = vec![0u8; B as usize];
+    dev.read_at(&mut home, 11 * B).unwrap();
+    assert_eq!(home, block(0x52), "home holds the newest bytes");
+}
+
+/// Steps to the job phase `phase`, writes block `b` then: the write is
+/// held, and completes once the stack settles.
+fn held_write_during(h: &mut Harness, phase: &str, b: u64, tag: u8) {
+    step_until(h, phase, |h| describe(h).contains(phase));
+    let held = counter(&*h.stack, "writes_held_count");
+    let w = h.submit(Request::write(ReqId(0), b * B, block(tag).into()));
+    assert_eq!(counter(&*h.stack, "writes_held_count"), held + 1, "held during {phase}");
+    h.settle();
+    assert_eq!(h.wait_for(w).result, Ok(()));
+}
+
+#[test]
+fn writes_to_blocks_whose_mapping_a_map_write_changes_wait_for_it() {
+    // Unmap: a write to a block being dropped waits, then goes home.
+    let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+    let mut h = mapped_harness(&dev);
+    message(&mut h, "drop").expect("drop");
+    held_write_during(&mut h, "phase UnmapWrite", 13, 0x31);
+    let mut home = vec![0u8; B as usize];
+    dev.read_at(&mut home, 13 * B).unwrap();
+    assert_eq!(home, block(0x31), "went home after the unmap");
+    // Commit: a write to a block being mapped waits, then goes to the copy.
+    for _ in 0..2 {
+        for b in 10..14u64 {
+            h.read(b * B, B as u32);
+        }
+    }
+    message(&mut h, "apply").expect("apply");
+    held_write_during(&mut h, "phase CommitWrite", 10, 0x32);
+    assert!(counter(&*h.stack, "mapped_blocks_count") >= 4);
+    assert_eq!(counter(&*h.stack, "dirty_slots_count"), 1, "written to its copy");
+    assert_eq!(read_block(&mut h, 10), block(0x32));
+    assert_eq!(read_block(&mut h, 13), block(0x31));
+}
+
+#[test]
+fn after_a_crash_only_the_slots_written_are_dirty_and_reads_see_flushed_data() {
+    let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+    let mut h = mapped_harness(&dev);
+    assert_eq!(h.write(12 * B, block(0x41)).result, Ok(()));
+    assert_eq!(h.flush().result, Ok(()));
+    drop(h); // no clean shutdown: the journal alone knows the dirty bit
+    let mut h = harness(&dev, OpenMode::Open { clean: false, accept_loss: false });
+    assert_eq!(counter(&*h.stack, "recovered_dirty_slots_count"), 1);
+    assert!(counter(&*h.stack, "mapped_blocks_count") >= 4);
+    assert_eq!(read_block(&mut h, 12), block(0x41));
+    assert_eq!(read_block(&mut h, 10), block(10));
+    message(&mut h, "drop").expect("drop");
+    h.settle();
+    assert_eq!(counter(&*h.stack, "copied_home_bytes"), B, "copy-back proportional to what was written");
+    assert_eq!(read_block(&mut h, 12), block(0x41));
+}
+
+#[test]
+fn a_corrupt_map_is_refused_by_name_and_accept_loss_falls_back_to_home() {
+    let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+    let h = mapped_harness(&dev);
+    drop(h);
+    // Both map copies (at the start of the region) damaged.
+    for copy in 0..2u64 {
+        let at = (512 << 10) + copy * 4096 + 100;
+        dev.write_at(&[0xFF; 8], at).unwrap();
+    }
+    let stack = stack_from_toml(&manual(), DEVICE_BYTES, OpenMode::Open { clean: true, accept_loss: false });
+    let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
+    let e = h.bring_up().unwrap_err();
+    assert!(
+        e.contains("opt map at lower offset 524288") && e.contains("crc32c") && e.contains("accept-loss"),
+        "{e}"
+    );
+    let mut h = harness(&dev, OpenMode::Open { clean: true, accept_loss: true });
+    assert_eq!(counter(&*h.stack, "mapped_blocks_count"), 0);
+    for b in 10..14u64 {
+        assert_eq!(read_block(&mut h, b), block(b as u8), "home copies are current");
+    }
+    let st = h.stack.layer_statuses().into_iter().find(|s| s.target == "opt").unwrap();
+    assert!(st.config.iter().any(|(k, _)| k == "accepted_loss"));
+}
+
+#[test]
+fn bad_configs_say_what_is_wrong() {
+    let cases = [
+        ("opt_offset = \"1000K\"\nopt_length = \"96K\"\n", "runs past the end"),
+        ("opt_offset = 0\nopt_length = \"1M\"\n", "leaves no volume"),
+        ("opt_length = \"16K\"\njournal_blocks = 2\n", "too small for its map"),
+        ("opt_offset = \"5K\"\nopt_length = \"96K\"\n", "`opt_offset`"),
+        ("block_bytes = 3000\n", "power of two"),
+        ("journal_blocks = 0\n", "journal_blocks"),
+        ("opt_lenght = \"96K\"\n", "unknown key"),
+    ];
+    for (keys, want) in cases {
+        let text = format!("version = 1\n[[layer]]\ntarget = \"opt\"\n{keys}");
+        let cfg = layoutd_core::config::StackConfig::parse(&text, "t").unwrap();
+        let e = layoutd_targets::build_stack(&cfg, DEVICE_BYTES, OpenMode::Format).err().expect(keys).0;
+        assert!(e.contains(want), "{keys}: {e}");
+    }
+}

@@ -1,0 +1,84 @@
+//! The real CPU cost of the `opt` target's analysis, planning and
+//! indirection (a target reads no clock; this measures the same code from
+//! outside): reads a layoutd trace, takes every read and write into the
+//! analyzer, builds the master graph and plans, timing each stage and
+//! relating it to the work units the target counts; then times the piece
+//! walk over the plan's map (`opt::for_each_piece`, the indirection of
+//! every request).
+//!
+//!   cargo run --release -p layoutd-sim --example opt_cpu -- TRACE [CAPACITY_BLOCKS]
+
+use layoutd_core::TraceRecord;
+use layoutd_targets::blockmap::BlockMap;
+use layoutd_targets::opt::analyze::{master_graph, plan, Analyzer, Limits, ProfileEntry, WEIGHT_UNIT};
+use layoutd_targets::opt::for_each_piece;
+use std::time::Instant;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let path = args.get(1).expect("usage: opt_cpu TRACE [CAPACITY_BLOCKS]");
+    let capacity: u64 = args.get(2).map_or(262_144, |c| c.parse().expect("a number"));
+    let text = std::fs::read_to_string(path).expect("readable trace");
+    let entries: Vec<ProfileEntry> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| TraceRecord::parse_line(l).ok())
+        .filter(|r| r.length_bytes > 0)
+        .map(|r| ProfileEntry {
+            time_ns: r.submit.as_ns(),
+            block: r.offset_bytes / 4096,
+            blocks: ((r.offset_bytes + u64::from(r.length_bytes)).div_ceil(4096) - r.offset_bytes / 4096)
+                as u32,
+            stream: r.stream.0,
+        })
+        .collect();
+    let limits = Limits { think_ns: 100_000_000, vertices_max: 65_536, edges_max: 262_144 };
+    let mut best = [f64::MAX; 3];
+    let mut units = (0, 0);
+    let mut ranges = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        let mut a = Analyzer::new(limits);
+        for e in &entries {
+            a.add(*e);
+        }
+        let t_analysis = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let mut planning = 0;
+        let m = master_graph(&a, &mut planning);
+        ranges = plan(&m, capacity, WEIGHT_UNIT, &mut planning);
+        let t_planning = t.elapsed().as_secs_f64();
+        units = (a.units, planning);
+        best[0] = best[0].min(t_analysis);
+        best[1] = best[1].min(t_planning);
+    }
+    let mut map: BlockMap<u64> = BlockMap::new();
+    let mut slot = 0;
+    for (s, e) in &ranges {
+        map.insert(*s, e - s, slot);
+        slot += e - s;
+    }
+    let t = Instant::now();
+    let mut pieces = 0usize;
+    for _ in 0..20 {
+        for e in &entries {
+            for_each_piece(&map, e.block, u64::from(e.blocks), |_, _, _| pieces += 1);
+        }
+    }
+    best[2] = t.elapsed().as_secs_f64() / (20 * entries.len()) as f64;
+    println!(
+        "{} requests; analysis {:.6} s ({} units, {:.1} ns/unit); planning {:.6} s ({} units, {:.1} ns/unit); \
+         plan {} blocks in {} map runs; indirection {:.1} ns/request ({:.2} pieces/request)",
+        entries.len(),
+        best[0],
+        units.0,
+        best[0] * 1e9 / units.0 as f64,
+        best[1],
+        units.1,
+        best[1] * 1e9 / units.1.max(1) as f64,
+        slot,
+        map.extent_count(),
+        best[2] * 1e9,
+        pieces as f64 / (20 * entries.len()) as f64
+    );
+}

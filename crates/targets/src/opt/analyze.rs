@@ -1,0 +1,459 @@
+//! Profile → analyze → plan, as pure functions over bounded memory, costed
+//! in *work units* (profile entries taken, vertices and edges visited)
+//! rather than time, so the simulator and a live run do the same work.
+//!
+//! - [`Profile`]: the bounded buffer of [`ProfileEntry`]s (24 bytes each;
+//!   the paper's entries averaged 40).
+//! - [`Analyzer`]: one directed access graph per stream. A vertex is a
+//!   block range as requested; an edge `u -> v` counts transitions from one
+//!   request of the stream to the next, each worth [`WEIGHT_UNIT`] when the
+//!   gap is at most the think time and `WEIGHT_UNIT * think / gap` when
+//!   longer (the paper's attenuation for long think times). Memory is
+//!   bounded by halving every weight and dropping those that reach zero
+//!   whenever the vertex or edge cap is passed.
+//! - [`master_graph`]: the streams' graphs merged into one whose vertices
+//!   are disjoint *atoms*: every boundary of every range splits the ranges
+//!   it falls in, a range becomes the chain of its atoms (linked by edges
+//!   weighted with the range's own access count), and an edge `u -> v`
+//!   links the last atom of `u` to the first of `v`.
+//! - [`plan`]: the paper's greedy placement over the master graph.
+
+use rustc_hash::FxHashMap;
+use std::collections::{BTreeMap, VecDeque};
+
+/// The weight of one transition within the think time.
+pub const WEIGHT_UNIT: u64 = 1000;
+
+/// A half-open range of volume blocks.
+pub type Range = (u64, u64);
+
+/// One profiled request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProfileEntry {
+    /// When it arrived (virtual ns).
+    pub time_ns: u64,
+    /// First volume block.
+    pub block: u64,
+    /// Blocks touched.
+    pub blocks: u32,
+    /// Its stream.
+    pub stream: u32,
+}
+const _: () = assert!(std::mem::size_of::<ProfileEntry>() <= 40);
+
+/// The bounded profile buffer.
+#[derive(Debug)]
+pub struct Profile {
+    entries: VecDeque<ProfileEntry>,
+    entries_max: usize,
+    /// Entries refused because the buffer was full.
+    pub dropped_count: u64,
+    /// Entries ever recorded.
+    pub recorded_count: u64,
+}
+
+impl Profile {
+    /// A buffer of at most `entries_max` entries, allocated now.
+    pub fn new(entries_max: usize) -> Profile {
+        assert!(entries_max > 0);
+        Profile {
+            entries: VecDeque::with_capacity(entries_max),
+            entries_max,
+            dropped_count: 0,
+            recorded_count: 0,
+        }
+    }
+
+    /// Records an entry, or counts it dropped when full.
+    pub fn record(&mut self, e: ProfileEntry) {
+        if self.entries.len() == self.entries_max {
+            self.dropped_count += 1;
+            return;
+        }
+        self.entries.push_back(e);
+        self.recorded_count += 1;
+    }
+
+    /// Entries waiting for analysis.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no entry waits.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Takes up to `n` of the oldest entries.
+    pub fn take(&mut self, n: usize) -> impl Iterator<Item = ProfileEntry> + '_ {
+        let n = n.min(self.entries.len());
+        self.entries.drain(..n)
+    }
+}
+
+/// One stream's access graph.
+#[derive(Debug, Default)]
+struct StreamGraph {
+    last: Option<(Range, u64)>,
+    /// Access count of each range, in weight units.
+    vertices: BTreeMap<Range, u64>,
+    edges: BTreeMap<(Range, Range), u64>,
+}
+
+/// Limits of the analyzer.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Think time in ns: slower transitions count less.
+    pub think_ns: u64,
+    /// Most vertices over all streams.
+    pub vertices_max: usize,
+    /// Most edges over all streams.
+    pub edges_max: usize,
+}
+
+/// Per-stream access graphs, built incrementally from the profile.
+#[derive(Debug)]
+pub struct Analyzer {
+    limits: Limits,
+    streams: BTreeMap<u32, StreamGraph>,
+    vertex_count: usize,
+    edge_count: usize,
+    /// Work units spent so far (entries taken, vertices and edges visited).
+    pub units: u64,
+}
+
+impl Analyzer {
+    /// An empty analyzer.
+    pub fn new(limits: Limits) -> Analyzer {
+        assert!(limits.think_ns > 0 && limits.vertices_max > 0 && limits.edges_max > 0);
+        Analyzer { limits, streams: BTreeMap::new(), vertex_count: 0, edge_count: 0, units: 0 }
+    }
+
+    /// Vertices over all stream graphs.
+    pub fn vertex_count(&self) -> usize {
+        self.vertex_count
+    }
+
+    /// Edges over all stream graphs.
+    pub fn edge_count(&self) -> usize {
+        self.edge_count
+    }
+
+    /// The weight of a transition after a gap of `gap_ns`.
+    fn weight(&self, gap_ns: u64) -> u64 {
+        if gap_ns <= self.limits.think_ns {
+            WEIGHT_UNIT
+        } else {
+            (u128::from(WEIGHT_UNIT) * u128::from(self.limits.think_ns) / u128::from(gap_ns)) as u64
+        }
+    }
+
+    /// Adds one profiled request to its stream's graph.
+    pub fn add(&mut self, e: ProfileEntry) {
+        assert!(e.blocks > 0);
+        self.units += 1;
+        let range = (e.block, e.block + u64::from(e.blocks));
+        let g = self.streams.entry(e.stream).or_default();
+        let last = g.last.replace((range, e.time_ns));
+        let fresh = g.vertices.insert(range, 0).is_none();
+        *g.vertices.get_mut(&range).expect("inserted") += WEIGHT_UNIT;
+        self.vertex_count += usize::from(fresh);
+        if let Some((prev, t)) = last.filter(|(prev, _)| *prev != range) {
+            let w = self.weight(e.time_ns.saturating_sub(t));
+            if w > 0 {
+                let g = self.streams.get_mut(&e.stream).expect("present");
+                let slot = g.edges.entry((prev, range)).or_insert(0);
+                self.edge_count += usize::from(*slot == 0);
+                *slot += w;
+            }
+        }
+        while self.vertex_count > self.limits.vertices_max || self.edge_count > self.limits.edges_max {
+            self.halve();
+        }
+    }
+
+    /// Halves every weight and drops what reaches zero: older patterns fade
+    /// and memory stays under the caps.
+    pub fn halve(&mut self) {
+        let (mut vertices, mut edges) = (0, 0);
+        for g in self.streams.values_mut() {
+            self.units += (g.vertices.len() + g.edges.len()) as u64;
+            g.vertices.retain(|_, w| {
+                *w /= 2;
+                *w > 0
+            });
+            g.edges.retain(|_, w| {
+                *w /= 2;
+                *w > 0
+            });
+            // A vertex that faded away takes its edges with it.
+            g.edges.retain(|(a, b), _| g.vertices.contains_key(a) && g.vertices.contains_key(b));
+            vertices += g.vertices.len();
+            edges += g.edges.len();
+        }
+        self.streams.retain(|_, g| !g.vertices.is_empty());
+        self.vertex_count = vertices;
+        self.edge_count = edges;
+    }
+}
+
+/// The merged graph: disjoint atoms and weighted directed edges.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct MasterGraph {
+    /// Atoms in block order.
+    pub atoms: Vec<Range>,
+    /// `(from atom, to atom) -> weight`, sorted.
+    pub edges: Vec<((u32, u32), u64)>,
+}
+
+/// Merges every stream graph of `a` into one master graph (work units are
+/// added to `units`).
+pub fn master_graph(a: &Analyzer, units: &mut u64) -> MasterGraph {
+    let mut bounds: Vec<u64> = Vec::with_capacity(a.vertex_count * 2);
+    for g in a.streams.values() {
+        for &(s, e) in g.vertices.keys() {
+            bounds.push(s);
+            bounds.push(e);
+        }
+    }
+    bounds.sort_unstable();
+    bounds.dedup();
+    *units += bounds.len() as u64;
+    let idx = |b: u64| bounds.binary_search(&b).expect("a boundary") as u32;
+    // Elementary intervals between bounds; only covered ones become atoms.
+    let mut covered = vec![false; bounds.len().saturating_sub(1)];
+    let mut edges: FxHashMap<(u32, u32), u64> = FxHashMap::default();
+    for g in a.streams.values() {
+        for (&(s, e), &w) in &g.vertices {
+            let (i, j) = (idx(s), idx(e));
+            *units += u64::from(j - i);
+            for k in i..j {
+                covered[k as usize] = true;
+                if k + 1 < j {
+                    *edges.entry((k, k + 1)).or_insert(0) += w;
+                }
+            }
+        }
+        for (&((_, ue), (vs, _)), &w) in &g.edges {
+            *units += 1;
+            *edges.entry((idx(ue) - 1, idx(vs))).or_insert(0) += w;
+        }
+    }
+    // Renumber covered intervals densely.
+    let mut number = vec![u32::MAX; covered.len()];
+    let mut atoms = Vec::new();
+    for (k, &c) in covered.iter().enumerate() {
+        if c {
+            number[k] = atoms.len() as u32;
+            atoms.push((bounds[k], bounds[k + 1]));
+        }
+    }
+    let mut edges: Vec<((u32, u32), u64)> =
+        edges.into_iter().map(|((x, y), w)| ((number[x as usize], number[y as usize]), w)).collect();
+    edges.sort_unstable();
+    assert!(edges.iter().all(|((x, y), _)| *x != u32::MAX && *y != u32::MAX), "edges join atoms");
+    MasterGraph { atoms, edges }
+}
+
+/// The paper's greedy placement: start at the most connected unplaced atom;
+/// repeatedly place the most connected unplaced neighbour of the sequence's
+/// ends, after the tail (an outgoing edge) or before the head (incoming);
+/// when neither end has an edge of at least `weight_min`, start a new
+/// sequence; stop when `capacity_blocks` are placed or no atom left has a
+/// connectivity of at least `weight_min`. Returns block ranges in their
+/// order in the region (a last range may be cut to fit).
+pub fn plan(m: &MasterGraph, capacity_blocks: u64, weight_min: u64, units: &mut u64) -> Vec<Range> {
+    let n = m.atoms.len();
+    let mut out_adj: Vec<Vec<(u32, u64)>> = vec![Vec::new(); n];
+    let mut in_adj: Vec<Vec<(u32, u64)>> = vec![Vec::new(); n];
+    let mut conn = vec![0u64; n];
+    for &((x, y), w) in &m.edges {
+        if x == y {
+            continue;
+        }
+        out_adj[x as usize].push((y, w));
+        in_adj[y as usize].push((x, w));
+        conn[x as usize] += w;
+        conn[y as usize] += w;
+    }
+    *units += m.edges.len() as u64;
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    order.sort_by_key(|&a| (std::cmp::Reverse(conn[a as usize]), a));
+    let mut placed = vec![false; n];
+    let mut left = capacity_blocks;
+    let mut out: Vec<Range> = Vec::new();
+    let best = |adj: &Vec<(u32, u64)>, placed: &Vec<bool>, units: &mut u64| {
+        *units += adj.len() as u64;
+        adj.iter()
+            .filter(|(v, w)| !placed[*v as usize] && *w >= weight_min)
+            .max_by_key(|(v, w)| (*w, std::cmp::Reverse(*v)))
+            .copied()
+    };
+    for &seed in &order {
+        if left == 0 || conn[seed as usize] < weight_min {
+            break;
+        }
+        if placed[seed as usize] {
+            continue;
+        }
+        placed[seed as usize] = true;
+        let mut seq: VecDeque<u32> = VecDeque::from([seed]);
+        let mut blocks = len(m.atoms[seed as usize]);
+        while blocks < left {
+            let (head, tail) = (*seq.front().expect("non-empty"), *seq.back().expect("non-empty"));
+            let o = best(&out_adj[tail as usize], &placed, units);
+            let i = best(&in_adj[head as usize], &placed, units);
+            let (v, after) = match (o, i) {
+                (Some(o), Some(i)) if i.1 > o.1 => (i.0, false),
+                (Some(o), _) => (o.0, true),
+                (None, Some(i)) => (i.0, false),
+                (None, None) => break,
+            };
+            placed[v as usize] = true;
+            blocks += len(m.atoms[v as usize]);
+            if after {
+                seq.push_back(v);
+            } else {
+                seq.push_front(v);
+            }
+        }
+        for a in seq {
+            let (s, e) = m.atoms[a as usize];
+            let take = (e - s).min(left);
+            if take == 0 {
+                break;
+            }
+            out.push((s, s + take));
+            left -= take;
+        }
+    }
+    out
+}
+
+fn len((s, e): Range) -> u64 {
+    e - s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn analyzer() -> Analyzer {
+        Analyzer::new(Limits { think_ns: 1_000_000, vertices_max: 1000, edges_max: 1000 })
+    }
+
+    fn e(t_ms: u64, block: u64, blocks: u32, stream: u32) -> ProfileEntry {
+        ProfileEntry { time_ns: t_ms * 1_000_000, block, blocks, stream }
+    }
+
+    fn plan_of(a: &Analyzer, capacity: u64, weight_min: u64) -> Vec<Range> {
+        let mut units = 0;
+        let m = master_graph(a, &mut units);
+        plan(&m, capacity, weight_min, &mut units)
+    }
+
+    #[test]
+    fn edges_count_transitions_and_long_think_times_attenuate() {
+        let mut a = analyzer();
+        for (t, b) in [(0, 10), (1, 50), (2, 10), (3, 50), (1003, 90)] {
+            a.add(e(t, b, 1, 1));
+        }
+        let g = &a.streams[&1];
+        assert_eq!(g.edges[&((10, 11), (50, 51))], 2 * WEIGHT_UNIT);
+        assert_eq!(g.edges[&((50, 51), (10, 11))], WEIGHT_UNIT);
+        // 1000 ms after a think time of 1 ms: a thousandth of a unit.
+        assert_eq!(g.edges[&((50, 51), (90, 91))], 1);
+        assert_eq!((a.vertex_count(), a.edge_count()), (3, 3));
+    }
+
+    #[test]
+    fn streams_are_kept_apart_so_interleaving_makes_no_edge() {
+        let mut a = analyzer();
+        // Two streams interleaved: 10 20 30 on one, 500 600 700 on the other.
+        for (i, (b1, b2)) in [(10, 500), (20, 600), (30, 700)].into_iter().enumerate() {
+            a.add(e(i as u64, b1, 1, 1));
+            a.add(e(i as u64, b2, 1, 2));
+        }
+        let m = master_graph(&a, &mut 0);
+        let pairs: Vec<(u64, u64)> =
+            m.edges.iter().map(|((x, y), _)| (m.atoms[*x as usize].0, m.atoms[*y as usize].0)).collect();
+        assert_eq!(pairs, vec![(10, 20), (20, 30), (500, 600), (600, 700)]);
+    }
+
+    #[test]
+    fn merging_splits_overlapping_ranges_into_chained_atoms() {
+        let mut a = analyzer();
+        // Stream 1 reads [0,8) then [100,104); stream 2 reads [4,12) then [0,2).
+        a.add(e(0, 0, 8, 1));
+        a.add(e(0, 100, 4, 1));
+        a.add(e(0, 4, 8, 2));
+        a.add(e(0, 0, 2, 2));
+        let m = master_graph(&a, &mut 0);
+        assert_eq!(m.atoms, vec![(0, 2), (2, 4), (4, 8), (8, 12), (100, 104)]);
+        let w = |x: u64, y: u64| {
+            let (i, j) = (
+                m.atoms.iter().position(|r| r.0 == x).unwrap() as u32,
+                m.atoms.iter().position(|r| r.0 == y).unwrap() as u32,
+            );
+            m.edges.iter().find(|(k, _)| *k == (i, j)).map(|(_, w)| *w)
+        };
+        // [0,8) chains 0->2->4 (its own count), [4,12) chains 4->8.
+        assert_eq!(w(0, 2), Some(WEIGHT_UNIT));
+        assert_eq!(w(2, 4), Some(WEIGHT_UNIT));
+        assert_eq!(w(4, 8), Some(WEIGHT_UNIT));
+        // Stream edges: last atom of [0,8) -> [100,104); last atom of [4,12) -> [0,2).
+        assert_eq!(w(4, 100), Some(WEIGHT_UNIT));
+        assert_eq!(w(8, 0), Some(WEIGHT_UNIT));
+        assert_eq!(m.edges.len(), 5);
+    }
+
+    #[test]
+    fn greedy_places_a_repeated_random_sequence_in_access_order() {
+        let mut a = analyzer();
+        let seq = [700, 30, 420, 5, 990];
+        for round in 0..3 {
+            for (i, &b) in seq.iter().enumerate() {
+                a.add(e(round * 100 + i as u64, b, 2, 1));
+            }
+        }
+        // Noise on another stream, touched once: below the threshold.
+        a.add(e(0, 300, 1, 9));
+        a.add(e(1, 301, 1, 9));
+        let p = plan_of(&a, 100, 2 * WEIGHT_UNIT);
+        assert_eq!(p, vec![(700, 702), (30, 32), (420, 422), (5, 7), (990, 992)]);
+        // The region's capacity stops the growth (from the most connected
+        // atom, 5: out to 990, then in from 420) and cuts the last range.
+        assert_eq!(plan_of(&a, 5, 2 * WEIGHT_UNIT), vec![(420, 422), (5, 7), (990, 991)]);
+    }
+
+    #[test]
+    fn greedy_places_an_incoming_neighbour_before_and_the_heaviest_first() {
+        let mut a = analyzer();
+        // A hot pair 50 -> 60 (x4), then 40 -> 50 (x2): 40 goes before 50.
+        for r in 0..4 {
+            a.add(e(r * 10, 50, 1, 1));
+            a.add(e(r * 10 + 1, 60, 1, 1));
+            a.add(e(r * 10 + 5, 1000 + r, 1, 2));
+        }
+        for r in 0..2 {
+            a.add(e(100 + r * 10, 40, 1, 3));
+            a.add(e(101 + r * 10, 50, 1, 3));
+        }
+        let p = plan_of(&a, 100, 2 * WEIGHT_UNIT);
+        assert_eq!(p, vec![(40, 41), (50, 51), (60, 61)]);
+    }
+
+    #[test]
+    fn memory_stays_under_the_caps_by_halving() {
+        let mut a = Analyzer::new(Limits { think_ns: 1, vertices_max: 50, edges_max: 40 });
+        for i in 0..1000u64 {
+            a.add(e(i, (i * 7919) % 5000, 1, (i % 3) as u32));
+            assert!(a.vertex_count() <= 50 && a.edge_count() <= 40);
+        }
+        assert!(a.units > 1000);
+        let mut b = Profile::new(4);
+        (0..6).for_each(|i| b.record(e(i, i, 1, 0)));
+        assert_eq!((b.len(), b.dropped_count), (4, 2));
+        assert_eq!(b.take(3).count(), 3);
+    }
+}

@@ -1,0 +1,238 @@
+//! Parsing the `opt` layer's keys into a typed [`Args`] and the region
+//! geometry; errors name the key.
+
+use layoutd_core::config::{ArgReader, ConfigError};
+use layoutd_core::metablock::HEADER_BYTES;
+use layoutd_core::{REQUEST_BYTES_MAX, SECTOR_BYTES};
+
+/// Bytes of one journal block (a [`layoutd_core::metablock`] block).
+pub const JOURNAL_BLOCK_BYTES: u64 = 4096;
+/// Worst-case bytes of map per slot: one 22-byte run record and one
+/// 11-byte dirty record (see `meta.rs`).
+const MAP_BYTES_PER_SLOT: u64 = 33;
+/// Fixed fields of the map payload.
+pub const MAP_FIXED_BYTES: u64 = 16;
+
+/// The parsed configuration.
+#[derive(Clone, Debug)]
+pub struct Args {
+    /// Where the OPT region starts on the lower device.
+    pub opt_offset_bytes: u64,
+    /// Its length.
+    pub opt_length_bytes: u64,
+    /// The unit of the map and of copies.
+    pub block_bytes: u64,
+    /// Journal blocks between map rewrites.
+    pub journal_blocks: u32,
+    /// Most profile entries buffered before analysis takes them.
+    pub profile_entries_max: u32,
+    /// Most vertices (block ranges) in all stream graphs together.
+    pub graph_vertices_max: u32,
+    /// Most edges in all stream graphs together.
+    pub graph_edges_max: u32,
+    /// Analysis work units (profile entries, edges visited) per background step.
+    pub analysis_units_per_step: u32,
+    /// A transition slower than this counts less (weight `think / gap`).
+    pub think_time_ms: u64,
+    /// The planner stops at vertices whose connectivity is below this.
+    pub edge_weight_min: u64,
+    /// Most blocks one copy request moves (a run of the plan; two copies
+    /// are in flight at most; the rate is capped by `[background] rate`).
+    pub copy_blocks_per_step: u32,
+    /// Plan after this many profiled requests (0: not by count).
+    pub plan_interval_requests: u64,
+    /// Plan after this much virtual time with new requests (0: not by time).
+    pub plan_interval_ms: u64,
+    /// Plan and apply on their own (false: only on `plan` / `apply`).
+    pub auto_apply: bool,
+    /// Background work (analysis, planning, copies) starts only after this
+    /// long without a request (0: whenever the runtime reports idle).
+    pub idle_ms: u64,
+}
+
+/// Where things are on the lower device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// OPT region start.
+    pub opt_offset_bytes: u64,
+    /// OPT region length.
+    pub opt_length_bytes: u64,
+    /// The volume (the rest of the device).
+    pub volume_bytes: u64,
+    /// Block size.
+    pub block_bytes: u64,
+    /// Bytes of one map copy.
+    pub map_bytes: u64,
+    /// Journal blocks.
+    pub journal_blocks: u32,
+    /// Data slots in the region.
+    pub slot_count: u32,
+}
+
+impl Geometry {
+    /// Where map copy `copy` (0 or 1) lives.
+    pub fn map_offset_bytes(&self, copy: usize) -> u64 {
+        self.opt_offset_bytes + copy as u64 * self.map_bytes
+    }
+
+    /// Where journal block `i` lives.
+    pub fn journal_offset_bytes(&self, i: u32) -> u64 {
+        assert!(i < self.journal_blocks);
+        self.opt_offset_bytes + 2 * self.map_bytes + u64::from(i) * JOURNAL_BLOCK_BYTES
+    }
+
+    /// Bytes of metadata at the start of the region.
+    pub fn meta_bytes(&self) -> u64 {
+        2 * self.map_bytes + u64::from(self.journal_blocks) * JOURNAL_BLOCK_BYTES
+    }
+
+    /// Where slot `slot` lives.
+    pub fn slot_offset_bytes(&self, slot: u32) -> u64 {
+        assert!(slot < self.slot_count, "slot {slot} of {}", self.slot_count);
+        self.opt_offset_bytes + self.meta_bytes() + u64::from(slot) * self.block_bytes
+    }
+
+    /// Where volume byte `upper` lives at home (the volume skips the region).
+    pub fn home_bytes(&self, upper: u64) -> u64 {
+        assert!(upper < self.volume_bytes);
+        if upper < self.opt_offset_bytes {
+            upper
+        } else {
+            upper + self.opt_length_bytes
+        }
+    }
+
+    /// Whole blocks of the volume (a partial last block is never mapped).
+    pub fn volume_blocks(&self) -> u64 {
+        self.volume_bytes / self.block_bytes
+    }
+
+    /// Computes the geometry, or says why the region cannot hold it.
+    pub fn new(
+        opt_offset_bytes: u64,
+        opt_length_bytes: u64,
+        lower_bytes: u64,
+        block_bytes: u64,
+        journal_blocks: u32,
+    ) -> Result<Geometry, String> {
+        let end = opt_offset_bytes.checked_add(opt_length_bytes).filter(|&e| e <= lower_bytes);
+        if end.is_none() {
+            return Err(format!(
+                "`opt_offset` {opt_offset_bytes} + `opt_length` {opt_length_bytes} runs past the end of \
+                 the lower device ({lower_bytes} bytes): the OPT region would overlap nothing but must fit"
+            ));
+        }
+        if opt_length_bytes >= lower_bytes {
+            return Err(format!(
+                "`opt_length` {opt_length_bytes} leaves no volume on a device of {lower_bytes} bytes"
+            ));
+        }
+        let upper_slots = opt_length_bytes / block_bytes;
+        let map_payload = MAP_FIXED_BYTES + upper_slots * MAP_BYTES_PER_SLOT;
+        let map_bytes = (HEADER_BYTES as u64 + map_payload).next_multiple_of(4096);
+        if map_bytes > u64::from(REQUEST_BYTES_MAX) {
+            return Err(format!(
+                "the map of an OPT region of {opt_length_bytes} bytes in blocks of {block_bytes} needs \
+                 {map_bytes} bytes, past one request ({REQUEST_BYTES_MAX}); raise `block_bytes` or lower `opt_length`"
+            ));
+        }
+        let meta = 2 * map_bytes + u64::from(journal_blocks) * JOURNAL_BLOCK_BYTES;
+        let slots = opt_length_bytes.saturating_sub(meta) / block_bytes;
+        if slots == 0 {
+            return Err(format!(
+                "`opt_length` {opt_length_bytes} is too small for its map: two map copies of {map_bytes} \
+                 bytes and {journal_blocks} journal blocks of {JOURNAL_BLOCK_BYTES} take {meta} bytes, \
+                 leaving no block of {block_bytes}; give at least {} bytes",
+                meta + block_bytes
+            ));
+        }
+        let slot_count = u32::try_from(slots)
+            .map_err(|_| format!("the OPT region holds {slots} blocks, past 2^32; raise `block_bytes`"))?;
+        Ok(Geometry {
+            opt_offset_bytes,
+            opt_length_bytes,
+            volume_bytes: lower_bytes - opt_length_bytes,
+            block_bytes,
+            map_bytes,
+            journal_blocks,
+            slot_count,
+        })
+    }
+}
+
+impl Args {
+    /// Reads every key (unknown keys are errors) and computes the geometry.
+    pub fn parse(mut a: ArgReader<'_>, lower_bytes: u64) -> Result<(Args, Geometry), ConfigError> {
+        let block_bytes = a.size_opt("block_bytes")?.unwrap_or(4096);
+        if block_bytes < SECTOR_BYTES || !block_bytes.is_power_of_two() || block_bytes > 1 << 20 {
+            return Err(a.error(format!(
+                "key `block_bytes`: {block_bytes} must be a power of two from 512 to 1 MiB"
+            )));
+        }
+        // 4% of the device, at most 1 GiB (a map of 256 Ki blocks of 4 KiB,
+        // about 8 MiB per copy, rewritten at each reconfiguration).
+        let default_length = (lower_bytes / 25).min(1 << 30).next_multiple_of(block_bytes);
+        let opt_length_bytes = a.size_opt("opt_length")?.unwrap_or(default_length);
+        let default_offset = (lower_bytes.saturating_sub(opt_length_bytes) / 2) / block_bytes * block_bytes;
+        let opt_offset_bytes = a.size_opt("opt_offset")?.unwrap_or(default_offset);
+        for (key, v) in [("opt_offset", opt_offset_bytes), ("opt_length", opt_length_bytes)] {
+            if !v.is_multiple_of(block_bytes) {
+                return Err(
+                    a.error(format!("key `{key}`: {v} is not a multiple of `block_bytes` {block_bytes}"))
+                );
+            }
+        }
+        let journal_blocks = u32_key(&mut a, "journal_blocks", 16, 1, 4096)?;
+        let args = Args {
+            opt_offset_bytes,
+            opt_length_bytes,
+            block_bytes,
+            journal_blocks,
+            profile_entries_max: u32_key(&mut a, "profile_entries_max", 65536, 16, 1 << 24)?,
+            graph_vertices_max: u32_key(&mut a, "graph_vertices_max", 65536, 4, 1 << 24)?,
+            graph_edges_max: u32_key(&mut a, "graph_edges_max", 262144, 4, 1 << 26)?,
+            analysis_units_per_step: u32_key(&mut a, "analysis_units_per_step", 4096, 1, 1 << 30)?,
+            think_time_ms: a.u64_opt("think_time_ms")?.unwrap_or(100).max(1),
+            edge_weight_min: a.u64_opt("edge_weight_min")?.unwrap_or(2),
+            copy_blocks_per_step: u32_key(&mut a, "copy_blocks_per_step", 64, 1, 8192)?,
+            plan_interval_requests: a.u64_opt("plan_interval_requests")?.unwrap_or(0),
+            plan_interval_ms: a.u64_opt("plan_interval_ms")?.unwrap_or(600_000),
+            auto_apply: a.bool_opt("auto_apply")?.unwrap_or(true),
+            idle_ms: a.u64_opt("idle_ms")?.unwrap_or(100),
+        };
+        a.finish()?;
+        let geo = Geometry::new(opt_offset_bytes, opt_length_bytes, lower_bytes, block_bytes, journal_blocks)
+            .map_err(|e| ConfigError(format!("layer (opt): {e}")))?;
+        Ok((args, geo))
+    }
+
+    /// The config echoed back, in config key names.
+    pub fn echo(&self) -> Vec<(String, String)> {
+        let v = [
+            ("opt_offset", self.opt_offset_bytes.to_string()),
+            ("opt_length", self.opt_length_bytes.to_string()),
+            ("block_bytes", self.block_bytes.to_string()),
+            ("journal_blocks", self.journal_blocks.to_string()),
+            ("profile_entries_max", self.profile_entries_max.to_string()),
+            ("graph_vertices_max", self.graph_vertices_max.to_string()),
+            ("graph_edges_max", self.graph_edges_max.to_string()),
+            ("analysis_units_per_step", self.analysis_units_per_step.to_string()),
+            ("think_time_ms", self.think_time_ms.to_string()),
+            ("edge_weight_min", self.edge_weight_min.to_string()),
+            ("copy_blocks_per_step", self.copy_blocks_per_step.to_string()),
+            ("plan_interval_requests", self.plan_interval_requests.to_string()),
+            ("plan_interval_ms", self.plan_interval_ms.to_string()),
+            ("auto_apply", self.auto_apply.to_string()),
+            ("idle_ms", self.idle_ms.to_string()),
+        ];
+        v.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+    }
+}
+
+fn u32_key(a: &mut ArgReader<'_>, key: &str, default: u32, min: u32, max: u32) -> Result<u32, ConfigError> {
+    let v = a.u64_opt(key)?.unwrap_or(u64::from(default));
+    if v < u64::from(min) || v > u64::from(max) {
+        return Err(a.error(format!("key `{key}`: {v} is outside {min}..={max}")));
+    }
+    Ok(v as u32)
+}

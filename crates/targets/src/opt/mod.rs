@@ -1,0 +1,798 @@
+//! `opt`: a self-optimizing block layer (Bhadkamkar, Burnett, Liptak,
+//! Rangaswami, Hristidis, FIU TR-2007-01-01, the system that became BORG):
+//! every request is *profiled*, per-stream access graphs are *analyzed*
+//! into a master graph, a greedy *plan* places correlated blocks one after
+//! the other in a dedicated OPT region, and the plan is *executed* by
+//! copying those blocks there in idle time; from then on every request to a
+//! mapped block goes to its OPT copy.
+//!
+//! Glossary:
+//! - *volume*: the lower device minus the OPT region, 1:1 (*home*).
+//! - *OPT region*: `opt_offset`/`opt_length`; map copies, journal, *slots*.
+//! - *block*: `block_bytes` of the volume, the unit of the map and of copies.
+//! - *map*: home block → slot, with a *dirty* bit per slot (the copy is
+//!   newer than home). Persisted as a [`meta::MapImage`] (two copies, with a
+//!   generation) and extended by the dirty-bit *journal*.
+//! - *reconfiguration* (a *job*, see [`exec`]): copy home the dirty slots the
+//!   new plan drops, unmap them (map write), copy the new blocks in, commit
+//!   them (flush, map write). Granted by the background scheduler as class
+//!   `Reorganisation`, one bounded step at a time.
+//!
+//! Layout on the lower device:
+//! ```text
+//! 0            opt_offset                                          end
+//! | volume ... | map 0 | map 1 | journal | slot 0 | slot 1 | ... | volume ... |
+//! ```
+//!
+//! Consistency (see `docs/opt.md`): a slot's copy changes only while its
+//! dirty bit is durable: the first write to a clean slot is held until a
+//! journal block naming the slot is written with FUA. So after a crash the
+//! map plus the journal name exactly the slots whose copy may differ from
+//! home, and every other copy equals home: reads return the latest flushed
+//! data and the copy-back work is the slots really written.
+//!
+//! Config (`[[layer]] target = "opt"`), see `examples/opt.toml` and
+//! [`config::Args`]. Status: `opt <config> <counters>` ([`Opt::status`]).
+//! Messages: `plan`, `apply`, `drop`, `status`.
+
+pub mod analyze;
+mod bringup;
+pub mod config;
+mod exec;
+pub mod meta;
+
+use crate::blockmap::BlockMap;
+use crate::gate::OverlapGate;
+use crate::split::Assembly;
+use analyze::{Analyzer, Limits, Profile, ProfileEntry, Range};
+use config::{Args, Geometry};
+use layoutd_core::config::{ArgReader, ConfigError};
+use layoutd_core::{
+    Completion, Instant, IoError, Op, OpenMode, ReqId, Request, Status, Target, SECTOR_BYTES,
+};
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
+
+/// Walks blocks `[start, start + length)` of `map` piece by piece, calling
+/// `f(first block, blocks, Some(slot of the first) | None)`; no allocation
+/// (one or two ordered-map lookups a piece). The indirection of every
+/// request.
+pub fn for_each_piece(
+    map: &BlockMap<u64>,
+    start: u64,
+    length: u64,
+    mut f: impl FnMut(u64, u64, Option<u64>),
+) {
+    let end = start + length;
+    let mut pos = start;
+    while pos < end {
+        let (n, slot) = match map.extent_at_or_after(pos) {
+            Some(e) if e.start <= pos => {
+                ((e.start + e.length).min(end) - pos, Some(e.value + (pos - e.start)))
+            }
+            Some(e) if e.start < end => (e.start - pos, None),
+            _ => (end - pos, None),
+        };
+        assert!(n > 0, "a piece moves forward");
+        f(pos, n, slot);
+        pos += n;
+    }
+}
+
+/// One slot of the region.
+#[derive(Clone, Copy, Debug, Default)]
+struct Slot {
+    /// The home block it holds, if mapped.
+    home: Option<u64>,
+    /// The copy is newer than home, and the journal or map says so on disk.
+    dirty: bool,
+    /// A journal record making it dirty is queued or in flight.
+    journal_pending: bool,
+    /// Bumped by every upper write to the slot (a copy home compares it).
+    version: u32,
+}
+
+/// Why this target sent a lower request.
+#[derive(Clone, Debug)]
+enum LowerOp {
+    /// Format or recovery I/O; `part` tells the recovery reads apart (3: not one).
+    Bringup {
+        part: usize,
+    },
+    /// A piece of an upper read or write.
+    Piece {
+        key: u64,
+        within: u32,
+    },
+    UpperFlush {
+        id: ReqId,
+    },
+    CopyInRead {
+        run: u32,
+    },
+    CopyInWrite {
+        run: u32,
+    },
+    HomeRead {
+        slot: u32,
+        version: u32,
+    },
+    HomeWrite {
+        slot: u32,
+        version: u32,
+    },
+    JobFlush,
+    MapWrite {
+        generation: u64,
+    },
+    JournalWrite {
+        slots: Vec<u32>,
+    },
+}
+
+impl LowerOp {
+    fn is_background(&self) -> bool {
+        !matches!(self, LowerOp::Piece { .. } | LowerOp::UpperFlush { .. } | LowerOp::Bringup { .. })
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    read_opt_count: u64,
+    read_opt_bytes: u64,
+    written_opt_count: u64,
+    written_opt_bytes: u64,
+    read_home_bytes: u64,
+    written_home_bytes: u64,
+    flushes_count: u64,
+    copies_count: u64,
+    copied_bytes: u64,
+    copies_stale_count: u64,
+    dirty_copies_count: u64,
+    copied_home_bytes: u64,
+    dropped_blocks_count: u64,
+    reconfigurations_count: u64,
+    plans_count: u64,
+    plans_unchanged_count: u64,
+    analysis_units: u64,
+    planning_units: u64,
+    indirection_lookups_count: u64,
+    indirection_pieces_count: u64,
+    map_writes_count: u64,
+    journal_writes_count: u64,
+    writes_held_count: u64,
+    recovered_dirty_slots_count: u64,
+    journal_blocks_unreadable_count: u64,
+}
+
+/// The bring-up phase.
+enum Phase {
+    Format { writes_left: u32, flushing: bool },
+    Recover(bringup::Recovering),
+    Serving,
+    Failed(String),
+}
+
+/// The `opt` target. Memory: the slot table and the map are fixed by the
+/// region's size; the profile, the stream graphs and the plan by their
+/// `_max` keys; in-flight collections by the upper requests in flight (one
+/// entry each) plus one job's `copy_blocks_per_step` copies.
+pub struct Opt {
+    args: Args,
+    geo: Geometry,
+    phase: Phase,
+    slots: Vec<Slot>,
+    /// Home block → slot, for mapped blocks.
+    map: BlockMap<u64>,
+    /// Generation of the newest map on disk.
+    map_generation: u64,
+    /// Journal blocks written under `map_generation`.
+    journal_next: u32,
+    /// A map or journal write is in flight (one at a time).
+    meta_busy: bool,
+    /// Slots waiting for a journal record.
+    journal_queue: Vec<u32>,
+    /// Upper writes waiting for a journal record or a map write.
+    held: VecDeque<Request>,
+    /// While a job's map write is in flight: home blocks whose mapping it
+    /// changes (writes to them wait).
+    changing: Vec<Range>,
+    job: Option<exec::Job>,
+    profile: Profile,
+    analyzer: Analyzer,
+    /// The newest plan (block ranges in region order).
+    planned: Option<Vec<Range>>,
+    requests_since_plan: u64,
+    last_plan_at: Instant,
+    /// Background work waits until this instant (`idle_ms` after the last request).
+    idle_deadline: Option<Instant>,
+    lower: FxHashMap<u64, LowerOp>,
+    next_lower_id: u64,
+    lower_q: VecDeque<Request>,
+    upper_q: VecDeque<Completion>,
+    assemblies: FxHashMap<u64, Assembly>,
+    next_key: u64,
+    /// Lower writes (and background reads) on overlapping sectors, in order.
+    gate: OverlapGate<(LowerOp, Request)>,
+    loss: Option<String>,
+    counters: Counters,
+}
+
+impl Opt {
+    /// Parses the config over a lower device of `lower_bytes`.
+    pub fn ctr(args: ArgReader<'_>, lower_bytes: u64, mode: OpenMode) -> Result<Opt, ConfigError> {
+        let (args, geo) = Args::parse(args, lower_bytes)?;
+        Ok(Opt::new(args, geo, mode))
+    }
+
+    fn new(args: Args, geo: Geometry, mode: OpenMode) -> Opt {
+        assert!(geo.slot_count > 0);
+        let limits = Limits {
+            think_ns: args.think_time_ms * 1_000_000,
+            vertices_max: args.graph_vertices_max as usize,
+            edges_max: args.graph_edges_max as usize,
+        };
+        let phase = match mode {
+            OpenMode::Format => Phase::Format { writes_left: 0, flushing: false },
+            OpenMode::Open { accept_loss, .. } => Phase::Recover(bringup::Recovering::new(accept_loss)),
+        };
+        let mut opt = Opt {
+            profile: Profile::new(args.profile_entries_max as usize),
+            analyzer: Analyzer::new(limits),
+            args,
+            geo,
+            phase,
+            slots: vec![Slot::default(); geo.slot_count as usize],
+            map: BlockMap::new(),
+            map_generation: 0,
+            journal_next: 0,
+            meta_busy: false,
+            journal_queue: Vec::new(),
+            held: VecDeque::new(),
+            changing: Vec::new(),
+            job: None,
+            planned: None,
+            requests_since_plan: 0,
+            last_plan_at: Instant::ZERO,
+            idle_deadline: None,
+            lower: FxHashMap::default(),
+            next_lower_id: 0,
+            lower_q: VecDeque::new(),
+            upper_q: VecDeque::new(),
+            assemblies: FxHashMap::default(),
+            next_key: 0,
+            gate: OverlapGate::new(),
+            loss: None,
+            counters: Counters::default(),
+        };
+        opt.start_bringup();
+        opt
+    }
+
+    /// Sends a request below, remembering why; returns its id.
+    fn emit(&mut self, op: LowerOp, mut req: Request) -> u64 {
+        let id = self.next_lower_id;
+        self.next_lower_id += 1;
+        req.id = ReqId(id);
+        req.background = op.is_background();
+        assert!(req.validate(u64::MAX).is_ok() || req.op == Op::Flush, "a well-formed lower request");
+        assert!(self.lower.insert(id, op).is_none(), "lower ids are unique");
+        self.lower_q.push_back(req);
+        id
+    }
+
+    /// Sends a write (or a background read) through the overlap gate.
+    fn emit_gated(&mut self, op: LowerOp, req: Request) {
+        let range = (req.offset_bytes / SECTOR_BYTES, req.end_bytes() / SECTOR_BYTES);
+        if let Some((op, req)) = self.gate.submit(range, (op, req)) {
+            let id = self.emit(op, req);
+            self.gate.issued(id, range);
+        }
+    }
+
+    fn serving(&self) -> bool {
+        matches!(self.phase, Phase::Serving)
+    }
+
+    /// Blocks `[first, end)` touched by bytes `[offset, offset + length)`.
+    fn blocks_of(&self, offset: u64, length: u64) -> Range {
+        let b = self.geo.block_bytes;
+        (offset / b, (offset + length).div_ceil(b))
+    }
+
+    /// Where the bytes of an upper request live, piece by piece:
+    /// `(lower offset, offset within the request, length, slot if in OPT)`.
+    fn pieces(&mut self, offset: u64, length: u64) -> Vec<(u64, u32, u64, Option<u32>)> {
+        let b = self.geo.block_bytes;
+        let (first, end) = self.blocks_of(offset, length);
+        self.counters.indirection_lookups_count += 1;
+        let mut out = Vec::with_capacity(2);
+        let geo = self.geo;
+        for_each_piece(&self.map, first, end - first, |start, n, slot| {
+            let a = (start * b).max(offset);
+            let z = ((start + n) * b).min(offset + length);
+            match slot {
+                Some(s) => {
+                    let lower = geo.slot_offset_bytes(s as u32) + (a - start * b);
+                    out.push((lower, (a - offset) as u32, z - a, Some(s as u32)));
+                }
+                None => {
+                    // A home piece may straddle the region's start.
+                    let cut = geo.opt_offset_bytes;
+                    if a < cut && cut < z {
+                        out.push((a, (a - offset) as u32, cut - a, None));
+                        out.push((geo.home_bytes(cut), (cut - offset) as u32, z - cut, None));
+                    } else {
+                        out.push((geo.home_bytes(a), (a - offset) as u32, z - a, None));
+                    }
+                }
+            }
+        });
+        self.counters.indirection_pieces_count += out.len() as u64;
+        assert_eq!(out.iter().map(|p| p.2).sum::<u64>(), length, "pieces cover the request");
+        out
+    }
+
+    fn request(&mut self, now: Instant, req: Request) {
+        if self.args.idle_ms > 0 {
+            self.idle_deadline = Some(now.add_ms(self.args.idle_ms));
+        }
+        if req.op != Op::Flush && self.phase_is_live() {
+            let (first, end) = self.blocks_of(req.offset_bytes, u64::from(req.length_bytes));
+            self.profile.record(ProfileEntry {
+                time_ns: now.as_ns(),
+                block: first,
+                blocks: (end - first) as u32,
+                stream: req.stream.0,
+            });
+            self.requests_since_plan += 1;
+        }
+        match req.op {
+            Op::Flush => {
+                self.counters.flushes_count += 1;
+                let id = req.id;
+                self.emit(LowerOp::UpperFlush { id }, Request::new(ReqId(0), Op::Flush, 0, 0));
+            }
+            Op::Read => self.read(req),
+            Op::Write | Op::Trim | Op::WriteZeroes => {
+                if let Err(req) = self.modify(req) {
+                    self.counters.writes_held_count += 1;
+                    self.held.push_back(req);
+                    self.kick_meta();
+                }
+            }
+        }
+    }
+
+    /// `profile TIME_NS STREAM OFFSET_BYTES LENGTH_BYTES`: a request seen
+    /// elsewhere (a captured trace), profiled as if it had come here.
+    fn profile_message(&mut self, rest: &str) -> Result<String, String> {
+        let f: Vec<u64> = rest
+            .split_ascii_whitespace()
+            .map(|x| x.parse::<u64>().map_err(|_| format!("opt: profile: {x:?} is not a number")))
+            .collect::<Result<_, _>>()?;
+        let [time_ns, stream, offset, length] = f[..] else {
+            return Err("opt: profile takes TIME_NS STREAM OFFSET_BYTES LENGTH_BYTES".into());
+        };
+        if length == 0 || offset.checked_add(length).is_none_or(|e| e > self.geo.volume_bytes) {
+            return Err(format!("opt: profile: {offset}+{length} is not inside the volume"));
+        }
+        let (first, end) = self.blocks_of(offset, length);
+        let stream = u32::try_from(stream).map_err(|_| "opt: profile: stream past 2^32".to_string())?;
+        let blocks = u32::try_from(end - first).map_err(|_| "opt: profile: too long".to_string())?;
+        self.profile.record(ProfileEntry { time_ns, block: first, blocks, stream });
+        self.requests_since_plan += 1;
+        Ok(String::new())
+    }
+
+    fn phase_is_live(&self) -> bool {
+        self.serving()
+    }
+
+    /// Splits an upper request into pieces, starts its assembly and counts
+    /// its bytes by where they go; returns the assembly key and the pieces.
+    fn begin(&mut self, req: &Request) -> (u64, Vec<(u64, u32, u64, Option<u32>)>) {
+        let pieces = self.pieces(req.offset_bytes, u64::from(req.length_bytes));
+        let key = self.next_key;
+        self.next_key += 1;
+        self.assemblies.insert(key, Assembly::new(req.id, req.op, req.length_bytes, pieces.len() as u32));
+        let c = &mut self.counters;
+        for &(_, _, len, slot) in &pieces {
+            match (req.op == Op::Read, slot.is_some()) {
+                (true, true) => {
+                    c.read_opt_count += 1;
+                    c.read_opt_bytes += len;
+                }
+                (true, false) => c.read_home_bytes += len,
+                (false, true) => {
+                    c.written_opt_count += 1;
+                    c.written_opt_bytes += len;
+                }
+                (false, false) => c.written_home_bytes += len,
+            }
+        }
+        (key, pieces)
+    }
+
+    fn read(&mut self, req: Request) {
+        let (key, pieces) = self.begin(&req);
+        for (lower, within, len, _) in pieces {
+            let r = Request { stream: req.stream, ..Request::new(ReqId(0), Op::Read, lower, len as u32) };
+            self.emit(LowerOp::Piece { key, within }, r);
+        }
+    }
+
+    /// Whether `[first, end)` touches a home range a map write in flight changes.
+    fn touches_changing(&self, (first, end): Range) -> bool {
+        self.changing.iter().any(|&(a, b)| a < end && first < b)
+    }
+
+    /// A write, trim or write-zeroes; `Err` gives it back to hold (its
+    /// slots need a durable dirty bit first, or a map write changes them).
+    fn modify(&mut self, req: Request) -> Result<(), Request> {
+        let blocks = self.blocks_of(req.offset_bytes, u64::from(req.length_bytes));
+        if self.touches_changing(blocks) {
+            return Err(req);
+        }
+        let mut touched = Vec::new();
+        for_each_piece(&self.map, blocks.0, blocks.1 - blocks.0, |_, n, slot| {
+            if let Some(s) = slot {
+                touched.extend((s..s + n).map(|s| s as u32));
+            }
+        });
+        let mut clean = touched.iter().copied().filter(|&s| !self.slots[s as usize].dirty).peekable();
+        if clean.peek().is_some() {
+            let clean: Vec<u32> = clean.collect();
+            for s in clean {
+                let slot = &mut self.slots[s as usize];
+                if !slot.journal_pending {
+                    slot.journal_pending = true;
+                    self.journal_queue.push(s);
+                }
+            }
+            return Err(req);
+        }
+        for s in touched {
+            let slot = &mut self.slots[s as usize];
+            assert!(
+                slot.dirty && slot.home.is_some(),
+                "a slot is written only once its dirty bit is durable"
+            );
+            slot.version = slot.version.wrapping_add(1);
+        }
+        self.mark_copies_stale(blocks);
+        let (key, pieces) = self.begin(&req);
+        for (lower, within, len, _) in pieces {
+            let data = req.data.as_ref().map(|d| d.slice(within as usize..within as usize + len as usize));
+            let r = Request {
+                fua: req.fua,
+                stream: req.stream,
+                data,
+                ..Request::new(ReqId(0), req.op, lower, len as u32)
+            };
+            self.emit_gated(LowerOp::Piece { key, within }, r);
+        }
+        Ok(())
+    }
+
+    /// Retries held writes in order (after a journal or map write).
+    fn release_held(&mut self) {
+        let n = self.held.len();
+        for _ in 0..n {
+            let req = self.held.pop_front().expect("counted");
+            if let Err(req) = self.modify(req) {
+                self.held.push_back(req);
+            }
+        }
+        self.kick_meta();
+    }
+
+    /// Starts the next metadata write if none is in flight: a queued job
+    /// map write first, else a journal block (a map checkpoint first when
+    /// the journal is full).
+    fn kick_meta(&mut self) {
+        if self.meta_busy || !self.serving() {
+            return;
+        }
+        if self.job_wants_map_write() {
+            return self.job_map_write();
+        }
+        if self.journal_queue.is_empty() {
+            return;
+        }
+        if self.journal_next == self.geo.journal_blocks {
+            let image = self.image(&[], &[]);
+            return self.write_map(image);
+        }
+        let n = self.journal_queue.len().min(meta::JOURNAL_RECORDS_MAX);
+        let slots: Vec<u32> = self.journal_queue.drain(..n).collect();
+        let block = meta::JournalBlock { map_generation: self.map_generation, slots: slots.clone() };
+        let offset = self.geo.journal_offset_bytes(self.journal_next);
+        let seq = self.map_generation * u64::from(self.geo.journal_blocks) + u64::from(self.journal_next);
+        let bytes = block.encode(seq.min(layoutd_core::metablock::GENERATION_MAX));
+        self.journal_next += 1;
+        self.meta_busy = true;
+        self.counters.journal_writes_count += 1;
+        let req = Request { fua: true, ..Request::write(ReqId(0), offset, bytes.into()) };
+        self.emit(LowerOp::JournalWrite { slots }, req);
+    }
+
+    /// The map as it stands, minus the slots in `drop`, plus `add` runs
+    /// `(home, count, slot)`.
+    fn image(&self, drop: &[u32], add: &[(u64, u32, u32)]) -> meta::MapImage {
+        let mut image = meta::MapImage::default();
+        for e in self.map.iter() {
+            for i in 0..e.length {
+                let (home, slot) = (e.start + i, (e.value + i) as u32);
+                if drop.binary_search(&slot).is_ok() {
+                    continue;
+                }
+                match image.runs.last_mut() {
+                    Some((h, c, s)) if *h + u64::from(*c) == home && *s + *c == slot => *c += 1,
+                    _ => image.runs.push((home, 1, slot)),
+                }
+                if self.slots[slot as usize].dirty {
+                    image.dirty.push(slot);
+                }
+            }
+        }
+        image.runs.extend_from_slice(add);
+        image
+    }
+
+    /// Writes `image` as the next map generation (FUA, the other copy).
+    fn write_map(&mut self, image: meta::MapImage) {
+        assert!(!self.meta_busy, "one metadata write at a time");
+        self.meta_busy = true;
+        let generation = self.map_generation + 1;
+        self.emit_map(LowerOp::MapWrite { generation }, generation, &image);
+    }
+
+    /// Emits the map write of `generation` as `op`.
+    fn emit_map(&mut self, op: LowerOp, generation: u64, image: &meta::MapImage) {
+        let bytes = meta::encode_map(&self.geo, generation, image);
+        let offset = self.geo.map_offset_bytes(layoutd_core::metablock::MetaBlockCodec::copy_of(generation));
+        self.counters.map_writes_count += 1;
+        let req = Request { fua: true, ..Request::write(ReqId(0), offset, bytes.into()) };
+        self.emit(op, req);
+    }
+
+    fn meta_done(&mut self, op: LowerOp, result: Result<(), IoError>) {
+        assert!(self.meta_busy);
+        self.meta_busy = false;
+        if let Err(e) = result {
+            // The metadata write may not be on disk: nothing that relied on
+            // it happens; the held writes fail rather than wait forever.
+            self.phase =
+                Phase::Failed(format!("opt metadata write failed: {e}; the OPT region is left as on disk"));
+            while let Some(r) = self.held.pop_front() {
+                self.upper_q.push_back(Completion::err(r.id, IoError::Io));
+            }
+            return;
+        }
+        match op {
+            LowerOp::JournalWrite { slots } => {
+                for s in slots {
+                    let slot = &mut self.slots[s as usize];
+                    slot.journal_pending = false;
+                    if slot.home.is_some() && !slot.dirty {
+                        slot.dirty = true;
+                        self.counters.dirty_copies_count += 1;
+                    }
+                }
+            }
+            LowerOp::MapWrite { generation } => {
+                self.map_generation = generation;
+                self.journal_next = 0;
+                self.job_map_written();
+            }
+            _ => unreachable!("not a metadata write"),
+        }
+        self.release_held();
+    }
+
+    fn completion(&mut self, now: Instant, op: LowerOp, c: Completion) {
+        match op {
+            LowerOp::Bringup { part } => self.bringup_done(c, part),
+            LowerOp::Piece { key, within } => {
+                let a = self.assemblies.get_mut(&key).expect("assembly of a live piece");
+                if a.piece_done(within, c.data, c.result) {
+                    let done = self.assemblies.remove(&key).expect("present").finish();
+                    self.upper_q.push_back(done);
+                }
+            }
+            LowerOp::UpperFlush { id } => {
+                self.upper_q.push_back(Completion { id, result: c.result, data: None })
+            }
+            op @ (LowerOp::MapWrite { .. } | LowerOp::JournalWrite { .. }) => self.meta_done(op, c.result),
+            op => self.job_completion(now, op, c),
+        }
+    }
+}
+
+impl Target for Opt {
+    fn name(&self) -> &'static str {
+        "opt"
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.geo.volume_bytes
+    }
+
+    fn handle_request(&mut self, now: Instant, req: Request) {
+        assert!(req.validate(self.size_bytes()).is_ok(), "stack validated it");
+        match &self.phase {
+            Phase::Serving => self.request(now, req),
+            _ => self.upper_q.push_back(Completion::err(req.id, IoError::Io)),
+        }
+    }
+
+    fn handle_completion(&mut self, now: Instant, c: Completion) {
+        let op = self.lower.remove(&c.id.0).expect("completion for a request this target sent");
+        if self.gate.completed(c.id.0) {
+            self.completion(now, op, c);
+            while let Some((range, (op, req))) = self.gate.pop_ready() {
+                let id = self.emit(op, req);
+                self.gate.issued(id, range);
+            }
+        } else {
+            self.completion(now, op, c);
+        }
+    }
+
+    fn poll_lower(&mut self) -> Option<Request> {
+        self.lower_q.pop_front()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.idle_deadline
+    }
+
+    /// The idle threshold passed: background work may start.
+    fn handle_timeout(&mut self, now: Instant) {
+        if self.idle_deadline.is_some_and(|d| d <= now) {
+            self.idle_deadline = None;
+        }
+    }
+
+    fn poll_upper(&mut self) -> Option<Completion> {
+        self.upper_q.pop_front()
+    }
+
+    fn is_ready(&self) -> bool {
+        self.serving()
+    }
+
+    fn message(&mut self, now: Instant, msg: &str) -> Result<String, String> {
+        if !self.serving() {
+            return Err("opt: not serving (bring-up failed or in progress)".into());
+        }
+        if let Some(rest) = msg.strip_prefix("profile ") {
+            return self.profile_message(rest);
+        }
+        match msg {
+            "plan" => Ok(self.plan_now(now)),
+            "apply" => self.apply(now),
+            "drop" => {
+                self.start_job(now, Vec::new()).map(|s| format!("dropping the OPT region's contents: {s}"))
+            }
+            "status" => Ok(format!("{}\n{}", self.describe(), self.status())),
+            other => Err(format!(
+                "opt: unknown message `{other}` (known: plan, apply, drop, status, profile TIME_NS STREAM OFFSET LENGTH)"
+            )),
+        }
+    }
+
+    fn background_offer(&self, now: Instant) -> Option<layoutd_core::background::Offer> {
+        use layoutd_core::background::{JobClass, Offer};
+        let work = self.serving()
+            && self.idle_deadline.is_none_or(|d| now >= d)
+            && (self.job_wants_step()
+                || self.plan_due(now)
+                || (!self.profile.is_empty() && self.job.is_none()));
+        work.then_some(Offer { class: JobClass::Reorganisation })
+    }
+
+    fn background_step(&mut self, now: Instant) -> Option<u64> {
+        if self.job_wants_step() {
+            return self.job_step();
+        }
+        if self.plan_due(now) {
+            self.plan_now(now);
+            return Some(0);
+        }
+        if !self.profile.is_empty() {
+            self.analyze_slice(self.args.analysis_units_per_step as usize);
+            return Some(0);
+        }
+        None
+    }
+
+    fn is_drained(&self) -> bool {
+        self.job.is_none() && self.held.is_empty() && !self.meta_busy
+    }
+
+    /// Home pieces map to their home; OPT pieces are reported where their
+    /// copy lives (it holds the volume's bytes).
+    fn map_extent(&self, offset_bytes: u64, length_bytes: u64) -> Vec<(Option<u64>, u64)> {
+        let end = offset_bytes.checked_add(length_bytes);
+        if !self.serving() || end.is_none_or(|e| e > self.geo.volume_bytes) || self.job.is_some() {
+            return vec![(None, length_bytes)];
+        }
+        let b = self.geo.block_bytes;
+        let (first, last) = self.blocks_of(offset_bytes, length_bytes);
+        let mut out = Vec::new();
+        for (start, n, slot) in self.map.range(first, last - first) {
+            let a = (start * b).max(offset_bytes);
+            let z = ((start + n) * b).min(offset_bytes + length_bytes);
+            match slot {
+                Some(s) => out.push((Some(self.geo.slot_offset_bytes(s as u32) + a - start * b), z - a)),
+                None if a < self.geo.opt_offset_bytes && self.geo.opt_offset_bytes < z => {
+                    let cut = self.geo.opt_offset_bytes;
+                    out.push((Some(a), cut - a));
+                    out.push((Some(self.geo.home_bytes(cut)), z - cut));
+                }
+                None => out.push((Some(self.geo.home_bytes(a)), z - a)),
+            }
+        }
+        out
+    }
+
+    fn status(&self) -> Status {
+        let c = &self.counters;
+        let mut config = self.args.echo();
+        config.push(("slot_count".into(), self.geo.slot_count.to_string()));
+        if let Phase::Failed(e) = &self.phase {
+            config.push(("error".into(), e.clone()));
+        }
+        if let Some(l) = &self.loss {
+            config.push(("accepted_loss".into(), l.clone()));
+        }
+        let requests = (c.indirection_lookups_count).max(1);
+        let counters = [
+            ("read_opt_count", c.read_opt_count),
+            ("read_opt_bytes", c.read_opt_bytes),
+            ("written_opt_count", c.written_opt_count),
+            ("written_opt_bytes", c.written_opt_bytes),
+            ("read_home_bytes", c.read_home_bytes),
+            ("written_home_bytes", c.written_home_bytes),
+            ("flushes_count", c.flushes_count),
+            ("copies_count", c.copies_count),
+            ("copied_bytes", c.copied_bytes),
+            ("copies_stale_count", c.copies_stale_count),
+            ("dirty_copies_count", c.dirty_copies_count),
+            ("copied_home_bytes", c.copied_home_bytes),
+            ("dropped_blocks_count", c.dropped_blocks_count),
+            ("reconfigurations_count", c.reconfigurations_count),
+            ("plans_count", c.plans_count),
+            ("plans_unchanged_count", c.plans_unchanged_count),
+            ("graph_vertices_count", self.analyzer.vertex_count() as u64),
+            ("graph_edges_count", self.analyzer.edge_count() as u64),
+            ("profile_entries_count", self.profile.len() as u64),
+            ("profile_recorded_count", self.profile.recorded_count),
+            ("profile_dropped_count", self.profile.dropped_count),
+            ("analysis_units", c.analysis_units),
+            ("planning_units", c.planning_units),
+            ("indirection_lookups_count", c.indirection_lookups_count),
+            ("indirection_pieces_count", c.indirection_pieces_count),
+            ("indirection_pieces_per_request_milli", c.indirection_pieces_count * 1000 / requests),
+            ("map_writes_count", c.map_writes_count),
+            ("journal_writes_count", c.journal_writes_count),
+            ("writes_held_count", c.writes_held_count),
+            ("held_count", self.held.len() as u64),
+            ("mapped_blocks_count", self.map.mapped_blocks()),
+            ("map_runs_count", self.map.extent_count() as u64),
+            ("dirty_slots_count", self.slots.iter().filter(|s| s.dirty).count() as u64),
+            ("map_generation", self.map_generation),
+            ("journal_blocks_used_count", u64::from(self.journal_next)),
+            ("recovered_dirty_slots_count", c.recovered_dirty_slots_count),
+            ("journal_blocks_unreadable_count", c.journal_blocks_unreadable_count),
+            ("job_active", u64::from(self.job.is_some())),
+        ];
+        Status {
+            target: "opt".into(),
+            config,
+            counters: counters.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        }
+    }
+}
