@@ -10,6 +10,7 @@ pub mod blockmap;
 pub mod dcd;
 pub mod gate;
 pub mod linear;
+pub mod log;
 pub mod seglog;
 mod split;
 pub mod trace;
@@ -55,6 +56,11 @@ pub const TARGET_TYPES: &[TargetType] = &[
         name: "linear",
         about: "maps the volume onto one or more slices of the lower device (dm-linear)",
         ctr: |c| Ok(Box::new(linear::Linear::ctr(c.args, c.lower_bytes)?)),
+    },
+    TargetType {
+        name: "log",
+        about: "log-structured layout: out-of-place writes in segments, cleaning, hole-plugging, slack space recycling, lazy map",
+        ctr: |c| Ok(Box::new(log::Log::ctr(c.args, c.lower_bytes, c.mode)?)),
     },
     TargetType {
         name: "trace",
