@@ -198,3 +198,109 @@ fn ssr_never_reuses_a_slot_freed_since_the_last_durable_checkpoint() {
     let e = ssr_hazard(true).expect_err("without the crash rule the hazard corrupts a block");
     assert!(e.contains("holds"), "{e}");
 }
+
+/// A formatted device after `blocks` block writes and a flush, then
+/// `unflushed` more writes (version 2) left unflushed; the image and the
+/// config.
+fn written_image(blocks: u64, unflushed: u64) -> (MemDevice, String) {
+    let cfg = cfg("greedy", "").replace("checkpoint_segments = 6", "checkpoint_segments = 1000");
+    let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+    let stack = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::Format);
+    let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
+    bring_up(&mut h);
+    for b in 0..blocks {
+        assert_eq!(h.write(b * 4096, block_bytes(1, b)).result, Ok(()));
+        if b == blocks / 2 {
+            h.stack.message(h.now, "checkpoint").expect("checkpoint");
+        }
+    }
+    assert_eq!(h.flush().result, Ok(()));
+    for b in 0..unflushed {
+        assert_eq!(h.write(b * 4096, block_bytes(2, b)).result, Ok(()));
+    }
+    h.drive_bounded(10_000);
+    let image = MemDevice::new(DEVICE_BYTES);
+    dev.copy_to(&image).expect("copy");
+    (image, cfg)
+}
+
+/// Opens `image`; on success checks that every flushed block reads
+/// version 1 (or 2 where an unflushed write may have landed).
+fn reopen(image: MemDevice, cfg: &str, blocks: u64, unflushed: u64) -> Result<(), String> {
+    let stack = stack_from_toml(cfg, DEVICE_BYTES, OpenMode::Open { clean: false, accept_loss: false });
+    let mut h = Harness::new(stack, Arc::new(image) as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
+    h.bring_up()?;
+    if let Some((_, e)) = h.stack.status().config.iter().find(|c| c.0 == "error") {
+        return Err(e.clone());
+    }
+    for b in 0..blocks {
+        let data = h.read(b * 4096, 4096).data.expect("data");
+        let allowed: &[u64] = if b < unflushed { &[1, 2] } else { &[1] };
+        for (i, s) in (b * 8..b * 8 + 8).enumerate() {
+            let got = tag_of(&data[i * 512..(i + 1) * 512], s);
+            assert!(got.is_some_and(|v| allowed.contains(&v)), "block {b} holds {got:?}, allowed {allowed:?}");
+        }
+    }
+    Ok(())
+}
+
+/// Offsets of the segment headers written, newest last.
+fn header_offsets(image: &MemDevice) -> Vec<(u64, u64)> {
+    let cfg = cfg("greedy", "");
+    let probe = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::Format);
+    let segs = counter(&*probe, "segment_count");
+    let stride = 512 + 8 * 4096;
+    let mut found = Vec::new();
+    for l in 0..segs {
+        let off = 8192 + l * stride;
+        let mut b = vec![0u8; 512];
+        image.read_at(&mut b, off).expect("read");
+        if &b[0..8] == b"LDSEGHD1" {
+            found.push((u64::from_le_bytes(b[16..24].try_into().expect("8")), off));
+        }
+    }
+    found.sort_unstable();
+    found
+}
+
+#[test]
+fn bad_input_is_refused_with_one_clear_line_and_never_read_as_data() {
+    // Spare space too small for one cleaning pass.
+    let cfg_text = cfg("greedy", "").replace("over_provision_pct = 20", "over_provision_pct = 2");
+    let parsed = layoutd_core::config::StackConfig::parse(&cfg_text, "test").expect("toml");
+    let e = layoutd_targets::build_stack(&parsed, DEVICE_BYTES, OpenMode::Format).err().expect("refused").0;
+    assert!(e.contains("over_provision_pct = 2") && e.contains("cleaning pass"), "{e}");
+
+    // A clean image reopens with every flushed block.
+    let (blocks, unflushed) = (60, 10);
+    let (image, cfg) = written_image(blocks, unflushed);
+    reopen(image, &cfg, blocks, unflushed).expect("an undamaged log recovers");
+
+    // One corrupt checkpoint copy (either): the other one, and a longer
+    // roll-forward, recover everything flushed.
+    for copy in [0u64, 1] {
+        let (image, cfg) = written_image(blocks, unflushed);
+        image.write_at(&[0xAB; 16], copy * 4096 + 40).expect("damage");
+        reopen(image, &cfg, blocks, unflushed).unwrap_or_else(|e| panic!("copy {copy} damaged: {e}"));
+    }
+    // Both: refused, naming where.
+    let (image, cfg) = written_image(blocks, unflushed);
+    image.write_at(&[0xAB; 16], 40).expect("damage");
+    image.write_at(&[0xAB; 16], 4096 + 40).expect("damage");
+    let e = reopen(image, &cfg, blocks, unflushed).expect_err("no checkpoint");
+    assert!(e.contains("no valid checkpoint") && e.contains("offsets 0 and 4096"), "{e}");
+
+    // A torn summary at the unflushed tail: cut off, flushed data intact.
+    let (image, cfg) = written_image(blocks, unflushed);
+    let newest = *header_offsets(&image).last().expect("headers");
+    image.write_at(&[0xAB; 16], newest.1 + 100).expect("damage");
+    reopen(image, &cfg, blocks, unflushed).expect("a torn tail is cut off");
+
+    // A torn summary of a flushed segment after the checkpoint: refused,
+    // naming the segment, not read as a shorter log.
+    let (image, cfg) = written_image(blocks, 0);
+    let newest = *header_offsets(&image).last().expect("headers");
+    image.write_at(&[0xAB; 16], newest.1 + 100).expect("damage");
+    let e = reopen(image, &cfg, blocks, 0).expect_err("flushed data would be lost");
+    assert!(e.contains("log damaged") && e.contains(&format!("lower offset {}", newest.1)), "{e}");
+}
