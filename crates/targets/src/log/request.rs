@@ -624,7 +624,11 @@ impl Log {
         self.counters.cleaning_passes_count += 1;
         self.counters.segments_cleaned_count += c.victims.len() as u64;
         self.cleaning.clear();
-        let _ = c.on_demand;
+        if !c.on_demand {
+            // Idle cleaning: a checkpoint makes the victims free segments
+            // (the crash rule), so the next offer sees what was gained.
+            self.works.push(Work::Checkpoint(Default::default()));
+        }
         Ok(())
     }
 
