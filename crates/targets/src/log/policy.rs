@@ -206,7 +206,10 @@ impl Reclaim for Policy {
     }
 
     fn clean_when_idle(&self, c: &Census, free_segments_target: u32) -> bool {
-        self.kind != PolicyKind::Ssr && c.free_count() < free_segments_target && !c.greedy(1).is_empty()
+        // Only while a pass gains at least half a segment per victim: idle
+        // cleaning must converge even when the target is out of reach.
+        let gains = c.greedy(1).first().is_some_and(|&v| c.segs[v as usize].valid * 2 <= c.slot_count);
+        self.kind != PolicyKind::Ssr && c.free_count() < free_segments_target && gains
     }
 }
 
