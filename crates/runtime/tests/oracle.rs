@@ -76,6 +76,16 @@ plan_interval_requests = 5
 target = "linear"
 "#,
     ),
+    (
+        "log-greedy-4k-blocks",
+        "version = 1\n[[layer]]\ntarget = \"log\"\nsegment_bytes = \"32KiB\"\nover_provision_pct = 20\npolicy = \"greedy\"\n\
+         clean_batch_segments = 2\nfree_segments_min = 1\ncheckpoint_segments = 8\n",
+    ),
+    (
+        "log-adaptive-1k-blocks",
+        "version = 1\n[[layer]]\ntarget = \"log\"\nblock_bytes = 1024\nsegment_bytes = \"8KiB\"\nover_provision_pct = 15\n\
+         clean_batch_segments = 2\nfree_segments_min = 1\ncheckpoint_segments = 16\n",
+    ),
 ];
 
 fn op_strategy() -> impl Strategy<Value = OpSpec> {

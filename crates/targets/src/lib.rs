@@ -12,6 +12,7 @@ pub mod gate;
 pub mod linear;
 pub mod pool;
 pub mod opt;
+pub mod log;
 pub mod seglog;
 mod split;
 pub mod trace;
@@ -67,6 +68,11 @@ pub const TARGET_TYPES: &[TargetType] = &[
         name: "opt",
         about: "self-optimizing layout: profiles requests, plans correlated blocks into an OPT region, copies them there in idle time",
         ctr: |c| Ok(Box::new(opt::Opt::ctr(c.args, c.lower_bytes, c.mode)?)),
+    },
+    TargetType {
+        name: "log",
+        about: "log-structured layout: out-of-place writes in segments, cleaning, hole-plugging, slack space recycling, lazy map",
+        ctr: |c| Ok(Box::new(log::Log::ctr(c.args, c.lower_bytes, c.mode)?)),
     },
     TargetType {
         name: "trace",

@@ -13,7 +13,14 @@
 //! 32 entries, 16 bytes each: start_sector u64, sector_count u32, kind u16, slot u16
 //!    kind 1 = slot `slot` holds sectors [start, start+count)
 //!    kind 2 = sectors [start, start+count) were overwritten outside the log
+//!    kind 3 = chain link (the `log` target): the next segment of the log is
+//!             at location `start` (`u32::MAX`: none named), count 1, slot 0
 //! ```
+//! A header with a chain link (exactly one, the last entry) is *chained*:
+//! its slots are any of the segment's (filled out of order, into the holes
+//! of a used segment), `slots_used` counts its slot entries, and the
+//! payload crc covers those slots in entry order. Without one, the slots
+//! are the prefix `0..slots_used` and the crc covers that prefix (`dcd`).
 //! Checkpoint (one 512-byte block per copy; generation picks the copy):
 //! ```text
 //! 0  boot u64               8  replay_from_seq u64   16 resume_seq u64
@@ -61,6 +68,9 @@ pub const SEQ_MAX: u64 = GENERATION_MAX;
 const FLAG_PAYLOAD_CRC: u32 = 1;
 const KIND_SLOT: u16 = 1;
 const KIND_INVALIDATE: u16 = 2;
+const KIND_NEXT: u16 = 3;
+/// The chain link's location when no successor is named.
+const NEXT_NONE: u64 = u32::MAX as u64;
 /// Payload bytes of a segment header before its entries.
 const HEADER_PAYLOAD_FIXED_BYTES: usize = 32;
 const _: () = assert!(HEADER_BYTES + HEADER_PAYLOAD_FIXED_BYTES == HEADER_FIXED_BYTES as usize);
@@ -123,6 +133,12 @@ pub enum Entry {
         /// Sectors.
         sector_count: u32,
     },
+    /// The chain link of a chained header: where the segment written after
+    /// this one lives (`None`: the next checkpoint names it).
+    Next {
+        /// Its location.
+        loc: Option<super::SegLoc>,
+    },
 }
 
 /// A segment header.
@@ -175,6 +191,7 @@ impl SegmentHeader {
                 Entry::Invalidate { start_sector, sector_count } => {
                     (start_sector, sector_count, KIND_INVALIDATE, 0)
                 }
+                Entry::Next { loc } => (loc.map_or(NEXT_NONE, |l| u64::from(l.0)), 1, KIND_NEXT, 0),
             };
             p.extend(start.to_le_bytes());
             p.extend(count.to_le_bytes());
@@ -214,9 +231,9 @@ impl SegmentHeader {
                 r.remaining()
             )));
         }
-        let entries = (0..entry_count)
-            .map(|i| decode_entry(&mut r, i, geo, slots_used))
-            .collect::<Result<Vec<_>, _>>()?;
+        let entries =
+            (0..entry_count).map(|i| decode_entry(&mut r, i, geo)).collect::<Result<Vec<_>, _>>()?;
+        check_slots(&entries, slots_used)?;
         let payload_crc = (flags & FLAG_PAYLOAD_CRC != 0).then_some(crc);
         Ok(SegmentHeader {
             seq: Seq(seq_in_range("seq", block.generation)?),
@@ -231,9 +248,71 @@ impl SegmentHeader {
     pub fn payload_crc_of(payload: &[u8]) -> u32 {
         crc32c::crc32c(payload)
     }
+
+    /// Whether this is a chained header (it ends with a chain link).
+    pub fn is_chained(&self) -> bool {
+        matches!(self.entries.last(), Some(Entry::Next { .. }))
+    }
+
+    /// The location a chained header names for the next segment.
+    pub fn next_location(&self) -> Option<super::SegLoc> {
+        match self.entries.last() {
+            Some(Entry::Next { loc }) => *loc,
+            _ => None,
+        }
+    }
+
+    /// crc32c of the slots this header covers, read from `payload` (the
+    /// segment's slots, slot 0 first): the prefix of `slots_used` slots,
+    /// or for a chained header its slot entries' slots in entry order.
+    /// `None` if `payload` is too short.
+    pub fn covered_crc(&self, payload: &[u8], slot_bytes: usize) -> Option<u32> {
+        if !self.is_chained() {
+            let used = self.slots_used as usize * slot_bytes;
+            return (payload.len() >= used).then(|| crc32c::crc32c(&payload[..used]));
+        }
+        let mut crc = 0u32;
+        for e in &self.entries {
+            if let Entry::Slot { slot, .. } = *e {
+                let at = slot as usize * slot_bytes;
+                crc = crc32c::crc32c_append(crc, payload.get(at..at + slot_bytes)?);
+            }
+        }
+        Some(crc)
+    }
 }
 
-fn decode_entry(r: &mut Reader<'_>, i: u32, geo: &Geometry, slots_used: u32) -> Result<Entry, HeaderError> {
+/// The slot rules: in a plain header every slot is below `slots_used`; a
+/// chained one has one link, last, and `slots_used` distinct slots.
+fn check_slots(entries: &[Entry], slots_used: u32) -> Result<(), HeaderError> {
+    let links = entries.iter().filter(|e| matches!(e, Entry::Next { .. })).count();
+    let slots = entries.iter().filter_map(|e| match *e {
+        Entry::Slot { slot, .. } => Some(slot),
+        _ => None,
+    });
+    if links == 0 {
+        return match slots.clone().find(|&s| u32::from(s) >= slots_used) {
+            Some(s) => Err(HeaderError::Malformed(format!("slot {s} out of range ({slots_used} used)"))),
+            None => Ok(()),
+        };
+    }
+    if links > 1 || !matches!(entries.last(), Some(Entry::Next { .. })) {
+        return Err(HeaderError::Malformed("a chain link that is not the one last entry".into()));
+    }
+    let mut seen: Vec<u16> = slots.collect();
+    let count = seen.len();
+    seen.sort_unstable();
+    seen.dedup();
+    if seen.len() != count || count != slots_used as usize {
+        return Err(HeaderError::Malformed(format!(
+            "{count} slot entries ({} distinct) for {slots_used} slots used",
+            seen.len()
+        )));
+    }
+    Ok(())
+}
+
+fn decode_entry(r: &mut Reader<'_>, i: u32, geo: &Geometry) -> Result<Entry, HeaderError> {
     let (start_sector, sector_count) = (r.u64()?, r.u32()?);
     let kind = u16::from_le_bytes(r.bytes(2)?.try_into().expect("2 bytes"));
     let slot = u16::from_le_bytes(r.bytes(2)?.try_into().expect("2 bytes"));
@@ -242,11 +321,16 @@ fn decode_entry(r: &mut Reader<'_>, i: u32, geo: &Geometry, slots_used: u32) -> 
         return Err(bad("empty or overflowing range"));
     }
     match kind {
-        KIND_SLOT if u32::from(slot) >= slots_used || sector_count > geo.slot_sectors() => {
+        KIND_SLOT if u32::from(slot) >= geo.slot_count || sector_count > geo.slot_sectors() => {
             Err(bad("slot out of range"))
         }
         KIND_SLOT => Ok(Entry::Slot { start_sector, sector_count, slot }),
         KIND_INVALIDATE => Ok(Entry::Invalidate { start_sector, sector_count }),
+        KIND_NEXT if start_sector == NEXT_NONE && sector_count == 1 => Ok(Entry::Next { loc: None }),
+        KIND_NEXT if start_sector < u64::from(geo.segment_count) && sector_count == 1 => {
+            Ok(Entry::Next { loc: Some(super::SegLoc(start_sector as u32)) })
+        }
+        KIND_NEXT => Err(bad("chain link to a location outside the log")),
         _ => Err(bad("unknown kind")),
     }
 }
@@ -319,15 +403,104 @@ impl Checkpoint {
     /// first); the flag says one copy was unreadable. Errors report both
     /// copies.
     pub fn pick(area: &[u8], geo: &Geometry) -> Result<(Checkpoint, bool), String> {
-        let copy = |i: usize| {
-            let at = i * super::CHECKPOINT_COPY_BYTES as usize;
-            Checkpoint::decode(&area[at..at + CHECKPOINT_BYTES], geo)
-        };
-        match (copy(0), copy(1)) {
-            (Ok(a), Ok(b)) => Ok((if a.generation >= b.generation { a } else { b }, false)),
-            (Ok(a), Err(_)) | (Err(_), Ok(a)) => Ok((a, true)),
-            (Err(e0), Err(e1)) => Err(format!("no valid checkpoint: copy 0: {e0}; copy 1: {e1}")),
+        pick_copy(area, |b| Checkpoint::decode(b, geo), |c| c.generation)
+    }
+}
+
+const CHAIN_CHECKPOINT_CODEC: MetaBlockCodec =
+    MetaBlockCodec { magic: *b"LDSEGCC1", version: FORMAT_VERSION, block_bytes: CHECKPOINT_BYTES };
+
+/// The checkpoint of a chained log (the `log` target): segments are not
+/// written in ring order but wherever the allocator puts them, each
+/// header naming where the next one goes. The checkpoint says where the
+/// first segment written after it goes and which seq it will carry;
+/// replay follows the links from there ([`super::ChainWalk`]). Payload:
+/// ```text
+/// 0  boot u64     8 next_seq u64    16 next_loc u32 (u32::MAX: none)
+/// 20 slot_bytes u32  24 slot_count u32  28 segment_count u32  32 header_bytes u32
+/// 36 region_offset_bytes u64
+/// ```
+/// Stored in the same two copies as [`Checkpoint`] (generation `% 2`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChainCheckpoint {
+    /// Bumped at every checkpoint write; picks the copy.
+    pub generation: u64,
+    /// Boot counter of the run that wrote it: segments replayed after it
+    /// must carry the same boot (anything else is a leftover of a crash).
+    pub boot: u64,
+    /// The seq of the first segment written after this checkpoint.
+    pub next_seq: Seq,
+    /// Where that segment goes (`None`: nothing may be written before the
+    /// next checkpoint, which will name it).
+    pub next_loc: Option<super::SegLoc>,
+}
+
+impl ChainCheckpoint {
+    /// Encodes one copy; checked by re-decoding.
+    pub fn encode(&self, geo: &Geometry) -> Vec<u8> {
+        assert!(self.boot > 0, "boot counts from 1");
+        let mut p = Vec::with_capacity(44);
+        p.extend(self.boot.to_le_bytes());
+        p.extend(self.next_seq.0.to_le_bytes());
+        p.extend(self.next_loc.map_or(u32::MAX, |l| l.0).to_le_bytes());
+        for v in [geo.slot_bytes, geo.slot_count, geo.segment_count, geo.header_bytes] {
+            p.extend(v.to_le_bytes());
         }
+        p.extend(geo.region_offset_bytes.to_le_bytes());
+        let b = CHAIN_CHECKPOINT_CODEC.encode(self.generation, &p).expect("a checkpoint fits its block");
+        assert_eq!(ChainCheckpoint::decode(&b, geo).as_ref(), Ok(self), "chain checkpoint round trip");
+        b
+    }
+
+    /// Decodes one copy and checks it against the configured geometry.
+    pub fn decode(b: &[u8], geo: &Geometry) -> Result<ChainCheckpoint, HeaderError> {
+        assert!(b.len() >= CHECKPOINT_BYTES, "caller reads a whole checkpoint");
+        let block = CHAIN_CHECKPOINT_CODEC.decode(b)?;
+        let mut r = Reader::new(&block.payload);
+        let boot = seq_in_range("boot", r.u64()?)?;
+        let next_seq = Seq(seq_in_range("next_seq", r.u64()?)?);
+        let loc = r.u32()?;
+        let found = (r.u32()?, r.u32()?, r.u32()?, r.u32()?, r.u64()?);
+        let want =
+            (geo.slot_bytes, geo.slot_count, geo.segment_count, geo.header_bytes, geo.region_offset_bytes);
+        if found != want {
+            return Err(HeaderError::Geometry(format!(
+                "(slot_bytes, slot_count, segment_count, header_bytes, log offset) on disk {found:?}, configured {want:?}"
+            )));
+        }
+        if r.remaining() != 0 || boot == 0 {
+            return Err(HeaderError::Malformed(format!("boot {boot}, {} trailing bytes", r.remaining())));
+        }
+        let next_loc = match loc {
+            u32::MAX => None,
+            l if l < geo.segment_count => Some(super::SegLoc(l)),
+            l => return Err(HeaderError::Malformed(format!("next_loc {l} outside the log"))),
+        };
+        Ok(ChainCheckpoint { generation: block.generation, boot, next_seq, next_loc })
+    }
+
+    /// The newest valid of the two copies (`area` holds both, copy 0
+    /// first); the flag says one copy was unreadable.
+    pub fn pick(area: &[u8], geo: &Geometry) -> Result<(ChainCheckpoint, bool), String> {
+        pick_copy(area, |b| ChainCheckpoint::decode(b, geo), |c| c.generation)
+    }
+}
+
+/// The newest valid of the two checkpoint copies in `area` (copy 0 first)
+/// and whether one was unreadable; errors report both copies.
+fn pick_copy<T>(
+    area: &[u8],
+    decode: impl Fn(&[u8]) -> Result<T, HeaderError>,
+    generation: impl Fn(&T) -> u64,
+) -> Result<(T, bool), String> {
+    let copy = |i: usize| {
+        let at = i * super::CHECKPOINT_COPY_BYTES as usize;
+        decode(&area[at..at + CHECKPOINT_BYTES])
+    };
+    match (copy(0), copy(1)) {
+        (Ok(a), Ok(b)) => Ok((if generation(&a) >= generation(&b) { a } else { b }, false)),
+        (Ok(a), Err(_)) | (Err(_), Ok(a)) => Ok((a, true)),
+        (Err(e0), Err(e1)) => Err(format!("no valid checkpoint: copy 0: {e0}; copy 1: {e1}")),
     }
 }
 

@@ -34,8 +34,8 @@
 pub mod header;
 pub mod replay;
 
-pub use header::{Checkpoint, Entry, FlushMark, HeaderError, SegmentHeader, SEQ_MAX};
-pub use replay::{ReplayStep, ReplayWalk, StopReason};
+pub use header::{ChainCheckpoint, Checkpoint, Entry, FlushMark, HeaderError, SegmentHeader, SEQ_MAX};
+pub use replay::{ChainWalk, ReplayStep, ReplayWalk, StopReason};
 
 use layoutd_core::SECTOR_BYTES;
 

@@ -37,6 +37,8 @@ pub enum StopReason {
     Payload,
     /// Every location has been walked.
     Full,
+    /// A chained header (or the checkpoint) named no successor.
+    End,
 }
 
 impl std::fmt::Display for StopReason {
@@ -47,6 +49,7 @@ impl std::fmt::Display for StopReason {
             StopReason::Boot(b) => write!(f, "a segment of run {b}, a leftover of an earlier crash"),
             StopReason::Payload => write!(f, "the slots do not match the header's payload crc32c"),
             StopReason::Full => write!(f, "every location was replayed"),
+            StopReason::End => write!(f, "the last segment named no successor"),
         }
     }
 }
@@ -151,15 +154,103 @@ impl ReplayWalk {
         if !boot_ok || h.boot < self.last_boot {
             return ReplayStep::Stop(StopReason::Boot(h.boot));
         }
-        if h.slots_used > 0 {
-            let used = h.slots_used as usize * self.slot_bytes;
-            match (h.payload_crc, payload) {
-                (Some(crc), Some(p))
-                    if p.len() >= used && SegmentHeader::payload_crc_of(&p[..used]) == crc => {}
-                _ => return ReplayStep::Stop(StopReason::Payload),
-            }
+        if !payload_holds(&h, payload, self.slot_bytes) {
+            return ReplayStep::Stop(StopReason::Payload);
         }
         ReplayStep::Apply(h)
+    }
+}
+
+/// Whether the slots a header covers match its payload crc (a header
+/// without slots needs none; used slots without a crc are never trusted).
+fn payload_holds(h: &SegmentHeader, payload: Option<&[u8]>, slot_bytes: usize) -> bool {
+    if h.slots_used == 0 {
+        return true;
+    }
+    match (h.payload_crc, payload) {
+        (Some(crc), Some(p)) => h.covered_crc(p, slot_bytes) == Some(crc),
+        _ => false,
+    }
+}
+
+/// Replay of a chained log (the `log` target): from the checkpoint's
+/// `(next_loc, next_seq)`, each applied header names the location of the
+/// next (see [`super::ChainCheckpoint`]). A header is applied only if it
+/// has the expected seq, the checkpoint's boot (the run that wrote the
+/// checkpoint wrote everything after it; a recovery writes a checkpoint
+/// with a new boot before writing anything) and a matching payload crc.
+/// The walk stops at the first that fails, or at a header naming no
+/// successor: what is replayed is a prefix of the write order.
+pub struct ChainWalk {
+    boot: u64,
+    next: Option<(SegLoc, Seq)>,
+    slot_bytes: usize,
+    applied_count: u64,
+    segment_count: u64,
+    stopped: Option<StopReason>,
+}
+
+impl ChainWalk {
+    /// Starts where the checkpoint says.
+    pub fn new(ck: &super::ChainCheckpoint, geo: &Geometry) -> ChainWalk {
+        let next = ck.next_loc.map(|l| (l, ck.next_seq));
+        ChainWalk {
+            boot: ck.boot,
+            next,
+            slot_bytes: geo.slot_bytes as usize,
+            applied_count: 0,
+            segment_count: u64::from(geo.segment_count),
+            stopped: if next.is_none() { Some(StopReason::End) } else { None },
+        }
+    }
+
+    /// Where to read next and the seq expected there, or `None` once stopped.
+    pub fn next(&self) -> Option<(SegLoc, Seq)> {
+        if self.stopped.is_some() {
+            return None;
+        }
+        self.next
+    }
+
+    /// Why the walk stopped, once it has.
+    pub fn stopped(&self) -> Option<&StopReason> {
+        self.stopped.as_ref()
+    }
+
+    /// Headers applied so far.
+    pub fn applied_count(&self) -> u64 {
+        self.applied_count
+    }
+
+    /// Judges the header read at `next()` with the segment's slots.
+    pub fn offer(&mut self, header: Result<SegmentHeader, HeaderError>, payload: &[u8]) -> ReplayStep {
+        let (_, seq) = self.next().expect("offer while the walk is running");
+        let step = match header {
+            Err(e) => ReplayStep::Stop(StopReason::Header(e)),
+            Ok(h) if h.seq != seq => ReplayStep::Stop(StopReason::Seq(h.seq)),
+            Ok(h) if h.boot != self.boot => ReplayStep::Stop(StopReason::Boot(h.boot)),
+            Ok(h) if !h.is_chained() => ReplayStep::Stop(StopReason::Header(HeaderError::Malformed(
+                "a ring header where a chained one belongs".into(),
+            ))),
+            Ok(h) if !payload_holds(&h, Some(payload), self.slot_bytes) => {
+                ReplayStep::Stop(StopReason::Payload)
+            }
+            Ok(h) => ReplayStep::Apply(h),
+        };
+        match &step {
+            ReplayStep::Apply(h) => {
+                // Seqs only grow and each location holds one header, so a
+                // chain longer than the log would have to revisit one.
+                self.applied_count += 1;
+                assert!(self.applied_count <= self.segment_count, "a chain longer than the log");
+                self.next = h.next_location().map(|l| (l, Seq(seq.0 + 1)));
+                if self.next.is_none() {
+                    self.stopped = Some(StopReason::End);
+                }
+            }
+            ReplayStep::Stop(r) => self.stopped = Some(r.clone()),
+        }
+        step
     }
 }
 

@@ -1,0 +1,555 @@
+//! `log`: a log-structured block layout (Rosenblum & Ousterhout's LFS at
+//! the block layer) with the mechanisms of SSR-LFS (Oh et al., SYSTOR
+//! 2010): cleaning, hole-plugging, Slack Space Recycling and lazy map
+//! updates. Every write goes to a new slot, never in place.
+//!
+//! Glossary:
+//! - *block*: `block_bytes` of the volume; the volume is `volume_blocks`.
+//! - *slot*: `block_bytes` on the lower device that holds one block;
+//!   *segment*: a [`crate::seglog`] header and `slot_count` slots.
+//!   A slot id is `segment * slot_count + slot`.
+//! - *map*: block -> slot id, a flat `u32` per block in RAM; on disk in map
+//!   pages written only at checkpoints ([`map`]).
+//! - *summary*: a segment's header: the blocks its newly written slots
+//!   hold, the blocks trimmed meanwhile, and the location of the segment
+//!   written after it (a chained header: [`crate::seglog::ChainWalk`]).
+//! - *hole*: a slot of a used segment that holds no live block. *SSR*:
+//!   user writes go into holes; *plugging*: the cleaner's copies do;
+//!   *cleaning*: copy a victim's live blocks elsewhere, so it comes free.
+//! - *epoch*: the writes between two checkpoints; the checkpoint that ends
+//!   epoch `e` has generation `e`.
+//! - *eligible*: a segment whose holes may be written now: not written in
+//!   this epoch (its header must survive until the checkpoint), and no slot
+//!   of it freed in this epoch (**the crash rule**: a slot freed since the
+//!   last durable checkpoint is never reused before the next one, since the
+//!   durable map may still point there and a crash would read the new bytes).
+//!
+//! Lower device layout:
+//! ```text
+//! 0        4096     8192
+//! | ck 0 | ck 1 | seg 0: header | slots | seg 1 | ... | map pages, two copies each |
+//! ```
+//!
+//! Request path: upper requests run one at a time, in arrival order (a
+//! stack of works: a write short of space runs a cleaning pass or a
+//! checkpoint above itself, then resumes). Writes land in the open
+//! segment's RAM buffer and complete; the buffer is written when full, at a
+//! flush, or at a checkpoint. Flush = write the open segment, wait for
+//! every segment write, flush below, record a flush mark.
+//!
+//! Recovery: the newest valid checkpoint, the map pages as of it, then the
+//! chain of segments written after it, each checked by seq, boot and
+//! payload crc; the first that fails ends the log (a torn tail). If the
+//! flush mark says a client was told a later segment was durable, that is
+//! damage, and the open is refused (unless `--accept-loss`).
+
+mod config;
+mod map;
+mod persist;
+pub mod policy;
+mod request;
+
+pub use config::{Args, PolicyKind};
+
+use crate::alloc::SegmentUsage;
+use crate::seglog::{Entry, Geometry, SegLoc, Seq};
+use layoutd_core::config::{ArgReader, ConfigError};
+use layoutd_core::{Completion, Instant, OpenMode, ReqId, Request, Status, Target};
+use map::UNMAPPED;
+use policy::{Census, Reclaim, SegInfo};
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
+
+/// Why this target sent a lower request.
+#[derive(Clone, Debug)]
+enum LowerOp {
+    /// Format writes, recovery reads.
+    Bringup,
+    /// One part of a segment write.
+    SegPart { loc: SegLoc },
+    /// I/O of the work on top (reads, map pages, flushes, records, marks);
+    /// its completion lands in `io[slot]`.
+    Work { slot: usize },
+}
+
+impl LowerOp {
+    fn is_background(&self) -> bool {
+        matches!(self, LowerOp::SegPart { .. })
+    }
+}
+
+/// The segment taking writes.
+struct OpenSeg {
+    loc: SegLoc,
+    seq: Seq,
+    /// The slots to fill, in order (the holes when it was opened).
+    holes: Vec<u16>,
+    next_hole: usize,
+    /// Whether it was opened with live blocks in it (SSR / plugging).
+    holey: bool,
+    entries: Vec<Entry>,
+    buf: usize,
+}
+
+/// A segment being written.
+struct Sealed {
+    loc: SegLoc,
+    buf: usize,
+    parts_left: u32,
+}
+
+/// One unit of serialized work. Only the top of the stack advances.
+enum Work {
+    /// An upper request.
+    Upper(request::UpperWork),
+    /// A cleaning pass.
+    Clean(request::CleanWork),
+    /// A checkpoint.
+    Checkpoint(persist::CheckpointWork),
+}
+
+/// What a work waits for when it cannot go on.
+#[derive(Debug, PartialEq, Eq)]
+enum Blocked {
+    /// Lower I/O of its own.
+    Io,
+    /// A RAM buffer (a segment write to finish).
+    Buffer,
+    /// A checkpoint (to name where the chain goes on, or to free holes).
+    Checkpoint,
+    /// Space for user writes: reclaim.
+    Space,
+}
+
+#[derive(Default)]
+struct Counters {
+    user_bytes: u64,
+    read_bytes: u64,
+    slots_user_count: u64,
+    slots_ssr_count: u64,
+    slots_cleaning_count: u64,
+    slots_plugging_count: u64,
+    segments_written_count: u64,
+    segments_cleaned_count: u64,
+    cleaning_passes_count: u64,
+    on_demand_cleanings_count: u64,
+    background_cleanings_count: u64,
+    checkpoints_count: u64,
+    map_bytes_written: u64,
+    summary_bytes_written: u64,
+    flushes_count: u64,
+    flush_marks_count: u64,
+    trims_count: u64,
+    rmw_count: u64,
+    recovered_segments_count: u64,
+    lost_segments_count: u64,
+}
+
+enum Phase {
+    Bringup(persist::Bringup),
+    Serving,
+    Failed(String),
+}
+
+/// The log target. Memory: the map (4 bytes a block), the reverse map (4
+/// bytes a slot), about 40 bytes a segment, `buffer_count` segment
+/// buffers; every queue is bounded by the upper requests in flight (the
+/// runtime bounds them) plus one stack of at most three works.
+pub struct Log {
+    args: Args,
+    geo: Geometry,
+    phase: Phase,
+    map: Vec<u32>,
+    rev: Vec<u32>,
+    usage: SegmentUsage,
+    /// Per segment: the epoch of its last write.
+    written_epoch: Vec<u64>,
+    /// Per segment: the epoch a slot of it was last freed in.
+    freed_epoch: Vec<u64>,
+    /// The current epoch: the generation the next checkpoint gets.
+    epoch: u64,
+    boot: u64,
+    next_seq: Seq,
+    /// Where the next segment goes, as named by the last header or checkpoint.
+    chain_next: Option<SegLoc>,
+    head: SegLoc,
+    open: Option<OpenSeg>,
+    sealed: Vec<Sealed>,
+    buffers: Vec<Vec<u8>>,
+    buffers_free: Vec<usize>,
+    /// Segment -> buffer holding its newly written slots (open or sealed).
+    seg_buf: FxHashMap<u32, usize>,
+    /// Per buffer: which slots it holds (written in this pass).
+    buf_filled: Vec<Vec<bool>>,
+    dirty_pages: Vec<bool>,
+    /// Per map page: the copy holding its current version.
+    page_copy: Vec<u8>,
+    segments_since_checkpoint: u32,
+    /// The flush mark: generation and how far it says the log is durable.
+    mark_generation: u64,
+    mark_upto: Seq,
+    pending: VecDeque<request::Pending>,
+    works: Vec<Work>,
+    /// Completions of the top work's I/O, in issue order.
+    io: Vec<Option<Completion>>,
+    /// Victims of the cleaning pass running (not chosen as targets).
+    cleaning: Vec<u32>,
+    lower: FxHashMap<u64, LowerOp>,
+    next_lower_id: u64,
+    lower_q: VecDeque<Request>,
+    upper_q: VecDeque<Completion>,
+    policy: Box<dyn Reclaim>,
+    /// Whether any write came without data (timing-only simulation).
+    timing_only: bool,
+    loss: Option<String>,
+    counters: Counters,
+}
+
+impl Log {
+    /// Parses the config over a lower device of `lower_bytes`.
+    pub fn ctr(args: ArgReader<'_>, lower_bytes: u64, mode: OpenMode) -> Result<Log, ConfigError> {
+        let (args, geo) = Args::parse(args, lower_bytes)?;
+        Ok(Log::new(args, geo, mode))
+    }
+
+    fn new(args: Args, geo: Geometry, mode: OpenMode) -> Log {
+        let segs = geo.segment_count as usize;
+        let slots = segs * geo.slot_count as usize;
+        let pages = args.map.page_count as usize;
+        let mut log = Log {
+            policy: policy::make(args.policy, args.age_threshold_segments, args.ssr_slack_min_pct),
+            map: vec![UNMAPPED; args.volume_blocks as usize],
+            rev: vec![UNMAPPED; slots],
+            usage: SegmentUsage::new(segs, geo.slot_count),
+            written_epoch: vec![0; segs],
+            freed_epoch: vec![0; segs],
+            epoch: 1,
+            boot: 1,
+            next_seq: Seq(0),
+            chain_next: None,
+            head: SegLoc(0),
+            open: None,
+            sealed: Vec::new(),
+            buffers: (0..args.buffer_count).map(|_| vec![0u8; geo.payload_bytes() as usize]).collect(),
+            buffers_free: (0..args.buffer_count as usize).rev().collect(),
+            seg_buf: FxHashMap::default(),
+            buf_filled: vec![vec![false; geo.slot_count as usize]; args.buffer_count as usize],
+            dirty_pages: vec![false; pages],
+            page_copy: vec![0; pages],
+            segments_since_checkpoint: 0,
+            mark_generation: 0,
+            mark_upto: Seq(0),
+            pending: VecDeque::new(),
+            works: Vec::new(),
+            io: Vec::new(),
+            cleaning: Vec::new(),
+            lower: FxHashMap::default(),
+            next_lower_id: 0,
+            lower_q: VecDeque::new(),
+            upper_q: VecDeque::new(),
+            timing_only: false,
+            loss: None,
+            counters: Counters::default(),
+            phase: Phase::Failed(String::new()),
+            args,
+            geo,
+        };
+        log.start_bringup(mode);
+        log
+    }
+
+    /// Sends a request below, remembering why.
+    fn emit(&mut self, op: LowerOp, mut req: Request) {
+        let id = self.next_lower_id;
+        self.next_lower_id += 1;
+        req.id = ReqId(id);
+        req.background = op.is_background();
+        assert!(self.lower.insert(id, op).is_none(), "lower ids are unique");
+        self.lower_q.push_back(req);
+    }
+
+    fn slot_id(&self, loc: SegLoc, slot: u32) -> u32 {
+        assert!(slot < self.geo.slot_count);
+        loc.0 * self.geo.slot_count + slot
+    }
+
+    fn split_slot(&self, sid: u32) -> (SegLoc, u32) {
+        assert!(sid != UNMAPPED && (sid as usize) < self.rev.len());
+        (SegLoc(sid / self.geo.slot_count), sid % self.geo.slot_count)
+    }
+
+    fn slot_offset_bytes(&self, sid: u32) -> u64 {
+        let (loc, slot) = self.split_slot(sid);
+        self.geo.slot_offset_bytes(loc, slot)
+    }
+
+    fn block_sectors(&self) -> u64 {
+        u64::from(self.args.block_bytes) / layoutd_core::SECTOR_BYTES
+    }
+
+    fn page_of(block: u64) -> usize {
+        (block / map::ENTRIES_PER_PAGE) as usize
+    }
+
+    /// Whether a segment's holes may be written now (see the glossary).
+    fn eligible(&self, loc: u32) -> bool {
+        let i = loc as usize;
+        self.written_epoch[i] < self.epoch && (self.args.unsafe_reuse || self.freed_epoch[i] < self.epoch)
+    }
+
+    /// Points `block` at `sid` (or nowhere), freeing the slot it had.
+    fn set_map(&mut self, block: u64, sid: u32) {
+        let old = self.map[block as usize];
+        if old != UNMAPPED {
+            let (loc, _) = self.split_slot(old);
+            assert_eq!(self.rev[old as usize], block as u32, "the reverse map agrees");
+            self.rev[old as usize] = UNMAPPED;
+            self.usage.sub(loc.0 as usize, 1);
+            self.freed_epoch[loc.0 as usize] = self.epoch;
+        }
+        if sid != UNMAPPED {
+            let (loc, _) = self.split_slot(sid);
+            assert_eq!(self.rev[sid as usize], UNMAPPED, "a slot holds one block");
+            self.rev[sid as usize] = block as u32;
+            self.usage.add(loc.0 as usize, 1, self.next_seq.0);
+        }
+        self.map[block as usize] = sid;
+        self.dirty_pages[Self::page_of(block)] = true;
+    }
+
+    /// The segments as policies see them; `after_checkpoint` judges
+    /// eligibility as it will be once the running checkpoint is durable.
+    fn census(&self, after_checkpoint: bool) -> Census {
+        let epoch = if after_checkpoint { self.epoch + 1 } else { self.epoch };
+        let busy = |l: u32| {
+            self.cleaning.contains(&l)
+                || self.open.as_ref().is_some_and(|o| o.loc.0 == l)
+                || self.chain_next.is_some_and(|c| c.0 == l)
+                || self.seg_buf.contains_key(&l)
+        };
+        let segs = (0..self.geo.segment_count)
+            .map(|l| {
+                let i = l as usize;
+                let eligible =
+                    self.written_epoch[i] < epoch && (self.args.unsafe_reuse || self.freed_epoch[i] < epoch);
+                SegInfo {
+                    loc: l,
+                    valid: self.usage.valid(i),
+                    written_at_seq: self.usage.written_at(i),
+                    eligible,
+                    busy: busy(l),
+                }
+            })
+            .collect();
+        Census {
+            segs,
+            slot_count: self.geo.slot_count,
+            head: self.head.0,
+            now_seq: self.next_seq.0,
+            free_segments_min: self.args.free_segments_min,
+        }
+    }
+
+    /// Free segments (eligible, empty, not reserved).
+    pub fn free_segments_count(&self) -> u64 {
+        (0..self.geo.segment_count)
+            .filter(|&l| {
+                self.usage.valid(l as usize) == 0
+                    && self.eligible(l)
+                    && self.chain_next != Some(SegLoc(l))
+                    && self.open.as_ref().is_none_or(|o| o.loc.0 != l)
+            })
+            .count() as u64
+    }
+
+    fn live_blocks(&self) -> u64 {
+        (0..self.usage.len()).map(|i| u64::from(self.usage.valid(i))).sum()
+    }
+
+    /// RAM the translation keeps per volume block, in thousandths of a
+    /// byte: the map, the reverse map and the per-segment state.
+    fn ram_per_block_milli(&self) -> u64 {
+        let bytes =
+            4 * self.map.len() as u64 + 4 * self.rev.len() as u64 + 40 * u64::from(self.geo.segment_count);
+        bytes * 1000 / self.args.volume_blocks
+    }
+
+    fn serving(&self) -> bool {
+        matches!(self.phase, Phase::Serving)
+    }
+
+    /// A lower I/O failed or metadata is bad: stop, failing what waits.
+    fn fail(&mut self, why: String) {
+        if matches!(self.phase, Phase::Failed(_)) {
+            return;
+        }
+        self.phase = Phase::Failed(why);
+        for w in std::mem::take(&mut self.works) {
+            if let Work::Upper(u) = w {
+                self.upper_q.push_back(Completion::err(u.req.id, layoutd_core::IoError::Io));
+            }
+        }
+        while let Some(p) = self.pending.pop_front() {
+            if let request::Pending::Upper(r) = p {
+                self.upper_q.push_back(Completion::err(r.id, layoutd_core::IoError::Io));
+            }
+        }
+    }
+}
+
+impl Target for Log {
+    fn name(&self) -> &'static str {
+        "log"
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.args.volume_blocks * u64::from(self.args.block_bytes)
+    }
+
+    fn handle_request(&mut self, _now: Instant, req: Request) {
+        assert!(req.validate(self.size_bytes()).is_ok(), "stack validated it");
+        if let Phase::Failed(_) = self.phase {
+            self.upper_q.push_back(Completion::err(req.id, layoutd_core::IoError::Io));
+            return;
+        }
+        self.pending.push_back(request::Pending::Upper(req));
+        self.pump();
+    }
+
+    fn handle_completion(&mut self, _now: Instant, c: Completion) {
+        let op = self.lower.remove(&c.id.0).expect("completion for a request this target sent");
+        if let Err(e) = c.result {
+            let why = format!("log: a lower {op:?} failed ({e}); the volume stops taking requests");
+            if matches!(self.phase, Phase::Bringup(_)) {
+                self.phase = Phase::Failed(why);
+            } else {
+                self.fail(why);
+            }
+            return;
+        }
+        match op {
+            LowerOp::Bringup => self.bringup_done(c),
+            LowerOp::SegPart { loc } => self.segment_part_done(loc),
+            LowerOp::Work { slot } => {
+                assert!(self.io[slot].is_none(), "one completion per request");
+                self.io[slot] = Some(c);
+            }
+        }
+        self.pump();
+    }
+
+    fn poll_lower(&mut self) -> Option<Request> {
+        self.lower_q.pop_front()
+    }
+
+    fn poll_upper(&mut self) -> Option<Completion> {
+        self.upper_q.pop_front()
+    }
+
+    fn is_ready(&self) -> bool {
+        !matches!(self.phase, Phase::Bringup(_))
+    }
+
+    /// `checkpoint`: write a checkpoint now. `clean`: one cleaning pass now.
+    fn message(&mut self, _now: Instant, msg: &str) -> Result<String, String> {
+        if !self.serving() {
+            return Err("log: not serving (bring-up failed or in progress)".into());
+        }
+        let reply = match msg {
+            "checkpoint" => {
+                self.pending.push_back(request::Pending::Checkpoint);
+                "checkpoint queued".to_string()
+            }
+            "clean" => {
+                self.pending.push_back(request::Pending::Clean);
+                "cleaning pass queued".to_string()
+            }
+            other => return Err(format!("log: unknown message `{other}` (known: checkpoint, clean)")),
+        };
+        self.pump();
+        Ok(reply)
+    }
+
+    /// Idle cleaning while free segments are short, one pass per step.
+    fn background_offer(&self, _now: Instant) -> Option<layoutd_core::background::Offer> {
+        use layoutd_core::background::{JobClass, Offer};
+        if !self.serving() || !self.works.is_empty() || !self.pending.is_empty() {
+            return None;
+        }
+        let c = self.census(false);
+        self.policy
+            .clean_when_idle(&c, self.args.free_segments_target)
+            .then_some(Offer { class: JobClass::Cleaning })
+    }
+
+    fn background_step(&mut self, _now: Instant) -> Option<u64> {
+        self.background_offer(_now)?;
+        let victims = self.push_clean(false)?;
+        self.counters.background_cleanings_count += 1;
+        self.pump();
+        Some(victims * self.geo.stride_bytes())
+    }
+
+    fn is_drained(&self) -> bool {
+        self.works.is_empty() && self.pending.is_empty() && self.sealed.is_empty()
+    }
+
+    fn status(&self) -> Status {
+        let c = &self.counters;
+        let mut config = self.args.echo();
+        if let Phase::Failed(e) = &self.phase {
+            config.push(("error".into(), e.clone()));
+        }
+        if let Some(l) = &self.loss {
+            config.push(("accepted_loss".into(), l.clone()));
+        }
+        let slots_total =
+            c.slots_user_count + c.slots_ssr_count + c.slots_cleaning_count + c.slots_plugging_count;
+        let user_slots = c.slots_user_count + c.slots_ssr_count;
+        let counters = [
+            ("user_bytes", c.user_bytes),
+            ("read_bytes", c.read_bytes),
+            ("slots_user_count", c.slots_user_count),
+            ("slots_ssr_count", c.slots_ssr_count),
+            ("slots_cleaning_count", c.slots_cleaning_count),
+            ("slots_plugging_count", c.slots_plugging_count),
+            ("write_amplification_milli", (slots_total * 1000).checked_div(user_slots).unwrap_or(0)),
+            ("segments_written_count", c.segments_written_count),
+            ("segments_cleaned_count", c.segments_cleaned_count),
+            ("cleaning_passes_count", c.cleaning_passes_count),
+            ("on_demand_cleanings_count", c.on_demand_cleanings_count),
+            ("background_cleanings_count", c.background_cleanings_count),
+            ("checkpoints_count", c.checkpoints_count),
+            ("map_bytes_written", c.map_bytes_written),
+            ("summary_bytes_written", c.summary_bytes_written),
+            (
+                "map_bytes_per_user_mib",
+                (c.map_bytes_written * (1 << 20)).checked_div(c.user_bytes).unwrap_or(0),
+            ),
+            ("flushes_count", c.flushes_count),
+            ("flush_marks_count", c.flush_marks_count),
+            ("trims_count", c.trims_count),
+            ("rmw_count", c.rmw_count),
+            ("recovered_segments_count", c.recovered_segments_count),
+            ("lost_segments_count", c.lost_segments_count),
+            ("live_blocks_count", self.live_blocks()),
+            ("volume_blocks_count", self.args.volume_blocks),
+            ("utilization_pct", self.live_blocks() * 100 / self.args.volume_blocks),
+            ("free_segments_count", self.free_segments_count()),
+            ("segment_count", u64::from(self.geo.segment_count)),
+            ("slot_count", u64::from(self.geo.slot_count)),
+            ("ram_bytes_per_block_milli", self.ram_per_block_milli()),
+            ("map_ram_bytes", 4 * self.map.len() as u64),
+            ("epoch", self.epoch),
+            ("boot_count", self.boot),
+            ("next_seq", self.next_seq.0),
+            ("held_count", self.pending.len() as u64),
+            ("segments_in_flight_count", self.sealed.len() as u64),
+        ];
+        Status {
+            target: "log".into(),
+            config,
+            counters: counters.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        }
+    }
+}

@@ -1,0 +1,468 @@
+//! Persistent state: format, recovery, checkpoints and flush marks. Each
+//! bring-up phase is its own state.
+//!
+//! Format: every segment header's first sector is zeroed (nothing of an
+//! earlier log can be replayed), copy 0 of every map page is written
+//! (nothing mapped) and copy 1 zeroed, both checkpoint copies (boot 1, the
+//! chain starting at segment 0, seq 0) and both flush marks are written,
+//! then a flush.
+//!
+//! Checkpoint (a work on the stack, so requests wait for it): write the
+//! open segment naming the segment that goes next, wait for every segment
+//! write, write the dirty map pages (generation = the epoch) to the copy
+//! that does not hold their current version, flush, write the checkpoint
+//! record with FUA. Then the epoch advances and the slots freed in it may
+//! be reused (the crash rule).
+//!
+//! Recovery: the newest valid checkpoint copy; per map page the newest
+//! valid copy not newer than it (a newer one belongs to a checkpoint that
+//! never completed: the page is rewritten before serving); then the chain
+//! walk, applying each summary in order; the reverse map and segment usage
+//! are rebuilt from the map. A flush mark past the end of the walk means
+//! flushed data is lost: refused unless the opener accepts the loss. Then
+//! a new flush mark and a checkpoint with the next boot, before serving.
+
+use super::{map::UNMAPPED, Blocked, Log, LowerOp, Phase};
+use crate::alloc::SegmentUsage;
+use crate::seglog::{
+    ChainCheckpoint, ChainWalk, Entry, FlushMark, ReplayStep, SegLoc, SegmentHeader, Seq,
+    CHECKPOINT_AREA_BYTES,
+};
+use bytes::Bytes;
+use layoutd_core::{Completion, Op, OpenMode, ReqId, Request, SECTOR_BYTES};
+
+/// Map pages read per request in recovery.
+const MAP_PAGES_PER_READ: u32 = 512;
+
+/// What recovery found before the walk.
+pub(super) struct Found {
+    ck: ChainCheckpoint,
+    copy_unreadable: bool,
+    mark: Option<FlushMark>,
+    accept_loss: bool,
+}
+
+/// The bring-up phases.
+pub(super) enum Bringup {
+    /// Format writes in flight, then the flush.
+    Formatting { left: u32, flushing: bool },
+    /// Reading the checkpoint area.
+    ReadCheckpoint { accept_loss: bool },
+    /// Reading map pages from `next_page` on.
+    ReadMap { found: Found, next_page: u32 },
+    /// Walking the chain; `at` is the segment being read.
+    Walk { found: Found, walk: ChainWalk, at: SegLoc },
+    /// Writing the new flush mark.
+    Marking,
+    /// The checkpoint work for the new boot runs.
+    Finishing,
+}
+
+/// A checkpoint in progress.
+#[derive(Default)]
+pub(super) struct CheckpointWork {
+    stage: CkStage,
+    pages: Vec<u32>,
+}
+
+#[derive(Default, Clone, Copy, PartialEq, Eq)]
+enum CkStage {
+    #[default]
+    Seal,
+    Drain,
+    Pages,
+    Flush,
+    Record,
+}
+
+impl Log {
+    pub(super) fn start_bringup(&mut self, mode: OpenMode) {
+        match mode {
+            OpenMode::Format => self.format_start(),
+            OpenMode::Open { accept_loss, .. } => {
+                self.phase = Phase::Bringup(Bringup::ReadCheckpoint { accept_loss });
+                let req = Request::new(ReqId(0), Op::Read, 0, CHECKPOINT_AREA_BYTES as u32);
+                self.emit(LowerOp::Bringup, req);
+            }
+        }
+    }
+
+    fn format_start(&mut self) {
+        let mut writes: Vec<(u64, Vec<u8>)> = Vec::new();
+        for l in 0..self.geo.segment_count {
+            writes.push((self.geo.segment_offset_bytes(SegLoc(l)), vec![0u8; SECTOR_BYTES as usize]));
+        }
+        for p in 0..self.args.map.page_count {
+            writes.push((self.args.map.copy_offset_bytes(p, 0), self.args.map.encode(p, &self.map, 0)));
+            writes.push((self.args.map.copy_offset_bytes(p, 1), vec![0u8; super::map::PAGE_BYTES as usize]));
+        }
+        for g in 0..2u64 {
+            let ck = ChainCheckpoint { generation: g, boot: 1, next_seq: Seq(0), next_loc: Some(SegLoc(0)) };
+            writes.push((self.geo.checkpoint_offset_bytes(g), ck.encode(&self.geo)));
+            let mark = FlushMark { generation: g, boot: 1, durable_upto: Seq(0) };
+            writes.push((self.geo.mark_offset_bytes(g), mark.encode(&self.geo)));
+        }
+        let left = writes.len() as u32;
+        for (off, data) in writes {
+            self.emit(LowerOp::Bringup, Request::write(ReqId(0), off, Bytes::from(data)));
+        }
+        self.epoch = 2;
+        self.boot = 1;
+        self.chain_next = Some(SegLoc(0));
+        self.mark_generation = 1;
+        self.phase = Phase::Bringup(Bringup::Formatting { left, flushing: false });
+    }
+
+    /// A bring-up request completed.
+    pub(super) fn bringup_done(&mut self, c: Completion) {
+        let Phase::Bringup(b) = std::mem::replace(&mut self.phase, Phase::Serving) else {
+            panic!("a bring-up completion after bring-up");
+        };
+        let next = match b {
+            Bringup::Formatting { left, flushing } => self.format_step(left, flushing),
+            Bringup::ReadCheckpoint { accept_loss } => self.checkpoint_read(c.data, accept_loss),
+            Bringup::ReadMap { found, next_page } => self.map_read(c.data, found, next_page),
+            Bringup::Walk { found, walk, at } => self.walk_read(c.data, found, walk, at),
+            Bringup::Marking => {
+                self.works.push(super::Work::Checkpoint(CheckpointWork::default()));
+                Ok(Some(Bringup::Finishing))
+            }
+            Bringup::Finishing => panic!("the finishing checkpoint's I/O is work I/O"),
+        };
+        match next {
+            Ok(Some(b)) => self.phase = Phase::Bringup(b),
+            Ok(None) => self.phase = Phase::Serving,
+            Err(e) => self.phase = Phase::Failed(e),
+        }
+        self.pump();
+    }
+
+    fn format_step(&mut self, left: u32, flushing: bool) -> Result<Option<Bringup>, String> {
+        if flushing {
+            return Ok(None);
+        }
+        assert!(left > 0);
+        if left == 1 {
+            self.emit(LowerOp::Bringup, Request::new(ReqId(0), Op::Flush, 0, 0));
+            return Ok(Some(Bringup::Formatting { left: 0, flushing: true }));
+        }
+        Ok(Some(Bringup::Formatting { left: left - 1, flushing: false }))
+    }
+
+    fn checkpoint_read(&mut self, data: Option<Bytes>, accept_loss: bool) -> Result<Option<Bringup>, String> {
+        let data =
+            data.ok_or("log recovery needs the device's bytes; the runtime runs in timing-only mode")?;
+        let (ck, copy_unreadable) = ChainCheckpoint::pick(&data, &self.geo)
+            .map_err(|e| format!("log checkpoint at lower offsets 0 and 4096: {e}; format the device"))?;
+        let mark = FlushMark::pick(&data, &self.geo);
+        let found = Found { ck, copy_unreadable, mark, accept_loss };
+        self.read_map_pages(0);
+        Ok(Some(Bringup::ReadMap { found, next_page: 0 }))
+    }
+
+    fn read_map_pages(&mut self, first: u32) {
+        let n = MAP_PAGES_PER_READ.min(self.args.map.page_count - first);
+        let off = self.args.map.copy_offset_bytes(first, 0);
+        let len = u64::from(n) * 2 * super::map::PAGE_BYTES;
+        self.emit(LowerOp::Bringup, Request::new(ReqId(0), Op::Read, off, len as u32));
+    }
+
+    fn map_read(&mut self, data: Option<Bytes>, found: Found, first: u32) -> Result<Option<Bringup>, String> {
+        let data = data.ok_or("log recovery needs the device's bytes")?;
+        let pb = super::map::PAGE_BYTES as usize;
+        let n = (data.len() / (2 * pb)) as u32;
+        for i in 0..n {
+            let p = first + i;
+            let copy = |c: usize| {
+                let at = (2 * i as usize + c) * pb;
+                self.args.map.decode(p, &data[at..at + pb], self.args.volume_blocks)
+            };
+            let (c0, c1) = (copy(0), copy(1));
+            self.pick_page(p, c0, c1, found.ck.generation)?;
+        }
+        let next_page = first + n;
+        if next_page < self.args.map.page_count {
+            self.read_map_pages(next_page);
+            return Ok(Some(Bringup::ReadMap { found, next_page }));
+        }
+        let walk = ChainWalk::new(&found.ck, &self.geo);
+        match walk.next() {
+            Some((at, _)) => {
+                self.read_segment(at);
+                Ok(Some(Bringup::Walk { found, walk, at }))
+            }
+            None => self.recover_finish(found, walk, None),
+        }
+    }
+
+    /// Takes the newest copy of page `p` not newer than the checkpoint.
+    fn pick_page(
+        &mut self,
+        p: u32,
+        c0: Result<(u64, Vec<u32>), layoutd_core::metablock::MetaError>,
+        c1: Result<(u64, Vec<u32>), layoutd_core::metablock::MetaError>,
+        ck_generation: u64,
+    ) -> Result<(), String> {
+        let usable = |c: &Result<(u64, Vec<u32>), _>| c.as_ref().is_ok_and(|(g, _)| *g <= ck_generation);
+        let newer = |c: &Result<(u64, Vec<u32>), _>| c.as_ref().is_ok_and(|(g, _)| *g > ck_generation);
+        let pick = match (usable(&c0), usable(&c1)) {
+            (true, true) if c1.as_ref().expect("ok").0 > c0.as_ref().expect("ok").0 => 1,
+            (true, _) => 0,
+            (false, true) => 1,
+            (false, false) => {
+                let why = |c: &Result<(u64, Vec<u32>), layoutd_core::metablock::MetaError>| match c {
+                    Ok((g, _)) => format!("generation {g}, newer than the checkpoint's {ck_generation}"),
+                    Err(e) => e.to_string(),
+                };
+                return Err(format!(
+                    "log map page {p} at lower offsets {} and {}: copy 0: {}; copy 1: {}; the map is lost: \
+                     restore the device from a copy or format it",
+                    self.args.map.copy_offset_bytes(p, 0),
+                    self.args.map.copy_offset_bytes(p, 1),
+                    why(&c0),
+                    why(&c1)
+                ));
+            }
+        };
+        let (chosen, other) = if pick == 0 { (c0, c1) } else { (c1, c0) };
+        let entries = chosen.expect("usable").1;
+        let r = self.args.map.blocks_of(p, self.args.volume_blocks);
+        self.map[r.start as usize..r.end as usize].copy_from_slice(&entries);
+        self.page_copy[p as usize] = pick;
+        // A copy of a checkpoint that never completed must not outlive this
+        // recovery: a later checkpoint's generation would make it current.
+        self.dirty_pages[p as usize] = newer(&other);
+        Ok(())
+    }
+
+    fn read_segment(&mut self, at: SegLoc) {
+        let off = self.geo.segment_offset_bytes(at);
+        self.emit(LowerOp::Bringup, Request::new(ReqId(0), Op::Read, off, self.geo.stride_bytes() as u32));
+    }
+
+    fn walk_read(
+        &mut self,
+        data: Option<Bytes>,
+        found: Found,
+        mut walk: ChainWalk,
+        at: SegLoc,
+    ) -> Result<Option<Bringup>, String> {
+        let data = data.ok_or("log recovery needs the device's bytes")?;
+        let hb = self.geo.header_bytes as usize;
+        let header = SegmentHeader::decode(&data[..hb], &self.geo);
+        match walk.offer(header, &data[hb..]) {
+            ReplayStep::Apply(h) => {
+                self.apply_summary(&h, at).map_err(|e| {
+                    format!(
+                        "log segment {} (seq {}) at lower offset {}: {e}",
+                        at.0,
+                        h.seq.0,
+                        self.geo.segment_offset_bytes(at)
+                    )
+                })?;
+                self.counters.recovered_segments_count += 1;
+                match walk.next() {
+                    Some((next, _)) => {
+                        self.read_segment(next);
+                        Ok(Some(Bringup::Walk { found, walk, at: next }))
+                    }
+                    None => self.recover_finish(found, walk, None),
+                }
+            }
+            ReplayStep::Stop(_) => self.recover_finish(found, walk, Some(at)),
+        }
+    }
+
+    /// Applies one summary's entries, in order, to the map.
+    fn apply_summary(&mut self, h: &SegmentHeader, at: SegLoc) -> Result<(), String> {
+        let bsec = self.block_sectors();
+        let blocks = self.args.volume_blocks;
+        let range = |start: u64, count: u32| -> Result<(u64, u64), String> {
+            let (a, n) = (start / bsec, u64::from(count) / bsec);
+            if !start.is_multiple_of(bsec) || !u64::from(count).is_multiple_of(bsec) || a + n > blocks {
+                return Err(format!("entry for sectors {start}+{count} is not whole blocks of the volume"));
+            }
+            Ok((a, n))
+        };
+        for e in &h.entries {
+            match *e {
+                Entry::Slot { start_sector, sector_count, slot } => {
+                    let (block, n) = range(start_sector, sector_count)?;
+                    if n != 1 {
+                        return Err(format!("slot {slot} holds {sector_count} sectors, not one block"));
+                    }
+                    self.map[block as usize] = self.slot_id(at, u32::from(slot));
+                    self.dirty_pages[Self::page_of(block)] = true;
+                }
+                Entry::Invalidate { start_sector, sector_count } => {
+                    let (a, n) = range(start_sector, sector_count)?;
+                    for b in a..a + n {
+                        self.map[b as usize] = UNMAPPED;
+                        self.dirty_pages[Self::page_of(b)] = true;
+                    }
+                }
+                Entry::Next { .. } => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The walk ended (at `stopped_at` if a segment there did not belong):
+    /// judge it, rebuild, and write the new mark and checkpoint.
+    fn recover_finish(
+        &mut self,
+        found: Found,
+        walk: ChainWalk,
+        stopped_at: Option<SegLoc>,
+    ) -> Result<Option<Bringup>, String> {
+        let ck = &found.ck;
+        let end = Seq(ck.next_seq.0 + walk.applied_count());
+        let flushed_upto = found.mark.as_ref().map_or(Seq(0), |m| m.durable_upto);
+        if flushed_upto > end {
+            let at = stopped_at.map_or("the chain's end".to_string(), |l| {
+                format!("segment {} at lower offset {}", l.0, self.geo.segment_offset_bytes(l))
+            });
+            let stop = walk.stopped().map_or("?".to_string(), |s| s.to_string());
+            let lost = flushed_upto.0 - end.0;
+            let why = format!(
+                "log damaged: the segment with seq {} ({at}): {stop}; the flush mark says the log was durable \
+                 up to seq {}, so {lost} flushed segment(s) cannot be recovered",
+                end.0, flushed_upto.0
+            );
+            if !found.accept_loss {
+                return Err(format!(
+                    "{why}; refusing to open (nothing was written). To serve it anyway and lose them, copy \
+                     the device first, then use `layoutd serve --accept-loss`"
+                ));
+            }
+            self.counters.lost_segments_count = lost;
+            self.loss = Some(why);
+        }
+        self.rebuild()?;
+        self.boot = ck.boot + 1 + u64::from(found.copy_unreadable);
+        self.epoch = ck.generation + 1;
+        self.next_seq = end;
+        self.chain_next = None;
+        let mark_generation = found.mark.as_ref().map_or(0, |m| m.generation) + 1;
+        let mark = FlushMark { generation: mark_generation, boot: self.boot, durable_upto: end };
+        let mut req = Request::write(
+            ReqId(0),
+            self.geo.mark_offset_bytes(mark_generation),
+            Bytes::from(mark.encode(&self.geo)),
+        );
+        req.fua = true;
+        self.emit(LowerOp::Bringup, req);
+        self.mark_generation = mark_generation;
+        self.mark_upto = end;
+        Ok(Some(Bringup::Marking))
+    }
+
+    /// The reverse map and segment usage from the map; two blocks in one
+    /// slot is corruption.
+    fn rebuild(&mut self) -> Result<(), String> {
+        self.rev.fill(UNMAPPED);
+        self.usage = SegmentUsage::new(self.geo.segment_count as usize, self.geo.slot_count);
+        for b in 0..self.map.len() {
+            let sid = self.map[b];
+            if sid == UNMAPPED {
+                continue;
+            }
+            if self.rev[sid as usize] != UNMAPPED {
+                return Err(format!(
+                    "log map: blocks {} and {b} both live in slot {sid}; the map is corrupt: restore the \
+                     device from a copy or format it",
+                    self.rev[sid as usize]
+                ));
+            }
+            self.rev[sid as usize] = b as u32;
+            self.usage.add((sid / self.geo.slot_count) as usize, 1, 0);
+        }
+        Ok(())
+    }
+
+    pub(super) fn step_checkpoint(&mut self, k: &mut CheckpointWork) -> Result<(), Blocked> {
+        loop {
+            match k.stage {
+                CkStage::Seal => {
+                    if self.open.is_some() {
+                        self.seal(super::policy::Cause::User, true);
+                    }
+                    k.stage = CkStage::Drain;
+                }
+                CkStage::Drain => {
+                    if !self.sealed.is_empty() {
+                        return Err(Blocked::Io);
+                    }
+                    assert!(self.io.is_empty());
+                    k.pages =
+                        (0..self.args.map.page_count).filter(|&p| self.dirty_pages[p as usize]).collect();
+                    for &p in &k.pages {
+                        let bytes = self.args.map.encode(p, &self.map, self.epoch);
+                        let off = self.args.map.copy_offset_bytes(p, 1 - self.page_copy[p as usize]);
+                        self.work_io(Request::write(ReqId(0), off, Bytes::from(bytes)));
+                    }
+                    self.counters.map_bytes_written += k.pages.len() as u64 * super::map::PAGE_BYTES;
+                    k.stage = CkStage::Pages;
+                }
+                CkStage::Pages => {
+                    self.take_io()?;
+                    self.work_io(Request::new(ReqId(0), Op::Flush, 0, 0));
+                    k.stage = CkStage::Flush;
+                }
+                CkStage::Flush => {
+                    self.take_io()?;
+                    if self.chain_next.is_none() {
+                        let c = self.census(true);
+                        self.chain_next = self.policy.choose_next(&c, super::policy::Cause::User).map(SegLoc);
+                    }
+                    let ck = ChainCheckpoint {
+                        generation: self.epoch,
+                        boot: self.boot,
+                        next_seq: self.next_seq,
+                        next_loc: self.chain_next,
+                    };
+                    let off = self.geo.checkpoint_offset_bytes(self.epoch);
+                    let mut req = Request::write(ReqId(0), off, Bytes::from(ck.encode(&self.geo)));
+                    req.fua = true;
+                    self.work_io(req);
+                    k.stage = CkStage::Record;
+                }
+                CkStage::Record => {
+                    self.take_io()?;
+                    for &p in &k.pages {
+                        self.page_copy[p as usize] ^= 1;
+                        self.dirty_pages[p as usize] = false;
+                    }
+                    self.epoch += 1;
+                    self.segments_since_checkpoint = 0;
+                    self.counters.checkpoints_count += 1;
+                    if matches!(self.phase, Phase::Bringup(Bringup::Finishing)) {
+                        self.phase = Phase::Serving;
+                    }
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// After a flush: records that the log is durable up to the next seq,
+    /// if that is news. Returns whether a mark write was issued.
+    pub(super) fn write_mark(&mut self) -> bool {
+        if self.next_seq <= self.mark_upto {
+            return false;
+        }
+        let generation = self.mark_generation + 1;
+        let mark = FlushMark { generation, boot: self.boot, durable_upto: self.next_seq };
+        let mut req = Request::write(
+            ReqId(0),
+            self.geo.mark_offset_bytes(generation),
+            Bytes::from(mark.encode(&self.geo)),
+        );
+        req.fua = true;
+        self.work_io(req);
+        self.mark_generation = generation;
+        self.mark_upto = self.next_seq;
+        self.counters.flush_marks_count += 1;
+        true
+    }
+}

@@ -1,0 +1,251 @@
+//! Reclamation policies: the decisions, behind one trait, chosen by the
+//! `policy` key; the mechanism (cleaning passes, checkpoints, the crash
+//! rule) is the target's. A policy sees a [`Census`] of the segments and
+//! answers three questions: where the next segment is written, which
+//! segments to clean, and whether user writes may go into holes (SSR).
+//! Policies never block and keep no per-request state.
+
+use super::config::PolicyKind;
+
+/// One segment as the policy sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct SegInfo {
+    /// Its location.
+    pub loc: u32,
+    /// Live blocks.
+    pub valid: u32,
+    /// When it was last written, in segments written (the log's clock:
+    /// deterministic, and age in writes is what cleaning policies mean).
+    pub written_at_seq: u64,
+    /// Its holes may be written now (the crash rule holds for it).
+    pub eligible: bool,
+    /// Open, reserved as the next, or being written: not a victim.
+    pub busy: bool,
+}
+
+/// A snapshot of the segments, made when a decision is due.
+pub struct Census {
+    /// Every segment.
+    pub segs: Vec<SegInfo>,
+    /// Slots per segment.
+    pub slot_count: u32,
+    /// The segment written last (the head), for distances.
+    pub head: u32,
+    /// Segments written so far (the clock of `written_at_seq`).
+    pub now_seq: u64,
+    /// Free segments the cleaner keeps.
+    pub free_segments_min: u32,
+}
+
+impl Census {
+    /// Eligible, not busy, empty segments.
+    pub fn free_count(&self) -> u32 {
+        self.segs.iter().filter(|s| s.eligible && !s.busy && s.valid == 0).count() as u32
+    }
+
+    /// Average slack (holes) of used segments, in percent of a segment.
+    pub fn slack_pct(&self) -> u64 {
+        let used: Vec<&SegInfo> = self.segs.iter().filter(|s| s.valid > 0).collect();
+        if used.is_empty() {
+            return 100;
+        }
+        let holes: u64 = used.iter().map(|s| u64::from(self.slot_count - s.valid)).sum();
+        holes * 100 / (used.len() as u64 * u64::from(self.slot_count))
+    }
+
+    /// The free segment nearest after the head (a log's next-fit), if any.
+    pub fn next_free(&self) -> Option<u32> {
+        let n = self.segs.len() as u32;
+        (1..=n).map(|d| (self.head + d) % n).find(|&l| {
+            self.segs[l as usize].eligible && self.segs[l as usize].valid == 0 && !self.segs[l as usize].busy
+        })
+    }
+
+    /// The best SSR target: most holes, fewest seeks from the head (a
+    /// disk, not flash): score = hole share - distance share / 2.
+    pub fn best_holes(&self) -> Option<u32> {
+        let n = self.segs.len() as f64;
+        let sc = f64::from(self.slot_count);
+        self.segs
+            .iter()
+            .filter(|s| s.eligible && !s.busy && s.valid > 0 && s.valid < self.slot_count)
+            .map(|s| {
+                let density = (sc - f64::from(s.valid)) / sc;
+                let distance = f64::from(s.loc.abs_diff(self.head)) / n;
+                (s.loc, density - distance / 2.0)
+            })
+            .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
+            .map(|(l, _)| l)
+    }
+
+    /// Cleaning candidates: not busy, some live blocks, some holes.
+    fn candidates(&self) -> impl Iterator<Item = &SegInfo> {
+        self.segs.iter().filter(|s| !s.busy && s.valid > 0 && s.valid < self.slot_count)
+    }
+
+    /// Greedy: fewest live blocks first.
+    pub fn greedy(&self, max: usize) -> Vec<u32> {
+        let mut c: Vec<&SegInfo> = self.candidates().collect();
+        c.sort_by_key(|s| (s.valid, s.loc));
+        c.into_iter().take(max).map(|s| s.loc).collect()
+    }
+
+    /// Sprite cost-benefit: highest (1 - u) * age / (1 + u) first.
+    pub fn cost_benefit(&self, max: usize) -> Vec<u32> {
+        let sc = f64::from(self.slot_count);
+        let score = |s: &SegInfo| {
+            let u = f64::from(s.valid) / sc;
+            let age = (self.now_seq.saturating_sub(s.written_at_seq) + 1) as f64;
+            (1.0 - u) * age / (1.0 + u)
+        };
+        let mut c: Vec<(&SegInfo, f64)> = self.candidates().map(|s| (s, score(s))).collect();
+        c.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.loc.cmp(&b.0.loc)));
+        c.into_iter().take(max).map(|(s, _)| s.loc).collect()
+    }
+
+    /// Age threshold (F2FS ATGC): greedy among segments older than the
+    /// threshold; greedy over all when none is.
+    pub fn age_threshold(&self, max: usize, threshold_seq: u64) -> Vec<u32> {
+        let mut c: Vec<&SegInfo> = self
+            .candidates()
+            .filter(|s| self.now_seq.saturating_sub(s.written_at_seq) >= threshold_seq)
+            .collect();
+        if c.is_empty() {
+            return self.greedy(max);
+        }
+        c.sort_by_key(|s| (s.valid, s.loc));
+        c.into_iter().take(max).map(|s| s.loc).collect()
+    }
+}
+
+/// What caused a slot write.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// A client's write.
+    User,
+    /// The cleaner moving live blocks.
+    Cleaner,
+}
+
+/// The decisions a reclamation policy makes.
+pub trait Reclaim: Send {
+    /// Where the next segment goes, for writes of `cause`: a free segment,
+    /// or one with holes (SSR for user writes, plugging for the cleaner).
+    /// `None` only if nothing is eligible.
+    fn choose_next(&self, c: &Census, cause: Cause) -> Option<u32>;
+    /// Whether user writes may go into holes now.
+    fn user_holes(&self, c: &Census) -> bool;
+    /// Victims for one cleaning pass, at most `max`.
+    fn victims(&self, c: &Census, max: usize) -> Vec<u32>;
+    /// Whether idle (background) cleaning is worth a pass now.
+    fn clean_when_idle(&self, c: &Census, free_segments_target: u32) -> bool;
+}
+
+/// The policies of [`PolicyKind`], one struct with the kind's knobs.
+pub struct Policy {
+    kind: PolicyKind,
+    age_threshold_seq: u64,
+    slack_min_pct: u64,
+}
+
+/// The policy for a config.
+pub fn make(kind: PolicyKind, age_threshold_ms: u64, slack_min_pct: u64) -> Box<dyn Reclaim> {
+    Box::new(Policy { kind, age_threshold_seq: age_threshold_ms.saturating_mul(1_000_000), slack_min_pct })
+}
+
+impl Policy {
+    /// Cost-based (the paper's future work): per decision, SSR into the
+    /// best hole target costs about 1 / density slot writes per useful
+    /// slot plus a seek per run of holes; cleaning the greedy victim costs
+    /// a segment read and its live blocks' writes per slot it frees, then
+    /// the write itself: 2 / (1 - u).
+    fn ssr_cheaper(c: &Census) -> bool {
+        let sc = f64::from(c.slot_count);
+        let Some(t) = c.best_holes() else { return false };
+        let density = (sc - f64::from(c.segs[t as usize].valid)) / sc;
+        let Some(&v) = c.greedy(1).first() else { return true };
+        let u = f64::from(c.segs[v as usize].valid) / sc;
+        let seek_equiv_slots = 8.0;
+        let ssr = 1.0 / density + seek_equiv_slots / (density * sc);
+        let clean = 2.0 / (1.0 - u);
+        ssr <= clean
+    }
+}
+
+impl Reclaim for Policy {
+    fn choose_next(&self, c: &Census, cause: Cause) -> Option<u32> {
+        let holes_first = match (self.kind, cause) {
+            (PolicyKind::Plugging, Cause::Cleaner) => true,
+            (PolicyKind::Ssr | PolicyKind::Adaptive | PolicyKind::Cost, Cause::User) => {
+                c.free_count() <= c.free_segments_min && self.user_holes(c)
+            }
+            _ => false,
+        };
+        if holes_first {
+            c.best_holes().or_else(|| c.next_free())
+        } else {
+            c.next_free().or_else(|| c.best_holes())
+        }
+    }
+
+    fn user_holes(&self, c: &Census) -> bool {
+        match self.kind {
+            PolicyKind::Ssr => true,
+            PolicyKind::Adaptive => c.slack_pct() >= self.slack_min_pct,
+            PolicyKind::Cost => Self::ssr_cheaper(c),
+            _ => false,
+        }
+    }
+
+    fn victims(&self, c: &Census, max: usize) -> Vec<u32> {
+        match self.kind {
+            PolicyKind::CostBenefit | PolicyKind::Adaptive => c.cost_benefit(max),
+            PolicyKind::AgeThreshold => c.age_threshold(max, self.age_threshold_seq),
+            _ => c.greedy(max),
+        }
+    }
+
+    fn clean_when_idle(&self, c: &Census, free_segments_target: u32) -> bool {
+        // Only while a pass gains at least half a segment per victim: idle
+        // cleaning must converge even when the target is out of reach.
+        let gains = c.greedy(1).first().is_some_and(|&v| c.segs[v as usize].valid * 2 <= c.slot_count);
+        self.kind != PolicyKind::Ssr && c.free_count() < free_segments_target && gains
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn census(valid: &[u32]) -> Census {
+        let segs = valid
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| SegInfo {
+                loc: i as u32,
+                valid: v,
+                written_at_seq: i as u64 * 1000,
+                eligible: true,
+                busy: false,
+            })
+            .collect();
+        Census { segs, slot_count: 8, head: 0, now_seq: 10_000, free_segments_min: 1 }
+    }
+
+    #[test]
+    fn victims_and_targets_follow_each_rule() {
+        let c = census(&[8, 6, 2, 0, 7, 3, 0]);
+        assert_eq!(c.greedy(2), vec![2, 5]);
+        assert_eq!(c.next_free(), Some(3));
+        assert_eq!(c.free_count(), 2);
+        // Cost-benefit prefers the older of similar segments.
+        let cb = c.cost_benefit(1);
+        assert_eq!(cb, vec![2]);
+        // ATGC: only segments older than 7 us (written before 3 us).
+        assert_eq!(c.age_threshold(1, 7_000), vec![2]);
+        assert_eq!(c.age_threshold(1, 9_000), vec![1], "only segments 0 and 1 are that old; 0 is full");
+        // SSR: the most holes near the head.
+        assert_eq!(c.best_holes(), Some(2));
+        assert!(c.slack_pct() > 0);
+    }
+}

@@ -1,0 +1,663 @@
+//! The request path: the work stack and its pump, reads, writes (with
+//! read-modify-write of partial blocks), trims, flushes, the open segment
+//! and its sealing, and the cleaning pass.
+
+use super::policy::Cause;
+use super::{Blocked, Log, LowerOp, OpenSeg, Phase, Sealed, Work};
+use crate::seglog::{Entry, SegLoc, SegmentHeader};
+use bytes::Bytes;
+use layoutd_core::{Completion, Op, ReqId, Request, SECTOR_BYTES};
+
+/// What waits to run.
+pub(super) enum Pending {
+    /// An upper request.
+    Upper(Request),
+    /// A checkpoint asked for by message.
+    Checkpoint,
+    /// A cleaning pass asked for by message.
+    Clean,
+}
+
+/// Where an upper request is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    Start,
+    /// Reads issued (the request's own, or old bytes of partial blocks).
+    Reading,
+    /// Blocks being applied from `next_block` on.
+    Applying,
+    /// Flush or FUA: write the open segment.
+    Sealing,
+    /// Waiting for every segment write.
+    Draining,
+    /// The lower flush is in flight.
+    Flushing,
+    /// The flush mark is in flight.
+    Marking,
+}
+
+/// An upper request in progress.
+pub(super) struct UpperWork {
+    pub(super) req: Request,
+    stage: Stage,
+    next_block: u64,
+    /// Old bytes of partial blocks, by block (read-modify-write).
+    old: Vec<(u64, Option<Bytes>)>,
+    /// Reads of a read request: (io index, byte offset in the answer).
+    pieces: Vec<(usize, u64)>,
+    /// Bytes already known of a read (RAM buffers, zeroes).
+    answer: Vec<u8>,
+    /// Reclamation rounds run for this request (bounded).
+    reclaim_rounds: u32,
+    /// Space could not be made the policy's way: take any eligible segment.
+    forced: bool,
+}
+
+/// A cleaning pass in progress.
+pub(super) struct CleanWork {
+    victims: Vec<SegLoc>,
+    issued: bool,
+    read_done: bool,
+    /// Live blocks to move: (block, slot id, bytes).
+    live: Vec<(u64, u32, Option<Bytes>)>,
+    next: usize,
+    on_demand: bool,
+}
+
+impl Log {
+    /// Runs works until the top one waits for I/O or nothing is left.
+    pub(super) fn pump(&mut self) {
+        let bringing_up = matches!(self.phase, Phase::Bringup(super::persist::Bringup::Finishing));
+        if !self.serving() && !bringing_up {
+            return;
+        }
+        loop {
+            if self.works.is_empty() && !self.start_next() {
+                return;
+            }
+            assert!(self.works.len() <= 4, "the work stack is bounded");
+            let work = self.works.pop().expect("a work");
+            let result = match work {
+                Work::Upper(mut u) => self.step_upper(&mut u).map_err(|b| (b, Work::Upper(u))),
+                Work::Clean(mut c) => self.step_clean(&mut c).map_err(|b| (b, Work::Clean(c))),
+                Work::Checkpoint(mut k) => self.step_checkpoint(&mut k).map_err(|b| (b, Work::Checkpoint(k))),
+            };
+            match result {
+                Ok(()) => {
+                    if !self.serving() && !matches!(self.phase, Phase::Bringup(_)) {
+                        return;
+                    }
+                    continue;
+                }
+                Err((blocked, work)) => {
+                    self.works.push(work);
+                    match blocked {
+                        Blocked::Io | Blocked::Buffer => return,
+                        Blocked::Checkpoint => self.works.push(Work::Checkpoint(Default::default())),
+                        Blocked::Space => self.reclaim(),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Starts the next pending item, or a due checkpoint; false if idle.
+    fn start_next(&mut self) -> bool {
+        if !self.serving() {
+            return false;
+        }
+        if self.segments_since_checkpoint >= self.args.checkpoint_segments {
+            self.works.push(Work::Checkpoint(Default::default()));
+            return true;
+        }
+        match self.pending.pop_front() {
+            None => false,
+            Some(Pending::Upper(req)) => {
+                let w = UpperWork {
+                    req,
+                    stage: Stage::Start,
+                    next_block: 0,
+                    old: Vec::new(),
+                    pieces: Vec::new(),
+                    answer: Vec::new(),
+                    reclaim_rounds: 0,
+                    forced: false,
+                };
+                self.works.push(Work::Upper(w));
+                true
+            }
+            Some(Pending::Checkpoint) => {
+                self.works.push(Work::Checkpoint(Default::default()));
+                true
+            }
+            Some(Pending::Clean) => self.push_clean(false).is_some() || self.start_next(),
+        }
+    }
+
+    /// A write is short of space: a checkpoint if one would free holes,
+    /// else an on-demand cleaning pass, else let it take any segment.
+    fn reclaim(&mut self) {
+        let Some(Work::Upper(u)) = self.works.last_mut() else { panic!("only upper work waits for space") };
+        u.reclaim_rounds += 1;
+        let rounds = u.reclaim_rounds;
+        let bound = 4 * self.geo.segment_count;
+        if rounds > bound {
+            u.forced = true;
+            return;
+        }
+        let c = self.census(false);
+        let quarantined = c.segs.iter().any(|s| !s.eligible && !s.busy && s.valid < c.slot_count);
+        if quarantined {
+            self.works.push(Work::Checkpoint(Default::default()));
+        } else if self.push_clean(true).is_some() {
+            self.counters.on_demand_cleanings_count += 1;
+        } else if let Some(Work::Upper(u)) = self.works.last_mut() {
+            u.forced = true;
+        }
+    }
+
+    /// Issues a request for the top work; its completion lands in `io`.
+    pub(super) fn work_io(&mut self, req: Request) -> usize {
+        let slot = self.io.len();
+        self.io.push(None);
+        self.emit(LowerOp::Work { slot }, req);
+        slot
+    }
+
+    /// The top work's completions, once all have come.
+    pub(super) fn take_io(&mut self) -> Result<Vec<Completion>, Blocked> {
+        if self.io.iter().any(|c| c.is_none()) {
+            return Err(Blocked::Io);
+        }
+        Ok(std::mem::take(&mut self.io).into_iter().map(|c| c.expect("all came")).collect())
+    }
+
+    fn step_upper(&mut self, u: &mut UpperWork) -> Result<(), Blocked> {
+        loop {
+            match u.stage {
+                Stage::Start => self.start_upper(u),
+                Stage::Reading => {
+                    let done = self.take_io()?;
+                    if u.req.op == Op::Read {
+                        return self.finish_read(u, done);
+                    }
+                    for (i, c) in done.into_iter().enumerate() {
+                        u.old[i].1 = c.data;
+                    }
+                    u.stage = Stage::Applying;
+                }
+                Stage::Applying => {
+                    self.apply_blocks(u)?;
+                    self.count_write(u);
+                    if !u.req.fua {
+                        self.upper_q.push_back(Completion::ok(u.req.id));
+                        return Ok(());
+                    }
+                    u.stage = Stage::Sealing;
+                }
+                Stage::Sealing => {
+                    if self.open.is_some() {
+                        self.seal(Cause::User, false);
+                    }
+                    u.stage = Stage::Draining;
+                }
+                Stage::Draining => {
+                    if !self.sealed.is_empty() {
+                        return Err(Blocked::Io);
+                    }
+                    self.work_io(Request::new(ReqId(0), Op::Flush, 0, 0));
+                    u.stage = Stage::Flushing;
+                }
+                Stage::Flushing => {
+                    self.take_io()?;
+                    if !self.write_mark() {
+                        self.upper_q.push_back(Completion::ok(u.req.id));
+                        return Ok(());
+                    }
+                    u.stage = Stage::Marking;
+                }
+                Stage::Marking => {
+                    self.take_io()?;
+                    self.upper_q.push_back(Completion::ok(u.req.id));
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    fn count_write(&mut self, u: &UpperWork) {
+        match u.req.op {
+            Op::Write => self.counters.user_bytes += u64::from(u.req.length_bytes),
+            Op::Trim | Op::WriteZeroes => self.counters.trims_count += 1,
+            Op::Read | Op::Flush => {}
+        }
+    }
+
+    fn start_upper(&mut self, u: &mut UpperWork) {
+        assert!(self.io.is_empty(), "a new work starts with no I/O of another");
+        match u.req.op {
+            Op::Flush => {
+                self.counters.flushes_count += 1;
+                u.stage = Stage::Sealing;
+            }
+            Op::Read => {
+                self.start_read(u);
+                u.stage = Stage::Reading;
+            }
+            Op::Write | Op::Trim | Op::WriteZeroes => {
+                if u.req.op == Op::Write && u.req.data.is_none() {
+                    self.timing_only = true;
+                }
+                self.start_rmw(u);
+                u.next_block = u.req.offset_bytes / u64::from(self.args.block_bytes);
+                u.stage = Stage::Reading;
+            }
+        }
+    }
+
+    /// Where the current bytes of a block are: RAM (a buffer), a lower
+    /// offset, or nowhere (zeroes).
+    fn block_source(&self, block: u64) -> Source {
+        let sid = self.map[block as usize];
+        if sid == super::map::UNMAPPED {
+            return Source::Zero;
+        }
+        let (loc, slot) = self.split_slot(sid);
+        if let Some(&b) = self.seg_buf.get(&loc.0) {
+            if self.buf_filled[b][slot as usize] {
+                return Source::Ram(b, slot);
+            }
+        }
+        Source::Disk(self.slot_offset_bytes(sid))
+    }
+
+    fn start_read(&mut self, u: &mut UpperWork) {
+        let bs = u64::from(self.args.block_bytes);
+        let (start, end) = (u.req.offset_bytes, u.req.end_bytes());
+        u.answer = vec![0u8; u.req.length_bytes as usize];
+        // Lower runs: (lower offset, length, offset in the answer).
+        let mut runs: Vec<(u64, u64, u64)> = Vec::new();
+        let mut pos = start;
+        while pos < end {
+            let block = pos / bs;
+            let within = pos % bs;
+            let n = (bs - within).min(end - pos);
+            let out = pos - start;
+            match self.block_source(block) {
+                Source::Zero => {}
+                Source::Ram(b, slot) => {
+                    let at = (u64::from(slot) * bs + within) as usize;
+                    u.answer[out as usize..(out + n) as usize]
+                        .copy_from_slice(&self.buffers[b][at..at + n as usize]);
+                }
+                Source::Disk(off) => match runs.last_mut() {
+                    Some(r) if r.0 + r.1 == off + within && r.2 + r.1 == out => r.1 += n,
+                    _ => runs.push((off + within, n, out)),
+                },
+            }
+            pos += n;
+        }
+        for (off, n, out) in runs {
+            let i = self.work_io(Request::new(ReqId(0), Op::Read, off, n as u32));
+            u.pieces.push((i, out));
+        }
+        self.counters.read_bytes += u64::from(u.req.length_bytes);
+    }
+
+    fn finish_read(&mut self, u: &mut UpperWork, done: Vec<Completion>) -> Result<(), Blocked> {
+        let mut timing_only = false;
+        for &(i, out) in &u.pieces {
+            match &done[i].data {
+                Some(d) => u.answer[out as usize..out as usize + d.len()].copy_from_slice(d),
+                None => timing_only = true,
+            }
+        }
+        let data = (!timing_only).then(|| Bytes::from(std::mem::take(&mut u.answer)));
+        self.upper_q.push_back(Completion { id: u.req.id, result: Ok(()), data });
+        Ok(())
+    }
+
+    /// Reads the old bytes of the partial first and last blocks.
+    fn start_rmw(&mut self, u: &mut UpperWork) {
+        let bs = u64::from(self.args.block_bytes);
+        let (start, end) = (u.req.offset_bytes, u.req.end_bytes());
+        let mut partial: Vec<u64> = Vec::with_capacity(2);
+        if start % bs != 0 || end - start < bs {
+            partial.push(start / bs);
+        }
+        if end % bs != 0 && !partial.contains(&((end - 1) / bs)) {
+            partial.push((end - 1) / bs);
+        }
+        for block in partial {
+            self.counters.rmw_count += 1;
+            match self.block_source(block) {
+                Source::Zero => u.old.push((block, Some(Bytes::from(vec![0u8; bs as usize])))),
+                Source::Ram(b, slot) => {
+                    let at = (u64::from(slot) * bs) as usize;
+                    u.old.push((block, Some(Bytes::copy_from_slice(&self.buffers[b][at..at + bs as usize]))));
+                }
+                Source::Disk(off) => {
+                    self.work_io(Request::new(ReqId(0), Op::Read, off, bs as u32));
+                    u.old.push((block, None));
+                }
+            }
+        }
+        // Reads land in `io` in issue order; blocks known already take no read.
+        let reads: Vec<usize> = (0..u.old.len()).filter(|&i| u.old[i].1.is_none()).collect();
+        let known: Vec<(u64, Option<Bytes>)> = u.old.iter().filter(|o| o.1.is_some()).cloned().collect();
+        u.old = reads.iter().map(|&i| u.old[i].clone()).chain(known).collect();
+    }
+
+    /// Applies the request's blocks from `next_block` on; may stop for
+    /// space, a buffer or a checkpoint and resume later.
+    fn apply_blocks(&mut self, u: &mut UpperWork) -> Result<(), Blocked> {
+        let bs = u64::from(self.args.block_bytes);
+        let (start, end) = (u.req.offset_bytes, u.req.end_bytes());
+        let last = (end - 1) / bs;
+        while u.next_block <= last {
+            let block = u.next_block;
+            let (b0, b1) = (block * bs, (block + 1) * bs);
+            let whole = start <= b0 && b1 <= end;
+            if whole && u.req.op != Op::Write {
+                self.ensure_open(Cause::User, false, u.forced)?;
+                self.unmap_block(block);
+            } else {
+                self.ensure_open(Cause::User, true, u.forced)?;
+                let bytes = self.compose(u, block, b0, b1);
+                self.place(block, bytes.as_deref(), Cause::User);
+            }
+            u.next_block += 1;
+        }
+        Ok(())
+    }
+
+    /// The new bytes of one block: the request's over the old ones.
+    fn compose(&self, u: &UpperWork, block: u64, b0: u64, b1: u64) -> Option<Vec<u8>> {
+        let bs = (b1 - b0) as usize;
+        let (start, end) = (u.req.offset_bytes, u.req.end_bytes());
+        let (lo, hi) = (start.max(b0), end.min(b1));
+        let mut out = if start <= b0 && b1 <= end {
+            vec![0u8; bs]
+        } else {
+            let old = u.old.iter().find(|o| o.0 == block).expect("partial blocks were read");
+            old.1.as_ref()?.to_vec()
+        };
+        let dst = &mut out[(lo - b0) as usize..(hi - b0) as usize];
+        match (&u.req.data, u.req.op) {
+            (Some(d), Op::Write) => dst.copy_from_slice(&d[(lo - start) as usize..(hi - start) as usize]),
+            (None, Op::Write) => return None,
+            _ => dst.fill(0),
+        }
+        Some(out)
+    }
+
+    /// Makes sure the open segment can take a slot (or an entry).
+    pub(super) fn ensure_open(&mut self, cause: Cause, need_slot: bool, forced: bool) -> Result<(), Blocked> {
+        if let Some(o) = &self.open {
+            let has_slot = o.next_hole < o.holes.len();
+            let has_entry = o.entries.len() + 2 <= self.geo.entry_count_max as usize;
+            if has_entry && (has_slot || !need_slot) {
+                return Ok(());
+            }
+            self.seal(cause, false);
+        }
+        let Some(loc) = self.chain_next else { return Err(Blocked::Checkpoint) };
+        if cause == Cause::User && need_slot && !forced && !self.user_may_open(loc) {
+            return Err(Blocked::Space);
+        }
+        let Some(buf) = self.buffers_free.pop() else { return Err(Blocked::Buffer) };
+        self.open_segment(loc, buf);
+        Ok(())
+    }
+
+    /// Whether user writes may take `loc` (the next segment) now: a free
+    /// one only while the cleaner's reserve stays, one with holes only if
+    /// the policy does SSR now.
+    fn user_may_open(&self, loc: SegLoc) -> bool {
+        let c = self.census(false);
+        if self.usage.valid(loc.0 as usize) == 0 {
+            c.free_count() >= self.args.free_segments_min
+        } else {
+            self.policy.user_holes(&c)
+        }
+    }
+
+    fn open_segment(&mut self, loc: SegLoc, buf: usize) {
+        assert!(self.open.is_none());
+        assert!(self.eligible(loc.0), "segment {} opened while the crash rule forbids it", loc.0);
+        let holes: Vec<u16> = (0..self.geo.slot_count)
+            .filter(|&s| self.rev[self.slot_id(loc, s) as usize] == super::map::UNMAPPED)
+            .map(|s| s as u16)
+            .collect();
+        assert!(!holes.is_empty(), "the next segment has room");
+        let holey = holes.len() < self.geo.slot_count as usize;
+        self.chain_next = None;
+        self.written_epoch[loc.0 as usize] = self.epoch;
+        assert!(self.seg_buf.insert(loc.0, buf).is_none());
+        assert!(self.buf_filled[buf].iter().all(|f| !f));
+        self.open =
+            Some(OpenSeg { loc, seq: self.next_seq, holes, next_hole: 0, holey, entries: Vec::new(), buf });
+        self.next_seq.0 += 1;
+        self.head = loc;
+    }
+
+    /// Writes `block` into the next hole of the open segment.
+    pub(super) fn place(&mut self, block: u64, data: Option<&[u8]>, cause: Cause) {
+        let bs = self.args.block_bytes as usize;
+        let bsec = self.block_sectors();
+        let o = self.open.as_mut().expect("ensure_open ran");
+        let slot = o.holes[o.next_hole];
+        o.next_hole += 1;
+        o.entries.push(Entry::Slot { start_sector: block * bsec, sector_count: bsec as u32, slot });
+        let (loc, buf, holey) = (o.loc, o.buf, o.holey);
+        if let Some(d) = data {
+            assert_eq!(d.len(), bs);
+            self.buffers[buf][slot as usize * bs..(slot as usize + 1) * bs].copy_from_slice(d);
+        }
+        self.buf_filled[buf][slot as usize] = true;
+        let sid = self.slot_id(loc, u32::from(slot));
+        self.set_map(block, sid);
+        let c = &mut self.counters;
+        match (cause, holey) {
+            (Cause::User, false) => c.slots_user_count += 1,
+            (Cause::User, true) => c.slots_ssr_count += 1,
+            (Cause::Cleaner, false) => c.slots_cleaning_count += 1,
+            (Cause::Cleaner, true) => c.slots_plugging_count += 1,
+        }
+    }
+
+    /// Trims `block`: frees its slot and records that in the summary.
+    fn unmap_block(&mut self, block: u64) {
+        if self.map[block as usize] == super::map::UNMAPPED {
+            return;
+        }
+        self.set_map(block, super::map::UNMAPPED);
+        let bsec = self.block_sectors();
+        let o = self.open.as_mut().expect("ensure_open ran");
+        if let Some(Entry::Invalidate { start_sector, sector_count }) = o.entries.last_mut() {
+            if *start_sector + u64::from(*sector_count) == block * bsec && *sector_count < u32::MAX / 2 {
+                *sector_count += bsec as u32;
+                return;
+            }
+        }
+        o.entries.push(Entry::Invalidate { start_sector: block * bsec, sector_count: bsec as u32 });
+    }
+
+    /// Writes the open segment: its new slots and its summary, naming the
+    /// segment that goes next (chosen now; as it will be after the
+    /// checkpoint when `after_checkpoint`).
+    pub(super) fn seal(&mut self, cause: Cause, after_checkpoint: bool) {
+        let o = self.open.take().expect("an open segment");
+        let census = self.census(after_checkpoint);
+        self.chain_next = self.policy.choose_next(&census, cause).map(SegLoc);
+        let mut entries = o.entries;
+        entries.push(Entry::Next { loc: self.chain_next });
+        let filled: Vec<u16> = entries
+            .iter()
+            .filter_map(|e| if let Entry::Slot { slot, .. } = *e { Some(slot) } else { None })
+            .collect();
+        let mut header = SegmentHeader {
+            seq: o.seq,
+            boot: self.boot,
+            slots_used: filled.len() as u32,
+            payload_crc: None,
+            entries,
+        };
+        if !self.timing_only && !filled.is_empty() {
+            header.payload_crc = header.covered_crc(&self.buffers[o.buf], self.geo.slot_bytes as usize);
+        }
+        let bytes = header.encode(&self.geo);
+        let parts = self.segment_parts(o.loc, o.buf, bytes, filled);
+        let parts_left = parts.len() as u32;
+        for (off, data) in parts {
+            self.emit(LowerOp::SegPart { loc: o.loc }, Request::write(ReqId(0), off, data));
+        }
+        self.sealed.push(Sealed { loc: o.loc, buf: o.buf, parts_left });
+        self.counters.segments_written_count += 1;
+        self.counters.summary_bytes_written += u64::from(self.geo.header_bytes);
+        self.segments_since_checkpoint += 1;
+    }
+
+    /// The writes of a segment: the header joined with the runs of new
+    /// slots (a fresh segment is one write).
+    fn segment_parts(
+        &self,
+        loc: SegLoc,
+        buf: usize,
+        header: Vec<u8>,
+        mut filled: Vec<u16>,
+    ) -> Vec<(u64, Bytes)> {
+        let bs = self.geo.slot_bytes as usize;
+        filled.sort_unstable();
+        let mut parts: Vec<(u64, Vec<u8>)> = vec![(self.geo.segment_offset_bytes(loc), header)];
+        for s in filled {
+            let off = self.geo.slot_offset_bytes(loc, u32::from(s));
+            let bytes = &self.buffers[buf][s as usize * bs..(s as usize + 1) * bs];
+            let last = parts.last_mut().expect("the header");
+            if last.0 + last.1.len() as u64 == off
+                && last.1.len() + bs <= layoutd_core::REQUEST_BYTES_MAX as usize
+            {
+                last.1.extend_from_slice(bytes);
+            } else {
+                parts.push((off, bytes.to_vec()));
+            }
+        }
+        parts.into_iter().map(|(o, d)| (o, Bytes::from(d))).collect()
+    }
+
+    /// One write of a segment completed; the last frees its buffer.
+    pub(super) fn segment_part_done(&mut self, loc: SegLoc) {
+        let i = self.sealed.iter().position(|s| s.loc == loc).expect("a part of a segment in flight");
+        self.sealed[i].parts_left -= 1;
+        if self.sealed[i].parts_left > 0 {
+            return;
+        }
+        let s = self.sealed.swap_remove(i);
+        assert_eq!(self.seg_buf.remove(&loc.0), Some(s.buf));
+        self.buf_filled[s.buf].fill(false);
+        self.buffers_free.push(s.buf);
+    }
+
+    /// Queues a cleaning pass on the work stack: victims whose live blocks
+    /// fit the space the cleaner may write. Returns the victim count.
+    pub(super) fn push_clean(&mut self, on_demand: bool) -> Option<u64> {
+        let c = self.census(false);
+        let room_of =
+            |s: &super::policy::SegInfo| if s.eligible && !s.busy { c.slot_count - s.valid } else { 0 };
+        let mut room: u64 = c.segs.iter().map(|s| u64::from(room_of(s))).sum();
+        if let Some(o) = &self.open {
+            room += (o.holes.len() - o.next_hole) as u64;
+        }
+        if let Some(n) = self.chain_next {
+            room += u64::from(c.slot_count - self.usage.valid(n.0 as usize));
+        }
+        let mut victims = Vec::new();
+        for v in self.policy.victims(&c, self.args.clean_batch_segments as usize) {
+            let live = u64::from(c.segs[v as usize].valid);
+            // A victim's own holes stop counting as room once it is one.
+            let own = u64::from(room_of(&c.segs[v as usize]));
+            if live + own > room {
+                break;
+            }
+            room -= live + own;
+            victims.push(SegLoc(v));
+        }
+        if victims.is_empty() {
+            return None;
+        }
+        let n = victims.len() as u64;
+        self.cleaning = victims.iter().map(|v| v.0).collect();
+        self.works.push(Work::Clean(CleanWork {
+            victims,
+            issued: false,
+            read_done: false,
+            live: Vec::new(),
+            next: 0,
+            on_demand,
+        }));
+        Some(n)
+    }
+
+    fn step_clean(&mut self, c: &mut CleanWork) -> Result<(), Blocked> {
+        if !c.issued {
+            c.issued = true;
+            for &v in &c.victims {
+                let off = self.geo.slot_offset_bytes(v, 0);
+                self.work_io(Request::new(ReqId(0), Op::Read, off, self.geo.payload_bytes() as u32));
+            }
+            return Err(Blocked::Io);
+        }
+        if !c.read_done {
+            let done = self.take_io()?;
+            c.read_done = true;
+            self.collect_live(c, done);
+        }
+        while c.next < c.live.len() {
+            let (block, sid, _) = c.live[c.next];
+            if self.map[block as usize] == sid {
+                self.ensure_open(Cause::Cleaner, true, true)?;
+                let data = c.live[c.next].2.take();
+                self.place(block, data.as_deref(), Cause::Cleaner);
+            }
+            c.next += 1;
+        }
+        self.counters.cleaning_passes_count += 1;
+        self.counters.segments_cleaned_count += c.victims.len() as u64;
+        self.cleaning.clear();
+        if !c.on_demand {
+            // Idle cleaning: a checkpoint makes the victims free segments
+            // (the crash rule), so the next offer sees what was gained.
+            self.works.push(Work::Checkpoint(Default::default()));
+        }
+        Ok(())
+    }
+
+    /// The live blocks of the victims, in logical order when configured
+    /// (so blocks random updates scattered are laid out in order again).
+    fn collect_live(&mut self, c: &mut CleanWork, done: Vec<Completion>) {
+        let bs = self.geo.slot_bytes as usize;
+        for (v, comp) in c.victims.iter().zip(done) {
+            for s in 0..self.geo.slot_count {
+                let sid = self.slot_id(*v, s);
+                let block = self.rev[sid as usize];
+                if block == super::map::UNMAPPED {
+                    continue;
+                }
+                let data = comp.data.as_ref().map(|d| d.slice(s as usize * bs..(s as usize + 1) * bs));
+                c.live.push((u64::from(block), sid, data));
+            }
+        }
+        if self.args.clean_sorted {
+            c.live.sort_by_key(|l| l.0);
+        }
+        assert!(c.live.iter().all(|l| (l.0 as usize) < self.map.len()));
+        let _ = SECTOR_BYTES;
+    }
+}
+
+/// Where a block's current bytes are.
+enum Source {
+    Zero,
+    Ram(usize, u32),
+    Disk(u64),
+}
