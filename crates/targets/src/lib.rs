@@ -10,6 +10,7 @@ pub mod blockmap;
 pub mod dcd;
 pub mod gate;
 pub mod linear;
+pub mod replica;
 pub mod seglog;
 mod split;
 pub mod trace;
@@ -55,6 +56,11 @@ pub const TARGET_TYPES: &[TargetType] = &[
         name: "linear",
         about: "maps the volume onto one or more slices of the lower device (dm-linear)",
         ctr: |c| Ok(Box::new(linear::Linear::ctr(c.args, c.lower_bytes)?)),
+    },
+    TargetType {
+        name: "replica",
+        about: "replicates repeated non-sequential reads, in access order, into blocks the file system declared free",
+        ctr: |c| Ok(Box::new(replica::Replica::ctr(c.args, c.lower_bytes, c.mode)?)),
     },
     TargetType {
         name: "trace",
