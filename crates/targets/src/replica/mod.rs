@@ -385,8 +385,22 @@ impl Target for Replica {
                     None => "nothing reclaimed (no range qualifies)".into(),
                 })
             }
+            "map" => {
+                let shown: Vec<String> = self
+                    .space
+                    .forward
+                    .iter()
+                    .take(64)
+                    .map(|e| format!("{}+{}->{}", e.start, e.length, e.value.orig))
+                    .collect();
+                Ok(format!("replica blocks {}: {}", self.space.replica_blocks(), shown.join(" ")))
+            }
+            "verify" => {
+                self.check_invariants();
+                Ok("maps consistent".into())
+            }
             "reclaim" => Err("replica: not serving (bring-up failed or in progress)".into()),
-            other => Err(format!("replica: unknown message `{other}` (known: reclaim)")),
+            other => Err(format!("replica: unknown message `{other}` (known: reclaim, map, verify)")),
         }
     }
 

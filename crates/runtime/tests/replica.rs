@@ -1,0 +1,397 @@
+//! The `replica` target: the oracle and the crash check under a workload
+//! that declares free space by discards and repeats read patterns (so
+//! replicas are created, used, invalidated and reclaimed many times per
+//! case), every cell of the thesis's Table 4.1 built by hand in the det
+//! harness with negative controls for RR and B, and bad input.
+
+use bytes::Bytes;
+use layoutd_core::{Instant, Op, OpenMode, ReqId, Request, StreamId};
+use layoutd_runtime::det::{Harness, Timing};
+use layoutd_runtime::testkit::{bring_up, crash_check, oracle_check, stack_from_toml, OpSpec};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+const DEVICE_BYTES: u64 = 1 << 20;
+
+/// 512-byte blocks, small constants: patterns of a few reads replicate,
+/// and a few hundred free blocks fill up so reclamation runs.
+const SMALL: &str = r#"version = 1
+[[layer]]
+target = "replica"
+block_bytes = 512
+meta_record_bytes = 4096
+history_count = 4
+close_blocks = 4
+pass_through_close_count = 3
+queue_commit_count = 3
+queue_sequential_cancel_count = 2
+replicate_after_commit_count = 4
+free_extent_blocks_min = 8
+reclaim_range_blocks = 16
+reclaim_candidates_min = 6
+reclaim_bottom_pct = 30
+reclaim_age_max = 3
+reclaim_wait_divisor = 8
+"#;
+
+/// A file-system-like workload: discards declare the top of the volume
+/// free (some of it is written again: the file system allocating), and
+/// several patterns of scattered small reads repeat, with writes over
+/// some of their blocks in between.
+fn pattern_ops(rng: &mut ChaCha8Rng, rounds: usize) -> Vec<OpSpec> {
+    let total = (DEVICE_BYTES - 8192) / 512;
+    let free_from = total - 96;
+    let op = |op, sector, sectors, stream| OpSpec { op, sector, sectors, fua: false, stream };
+    let mut ops: Vec<OpSpec> = (0..3).map(|i| op(Op::Trim, free_from + i * 32, 32, 0)).collect();
+    let patterns: Vec<Vec<(u64, u32)>> = (0..6)
+        .map(|_| {
+            (0..rng.gen_range(6..12))
+                .map(|_| (rng.gen_range(0..free_from - 8), rng.gen_range(1..4)))
+                .collect()
+        })
+        .collect();
+    for round in 0..rounds {
+        for (p, pat) in patterns.iter().enumerate() {
+            if (round + p) % 3 == 0 && round > 0 {
+                continue;
+            }
+            for &(s, n) in pat {
+                ops.push(op(Op::Read, s, n, p as u32 + 1));
+            }
+            let k = rng.gen_range(0..pat.len());
+            match rng.gen_range(0..10) {
+                0..=3 => ops.push(op(Op::Write, pat[k].0, pat[k].1, 0)),
+                4 => ops.push(op(Op::Flush, 0, 0, 0)),
+                5 => ops.push(op(Op::Write, free_from + rng.gen_range(0..96), rng.gen_range(1..9), 0)),
+                6 => ops.push(op(Op::Trim, free_from + rng.gen_range(0..90), rng.gen_range(1..20), 0)),
+                9 => ops.push(op(Op::Read, free_from - 4 + rng.gen_range(0..96), rng.gen_range(1..9), 0)),
+                7 => ops.push(OpSpec { fua: true, ..op(Op::Write, pat[k].0, 1, 0) }),
+                _ => ops.push(op(Op::WriteZeroes, free_from + rng.gen_range(0..90), rng.gen_range(1..9), 0)),
+            }
+        }
+    }
+    ops
+}
+
+fn counter(h: &Harness<impl Timing>, key: &str) -> u64 {
+    let layers = h.stack.layer_statuses();
+    let found = layers.iter().flat_map(|st| st.counters.iter()).find(|c| c.0 == key);
+    found.unwrap_or_else(|| panic!("no counter {key}")).1
+}
+
+#[test]
+fn replica_patterns_read_back_what_a_byte_array_would_and_replicas_live_and_die() {
+    let mut totals = BTreeMap::new();
+    for seed in 0..6u64 {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let ops = pattern_ops(&mut rng, 14);
+        for depth in [1, 4] {
+            let mut h = oracle_check(SMALL, DEVICE_BYTES, seed, &ops, depth);
+            assert_eq!(h.stack.message(h.now, "1:verify"), Ok("maps consistent".into()));
+            for key in [
+                "replicas_created_blocks",
+                "replicas_used_blocks",
+                "replicas_invalidated_blocks",
+                "replicas_reclaimed_blocks",
+                "replicas_dropped_by_allocation_blocks",
+                "queues_committed_count",
+                "reads_zero_bytes",
+            ] {
+                *totals.entry(key).or_insert(0) += counter(&h, key);
+            }
+        }
+    }
+    eprintln!("{totals:?}");
+    for (key, v) in &totals {
+        assert!(*v >= 12, "{key} = {v}: the workload should exercise it many times (twice per case)");
+    }
+}
+
+#[test]
+fn replica_crash_at_every_flush_and_random_points_keeps_flushed_data() {
+    for seed in 0..4u64 {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let ops = pattern_ops(&mut rng, 8);
+        let cuts = crash_check(SMALL, DEVICE_BYTES, seed, &ops, 4, 30);
+        assert!(cuts > 20, "too few cut points: {cuts}");
+    }
+}
+
+// ---------------------------------------------------------------- Table 4.1
+
+/// Completes lower requests after a latency by kind, in submission order
+/// among equal instants: reads, foreground writes and the target's own
+/// (background) writes each get their own, so a test decides which of two
+/// overlapping requests lands first.
+struct Scripted {
+    read_ns: u64,
+    write_ns: u64,
+    background_ns: u64,
+    queue: BTreeMap<(Instant, u64), u64>,
+}
+
+impl Scripted {
+    fn new(read_ms: u64, write_ms: u64, background_ms: u64) -> Scripted {
+        let ms = 1_000_000;
+        Scripted {
+            read_ns: read_ms * ms,
+            write_ns: write_ms * ms,
+            background_ns: background_ms * ms,
+            queue: BTreeMap::new(),
+        }
+    }
+}
+
+impl Timing for Scripted {
+    fn submit(&mut self, now: Instant, req: &Request, tag: u64, _rng: &mut ChaCha8Rng) {
+        let ns = match (req.background, req.op) {
+            (true, _) => self.background_ns,
+            (false, Op::Read) => self.read_ns,
+            _ => self.write_ns,
+        };
+        self.queue.insert((now.add_ns(ns), tag), tag);
+    }
+
+    fn next_completion(&self) -> Option<Instant> {
+        self.queue.keys().next().map(|k| k.0)
+    }
+
+    fn complete(&mut self, now: Instant, _rng: &mut ChaCha8Rng) -> Option<u64> {
+        let ((at, _), tag) = self.queue.pop_first()?;
+        assert!(at <= now);
+        Some(tag)
+    }
+
+    fn busy(&self) -> bool {
+        !self.queue.is_empty()
+    }
+}
+
+const B: u64 = 4096;
+/// Originals far apart (more than `close_blocks`), and where their
+/// replicas land: the free extent starts at block 128.
+const A: u64 = 10;
+const BB: u64 = 40;
+const D: u64 = 70;
+const E: u64 = 100;
+const L_A: u64 = 128;
+const L_D: u64 = 130;
+
+fn cell_config(checks: bool) -> String {
+    format!(
+        "version = 1\n[[layer]]\ntarget = \"replica\"\nmeta_record_bytes = 4096\nhistory_count = 4\n\
+         close_blocks = 2\npass_through_close_count = 2\nqueue_commit_count = 2\n\
+         queue_sequential_cancel_count = 2\nreplicate_after_commit_count = 0\nfree_extent_blocks_min = 4\n\
+         reclaim_range_blocks = 8\nreclaim_candidates_min = 4\nconflict_checks = \"{}\"\n\
+         [[layer]]\ntarget = \"trace\"\n",
+        if checks { "on" } else { "off-unsafe-for-tests" }
+    )
+}
+
+fn read(block: u64, stream: u32) -> Request {
+    Request { stream: StreamId(stream), ..Request::new(ReqId(0), Op::Read, block * B, B as u32) }
+}
+
+fn write(block: u64, fill: u8, fua: bool) -> Request {
+    Request { fua, ..Request::write(ReqId(0), block * B, Bytes::from(vec![fill; B as usize])) }
+}
+
+fn fill_of(c: &layoutd_core::Completion) -> u8 {
+    assert_eq!(c.result, Ok(()));
+    let d = c.data.as_ref().expect("data");
+    assert!(d.iter().all(|&x| x == d[0]), "one fill per block");
+    d[0]
+}
+
+fn fill(block: u64) -> u8 {
+    (block % 250) as u8 + 1
+}
+
+/// Blocks 128.. declared free; A, B, D, E written; A and B replicated
+/// (at 128 and 129) by two reads on stream 0; every latency 1 ms. Then the
+/// timing is set to `timing` for the cell.
+fn setup(checks: bool, timing: Scripted) -> Harness<Scripted> {
+    let dev = Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
+    let stack = stack_from_toml(&cell_config(checks), DEVICE_BYTES, OpenMode::Format);
+    let mut h = Harness::new(stack, dev, Scripted::new(1, 1, 1), 1);
+    bring_up(&mut h);
+    let volume_blocks = h.stack.size_bytes() / B;
+    let trim = Request::new(ReqId(0), Op::Trim, 128 * B, ((volume_blocks - 128) * B) as u32);
+    assert_eq!(h.call(trim).result, Ok(()));
+    for blk in [A, BB, D, E] {
+        assert_eq!(h.call(write(blk, fill(blk), false)).result, Ok(()));
+    }
+    assert_eq!(fill_of(&h.call(read(A, 0))), fill(A));
+    assert_eq!(fill_of(&h.call(read(BB, 0))), fill(BB));
+    h.settle();
+    assert_eq!(h.stack.message(h.now, "1:map"), Ok("replica blocks 2: 128+1->10 129+1->40".into()));
+    h.timing = timing;
+    h
+}
+
+/// Starts the replication of D and E (to 130 and 131) and returns once
+/// their replica writes are in flight.
+fn replicate_d_e(h: &mut Harness<Scripted>) {
+    assert_eq!(fill_of(&h.call(read(D, 0))), fill(D));
+    assert_eq!(fill_of(&h.call(read(E, 0))), fill(E));
+    assert_eq!(counter(h, "pending_replica_writes"), 2, "D and E's replica writes are in flight");
+}
+
+fn map(h: &mut Harness<Scripted>) -> String {
+    h.stack.message(h.now, "1:map").expect("map")
+}
+
+#[test]
+fn table_4_1_in_flight_read_of_an_original() {
+    // new R: OK.
+    let mut h = setup(true, Scripted::new(10, 1, 1));
+    let (r1, r2) = (h.submit(read(D, 3)), h.submit(read(D, 4)));
+    assert_eq!((fill_of(&h.wait_for(r1)), fill_of(&h.wait_for(r2))), (fill(D), fill(D)));
+    // new W of the original: RC, the file system's own race; the read
+    // completes, and no replica of the old bytes survives the write.
+    let mut h = setup(true, Scripted::new(10, 1, 1));
+    let r = h.submit(read(A, 0)); // close to stream 0's history: the original
+    let w = h.submit(write(A, 0xAA, false));
+    assert_eq!(h.wait_for(w).result, Ok(()));
+    assert!(h.wait_for(r).result.is_ok());
+    assert_eq!(counter(&h, "conflicts_rc_count"), 1);
+    assert_eq!(fill_of(&h.call(read(A, 9))), 0xAA);
+    // new W of a block holding a replica of it (the file system allocates
+    // it): INV, the replica is dropped and the read is untouched.
+    let mut h = setup(true, Scripted::new(10, 1, 1));
+    let r = h.submit(read(A, 0));
+    let w = h.submit(write(L_A, 0x77, false));
+    assert_eq!(h.wait_for(w).result, Ok(()));
+    assert_eq!(fill_of(&h.wait_for(r)), fill(A));
+    assert_eq!(counter(&h, "replicas_dropped_by_allocation_blocks"), 1);
+    assert_eq!(fill_of(&h.call(read(A, 9))), fill(A));
+    assert_eq!(fill_of(&h.call(read(L_A, 9))), 0x77);
+    assert_eq!(counter(&h, "reads_replica_count"), 0);
+}
+
+/// RR: a replica read in flight when the file system writes the block
+/// holding that replica. Returns the bytes the read got.
+fn rr_case(checks: bool) -> u8 {
+    let mut h = setup(checks, Scripted::new(10, 1, 1));
+    let r = h.submit(read(A, 7)); // a fresh stream: served from the replica at L_A
+    let w = h.submit(write(L_A, 0xEE, false));
+    let got = fill_of(&h.wait_for(r));
+    assert_eq!(h.wait_for(w).result, Ok(()));
+    assert_eq!(counter(&h, "reads_replica_count"), 1);
+    assert_eq!(fill_of(&h.call(read(L_A, 9))), 0xEE);
+    if checks {
+        assert_eq!(counter(&h, "conflicts_rr_count"), 1);
+    }
+    got
+}
+
+#[test]
+fn table_4_1_in_flight_read_of_a_replica() {
+    // new R: OK, both from the replica.
+    let mut h = setup(true, Scripted::new(10, 1, 1));
+    let (r1, r2) = (h.submit(read(A, 3)), h.submit(read(A, 4)));
+    assert_eq!((fill_of(&h.wait_for(r1)), fill_of(&h.wait_for(r2))), (fill(A), fill(A)));
+    assert_eq!(counter(&h, "reads_replica_count"), 2);
+    // new W of the original: RC; afterwards the replica is gone.
+    let mut h = setup(true, Scripted::new(10, 1, 1));
+    let r = h.submit(read(A, 3));
+    let w = h.submit(write(A, 0xAA, false));
+    assert_eq!(h.wait_for(w).result, Ok(()));
+    assert!(h.wait_for(r).result.is_ok());
+    assert_eq!(fill_of(&h.call(read(A, 9))), 0xAA, "never the stale replica");
+    assert_eq!(counter(&h, "reads_replica_count"), 1);
+    // new W of the replica's block: RR, the write waits for the read.
+    assert_eq!(rr_case(true), fill(A));
+}
+
+#[test]
+fn negative_control_without_rr_handling_the_replica_read_returns_the_file_systems_bytes() {
+    assert_eq!(rr_case(false), 0xEE, "the check above would fail without the RR handling");
+}
+
+#[test]
+fn table_4_1_in_flight_write_of_an_original() {
+    // new R: RC; the replica was invalidated when the write arrived, so
+    // the read goes to the original (old or new bytes: the race is the
+    // file system's), and afterwards the new bytes are read.
+    let mut h = setup(true, Scripted::new(1, 10, 1));
+    let w = h.submit(write(A, 0xAA, false));
+    let r = h.submit(read(A, 5));
+    assert!(h.wait_for(r).result.is_ok());
+    assert_eq!(h.wait_for(w).result, Ok(()));
+    assert_eq!(counter(&h, "reads_replica_count"), 0);
+    assert_eq!(fill_of(&h.call(read(A, 6))), 0xAA);
+    // new W of the original: RC, both complete, in order here.
+    let mut h = setup(true, Scripted::new(1, 10, 1));
+    let (w1, w2) = (h.submit(write(A, 0xA1, false)), h.submit(write(A, 0xA2, false)));
+    assert_eq!((h.wait_for(w1).result, h.wait_for(w2).result), (Ok(()), Ok(())));
+    assert_eq!(fill_of(&h.call(read(A, 6))), 0xA2);
+    // new W of a replica of it: "-", impossible: the replica was dropped
+    // when the write arrived, so the block is plainly free.
+    let mut h = setup(true, Scripted::new(1, 10, 1));
+    let w1 = h.submit(write(A, 0xA1, false));
+    let w2 = h.submit(write(L_A, 0x55, false));
+    assert_eq!((h.wait_for(w1).result, h.wait_for(w2).result), (Ok(()), Ok(())));
+    assert_eq!(counter(&h, "conflicts_b_count") + counter(&h, "conflicts_rr_count"), 0);
+    assert_eq!((fill_of(&h.call(read(A, 6))), fill_of(&h.call(read(L_A, 6)))), (0xA1, 0x55));
+}
+
+/// B: a replica write in flight when the file system writes (FUA) the
+/// block it goes to. Returns what the block holds afterwards, and the
+/// trace of the lower writes to it: (submit, complete, fua, background).
+fn b_case(checks: bool) -> (u8, Vec<(u64, u64, bool, bool)>) {
+    let mut h = setup(checks, Scripted::new(1, 1, 10));
+    h.take_records();
+    replicate_d_e(&mut h);
+    let w = h.submit(write(L_D, 0xBB, true));
+    assert_eq!(h.wait_for(w).result, Ok(()));
+    let f = h.flush();
+    assert_eq!(f.result, Ok(()));
+    h.settle();
+    if checks {
+        assert_eq!(counter(&h, "conflicts_b_count"), 1);
+    }
+    assert!(!map(&mut h).contains("130+"), "the file system took block 130: no replica there");
+    let got = fill_of(&h.call(read(L_D, 9)));
+    let trace: Vec<(u64, u64, bool, bool)> = h
+        .take_records()
+        .iter()
+        .filter(|r| r.op == Op::Write && r.offset_bytes == L_D * B)
+        .map(|r| (r.submit.as_ns(), r.complete.as_ns(), r.fua, r.length_bytes == B as u32))
+        .collect();
+    (got, trace)
+}
+
+#[test]
+fn table_4_1_in_flight_write_of_a_replica() {
+    // new R of the original: OK, not held.
+    let mut h = setup(true, Scripted::new(1, 1, 10));
+    replicate_d_e(&mut h);
+    assert_eq!(fill_of(&h.call(read(D, 9))), fill(D));
+    assert_eq!(counter(&h, "pending_replica_writes"), 2, "answered while the replica writes are in flight");
+    // new W of the original: INV, the replica is never recorded.
+    let mut h = setup(true, Scripted::new(1, 1, 10));
+    replicate_d_e(&mut h);
+    assert_eq!(h.call(write(D, 0xDD, false)).result, Ok(()));
+    h.settle();
+    assert_eq!(counter(&h, "conflicts_inv_count"), 1);
+    assert_eq!(map(&mut h), "replica blocks 3: 128+1->10 129+1->40 131+1->100");
+    assert_eq!(fill_of(&h.call(read(D, 9))), 0xDD);
+    // new W of the replica's block: B, held until the replica write is
+    // done, then issued with its FUA; the block ends with the file
+    // system's bytes.
+    let (got, trace) = b_case(true);
+    assert_eq!(got, 0xBB);
+    assert_eq!(trace.len(), 2, "the replica write, then the file system's");
+    let (replica, fs) = (trace[0], trace[1]);
+    assert!(fs.0 >= replica.1, "the file system's write went below after the replica write completed");
+    assert!(fs.2, "with its FUA");
+}
+
+#[test]
+fn negative_control_without_b_handling_the_replica_write_clobbers_the_file_system() {
+    let (got, _) = b_case(false);
+    assert_eq!(got, fill(D), "the check above would fail without the B handling");
+}
