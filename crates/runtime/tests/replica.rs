@@ -395,3 +395,122 @@ fn negative_control_without_b_handling_the_replica_write_clobbers_the_file_syste
     let (got, _) = b_case(false);
     assert_eq!(got, fill(D), "the check above would fail without the B handling");
 }
+
+// ------------------------------------------------- streams, queue, window
+
+/// The cell setup's stack with extra keys, formatted, blocks 128.. free,
+/// blocks 0..128 written with their fill; every latency 1 ms.
+fn streams_setup(extra: &str) -> Harness<Scripted> {
+    let mut text = cell_config(true);
+    for line in extra.lines() {
+        let key = line.split('=').next().expect("key").trim();
+        let old = text.lines().find(|l| l.starts_with(&format!("{key} ="))).map(|l| format!("{l}\n"));
+        text = text.replace(&old.unwrap_or_default(), "");
+    }
+    let text = text.replace("conflict_checks", &format!("{extra}\nconflict_checks"));
+    let dev = Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
+    let stack = stack_from_toml(&text, DEVICE_BYTES, OpenMode::Format);
+    let mut h = Harness::new(stack, dev, Scripted::new(1, 1, 1), 1);
+    bring_up(&mut h);
+    let volume_blocks = h.stack.size_bytes() / B;
+    let trim = Request::new(ReqId(0), Op::Trim, 128 * B, ((volume_blocks - 128) * B) as u32);
+    assert_eq!(h.call(trim).result, Ok(()));
+    for blk in 0..128 {
+        assert_eq!(h.call(write(blk, fill(blk), false)).result, Ok(()));
+    }
+    h
+}
+
+#[test]
+fn reads_close_to_enough_history_pass_through_and_a_mostly_sequential_queue_is_cancelled() {
+    let mut h = streams_setup("");
+    // 3 then 4: the second is close to one entry (pass-through needs 2).
+    for (blk, stream) in [(3, 1), (4, 1), (5, 1)] {
+        assert_eq!(fill_of(&h.call(read(blk, stream))), fill(blk));
+    }
+    // 5 is close to 3 and 4: passes through without being a candidate.
+    assert_eq!(counter(&h, "reads_sequential_count"), 1);
+    assert_eq!(counter(&h, "candidates_count"), 2);
+    // The queue (3, 4) had one sequential pair of one: >= 2 needed to
+    // cancel, so it committed.
+    assert_eq!(counter(&h, "queues_committed_count"), 1);
+    let mut h = streams_setup("queue_sequential_cancel_count = 1");
+    for blk in [3, 4] {
+        h.call(read(blk, 1));
+    }
+    h.settle();
+    assert_eq!(counter(&h, "queues_cancelled_noise_count"), 1);
+    assert_eq!(counter(&h, "replicas_created_blocks"), 0);
+}
+
+#[test]
+fn a_queue_that_does_not_fill_in_time_is_cancelled_and_a_commit_keeps_replicating() {
+    let mut h = streams_setup("queue_commit_count = 3\nqueue_timeout_ms = 2000");
+    h.call(read(10, 1));
+    let t = h.now; // the queue's first candidate
+    h.call(read(40, 1));
+    h.run_until(t.add_ms(1999));
+    assert_eq!(counter(&h, "queues_cancelled_timeout_count"), 0);
+    h.run_until(t.add_ms(2001));
+    assert_eq!(counter(&h, "queues_cancelled_timeout_count"), 1);
+    assert_eq!(counter(&h, "candidates_queued"), 0);
+    // Committed: the next replicate_after_commit_count reads are
+    // replicated whatever they are (here sequential ones).
+    let mut h = streams_setup("replicate_after_commit_count = 3");
+    for blk in [10, 40, 41, 42, 43, 44] {
+        h.call(read(blk, 1));
+    }
+    h.settle();
+    assert_eq!(counter(&h, "queues_committed_count"), 1);
+    assert_eq!(counter(&h, "replicas_created_blocks"), 2 + 3, "the queue, then the next 3 reads");
+}
+
+#[test]
+fn congestion_backs_off_for_the_configured_reads() {
+    // One replica write in flight counts as congested: the second commit
+    // backs off for 4 reads.
+    let mut h = streams_setup("congestion_in_flight_max = 1\ncongestion_backoff_reads = 5");
+    h.timing = Scripted::new(1, 1, 50);
+    for blk in [10, 40] {
+        h.call(read(blk, 1));
+    }
+    assert_eq!(counter(&h, "congestion_backoffs_count"), 1);
+    assert_eq!(counter(&h, "candidates_count"), 2);
+    for blk in [70, 100, 13, 43, 73] {
+        h.call(read(blk, 1));
+    }
+    assert_eq!(counter(&h, "candidates_count"), 2, "backing off for 5 reads: no candidates");
+    h.call(read(103, 1));
+    assert_eq!(counter(&h, "candidates_count"), 3, "the back-off is over");
+    h.settle();
+}
+
+#[test]
+fn the_defaults_are_the_thesis_constants() {
+    let dev = Arc::new(layoutd_disk::MemDevice::new(64 << 20));
+    let stack = stack_from_toml("version = 1\n[[layer]]\ntarget = \"replica\"\n", 64 << 20, OpenMode::Format);
+    let mut h = Harness::new(stack, dev, Scripted::new(1, 1, 1), 1);
+    bring_up(&mut h);
+    let st = h.stack.status();
+    let get = |k: &str| st.config.iter().find(|c| c.0 == k).map(|c| c.1.clone()).unwrap();
+    for (k, v) in [
+        ("history_count", "64"),
+        ("close_blocks", "1000"),
+        ("pass_through_close_count", "8"),
+        ("queue_commit_count", "8"),
+        ("queue_sequential_cancel_count", "4"),
+        ("replicate_after_commit_count", "64"),
+        ("queue_timeout_ms", "2000"),
+        ("free_extent_blocks_min", "1024"),
+        ("congestion_backoff_reads", "256"),
+        ("reclaim_range_blocks", "1024"),
+        ("reclaim_candidates_min", "512"),
+        ("reclaim_bottom_pct", "10"),
+        ("reclaim_age_max", "250"),
+        ("reclaim_wait_divisor", "250"),
+        ("replica_choice", "lowest"),
+        ("replication", "inline"),
+    ] {
+        assert_eq!(get(k), v, "{k}");
+    }
+}

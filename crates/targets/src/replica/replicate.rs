@@ -15,9 +15,6 @@ impl Replica {
     pub(super) fn may_replicate(&mut self, _now: Instant, stream: StreamId) -> bool {
         let quota = self.args.stream_quota_blocks;
         let s = self.streams.get(stream);
-        if s.backoff_left > 0 {
-            return false;
-        }
         if s.over_quota(quota) {
             self.counters.quota_stops_count += 1;
             return false;

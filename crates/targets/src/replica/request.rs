@@ -162,10 +162,11 @@ impl Replica {
 
     fn read_policy(&mut self, now: Instant, req: Request, key: u64, ba: u64, n: u64) {
         let close_blocks = self.args.close_blocks;
-        let (close_count, committed) = {
+        let (close_count, committed, backing_off) = {
             let s = self.streams.get(req.stream);
+            let backing_off = s.backoff_left > 0;
             s.backoff_left = s.backoff_left.saturating_sub(1);
-            (s.close_count((ba, ba + n), close_blocks), s.committed_left > 0)
+            (s.close_count((ba, ba + n), close_blocks), s.committed_left > 0, backing_off)
         };
         let b = self.block();
         self.asm.insert(key, Assembly::new(req.id, Op::Read, req.length_bytes, 1));
@@ -190,7 +191,7 @@ impl Replica {
             return;
         }
         self.push_history(req.stream, (ba, ba + n));
-        let op = if self.may_replicate(now, req.stream) {
+        let op = if !backing_off && self.may_replicate(now, req.stream) {
             self.counters.candidates_count += 1;
             LowerOp::CandidateRead { key, stream: req.stream, orig: ba, blocks: n }
         } else {
