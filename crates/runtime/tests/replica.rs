@@ -514,3 +514,87 @@ fn the_defaults_are_the_thesis_constants() {
         assert_eq!(get(k), v, "{k}");
     }
 }
+
+// ------------------------------------------------------------- bad input
+
+fn build(text: &str, device_bytes: u64, mode: OpenMode) -> Result<layoutd_core::Stack, String> {
+    let cfg = layoutd_core::config::StackConfig::parse(text, "t.toml").map_err(|e| e.0)?;
+    layoutd_targets::build_stack(&cfg, device_bytes, mode).map_err(|e| e.0)
+}
+
+#[test]
+fn impossible_constants_fail_naming_the_key() {
+    let base = "version = 1\n[[layer]]\ntarget = \"replica\"\n";
+    let cases = [
+        ("block_bytes = 1000", "`block_bytes`"),
+        ("history_count = 0", "`history_count`"),
+        ("reclaim_candidates_min = 1024", "`reclaim_candidates_min`"),
+        ("free_extent_blocks_min = 4096", "`free_extent_blocks_min`"),
+        ("queue_sequential_cancel_count = 9", "`queue_sequential_cancel_count`"),
+        ("reclaim_bottom_pct = 0", "`reclaim_bottom_pct`"),
+        ("replica_choice = \"best\"", "`replica_choice`"),
+        ("conflict_checks = \"off\"", "`conflict_checks`"),
+        ("propagate_bytes_max = 100", "`propagate_bytes_max`"),
+        ("typo = 1", "`typo`"),
+    ];
+    for (line, want) in cases {
+        let e = build(&format!("{base}{line}\n"), 64 << 20, OpenMode::Format)
+            .err()
+            .unwrap_or_else(|| panic!("accepted: {line}"));
+        assert!(e.contains(want) && e.contains("replica"), "{e:?} should name {want}");
+        assert_eq!(e.lines().count(), 1, "one line: {e}");
+    }
+    let e = build(base, 64 << 10, OpenMode::Format).err().expect("too small");
+    assert!(e.contains("too small"), "{e}");
+}
+
+#[test]
+fn the_example_config_formats_and_serves() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/replica.toml"))
+        .expect("example");
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    let ops = pattern_ops(&mut rng, 2);
+    let h = oracle_check(&text, 16 << 20, 3, &ops, 4);
+    assert_eq!(counter(&h, "replica_blocks"), 0, "512-byte reads: below the 4 KiB block, never replicated");
+}
+
+/// Opens `image` (unclean) and returns the open's error, if it failed.
+fn open_error(image: Arc<layoutd_disk::MemDevice>, text: &str) -> Option<String> {
+    use layoutd_disk::BlockDevice;
+    let contents = |d: &layoutd_disk::MemDevice| {
+        let mut v = vec![0u8; DEVICE_BYTES as usize];
+        d.read_at(&mut v, 0).expect("read");
+        v
+    };
+    let stack = stack_from_toml(text, DEVICE_BYTES, OpenMode::Open { clean: false, accept_loss: false });
+    let mut h = Harness::new(stack, image.clone(), Scripted::new(1, 1, 1), 1);
+    let before = contents(&image);
+    let r = h.bring_up().err().or_else(|| {
+        let st = h.stack.layer_statuses();
+        st.iter().flat_map(|s| s.config.iter()).find(|c| c.0 == "error").map(|c| c.1.clone())
+    });
+    assert!(contents(&image) == before, "nothing written while refusing");
+    r
+}
+
+#[test]
+fn a_device_without_a_region_record_or_with_a_corrupt_one_is_refused_in_one_line() {
+    use layoutd_disk::BlockDevice;
+    let text = cell_config(true);
+    let blank = Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
+    let e = open_error(blank, &text).expect("refused");
+    assert!(e.contains("no readable region record") && e.contains("layoutd format"), "{e}");
+    assert_eq!(e.lines().count(), 1);
+    // Format, then damage both copies.
+    let dev = Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
+    let stack = stack_from_toml(&text, DEVICE_BYTES, OpenMode::Format);
+    let mut h = Harness::new(stack, dev.clone(), Scripted::new(1, 1, 1), 1);
+    bring_up(&mut h);
+    let meta = h.stack.size_bytes();
+    assert_eq!(open_error(dev.clone(), &text), None, "a formatted device opens");
+    for copy in 0..2u64 {
+        dev.write_at(&[0xFF; 16], meta + copy * 4096 + 100).unwrap();
+    }
+    let e = open_error(dev, &text).expect("refused");
+    assert!(e.contains("crc32c") && e.contains(&meta.to_string()), "{e}");
+}
