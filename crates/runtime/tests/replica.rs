@@ -34,6 +34,8 @@ reclaim_candidates_min = 6
 reclaim_bottom_pct = 30
 reclaim_age_max = 3
 reclaim_wait_divisor = 8
+snapshot_bytes = "16KiB"
+snapshot_interval_ms = 1
 "#;
 
 /// A file-system-like workload: discards declare the top of the volume
@@ -597,4 +599,107 @@ fn a_device_without_a_region_record_or_with_a_corrupt_one_is_refused_in_one_line
     }
     let e = open_error(dev, &text).expect("refused");
     assert!(e.contains("crc32c") && e.contains(&meta.to_string()), "{e}");
+}
+
+// ------------------------------------------------------------ persistence
+
+fn persist_config() -> String {
+    cell_config(true).replace(
+        "conflict_checks",
+        "snapshot_bytes = \"16KiB\"\nsnapshot_interval_ms = 60000\nconflict_checks",
+    )
+}
+
+fn open_on(dev: &Arc<layoutd_disk::MemDevice>, mode: OpenMode) -> Harness<Scripted> {
+    let stack = stack_from_toml(&persist_config(), DEVICE_BYTES, mode);
+    let mut h = Harness::new(stack, dev.clone(), Scripted::new(1, 1, 1), 1);
+    bring_up(&mut h);
+    h
+}
+
+/// Formats, declares 128.. free, replicates A and B, and flushes twice
+/// (the second, with no modify since the first, takes the snapshot).
+fn persisted() -> Arc<layoutd_disk::MemDevice> {
+    let dev = Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
+    let mut h = open_on(&dev, OpenMode::Format);
+    let volume_blocks = h.stack.size_bytes() / B;
+    let trim = Request::new(ReqId(0), Op::Trim, 128 * B, ((volume_blocks - 128) * B) as u32);
+    assert_eq!(h.call(trim).result, Ok(()));
+    for blk in [A, BB] {
+        assert_eq!(h.call(write(blk, fill(blk), false)).result, Ok(()));
+    }
+    h.call(read(A, 0));
+    h.call(read(BB, 0));
+    h.settle();
+    assert_eq!(counter(&h, "replica_blocks"), 2);
+    assert_eq!(h.flush().result, Ok(()));
+    assert_eq!(counter(&h, "snapshots_written_count"), 0, "writes came before this flush");
+    assert_eq!(h.flush().result, Ok(()));
+    assert_eq!(counter(&h, "snapshots_written_count"), 1);
+    h.settle();
+    dev
+}
+
+#[test]
+fn snapshots_are_taken_in_idle_time_at_most_every_interval() {
+    let dev = Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
+    let mut h = open_on(&dev, OpenMode::Format);
+    let t = h.now;
+    assert_eq!(h.call(write(A, 1, false)).result, Ok(()));
+    h.run_until(t.add_ms(59_000));
+    assert_eq!(counter(&h, "snapshots_written_count"), 0);
+    h.run_until(t.add_ms(61_000));
+    assert_eq!(h.call(read(A, 1)).result, Ok(())); // a request: the runtime reports idle after it
+    h.settle();
+    assert_eq!(counter(&h, "snapshots_written_count"), 1);
+    assert!(counter(&h, "snapshot_current_generation") > 0);
+}
+
+#[test]
+fn replicas_outlive_a_clean_restart_and_never_an_unclean_one() {
+    let dev = persisted();
+    let mut h = open_on(&dev, OpenMode::Open { clean: true, accept_loss: false });
+    assert_eq!((counter(&h, "replica_blocks"), counter(&h, "snapshot_loaded_blocks")), (2, 2));
+    assert_eq!(fill_of(&h.call(read(A, 7))), fill(A));
+    assert_eq!(counter(&h, "reads_replica_count"), 1, "served from the replica after the restart");
+    assert_eq!(h.stack.message(h.now, "1:verify"), Ok("maps consistent".into()));
+    // The declared-free map came back too: a free block reads zeroes.
+    assert_eq!(fill_of_or_zero(&h.call(read(200, 7))), 0);
+    // Unclean: the snapshot is never trusted; the region still is.
+    let dev = persisted();
+    let h = open_on(&dev, OpenMode::Open { clean: false, accept_loss: false });
+    assert_eq!(counter(&h, "replica_blocks"), 0);
+    assert!(counter(&h, "region_blocks") >= 2, "the blocks that may hold replica bytes stay free");
+}
+
+fn fill_of_or_zero(c: &layoutd_core::Completion) -> u8 {
+    let d = c.data.as_ref().expect("data");
+    assert!(d.iter().all(|&x| x == d[0]));
+    d[0]
+}
+
+#[test]
+fn a_write_after_the_snapshot_unvouches_it_so_a_clean_restart_serves_nothing_stale() {
+    let dev = persisted();
+    let mut h = open_on(&dev, OpenMode::Open { clean: true, accept_loss: false });
+    assert_eq!(h.call(write(A, 0xA5, false)).result, Ok(()));
+    assert_eq!(h.flush().result, Ok(())); // the runtime's final flush before the clean mark
+    h.settle();
+    let mut h = open_on(&dev, OpenMode::Open { clean: true, accept_loss: false });
+    assert_eq!(counter(&h, "replica_blocks"), 0, "the record no longer vouches for the snapshot");
+    assert_eq!(fill_of(&h.call(read(A, 7))), 0xA5);
+    // Damage the snapshot copy a record vouches for: refused, replicas dropped, the volume serves.
+    let dev = persisted();
+    use layoutd_disk::BlockDevice;
+    let snap0 = DEVICE_BYTES - 16384;
+    for copy in 0..2u64 {
+        dev.write_at(&[0xFF; 8], snap0 + copy * 8192 + 200).unwrap();
+    }
+    let mut h = open_on(&dev, OpenMode::Open { clean: true, accept_loss: false });
+    assert_eq!(counter(&h, "replica_blocks"), 0);
+    let st = h.stack.layer_statuses();
+    let err =
+        st.iter().flat_map(|s| s.config.iter()).find(|c| c.0 == "snapshot_load_error").expect("said why");
+    assert!(err.1.contains("crc32c"), "{}", err.1);
+    assert_eq!(fill_of(&h.call(read(A, 7))), fill(A));
 }

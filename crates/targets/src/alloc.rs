@@ -310,4 +310,18 @@ mod tests {
         f.release(10, 20);
         assert_eq!(f.extents().collect::<Vec<_>>(), vec![(0, 50), (55, 45)]);
     }
+
+    #[test]
+    fn ranges_take_and_release_whatever_part_is_free_or_used() {
+        let mut f = FreeSpace::all_used(100);
+        assert_eq!(f.release_range(10, 10), 10);
+        assert_eq!(f.release_range(15, 10), 5, "[15, 20) was free already");
+        assert_eq!(f.free_parts(0, 100), vec![(10, 15)]);
+        assert_eq!(f.free_parts(12, 3), vec![(12, 3)]);
+        assert_eq!(f.take_range(0, 12), 2);
+        assert_eq!(f.take_range(20, 30), 5);
+        assert_eq!(f.extents().collect::<Vec<_>>(), vec![(12, 8)]);
+        assert_eq!(f.release_range(95, 10), 5, "clipped to the space");
+        assert_eq!((f.free_units(), f.extent_count()), (13, 2));
+    }
 }

@@ -35,6 +35,10 @@ pub struct Args {
     pub volume_bytes: u64,
     /// Bytes of one copy of the region record (metadata area: two copies).
     pub meta_record_bytes: u32,
+    /// Bytes of the map snapshot area (two copies); 0: no snapshot.
+    pub snapshot_bytes: u64,
+    /// Idle-time snapshots at most this often.
+    pub snapshot_interval_ms: u64,
     /// Read requests kept per stream.
     pub history_count: u32,
     /// Two requests are close when their distance is under this.
@@ -125,7 +129,19 @@ impl Args {
                 "key `meta_record_bytes`: {meta_record_bytes} must be at least 4096 and a multiple of block_bytes"
             )));
         }
-        let meta_bytes = 2 * meta_record_bytes;
+        let snapshot_default = if lower_bytes >= 256 << 20 {
+            (lower_bytes / 64).min(64 << 20) / (2 * meta_record_bytes) * (2 * meta_record_bytes)
+        } else {
+            0
+        };
+        let snapshot_bytes = a.size_opt("snapshot_bytes")?.unwrap_or(snapshot_default);
+        if !snapshot_bytes.is_multiple_of(2 * meta_record_bytes) {
+            return Err(a.error(format!(
+                "key `snapshot_bytes`: {snapshot_bytes} must be a multiple of twice meta_record_bytes (0: no snapshot)"
+            )));
+        }
+        let snapshot_interval_ms = a.u64_opt("snapshot_interval_ms")?.unwrap_or(30_000);
+        let meta_bytes = 2 * meta_record_bytes + snapshot_bytes;
         let volume_bytes = lower_bytes.saturating_sub(meta_bytes) / block_bytes * block_bytes;
         if volume_bytes < 2 * block_bytes {
             return Err(a.error(format!(
@@ -145,6 +161,8 @@ impl Args {
             block_bytes: block_bytes as u32,
             volume_bytes,
             meta_record_bytes: meta_record_bytes as u32,
+            snapshot_bytes,
+            snapshot_interval_ms,
             history_count: small[0] as u32,
             close_blocks: small[1],
             pass_through_close_count: small[2] as u32,
@@ -256,6 +274,11 @@ impl Args {
         self.volume_bytes
     }
 
+    /// The lower byte offset of snapshot copy `copy`.
+    pub fn snapshot_offset_bytes(&self, copy: u64) -> u64 {
+        self.volume_bytes + 2 * u64::from(self.meta_record_bytes) + copy * (self.snapshot_bytes / 2)
+    }
+
     /// Blocks of the volume.
     pub fn volume_blocks(&self) -> u64 {
         self.volume_bytes / u64::from(self.block_bytes)
@@ -275,6 +298,8 @@ impl Args {
         let kv = [
             ("block_bytes", self.block_bytes.to_string()),
             ("meta_record_bytes", self.meta_record_bytes.to_string()),
+            ("snapshot_bytes", self.snapshot_bytes.to_string()),
+            ("snapshot_interval_ms", self.snapshot_interval_ms.to_string()),
             ("history_count", self.history_count.to_string()),
             ("close_blocks", self.close_blocks.to_string()),
             ("pass_through_close_count", self.pass_through_close_count.to_string()),

@@ -31,6 +31,7 @@
 
 mod config;
 mod meta;
+mod persist;
 mod replicate;
 mod request;
 mod space;
@@ -42,7 +43,7 @@ use crate::gate::OverlapGate;
 use crate::split::Assembly;
 use bytes::Bytes;
 use layoutd_core::config::{ArgReader, ConfigError};
-use layoutd_core::{Completion, Instant, OpenMode, ReqId, Request, Status, Target};
+use layoutd_core::{Completion, Instant, IoError, OpenMode, ReqId, Request, Status, Target};
 use rustc_hash::FxHashMap;
 use space::Space;
 use std::collections::VecDeque;
@@ -65,6 +66,10 @@ enum LowerOp {
     ReplicaRead { key: u64, range: (u64, u64) },
     /// A replica write `pending` (see [`Pending`]).
     ReplicaWrite { pending: u64 },
+    /// A piece of a map snapshot.
+    SnapWrite,
+    /// Bring-up (clean): reading the snapshot copy from byte `at` of it.
+    SnapRead { at: u64 },
 }
 
 /// A replica write between its decision and its completion.
@@ -125,6 +130,8 @@ struct Counters {
     conflicts_inv_count: u64,
     conflicts_rc_count: u64,
     region_writes_count: u64,
+    snapshots_written_count: u64,
+    snapshots_too_large_count: u64,
     writes_count: u64,
     discards_count: u64,
     zeroes_count: u64,
@@ -148,8 +155,21 @@ struct RegionLog {
 
 /// Bring-up.
 enum Phase {
-    Format { writes_left: u32 },
-    Recover { copies: [Option<Bytes>; 2], reads_left: u32 },
+    Format {
+        writes_left: u32,
+    },
+    Recover {
+        copies: [Option<Bytes>; 2],
+        reads_left: u32,
+        clean: bool,
+    },
+    /// Clean open: loading snapshot `generation`.
+    Loading {
+        generation: u64,
+        buf: Vec<u8>,
+        reads_left: u32,
+        error: Option<IoError>,
+    },
     Serving,
     Failed(String),
 }
@@ -176,6 +196,7 @@ pub struct Replica {
     space: Space,
     streams: Streams,
     region: RegionLog,
+    snap: persist::Snap,
     lower: FxHashMap<u64, LowerOp>,
     next_lower_id: u64,
     lower_q: VecDeque<Request>,
@@ -211,7 +232,7 @@ impl Replica {
     fn new(args: Args, mode: OpenMode) -> Replica {
         let phase = match mode {
             OpenMode::Format => Phase::Format { writes_left: 3 },
-            OpenMode::Open { .. } => Phase::Recover { copies: [None, None], reads_left: 2 },
+            OpenMode::Open { clean, .. } => Phase::Recover { copies: [None, None], reads_left: 2, clean },
         };
         let mut r = Replica {
             space: Space::new(args.volume_blocks(), args.replicas_per_block_max),
@@ -220,6 +241,7 @@ impl Replica {
             args,
             phase,
             region: RegionLog::default(),
+            snap: persist::Snap::default(),
             lower: FxHashMap::default(),
             next_lower_id: 0,
             lower_q: VecDeque::new(),
@@ -338,14 +360,20 @@ impl Target for Replica {
         matches!(self.phase, Phase::Serving | Phase::Failed(_))
     }
 
-    fn background_offer(&self, _now: Instant) -> Option<layoutd_core::background::Offer> {
+    /// Idle-time replica writes (`replication = "idle"`) and map
+    /// snapshots, as class Replication.
+    fn background_offer(&self, now: Instant) -> Option<layoutd_core::background::Offer> {
         use layoutd_core::background::{JobClass, Offer};
         let ready = self.deferred.iter().any(|k| self.pending[k].region_version <= self.region.durable);
-        (self.serving() && ready).then_some(Offer { class: JobClass::Replication })
+        let ready = ready && self.args.replication == When::Idle;
+        (self.serving() && (ready || self.snapshot_due(now)))
+            .then_some(Offer { class: JobClass::Replication })
     }
 
     fn background_step(&mut self, now: Instant) -> Option<u64> {
-        let bytes = self.step_replication(now);
+        let bytes =
+            if self.snapshot_due(now) { self.start_snapshot(now) } else { self.step_replication(now) };
+        self.pump_region();
         (bytes > 0).then_some(bytes)
     }
 
@@ -412,6 +440,9 @@ impl Target for Replica {
         if let Some(e) = &self.region.last_error {
             config.push(("last_region_error".into(), e.clone()));
         }
+        if let Some(e) = &self.snap.load_error {
+            config.push(("snapshot_load_error".into(), e.clone()));
+        }
         Status { target: "replica".into(), config, counters: self.counters() }
     }
 }
@@ -456,6 +487,10 @@ impl Replica {
             ("conflicts_inv_count", c.conflicts_inv_count),
             ("conflicts_rc_count", c.conflicts_rc_count),
             ("region_writes_count", c.region_writes_count),
+            ("snapshots_written_count", c.snapshots_written_count),
+            ("snapshots_too_large_count", c.snapshots_too_large_count),
+            ("snapshot_loaded_blocks", self.snap.loaded_blocks),
+            ("snapshot_current_generation", self.snap.vouched),
             ("lower_errors_count", c.lower_errors_count),
             ("replica_blocks", self.space.replica_blocks()),
             ("replica_bytes", self.space.replica_blocks() * b),

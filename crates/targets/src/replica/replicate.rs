@@ -277,6 +277,7 @@ impl Replica {
         let p = self.pending.remove(&k).expect("a pending replica write");
         let fresh = self.space.declared.free_parts(p.orig, p.blocks).is_empty();
         if ok && p.valid && fresh {
+            self.map_changed();
             self.space.add_replica(p.orig, p.blocks, p.loc, self.tick);
             self.counters.replicas_created_blocks += p.blocks;
             self.streams.get(p.stream).created_blocks += p.blocks;
@@ -320,6 +321,7 @@ impl Replica {
             self.reclaim.wait_reads = (total / self.args.reclaim_wait_divisor).max(1) * 4;
             return None;
         }
+        self.map_changed();
         let dropped = self.space.drop_replicas_in(start, range);
         for &(s, l) in &dropped {
             self.space.free.release_range(s, l);
@@ -412,6 +414,12 @@ mod tests {
         assert_eq!(best_window(&[], 8), (0, 0));
         assert_eq!(best_window(&[(0, 2), (4, 2), (20, 8)], 8), (20, 8));
         assert_eq!(best_window(&[(0, 2), (4, 2), (20, 3)], 8), (0, 4));
-        assert_eq!(best_window(&[(0, 2), (6, 10)], 8), (0, 4), "the straddling extent counts in part");
+        assert_eq!(best_window(&[(0, 2), (6, 10)], 8), (6, 8), "a long extent fills the window");
+        assert_eq!(best_window(&[(0, 6), (7, 10)], 8), (7, 8));
+        assert_eq!(
+            best_window(&[(0, 6), (7, 1), (20, 3)], 8),
+            (0, 7),
+            "the straddling extent counts in part"
+        );
     }
 }

@@ -17,14 +17,9 @@ impl Replica {
             Phase::Format { .. } => {
                 // Both copies, so no record of an earlier format survives.
                 for (copy, generation) in [(1u64, 1u64), (0, 2)] {
-                    let b = meta::encode(
-                        self.args.meta_record_bytes,
-                        generation,
-                        self.args.volume_blocks(),
-                        self.args.block_bytes,
-                        &[],
-                    )
-                    .expect("an empty region fits");
+                    let empty = meta::RegionRecord { extents: Vec::new(), snapshot: 0 };
+                    let b = meta::encode(self.args.meta_record_bytes, generation, self.geometry(), &empty)
+                        .expect("an empty region fits");
                     self.emit(
                         LowerOp::FormatWrite,
                         Request::write(ReqId(0), off + copy * rb, Bytes::from(b)),
@@ -44,12 +39,17 @@ impl Replica {
 
     fn bringup_done(&mut self, now: Instant) {
         self.phase = Phase::Serving;
+        self.snap.last_at = Some(now);
         while let Some(req) = self.held.pop_front() {
             self.request(now, req);
         }
     }
 
-    fn recovered(&mut self, now: Instant, copies: [Option<Bytes>; 2]) {
+    fn geometry(&self) -> (u64, u32) {
+        (self.args.volume_blocks(), self.args.block_bytes)
+    }
+
+    fn recovered(&mut self, now: Instant, copies: [Option<Bytes>; 2], clean: bool) {
         let rb = u64::from(self.args.meta_record_bytes);
         let off = self.args.meta_offset_bytes();
         let codec = meta::codec(self.args.meta_record_bytes);
@@ -73,14 +73,28 @@ impl Replica {
             }
         };
         match meta::decode(&picked.block.payload, self.args.volume_blocks(), self.args.block_bytes) {
-            Ok(extents) => {
-                for (s, n) in extents {
+            Ok(rec) => {
+                for &(s, n) in &rec.extents {
                     self.space.declared.release(s, n);
                     self.space.free.release(s, n);
                     self.space.region.release(s, n);
                 }
                 self.region.generation = picked.block.generation;
-                self.bringup_done(now);
+                self.snap.generation = picked.block.generation.max(rec.snapshot);
+                if clean && rec.snapshot != 0 && self.args.snapshot_bytes > 0 {
+                    let buf = vec![0u8; (self.args.snapshot_bytes / 2) as usize];
+                    let reads =
+                        (self.args.snapshot_bytes / 2).div_ceil(u64::from(layoutd_core::REQUEST_BYTES_MAX));
+                    self.phase = Phase::Loading {
+                        generation: rec.snapshot,
+                        buf,
+                        reads_left: reads as u32,
+                        error: None,
+                    };
+                    self.load_snapshot(rec.snapshot);
+                } else {
+                    self.bringup_done(now);
+                }
             }
             Err(e) => {
                 self.phase = Phase::Failed(format!(
@@ -95,7 +109,7 @@ impl Replica {
     pub(super) fn request(&mut self, now: Instant, req: Request) {
         match req.op {
             Op::Read => self.read(now, req),
-            Op::Flush => self.flush(req),
+            Op::Flush => self.flush(now, req),
             Op::Write | Op::Trim | Op::WriteZeroes => self.modify(now, req),
         }
     }
@@ -207,6 +221,8 @@ impl Replica {
 
     fn modify(&mut self, now: Instant, req: Request) {
         let _ = now;
+        self.snap.modify_since_flush = true;
+        self.map_changed();
         let b = self.block();
         let (ba, n) = self.blocks_of(req.offset_bytes, u64::from(req.length_bytes));
         match req.op {
@@ -357,10 +373,10 @@ impl Replica {
         }
     }
 
-    fn flush(&mut self, req: Request) {
+    fn flush(&mut self, now: Instant, req: Request) {
         self.counters.flushes_count += 1;
         let key = self.new_key();
-        let mut pieces = 1;
+        let mut pieces = 1 + u32::from(self.snapshot_at_flush(now, key));
         if self.region.version > self.region.durable {
             self.region.waiters.push((key, self.region.version));
             pieces += 1;
@@ -377,21 +393,17 @@ impl Replica {
     pub(super) fn pump_region(&mut self) {
         let r = &self.region;
         let replica_waits = self.deferred.iter().any(|k| self.pending[k].region_version > r.durable);
-        if r.busy || r.durable >= r.version || (r.waiters.is_empty() && !replica_waits) {
+        let vouch_waits = self.snap.vouched != 0;
+        if r.busy || r.durable >= r.version || (r.waiters.is_empty() && !replica_waits && !vouch_waits) {
             return;
         }
         let extents: Vec<(u64, u64)> = self.space.region.extents().collect();
         let generation = self.region.generation + 1;
-        let Some(block) = meta::encode(
-            self.args.meta_record_bytes,
-            generation,
-            self.args.volume_blocks(),
-            self.args.block_bytes,
-            &extents,
-        ) else {
+        let rec = meta::RegionRecord { extents, snapshot: self.snap.vouched };
+        let Some(block) = meta::encode(self.args.meta_record_bytes, generation, self.geometry(), &rec) else {
             self.region.last_error = Some(format!(
                 "the region has {} extents; a record of {} bytes holds {}",
-                extents.len(),
+                rec.extents.len(),
                 self.args.meta_record_bytes,
                 meta::extents_max(self.args.meta_record_bytes)
             ));
@@ -433,7 +445,13 @@ impl Replica {
         }
     }
 
-    fn piece_done(&mut self, key: u64, within: u32, data: Option<Bytes>, result: Result<(), IoError>) {
+    pub(super) fn piece_done(
+        &mut self,
+        key: u64,
+        within: u32,
+        data: Option<Bytes>,
+        result: Result<(), IoError>,
+    ) {
         let asm = self.asm.get_mut(&key).expect("a piece of a known upper request");
         if asm.piece_done(within, data, result) {
             let asm = self.asm.remove(&key).expect("present");
@@ -444,14 +462,31 @@ impl Replica {
     pub(super) fn completion(&mut self, now: Instant, op: LowerOp, c: Completion) {
         match op {
             LowerOp::MetaRead { copy } => {
-                let Phase::Recover { copies, reads_left, .. } = &mut self.phase else { unreachable!() };
+                let Phase::Recover { copies, reads_left, clean } = &mut self.phase else { unreachable!() };
                 copies[copy] = c.data.filter(|_| c.result.is_ok());
                 *reads_left -= 1;
                 if *reads_left == 0 {
-                    let copies = std::mem::take(copies);
-                    self.recovered(now, copies);
+                    let (copies, clean) = (std::mem::take(copies), *clean);
+                    self.recovered(now, copies, clean);
                 }
             }
+            LowerOp::SnapRead { at } => {
+                let Phase::Loading { generation, buf, reads_left, error } = &mut self.phase else {
+                    unreachable!()
+                };
+                match (c.result, c.data) {
+                    (Ok(()), Some(d)) => buf[at as usize..at as usize + d.len()].copy_from_slice(&d),
+                    (Ok(()), None) => *error = Some(IoError::Io),
+                    (Err(e), _) => *error = Some(e),
+                }
+                *reads_left -= 1;
+                if *reads_left == 0 {
+                    let (generation, buf, error) = (*generation, std::mem::take(buf), *error);
+                    self.snapshot_loaded(generation, error.map_or(Ok(buf), Err));
+                    self.bringup_done(now);
+                }
+            }
+            LowerOp::SnapWrite => self.snapshot_written(c.result.is_ok()),
             LowerOp::FormatWrite => self.format_step(now, c.result),
             LowerOp::MetaWrite { version } => self.region_written(version, c.result.is_ok()),
             LowerOp::Piece { key, within, gate_range } => {
