@@ -703,3 +703,119 @@ fn a_write_after_the_snapshot_unvouches_it_so_a_clean_restart_serves_nothing_sta
     assert!(err.1.contains("crc32c"), "{}", err.1);
     assert_eq!(fill_of(&h.call(read(A, 7))), fill(A));
 }
+
+// ------------------------------------------------------ ext2/3/4 bitmaps
+
+const EXT_DEVICE_BYTES: u64 = 32 << 20;
+
+fn ext_config() -> String {
+    "version = 1\n[[layer]]\ntarget = \"replica\"\nmeta_record_bytes = 4096\n".to_string()
+}
+
+/// A formatted replica volume whose volume holds `mkfs.ext4 opts`, written
+/// below the stack (as if before the layer existed); `None` without
+/// e2fsprogs. Returns the device and dumpe2fs's free block count.
+fn ext_volume(opts: &[&str], damage_bitmap: bool) -> Option<(Arc<layoutd_disk::MemDevice>, u64)> {
+    use layoutd_disk::BlockDevice;
+    use std::process::Command;
+    if Command::new("mkfs.ext4").arg("-V").output().is_err() {
+        eprintln!("e2fsprogs not installed: skipped");
+        return None;
+    }
+    let dev = Arc::new(layoutd_disk::MemDevice::new(EXT_DEVICE_BYTES));
+    let volume_bytes = {
+        let mut h = Harness::new(
+            stack_from_toml(&ext_config(), EXT_DEVICE_BYTES, OpenMode::Format),
+            dev.clone(),
+            Scripted::new(1, 1, 1),
+            1,
+        );
+        bring_up(&mut h);
+        h.stack.size_bytes()
+    };
+    let img = std::env::temp_dir().join(format!(
+        "layoutd-replica-ext-{}-{}.img",
+        std::process::id(),
+        opts.join("")
+    ));
+    std::fs::File::create(&img).unwrap().set_len(volume_bytes).unwrap();
+    let st = Command::new("mkfs.ext4").args(["-q", "-F"]).args(opts).arg(&img).status().unwrap();
+    assert!(st.success());
+    let out = Command::new("dumpe2fs").arg("-h").arg(&img).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let free: u64 =
+        text.lines().find_map(|l| l.strip_prefix("Free blocks:")).unwrap().trim().parse().unwrap();
+    let mut bytes = std::fs::read(&img).unwrap();
+    std::fs::remove_file(&img).ok();
+    if damage_bitmap {
+        let bs = 4096usize;
+        let geo = layoutd_targets::replica::ext::parse_superblock(&bytes[1024..2048]).unwrap();
+        let gdt = &bytes[geo.gdt_offset_bytes() as usize..];
+        let groups = layoutd_targets::replica::ext::parse_descriptors(&geo, gdt).unwrap();
+        let g = groups.iter().find(|g| !g.block_uninit).unwrap();
+        bytes[g.block_bitmap as usize * bs + 7] ^= 0x01;
+    }
+    dev.write_at(&bytes, 0).unwrap();
+    Some((dev, free))
+}
+
+fn open_ext(dev: &Arc<layoutd_disk::MemDevice>) -> Harness<Scripted> {
+    let stack =
+        stack_from_toml(&ext_config(), EXT_DEVICE_BYTES, OpenMode::Open { clean: true, accept_loss: false });
+    let mut h = Harness::new(stack, dev.clone(), Scripted::new(1, 1, 1), 1);
+    bring_up(&mut h);
+    h
+}
+
+fn config_value(h: &Harness<Scripted>, key: &str) -> Option<String> {
+    let st = h.stack.layer_statuses();
+    st.iter().flat_map(|s| s.config.iter()).find(|c| c.0 == key).map(|c| c.1.clone())
+}
+
+#[test]
+fn the_idle_scan_declares_the_ext4_free_blocks_except_those_written_since_open() {
+    let Some((dev, free)) = ext_volume(&["-b", "4096"], false) else { return };
+    let mut h = open_ext(&dev);
+    // Before the first idle event: the file system "allocates" a free block.
+    let last = h.stack.size_bytes() / B - 1;
+    assert_eq!(h.call(write(last, 0x42, false)).result, Ok(()));
+    h.settle();
+    assert_eq!(config_value(&h, "fs_scan_error"), None);
+    assert_eq!(counter(&h, "fs_scan_runs_count"), 1);
+    assert_eq!(
+        counter(&h, "fs_scan_declared_blocks"),
+        free - 1,
+        "dumpe2fs's free blocks but the one written"
+    );
+    assert_eq!(fill_of(&h.call(read(last, 0))), 0x42);
+    assert_eq!(fill_of_or_zero(&h.call(read(last - 1, 0))), 0, "a free block reads zeroes");
+    // The superblock is in use: read as it is.
+    let sb = h.call(Request::new(ReqId(0), Op::Read, 1024, 1024));
+    assert_eq!(&sb.data.unwrap()[56..58], &[0x53, 0xEF]);
+}
+
+#[test]
+fn an_unknown_or_corrupt_file_system_is_reported_once_and_declares_nothing() {
+    let dev = Arc::new(layoutd_disk::MemDevice::new(EXT_DEVICE_BYTES));
+    let mut h = Harness::new(
+        stack_from_toml(&ext_config(), EXT_DEVICE_BYTES, OpenMode::Format),
+        dev.clone(),
+        Scripted::new(1, 1, 1),
+        1,
+    );
+    bring_up(&mut h);
+    for blk in 0..4 {
+        h.call(read(blk, 0));
+        h.settle();
+    }
+    let e = config_value(&h, "fs_scan_error").expect("reported");
+    assert!(e.contains("no ext2/3/4 superblock"), "{e}");
+    assert_eq!(e.lines().count(), 1);
+    assert_eq!((counter(&h, "fs_scan_runs_count"), counter(&h, "fs_scan_declared_blocks")), (1, 0));
+    let Some((dev, _)) = ext_volume(&["-b", "4096"], true) else { return };
+    let mut h = open_ext(&dev);
+    h.settle();
+    let e = config_value(&h, "fs_scan_error").expect("reported");
+    assert!(e.contains("checksum"), "{e}");
+    assert_eq!(counter(&h, "fs_scan_declared_blocks"), 0);
+}

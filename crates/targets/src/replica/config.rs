@@ -89,6 +89,8 @@ pub struct Args {
     pub memory_bytes_max: u64,
     /// Streams tracked (the least recently seen is recycled).
     pub streams_max: u32,
+    /// Scan the ext2/3/4 bitmaps for free space once per open, in idle time.
+    pub fs_scan: bool,
     /// Table 4.1's RR and B handling; off only for negative-control tests.
     pub conflict_checks: bool,
 }
@@ -188,6 +190,7 @@ impl Args {
             memory_bytes_max: 64 << 20,
             streams_max: small[13] as u32,
             conflict_checks: true,
+            fs_scan: true,
         };
         let args = Self::parse_reclaim(&mut a, args)?;
         let args = Self::parse_options(&mut a, args)?;
@@ -257,6 +260,11 @@ impl Args {
         if args.memory_bytes_max < 4096 {
             return Err(a.error("key `memory_bytes_max`: below 4096 bytes nothing could be replicated"));
         }
+        args.fs_scan = match a.str_opt("fs_scan")?.unwrap_or("ext") {
+            "ext" => true,
+            "off" => false,
+            other => return Err(a.error(format!("key `fs_scan`: `{other}` (known: ext, off)"))),
+        };
         args.conflict_checks = match a.str_opt("conflict_checks")?.unwrap_or("on") {
             "on" => true,
             "off-unsafe-for-tests" => false,
@@ -324,6 +332,7 @@ impl Args {
             ("replicas_per_block_max", self.replicas_per_block_max.to_string()),
             ("memory_bytes_max", self.memory_bytes_max.to_string()),
             ("streams_max", self.streams_max.to_string()),
+            ("fs_scan", if self.fs_scan { "ext" } else { "off" }.to_string()),
             ("conflict_checks", if self.conflict_checks { "on" } else { "off-unsafe-for-tests" }.to_string()),
         ];
         kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect()

@@ -35,6 +35,7 @@ mod meta;
 mod persist;
 mod replicate;
 mod request;
+mod scan;
 mod space;
 mod streams;
 
@@ -71,6 +72,8 @@ enum LowerOp {
     SnapWrite,
     /// Bring-up (clean): reading the snapshot copy from byte `at` of it.
     SnapRead { at: u64 },
+    /// A free-space scan read.
+    Scan(scan::ScanRead),
 }
 
 /// A replica write between its decision and its completion.
@@ -198,6 +201,7 @@ pub struct Replica {
     streams: Streams,
     region: RegionLog,
     snap: persist::Snap,
+    scan: scan::Scan,
     lower: FxHashMap<u64, LowerOp>,
     next_lower_id: u64,
     lower_q: VecDeque<Request>,
@@ -238,6 +242,7 @@ impl Replica {
         let mut r = Replica {
             space: Space::new(args.volume_blocks(), args.replicas_per_block_max),
             streams: Streams::new(args.streams_max),
+            scan: scan::Scan::new(args.volume_blocks(), args.fs_scan),
             reclaim: Reclaim { bottom_permille: Self::bottom_start(&args), ..Reclaim::default() },
             args,
             phase,
@@ -276,8 +281,14 @@ impl Replica {
         let id = self.next_lower_id;
         self.next_lower_id += 1;
         req.id = ReqId(id);
-        req.background =
-            matches!(op, LowerOp::MetaWrite { .. } | LowerOp::ReplicaWrite { .. } | LowerOp::FormatWrite);
+        req.background = matches!(
+            op,
+            LowerOp::MetaWrite { .. }
+                | LowerOp::ReplicaWrite { .. }
+                | LowerOp::FormatWrite
+                | LowerOp::SnapWrite
+                | LowerOp::Scan(_)
+        );
         assert!(self.lower.insert(id, op).is_none(), "lower ids are unique");
         self.lower_q.push_back(req);
         id
@@ -367,19 +378,25 @@ impl Target for Replica {
         use layoutd_core::background::{JobClass, Offer};
         let ready = self.deferred.iter().any(|k| self.pending[k].region_version <= self.region.durable);
         let ready = ready && self.args.replication == When::Idle;
-        (self.serving() && (ready || self.snapshot_due(now)))
+        let scan = self.scan.wanted && !self.scan.running();
+        (self.serving() && (ready || scan || self.snapshot_due(now)))
             .then_some(Offer { class: JobClass::Replication })
     }
 
     fn background_step(&mut self, now: Instant) -> Option<u64> {
-        let bytes =
-            if self.snapshot_due(now) { self.start_snapshot(now) } else { self.step_replication(now) };
+        let bytes = if self.snapshot_due(now) {
+            self.start_snapshot(now)
+        } else if self.scan.wanted && !self.scan.running() {
+            self.start_scan()
+        } else {
+            self.step_replication(now)
+        };
         self.pump_region();
         (bytes > 0).then_some(bytes)
     }
 
     fn is_drained(&self) -> bool {
-        self.deferred.is_empty() && self.pending.is_empty()
+        self.deferred.is_empty() && self.pending.is_empty() && !self.scan.wanted && !self.scan.running()
     }
 
     /// Blocks the file system declared free read as zeroes here whatever
@@ -414,6 +431,10 @@ impl Target for Replica {
                     None => "nothing reclaimed (no range qualifies)".into(),
                 })
             }
+            "free-space" if self.serving() => {
+                self.start_scan();
+                Ok("scanning the ext2/3/4 bitmaps for free space".into())
+            }
             "map" => {
                 let shown: Vec<String> = self
                     .space
@@ -429,7 +450,9 @@ impl Target for Replica {
                 Ok("maps consistent".into())
             }
             "reclaim" => Err("replica: not serving (bring-up failed or in progress)".into()),
-            other => Err(format!("replica: unknown message `{other}` (known: reclaim, map, verify)")),
+            other => {
+                Err(format!("replica: unknown message `{other}` (known: free-space, reclaim, map, verify)"))
+            }
         }
     }
 
@@ -440,6 +463,9 @@ impl Target for Replica {
         }
         if let Some(e) = &self.region.last_error {
             config.push(("last_region_error".into(), e.clone()));
+        }
+        if let Some(e) = &self.scan.error {
+            config.push(("fs_scan_error".into(), e.clone()));
         }
         if let Some(e) = &self.snap.load_error {
             config.push(("snapshot_load_error".into(), e.clone()));
@@ -488,6 +514,8 @@ impl Replica {
             ("conflicts_inv_count", c.conflicts_inv_count),
             ("conflicts_rc_count", c.conflicts_rc_count),
             ("region_writes_count", c.region_writes_count),
+            ("fs_scan_runs_count", self.scan.runs_count),
+            ("fs_scan_declared_blocks", self.scan.declared_blocks),
             ("snapshots_written_count", c.snapshots_written_count),
             ("snapshots_too_large_count", c.snapshots_too_large_count),
             ("snapshot_loaded_blocks", self.snap.loaded_blocks),
@@ -500,7 +528,7 @@ impl Replica {
             ("region_blocks", self.space.region.free_units()),
             ("region_extents", self.space.region.extent_count() as u64),
             ("map_bytes", self.space.map_bytes()),
-            ("sets_bytes", self.space.sets_bytes()),
+            ("sets_bytes", self.space.sets_bytes() + self.scan.written.extent_count() as u64 * 32),
             ("map_bytes_per_replica_block", self.bytes_per_replica_block()),
             ("pending_replica_writes", self.pending.len() as u64),
             ("deferred_replica_writes", self.deferred.len() as u64),

@@ -322,19 +322,14 @@ impl Replica {
             extra.dedup_by_key(|r| r.offset_bytes);
             self.space.declared.take_range(ba, n);
             self.space.free.take_range(ba, n);
+            self.scan.written.release_range(ba, n);
         } else {
             let full_a = req.offset_bytes.div_ceil(b);
             let full_e = req.end_bytes() / b;
             if full_a < full_e {
                 self.space.declared.release_range(full_a, full_e - full_a);
             }
-            for (s, l) in self.space.declared.free_parts(ba, n) {
-                self.space.free.release_range(s, l);
-            }
-            let taken: Vec<(u64, u64)> = self.pending.values().map(|p| (p.loc, p.blocks)).collect();
-            for (s, l) in taken {
-                self.space.free.take_range(s, l);
-            }
+            self.release_free(ba, n);
         }
         extra
     }
@@ -487,6 +482,7 @@ impl Replica {
                 }
             }
             LowerOp::SnapWrite => self.snapshot_written(c.result.is_ok()),
+            LowerOp::Scan(what) => self.scan_read(what, c.result.map(|_| c.data)),
             LowerOp::FormatWrite => self.format_step(now, c.result),
             LowerOp::MetaWrite { version } => self.region_written(version, c.result.is_ok()),
             LowerOp::Piece { key, within, gate_range } => {
