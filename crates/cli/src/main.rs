@@ -34,6 +34,8 @@ enum Cmd {
     Inspect(cmd_volume::InspectArgs),
     /// Drain background work offline: destage a `dcd` log home, flush, mark clean.
     Destage(cmd_volume::DestageArgs),
+    /// Read an ext2/3/4 file system's free blocks into its `replica` layer (offline).
+    FreeSpace(cmd_volume::FreeSpaceArgs),
     /// Inspect the HDD model's presets and validate it against real drives.
     #[command(subcommand)]
     Disk(cmd_disk::DiskCmd),
@@ -62,6 +64,7 @@ fn main() {
         Cmd::Serve(a) => cmd_volume::serve(a),
         Cmd::Inspect(a) => cmd_volume::inspect(a),
         Cmd::Destage(a) => cmd_volume::destage(a),
+        Cmd::FreeSpace(a) => cmd_volume::free_space(a),
         Cmd::Disk(c) => cmd_disk::run(c),
         Cmd::Sim(a) => cmd_sim::run(a),
         Cmd::Trace(c) => cmd_trace::run(c),

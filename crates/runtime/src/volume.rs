@@ -342,6 +342,13 @@ pub fn check(paths: &[PathBuf]) -> Result<Superblock, VolumeError> {
 /// over a copy-on-write overlay, so counters reflect the volume's persistent
 /// state while no device is ever written.
 pub fn inspect_stack(paths: &[PathBuf]) -> Result<(Superblock, Box<dyn Target>), VolumeError> {
+    overlay_stack(paths).map(|(sb, stack, _)| (sb, stack))
+}
+
+/// [`inspect_stack`], with the overlay device the stack runs on.
+fn overlay_stack(
+    paths: &[PathBuf],
+) -> Result<(Superblock, Box<dyn Target>, Arc<dyn BlockDevice>), VolumeError> {
     let devs: Vec<FileDevice> = paths
         .iter()
         .map(|p| FileDevice::open_read_only(p).map_err(|e| err(p, e.to_string())))
@@ -355,17 +362,44 @@ pub fn inspect_stack(paths: &[PathBuf]) -> Result<(Superblock, Box<dyn Target>),
     let data = concat_data(&devs, &sizes, |d, n| {
         Arc::new(OverlayDevice::new(SliceDevice::new(d, DATA_START_BYTES, n)))
     });
-    let stack = bring_up(&paths[0], Box::new(stack), data)?;
-    Ok((sb, stack))
+    let stack = bring_up(&paths[0], Box::new(stack), data.clone())?;
+    Ok((sb, stack, data))
 }
 
 /// Drains all background work offline (for `dcd`: destages the whole log
 /// home), checks that nothing is left dirty, flushes, and marks the volume
 /// clean. Returns the stack's statuses afterwards.
 pub fn destage(paths: &[PathBuf]) -> Result<Vec<layoutd_core::Status>, VolumeError> {
+    drain(paths, None).map(|(_, statuses)| statuses)
+}
+
+/// Runs `message` (a runtime command such as `free-space`) on the stack
+/// over a copy-on-write overlay, drains the work it starts, and returns
+/// the reply and the statuses; no device is written (a dry run).
+pub fn message_dry_run(
+    paths: &[PathBuf],
+    message: &str,
+) -> Result<(String, Vec<layoutd_core::Status>), VolumeError> {
+    let (_, stack, data) = overlay_stack(paths)?;
+    let mut h = Harness::new(stack, data, ZeroLatency::default(), 0);
+    let reply = h.stack.message(h.now, message).map_err(|e| err(&paths[0], e))?;
+    h.drive_bounded(100_000_000);
+    Ok((reply, h.stack.layer_statuses()))
+}
+
+/// [`destage`] after sending `message` to the stack (`free-space`: scan
+/// the file system's bitmaps for free blocks): returns its reply.
+pub fn drain(
+    paths: &[PathBuf],
+    message: Option<&str>,
+) -> Result<(Option<String>, Vec<layoutd_core::Status>), VolumeError> {
     let vol = open(paths, false)?;
     let path = &paths[0];
     let mut h = Harness::new(vol.stack, vol.data.clone(), ZeroLatency::default(), 0);
+    let reply = match message {
+        Some(m) => Some(h.stack.message(h.now, m).map_err(|e| err(path, e))?),
+        None => None,
+    };
     let steps_max = 100_000_000;
     if h.drive_bounded(steps_max) == steps_max {
         return Err(err(
@@ -391,5 +425,5 @@ pub fn destage(paths: &[PathBuf]) -> Result<Vec<layoutd_core::Status>, VolumeErr
         ));
     }
     mark_clean(&vol.members)?;
-    Ok(stack.layer_statuses())
+    Ok((reply, stack.layer_statuses()))
 }

@@ -131,11 +131,10 @@ impl Args {
                 "key `meta_record_bytes`: {meta_record_bytes} must be at least 4096 and a multiple of block_bytes"
             )));
         }
-        let snapshot_default = if lower_bytes >= 256 << 20 {
-            (lower_bytes / 64).min(64 << 20) / (2 * meta_record_bytes) * (2 * meta_record_bytes)
-        } else {
-            0
-        };
+        // A 64th of the device, at most 64 MiB (about 2.7 million replica
+        // extents), in whole pairs of blocks; none on devices too small.
+        let snapshot_default =
+            (lower_bytes / 64).min(64 << 20) / (2 * meta_record_bytes) * (2 * meta_record_bytes);
         let snapshot_bytes = a.size_opt("snapshot_bytes")?.unwrap_or(snapshot_default);
         if !snapshot_bytes.is_multiple_of(2 * meta_record_bytes) {
             return Err(a.error(format!(

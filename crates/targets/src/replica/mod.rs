@@ -222,6 +222,8 @@ pub struct Replica {
     reclaim: Reclaim,
     /// Upper writes into the region: (lower pieces left, blocks, fua).
     region_drops: FxHashMap<u64, (u32, (u64, u64), bool)>,
+    /// The runtime reported idle since bring-up.
+    idle_seen: bool,
     /// Held while bring-up runs.
     held: VecDeque<Request>,
     counters: Counters,
@@ -261,6 +263,7 @@ impl Replica {
             current: None,
             tick: 0,
             held: VecDeque::new(),
+            idle_seen: false,
             region_drops: FxHashMap::default(),
             counters: Counters::default(),
         };
@@ -356,6 +359,10 @@ impl Target for Replica {
         self.after_change(now);
     }
 
+    fn handle_idle(&mut self, _now: Instant) {
+        self.idle_seen = self.serving();
+    }
+
     fn poll_lower(&mut self) -> Option<Request> {
         self.lower_q.pop_front()
     }
@@ -378,7 +385,9 @@ impl Target for Replica {
         use layoutd_core::background::{JobClass, Offer};
         let ready = self.deferred.iter().any(|k| self.pending[k].region_version <= self.region.durable);
         let ready = ready && self.args.replication == When::Idle;
-        let scan = self.scan.wanted && !self.scan.running();
+        // The first scan waits for the runtime's first idle report, not just
+        // the scheduler's: bring-up hands the stack over with nothing in flight.
+        let scan = self.scan.wanted && !self.scan.running() && self.idle_seen;
         (self.serving() && (ready || scan || self.snapshot_due(now)))
             .then_some(Offer { class: JobClass::Replication })
     }
@@ -386,7 +395,7 @@ impl Target for Replica {
     fn background_step(&mut self, now: Instant) -> Option<u64> {
         let bytes = if self.snapshot_due(now) {
             self.start_snapshot(now)
-        } else if self.scan.wanted && !self.scan.running() {
+        } else if self.scan.wanted && !self.scan.running() && self.idle_seen {
             self.start_scan()
         } else {
             self.step_replication(now)

@@ -50,7 +50,7 @@ impl Replica {
     pub(super) fn snapshot_due(&self, now: Instant) -> bool {
         let interval_passed =
             self.snap.last_at.is_none_or(|t| now >= t.add_ms(self.args.snapshot_interval_ms));
-        self.snapshot_dirty() && interval_passed
+        self.snapshot_dirty() && interval_passed && self.idle_seen
     }
 
     /// A flush: takes a snapshot (the flush waits for it) if it follows
