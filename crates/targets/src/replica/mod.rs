@@ -525,6 +525,7 @@ impl Replica {
             ("region_writes_count", c.region_writes_count),
             ("fs_scan_runs_count", self.scan.runs_count),
             ("fs_scan_declared_blocks", self.scan.declared_blocks),
+            ("fs_scan_free_blocks", self.scan.found_blocks),
             ("snapshots_written_count", c.snapshots_written_count),
             ("snapshots_too_large_count", c.snapshots_too_large_count),
             ("snapshot_loaded_blocks", self.snap.loaded_blocks),

@@ -51,6 +51,8 @@ pub(super) struct Scan {
     pub error: Option<String>,
     pub runs_count: u64,
     pub declared_blocks: u64,
+    /// Blocks the last scan found free (declared already or not).
+    pub found_blocks: u64,
     /// Blocks written from above since the open ("free" = written).
     pub written: FreeSpace,
 }
@@ -63,6 +65,7 @@ impl Scan {
             error: None,
             runs_count: 0,
             declared_blocks: 0,
+            found_blocks: 0,
             written: FreeSpace::all_used(blocks),
         }
     }
@@ -194,12 +197,14 @@ impl Replica {
     fn scan_apply(&mut self, fs_block_bytes: u64, found: Vec<(u64, u64)>) {
         let b = self.block();
         let mut declared = 0;
+        self.scan.found_blocks = 0;
         for (s, n) in found {
             let (a, e) = ((s * fs_block_bytes).div_ceil(b), ((s + n) * fs_block_bytes) / b);
             let e = e.min(self.args.volume_blocks());
             if a >= e {
                 continue;
             }
+            self.scan.found_blocks += e - a;
             let mut pos = a;
             let written = self.scan.written.free_parts(a, e - a);
             for (ws, wl) in written.into_iter().chain([(e, 0)]) {
