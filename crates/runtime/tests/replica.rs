@@ -819,3 +819,108 @@ fn an_unknown_or_corrupt_file_system_is_reported_once_and_declares_nothing() {
     assert!(e.contains("checksum"), "{e}");
     assert_eq!(counter(&h, "fs_scan_declared_blocks"), 0);
 }
+
+// ------------------------------------------- beyond the thesis, each option
+
+#[test]
+fn update_propagation_keeps_replicas_of_small_writes_and_the_baseline_drops_them() {
+    for propagate in [false, true] {
+        let extra = if propagate { "propagate_bytes_max = \"4KiB\"" } else { "propagate_bytes_max = 0" };
+        let mut h = streams_setup(extra);
+        h.call(read(10, 1));
+        h.call(read(40, 1));
+        h.settle();
+        assert_eq!(counter(&h, "replica_blocks"), 2);
+        assert_eq!(h.call(write(10, 0xAB, false)).result, Ok(()));
+        assert_eq!(fill_of(&h.call(read(10, 9))), 0xAB, "never stale, either way");
+        let (kept, used) = (counter(&h, "replica_blocks"), counter(&h, "reads_replica_count"));
+        if propagate {
+            assert_eq!((counter(&h, "replicas_propagated_blocks"), kept, used), (1, 2, 1));
+        } else {
+            assert_eq!((counter(&h, "replicas_invalidated_blocks"), kept, used), (1, 1, 0));
+        }
+    }
+}
+
+#[test]
+fn idle_replication_waits_for_idle_time() {
+    let mut h = streams_setup("replication = \"idle\"");
+    h.call(read(10, 1));
+    h.call(read(40, 1));
+    assert_eq!(counter(&h, "deferred_replica_writes"), 2, "committed, not yet written");
+    assert_eq!(counter(&h, "replicas_created_blocks"), 0);
+    h.settle(); // idle: the scheduler grants the Replication class
+    assert_eq!(counter(&h, "replicas_created_blocks"), 2);
+    let st = h.stack.status();
+    let steps = st.counters.iter().find(|c| c.0 == "background_replication_steps_count").expect("scheduler");
+    assert!(steps.1 >= 1);
+}
+
+#[test]
+fn the_quota_stops_a_stream_whose_replicas_are_never_used() {
+    let mut h = streams_setup("stream_quota_blocks = 2");
+    for blk in [10, 40] {
+        h.call(read(blk, 1));
+    }
+    h.settle();
+    assert_eq!(counter(&h, "replicas_created_blocks"), 2);
+    for blk in [70, 100] {
+        h.call(read(blk, 1));
+    }
+    assert_eq!(counter(&h, "candidates_count"), 2, "stopped: 2 blocks made, none used");
+    assert!(counter(&h, "quota_stops_count") >= 2);
+    // Another stream is not stopped.
+    h.call(read(70, 2));
+    assert_eq!(counter(&h, "candidates_count"), 3);
+}
+
+/// Block 10 with replicas at 129 (chain run 1 after a write drops 130)
+/// and 131 (run 3), 129 used last; returns the block a fresh stream's read
+/// of 10 went to under `choice`.
+fn chosen(choice: &str) -> u64 {
+    let mut h = streams_setup(&format!("replica_choice = \"{choice}\""));
+    // Pairs: a queue commits at 2 (settling lets the 2 s timeout pass).
+    for pair in [[(11, 2), (10, 2)], [(9, 1), (10, 1)], [(40, 1), (70, 1)]] {
+        for (blk, stream) in pair {
+            h.call(read(blk, stream));
+        }
+        h.settle();
+    }
+    assert_eq!(map(&mut h), "replica blocks 6: 128+1->11 129+1->10 130+1->9 131+1->10 132+1->40 133+1->70");
+    h.call(write(9, 0x99, false));
+    h.call(read(11, 6)); // the chain at 128
+    h.call(read(10, 6)); // close to it: 129, now the most recently used
+    h.settle();
+    h.take_records();
+    assert_eq!(fill_of(&h.call(read(10, 7))), fill(10));
+    let r = h.take_records();
+    let last = r.iter().rev().find(|r| r.op == Op::Read).expect("a lower read");
+    last.offset_bytes / B
+}
+
+#[test]
+fn replica_choice_lowest_longest_and_mru_pick_different_chains() {
+    assert_eq!(chosen("lowest"), 129);
+    assert_eq!(chosen("longest"), 131);
+    assert_eq!(chosen("mru"), 129);
+}
+
+#[test]
+fn the_memory_cap_stops_replication() {
+    let mut h = streams_setup("memory_bytes_max = 4096");
+    let mut blk = 0;
+    while counter(&h, "memory_cap_stops_count") == 0 {
+        assert!(blk < 64, "the cap never bit");
+        h.call(read(blk, 10 + blk as u32)); // a stream per pair: no history
+        h.call(read(blk + 64, 10 + blk as u32));
+        h.settle();
+        blk += 1;
+    }
+    let memory = counter(&h, "map_bytes") + counter(&h, "sets_bytes");
+    assert!(memory >= 4096, "{memory}");
+    let made = counter(&h, "replicas_created_blocks");
+    h.call(read(blk, 200));
+    h.call(read(blk + 64, 200));
+    h.settle();
+    assert_eq!(counter(&h, "replicas_created_blocks"), made, "nothing more past the cap");
+}
