@@ -924,3 +924,96 @@ fn the_memory_cap_stops_replication() {
     h.settle();
     assert_eq!(counter(&h, "replicas_created_blocks"), made, "nothing more past the cap");
 }
+
+// ------------------------------------------------------------ reclamation
+
+/// Free blocks 128..250 full of replicas (pair k of originals k, k + 64
+/// at 128 + 2k, 129 + 2k), then pairs 0..30 read again (used): the
+/// replicas of pairs 30..61 (blocks 188..250) are the least recently used.
+fn full_of_replicas(extra: &str) -> Harness<Scripted> {
+    let base = "free_extent_blocks_min = 8\nreclaim_range_blocks = 8\nreclaim_candidates_min = 4\nreclaim_bottom_pct = 50";
+    let keys: Vec<&str> = extra.lines().filter_map(|l| l.split('=').next()).map(str::trim).collect();
+    let base: Vec<&str> =
+        base.lines().filter(|l| !keys.contains(&l.split('=').next().unwrap().trim())).collect();
+    let mut h = streams_setup(&format!("{}\n{extra}", base.join("\n")));
+    for k in 0..61u64 {
+        h.call(read(k, 1000 + k as u32));
+        h.call(read(k + 64, 1000 + k as u32));
+        h.settle();
+    }
+    assert_eq!((counter(&h, "replica_blocks"), counter(&h, "free_blocks_known")), (122, 0));
+    for k in 0..30u64 {
+        h.call(read(k, 2000 + k as u32));
+        h.call(read(k + 64, 2000 + k as u32));
+    }
+    assert_eq!(counter(&h, "reads_replica_count"), 60);
+    h.settle();
+    h
+}
+
+/// A new pattern (originals 61 and 125) that needs room.
+fn new_pattern(h: &mut Harness<Scripted>, stream: u32) {
+    h.call(read(61, stream));
+    h.call(read(125, stream));
+    h.settle();
+}
+
+#[test]
+fn reclamation_takes_a_range_of_least_recently_used_replicas_and_keeps_the_used_ones() {
+    let mut h = full_of_replicas("");
+    new_pattern(&mut h, 3000);
+    assert_eq!(counter(&h, "replicas_reclaimed_blocks"), 8);
+    assert_eq!(counter(&h, "replica_blocks"), 122 - 8 + 2, "the new pattern went into the reclaimed range");
+    for k in 0..30u64 {
+        h.call(read(k, 4000 + k as u32));
+    }
+    assert_eq!(counter(&h, "reads_replica_count"), 60 + 30, "every recently used replica survived");
+}
+
+#[test]
+fn too_few_candidates_in_any_range_ages_everything_and_waits() {
+    // The bottom 1% (2 blocks): no 8-block range has more than 4.
+    let mut h = full_of_replicas("reclaim_bottom_pct = 1\nreclaim_age_max = 1");
+    new_pattern(&mut h, 3000);
+    assert_eq!(counter(&h, "replicas_reclaimed_blocks"), 0);
+    assert_eq!(counter(&h, "reclaim_failures_count"), 1);
+    assert!(counter(&h, "no_space_count") >= 1);
+    // Two more failures age every replica past reclaim_age_max = 1: then
+    // all are candidates and a range goes.
+    for s in 0..3 {
+        new_pattern(&mut h, 3001 + s);
+    }
+    assert_eq!(counter(&h, "reclaim_failures_count"), 2);
+    assert_eq!(counter(&h, "replicas_reclaimed_blocks"), 8);
+}
+
+#[test]
+fn gradual_growth_doubles_the_bottom_share_after_each_failure() {
+    let mut h = full_of_replicas("reclaim_bottom_pct = 8\nreclaim_growth = true");
+    assert_eq!(counter(&h, "reclaim_bottom_permille"), 20, "a quarter of 8%");
+    new_pattern(&mut h, 3000);
+    assert_eq!(counter(&h, "reclaim_failures_count"), 1, "2% of 122: 3 blocks, not enough");
+    assert_eq!(counter(&h, "reclaim_bottom_permille"), 40);
+    new_pattern(&mut h, 3001);
+    new_pattern(&mut h, 3002);
+    assert_eq!(counter(&h, "replicas_reclaimed_blocks"), 8, "at 8%: 10 blocks, 8 of them in a row");
+    assert_eq!(counter(&h, "reclaim_bottom_permille"), 20, "back to the start after a success");
+}
+
+#[test]
+fn the_thrash_guard_refuses_to_reclaim_replicas_in_use() {
+    // Every replica used since the last attempt: the active set is larger
+    // than free space.
+    for guard in [false, true] {
+        let mut h = full_of_replicas(&format!("thrash_guard = {guard}"));
+        for k in 30..61u64 {
+            h.call(read(k, 5000 + k as u32));
+            h.call(read(k + 64, 5000 + k as u32));
+        }
+        h.settle();
+        new_pattern(&mut h, 3000);
+        let (reclaimed, guarded) =
+            (counter(&h, "replicas_reclaimed_blocks"), counter(&h, "thrash_guard_count"));
+        assert_eq!((reclaimed, guarded), if guard { (0, 1) } else { (8, 0) }, "guard {guard}");
+    }
+}

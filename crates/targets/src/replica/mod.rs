@@ -518,6 +518,7 @@ impl Replica {
             ("reclaim_attempts_count", c.reclaim_attempts_count),
             ("reclaim_failures_count", c.reclaim_failures_count),
             ("thrash_guard_count", c.thrash_guard_count),
+            ("reclaim_bottom_permille", u64::from(self.reclaim.bottom_permille)),
             ("conflicts_rr_count", c.conflicts_rr_count),
             ("conflicts_b_count", c.conflicts_b_count),
             ("conflicts_inv_count", c.conflicts_inv_count),
