@@ -67,7 +67,7 @@ enum LowerOp {
     /// A replica read for upper request `key` from replica blocks `range`.
     ReplicaRead { key: u64, range: (u64, u64) },
     /// A replica write `pending` (see [`Pending`]).
-    ReplicaWrite { pending: u64 },
+    ReplicaWrite { pendings: Vec<u64> },
     /// A piece of a map snapshot.
     SnapWrite,
     /// Bring-up (clean): reading the snapshot copy from byte `at` of it.
@@ -97,8 +97,8 @@ struct Pending {
 enum Held {
     /// An upper modify (its key); its lower requests are prepared.
     Upper { key: u64, lower: Vec<Request> },
-    /// A replica write.
-    Replica { pending: u64 },
+    /// A run of replica writes to consecutive blocks.
+    Replica { pendings: Vec<u64> },
 }
 
 #[derive(Default)]

@@ -9,6 +9,8 @@ use layoutd_core::{Instant, Op, ReqId, Request, StreamId};
 
 /// Replica writes issued per background step in idle mode.
 const IDLE_STEP_WRITES_MAX: usize = 16;
+/// The largest merged replica write.
+const RUN_BYTES_MAX: u64 = 1 << 20;
 
 impl Replica {
     /// Whether a read of `stream` may become a candidate now.
@@ -93,10 +95,20 @@ impl Replica {
         if !self.space.declared.free_parts(orig, blocks).is_empty() {
             return;
         }
+        let batch_max = self.args.queue_commit_count as usize;
         let s = self.streams.get(stream);
         if s.committed_left > 0 {
+            // Inside a commit window: written in batches of
+            // queue_commit_count, each contiguous, so the arm visits the
+            // replica extent once per batch rather than once per read.
             s.committed_left -= 1;
-            self.replicate(now, stream, Candidate { orig, blocks, data });
+            if s.batch.is_empty() {
+                s.batch_since = Some(now);
+            }
+            s.batch.push(Candidate { orig, blocks, data });
+            if s.batch.len() >= batch_max || s.committed_left == 0 {
+                self.flush_batch(now, stream);
+            }
             return;
         }
         if s.queue.is_empty() {
@@ -121,6 +133,16 @@ impl Replica {
         self.counters.queues_committed_count += 1;
         self.streams.get(stream).committed_left = self.args.replicate_after_commit_count;
         for c in queue {
+            self.replicate(now, stream, c);
+        }
+    }
+
+    /// Writes a stream's batch of committed candidates.
+    pub(super) fn flush_batch(&mut self, now: Instant, stream: StreamId) {
+        let s = self.streams.get(stream);
+        let batch = std::mem::take(&mut s.batch);
+        s.batch_since = None;
+        for c in batch {
             self.replicate(now, stream, c);
         }
     }
@@ -218,12 +240,12 @@ impl Replica {
         if self.args.replication != When::Inline {
             return;
         }
-        while let Some(&k) = self.deferred.front() {
-            if self.pending[&k].region_version > self.region.durable {
+        loop {
+            let run = self.take_ready_run();
+            if run.is_empty() {
                 break;
             }
-            self.deferred.pop_front();
-            self.submit_replica(k);
+            self.submit_run(run);
         }
     }
 
@@ -231,44 +253,88 @@ impl Replica {
     pub(super) fn step_replication(&mut self, _now: Instant) -> u64 {
         let mut bytes = 0;
         for _ in 0..IDLE_STEP_WRITES_MAX {
-            let Some(&k) = self.deferred.front() else { break };
-            if self.pending[&k].region_version > self.region.durable {
+            let run = self.take_ready_run();
+            if run.is_empty() {
                 break;
             }
-            self.deferred.pop_front();
-            bytes += self.pending[&k].blocks * self.block();
-            self.submit_replica(k);
+            bytes += run.iter().map(|k| self.pending[k].blocks).sum::<u64>() * self.block();
+            self.submit_run(run);
         }
         bytes
     }
 
-    fn submit_replica(&mut self, k: u64) {
-        let (loc, blocks) = {
+    /// The deferred replica writes at the front that are ready and whose
+    /// blocks follow each other: one lower write (the thesis relied on the
+    /// block layer's merging for this; a disk pays a rotation per write).
+    fn take_ready_run(&mut self) -> Vec<u64> {
+        let mut run: Vec<u64> = Vec::new();
+        let mut end = None;
+        let mut blocks = 0;
+        while let Some(&k) = self.deferred.front() {
             let p = &self.pending[&k];
-            (p.loc, p.blocks)
-        };
-        if let Some(Held::Replica { pending }) =
-            self.gate.submit((loc, loc + blocks), Held::Replica { pending: k })
-        {
-            self.issue_replica_now(pending);
+            let follows = end.is_none_or(|e| e == p.loc);
+            let fits = (blocks + p.blocks) * self.block() <= RUN_BYTES_MAX;
+            if p.region_version > self.region.durable || !follows || (!run.is_empty() && !fits) {
+                break;
+            }
+            end = Some(p.loc + p.blocks);
+            blocks += p.blocks;
+            run.push(k);
+            self.deferred.pop_front();
+        }
+        run
+    }
+
+    fn submit_run(&mut self, run: Vec<u64>) {
+        let first = &self.pending[&run[0]];
+        let last = &self.pending[run.last().expect("a run")];
+        let range = (first.loc, last.loc + last.blocks);
+        if let Some(Held::Replica { pendings }) = self.gate.submit(range, Held::Replica { pendings: run }) {
+            self.issue_run_now(pendings);
         }
     }
 
-    /// Issues replica write `k` (the gate let it go), unless it went stale.
-    pub(super) fn issue_replica_now(&mut self, k: u64) {
-        let b = self.block();
-        let p = self.pending.get_mut(&k).expect("a pending replica write");
-        if !p.valid {
+    /// Issues a run of replica writes (the gate let it go): the stale ones
+    /// are dropped, the rest go as contiguous lower writes.
+    pub(super) fn issue_run_now(&mut self, run: Vec<u64>) {
+        let (valid, stale): (Vec<u64>, Vec<u64>) = run.into_iter().partition(|k| self.pending[k].valid);
+        for k in stale {
             self.replica_written(Instant::ZERO, k, false);
-            return;
         }
-        p.issued = true;
-        let mut w = Request::new(ReqId(0), Op::Write, p.loc * b, (p.blocks * b) as u32);
-        w.data = p.data.take();
-        w.stream = p.stream;
-        let range = (p.loc, p.loc + p.blocks);
-        let id = self.emit(LowerOp::ReplicaWrite { pending: k }, w);
-        self.gate.issued(id, range);
+        let mut piece: Vec<u64> = Vec::new();
+        for k in valid {
+            let follows = piece.last().is_none_or(|l| {
+                let p = &self.pending[l];
+                p.loc + p.blocks == self.pending[&k].loc
+            });
+            if !follows {
+                self.emit_run(std::mem::take(&mut piece));
+            }
+            piece.push(k);
+        }
+        if !piece.is_empty() {
+            self.emit_run(piece);
+        }
+    }
+
+    fn emit_run(&mut self, keys: Vec<u64>) {
+        let b = self.block();
+        let loc = self.pending[&keys[0]].loc;
+        let blocks: u64 = keys.iter().map(|k| self.pending[k].blocks).sum();
+        let mut data = Some(bytes::BytesMut::with_capacity((blocks * b) as usize));
+        for k in &keys {
+            let p = self.pending.get_mut(k).expect("pending");
+            p.issued = true;
+            match (p.data.take(), data.as_mut()) {
+                (Some(d), Some(buf)) => buf.extend_from_slice(&d),
+                _ => data = None,
+            }
+        }
+        let mut w = Request::new(ReqId(0), Op::Write, loc * b, (blocks * b) as u32);
+        w.data = data.map(|d| d.freeze());
+        w.stream = self.pending[&keys[0]].stream;
+        let id = self.emit(LowerOp::ReplicaWrite { pendings: keys }, w);
+        self.gate.issued(id, (loc, loc + blocks));
     }
 
     /// A replica write finished (or was dropped before issue): record the

@@ -515,9 +515,11 @@ impl Replica {
                 }
                 self.piece_done(key, 0, c.data, c.result);
             }
-            LowerOp::ReplicaWrite { pending } => {
+            LowerOp::ReplicaWrite { pendings } => {
                 assert!(self.gate.completed(c.id.0));
-                self.replica_written(now, pending, c.result.is_ok());
+                for pending in pendings {
+                    self.replica_written(now, pending, c.result.is_ok());
+                }
             }
         }
     }
@@ -573,7 +575,7 @@ impl Replica {
         while let Some((_, held)) = self.gate.pop_ready() {
             match held {
                 Held::Upper { key, lower } => self.issue_upper(key, lower),
-                Held::Replica { pending } => self.issue_replica_now(pending),
+                Held::Replica { pendings } => self.issue_run_now(pendings),
             }
         }
         self.issue_ready_replicas(now);
@@ -588,6 +590,10 @@ impl Replica {
                 s.queue.clear();
                 s.queue_since = None;
                 self.counters.queues_cancelled_timeout_count += 1;
+            }
+            // A commit window's batch is written, not dropped, when it waits too long.
+            if s.batch_since.is_some_and(|since| since.add_ms(t) <= now) {
+                self.flush_batch(now, id);
             }
         }
     }

@@ -26,6 +26,9 @@ pub(crate) struct Stream {
     pub queue_since: Option<Instant>,
     /// Reads still replicated unconditionally after a commit.
     pub committed_left: u32,
+    /// Committed candidates waiting to be written together.
+    pub batch: Vec<Candidate>,
+    pub batch_since: Option<Instant>,
     /// Reads without replication left (congestion back-off).
     pub backoff_left: u32,
     pub created_blocks: u64,
@@ -120,16 +123,18 @@ impl Streams {
 
     /// The earliest queue deadline.
     pub fn deadline(&self, timeout_ms: u64) -> Option<Instant> {
-        self.map.values().filter_map(|s| s.queue_since).min().map(|t| t.add_ms(timeout_ms))
+        let since = self.map.values().flat_map(|s| [s.queue_since, s.batch_since]).flatten().min();
+        since.map(|t| t.add_ms(timeout_ms))
     }
 
     /// Drops queued candidates whose originals overlap `[a, b)`.
     pub fn forget_candidates(&mut self, a: u64, b: u64) -> u64 {
         let mut n = 0;
         for s in self.map.values_mut() {
-            let before = s.queue.len();
+            let before = s.queue.len() + s.batch.len();
             s.queue.retain(|c| c.orig + c.blocks <= a || b <= c.orig);
-            n += (before - s.queue.len()) as u64;
+            s.batch.retain(|c| c.orig + c.blocks <= a || b <= c.orig);
+            n += (before - s.queue.len() - s.batch.len()) as u64;
             if s.queue.is_empty() {
                 s.queue_since = None;
             }
@@ -139,7 +144,7 @@ impl Streams {
 
     /// Candidates queued in all streams.
     pub fn queued_count(&self) -> usize {
-        self.map.values().map(|s| s.queue.len()).sum()
+        self.map.values().map(|s| s.queue.len() + s.batch.len()).sum()
     }
 }
 
