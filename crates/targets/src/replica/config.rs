@@ -80,8 +80,8 @@ pub struct Args {
     /// Writes of at most this many bytes over a replicated block update its
     /// replicas instead of invalidating them (0: off, the thesis).
     pub propagate_bytes_max: u32,
-    /// A stream that created this many replica blocks without using any is
-    /// stopped (0: off).
+    /// A stream that created this many replica blocks and read fewer than
+    /// an eighth as many from replicas is stopped (0: off).
     pub stream_quota_blocks: u64,
     /// Replicas one original block may have.
     pub replicas_per_block_max: u32,

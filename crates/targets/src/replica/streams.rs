@@ -77,9 +77,11 @@ impl Stream {
             .count() as u32
     }
 
-    /// Whether the quota stopped this stream.
+    /// Whether the quota stopped this stream: it made at least
+    /// `quota_blocks` replica blocks and read fewer than an eighth as many
+    /// from replicas (a random stream hits a few replicas by chance).
     pub fn over_quota(&self, quota_blocks: u64) -> bool {
-        quota_blocks > 0 && self.created_blocks >= quota_blocks && self.used_blocks == 0
+        quota_blocks > 0 && self.created_blocks >= quota_blocks && self.used_blocks * 8 < self.created_blocks
     }
 }
 
