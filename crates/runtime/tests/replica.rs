@@ -775,7 +775,11 @@ fn config_value(h: &Harness<Scripted>, key: &str) -> Option<String> {
 #[test]
 fn the_idle_scan_declares_the_ext4_free_blocks_except_those_written_since_open() {
     let Some((dev, free)) = ext_volume(&["-b", "4096"], false) else { return };
+    // Old bytes in a free block (a deleted file's, say).
+    let volume_blocks = (EXT_DEVICE_BYTES - 8192 - EXT_DEVICE_BYTES / 64) / B;
+    layoutd_disk::BlockDevice::write_at(&*dev, &[0x5A; 4096], (volume_blocks - 3) * B).unwrap();
     let mut h = open_ext(&dev);
+    assert_eq!(h.stack.size_bytes() / B, volume_blocks);
     // Before the first idle event: the file system "allocates" a free block.
     let last = h.stack.size_bytes() / B - 1;
     assert_eq!(h.call(write(last, 0x42, false)).result, Ok(()));
@@ -789,6 +793,12 @@ fn the_idle_scan_declares_the_ext4_free_blocks_except_those_written_since_open()
     );
     assert_eq!(fill_of(&h.call(read(last, 0))), 0x42);
     assert_eq!(fill_of_or_zero(&h.call(read(last - 1, 0))), 0, "a free block reads zeroes");
+    assert_eq!(fill_of_or_zero(&h.call(read(last - 2, 0))), 0, "old bytes in a free block read as zeroes");
+    // A write over part of it: the rest still reads zeroes.
+    let part = Request::write(ReqId(0), (last - 2) * B, Bytes::from(vec![0x11; 512]));
+    assert_eq!(h.call(part).result, Ok(()));
+    let whole = h.call(read(last - 2, 0)).data.unwrap();
+    assert!(whole[..512].iter().all(|&x| x == 0x11) && whole[512..].iter().all(|&x| x == 0), "zero-filled");
     // The superblock is in use: read as it is.
     let sb = h.call(Request::new(ReqId(0), Op::Read, 1024, 1024));
     assert_eq!(&sb.data.unwrap()[56..58], &[0x53, 0xEF]);
@@ -1016,4 +1026,20 @@ fn the_thrash_guard_refuses_to_reclaim_replicas_in_use() {
             (counter(&h, "replicas_reclaimed_blocks"), counter(&h, "thrash_guard_count"));
         assert_eq!((reclaimed, guarded), if guard { (0, 1) } else { (8, 0) }, "guard {guard}");
     }
+}
+
+/// RC with a candidate: the read of D returns its old bytes after the
+/// write of D arrived (the write lands later). Those bytes must never
+/// become a replica.
+#[test]
+fn a_candidate_read_overtaken_by_a_write_is_never_replicated() {
+    let mut h = setup(true, Scripted::new(5, 10, 1));
+    let r = h.submit(read(D, 0)); // a candidate: stream 0's history is far
+    let w = h.submit(write(D, 0xDD, false));
+    assert_eq!(fill_of(&h.wait_for(r)), fill(D), "the read went first below");
+    assert_eq!(h.wait_for(w).result, Ok(()));
+    h.call(read(E, 0)); // completes the queue
+    h.settle();
+    assert_eq!(counter(&h, "conflicts_rc_count"), 1);
+    assert_eq!(fill_of(&h.call(read(D, 9))), 0xDD, "never the old bytes");
 }

@@ -63,7 +63,9 @@ enum LowerOp {
     /// A piece of upper request `key` (read, write, flush) at `within` bytes.
     Piece { key: u64, within: u32, gate_range: Option<(u64, u64)> },
     /// A read of an original that may become a replication candidate.
-    CandidateRead { key: u64, stream: layoutd_core::StreamId, orig: u64, blocks: u64 },
+    /// `stale`: a modify of those blocks arrived while it was in flight
+    /// (RC), so its bytes may be old and are never replicated.
+    CandidateRead { key: u64, stream: layoutd_core::StreamId, orig: u64, blocks: u64, stale: bool },
     /// A replica read for upper request `key` from replica blocks `range`.
     ReplicaRead { key: u64, range: (u64, u64) },
     /// A replica write `pending` (see [`Pending`]).

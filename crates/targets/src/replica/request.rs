@@ -207,7 +207,7 @@ impl Replica {
         self.push_history(req.stream, (ba, ba + n));
         let op = if !backing_off && self.may_replicate(now, req.stream) {
             self.counters.candidates_count += 1;
-            LowerOp::CandidateRead { key, stream: req.stream, orig: ba, blocks: n }
+            LowerOp::CandidateRead { key, stream: req.stream, orig: ba, blocks: n, stale: false }
         } else {
             LowerOp::Piece { key, within: 0, gate_range: None }
         };
@@ -284,12 +284,14 @@ impl Replica {
             .values()
             .filter(|op| matches!(op, LowerOp::ReplicaRead { range, .. } if over(range.0, range.1 - range.0)))
             .count() as u64;
-        let rc = self
-            .lower
-            .values()
-            .filter(|op| matches!(op, LowerOp::CandidateRead { orig, blocks, .. } if over(*orig, *blocks)))
-            .count() as u64;
-        self.counters.conflicts_rc_count += rc;
+        for op in self.lower.values_mut() {
+            if let LowerOp::CandidateRead { orig, blocks, stale, .. } = op {
+                if over(*orig, *blocks) {
+                    *stale = true;
+                    self.counters.conflicts_rc_count += 1;
+                }
+            }
+        }
         self.counters.candidates_forgotten_count += self.streams.forget_candidates(ba, ba + n);
         (rr, b_held)
     }
@@ -307,8 +309,11 @@ impl Replica {
         let living = self.space.drop_replicas_in(ba, n);
         self.counters.replicas_dropped_by_allocation_blocks += living.iter().map(|g| g.1).sum::<u64>();
         if req.op == Op::Write {
+            // The rest of a declared-free block a write covers in part must
+            // go on reading zeroes: it may hold replica bytes (the region)
+            // or whatever the file system left there (a bitmap scan).
             for blk in [ba, ba + n - 1] {
-                if !self.space.region.is_free(blk, 1) {
+                if !self.space.declared.is_free(blk, 1) {
                     continue;
                 }
                 let (bs, be) = (blk * b, (blk + 1) * b);
@@ -492,9 +497,9 @@ impl Replica {
                 }
                 self.piece_done(key, within, c.data, c.result);
             }
-            LowerOp::CandidateRead { key, stream, orig, blocks } => {
+            LowerOp::CandidateRead { key, stream, orig, blocks, stale } => {
                 let data = c.data.clone();
-                let ok = c.result.is_ok();
+                let ok = c.result.is_ok() && !stale;
                 self.piece_done(key, 0, c.data, c.result);
                 if ok {
                     self.candidate_read(now, stream, orig, blocks, data);
