@@ -100,6 +100,25 @@ def synthetic(path, kind):
                 f.write(f"0 0 0 R {rng.randrange(0, (2 << 30) // 4096) * 4096} 4096 -\n")
 
 
+SMALL_FREE_BYTES = 40 << 20
+
+
+def small_free_trace(path, free_bytes):
+    """The Postmark trace with mkfs's discards replaced by one discard of
+    `free_bytes` past the files (the thesis's full-disk case, Figure 5.4:
+    fewer free blocks than the pattern needs, so reclamation runs)."""
+    with gzip.open(TRACE, "rt") as src, open(path, "w") as f:
+        first = True
+        for line in src:
+            p = line.split()
+            if not line.startswith("#") and p[3] == "T":
+                if first:
+                    f.write(f"{p[0]} {p[1]} {p[2]} T {3 << 30} {free_bytes} -\n")
+                    first = False
+                continue
+            f.write(line)
+
+
 def counters(summary):
     layers = summary["stack"]["layers"]
     for layer in layers:
@@ -120,13 +139,24 @@ def main():
     read_bytes = [p["trace"]["read_bytes"] for p in meta["phases"]]
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, extra in STACKS:
-            summary, records = sim(a.layoutd, TRACE, config(extra), tmp, name)
+        small = os.path.join(tmp, "small-free.trace")
+        small_free_trace(small, SMALL_FREE_BYTES)
+        runs = [(n, e, TRACE) for n, e in STACKS] + [
+            (f"replica-{SMALL_FREE_BYTES >> 20}MiB-free", "", small),
+            (f"replica-{SMALL_FREE_BYTES >> 20}MiB-free-growth-guard", "reclaim_growth = true\nthrash_guard = true\n", small),
+        ]
+        for name, extra, trace in runs:
+            summary, records = sim(a.layoutd, trace, config(extra), tmp, name)
             rows[name] = {
                 "phases_s": dict(phase_spans(records, markers, names)),
                 "simulated_s": summary["simulated_seconds"],
                 "counters": counters(summary),
             }
+            if "free" in name:
+                c = rows[name]["counters"]
+                print(name, {k: c.get(k) for k in ["replicas_reclaimed_blocks", "reclaim_attempts_count",
+                                                   "reclaim_failures_count", "thrash_guard_count", "no_space_count"]},
+                      file=sys.stderr)
             print(name, rows[name]["phases_s"], file=sys.stderr)
         overhead = {}
         for kind in ["sequential", "random"]:
@@ -160,14 +190,16 @@ def write_readme(out, names, rows, bound, seq_bytes, overhead):
              "recorded live in `bench/results/postmark-repeat/`: 8,000 files, 41.7 MB, created then read four "
              "times in one order with cold caches; `relatime`, so read-1 also writes atimes). Seconds are "
              "simulated, from each phase's start marker to its end marker. Speed-up = linear / stack.", ""]
-    head = "| stack | " + " | ".join(names) + " | read-4 speed-up | replicas created (blocks) | used (blocks) | reads from replicas |"
-    lines += [head, "| --- |" + " ---: |" * (len(names) + 4)]
+    head = ("| stack | " + " | ".join(names) +
+            " | read-4 speed-up | replicas created (blocks) | used (blocks) | reads from replicas | reclaimed (blocks) |")
+    lines += [head, "| --- |" + " ---: |" * (len(names) + 5)]
     for name, r in rows.items():
         c = r["counters"]
         cells = [f"{r['phases_s'][n]:.2f}" for n in names]
         sp = base["read-4"] / r["phases_s"]["read-4"]
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {sp:.1f}x | {c.get('replicas_created_blocks', '-')} | "
-                     f"{c.get('replicas_used_blocks', '-')} | {c.get('reads_replica_count', '-')} |")
+                     f"{c.get('replicas_used_blocks', '-')} | {c.get('reads_replica_count', '-')} | "
+                     f"{c.get('replicas_reclaimed_blocks', '-')} |")
     lines += ["", f"Sequential-read bound: {seq_bytes / 1e6:.1f} MB (read-2's bytes) read sequentially in 128 KiB "
               f"requests on the same model: {bound:.2f} s.", "",
               "Overhead without patterns (fio-like synthetic traces, 2 GiB declared free first):", "",

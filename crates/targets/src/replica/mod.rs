@@ -187,8 +187,6 @@ struct Reclaim {
     wait_reads: u64,
     /// The bottom share now considered, in tenths of a percent.
     bottom_permille: u32,
-    /// Read tick of the last attempt (for the thrash guard).
-    last_attempt_tick: u32,
 }
 
 /// The replica target; see the module docs.

@@ -393,7 +393,6 @@ impl Replica {
             self.space.free.release_range(s, l);
         }
         self.counters.replicas_reclaimed_blocks += dropped.iter().map(|d| d.1).sum::<u64>();
-        self.reclaim.last_attempt_tick = self.tick;
         self.reclaim.bottom_permille = Self::bottom_start(&self.args);
         Some((start, range))
     }
@@ -428,20 +427,24 @@ impl Replica {
         }
     }
 
-    /// Thrash guard: most of the replicas in the range were used since
-    /// the last reclamation, so the active set is larger than free space.
+    /// Thrash guard (the thesis's future work): most of the replicas in
+    /// the range are *young*, created or used within the last
+    /// replica-count reads, so reclaiming them throws away replicas before
+    /// they had a chance to be used: the active set exceeds free space.
+    /// Then replication simply stops until the replicas age.
     fn thrashing(&self, start: u64, range: u64) -> bool {
         if !self.args.thrash_guard {
             return false;
         }
-        let (mut active, mut all) = (0, 0);
+        let window = u32::try_from(self.space.replica_blocks()).unwrap_or(u32::MAX);
+        let (mut young, mut all) = (0, 0);
         for e in self.space.forward.overlapping(start, range) {
             all += e.length;
-            if e.value.ever_used && e.value.used > self.reclaim.last_attempt_tick {
-                active += e.length;
+            if self.tick.wrapping_sub(e.value.used) < window {
+                young += e.length;
             }
         }
-        all > 0 && active * 2 > all
+        all > 0 && young * 2 > all
     }
 }
 
