@@ -191,3 +191,50 @@ fn free_space_refuses_a_volume_without_a_file_system_in_one_line() {
     assert!(err.contains("no ext2/3/4 superblock") && err.contains("nothing written"), "{err}");
     assert!(std::fs::read(&dev).unwrap() == before, "nothing written");
 }
+
+/// A replica volume of `size` whose volume holds a fresh ext4 (made on a
+/// side file, optionally with group 0's block bitmap damaged, then copied
+/// in at the data area); `None` without e2fsprogs.
+fn ext4_volume(dir: &Path, size: &str, damage: bool) -> Option<PathBuf> {
+    if !(have_cmd("mkfs.ext4") && have_cmd("dumpe2fs")) {
+        eprintln!("e2fsprogs not installed: skipped");
+        return None;
+    }
+    let dev = formatted(dir, "e.img", size, Some(REPLICA));
+    let volume = inspect(&dev)["volume_size_bytes"].as_u64().unwrap();
+    let side = dir.join("side.img");
+    std::fs::File::create(&side).unwrap().set_len(volume).unwrap();
+    sh_ok(&format!("mkfs.ext4 -q -F -b 4096 '{}'", side.display()));
+    let mut fs = std::fs::read(&side).unwrap();
+    if damage {
+        let info = sh_ok(&format!("dumpe2fs '{}' 2>/dev/null", side.display()));
+        let at = info.lines().find_map(|l| l.trim().strip_prefix("Block bitmap at ")).expect("a bitmap");
+        let block: usize = at.split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap();
+        fs[block * 4096 + 3] ^= 0x10;
+    }
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(&dev).unwrap();
+    f.write_all_at(&fs, 1 << 20).unwrap(); // the data area starts after the 1 MiB header
+    Some(dev)
+}
+
+#[test]
+fn free_space_reads_an_unmounted_ext4_and_refuses_a_corrupt_bitmap_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(dev) = ext4_volume(dir.path(), "96M", false) else { return };
+    let o = layoutd().args(["free-space", "--device"]).arg(&dev).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("free block(s) declared"));
+    let v = inspect(&dev);
+    assert_eq!(v["clean"], true);
+    assert!(counter(&v, "declared_free_blocks") > 10_000, "the free map was saved (snapshot): {v}");
+    let dir = tempfile::tempdir().unwrap();
+    let Some(dev) = ext4_volume(dir.path(), "96M", true) else { return };
+    let before = std::fs::read(&dev).unwrap();
+    let o = layoutd().args(["free-space", "--device"]).arg(&dev).output().unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("checksum") && err.contains("nothing written"), "{err}");
+    assert!(std::fs::read(&dev).unwrap() == before, "nothing written");
+}
