@@ -149,6 +149,12 @@ impl Args {
                 "the device ({lower_bytes} bytes) is too small for the metadata area ({meta_bytes} bytes) and two blocks"
             )));
         }
+        if volume_bytes / block_bytes >= u64::from(u32::MAX) {
+            return Err(a.error(format!(
+                "key `block_bytes`: the volume has {} blocks of {block_bytes} bytes; replica keeps block numbers in 32 bits (use larger blocks)",
+                volume_bytes / block_bytes
+            )));
+        }
         let mut small = [0u64; KEYS_SMALL.len()];
         let defaults = [64, 1000, 8, 8, 4, 64, 2000, 1024, 64, 256, 1024, 250, 250, 256];
         for (i, (key, min, max)) in KEYS_SMALL.iter().enumerate() {

@@ -30,6 +30,7 @@
 //! `docs/replica.md` for why, and for every config key and counter.
 
 mod config;
+mod dense;
 pub mod ext;
 mod meta;
 mod persist;

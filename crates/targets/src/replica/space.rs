@@ -8,8 +8,9 @@
 //! - every replica block is declared, not free, and in the region;
 //! - `forward` and the `reverse` layers describe the same pairs.
 
+use super::dense::{Forward, HashLayer};
 use crate::alloc::FreeSpace;
-use crate::blockmap::{BlockMap, MapValue};
+use crate::blockmap::MapValue;
 
 /// Where a replica block's original is, plus its LRU state. `advance`
 /// moves the original along; the LRU fields are per extent.
@@ -42,15 +43,13 @@ pub(crate) struct Space {
     /// "Free" here = in the region: may hold replica bytes on disk.
     pub region: FreeSpace,
     /// Replica block -> original.
-    pub forward: BlockMap<Rep>,
+    pub forward: Forward,
     /// Per layer: original -> replica block.
-    pub reverse: Vec<BlockMap<u64>>,
+    pub reverse: Vec<HashLayer>,
 }
 
-/// Bytes one `BTreeMap` extent entry costs, as the status estimates it
-/// (key + value + a share of the node, nodes about three-quarters full).
-const FORWARD_EXTENT_BYTES: u64 = 48;
-const REVERSE_EXTENT_BYTES: u64 = 32;
+/// Bytes one `BTreeMap` extent entry of a block set costs, as the status
+/// estimates it (key + value + a share of the node).
 const SET_EXTENT_BYTES: u64 = 32;
 
 impl Space {
@@ -59,8 +58,8 @@ impl Space {
             declared: FreeSpace::all_used(blocks),
             free: FreeSpace::all_used(blocks),
             region: FreeSpace::all_used(blocks),
-            forward: BlockMap::new(),
-            reverse: (0..layers).map(|_| BlockMap::new()).collect(),
+            forward: Forward::default(),
+            reverse: (0..layers).map(|_| HashLayer::default()).collect(),
         }
     }
 
@@ -71,8 +70,7 @@ impl Space {
 
     /// Estimated bytes of the replica map (forward and reverse).
     pub fn map_bytes(&self) -> u64 {
-        let rev: usize = self.reverse.iter().map(|r| r.extent_count()).sum();
-        self.forward.extent_count() as u64 * FORWARD_EXTENT_BYTES + rev as u64 * REVERSE_EXTENT_BYTES
+        self.forward.bytes() + self.reverse.iter().map(|r| r.bytes()).sum::<u64>()
     }
 
     /// Estimated bytes of the block sets.
