@@ -111,19 +111,7 @@ impl Forward {
 
     /// `[start, start + length)` piece by piece, mapped or not.
     pub fn range(&self, start: u64, length: u64) -> Vec<(u64, u64, Option<Rep>)> {
-        let mut out = Vec::new();
-        let mut pos = start;
-        for e in self.overlapping(start, length) {
-            if e.start > pos {
-                out.push((pos, e.start - pos, None));
-            }
-            out.push((e.start, e.length, Some(e.value)));
-            pos = e.start + e.length;
-        }
-        if pos < start + length {
-            out.push((pos, start + length - pos, None));
-        }
-        out
+        crate::blockmap::with_gaps(self.overlapping(start, length), start, length)
     }
 
     /// Every extent, in address order.
