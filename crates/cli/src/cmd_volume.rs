@@ -585,3 +585,44 @@ pub fn message(a: MessageArgs) -> Result<()> {
     println!("{reply}");
     Ok(())
 }
+
+#[derive(Args)]
+#[command(
+    after_help = "Examples:\n  layoutd free-space --device vol.img\n\nOpens the device (it must not be served) and has its `replica` layer read the ext2/3/4 superblock, group descriptors and block bitmaps of the file system on the volume; the free blocks become free space for replicas (and read back as zeroes, as after a discard). A dry run over a copy-on-write overlay comes first: an unknown or corrupt file system, or one whose journal needs recovery (mounted, or not cleanly unmounted), is reported in one line and nothing is written. Otherwise the result is flushed, saved in the layer's snapshot when it has one, and the device marked clean."
+)]
+pub struct FreeSpaceArgs {
+    /// The device (repeat, in order, for every member of a multi-device volume).
+    #[arg(long, value_name = "PATH", required = true)]
+    device: Vec<PathBuf>,
+}
+
+/// The scan's result in a layer's status: (error, blocks declared).
+fn scan_result(statuses: &[layoutd_core::Status]) -> (Option<String>, u64) {
+    let error = statuses.iter().flat_map(|s| s.config.iter()).find(|c| c.0 == "fs_scan_error");
+    let declared = statuses.iter().flat_map(|s| s.counters.iter()).find(|c| c.0 == "fs_scan_declared_blocks");
+    (error.map(|e| e.1.clone()), declared.map_or(0, |d| d.1))
+}
+
+pub fn free_space(a: FreeSpaceArgs) -> Result<()> {
+    distinct(&a.device)?;
+    volume::check(&a.device)?;
+    let (_, dry) = volume::message_dry_run(&a.device, "free-space")?;
+    if let (Some(e), _) = scan_result(&dry) {
+        bail!("{}: {e}; nothing written", names(&a.device));
+    }
+    let (_, statuses) = volume::drain(&a.device, Some("free-space"))?;
+    let (error, declared) = scan_result(&statuses);
+    if let Some(e) = error {
+        bail!("{}: {e}", names(&a.device));
+    }
+    println!("{}: {declared} free block(s) declared; stack now:", names(&a.device));
+    let no_snapshot =
+        statuses.iter().flat_map(|s| s.config.iter()).any(|c| c.0 == "snapshot_bytes" && c.1 == "0");
+    if no_snapshot {
+        println!("  (snapshot_bytes = 0: the free map is not saved; the next open starts without it)");
+    }
+    for s in statuses {
+        println!("  {s}");
+    }
+    Ok(())
+}

@@ -42,6 +42,8 @@ enum Cmd {
     Snapshot(cmd_snapshot::SnapshotArgs),
     /// The `opt` target: status, plan, apply or drop the OPT region's contents.
     Opt(cmd_opt::OptArgs),
+    /// Read an ext2/3/4 file system's free blocks into its `replica` layer (offline).
+    FreeSpace(cmd_volume::FreeSpaceArgs),
     /// Inspect the HDD model's presets and validate it against real drives.
     #[command(subcommand)]
     Disk(cmd_disk::DiskCmd),
@@ -73,6 +75,7 @@ fn main() {
         Cmd::Message(a) => cmd_volume::message(a),
         Cmd::Snapshot(a) => cmd_snapshot::run(a),
         Cmd::Opt(a) => cmd_opt::run(a),
+        Cmd::FreeSpace(a) => cmd_volume::free_space(a),
         Cmd::Disk(c) => cmd_disk::run(c),
         Cmd::Sim(a) => cmd_sim::run(*a),
         Cmd::Trace(c) => cmd_trace::run(c),

@@ -360,6 +360,10 @@ impl Server for Connection {
                 (None, None) => return Ok(()),
             };
             let flushed = live.submit(Request::new(ReqId(0), Op::Flush, 0, 0));
+            // The counters of the whole run, once (they live in memory only).
+            if let Some(st) = live.status() {
+                eprintln!("layoutd: final status: {st}");
+            }
             live.stop();
             let names = member_names(&o.members);
             match flushed.result {

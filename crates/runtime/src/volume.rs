@@ -342,6 +342,13 @@ pub fn check(paths: &[PathBuf]) -> Result<Superblock, VolumeError> {
 /// over a copy-on-write overlay, so counters reflect the volume's persistent
 /// state while no device is ever written.
 pub fn inspect_stack(paths: &[PathBuf]) -> Result<(Superblock, Box<dyn Target>), VolumeError> {
+    overlay_stack(paths).map(|(sb, stack, _)| (sb, stack))
+}
+
+/// [`inspect_stack`], with the overlay device the stack runs on.
+fn overlay_stack(
+    paths: &[PathBuf],
+) -> Result<(Superblock, Box<dyn Target>, Arc<dyn BlockDevice>), VolumeError> {
     let devs: Vec<FileDevice> = paths
         .iter()
         .map(|p| FileDevice::open_read_only(p).map_err(|e| err(p, e.to_string())))
@@ -355,8 +362,8 @@ pub fn inspect_stack(paths: &[PathBuf]) -> Result<(Superblock, Box<dyn Target>),
     let data = concat_data(&devs, &sizes, |d, n| {
         Arc::new(OverlayDevice::new(SliceDevice::new(d, DATA_START_BYTES, n)))
     });
-    let stack = bring_up(&paths[0], Box::new(stack), data)?;
-    Ok((sb, stack))
+    let stack = bring_up(&paths[0], Box::new(stack), data.clone())?;
+    Ok((sb, stack, data))
 }
 
 /// What [`run_offline`] leaves: the first step's result, the stack, the members.
@@ -418,4 +425,31 @@ pub fn destage(paths: &[PathBuf]) -> Result<Vec<layoutd_core::Status>, VolumeErr
     }
     mark_clean(&members)?;
     Ok(stack.layer_statuses())
+}
+
+/// Runs `message` (a runtime command such as `free-space`) on the stack
+/// over a copy-on-write overlay, drains the work it starts, and returns
+/// the reply and the statuses; no device is written (a dry run).
+pub fn message_dry_run(
+    paths: &[PathBuf],
+    message: &str,
+) -> Result<(String, Vec<layoutd_core::Status>), VolumeError> {
+    let (_, stack, data) = overlay_stack(paths)?;
+    let mut h = Harness::new(stack, data, ZeroLatency::default(), 0);
+    let reply = h.message(message).map_err(|e| err(&paths[0], e))?;
+    h.drive_bounded(100_000_000);
+    Ok((reply, h.stack.layer_statuses()))
+}
+
+/// [`message`] that also returns the stack's statuses afterwards; a
+/// refusal is an error naming the device (the volume is still left clean).
+pub fn drain(
+    paths: &[PathBuf],
+    message: Option<&str>,
+) -> Result<(Option<String>, Vec<layoutd_core::Status>), VolumeError> {
+    let (reply, stack, members) =
+        run_offline(paths, "the work the message started", |h| message.map(|m| h.message(m)))?;
+    mark_clean(&members)?;
+    let reply = reply.transpose().map_err(|e| err(&paths[0], e))?;
+    Ok((reply, stack.layer_statuses()))
 }

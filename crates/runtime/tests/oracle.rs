@@ -77,6 +77,44 @@ target = "linear"
 "#,
     ),
     (
+        "replica-512-byte-blocks-small-constants",
+        r#"version = 1
+[[layer]]
+target = "replica"
+block_bytes = 512
+meta_record_bytes = 4096
+history_count = 4
+close_blocks = 4
+pass_through_close_count = 2
+queue_commit_count = 2
+queue_sequential_cancel_count = 2
+replicate_after_commit_count = 4
+free_extent_blocks_min = 8
+reclaim_range_blocks = 16
+reclaim_candidates_min = 4
+reclaim_wait_divisor = 4
+"#,
+    ),
+    (
+        "replica-4k-blocks-over-linear",
+        r#"version = 1
+[[layer]]
+target = "replica"
+meta_record_bytes = 4096
+close_blocks = 2
+pass_through_close_count = 2
+queue_commit_count = 2
+queue_sequential_cancel_count = 2
+free_extent_blocks_min = 2
+reclaim_range_blocks = 4
+reclaim_candidates_min = 1
+propagate_bytes_max = "8KiB"
+replica_choice = "longest"
+[[layer]]
+target = "linear"
+"#,
+    ),
+    (
         "log-greedy-4k-blocks",
         "version = 1\n[[layer]]\ntarget = \"log\"\nsegment_bytes = \"32KiB\"\nover_provision_pct = 20\npolicy = \"greedy\"\n\
          clean_batch_segments = 2\nfree_segments_min = 1\ncheckpoint_segments = 8\n",

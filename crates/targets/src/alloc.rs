@@ -136,6 +136,56 @@ impl FreeSpace {
         self.free_units += length;
         assert!(self.free_units <= self.total_units);
     }
+    /// The free parts of `[start, start + length)`, in order.
+    pub fn free_parts(&self, start: u64, length: u64) -> Vec<(u64, u64)> {
+        let end = start.saturating_add(length);
+        let mut out = Vec::new();
+        let first = self.free.range(..=start).next_back().map(|(&s, &n)| (s, n));
+        for (s, n) in first.into_iter().chain(self.free.range(start + 1..end).map(|(&s, &n)| (s, n))) {
+            let (a, b) = (s.max(start), (s + n).min(end));
+            if a < b {
+                out.push((a, b - a));
+            }
+        }
+        out
+    }
+
+    /// Marks every unit of `[start, start + length)` used, whatever was
+    /// free of it; returns the units that were free (a file system taking
+    /// back blocks it had declared free).
+    pub fn take_range(&mut self, start: u64, length: u64) -> u64 {
+        let parts = self.free_parts(start, length);
+        let n = parts.iter().map(|p| p.1).sum();
+        for (s, l) in parts {
+            self.take(s, l);
+        }
+        n
+    }
+
+    /// Marks every unit of `[start, start + length)` free, whatever was
+    /// used of it; returns the units that were used.
+    pub fn release_range(&mut self, start: u64, length: u64) -> u64 {
+        let end = (start + length).min(self.total_units);
+        let mut pos = start;
+        let mut n = 0;
+        for (s, l) in self.free_parts(start, end.saturating_sub(start)) {
+            if s > pos {
+                self.release(pos, s - pos);
+                n += s - pos;
+            }
+            pos = s + l;
+        }
+        if pos < end {
+            self.release(pos, end - pos);
+            n += end - pos;
+        }
+        n
+    }
+
+    /// Free extents held (the memory cost is per extent).
+    pub fn extent_count(&self) -> usize {
+        self.free.len()
+    }
 }
 
 /// Where an allocation goes: a free start with `length` free units from it.
@@ -282,5 +332,19 @@ mod tests {
         assert_eq!(f.nearest_unit(52, 50, 55), None);
         f.release(10, 20);
         assert_eq!(f.extents().collect::<Vec<_>>(), vec![(0, 50), (55, 45)]);
+    }
+
+    #[test]
+    fn ranges_take_and_release_whatever_part_is_free_or_used() {
+        let mut f = FreeSpace::all_used(100);
+        assert_eq!(f.release_range(10, 10), 10);
+        assert_eq!(f.release_range(15, 10), 5, "[15, 20) was free already");
+        assert_eq!(f.free_parts(0, 100), vec![(10, 15)]);
+        assert_eq!(f.free_parts(12, 3), vec![(12, 3)]);
+        assert_eq!(f.take_range(0, 12), 2);
+        assert_eq!(f.take_range(20, 30), 5);
+        assert_eq!(f.extents().collect::<Vec<_>>(), vec![(12, 8)]);
+        assert_eq!(f.release_range(95, 10), 5, "clipped to the space");
+        assert_eq!((f.free_units(), f.extent_count()), (13, 2));
     }
 }

@@ -59,6 +59,25 @@ impl<V: MapValue> Extent<V> {
     }
 }
 
+/// `[start, start + length)` piece by piece from the mapped extents within
+/// it (in order, clipped): mapped runs and the gaps between them. Shared
+/// by every map that answers in extents.
+pub fn with_gaps<V: MapValue>(mapped: Vec<Extent<V>>, start: u64, length: u64) -> Vec<(u64, u64, Option<V>)> {
+    let mut out = Vec::new();
+    let mut pos = start;
+    for e in mapped {
+        if e.start > pos {
+            out.push((pos, e.start - pos, None));
+        }
+        out.push((e.start, e.length, Some(e.value)));
+        pos = e.end();
+    }
+    if pos < start + length {
+        out.push((pos, start + length - pos, None));
+    }
+    out
+}
+
 /// The map; see the module docs.
 #[derive(Clone, Debug, Default)]
 pub struct BlockMap<V> {
@@ -141,19 +160,7 @@ impl<V: MapValue> BlockMap<V> {
     /// for mapped runs, `(start, length, None)` for gaps; the pieces cover
     /// the range exactly.
     pub fn range(&self, start: u64, length: u64) -> Vec<(u64, u64, Option<V>)> {
-        let mut out = Vec::new();
-        let mut pos = start;
-        for e in self.overlapping(start, length) {
-            if e.start > pos {
-                out.push((pos, e.start - pos, None));
-            }
-            out.push((e.start, e.length, Some(e.value)));
-            pos = e.end();
-        }
-        if pos < start + length {
-            out.push((pos, start + length - pos, None));
-        }
-        out
+        with_gaps(self.overlapping(start, length), start, length)
     }
 
     /// Unmaps `[start, start + length)`; returns what was mapped there.

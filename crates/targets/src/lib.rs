@@ -13,6 +13,7 @@ pub mod linear;
 pub mod pool;
 pub mod opt;
 pub mod log;
+pub mod replica;
 pub mod seglog;
 mod split;
 pub mod trace;
@@ -73,6 +74,11 @@ pub const TARGET_TYPES: &[TargetType] = &[
         name: "log",
         about: "log-structured layout: out-of-place writes in segments, cleaning, hole-plugging, slack space recycling, lazy map",
         ctr: |c| Ok(Box::new(log::Log::ctr(c.args, c.lower_bytes, c.mode)?)),
+    },
+    TargetType {
+        name: "replica",
+        about: "replicates repeated non-sequential reads, in access order, into blocks the file system declared free",
+        ctr: |c| Ok(Box::new(replica::Replica::ctr(c.args, c.lower_bytes, c.mode)?)),
     },
     TargetType {
         name: "trace",
