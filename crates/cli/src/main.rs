@@ -1,8 +1,8 @@
 //! `layoutd`: format, serve, inspect and simulate layoutd volumes.
 
 mod cmd_disk;
-mod cmd_snapshot;
 mod cmd_opt;
+mod cmd_snapshot;
 use layoutd_sim::command as cmd_sim;
 mod cmd_trace;
 mod cmd_volume;
