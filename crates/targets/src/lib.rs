@@ -11,6 +11,7 @@ pub mod dcd;
 pub mod gate;
 pub mod linear;
 pub mod log;
+pub mod lowerio;
 pub mod opt;
 pub mod pool;
 pub mod replica;

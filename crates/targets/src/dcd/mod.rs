@@ -346,7 +346,7 @@ enum Phase {
 /// (`HomeWriter`, on the shared overlap gate), the read assembler
 /// (`ReadAssembler`, on the shared `Assembly`), durability
 /// acknowledgements (`Acks`), the destager (`DestageState` and its
-/// policy) and the lower I/O bookkeeping (`LowerIo`).
+/// policy) and the shared lower I/O bookkeeping (`crate::lowerio`).
 ///
 /// Memory bounds. The segment log is fixed by the geometry and
 /// `buffer_count`; `lookup` grows with the sectors logged, at most the log's
@@ -371,7 +371,9 @@ pub struct Dcd {
     home: HomeWriter,
     reads: ReadAssembler,
     acks: Acks,
-    io: LowerIo,
+    /// Lower requests in flight by id (the sum of every part's in-flight
+    /// work), and the queues.
+    io: crate::lowerio::LowerIo<LowerOp>,
     destage: DestageState,
     policy: Box<dyn policy::DestagePolicy>,
     /// Upper requests held while the log has no room (at most
@@ -425,17 +427,6 @@ struct Acks {
     waiters: Vec<Waiter>,
     /// Flushed, waiting for the flush mark that records it.
     mark_waiters: Vec<Waiter>,
-}
-
-/// Lower requests this target sent, by id, and the queues the runtime
-/// drains after every input. `lower` holds one entry per lower request in
-/// flight (the sum of every part's in-flight work).
-struct LowerIo {
-    /// Looked up, never iterated.
-    lower: FxHashMap<u64, LowerOp>,
-    next_id: u64,
-    lower_q: VecDeque<Request>,
-    upper_q: VecDeque<Completion>,
 }
 
 impl SegmentLog {
@@ -492,24 +483,6 @@ impl ReadAssembler {
     }
 }
 
-impl LowerIo {
-    /// Queues `req` below, remembering why; returns its id.
-    fn emit(&mut self, op: LowerOp, mut req: Request) -> u64 {
-        let id = self.next_id;
-        self.next_id += 1;
-        req.id = ReqId(id);
-        req.background = op.is_background();
-        assert!(self.lower.insert(id, op).is_none(), "lower ids are unique");
-        self.lower_q.push_back(req);
-        id
-    }
-
-    /// Why lower request `id` was sent (it completed).
-    fn take(&mut self, id: ReqId) -> LowerOp {
-        self.lower.remove(&id.0).expect("completion for a request this target sent")
-    }
-}
-
 impl Dcd {
     /// Parses the config over a lower device of `lower_bytes`; `mode` says
     /// whether to format the log or recover it.
@@ -556,12 +529,7 @@ impl Dcd {
             },
             reads: ReadAssembler { asms: FxHashMap::default(), next_key: 0 },
             acks: Acks { waiters: Vec::new(), mark_waiters: Vec::new() },
-            io: LowerIo {
-                lower: FxHashMap::default(),
-                next_id: 0,
-                lower_q: VecDeque::new(),
-                upper_q: VecDeque::new(),
-            },
+            io: crate::lowerio::LowerIo::default(),
             pending: VecDeque::new(),
             loss: None,
             destage: DestageState::default(),
@@ -573,7 +541,8 @@ impl Dcd {
 
     /// Sends a request below, remembering why.
     fn emit(&mut self, op: LowerOp, req: Request) -> u64 {
-        self.io.emit(op, req)
+        let background = op.is_background();
+        self.io.emit(op, background, req)
     }
 
     fn complete_upper(&mut self, c: Completion) {

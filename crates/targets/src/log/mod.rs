@@ -54,7 +54,7 @@ pub use config::{Args, PolicyKind};
 use crate::alloc::SegmentUsage;
 use crate::seglog::{Entry, Geometry, SegLoc, Seq};
 use layoutd_core::config::{ArgReader, ConfigError};
-use layoutd_core::{Completion, Instant, OpenMode, ReqId, Request, Status, Target};
+use layoutd_core::{Completion, Instant, OpenMode, Request, Status, Target};
 use map::UNMAPPED;
 use policy::{Census, Reclaim, SegInfo};
 use rustc_hash::FxHashMap;
@@ -194,10 +194,7 @@ pub struct Log {
     io: Vec<Option<Completion>>,
     /// Victims of the cleaning pass running (not chosen as targets).
     cleaning: Vec<u32>,
-    lower: FxHashMap<u64, LowerOp>,
-    next_lower_id: u64,
-    lower_q: VecDeque<Request>,
-    upper_q: VecDeque<Completion>,
+    lower_io: crate::lowerio::LowerIo<LowerOp>,
     policy: Box<dyn Reclaim>,
     /// Whether any write came without data (timing-only simulation).
     timing_only: bool,
@@ -243,10 +240,7 @@ impl Log {
             works: Vec::new(),
             io: Vec::new(),
             cleaning: Vec::new(),
-            lower: FxHashMap::default(),
-            next_lower_id: 0,
-            lower_q: VecDeque::new(),
-            upper_q: VecDeque::new(),
+            lower_io: crate::lowerio::LowerIo::default(),
             timing_only: false,
             loss: None,
             counters: Counters::default(),
@@ -259,13 +253,9 @@ impl Log {
     }
 
     /// Sends a request below, remembering why.
-    fn emit(&mut self, op: LowerOp, mut req: Request) {
-        let id = self.next_lower_id;
-        self.next_lower_id += 1;
-        req.id = ReqId(id);
-        req.background = op.is_background();
-        assert!(self.lower.insert(id, op).is_none(), "lower ids are unique");
-        self.lower_q.push_back(req);
+    fn emit(&mut self, op: LowerOp, req: Request) {
+        let background = op.is_background();
+        self.lower_io.emit(op, background, req);
     }
 
     fn slot_id(&self, loc: SegLoc, slot: u32) -> u32 {
@@ -386,12 +376,12 @@ impl Log {
         self.phase = Phase::Failed(why);
         for w in std::mem::take(&mut self.works) {
             if let Work::Upper(u) = w {
-                self.upper_q.push_back(Completion::err(u.req.id, layoutd_core::IoError::Io));
+                self.lower_io.upper_q.push_back(Completion::err(u.req.id, layoutd_core::IoError::Io));
             }
         }
         while let Some(p) = self.pending.pop_front() {
             if let request::Pending::Upper(r) = p {
-                self.upper_q.push_back(Completion::err(r.id, layoutd_core::IoError::Io));
+                self.lower_io.upper_q.push_back(Completion::err(r.id, layoutd_core::IoError::Io));
             }
         }
     }
@@ -409,7 +399,7 @@ impl Target for Log {
     fn handle_request(&mut self, _now: Instant, req: Request) {
         assert!(req.validate(self.size_bytes()).is_ok(), "stack validated it");
         if let Phase::Failed(_) = self.phase {
-            self.upper_q.push_back(Completion::err(req.id, layoutd_core::IoError::Io));
+            self.lower_io.upper_q.push_back(Completion::err(req.id, layoutd_core::IoError::Io));
             return;
         }
         self.pending.push_back(request::Pending::Upper(req));
@@ -417,7 +407,7 @@ impl Target for Log {
     }
 
     fn handle_completion(&mut self, _now: Instant, c: Completion) {
-        let op = self.lower.remove(&c.id.0).expect("completion for a request this target sent");
+        let op = self.lower_io.take(c.id);
         if let Err(e) = c.result {
             let why = format!("log: a lower {op:?} failed ({e}); the volume stops taking requests");
             if matches!(self.phase, Phase::Bringup(_)) {
@@ -439,11 +429,11 @@ impl Target for Log {
     }
 
     fn poll_lower(&mut self) -> Option<Request> {
-        self.lower_q.pop_front()
+        self.lower_io.lower_q.pop_front()
     }
 
     fn poll_upper(&mut self) -> Option<Completion> {
-        self.upper_q.pop_front()
+        self.lower_io.upper_q.pop_front()
     }
 
     fn is_ready(&self) -> bool {

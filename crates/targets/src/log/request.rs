@@ -190,7 +190,7 @@ impl Log {
                     self.apply_blocks(u)?;
                     self.count_write(u);
                     if !u.req.fua {
-                        self.upper_q.push_back(Completion::ok(u.req.id));
+                        self.lower_io.upper_q.push_back(Completion::ok(u.req.id));
                         return Ok(());
                     }
                     u.stage = Stage::Sealing;
@@ -211,14 +211,14 @@ impl Log {
                 Stage::Flushing => {
                     self.take_io()?;
                     if !self.write_mark() {
-                        self.upper_q.push_back(Completion::ok(u.req.id));
+                        self.lower_io.upper_q.push_back(Completion::ok(u.req.id));
                         return Ok(());
                     }
                     u.stage = Stage::Marking;
                 }
                 Stage::Marking => {
                     self.take_io()?;
-                    self.upper_q.push_back(Completion::ok(u.req.id));
+                    self.lower_io.upper_q.push_back(Completion::ok(u.req.id));
                     return Ok(());
                 }
             }
@@ -313,7 +313,7 @@ impl Log {
             }
         }
         let data = (!timing_only).then(|| Bytes::from(std::mem::take(&mut u.answer)));
-        self.upper_q.push_back(Completion { id: u.req.id, result: Ok(()), data });
+        self.lower_io.upper_q.push_back(Completion { id: u.req.id, result: Ok(()), data });
         Ok(())
     }
 

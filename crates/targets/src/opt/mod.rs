@@ -206,10 +206,7 @@ pub struct Opt {
     last_plan_at: Instant,
     /// Background work waits until this instant (`idle_ms` after the last request).
     idle_deadline: Option<Instant>,
-    lower: FxHashMap<u64, LowerOp>,
-    next_lower_id: u64,
-    lower_q: VecDeque<Request>,
-    upper_q: VecDeque<Completion>,
+    lower_io: crate::lowerio::LowerIo<LowerOp>,
     assemblies: FxHashMap<u64, Assembly>,
     next_key: u64,
     /// Lower writes (and background reads) on overlapping sectors, in order.
@@ -255,10 +252,7 @@ impl Opt {
             requests_since_plan: 0,
             last_plan_at: Instant::ZERO,
             idle_deadline: None,
-            lower: FxHashMap::default(),
-            next_lower_id: 0,
-            lower_q: VecDeque::new(),
-            upper_q: VecDeque::new(),
+            lower_io: crate::lowerio::LowerIo::default(),
             assemblies: FxHashMap::default(),
             next_key: 0,
             gate: OverlapGate::new(),
@@ -270,15 +264,10 @@ impl Opt {
     }
 
     /// Sends a request below, remembering why; returns its id.
-    fn emit(&mut self, op: LowerOp, mut req: Request) -> u64 {
-        let id = self.next_lower_id;
-        self.next_lower_id += 1;
-        req.id = ReqId(id);
-        req.background = op.is_background();
+    fn emit(&mut self, op: LowerOp, req: Request) -> u64 {
         assert!(req.validate(u64::MAX).is_ok() || req.op == Op::Flush, "a well-formed lower request");
-        assert!(self.lower.insert(id, op).is_none(), "lower ids are unique");
-        self.lower_q.push_back(req);
-        id
+        let background = op.is_background();
+        self.lower_io.emit(op, background, req)
     }
 
     /// Sends a write (or a background read) through the overlap gate.
@@ -566,7 +555,7 @@ impl Opt {
             self.phase =
                 Phase::Failed(format!("opt metadata write failed: {e}; the OPT region is left as on disk"));
             while let Some(r) = self.held.pop_front() {
-                self.upper_q.push_back(Completion::err(r.id, IoError::Io));
+                self.lower_io.upper_q.push_back(Completion::err(r.id, IoError::Io));
             }
             return;
         }
@@ -598,11 +587,11 @@ impl Opt {
                 let a = self.assemblies.get_mut(&key).expect("assembly of a live piece");
                 if a.piece_done(within, c.data, c.result) {
                     let done = self.assemblies.remove(&key).expect("present").finish();
-                    self.upper_q.push_back(done);
+                    self.lower_io.upper_q.push_back(done);
                 }
             }
             LowerOp::UpperFlush { id } => {
-                self.upper_q.push_back(Completion { id, result: c.result, data: None })
+                self.lower_io.upper_q.push_back(Completion { id, result: c.result, data: None })
             }
             op @ (LowerOp::MapWrite { .. } | LowerOp::JournalWrite { .. }) => self.meta_done(op, c.result),
             op => self.job_completion(now, op, c),
@@ -623,12 +612,12 @@ impl Target for Opt {
         assert!(req.validate(self.size_bytes()).is_ok(), "stack validated it");
         match &self.phase {
             Phase::Serving => self.request(now, req),
-            _ => self.upper_q.push_back(Completion::err(req.id, IoError::Io)),
+            _ => self.lower_io.upper_q.push_back(Completion::err(req.id, IoError::Io)),
         }
     }
 
     fn handle_completion(&mut self, now: Instant, c: Completion) {
-        let op = self.lower.remove(&c.id.0).expect("completion for a request this target sent");
+        let op = self.lower_io.take(c.id);
         if self.gate.completed(c.id.0) {
             self.completion(now, op, c);
             while let Some((range, (op, req))) = self.gate.pop_ready() {
@@ -641,7 +630,7 @@ impl Target for Opt {
     }
 
     fn poll_lower(&mut self) -> Option<Request> {
-        self.lower_q.pop_front()
+        self.lower_io.lower_q.pop_front()
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
@@ -656,7 +645,7 @@ impl Target for Opt {
     }
 
     fn poll_upper(&mut self) -> Option<Completion> {
-        self.upper_q.pop_front()
+        self.lower_io.upper_q.pop_front()
     }
 
     fn is_ready(&self) -> bool {

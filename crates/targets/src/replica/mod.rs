@@ -46,7 +46,7 @@ use crate::gate::OverlapGate;
 use crate::split::Assembly;
 use bytes::Bytes;
 use layoutd_core::config::{ArgReader, ConfigError};
-use layoutd_core::{Completion, Instant, IoError, OpenMode, ReqId, Request, Status, Target};
+use layoutd_core::{Completion, Instant, IoError, OpenMode, Request, Status, Target};
 use rustc_hash::FxHashMap;
 use space::Space;
 use std::collections::VecDeque;
@@ -203,10 +203,7 @@ pub struct Replica {
     region: RegionLog,
     snap: persist::Snap,
     scan: scan::Scan,
-    lower: FxHashMap<u64, LowerOp>,
-    next_lower_id: u64,
-    lower_q: VecDeque<Request>,
-    upper_q: VecDeque<Completion>,
+    lower_io: crate::lowerio::LowerIo<LowerOp>,
     /// Upper requests being answered, by key.
     asm: FxHashMap<u64, Assembly>,
     next_key: u64,
@@ -251,10 +248,7 @@ impl Replica {
             phase,
             region: RegionLog::default(),
             snap: persist::Snap::default(),
-            lower: FxHashMap::default(),
-            next_lower_id: 0,
-            lower_q: VecDeque::new(),
-            upper_q: VecDeque::new(),
+            lower_io: crate::lowerio::LowerIo::default(),
             asm: FxHashMap::default(),
             next_key: 0,
             pending: FxHashMap::default(),
@@ -281,11 +275,8 @@ impl Replica {
     }
 
     /// Sends a request below, remembering why.
-    fn emit(&mut self, op: LowerOp, mut req: Request) -> u64 {
-        let id = self.next_lower_id;
-        self.next_lower_id += 1;
-        req.id = ReqId(id);
-        req.background = matches!(
+    fn emit(&mut self, op: LowerOp, req: Request) -> u64 {
+        let background = matches!(
             op,
             LowerOp::MetaWrite { .. }
                 | LowerOp::ReplicaWrite { .. }
@@ -293,9 +284,7 @@ impl Replica {
                 | LowerOp::SnapWrite
                 | LowerOp::Scan(_)
         );
-        assert!(self.lower.insert(id, op).is_none(), "lower ids are unique");
-        self.lower_q.push_back(req);
-        id
+        self.lower_io.emit(op, background, req)
     }
 
     fn new_key(&mut self) -> u64 {
@@ -341,13 +330,15 @@ impl Target for Replica {
         assert!(req.validate(self.size_bytes()).is_ok(), "stack validated it");
         match &self.phase {
             Phase::Serving => self.request(now, req),
-            Phase::Failed(_) => self.upper_q.push_back(Completion::err(req.id, layoutd_core::IoError::Io)),
+            Phase::Failed(_) => {
+                self.lower_io.upper_q.push_back(Completion::err(req.id, layoutd_core::IoError::Io))
+            }
             _ => self.held.push_back(req),
         }
     }
 
     fn handle_completion(&mut self, now: Instant, c: Completion) {
-        let op = self.lower.remove(&c.id.0).expect("completion for a request this target sent");
+        let op = self.lower_io.take(c.id);
         if c.result.is_err() {
             self.counters.lower_errors_count += 1;
         }
@@ -365,11 +356,11 @@ impl Target for Replica {
     }
 
     fn poll_lower(&mut self) -> Option<Request> {
-        self.lower_q.pop_front()
+        self.lower_io.lower_q.pop_front()
     }
 
     fn poll_upper(&mut self) -> Option<Completion> {
-        self.upper_q.pop_front()
+        self.lower_io.upper_q.pop_front()
     }
 
     fn poll_timeout(&self) -> Option<Instant> {

@@ -164,7 +164,7 @@ impl Replica {
         let mut asm = Assembly::new(req.id, Op::Read, req.length_bytes, gaps.len() as u32);
         asm.put(0, &[]); // a zeroed buffer: the declared-free bytes
         if gaps.is_empty() {
-            self.upper_q.push_back(asm.finish());
+            self.lower_io.upper_q.push_back(asm.finish());
             return;
         }
         self.asm.insert(key, asm);
@@ -280,11 +280,12 @@ impl Replica {
             }
         }
         let rr = self
+            .lower_io
             .lower
             .values()
             .filter(|op| matches!(op, LowerOp::ReplicaRead { range, .. } if over(range.0, range.1 - range.0)))
             .count() as u64;
-        for op in self.lower.values_mut() {
+        for op in self.lower_io.lower.values_mut() {
             if let LowerOp::CandidateRead { orig, blocks, stale, .. } = op {
                 if over(*orig, *blocks) {
                     *stale = true;
@@ -455,7 +456,7 @@ impl Replica {
         let asm = self.asm.get_mut(&key).expect("a piece of a known upper request");
         if asm.piece_done(within, data, result) {
             let asm = self.asm.remove(&key).expect("present");
-            self.upper_q.push_back(asm.finish());
+            self.lower_io.upper_q.push_back(asm.finish());
         }
     }
 
