@@ -7,14 +7,6 @@ use common::*;
 
 const DCD: &str = "version = 1\n[[layer]]\ntarget = \"dcd\"\nlog_length = \"16MiB\"\n";
 
-fn dcd_counter(dev: &std::path::Path, name: &str) -> u64 {
-    let o = layoutd().args(["inspect", "--json", "--device"]).arg(dev).output().unwrap();
-    assert!(o.status.success(), "{}", text(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let counters = v["layers"][0]["counters"].as_array().expect("counters");
-    counters.iter().find(|c| c[0] == name).unwrap_or_else(|| panic!("no counter {name}"))[1].as_u64().unwrap()
-}
-
 #[test]
 fn messages_reach_a_served_volume_through_its_control_socket_and_an_offline_one_directly() {
     if !tools(&["nbdkit", "qemu-io"]) {
@@ -53,7 +45,7 @@ fn messages_reach_a_served_volume_through_its_control_socket_and_an_offline_one_
     // Offline: delivered, the work finished, the volume left clean.
     let o = layoutd().args(["message", "--device"]).arg(&dev).arg("destage").output().unwrap();
     assert!(o.status.success(), "{}", text(&o));
-    assert_eq!(dcd_counter(&dev, "dirty_segments_count"), 0);
+    assert_eq!(top_counter(&inspect_json(&dev), "dirty_segments_count"), 0);
     // Online with nothing listening: says what to check.
     refused_line(
         &["message", "--control", control.to_str().unwrap(), "destage"],

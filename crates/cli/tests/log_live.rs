@@ -15,17 +15,6 @@ policy = "adaptive"
 checkpoint_segments = 32
 "#;
 
-fn inspect(dev: &std::path::Path) -> serde_json::Value {
-    let o = layoutd().args(["inspect", "--json", "--device"]).arg(dev).output().unwrap();
-    assert!(o.status.success(), "{}", text(&o));
-    serde_json::from_slice(&o.stdout).unwrap()
-}
-
-fn counter(v: &serde_json::Value, name: &str) -> u64 {
-    let counters = v["layers"][0]["counters"].as_array().expect("counters");
-    counters.iter().find(|c| c[0] == name).unwrap_or_else(|| panic!("no counter {name}"))[1].as_u64().unwrap()
-}
-
 #[test]
 fn ext4_with_discard_on_log_survives_an_unclean_kill_mid_write() {
     if !block_rig_available() {
@@ -67,13 +56,13 @@ fn ext4_with_discard_on_log_survives_an_unclean_kill_mid_write() {
     rig.detach();
     let _ = writer.join();
     drop(rig);
-    let after_kill = inspect(&dev);
+    let after_kill = inspect_json(&dev);
     assert_eq!(after_kill["clean"], false, "a killed server leaves the device dirty");
     eprintln!("after the kill: {}", after_kill["layers"][0]);
     // The log wrapped: more segments written than it has, so space was reused.
-    let (seq, segments) = (counter(&after_kill, "next_seq"), counter(&after_kill, "segment_count"));
+    let (seq, segments) = (top_counter(&after_kill, "next_seq"), top_counter(&after_kill, "segment_count"));
     assert!(seq > segments, "the workload should wrap the log: next_seq {seq}, {segments} segments");
-    assert!(counter(&after_kill, "recovered_segments_count") > 0, "recovery rolled forward");
+    assert!(top_counter(&after_kill, "recovered_segments_count") > 0, "recovery rolled forward");
     // Recovery on open, then the journal replays on mount.
     let second = dir.path().join("after-crash");
     std::fs::create_dir_all(&second).unwrap();

@@ -97,17 +97,6 @@ fn remount_cold(rig: &mut BlockRig) {
     rig.mount();
 }
 
-fn inspect(dev: &Path) -> serde_json::Value {
-    let o = layoutd().args(["inspect", "--json", "--device"]).arg(dev).output().unwrap();
-    assert!(o.status.success(), "{}", text(&o));
-    serde_json::from_slice(&o.stdout).unwrap()
-}
-
-fn counter(v: &serde_json::Value, name: &str) -> u64 {
-    let counters = v["layers"][0]["counters"].as_array().expect("counters");
-    counters.iter().find(|c| c[0] == name).unwrap_or_else(|| panic!("no counter {name}"))[1].as_u64().unwrap()
-}
-
 #[test]
 fn ext4_on_replica_reads_from_replicas_across_a_clean_restart_and_survives_sigkill() {
     if !(block_rig_available() && require("`fstrim`", have_cmd("fstrim"))) {
@@ -134,9 +123,9 @@ fn ext4_on_replica_reads_from_replicas_across_a_clean_restart_and_survives_sigki
         eprintln!("run 1: {key}={v}");
         assert!(v > 0, "{key} = 0 in run 1");
     }
-    let v = inspect(&dev);
+    let v = inspect_json(&dev);
     assert_eq!(v["clean"], true);
-    let kept = counter(&v, "replica_blocks");
+    let kept = top_counter(&v, "replica_blocks");
     assert!(kept > 0, "the replicas were saved at the clean stop");
     // 2. Clean restart: the bitmap reader runs in idle time before the
     // mount, the replicas come back and serve the pattern.
@@ -166,7 +155,7 @@ fn ext4_on_replica_reads_from_replicas_across_a_clean_restart_and_survives_sigki
     rig.server.as_mut().unwrap().kill();
     rig.detach();
     drop(rig);
-    assert_eq!(inspect(&dev)["clean"], false);
+    assert_eq!(inspect_json(&dev)["clean"], false);
     let mut rig = start_rig(&dev, &dir.path().join("w4"), &log(4));
     rig.mount();
     verify_tree(&rig.mnt.join("a"), &files);
@@ -201,7 +190,7 @@ fn ext4_volume(dir: &Path, size: &str, damage: bool) -> Option<PathBuf> {
         return None;
     }
     let dev = formatted(dir, "e.img", size, Some(REPLICA));
-    let volume = inspect(&dev)["volume_size_bytes"].as_u64().unwrap();
+    let volume = inspect_json(&dev)["volume_size_bytes"].as_u64().unwrap();
     let side = dir.join("side.img");
     std::fs::File::create(&side).unwrap().set_len(volume).unwrap();
     sh_ok(&format!("mkfs.ext4 -q -F -b 4096 '{}'", side.display()));
@@ -225,9 +214,9 @@ fn free_space_reads_an_unmounted_ext4_and_refuses_a_corrupt_bitmap_in_one_line()
     let o = layoutd().args(["free-space", "--device"]).arg(&dev).output().unwrap();
     assert!(o.status.success(), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("free block(s) declared"));
-    let v = inspect(&dev);
+    let v = inspect_json(&dev);
     assert_eq!(v["clean"], true);
-    assert!(counter(&v, "declared_free_blocks") > 10_000, "the free map was saved (snapshot): {v}");
+    assert!(top_counter(&v, "declared_free_blocks") > 10_000, "the free map was saved (snapshot): {v}");
     let dir = tempfile::tempdir().unwrap();
     let Some(dev) = ext4_volume(dir.path(), "96M", true) else { return };
     let before = std::fs::read(&dev).unwrap();
