@@ -12,9 +12,15 @@
 //!   extent: fewest future seeks for a long sequential run).
 //! - [`SegmentUsage`]: valid units and last-write time per segment, what
 //!   cleaning policies (greedy, cost-benefit, age) choose victims by.
+//! - [`SegmentRing`]: the allocator of a circular log (`dcd`): segments are
+//!   handed out in sequence order, sequence `s` at unit `s mod count`, and
+//!   come back oldest first. Where [`FreeSpace`] plus a [`Placement`] lets a
+//!   log reuse any segment (the `log` target picks victims by usage), the
+//!   ring is the special case whose free space is always one extent that
+//!   starts at the head: it needs no map, only two counters.
 //!
 //! Memory: one `BTreeMap` entry per free extent (about 24-56 bytes), not per
-//! unit; `SegmentUsage` is 16 bytes per segment.
+//! unit; `SegmentUsage` is 16 bytes per segment; `SegmentRing` 24 bytes.
 
 use std::collections::BTreeMap;
 
@@ -307,6 +313,82 @@ impl SegmentUsage {
     }
 }
 
+/// A circular log's allocator over `count` segments. Sequence numbers grow
+/// without bound; sequence `s` lives at unit `s % count`. The live
+/// sequences are `tail..head`; allocation takes `head`, release gives back
+/// everything below a new tail. Invariant: `tail <= head <= tail + count`,
+/// so no unit is live twice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentRing {
+    tail: u64,
+    head: u64,
+    count: u64,
+}
+
+impl SegmentRing {
+    /// A ring of `count` segments whose live sequences are `tail..head`
+    /// (an empty ring: `tail == head`; recovery passes what it replayed).
+    pub fn new(count: u64, tail: u64, head: u64) -> SegmentRing {
+        assert!(count > 0, "a ring of no segments");
+        assert!(tail <= head && head - tail <= count, "live {tail}..{head} does not fit {count} segments");
+        SegmentRing { tail, head, count }
+    }
+
+    /// Segments in the ring.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The oldest live sequence (everything older was given back).
+    pub fn tail(&self) -> u64 {
+        self.tail
+    }
+
+    /// The sequence the next allocation gets.
+    pub fn head(&self) -> u64 {
+        self.head
+    }
+
+    /// Live segments: allocated and not given back.
+    pub fn in_use(&self) -> u64 {
+        self.head - self.tail
+    }
+
+    /// Segments free for allocation.
+    pub fn free_count(&self) -> u64 {
+        self.count - self.in_use()
+    }
+
+    /// The unit sequence `seq` lives at.
+    pub fn unit(&self, seq: u64) -> u64 {
+        seq % self.count
+    }
+
+    /// The next sequence and its unit, unless `limit` segments (at most
+    /// the ring's count) are already live.
+    pub fn allocate(&mut self, limit: u64) -> Option<(u64, u64)> {
+        assert!(limit <= self.count, "limit {limit} is past the ring's {} segments", self.count);
+        if self.in_use() >= limit {
+            return None;
+        }
+        let seq = self.head;
+        self.head += 1;
+        Some((seq, self.unit(seq)))
+    }
+
+    /// Gives back every sequence below `tail` (which may not pass the head
+    /// nor go back).
+    pub fn release_below(&mut self, tail: u64) {
+        assert!(
+            tail >= self.tail && tail <= self.head,
+            "tail {tail} outside the live {}..{}",
+            self.tail,
+            self.head
+        );
+        self.tail = tail;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -346,5 +428,26 @@ mod tests {
         assert_eq!(f.extents().collect::<Vec<_>>(), vec![(12, 8)]);
         assert_eq!(f.release_range(95, 10), 5, "clipped to the space");
         assert_eq!((f.free_units(), f.extent_count()), (13, 2));
+    }
+
+    #[test]
+    fn the_ring_hands_out_in_order_and_takes_back_oldest_first() {
+        let mut r = SegmentRing::new(3, 5, 5);
+        assert_eq!(r.allocate(3), Some((5, 2)));
+        assert_eq!(r.allocate(3), Some((6, 0)));
+        assert_eq!(r.allocate(2), None, "the limit keeps one segment back");
+        assert_eq!(r.allocate(3), Some((7, 1)));
+        assert_eq!((r.in_use(), r.free_count()), (3, 0));
+        assert_eq!(r.allocate(3), None, "full");
+        r.release_below(6);
+        assert_eq!(r.allocate(3), Some((8, 2)), "the unit sequence 5 gave back");
+        assert_eq!((r.tail(), r.head()), (6, 9));
+    }
+
+    #[test]
+    #[should_panic(expected = "outside the live")]
+    fn the_ring_refuses_to_give_back_what_it_never_handed_out() {
+        let mut r = SegmentRing::new(4, 0, 2);
+        r.release_below(3);
     }
 }

@@ -4,8 +4,9 @@
 //! a policy returns is free and of the asked length, and releasing
 //! everything leaves one whole free extent (no leak).
 
-use layoutd_targets::alloc::{FreeSpace, Largest, Nearest, NextFit, Placement};
+use layoutd_targets::alloc::{FreeSpace, Largest, Nearest, NextFit, Placement, SegmentRing};
 use proptest::prelude::*;
+use std::collections::VecDeque;
 
 const UNITS: u64 = 300;
 
@@ -92,5 +93,38 @@ proptest! {
             f.release(start, length);
         }
         prop_assert_eq!(f.extents().collect::<Vec<_>>(), vec![(0, UNITS)]);
+    }
+
+    /// The ring (dcd's allocator) against a queue of live units: every
+    /// allocation is a unit not live, in sequence order, refused only at
+    /// the limit; giving back the oldest `k` frees exactly those; after
+    /// giving back everything the whole ring is free again.
+    #[test]
+    fn the_ring_never_hands_out_a_live_unit(count in 1..20u64, start in 0..1000u64, ops in prop::collection::vec((any::<bool>(), 0..25u64, 0..25u64), 1..120)) {
+        let mut r = SegmentRing::new(count, start, start);
+        let mut live: VecDeque<(u64, u64)> = VecDeque::new();
+        for (alloc, limit, k) in ops {
+            if alloc {
+                let limit = limit.min(count);
+                match r.allocate(limit) {
+                    Some((seq, unit)) => {
+                        prop_assert!(live.iter().all(|&(_, u)| u != unit), "unit {} handed out while live", unit);
+                        prop_assert_eq!(seq, live.back().map_or(r.tail(), |&(s, _)| s + 1), "sequence order");
+                        prop_assert!(unit < count);
+                        live.push_back((seq, unit));
+                    }
+                    None => prop_assert!(live.len() as u64 >= limit, "refused with {} live under a limit of {}", live.len(), limit),
+                }
+            } else {
+                let k = k.min(live.len() as u64);
+                live.drain(..k as usize);
+                r.release_below(live.front().map_or(r.head(), |&(s, _)| s));
+            }
+            prop_assert_eq!(r.in_use(), live.len() as u64);
+            prop_assert_eq!(r.free_count(), count - live.len() as u64);
+        }
+        let head = r.head();
+        r.release_below(head);
+        prop_assert_eq!(r.free_count(), count);
     }
 }

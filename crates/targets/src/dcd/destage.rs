@@ -39,7 +39,7 @@ impl Dcd {
 
     /// `max * (min/max)^utilization`: 1 s when empty, 1 ms when full (defaults).
     pub fn idle_threshold_ns(&self) -> u64 {
-        let used = (self.log.ring.head.0 - self.log.ring.tail.0) as f64 / f64::from(self.geo.segment_count);
+        let used = self.log.ring.segments.in_use() as f64 / f64::from(self.geo.segment_count);
         assert!((0.0..=1.0).contains(&used));
         let (max, min) = (self.args.idle_ms_max as f64 * 1e6, self.args.idle_ms_min as f64 * 1e6);
         let t = max * (min / max).powf(used);
@@ -86,7 +86,7 @@ impl Dcd {
 
     /// Dirty segments on disk with sectors still to move home.
     fn candidates(&self) -> Vec<Candidate> {
-        (self.log.ring.tail.0..self.log.ring.head.0)
+        (self.log.ring.tail().0..self.log.ring.head().0)
             .map(|s| (s, self.geo.location(Seq(s))))
             .filter(|&(s, loc)| {
                 let seg = &self.log.segs[loc.0 as usize];
@@ -317,11 +317,11 @@ impl Dcd {
         if self.log.ring.checkpoint_busy || self.log.retry.checkpoint {
             return;
         }
-        let mut t = self.log.ring.tail;
-        while t < self.log.ring.head && self.reclaimable(t) {
+        let mut t = self.log.ring.tail();
+        while t < self.log.ring.head() && self.reclaimable(t) {
             t = Seq(t.0 + 1);
         }
-        if t == self.log.ring.tail {
+        if t == self.log.ring.tail() {
             return;
         }
         assert!(t <= self.log.ring.written_upto, "only written segments are reclaimed");
@@ -410,8 +410,8 @@ impl Dcd {
     /// The checkpoint is durable in both copies: segments before `tail`
     /// are free, and no readable copy can send a replay to them.
     fn tail_persisted(&mut self, tail: Seq) {
-        assert!(tail > self.log.ring.tail && tail <= self.log.ring.head);
-        for s in self.log.ring.tail.0..tail.0 {
+        assert!(tail > self.log.ring.tail() && tail <= self.log.ring.head());
+        for s in self.log.ring.tail().0..tail.0 {
             let loc = self.geo.location(Seq(s));
             let seg = std::mem::replace(&mut self.log.segs[loc.0 as usize], SegMeta::free());
             assert!(seg.valid_sectors == 0 && seg.pins == 0);
@@ -421,7 +421,7 @@ impl Dcd {
                 }
             }
         }
-        self.log.ring.tail = tail;
+        self.log.ring.segments.release_below(tail.0);
         self.log.ring.checkpoint_busy = false;
     }
 

@@ -64,6 +64,7 @@ mod request;
 
 pub use config::{Args, FuaMode, PolicyKind, ReadFragmented};
 
+use crate::alloc::SegmentRing;
 use crate::seglog::{Entry, Geometry, SegLoc, Seq};
 use bytes::Bytes;
 use layoutd_core::config::{ArgReader, ConfigError};
@@ -130,12 +131,11 @@ impl SegMeta {
 }
 
 /// The ring's cursors: `tail <= head`, `durable_upto <= written_upto <= head`, all monotonic.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 struct Ring {
-    /// Persisted tail: segments older are reclaimed.
-    tail: Seq,
-    /// Next seq to open.
-    head: Seq,
+    /// Which segments are live: the tail (persisted; segments older are
+    /// reclaimed) up to the head (the next seq to open).
+    segments: SegmentRing,
     /// Every seq below this has been written to the log.
     written_upto: Seq,
     /// Every seq below this is durable (a flush completed after it was written).
@@ -152,6 +152,36 @@ struct Ring {
     mark_upto: Seq,
     /// A flush mark write is in flight.
     mark_busy: bool,
+}
+
+impl Ring {
+    /// A ring of `count` segments whose live seqs are `tail..head`, all of
+    /// them written and durable, with no work in flight.
+    fn new(count: u32, tail: Seq, head: Seq) -> Ring {
+        Ring {
+            segments: SegmentRing::new(u64::from(count), tail.0, head.0),
+            written_upto: head,
+            durable_upto: head,
+            durable_flush_busy: false,
+            boot: 0,
+            resume: head,
+            generation: 0,
+            checkpoint_busy: false,
+            mark_generation: 0,
+            mark_upto: head,
+            mark_busy: false,
+        }
+    }
+
+    /// The oldest live seq.
+    fn tail(&self) -> Seq {
+        Seq(self.segments.tail())
+    }
+
+    /// The next seq to open.
+    fn head(&self) -> Seq {
+        Seq(self.segments.head())
+    }
 }
 
 /// Why this target sent a lower request.
@@ -442,7 +472,7 @@ impl SegmentLog {
         self.retry.failures = 0;
         self.buffers_free.push(buf);
         assert!(self.buffers_free.len() <= self.buffers.len());
-        while self.ring.written_upto < self.ring.head {
+        while self.ring.written_upto < self.ring.head() {
             let s = &self.segs[geo.location(self.ring.written_upto).0 as usize];
             if s.seq != self.ring.written_upto || !s.written {
                 break;
@@ -514,7 +544,7 @@ impl Dcd {
                 segs: vec![SegMeta::free(); geo.segment_count as usize],
                 buffers,
                 buffers_free: (0..args.buffer_count).rev().collect(),
-                ring: Ring::default(),
+                ring: Ring::new(geo.segment_count, Seq(0), Seq(0)),
                 open: None,
                 buffer_deadline: None,
                 retry: Retry::default(),
@@ -557,7 +587,7 @@ impl Dcd {
 
     /// Share of the ring between tail and head, in percent.
     pub fn log_utilization_pct(&self) -> u64 {
-        let used = self.log.ring.head.0 - self.log.ring.tail.0;
+        let used = self.log.ring.segments.in_use();
         assert!(used <= u64::from(self.geo.segment_count));
         used * 100 / u64::from(self.geo.segment_count)
     }
@@ -565,7 +595,7 @@ impl Dcd {
     /// Whether any segment on disk still holds sectors to destage (the live
     /// part of the ring only, stopping at the first).
     fn any_dirty_segment(&self) -> bool {
-        (self.log.ring.tail.0..self.log.ring.head.0).any(|s| {
+        (self.log.ring.tail().0..self.log.ring.head().0).any(|s| {
             let seg = &self.log.segs[self.geo.location(Seq(s)).0 as usize];
             seg.state == SegState::Dirty && seg.valid_sectors > 0
         })
@@ -735,8 +765,8 @@ impl Target for Dcd {
             ("dirty_segments_count", self.dirty_segments_count()),
             ("log_sectors_mapped_count", self.lookup.mapped_count()),
             ("segment_count", u64::from(self.geo.segment_count)),
-            ("tail_seq", self.log.ring.tail.0),
-            ("head_seq", self.log.ring.head.0),
+            ("tail_seq", self.log.ring.tail().0),
+            ("head_seq", self.log.ring.head().0),
             ("boot_count", self.log.ring.boot),
             ("written_upto_seq", self.log.ring.written_upto.0),
             ("held_count", self.pending.len() as u64),

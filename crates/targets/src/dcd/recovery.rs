@@ -95,7 +95,7 @@ impl Dcd {
                 Request::write(ReqId(0), offset, Bytes::from(vec![0u8; SECTOR_BYTES as usize])),
             );
         }
-        self.log.ring = super::Ring { boot: 1, generation: 0, ..Default::default() };
+        self.log.ring = super::Ring { boot: 1, ..super::Ring::new(n, Seq(0), Seq(0)) };
         let ck = |generation| Checkpoint {
             generation,
             boot: 1,
@@ -249,18 +249,10 @@ impl Dcd {
         let boot = (ck.boot + boot_step).max(walk.boot_max() + 1);
         let mark_generation = r.mark.as_ref().map_or(0, |m| m.generation);
         self.log.ring = super::Ring {
-            tail: ck.replay_from_seq,
-            head: end,
-            written_upto: end,
-            durable_upto: end,
-            durable_flush_busy: false,
             boot,
-            resume: end,
             generation: ck.generation,
-            checkpoint_busy: false,
             mark_generation,
-            mark_upto: end,
-            mark_busy: false,
+            ..super::Ring::new(self.geo.segment_count, ck.replay_from_seq, end)
         };
         let _ = r.clean;
         r.finishing = Some(2);

@@ -101,16 +101,16 @@ impl Dcd {
     fn open_segment(&mut self, now: Instant, records: bool) -> bool {
         assert!(self.log.open.is_none());
         let limit = u64::from(self.geo.segment_count) - u64::from(!records);
-        if self.log.ring.head.0 - self.log.ring.tail.0 >= limit {
+        if self.log.ring.segments.in_use() >= limit {
             self.destage.forced = true;
             return false;
         }
         let Some(buf) = self.log.buffers_free.pop() else { return false };
-        let loc = self.geo.location(self.log.ring.head);
+        let (seq, unit) = self.log.ring.segments.allocate(limit).expect("the ring had room (checked above)");
+        let (seq, loc) = (Seq(seq), SegLoc(unit as u32));
+        debug_assert_eq!(loc, self.geo.location(seq));
         assert_eq!(self.log.segs[loc.0 as usize].state, SegState::Free, "ring location reused while live");
-        self.log.segs[loc.0 as usize] =
-            SegMeta { seq: self.log.ring.head, state: SegState::Open { buf }, ..SegMeta::free() };
-        self.log.ring.head = Seq(self.log.ring.head.0 + 1);
+        self.log.segs[loc.0 as usize] = SegMeta { seq, state: SegState::Open { buf }, ..SegMeta::free() };
         self.log.open = Some(loc);
         self.place_pending_invalidations(now);
         true
@@ -247,9 +247,9 @@ impl Dcd {
                 Seq(seq.0 + 1)
             }
             Some(loc) => self.log.segs[loc.0 as usize].seq,
-            None => self.log.ring.head,
+            None => self.log.ring.head(),
         };
-        assert!(upto <= self.log.ring.head);
+        assert!(upto <= self.log.ring.head());
         self.counters.flushes_count += 1;
         self.acks.waiters.push(Waiter { acks: vec![req.id], upto });
         true
@@ -273,7 +273,7 @@ impl Dcd {
             Some(loc) => {
                 (self.log.segs[loc.0 as usize].seq, self.log.segs[loc.0 as usize].slots.len() as u32)
             }
-            None => (self.log.ring.head, 0),
+            None => (self.log.ring.head(), 0),
         }
     }
 
