@@ -6,8 +6,18 @@ replayed closed-loop on the WD800 model: plain linear vs replica (thesis
 defaults) vs each beyond-thesis option, side by side, per read phase, and
 the sequential-read bound of the same bytes.
 
-Usage: bench/replica_postmark.py [--layoutd PATH] [--out DIR]
-Writes DIR/result.json and DIR/README.md (DIR: bench/results/replica).
+Usage: bench/replica_postmark.py [--layoutd PATH] [--capture DIR] [--out DIR]
+Writes OUT/result.json and OUT/README.md (default OUT: bench/results/replica).
+--capture names another `bench/run postmark-repeat` capture to replay (its
+trace.gz and result.json), e.g. bench/results/postmark-noatime (the thesis's
+Figure 5.2: mounted noatime).
+
+Besides each phase's span (what a user waits for, think time included), the
+report gives its disk-busy time: the union of the intervals in which a request
+was outstanding. The recorded think time (FUSE/loop/NBD round trips and the
+workload's own CPU, about 0.4 ms per file) is kept by the closed-loop replay
+and no layout can remove it, so the span's speed-up is bounded by it; the
+busy time's speed-up is what the layout achieved.
 """
 import argparse
 import gzip
@@ -18,8 +28,8 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TRACE = os.path.join(HERE, "results", "postmark-repeat", "trace.gz")
-META = os.path.join(HERE, "results", "postmark-repeat", "result.json")
+CAPTURE = os.path.join(HERE, "results", "postmark-repeat")
+TRACE = os.path.join(CAPTURE, "trace.gz")
 
 STACKS = [
     ("linear", "version = 1\n[[layer]]\ntarget = \"trace\"\n[[layer]]\ntarget = \"linear\"\n"),
@@ -60,17 +70,40 @@ def sim(layoutd, trace, cfg_text, tmp, name):
     return summary, records
 
 
-def phase_spans(records, markers, names):
-    """Simulated seconds from each phase's start marker read to its end marker read."""
+def marker_times(records, markers):
     at = {}
     for submit, complete, op, off, _ in records:
         if op == "R" and off in markers and off not in at:
             at[off] = (submit, complete)
+    return at
+
+
+def phase_spans(records, markers, names):
+    """Simulated seconds from each phase's start marker read to its end marker read."""
+    at = marker_times(records, markers)
     spans = []
     for i, name in enumerate(names):
         s, e = markers[2 * i], markers[2 * i + 1]
         spans.append((name, (at[e][0] - at[s][1]) / 1e9))
     return spans
+
+
+def phase_busy(records, markers, names):
+    """Simulated seconds within each phase with at least one request
+    outstanding (the union of [submit, complete] intervals)."""
+    at = marker_times(records, markers)
+    out = []
+    for i, name in enumerate(names):
+        lo, hi = at[markers[2 * i]][1], at[markers[2 * i + 1]][0]
+        iv = sorted((max(a, lo), min(b, hi)) for a, b, _, off, _ in records if b > lo and a < hi)
+        busy, end = 0, lo
+        for a, b in iv:
+            a = max(a, end)
+            if b > a:
+                busy += b - a
+                end = b
+        out.append((name, busy / 1e9))
+    return out
 
 
 def sequential_trace(path, total_bytes):
@@ -103,11 +136,11 @@ def synthetic(path, kind):
 SMALL_FREE_BYTES = 40 << 20
 
 
-def small_free_trace(path, free_bytes):
+def small_free_trace(trace, path, free_bytes):
     """The Postmark trace with mkfs's discards replaced by one discard of
     `free_bytes` past the files (the thesis's full-disk case, Figure 5.4:
     fewer free blocks than the pattern needs, so reclamation runs)."""
-    with gzip.open(TRACE, "rt") as src, open(path, "w") as f:
+    with gzip.open(trace, "rt") as src, open(path, "w") as f:
         first = True
         for line in src:
             p = line.split()
@@ -130,9 +163,17 @@ def counters(summary):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--layoutd", default=os.path.join(HERE, "..", "target", "release", "layoutd"))
+    ap.add_argument("--capture", default=CAPTURE,
+                    help="a `bench/run postmark-repeat` output directory to replay (default: %(default)s)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "replica"))
     a = ap.parse_args()
-    with open(META) as f:
+    trace_gz = os.path.join(a.capture, "trace.gz")
+    meta_path = os.path.join(a.capture, "result.json")
+    for path in (trace_gz, meta_path):
+        if not os.path.exists(path):
+            sys.exit(f"replica_postmark: {path} does not exist; --capture must name a directory written by "
+                     "`bench/run postmark-repeat --out DIR` (it holds trace.gz and result.json)")
+    with open(meta_path) as f:
         meta = json.load(f)
     markers = [m["offset"] for m in meta["markers"]]
     names = [p["name"] for p in meta["phases"]]
@@ -140,8 +181,8 @@ def main():
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         small = os.path.join(tmp, "small-free.trace")
-        small_free_trace(small, SMALL_FREE_BYTES)
-        runs = [(n, e, TRACE) for n, e in STACKS] + [
+        small_free_trace(trace_gz, small, SMALL_FREE_BYTES)
+        runs = [(n, e, trace_gz) for n, e in STACKS] + [
             (f"replica-{SMALL_FREE_BYTES >> 20}MiB-free", "", small),
             (f"replica-{SMALL_FREE_BYTES >> 20}MiB-free-growth-guard", "reclaim_growth = true\nthrash_guard = true\n", small),
         ]
@@ -149,6 +190,7 @@ def main():
             summary, records = sim(a.layoutd, trace, config(extra), tmp, name)
             rows[name] = {
                 "phases_s": dict(phase_spans(records, markers, names)),
+                "phases_busy_s": dict(phase_busy(records, markers, names)),
                 "simulated_s": summary["simulated_seconds"],
                 "counters": counters(summary),
             }
@@ -175,21 +217,25 @@ def main():
         summary, _ = sim(a.layoutd, seq, STACKS[0][1], tmp, "sequential")
         bound = summary["simulated_seconds"]
     os.makedirs(a.out, exist_ok=True)
-    result = {"trace": "bench/results/postmark-repeat/trace.gz", "disk": "wd800", "closed_loop": True,
+    capture = os.path.relpath(a.capture, os.path.join(HERE, ".."))
+    result = {"trace": capture + "/trace.gz", "mount_options": meta.get("rig", {}).get("mount_opts"), "disk": "wd800", "closed_loop": True,
               "sequential_bound_s": bound, "sequential_bound_bytes": read_bytes[1], "stacks": rows,
               "overhead": overhead}
     with open(os.path.join(a.out, "result.json"), "w") as f:
         json.dump(result, f, indent=1, sort_keys=True)
-    write_readme(a.out, names, rows, bound, read_bytes[1], overhead)
+    write_readme(a.out, names, rows, bound, read_bytes[1], overhead, capture, meta)
 
 
-def write_readme(out, names, rows, bound, seq_bytes, overhead):
+def write_readme(out, names, rows, bound, seq_bytes, overhead, capture, meta):
     base = rows["linear"]["phases_s"]
+    w = meta.get("params", {})
     lines = ["# replica on the repeated-read Postmark trace (simulator)", "",
-             "Generated by `bench/replica_postmark.py` (closed-loop replay on the WD800 model of the ext4 trace "
-             "recorded live in `bench/results/postmark-repeat/`: 8,000 files, 41.7 MB, created then read four "
-             "times in one order with cold caches; `relatime`, so read-1 also writes atimes). Seconds are "
-             "simulated, from each phase's start marker to its end marker. Speed-up = linear / stack.", ""]
+             "Generated by `bench/replica_postmark.py --capture " + capture + "` (closed-loop replay on the WD800 "
+             f"model of the ext4 trace recorded live in `{capture}/`: {w.get('files', '?')} files, "
+             f"{w.get('total_bytes', 0) / 1e6:.1f} MB, created then read {w.get('reads', '?')} times in one order "
+             f"with cold caches; mount options `{meta.get('rig', {}).get('mount_opts')}`, so atime updates are "
+             f"{'off' if 'noatime' in (meta.get('rig', {}).get('mount_opts') or '') else 'on (relatime: read-1 writes atimes)'}). "
+             "Seconds are simulated, from each phase's start marker to its end marker. Speed-up = linear / stack.", ""]
     head = ("| stack | " + " | ".join(names) +
             " | read-4 speed-up | replicas created (blocks) | used (blocks) | reads from replicas | reclaimed (blocks) |")
     lines += [head, "| --- |" + " ---: |" * (len(names) + 5)]
@@ -200,6 +246,14 @@ def write_readme(out, names, rows, bound, seq_bytes, overhead):
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {sp:.1f}x | {c.get('replicas_created_blocks', '-')} | "
                      f"{c.get('replicas_used_blocks', '-')} | {c.get('reads_replica_count', '-')} | "
                      f"{c.get('replicas_reclaimed_blocks', '-')} |")
+    last = names[-1]
+    bbase = rows["linear"]["phases_busy_s"]
+    lines += ["", "Disk-busy seconds per phase (the span minus the recorded think time, which the replay keeps and "
+              "no layout removes):", "",
+              "| stack | " + " | ".join(names) + f" | {last} busy speed-up |", "| --- |" + " ---: |" * (len(names) + 1)]
+    for name, r in rows.items():
+        b = r["phases_busy_s"]
+        lines.append(f"| {name} | " + " | ".join(f"{b[n]:.2f}" for n in names) + f" | {bbase[last] / b[last]:.1f}x |")
     lines += ["", f"Sequential-read bound: {seq_bytes / 1e6:.1f} MB (read-2's bytes) read sequentially in 128 KiB "
               f"requests on the same model: {bound:.2f} s.", "",
               "Overhead without patterns (fio-like synthetic traces, 2 GiB declared free first):", "",
@@ -210,7 +264,7 @@ def write_readme(out, names, rows, bound, seq_bytes, overhead):
         qpct = (o["replica_quota_1024_s"] / o["linear_s"] - 1) * 100
         lines.append(f"| {kind} | {o['linear_s']:.2f} | {o['replica_s']:.2f} | {pct:+.2f}% | {o['replicas_created_blocks']} "
                      f"| {o['replica_quota_1024_s']:.2f} | {qpct:+.2f}% | {o['quota_replicas_created_blocks']} |")
-    lines += ["", "Rerun: `cargo build -p layoutd && bench/replica_postmark.py --layoutd target/debug/layoutd` "
+    lines += ["", f"Rerun: `cargo build -p layoutd && bench/replica_postmark.py --layoutd target/debug/layoutd --capture {capture} --out {os.path.relpath(out, os.path.join(HERE, '..'))}` "
               "(simulated time: the build profile does not change the numbers).", ""]
     path = os.path.join(out, "README.md")
     keep = ""
