@@ -2,7 +2,7 @@
 //! and `disk validate` (closed-loop replay of a DiskSim validation trace).
 
 use crate::model::{splitmix64, Disk};
-use crate::params::{zone_media_mb_s, DiskParams};
+use crate::params::{zone_media_mb_s, DiskParams, ReadAheadScope};
 use crate::queue::Scheduler;
 use crate::seek::{average_seek_ms, seek_ns};
 use crate::{DiskOp, DiskRequest, HddError, SECTOR_SIZE_BYTES};
@@ -192,12 +192,17 @@ impl fmt::Display for ShowReport {
             p.cylinder_count,
             p.zones.len()
         )?;
+        // DiskSim's DEC scheme is not bounded by the maximum read-ahead.
+        let read_ahead = match (p.cache.read_ahead_scope, p.cache.read_ahead_sectors_max) {
+            (ReadAheadScope::NextTrack, _) => "to the track end".to_string(),
+            (_, 0) => "a segment".to_string(),
+            (_, max) => format!("at most {max} sectors"),
+        };
         writeln!(
             f,
-            "  cache                   {} segments x {} sectors, read-ahead {} sectors ({:?}, request data {:?}), write cache {}",
+            "  cache                   {} segments x {} sectors, read-ahead {read_ahead} ({:?}, request data {:?}), write cache {}",
             p.cache.segment_count,
             p.cache.segment_sectors,
-            p.cache.read_ahead_sectors_max,
             p.cache.read_ahead_scope,
             p.cache.request_data,
             if p.cache.write_cache { "on" } else { "off" }
