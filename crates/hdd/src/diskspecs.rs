@@ -802,7 +802,8 @@ fn cache(disk: &Scope, warnings: &mut Vec<String>) -> Result<CacheParams, HddErr
     }
     let segment_sectors = disk.count("Segment size (in blks)", 1.0e7)? as u32;
     // DiskSim forces both read-ahead bounds to 0 without continuous read
-    // (disk_postpass_perdisk); "Maximum read-ahead" bounds every scheme.
+    // (disk_postpass_perdisk); "Maximum read-ahead" bounds every scheme but
+    // the DEC one (disk_buffer_get_max_readahead).
     let scope = match disk.count("Buffer continuous read", 4.0)? {
         0 => ReadAheadScope::None,
         1 => ReadAheadScope::TrackEnd,

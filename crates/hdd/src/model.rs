@@ -413,19 +413,54 @@ impl Disk {
         self.cache.restart_prefetch(index, start_ns + seek + rotation, sector_ns, limit);
     }
 
-    /// How far a read of `lba..end` prefetches (exclusive LBA), from the
-    /// drive's "Buffer continuous read" scope, bounded by the minimum and
-    /// maximum read-ahead and, when prefetched data may not replace the
-    /// request's ("Read-ahead over requested = 0"), by the segment from the
-    /// request's first sector. `segment_start` is the first LBA the
-    /// segment holds (a stream reaches back into earlier tracks).
+    /// How far a read of `lba..end` prefetches (exclusive LBA): DiskSim's
+    /// `disk_buffer_get_max_readahead`. The DEC scheme ("Buffer continuous
+    /// read = 4") runs to the end of the track holding the block after the
+    /// request, one track further when the segment already reaches back
+    /// before that track, and is not bounded by "Maximum read-ahead". The
+    /// other schemes run "Maximum read-ahead" past the request's end; with
+    /// no maximum, a segment past it, or, when prefetched data may not
+    /// replace the request's ("Read-ahead over requested = 0"), until the
+    /// segment is full from the request's first sector. Schemes 1 and 2
+    /// also stop at the end of the track or cylinder (DiskSim's
+    /// `disk_initiate_seek` refuses a background read's move). The segment
+    /// keeps only its last `segment_sectors` (`disk_buffer_segment_wrap`),
+    /// so a prefetch longer than the segment pushes the request's own data
+    /// out. `segment_start` is the first LBA the segment holds.
     fn read_ahead_limit(&self, lba: u64, end: u64, segment_start: u64) -> u64 {
         let cache = &self.params.cache;
         let capacity = self.params.sector_count;
         let track_end = |at: u64| -> u64 { (at + map(&self.params, at).run_sectors).min(capacity) };
+        let segment_sectors = u64::from(cache.segment_sectors.max(1));
+        let (max, min) = (u64::from(cache.read_ahead_sectors_max), u64::from(cache.read_ahead_sectors_min));
+        let planned = if cache.read_ahead_scope == ReadAheadScope::None {
+            return end;
+        } else if cache.read_ahead_scope == ReadAheadScope::NextTrack {
+            if end >= capacity {
+                return end;
+            }
+            let next = map(&self.params, end);
+            let first = map(&self.params, segment_start);
+            let on_track = track_end(end);
+            if (first.cylinder, first.surface) != (next.cylinder, next.surface) {
+                let request_zone = map(&self.params, lba).zone_index as usize;
+                on_track + u64::from(self.params.zones[request_zone].sectors_per_track)
+            } else {
+                on_track
+            }
+        } else if max > 0 {
+            end + max
+        } else if cache.request_data == RequestData::Kept {
+            let sectors = end - lba;
+            if sectors >= segment_sectors || segment_sectors - sectors < min {
+                end + min
+            } else {
+                lba + segment_sectors
+            }
+        } else {
+            end + segment_sectors
+        };
         let scope_end = match cache.read_ahead_scope {
-            ReadAheadScope::None => return end,
-            ReadAheadScope::SegmentFull => u64::MAX,
             ReadAheadScope::TrackEnd => track_end(end - 1),
             ReadAheadScope::CylinderEnd => {
                 let cylinder = map(&self.params, end - 1).cylinder;
@@ -435,30 +470,9 @@ impl Disk {
                 }
                 at
             }
-            ReadAheadScope::NextTrack => {
-                // DiskSim's scheme 4 (disk_buffer_get_max_readahead): the
-                // track holding the block after the request, and one more
-                // track when the segment already reaches back before it.
-                if end >= capacity {
-                    return end;
-                }
-                let next = map(&self.params, end);
-                let first = map(&self.params, segment_start);
-                let on_track = track_end(end);
-                if (first.cylinder, first.surface) != (next.cylinder, next.surface) {
-                    on_track + u64::from(self.params.zones[next.zone_index as usize].sectors_per_track)
-                } else {
-                    on_track
-                }
-            }
+            _ => u64::MAX,
         };
-        let mut limit = scope_end
-            .min(end + u64::from(cache.read_ahead_sectors_max))
-            .max(end + u64::from(cache.read_ahead_sectors_min));
-        if cache.request_data == RequestData::Kept {
-            limit = limit.min(lba + u64::from(cache.segment_sectors)).max(end);
-        }
-        limit.min(capacity)
+        planned.min(scope_end).max(end + min).min(capacity)
     }
 
     /// A write, with DiskSim's bus phases. The command overhead is the

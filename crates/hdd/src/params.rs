@@ -171,9 +171,10 @@ pub enum ReadAheadScope {
     CylinderEnd,
     /// 3: until the segment is full.
     SegmentFull,
-    /// 4: to the end of the track after the one holding the request's last
-    /// sector when the segment already reaches back into the previous track
-    /// (a sequential stream), else to the end of the current track.
+    /// 4 (DiskSim's DEC scheme): to the end of the track holding the block
+    /// after the request, one track further when the segment already
+    /// reaches back before that track (a sequential stream). Not bounded by
+    /// `read_ahead_sectors_max`.
     NextTrack,
 }
 
@@ -184,7 +185,8 @@ pub enum ReadAheadScope {
 pub enum RequestData {
     /// 1: prefetched data may replace the data just returned to the host.
     Replaceable,
-    /// 0: it may not: prefetch stops when the segment is full from the
+    /// 0: it may not. DiskSim applies this only when no maximum read-ahead
+    /// is set: prefetch then stops when the segment is full from the
     /// request's first sector on.
     Kept,
     /// -1: the request's data leaves the segment once it is sent.
@@ -198,7 +200,8 @@ pub struct CacheParams {
     pub segment_count: u32,
     /// Sectors one segment holds.
     pub segment_sectors: u32,
-    /// Most sectors read ahead past a read's end, whatever the scope.
+    /// Most sectors read ahead past a read's end (every scope but
+    /// [`ReadAheadScope::NextTrack`]); 0: a segment past it.
     pub read_ahead_sectors_max: u32,
     /// Sectors read ahead past a read's end before the arm may serve the
     /// next request.

@@ -38,9 +38,10 @@ fn cdf_svg(report: &ValidateReport) -> String {
     let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
     let _ = writeln!(
         svg,
-        r#"<text x="{}" y="22" text-anchor="middle" font-size="14">{}: service-time CDF, demerit {:.3} ms</text>"#,
+        r#"<text x="{}" y="22" text-anchor="middle" font-size="14">{}: service-time CDF, demerit {:.3} ms (DiskSim's rms), {:.3} ms (1% steps)</text>"#,
         WIDTH_PX / 2.0,
         escape(&report.name),
+        report.demerit_disksim_ms,
         report.demerit_ms
     );
     for tick in 0..=10 {

@@ -2,7 +2,7 @@
 //! and `disk validate` (closed-loop replay of a DiskSim validation trace).
 
 use crate::model::{splitmix64, Disk};
-use crate::params::{zone_media_mb_s, DiskParams};
+use crate::params::{zone_media_mb_s, DiskParams, ReadAheadScope};
 use crate::queue::Scheduler;
 use crate::seek::{average_seek_ms, seek_ns};
 use crate::{DiskOp, DiskRequest, HddError, SECTOR_SIZE_BYTES};
@@ -192,12 +192,17 @@ impl fmt::Display for ShowReport {
             p.cylinder_count,
             p.zones.len()
         )?;
+        // DiskSim's DEC scheme is not bounded by the maximum read-ahead.
+        let read_ahead = match (p.cache.read_ahead_scope, p.cache.read_ahead_sectors_max) {
+            (ReadAheadScope::NextTrack, _) => "to the track end".to_string(),
+            (_, 0) => "a segment".to_string(),
+            (_, max) => format!("at most {max} sectors"),
+        };
         writeln!(
             f,
-            "  cache                   {} segments x {} sectors, read-ahead {} sectors ({:?}, request data {:?}), write cache {}",
+            "  cache                   {} segments x {} sectors, read-ahead {read_ahead} ({:?}, request data {:?}), write cache {}",
             p.cache.segment_count,
             p.cache.segment_sectors,
-            p.cache.read_ahead_sectors_max,
             p.cache.read_ahead_scope,
             p.cache.request_data,
             if p.cache.write_cache { "on" } else { "off" }
@@ -251,6 +256,12 @@ pub struct ValidateReport {
     pub demerit_ms: f64,
     /// Demerit relative to the measured mean.
     pub demerit_relative: f64,
+    /// The demerit as DiskSim computes the figures it publishes
+    /// ([`demerit_disksim_ms`]): both distributions bucketed as DiskSim's
+    /// validation `statdefs` bucket "Physical access time", then compared
+    /// at every 0.01% step (its `rms` tool). The figure to set beside
+    /// DiskSim's published demerits.
+    pub demerit_disksim_ms: f64,
     /// Mean measured service time.
     pub measured_mean_ms: f64,
     /// Mean model service time.
@@ -387,6 +398,7 @@ pub fn validate(params: &DiskParams, trace: &Path) -> Result<ValidateReport, Hdd
         request_count: records.len() as u64,
         demerit_ms: 0.0,
         demerit_relative: 0.0,
+        demerit_disksim_ms: 0.0,
         measured_mean_ms: mean(&measured_ms, &|_| true),
         model_mean_ms: mean(&model_ms, &|_| true),
         measured_read_mean_ms: mean(&measured_ms, &is_read),
@@ -402,6 +414,7 @@ pub fn validate(params: &DiskParams, trace: &Path) -> Result<ValidateReport, Hdd
     };
     report.demerit_ms = demerit_ms(&report.measured_sorted_ms, &report.model_sorted_ms);
     report.demerit_relative = report.demerit_ms / report.measured_mean_ms.max(f64::MIN_POSITIVE);
+    report.demerit_disksim_ms = demerit_disksim_ms(&report.measured_sorted_ms, &report.model_sorted_ms);
     Ok(report)
 }
 
@@ -430,6 +443,86 @@ pub fn demerit_ms(measured_sorted: &[f64], model_sorted: &[f64]) -> f64 {
     (sum / 100.0).sqrt()
 }
 
+/// Buckets of DiskSim's validation distributions (`valid/statdefs`,
+/// "Physical access time" and "Trace access time": 1750 buckets, scale
+/// 1000, `Start 0  step 1  grow 1`): bucket starts in microseconds, each
+/// one more than the last plus 1% of it, rounded down (`stat_get_large_dist`).
+const DISKSIM_BUCKETS: usize = 1750;
+
+fn disksim_bucket_starts_us() -> Vec<i64> {
+    let mut starts = Vec::with_capacity(DISKSIM_BUCKETS);
+    let mut start = 0i64;
+    for _ in 0..DISKSIM_BUCKETS {
+        starts.push(start);
+        start += 1 + start.abs() / 100;
+    }
+    starts
+}
+
+/// The distribution DiskSim prints for `values_ms` (`stat_update`,
+/// `stat_print_large_dist`), up to the first point whose cumulative
+/// fraction, printed with six decimals, reaches 1 (where `rms` stops
+/// reading): (bucket start in ms, fraction of values below it).
+fn disksim_distribution(values_ms: &[f64], starts_us: &[i64]) -> Vec<(f64, f64)> {
+    let mut counts = vec![0u64; starts_us.len()];
+    let last = starts_us.len() - 1;
+    for value in values_ms {
+        let micros = (value * 1000.0) as i64;
+        // A value in [start k, start k+1) is counted in bucket k + 1.
+        let bucket = if micros < 0 {
+            0
+        } else if micros >= starts_us[last - 1] {
+            last
+        } else {
+            starts_us.partition_point(|start| *start <= micros)
+        };
+        counts[bucket] += 1;
+    }
+    let total = values_ms.len().max(1) as f64;
+    let mut points = Vec::new();
+    let mut cumulative = 0.0;
+    for (start, count) in starts_us.iter().zip(&counts) {
+        cumulative += *count as f64 / total;
+        let printed = (cumulative * 1.0e6).round() / 1.0e6;
+        points.push((*start as f64 / 1000.0, printed));
+        if printed >= 1.0 {
+            break;
+        }
+    }
+    points
+}
+
+/// The demerit figure as DiskSim's validation computes it (`src/rms.c`
+/// over the distributions of `valid/statdefs`): both service-time
+/// distributions are bucketed (1 us buckets up to 0.1 ms, then 1% wider
+/// each), and the horizontal distance between the two piecewise-linear
+/// CDFs is taken at every 0.01% step from 0.01% to 100%; the result is the
+/// RMS. Unlike [`demerit_ms`], the slowest request weighs one step in
+/// 10,000, not one in 100.
+pub fn demerit_disksim_ms(measured_ms: &[f64], model_ms: &[f64]) -> f64 {
+    assert!(!measured_ms.is_empty() && !model_ms.is_empty());
+    let starts = disksim_bucket_starts_us();
+    let (one, two) = (disksim_distribution(measured_ms, &starts), disksim_distribution(model_ms, &starts));
+    let at = |line: &[(f64, f64)], index: &mut usize, fraction: f64| -> f64 {
+        while line[*index].1 < fraction {
+            *index += 1;
+        }
+        let ((x0, y0), (x1, y1)) = (line[*index - 1], line[*index]);
+        x0 + (fraction - y0) / (y1 - y0) * (x1 - x0)
+    };
+    let (mut index_one, mut index_two) = (0, 0);
+    let (mut squares, mut count) = (0.0, 0u32);
+    // Accumulated as rms.c does, so the last step is the same as its.
+    let mut fraction = 0.0001f64;
+    while fraction <= 1.0 {
+        let distance = at(&one, &mut index_one, fraction) - at(&two, &mut index_two, fraction);
+        squares += distance * distance;
+        count += 1;
+        fraction += 0.0001;
+    }
+    (squares / f64::from(count)).sqrt()
+}
+
 impl fmt::Display for ValidateReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "validate {} against {}", self.name, self.trace.display())?;
@@ -439,6 +532,11 @@ impl fmt::Display for ValidateReport {
             "  demerit_ms             {:.3}  ({:.1}% of the measured mean)",
             self.demerit_ms,
             self.demerit_relative * 100.0
+        )?;
+        writeln!(
+            f,
+            "  demerit_disksim_ms     {:.3}  (DiskSim's rms over its statdefs buckets)",
+            self.demerit_disksim_ms
         )?;
         writeln!(
             f,

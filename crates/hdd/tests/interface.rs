@@ -31,9 +31,12 @@ fn serve(disk: &mut Disk, now_ns: u64, request: DiskRequest) -> DiskCompletion {
 /// Read `sectors` at `lba` (a miss), then re-read them 50 ms later (a hit
 /// once the read-ahead has stopped); returns the hit's service time.
 fn hit_ns(params: &DiskParams, sectors: u32) -> u64 {
-    // Read-ahead may not push the request's own data out of its segment.
+    // Read-ahead may not push the request's own data out of its segment:
+    // with no "Maximum read-ahead", DiskSim prefetches until the segment is
+    // full from the request's first sector.
     let mut params = params.clone();
     params.cache.request_data = RequestData::Kept;
+    params.cache.read_ahead_sectors_max = 0;
     let mut disk = Disk::new(params, Scheduler::Fifo, 1, 7);
     let miss = serve(&mut disk, 0, request(0, DiskOp::Read, 1000, sectors));
     assert!(!miss.cache_hit);

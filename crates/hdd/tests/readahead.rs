@@ -44,8 +44,12 @@ fn read_ahead_over_requested_decides_whether_the_request_data_stays() {
     params.cache.request_data = RequestData::Replaceable;
     assert!(!second_hits(&params, (10_000, 8), (10_000, 8)));
     assert!(second_hits(&params, (10_000, 8), (10_060, 8)));
-    // 0: it may not: the prefetch stops when the segment is full.
+    // 0: it may not, which DiskSim applies only to a drive with no
+    // "Maximum read-ahead" (`disk_buffer_get_max_readahead`): the prefetch
+    // then stops when the segment is full from the request's first sector.
     params.cache.request_data = RequestData::Kept;
+    assert!(!second_hits(&params, (10_000, 8), (10_000, 8)));
+    params.cache.read_ahead_sectors_max = 0;
     assert!(second_hits(&params, (10_000, 8), (10_000, 8)));
     assert!(second_hits(&params, (10_000, 8), (10_056, 8)));
     assert!(!second_hits(&params, (10_000, 8), (10_064, 8)));
@@ -54,6 +58,12 @@ fn read_ahead_over_requested_decides_whether_the_request_data_stays() {
     assert!(second_hits(&params, (10_000, 8), (10_060, 8)));
     params.cache.partial_hits = false;
     assert!(!second_hits(&params, (10_000, 8), (10_060, 8)));
+    // With no maximum and replaceable data, a segment past the request.
+    params.cache.partial_hits = true;
+    params.cache.request_data = RequestData::Replaceable;
+    assert!(second_hits(&params, (10_000, 8), (10_064, 8)));
+    assert!(!second_hits(&params, (10_000, 8), (10_000, 8)));
+    params.cache.read_ahead_sectors_max = 64;
     // -1: the request's data leaves the segment once sent.
     params.cache.request_data = RequestData::Dropped;
     assert!(!second_hits(&params, (10_000, 8), (10_000, 8)));
@@ -73,10 +83,32 @@ fn continuous_read_bounds_the_prefetch() {
     assert!(!second_hits(&params, (0, 1), next_track));
     params.cache.read_ahead_scope = ReadAheadScope::SegmentFull;
     assert!(second_hits(&params, (0, 1), next_track));
-    // The maximum read-ahead bounds every scope.
+    // The maximum read-ahead bounds every scope but the DEC scheme.
     params.cache.read_ahead_sectors_max = 16;
     assert!(second_hits(&params, (0, 1), (16, 1)));
     assert!(!second_hits(&params, (0, 1), (17, 1)));
+    params.cache.read_ahead_scope = ReadAheadScope::NextTrack;
+    assert!(second_hits(&params, (0, 1), (spt - 1, 1)));
+    assert!(!second_hits(&params, (0, 1), next_track));
+}
+
+#[test]
+fn the_dec_scheme_reads_to_the_track_end_and_the_segment_keeps_its_last_sectors() {
+    // DiskSim's scheme 4 ignores "Maximum read-ahead"; a 64-sector segment
+    // keeps the last 64 sectors read (`disk_buffer_segment_wrap`), so a read
+    // far from its track's end loses its own data and its successors,
+    // while the track's last sectors stay.
+    let mut params = drive(64, 64);
+    params.cache.read_ahead_scope = ReadAheadScope::NextTrack;
+    params.cache.request_data = RequestData::Kept;
+    let spt = u64::from(params.zones[0].sectors_per_track);
+    assert!(spt > 200, "wd800's outer tracks are long");
+    let start = 10 * spt;
+    assert!(!second_hits(&params, (start, 8), (start + 8, 8)));
+    assert!(!second_hits(&params, (start, 8), (start, 8)));
+    assert!(second_hits(&params, (start, 8), (start + spt - 8, 8)));
+    // Near the track's end, the successor is still in the segment.
+    assert!(second_hits(&params, (start + spt - 40, 8), (start + spt - 32, 8)));
 }
 
 #[test]

@@ -33,6 +33,8 @@ fn validation_drives_load_and_replay() {
         let report = validate(&params, &dir.join(trace)).unwrap_or_else(|e| panic!("{e}"));
         assert!(report.request_count >= 7_900);
         assert!(report.demerit_ms.is_finite() && report.demerit_ms > 0.0);
+        assert!(report.demerit_disksim_ms.is_finite() && report.demerit_disksim_ms > 0.0);
+        assert!(report.demerit_disksim_ms <= report.demerit_ms * 1.5, "{specs}: {report}");
         // Loose sanity bound, not the goal (the goal is a benchmark).
         assert!(report.demerit_relative < 0.25, "{specs}: {report}");
         assert!((report.model_mean_ms / report.measured_mean_ms - 1.0).abs() < 0.25, "{specs}: {report}");
