@@ -172,8 +172,14 @@ impl BlockDevice for FileDevice {
         self.fallocate_or_write_zeroes(libc::FALLOC_FL_PUNCH_HOLE, offset_bytes, length_bytes)
     }
 
+    /// `FALLOC_FL_ZERO_RANGE`; where the file system lacks it (tmpfs), a
+    /// punched hole, which reads back as zeroes too; else written zeroes.
     fn write_zeroes(&self, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
-        self.fallocate_or_write_zeroes(libc::FALLOC_FL_ZERO_RANGE, offset_bytes, length_bytes)
+        let zero_range = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
+        if !self.is_block_device && self.fallocate(zero_range, offset_bytes, length_bytes).is_ok() {
+            return Ok(());
+        }
+        self.fallocate_or_write_zeroes(libc::FALLOC_FL_PUNCH_HOLE, offset_bytes, length_bytes)
     }
 }
 

@@ -82,6 +82,10 @@ enum Step {
     Zeroes,
     /// Write the piece's data at `at`.
     WriteUpper { at: u64 },
+    /// Write the piece's data into the fresh data chunk `q` and zeroes
+    /// (`WriteZeroes`, which a file or device may do without writing) over
+    /// the rest of it, all at once.
+    WriteFresh { q: u64 },
     /// Read a whole data chunk into the job's buffer.
     ReadBuf { p: u64 },
     /// Put the piece's data into the buffer (a zeroed one if none).
@@ -122,6 +126,10 @@ struct Job {
     /// A chunk taken from the free space and not yet in a map.
     taken: Option<u64>,
     read: Option<Bytes>,
+    /// Lower requests of the current step still in flight, and the first
+    /// error among those that completed.
+    in_flight: u32,
+    failed: Option<IoError>,
 }
 
 struct Upper {
@@ -634,6 +642,8 @@ impl Pool {
                 buf: None,
                 taken: None,
                 read: None,
+                in_flight: 0,
+                failed: None,
             });
             jids.push(jid);
             within += len;
@@ -678,6 +688,22 @@ impl Pool {
                     let mut r = Request::new(ReqId(0), Op::Write, at, job.len as u32);
                     r.data = job.data.clone();
                     return self.lower(Owner::Job(jid), r);
+                }
+                Step::WriteFresh { q } => {
+                    let (at, coff, len) = (self.cfg.chunk_at(q), job.coff, job.len);
+                    let mut w = Request::new(ReqId(0), Op::Write, at + coff, len as u32);
+                    w.data = job.data.clone();
+                    let mut reqs = vec![w];
+                    for (o, n) in [(0, coff), (coff + len, c - coff - len)] {
+                        if n > 0 {
+                            reqs.push(Request::new(ReqId(0), Op::WriteZeroes, at + o, n as u32));
+                        }
+                    }
+                    job.in_flight = reqs.len() as u32;
+                    for r in reqs {
+                        self.lower(Owner::Job(jid), r);
+                    }
+                    return;
                 }
                 Step::ReadBuf { p } => {
                     let mut r = Request::new(ReqId(0), Op::Read, self.cfg.chunk_at(p), c as u32);
@@ -804,11 +830,12 @@ impl Pool {
             };
             self.jobs.get_mut(&jid).expect("live").taken = Some(q);
             self.counters.allocated_chunks += 1;
-            self.defrag_pending |= self.cfg.defrag;
+            let target = if slot == 0 { self.place.home(lc) } else { self.origin_ref(lc) };
+            self.placed(q, target);
             return Ok(if full {
                 vec![Step::WriteUpper { at: self.cfg.chunk_at(q) }, Step::Apply(Change::Map { slot, lc, q })]
             } else {
-                vec![Step::Patch, Step::WriteBuf { q }, Step::Apply(Change::Map { slot, lc, q })]
+                vec![Step::WriteFresh { q }, Step::Apply(Change::Map { slot, lc, q })]
             });
         };
         if self.refs[p as usize] == 1 {
@@ -828,7 +855,7 @@ impl Pool {
         self.jobs.get_mut(&jid).expect("live").taken = Some(q);
         self.counters.copies_placed += 1;
         self.counters.copy_distance_sum += q.abs_diff(p);
-        self.defrag_pending |= self.cfg.defrag;
+        self.placed(q, p);
         if slot == 0 {
             // Copy out once for every sharer, make it durable, then write in place.
             self.counters.chunks_copied += 1;
@@ -852,6 +879,14 @@ impl Pool {
             self.counters.copy_written_bytes += c;
             vec![Step::ReadBuf { p }, Step::Patch, Step::WriteBuf { q }, change]
         })
+    }
+
+    /// A chunk was placed at `q` for a place that wants `target`: only one
+    /// further than the next chunk gives the defragmenter work (a fresh
+    /// origin chunk at its home does not, so writing a new pool never
+    /// starts a scan of the maps).
+    fn placed(&mut self, q: u64, target: u64) {
+        self.defrag_pending |= self.cfg.defrag && q.abs_diff(target) > 1;
     }
 
     fn record(&mut self, slot: u32, lc: u64, location: u64) {
@@ -1392,10 +1427,19 @@ impl Target for Pool {
             }
             Owner::Commit => self.commit_io_done(c.result),
             Owner::Job(jid) => {
-                if let Err(e) = c.result {
+                let job = self.jobs.get_mut(&jid).expect("live job");
+                if job.in_flight > 1 {
+                    // Not the last of the step's requests.
+                    job.in_flight -= 1;
+                    if let Err(e) = c.result {
+                        job.failed.get_or_insert(e);
+                    }
+                    return self.pump();
+                }
+                job.in_flight = 0;
+                if let Some(e) = c.result.err().or(job.failed.take()) {
                     return self.end_job(jid, Err(e));
                 }
-                let job = self.jobs.get_mut(&jid).expect("live job");
                 match job.steps.front() {
                     // A buffer read feeds the patch / write that follow.
                     Some(Step::Patch | Step::WriteBuf { .. }) if job.buf.is_none() && c.data.is_some() => {
@@ -1480,6 +1524,8 @@ impl Target for Pool {
             buf: None,
             taken: Some(q),
             read: None,
+            in_flight: 0,
+            failed: None,
         });
         self.run_job(jid);
         Some(2 * self.cfg.chunk_bytes)
