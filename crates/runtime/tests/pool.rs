@@ -190,6 +190,38 @@ fn ok(h: &mut Harness, msg: &str) -> String {
 }
 
 #[test]
+fn whole_chunk_reads_read_through_short_gaps_and_return_only_their_own_bytes() {
+    // `nearest` leaves a free chunk every few origin chunks; a copy lands
+    // next to its origin chunk. Whole-chunk reads read through such gaps
+    // (one lower read) and still return exactly the volume's bytes.
+    let c = cfg("nearest", "defrag = false\n").replace("384K", "1536K");
+    let (mut h, _) = harness(&c, DEVICE_BYTES);
+    let n = 24u64;
+    for i in 0..n {
+        assert_eq!(h.write(i * CHUNK as u64, vec![i as u8 + 1; CHUNK]).result, Ok(()));
+    }
+    ok(&mut h, "snapshot create s");
+    for i in (0..n).step_by(5) {
+        assert_eq!(h.write(i * CHUNK as u64, vec![0xEE; 512]).result, Ok(()));
+    }
+    let s = volume_offset(&mut h, "s");
+    assert_eq!(counter(&h, "read_through_bytes"), 0);
+    for i in 0..n {
+        let mut want = vec![i as u8 + 1; CHUNK];
+        assert_eq!(read(&mut h, s + i * CHUNK as u64, CHUNK), want, "snapshot chunk {i}");
+        if i % 5 == 0 {
+            want[..512].fill(0xEE);
+        }
+        assert_eq!(read(&mut h, i * CHUNK as u64, CHUNK), want, "origin chunk {i}");
+    }
+    assert!(counter(&h, "read_through_bytes") > 0, "{}", h.stack.status());
+    // A partial read never reads through.
+    let before = counter(&h, "read_through_bytes");
+    assert_eq!(read(&mut h, 0, 4096), vec![0xEE; 512].into_iter().chain(vec![1; 3584]).collect::<Vec<u8>>());
+    assert_eq!(counter(&h, "read_through_bytes"), before);
+}
+
+#[test]
 fn one_copy_serves_every_snapshot_and_the_origin_stays_in_place() {
     let c = cfg("contiguous", "");
     let (mut h, _) = harness(&c, DEVICE_BYTES);

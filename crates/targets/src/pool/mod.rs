@@ -64,6 +64,10 @@ fn gather(reads: &FxHashMap<u64, Bytes>, start: u64, length: u64) -> Vec<u8> {
     out
 }
 
+/// The longest gap, in chunks, a whole-chunk read reads through to the
+/// volume's next chunk ([`Pool::read_through`]).
+const READ_THROUGH_CHUNKS_MAX: u64 = 2;
+
 /// Zeroes for unmapped reads (a chunk is at most 1 MiB).
 static ZEROES: [u8; 1 << 20] = [0; 1 << 20];
 
@@ -76,8 +80,10 @@ struct Volume {
 enum Step {
     /// Decide what to do from the maps (the lc is locked).
     Plan,
-    /// Read the piece from the lower device for the upper request.
-    ReadUpper { at: u64 },
+    /// Read the piece from the lower device for the upper request, and
+    /// `through` bytes after it that nobody asked for (see
+    /// [`Pool::read_through`]).
+    ReadUpper { at: u64, through: u64 },
     /// Zeroes for the upper request.
     Zeroes,
     /// Write the piece's data at `at`.
@@ -191,6 +197,7 @@ struct Counters {
     nospace: u64,
     reads: u64,
     writes: u64,
+    read_through_bytes: u64,
 }
 
 /// The pool target; see the module docs.
@@ -680,8 +687,9 @@ impl Pool {
                     Err(e) => return self.end_job(jid, Err(e)),
                 },
                 Step::Zeroes => job.read = Some(Bytes::from_static(&ZEROES[..job.len as usize])),
-                Step::ReadUpper { at } => {
-                    let r = Request::new(ReqId(0), Op::Read, at, job.len as u32);
+                Step::ReadUpper { at, through } => {
+                    let r = Request::new(ReqId(0), Op::Read, at, (job.len + through) as u32);
+                    self.counters.read_through_bytes += through;
                     return self.lower(Owner::Job(jid), r);
                 }
                 Step::WriteUpper { at } => {
@@ -757,6 +765,24 @@ impl Pool {
         }
     }
 
+    /// Bytes to read past a whole-chunk read of `slot`'s `lc` at data chunk
+    /// `p`: the chunks up to the volume's next lc, when that lies
+    /// `READ_THROUGH_CHUNKS_MAX` chunks or fewer after `p` (a free chunk, a
+    /// copy, another volume's). Skipping them costs a sequential reader at
+    /// least the time they take to pass under the head, and on the drive
+    /// model far more (its read-ahead does not serve a request past a gap:
+    /// about 5.7 ms for a skipped 64 KiB chunk on wd800 against 1.2 ms for
+    /// the next one in line); read, they keep the drive's stream in line.
+    fn read_through(&self, slot: u32, lc: u64, p: u64) -> u64 {
+        let next = self.vols[slot as usize].as_ref().and_then(|v| v.map.get(lc + 1));
+        match next {
+            Some(n) if n > p + 1 && n - p - 1 <= READ_THROUGH_CHUNKS_MAX => {
+                (n - p - 1) * self.cfg.chunk_bytes
+            }
+            _ => 0,
+        }
+    }
+
     /// Where the origin's `lc` is (or belongs).
     fn origin_ref(&self, lc: u64) -> u64 {
         self.vols[0].as_ref().and_then(|v| v.map.get(lc)).unwrap_or_else(|| self.place.home(lc))
@@ -803,7 +829,10 @@ impl Pool {
         let (mapped, read_only) = (vol.map.get(lc), vol.entry.read_only);
         if op == Op::Read {
             return Ok(vec![match mapped {
-                Some(p) => Step::ReadUpper { at: self.cfg.chunk_at(p) + coff },
+                Some(p) => Step::ReadUpper {
+                    at: self.cfg.chunk_at(p) + coff,
+                    through: if coff == 0 && len == c { self.read_through(slot, lc, p) } else { 0 },
+                },
                 None => Step::Zeroes,
             }]);
         }
@@ -1381,6 +1410,7 @@ impl Pool {
             ("nospace_count".into(), k.nospace),
             ("reads_count".into(), k.reads),
             ("writes_count".into(), k.writes),
+            ("read_through_bytes".into(), k.read_through_bytes),
         ];
         for vol in self.vols.iter().flatten() {
             v.push((format!("volume_{}_allocated_bytes", vol.entry.name), vol.map.mapped_blocks() * c));
@@ -1445,7 +1475,8 @@ impl Target for Pool {
                     Some(Step::Patch | Step::WriteBuf { .. }) if job.buf.is_none() && c.data.is_some() => {
                         job.buf = c.data.map(|d| d.to_vec());
                     }
-                    _ if c.data.is_some() => job.read = c.data,
+                    // An upper read, less what was read through after it.
+                    _ if c.data.is_some() => job.read = c.data.map(|d| d.slice(..job.len as usize)),
                     _ => {}
                 }
                 self.run_job(jid);
