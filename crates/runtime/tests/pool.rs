@@ -288,7 +288,7 @@ fn merge_rolls_the_origin_back_and_delete_frees_what_only_the_snapshot_held() {
     ok(&mut h, "snapshot create scratch ro");
     assert_eq!(h.write(0, vec![6; 3 * CHUNK]).result, Ok(()));
     let scratch = volume_offset(&mut h, "scratch");
-    assert_eq!(h.write(scratch, vec![1; 512]).result, Err(IoError::Invalid), "read-only");
+    assert_eq!(h.write(scratch, vec![1; 512]).result, Err(IoError::ReadOnly), "read-only");
     let before = counter(&h, "data_allocated_bytes");
     ok(&mut h, "snapshot delete scratch");
     assert_eq!(h.flush().result, Ok(()));

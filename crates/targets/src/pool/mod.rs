@@ -837,7 +837,7 @@ impl Pool {
             }]);
         }
         if read_only {
-            return Err(IoError::Invalid);
+            return Err(IoError::ReadOnly);
         }
         let full = coff == 0 && len == c;
         let zeroing = matches!(op, Op::Trim | Op::WriteZeroes);
