@@ -68,6 +68,15 @@ fn gather(reads: &FxHashMap<u64, Bytes>, start: u64, length: u64) -> Vec<u8> {
 /// volume's next chunk ([`Pool::read_through`]).
 const READ_THROUGH_CHUNKS_MAX: u64 = 2;
 
+/// The most origin chunks a line-up shifts by one to put a copy next to
+/// its origin chunk ([`Pool::line_up`]).
+const LINE_UP_SHIFT_MAX: u64 = 3;
+
+/// How long no upper request must have arrived before a line-up starts:
+/// its moves (2 to 5, each made durable) would otherwise sit in front of
+/// a closed-loop writer's next request.
+const LINE_UP_QUIET_NS: u64 = 1_000_000_000;
+
 /// Zeroes for unmapped reads (a chunk is at most 1 MiB).
 static ZEROES: [u8; 1 << 20] = [0; 1 << 20];
 
@@ -236,6 +245,14 @@ pub struct Pool {
     structural_batch: u64,
     defrag_pending: bool,
     defrag_cursor: (u32, u64),
+    /// Moves left of a line-up ([`Pool::line_up`]), one per step, each once
+    /// the one before is durable (its source chunk is the next one's target).
+    defrag_plan: VecDeque<(u64, u64, u64)>,
+    /// When the last upper request arrived; a line-up waits for
+    /// [`LINE_UP_QUIET_NS`] without one.
+    last_foreground: Instant,
+    /// A line-up was passed over for want of quiet: scan again after it.
+    line_up_deferred: bool,
     counters: Counters,
 }
 
@@ -277,6 +294,9 @@ impl Pool {
             structural_batch: 0,
             defrag_pending: false,
             defrag_cursor: (0, 0),
+            defrag_plan: VecDeque::new(),
+            last_foreground: Instant::from_ns(0),
+            line_up_deferred: false,
             counters: Counters::default(),
             cfg,
         };
@@ -1291,7 +1311,7 @@ impl Pool {
 
     /// The next chunk worth moving: `(lc, from, to)`, scanning at most a
     /// bounded number of chunks from the cursor.
-    fn defrag_candidate(&mut self) -> Option<(u64, u64, u64)> {
+    fn defrag_candidate(&mut self, quiet: bool) -> Option<(u64, u64, u64)> {
         let slots = self.cfg.volumes_max as u32;
         let n = self.cfg.volume_chunks;
         let mut budget = 4096u64;
@@ -1337,6 +1357,16 @@ impl Pool {
                         return Some((l, p, q));
                     }
                 }
+                if s != 0 && !quiet {
+                    self.line_up_deferred = true;
+                } else if s != 0 {
+                    if let Some(mut plan) = self.line_up(l, p, target) {
+                        self.defrag_cursor = (s, l + 1);
+                        let first = plan.pop_front();
+                        self.defrag_plan = plan;
+                        return first;
+                    }
+                }
             }
             lc = e.start + e.length;
             if budget == 0 {
@@ -1347,6 +1377,51 @@ impl Pool {
         self.defrag_pending = false;
         self.defrag_cursor = (0, 0);
         None
+    }
+
+    /// Moves that put a snapshot's chunk `p` of `lc` next to the origin's
+    /// chunk `h` there, when the chunks between them are the origin's next
+    /// lcs in line (at most [`LINE_UP_SHIFT_MAX`]): the copy goes to a free
+    /// chunk, each origin chunk between shifts one place towards where the
+    /// copy was, and the copy comes back next to `h`. Both volumes then
+    /// read in line but for one skipped chunk each (which reads read
+    /// through), where the snapshot jumped out to the copy and back.
+    fn line_up(&self, lc: u64, p: u64, h: u64) -> Option<VecDeque<(u64, u64, u64)>> {
+        let origin = &self.vols[0].as_ref()?.map;
+        let k = p.abs_diff(h).checked_sub(1)?;
+        if k == 0 || k > LINE_UP_SHIFT_MAX || origin.get(lc) != Some(h) {
+            return None;
+        }
+        let up = p > h;
+        let temp = self.free.nearest_unit(p, 0, self.cfg.data_chunks)?;
+        let mut plan = VecDeque::from([(lc, p, temp)]);
+        for i in (1..=k).rev() {
+            let (l, at, to) =
+                if up { (lc + i, h + i, h + i + 1) } else { (lc.checked_sub(i)?, h - i, h - i - 1) };
+            if origin.get(l) != Some(at) || self.locked.contains(&l) || self.held.contains_key(&at) {
+                return None;
+            }
+            plan.push_back((l, at, to));
+        }
+        plan.push_back((lc, temp, if up { h + 1 } else { h - 1 }));
+        Some(plan)
+    }
+
+    /// The next move of a line-up in progress: `Err(())` to wait (a move of
+    /// it in flight), `Ok(None)` if none is left or the maps changed under
+    /// it (it is dropped; the scan finds what is left).
+    fn next_planned_move(&mut self) -> Result<Option<(u64, u64, u64)>, ()> {
+        let Some(&(lc, p, q)) = self.defrag_plan.front() else { return Ok(None) };
+        if self.jobs.values().any(|j| j.upper.is_none()) {
+            return Err(());
+        }
+        let mapped = self.vols.iter().flatten().any(|v| v.map.get(lc) == Some(p));
+        if !mapped || !self.free.is_free(q, 1) || self.locked.contains(&lc) || self.held.contains_key(&p) {
+            self.defrag_plan.clear();
+            return Ok(None);
+        }
+        self.defrag_plan.pop_front();
+        Ok(Some((lc, p, q)))
     }
 
     /// The mean distance, in chunks ×1000, between each snapshot chunk
@@ -1435,7 +1510,8 @@ impl Target for Pool {
         self.cfg.volumes_max * self.cfg.volume_bytes()
     }
 
-    fn handle_request(&mut self, _now: Instant, req: Request) {
+    fn handle_request(&mut self, now: Instant, req: Request) {
+        self.last_foreground = now;
         self.waiting.push_back(req);
         self.pump();
     }
@@ -1489,6 +1565,18 @@ impl Target for Pool {
         self.lower_q.pop_front()
     }
 
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.line_up_deferred.then(|| self.last_foreground.add_ns(LINE_UP_QUIET_NS))
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        if self.line_up_deferred && now.ns_since(self.last_foreground) >= LINE_UP_QUIET_NS {
+            // Quiet long enough: scan again, line-ups included.
+            self.line_up_deferred = false;
+            self.defrag_pending |= self.cfg.defrag;
+        }
+    }
+
     fn poll_upper(&mut self) -> Option<Completion> {
         self.upper_q.pop_front()
     }
@@ -1530,12 +1618,23 @@ impl Target for Pool {
 
     fn background_offer(&self, _now: Instant) -> Option<layoutd_core::background::Offer> {
         use layoutd_core::background::{JobClass, Offer};
-        (self.cfg.defrag && self.defrag_pending && self.serving() && self.structural.is_none())
-            .then_some(Offer { class: JobClass::Reorganisation })
+        (self.cfg.defrag
+            && (self.defrag_pending || !self.defrag_plan.is_empty())
+            && self.serving()
+            && self.structural.is_none())
+        .then_some(Offer { class: JobClass::Reorganisation })
     }
 
-    fn background_step(&mut self, _now: Instant) -> Option<u64> {
-        let (lc, p, q) = self.defrag_candidate()?;
+    fn background_step(&mut self, now: Instant) -> Option<u64> {
+        let was_planned = !self.defrag_plan.is_empty();
+        let (lc, p, q) = match self.next_planned_move() {
+            Err(()) => return None,
+            Ok(Some(m)) => m,
+            Ok(None) => self.defrag_candidate(now.ns_since(self.last_foreground) >= LINE_UP_QUIET_NS)?,
+        };
+        // A line-up's moves are each made durable before the next reuses
+        // the chunk they free.
+        let planned = was_planned || !self.defrag_plan.is_empty();
         self.free.take(q, 1);
         self.locked.insert(lc);
         let jid = self.new_job(Job {
@@ -1547,11 +1646,10 @@ impl Target for Pool {
             len: self.cfg.chunk_bytes,
             op: Op::Write,
             data: None,
-            steps: VecDeque::from([
-                Step::ReadBuf { p },
-                Step::WriteBuf { q },
-                Step::Apply(Change::Move { lc, p, q }),
-            ]),
+            steps: [Step::ReadBuf { p }, Step::WriteBuf { q }, Step::Apply(Change::Move { lc, p, q })]
+                .into_iter()
+                .chain(planned.then_some(Step::Commit))
+                .collect(),
             buf: None,
             taken: Some(q),
             read: None,
