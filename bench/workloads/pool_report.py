@@ -46,10 +46,11 @@ def main():
         rewrite = (p["rewrite"] / plain["rewrite"] - 1) * 100 if plain and "rewrite" in p else None
         unpack = (p["unpack"] / plain["unpack"] - 1) * 100 if plain and "unpack" in p else None
         origin = (p["read_origin"] / plain["read_origin"] - 1) * 100 if plain else None
+        snap_plain = (p["read_snapshot"] / plain["read_origin"] - 1) * 100 if plain and "read_snapshot" in p and c else None
         fmt = lambda v: "—" if v is None else f"{v:+.1f}%"
         rows.append(
             f"| {name} | {p.get('unpack', 0):.2f} | {p.get('rewrite', 0):.2f} | {p.get('read_origin', 0):.2f} | "
-            f"{p.get('read_snapshot', 0) if c else 0:.2f} | {fmt(snap)} | {fmt(origin)} | {fmt(rewrite)} | "
+            f"{p.get('read_snapshot', 0) if c else 0:.2f} | {fmt(snap)} | {fmt(origin)} | {fmt(snap_plain)} | {fmt(rewrite)} | "
             f"{c.get('copy_distance_mean_chunks_milli', 0) / 1000 if c else 0:.1f} | "
             f"{c.get('defrag_moves_count', '—') if c else '—'} | "
             f"{c.get('metadata_bytes_per_chunk_milli', 0) / 1000 if c else 0:.1f} |"
@@ -59,8 +60,8 @@ def main():
     with open(f"{out}/report-{disk}.md", "w") as f:
         f.write(
             "| stack | unpack s | rewrite s | read origin s | read snapshot s | snapshot vs origin read | "
-            "origin read vs plain | rewrite vs plain | mean copy distance (chunks) | defrag moves | "
-            "metadata bytes/chunk |\n|" + " --- |" * 11 + "\n" + "\n".join(rows) + "\n"
+            "origin read vs plain | snapshot read vs plain | rewrite vs plain | mean copy distance (chunks) | defrag moves | "
+            "metadata bytes/chunk |\n|" + " --- |" * 12 + "\n" + "\n".join(rows) + "\n"
         )
     print(open(f"{out}/report-{disk}.md").read())
 

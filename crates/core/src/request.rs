@@ -82,6 +82,9 @@ pub enum IoError {
     /// No space left where the target needed it (ENOSPC).
     #[error("no space (ENOSPC)")]
     NoSpace,
+    /// A write to something read-only, such as a read-only snapshot (EROFS).
+    #[error("read-only (EROFS)")]
+    ReadOnly,
 }
 
 impl IoError {
@@ -91,6 +94,7 @@ impl IoError {
             IoError::Invalid => 22,
             IoError::Io => 5,
             IoError::NoSpace => 28,
+            IoError::ReadOnly => 30,
         }
     }
 }

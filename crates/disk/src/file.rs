@@ -21,6 +21,9 @@ pub struct FileDevice {
     /// with any other write to that block (it writes back bytes it was not
     /// asked to): RMW takes this exclusively, aligned writes share it.
     rmw_lock: std::sync::RwLock<()>,
+    /// Set once `FALLOC_FL_ZERO_RANGE` failed (tmpfs has none): later
+    /// write-zeroes go straight to the fallback.
+    no_zero_range: std::sync::atomic::AtomicBool,
 }
 
 impl FileDevice {
@@ -69,6 +72,7 @@ impl FileDevice {
             direct,
             is_block_device,
             rmw_lock: Default::default(),
+            no_zero_range: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -172,8 +176,18 @@ impl BlockDevice for FileDevice {
         self.fallocate_or_write_zeroes(libc::FALLOC_FL_PUNCH_HOLE, offset_bytes, length_bytes)
     }
 
+    /// `FALLOC_FL_ZERO_RANGE`; where the file system lacks it (tmpfs), a
+    /// punched hole, which reads back as zeroes too; else written zeroes.
     fn write_zeroes(&self, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
-        self.fallocate_or_write_zeroes(libc::FALLOC_FL_ZERO_RANGE, offset_bytes, length_bytes)
+        use std::sync::atomic::Ordering::Relaxed;
+        let zero_range = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
+        if !self.is_block_device && !self.no_zero_range.load(Relaxed) {
+            if self.fallocate(zero_range, offset_bytes, length_bytes).is_ok() {
+                return Ok(());
+            }
+            self.no_zero_range.store(true, Relaxed);
+        }
+        self.fallocate_or_write_zeroes(libc::FALLOC_FL_PUNCH_HOLE, offset_bytes, length_bytes)
     }
 }
 

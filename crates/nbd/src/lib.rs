@@ -144,6 +144,9 @@ fn to_result(c: Completion) -> Result<Completion> {
         Ok(()) => Ok(c),
         Err(e @ IoError::Invalid) => Err(Error::new(libc::EINVAL, e.to_string())),
         Err(e @ IoError::NoSpace) => Err(Error::new(libc::ENOSPC, e.to_string())),
+        // nbdkit sends EROFS as NBD_EPERM, as it does for its own refusal
+        // of a write to a read-only export.
+        Err(e @ IoError::ReadOnly) => Err(Error::new(libc::EROFS, e.to_string())),
         Err(e @ IoError::Io) => Err(eio(e.to_string())),
     }
 }
