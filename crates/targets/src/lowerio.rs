@@ -162,7 +162,7 @@ mod tests {
         for id in 101..10_101 {
             t.insert(id, 'y');
             assert_eq!(t.remove(id), Some('y'));
-            assert!(t.ring.len() <= RING_SLACK_PER_ENTRY + 64 + 1);
+            assert!(t.ring.len() <= RING_SLACK_PER_ENTRY * 2 + 64);
         }
         assert_eq!(t.len(), 1);
         assert_eq!(t.values().copied().collect::<Vec<_>>(), vec!['x']);
