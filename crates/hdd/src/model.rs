@@ -90,7 +90,7 @@ impl Disk {
             queue_depth,
             revolution_ns,
             phase_ns: splitmix64(seed) % revolution_ns,
-            queue: Queue::with_capacity(queue_depth as usize * 2),
+            queue: Queue::new(queue_depth),
             in_service: None,
             cache,
             head_cylinder: 0,
@@ -203,7 +203,7 @@ impl Disk {
             Scheduler::Clook => self.queue.pick_clook(count, self.head_cylinder),
             Scheduler::Sptf => self.pick_sptf(count, start_ns),
         };
-        let pending = self.queue.take(index);
+        let pending = self.queue.take(index, &self.params);
         let completion = self.serve(start_ns, &pending);
         assert!(completion.complete_ns >= completion.start_ns);
         self.busy_ns_total += completion.complete_ns - completion.start_ns;

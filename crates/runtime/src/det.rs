@@ -13,9 +13,9 @@
 use bytes::Bytes;
 use layoutd_core::{Completion, Instant, Op, ReqId, Request, Target, TraceRecord};
 use layoutd_disk::{execute, BlockDevice};
+use layoutd_targets::lowerio::IdTable;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
@@ -78,6 +78,42 @@ impl Timing for ZeroLatency {
     }
 }
 
+/// A lower request in flight, as the harness keeps it until it completes:
+/// what executing it needs, the payload boxed (timing-only replays have
+/// none), so a queued request costs 32 bytes.
+struct InFlight {
+    id: ReqId,
+    offset_bytes: u64,
+    length_bytes: u32,
+    op: Op,
+    fua: bool,
+    data: Option<Box<Bytes>>,
+}
+
+impl From<Request> for InFlight {
+    fn from(r: Request) -> InFlight {
+        InFlight {
+            id: r.id,
+            offset_bytes: r.offset_bytes,
+            length_bytes: r.length_bytes,
+            op: r.op,
+            fua: r.fua,
+            data: r.data.map(Box::new),
+        }
+    }
+}
+
+impl InFlight {
+    /// The request again, with what [`execute`] reads of it.
+    fn into_request(self) -> Request {
+        Request {
+            fua: self.fua,
+            data: self.data.map(|d| *d),
+            ..Request::new(self.id, self.op, self.offset_bytes, self.length_bytes)
+        }
+    }
+}
+
 /// Counts the harness keeps about what it did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HarnessStats {
@@ -109,9 +145,9 @@ pub struct Harness<T: Timing = ZeroLatency> {
     seed: u64,
     next_upper_id: u64,
     next_tag: u64,
-    // Hash maps, never iterated: their order cannot leak into results.
-    lower: FxHashMap<u64, Request>,
-    upper_outstanding: FxHashMap<u64, Instant>,
+    // By id, never iterated: no order can leak into results.
+    lower: IdTable<InFlight>,
+    upper_outstanding: IdTable<()>,
     completions: VecDeque<Completion>,
     records: Vec<TraceRecord>,
     idle_delivered: bool,
@@ -134,8 +170,8 @@ impl<T: Timing> Harness<T> {
             seed,
             next_upper_id: 0,
             next_tag: 0,
-            lower: FxHashMap::default(),
-            upper_outstanding: FxHashMap::default(),
+            lower: IdTable::default(),
+            upper_outstanding: IdTable::default(),
             completions: VecDeque::new(),
             records: Vec::new(),
             idle_delivered: false,
@@ -158,7 +194,7 @@ impl<T: Timing> Harness<T> {
     pub fn submit(&mut self, mut req: Request) -> ReqId {
         req.id = ReqId(self.next_upper_id);
         self.next_upper_id += 1;
-        self.upper_outstanding.insert(req.id.0, self.now);
+        self.upper_outstanding.insert(req.id.0, ());
         self.idle_delivered = false;
         let id = req.id;
         self.stack.handle_request(self.now, req);
@@ -191,10 +227,10 @@ impl<T: Timing> Harness<T> {
             let tag = self.next_tag;
             self.next_tag += 1;
             self.timing.submit(self.now, &r, tag, &mut self.rng);
-            self.lower.insert(tag, r);
+            self.lower.insert(tag, InFlight::from(r));
         }
         while let Some(c) = self.stack.poll_upper() {
-            let submitted = self.upper_outstanding.remove(&c.id.0);
+            let submitted = self.upper_outstanding.remove(c.id.0);
             assert!(submitted.is_some(), "completion for unknown upper request {:?}", c.id);
             self.completions.push_back(c);
         }
@@ -273,7 +309,7 @@ impl<T: Timing> Harness<T> {
 
     fn complete_one(&mut self) {
         let tag = self.timing.complete(self.now, &mut self.rng).expect("a completion was due");
-        let req = self.lower.remove(&tag).expect("timing completes what was submitted");
+        let req = self.lower.remove(tag).expect("timing completes what was submitted").into_request();
         self.stats.lower_count += 1;
         let completion = if self.fail_lower_writes && req.op.is_modify() {
             Completion::err(req.id, self.lower_write_error)

@@ -21,6 +21,7 @@ use layoutd_core::streams::Detector;
 use layoutd_core::{Completion, Op, OpenMode, ReqId, Request, Status, Target};
 use layoutd_hdd::{Disk, DiskParams, Scheduler};
 use layoutd_runtime::det::Harness;
+use layoutd_targets::lowerio::IdTable;
 use serde::Serialize;
 use std::io::Write;
 use std::path::PathBuf;
@@ -272,43 +273,6 @@ struct Pending {
     seq: u64,
 }
 
-/// Requests between issue and completion, by harness id. The harness
-/// numbers upper requests 0, 1, 2, ...; completions come in any order, so
-/// this is a ring from the oldest outstanding id: O(1) without hashing.
-#[derive(Default)]
-struct PendingTable {
-    base_id: u64,
-    slots: std::collections::VecDeque<Option<Pending>>,
-    count: usize,
-}
-
-impl PendingTable {
-    fn insert(&mut self, id: u64, p: Pending) {
-        if self.slots.is_empty() {
-            self.base_id = id;
-        }
-        assert_eq!(id, self.base_id + self.slots.len() as u64, "harness ids are consecutive");
-        self.slots.push_back(Some(p));
-        self.count += 1;
-    }
-
-    fn remove(&mut self, id: u64) -> Pending {
-        assert!(id >= self.base_id, "completion of a request completed before");
-        let slot = self.slots.get_mut((id - self.base_id) as usize).expect("completion of an issued request");
-        let p = slot.take().expect("completed once");
-        self.count -= 1;
-        while self.slots.front().is_some_and(|s| s.is_none()) {
-            self.slots.pop_front();
-            self.base_id += 1;
-        }
-        p
-    }
-
-    fn is_empty(&self) -> bool {
-        self.count == 0
-    }
-}
-
 /// Response-time and volume counters of completed requests.
 #[derive(Default)]
 struct Tally {
@@ -329,7 +293,8 @@ struct Replay<'a> {
     h: Harness<HddTiming>,
     source: Box<dyn Source + 'a>,
     detector: Detector,
-    pending: PendingTable,
+    /// Requests between issue and completion, by harness id (0, 1, 2, ...).
+    pending: IdTable<Pending>,
     tally: Tally,
     phases: Phases,
     origin_ns: u64,
@@ -378,7 +343,7 @@ pub fn simulate(opts: &SimOptions) -> anyhow::Result<SimOutcome> {
         h,
         source,
         detector: Detector::new(opts.stream_detect && opts.format != TraceFormat::Layoutd),
-        pending: PendingTable::default(),
+        pending: IdTable::default(),
         tally: Tally::default(),
         phases: Phases::default(),
         origin_ns,
@@ -543,7 +508,7 @@ impl Replay<'_> {
     }
 
     fn complete(&mut self, c: Completion, now_ns: u64) {
-        let p = self.pending.remove(c.id.0);
+        let p = self.pending.remove(c.id.0).expect("completion of an issued request");
         let length = u64::from(p.length_bytes);
         let response_ns = now_ns - p.issue_ns;
         self.phases.record(p.trace_ns, p.op, response_ns);

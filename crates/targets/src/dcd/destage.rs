@@ -86,16 +86,20 @@ impl Dcd {
 
     /// Dirty segments on disk with sectors still to move home.
     fn candidates(&self) -> Vec<Candidate> {
-        (self.log.ring.tail().0..self.log.ring.head().0)
-            .map(|s| (s, self.geo.location(Seq(s))))
-            .filter(|&(s, loc)| {
+        // Destaging a segment before every older one is durable could put
+        // a write home whose predecessors a crash then loses.
+        let (tail, end) = (self.log.ring.tail(), self.log.ring.head().min(self.log.ring.durable_upto));
+        let count = u64::from(self.geo.segment_count);
+        // Ring locations step by one and wrap (no division per segment).
+        let first = u64::from(self.geo.location(tail).0);
+        (tail.0..end.0.max(tail.0))
+            .map(|s| {
+                let at = first + (s - tail.0);
+                (s, SegLoc(if at >= count { at - count } else { at } as u32))
+            })
+            .filter(|&(_, loc)| {
                 let seg = &self.log.segs[loc.0 as usize];
-                // Destaging a segment before every older one is durable could
-                // put a write home whose predecessors a crash then loses.
-                s < self.log.ring.durable_upto.0
-                    && seg.state == SegState::Dirty
-                    && seg.valid_sectors > 0
-                    && !seg.destaging
+                seg.state == SegState::Dirty && seg.valid_sectors > 0 && !seg.destaging
             })
             .map(|(s, loc)| Candidate {
                 seq: Seq(s),

@@ -9,7 +9,8 @@
 //! order and deterministic.
 
 use crate::seglog::{SegLoc, Seq};
-use rustc_hash::FxHashMap;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 const LINE_SECTORS: u64 = 8;
 
@@ -78,18 +79,41 @@ impl Line {
     }
 }
 
+/// Hashes a line key to itself in the low bits, so neighbouring lines sit
+/// in neighbouring buckets (a run's lines share cache lines and the
+/// prefetcher's stride, where a mixing hash scatters them), with the top
+/// 7 bits mixed (the hash table's tag byte must tell keys apart).
+#[derive(Default)]
+struct LineHasher(u64);
+
+impl Hasher for LineHasher {
+    fn write(&mut self, _: &[u8]) {
+        unreachable!("line keys are u64")
+    }
+
+    fn write_u64(&mut self, key: u64) {
+        self.0 = key;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15) & (0x7f << 57))
+    }
+}
+
+type Lines = HashMap<u64, Line, BuildHasherDefault<LineHasher>>;
+
 /// The table. Memory: one 64-byte line (plus the hash table's 8-byte key
 /// and about 1/7 spare) per 8-sector line holding a logged or
 /// replay-visible sector.
 pub struct Lookup {
-    lines: FxHashMap<u64, Line>,
+    lines: Lines,
     mapped_count: u64,
     packing: Packing,
 }
 
 /// The line keys of `[first, last]` that may hold a line, in order: the
 /// range itself when it is no longer than the table, else the table's keys.
-fn line_keys(lines: &FxHashMap<u64, Line>, first: u64, last: u64) -> LineKeys {
+fn line_keys(lines: &Lines, first: u64, last: u64) -> LineKeys {
     if last - first < lines.len() as u64 {
         LineKeys::Range(first..=last)
     } else {
@@ -122,7 +146,7 @@ impl Lookup {
         let (seg_bits, slot_bits, within_bits) =
             (bits_for(segment_count.into()), bits_for(slot_count.into()), bits_for(slot_sectors.into()));
         (seg_bits + slot_bits + within_bits < 32).then_some(Lookup {
-            lines: FxHashMap::default(),
+            lines: Lines::default(),
             mapped_count: 0,
             packing: Packing { slot_bits, within_bits },
         })

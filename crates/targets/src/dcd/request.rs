@@ -258,6 +258,9 @@ impl Dcd {
     /// Issues one lower flush for every waiter whose segments are all written.
     pub(super) fn process_waiters(&mut self) {
         let written = self.log.ring.written_upto;
+        if !self.acks.waiters.iter().any(|w| w.upto <= written) {
+            return;
+        }
         let (ready, waiting): (Vec<Waiter>, Vec<Waiter>) =
             std::mem::take(&mut self.acks.waiters).into_iter().partition(|w| w.upto <= written);
         self.acks.waiters = waiting;
