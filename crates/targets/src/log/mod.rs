@@ -70,12 +70,22 @@ enum LowerOp {
     /// I/O of the work on top (reads, map pages, flushes, records, marks);
     /// its completion lands in `io[slot]`.
     Work { slot: usize },
+    /// A piece of a read served beside the work stack (`request::DirectRead`):
+    /// the read `key`, at `within` bytes of it.
+    Read { key: u64, within: u32 },
 }
 
 impl LowerOp {
     fn is_background(&self) -> bool {
         matches!(self, LowerOp::SegPart { .. })
     }
+}
+
+/// A segment write waiting in the gate for reads of slots it overwrites.
+struct GatedPart {
+    loc: SegLoc,
+    offset_bytes: u64,
+    data: bytes::Bytes,
 }
 
 /// The segment taking writes.
@@ -195,11 +205,22 @@ pub struct Log {
     /// Victims of the cleaning pass running (not chosen as targets).
     cleaning: Vec<u32>,
     lower_io: crate::lowerio::LowerIo<LowerOp>,
+    /// Reads served beside the work stack, by key (looked up, never
+    /// iterated): one per such read in flight.
+    reads: FxHashMap<u64, crate::split::Assembly>,
+    next_read_key: u64,
+    /// Lower ranges in flight (direct reads, segment writes): a segment
+    /// write into holes waits for reads of those slots issued before it.
+    gate: crate::gate::OverlapGate<GatedPart>,
     policy: Box<dyn Reclaim>,
     /// Whether any write came without data (timing-only simulation).
     timing_only: bool,
     loss: Option<String>,
     counters: Counters,
+    /// The idle-cleaning decision, kept until something it depends on
+    /// changes (`census_changed`): the stack asks after every input, and a
+    /// census is a pass over every segment.
+    idle_offer: std::cell::Cell<Option<bool>>,
 }
 
 impl Log {
@@ -241,9 +262,13 @@ impl Log {
             io: Vec::new(),
             cleaning: Vec::new(),
             lower_io: crate::lowerio::LowerIo::default(),
+            reads: FxHashMap::default(),
+            next_read_key: 0,
+            gate: crate::gate::OverlapGate::new(),
             timing_only: false,
             loss: None,
             counters: Counters::default(),
+            idle_offer: std::cell::Cell::new(None),
             phase: Phase::Failed(String::new()),
             args,
             geo,
@@ -287,6 +312,19 @@ impl Log {
         self.written_epoch[i] < self.epoch && (self.args.unsafe_reuse || self.freed_epoch[i] < self.epoch)
     }
 
+    /// Something the idle-cleaning decision depends on changed (which
+    /// segments are free, busy or eligible, the epoch).
+    fn census_changed(&self) {
+        self.idle_offer.set(None);
+    }
+
+    /// What a segment's live count means to the census: empty, at most
+    /// half live (a victim idle cleaning takes), full.
+    fn usage_class(&self, seg: usize) -> (bool, bool, bool) {
+        let v = self.usage.valid(seg);
+        (v == 0, v * 2 <= self.geo.slot_count, v == self.geo.slot_count)
+    }
+
     /// Points `block` at `sid` (or nowhere), freeing the slot it had.
     fn set_map(&mut self, block: u64, sid: u32) {
         let old = self.map[block as usize];
@@ -294,14 +332,22 @@ impl Log {
             let (loc, _) = self.split_slot(old);
             assert_eq!(self.rev[old as usize], block as u32, "the reverse map agrees");
             self.rev[old as usize] = UNMAPPED;
+            let before = self.usage_class(loc.0 as usize);
             self.usage.sub(loc.0 as usize, 1);
             self.freed_epoch[loc.0 as usize] = self.epoch;
+            if self.usage_class(loc.0 as usize) != before {
+                self.census_changed();
+            }
         }
         if sid != UNMAPPED {
             let (loc, _) = self.split_slot(sid);
             assert_eq!(self.rev[sid as usize], UNMAPPED, "a slot holds one block");
             self.rev[sid as usize] = block as u32;
+            let before = self.usage_class(loc.0 as usize);
             self.usage.add(loc.0 as usize, 1, self.next_seq.0);
+            if self.usage_class(loc.0 as usize) != before {
+                self.census_changed();
+            }
         }
         self.map[block as usize] = sid;
         self.dirty_pages[Self::page_of(block)] = true;
@@ -402,12 +448,24 @@ impl Target for Log {
             self.lower_io.upper_q.push_back(Completion::err(req.id, layoutd_core::IoError::Io));
             return;
         }
+        let req = match self.direct_read(req) {
+            Ok(()) => return,
+            Err(req) => req,
+        };
         self.pending.push_back(request::Pending::Upper(req));
         self.pump();
     }
 
     fn handle_completion(&mut self, _now: Instant, c: Completion) {
         let op = self.lower_io.take(c.id);
+        if self.gate.completed(c.id.0) {
+            self.release_gated();
+        }
+        if let LowerOp::Read { key, within } = op {
+            // A failed read fails its request only.
+            self.direct_read_done(key, within, c);
+            return;
+        }
         if let Err(e) = c.result {
             let why = format!("log: a lower {op:?} failed ({e}); the volume stops taking requests");
             if matches!(self.phase, Phase::Bringup(_)) {
@@ -424,6 +482,7 @@ impl Target for Log {
                 assert!(self.io[slot].is_none(), "one completion per request");
                 self.io[slot] = Some(c);
             }
+            LowerOp::Read { .. } => unreachable!("direct reads return above"),
         }
         self.pump();
     }
@@ -463,13 +522,22 @@ impl Target for Log {
     /// Idle cleaning while free segments are short, one pass per step.
     fn background_offer(&self, _now: Instant) -> Option<layoutd_core::background::Offer> {
         use layoutd_core::background::{JobClass, Offer};
-        if !self.serving() || !self.works.is_empty() || !self.pending.is_empty() {
+        if !self.serving() || !self.works.is_empty() || !self.pending.is_empty() || !self.reads.is_empty() {
             return None;
         }
-        let c = self.census(false);
-        self.policy
-            .clean_when_idle(&c, self.args.free_segments_target)
-            .then_some(Offer { class: JobClass::Cleaning })
+        let fresh = || self.policy.clean_when_idle(&self.census(false), self.args.free_segments_target);
+        let wants = match self.idle_offer.get() {
+            Some(cached) => {
+                debug_assert_eq!(cached, fresh(), "a census change was not noted");
+                cached
+            }
+            None => {
+                let v = fresh();
+                self.idle_offer.set(Some(v));
+                v
+            }
+        };
+        wants.then_some(Offer { class: JobClass::Cleaning })
     }
 
     fn background_step(&mut self, _now: Instant) -> Option<u64> {
@@ -481,7 +549,7 @@ impl Target for Log {
     }
 
     fn is_drained(&self) -> bool {
-        self.works.is_empty() && self.pending.is_empty() && self.sealed.is_empty()
+        self.works.is_empty() && self.pending.is_empty() && self.sealed.is_empty() && self.reads.is_empty()
     }
 
     fn status(&self) -> Status {

@@ -109,6 +109,7 @@ impl Log {
         self.epoch = 2;
         self.boot = 1;
         self.chain_next = Some(SegLoc(0));
+        self.census_changed();
         self.mark_generation = 1;
         self.phase = Phase::Bringup(Bringup::Formatting { left, flushing: false });
     }
@@ -343,6 +344,7 @@ impl Log {
         self.epoch = ck.generation + 1;
         self.next_seq = end;
         self.chain_next = None;
+        self.census_changed();
         let mark_generation = found.mark.as_ref().map_or(0, |m| m.generation) + 1;
         let mark = FlushMark { generation: mark_generation, boot: self.boot, durable_upto: end };
         let mut req = Request::write(
@@ -414,6 +416,7 @@ impl Log {
                     if self.chain_next.is_none() {
                         let c = self.census(true);
                         self.chain_next = self.policy.choose_next(&c, super::policy::Cause::User).map(SegLoc);
+                        self.census_changed();
                     }
                     let ck = ChainCheckpoint {
                         generation: self.epoch,
@@ -434,6 +437,7 @@ impl Log {
                         self.dirty_pages[p as usize] = false;
                     }
                     self.epoch += 1;
+                    self.census_changed();
                     self.segments_since_checkpoint = 0;
                     self.counters.checkpoints_count += 1;
                     if matches!(self.phase, Phase::Bringup(Bringup::Finishing)) {

@@ -53,6 +53,21 @@ pub(super) struct UpperWork {
     forced: bool,
 }
 
+impl UpperWork {
+    fn new(req: Request) -> UpperWork {
+        UpperWork {
+            req,
+            stage: Stage::Start,
+            next_block: 0,
+            old: Vec::new(),
+            pieces: Vec::new(),
+            answer: Vec::new(),
+            reclaim_rounds: 0,
+            forced: false,
+        }
+    }
+}
+
 /// A cleaning pass in progress.
 pub(super) struct CleanWork {
     victims: Vec<SegLoc>,
@@ -113,16 +128,7 @@ impl Log {
         match self.pending.pop_front() {
             None => false,
             Some(Pending::Upper(req)) => {
-                let w = UpperWork {
-                    req,
-                    stage: Stage::Start,
-                    next_block: 0,
-                    old: Vec::new(),
-                    pieces: Vec::new(),
-                    answer: Vec::new(),
-                    reclaim_rounds: 0,
-                    forced: false,
-                };
+                let w = UpperWork::new(req);
                 self.works.push(Work::Upper(w));
                 true
             }
@@ -272,6 +278,15 @@ impl Log {
     }
 
     fn start_read(&mut self, u: &mut UpperWork) {
+        for (off, n, out) in self.read_runs(u) {
+            let i = self.work_io(Request::new(ReqId(0), Op::Read, off, n as u32));
+            u.pieces.push((i, out));
+        }
+    }
+
+    /// Fills `u.answer` with what RAM and zeroes give; returns the lower
+    /// runs to read: (lower offset, length, offset in the answer).
+    fn read_runs(&mut self, u: &mut UpperWork) -> Vec<(u64, u64, u64)> {
         let bs = u64::from(self.args.block_bytes);
         let (start, end) = (u.req.offset_bytes, u.req.end_bytes());
         u.answer = vec![0u8; u.req.length_bytes as usize];
@@ -297,11 +312,8 @@ impl Log {
             }
             pos += n;
         }
-        for (off, n, out) in runs {
-            let i = self.work_io(Request::new(ReqId(0), Op::Read, off, n as u32));
-            u.pieces.push((i, out));
-        }
         self.counters.read_bytes += u64::from(u.req.length_bytes);
+        runs
     }
 
     fn finish_read(&mut self, u: &mut UpperWork, done: Vec<Completion>) -> Result<(), Blocked> {
@@ -432,6 +444,7 @@ impl Log {
         assert!(!holes.is_empty(), "the next segment has room");
         let holey = holes.len() < self.geo.slot_count as usize;
         self.chain_next = None;
+        self.census_changed();
         self.written_epoch[loc.0 as usize] = self.epoch;
         assert!(self.seg_buf.insert(loc.0, buf).is_none());
         assert!(self.buf_filled[buf].iter().all(|f| !f));
@@ -490,6 +503,7 @@ impl Log {
         let o = self.open.take().expect("an open segment");
         let census = self.census(after_checkpoint);
         self.chain_next = self.policy.choose_next(&census, cause).map(SegLoc);
+        self.census_changed();
         let mut entries = o.entries;
         entries.push(Entry::Next { loc: self.chain_next });
         let filled: Vec<u16> = entries
@@ -509,8 +523,11 @@ impl Log {
         let bytes = header.encode(&self.geo);
         let parts = self.segment_parts(o.loc, o.buf, bytes, filled);
         let parts_left = parts.len() as u32;
-        for (off, data) in parts {
-            self.emit(LowerOp::SegPart { loc: o.loc }, Request::write(ReqId(0), off, data));
+        for (offset_bytes, data) in parts {
+            let range = (offset_bytes, offset_bytes + data.len() as u64);
+            if let Some(p) = self.gate.submit(range, super::GatedPart { loc: o.loc, offset_bytes, data }) {
+                self.emit_part(p);
+            }
         }
         self.sealed.push(Sealed { loc: o.loc, buf: o.buf, parts_left });
         self.counters.segments_written_count += 1;
@@ -545,6 +562,75 @@ impl Log {
         parts.into_iter().map(|(o, d)| (o, Bytes::from(d))).collect()
     }
 
+    /// Sends a segment write the gate let go.
+    fn emit_part(&mut self, p: super::GatedPart) {
+        let range = (p.offset_bytes, p.offset_bytes + p.data.len() as u64);
+        let req = Request::write(ReqId(0), p.offset_bytes, p.data);
+        let id = self.lower_io.emit(LowerOp::SegPart { loc: p.loc }, true, req);
+        self.gate.issued(id, range);
+    }
+
+    /// Sends the segment writes that no longer wait for a read.
+    pub(super) fn release_gated(&mut self) {
+        while let Some((_, p)) = self.gate.pop_ready() {
+            self.emit_part(p);
+        }
+    }
+
+    /// Serves a read beside the work stack when no write queued or running
+    /// before it overlaps it: the sources of its blocks are known now
+    /// (RAM, zeroes, or slots that cannot be rewritten before the read
+    /// completes: a freed slot is reused only after a checkpoint, and a
+    /// segment write waits in the gate for reads of its range). Gives the
+    /// request back if it must take its turn.
+    pub(super) fn direct_read(&mut self, req: Request) -> Result<(), Request> {
+        if req.op != Op::Read || !self.serving() || self.write_ahead_overlaps(&req) {
+            return Err(req);
+        }
+        let mut u = UpperWork::new(req);
+        let runs = self.read_runs(&mut u);
+        if runs.is_empty() {
+            let data = Bytes::from(std::mem::take(&mut u.answer));
+            self.lower_io.upper_q.push_back(Completion { id: u.req.id, result: Ok(()), data: Some(data) });
+            return Ok(());
+        }
+        let key = self.next_read_key;
+        self.next_read_key += 1;
+        let mut asm = crate::split::Assembly::new(u.req.id, Op::Read, u.req.length_bytes, runs.len() as u32);
+        if runs.len() > 1 || runs[0].1 != u64::from(u.req.length_bytes) {
+            asm.put(0, &u.answer);
+        }
+        self.reads.insert(key, asm);
+        for (off, n, out) in runs {
+            let op = LowerOp::Read { key, within: out as u32 };
+            let id = self.lower_io.emit(op, false, Request::new(ReqId(0), Op::Read, off, n as u32));
+            self.gate.issued(id, (off, off + n));
+        }
+        Ok(())
+    }
+
+    /// Whether an upper write, trim or write-zeroes queued or running
+    /// overlaps `req`.
+    fn write_ahead_overlaps(&self, req: &Request) -> bool {
+        let hits = |r: &Request| {
+            matches!(r.op, Op::Write | Op::Trim | Op::WriteZeroes)
+                && r.offset_bytes < req.end_bytes()
+                && req.offset_bytes < r.end_bytes()
+        };
+        self.works.iter().any(|w| matches!(w, Work::Upper(u) if hits(&u.req)))
+            || self.pending.iter().any(|p| matches!(p, Pending::Upper(r) if hits(r)))
+    }
+
+    /// A piece of a direct read answered.
+    pub(super) fn direct_read_done(&mut self, key: u64, within: u32, c: Completion) {
+        let asm = self.reads.get_mut(&key).expect("a direct read in flight");
+        if asm.piece_done(within, c.data, c.result) {
+            let done = self.reads.remove(&key).expect("present").finish();
+            self.lower_io.upper_q.push_back(done);
+        }
+        self.pump();
+    }
+
     /// One write of a segment completed; the last frees its buffer.
     pub(super) fn segment_part_done(&mut self, loc: SegLoc) {
         let i = self.sealed.iter().position(|s| s.loc == loc).expect("a part of a segment in flight");
@@ -554,6 +640,7 @@ impl Log {
         }
         let s = self.sealed.swap_remove(i);
         assert_eq!(self.seg_buf.remove(&loc.0), Some(s.buf));
+        self.census_changed();
         self.buf_filled[s.buf].fill(false);
         self.buffers_free.push(s.buf);
     }
@@ -587,6 +674,7 @@ impl Log {
         }
         let n = victims.len() as u64;
         self.cleaning = victims.iter().map(|v| v.0).collect();
+        self.census_changed();
         self.works.push(Work::Clean(CleanWork {
             victims,
             issued: false,
@@ -624,6 +712,7 @@ impl Log {
         self.counters.cleaning_passes_count += 1;
         self.counters.segments_cleaned_count += c.victims.len() as u64;
         self.cleaning.clear();
+        self.census_changed();
         if !c.on_demand {
             // Idle cleaning: a checkpoint makes the victims free segments
             // (the crash rule), so the next offer sees what was gained.
