@@ -153,6 +153,10 @@ struct Counters {
     rmw_count: u64,
     recovered_segments_count: u64,
     lost_segments_count: u64,
+    /// Cleaning passes that found a victim's blocks by a pass over the map
+    /// (its summary did not name every live slot: holes filled by SSR or
+    /// plugging, or no data in timing-only mode).
+    cleaner_map_scans_count: u64,
 }
 
 enum Phase {
@@ -161,21 +165,25 @@ enum Phase {
     Failed(String),
 }
 
-/// The log target. Memory: the map (4 bytes a block), the reverse map (4
-/// bytes a slot), about 40 bytes a segment, `buffer_count` segment
-/// buffers; every queue is bounded by the upper requests in flight (the
-/// runtime bounds them) plus one stack of at most three works.
+/// The log target. Memory ([`Log::translation_ram_bytes`]): the map
+/// (entries of the fewest bits that hold a slot id), one live bit a slot,
+/// 12 bytes and two bits a segment, 2 bytes a map page: under 4 bytes a
+/// block up to 30-bit slot ids (see docs/log.md); plus `buffer_count`
+/// segment buffers. Every queue is bounded by the upper requests in flight
+/// (the runtime bounds them) plus one stack of at most three works.
 pub struct Log {
     args: Args,
     geo: Geometry,
     phase: Phase,
-    map: Vec<u32>,
-    rev: Vec<u32>,
+    map: map::SlotMap,
+    /// Per slot: one bit, set while a block lives there (the cleaner finds
+    /// which block from the segment's summary, checked against the map).
+    live: map::Packed,
     usage: SegmentUsage,
-    /// Per segment: the epoch of its last write.
-    written_epoch: Vec<u64>,
-    /// Per segment: the epoch a slot of it was last freed in.
-    freed_epoch: Vec<u64>,
+    /// Per segment: one bit, written in this epoch.
+    written_now: map::Packed,
+    /// Per segment: one bit, a slot of it freed in this epoch.
+    freed_now: map::Packed,
     /// The current epoch: the generation the next checkpoint gets.
     epoch: u64,
     boot: u64,
@@ -236,11 +244,11 @@ impl Log {
         let pages = args.map.page_count as usize;
         let mut log = Log {
             policy: policy::make(args.policy, args.age_threshold_segments, args.ssr_slack_min_pct),
-            map: vec![UNMAPPED; args.volume_blocks as usize],
-            rev: vec![UNMAPPED; slots],
+            map: map::SlotMap::new(args.volume_blocks, args.map.slot_total),
+            live: map::Packed::new(slots as u64, 1, false),
             usage: SegmentUsage::new(segs, geo.slot_count),
-            written_epoch: vec![0; segs],
-            freed_epoch: vec![0; segs],
+            written_now: map::Packed::new(segs as u64, 1, false),
+            freed_now: map::Packed::new(segs as u64, 1, false),
             epoch: 1,
             boot: 1,
             next_seq: Seq(0),
@@ -289,7 +297,7 @@ impl Log {
     }
 
     fn split_slot(&self, sid: u32) -> (SegLoc, u32) {
-        assert!(sid != UNMAPPED && (sid as usize) < self.rev.len());
+        assert!(sid != UNMAPPED && u64::from(sid) < self.live.len());
         (SegLoc(sid / self.geo.slot_count), sid % self.geo.slot_count)
     }
 
@@ -308,8 +316,8 @@ impl Log {
 
     /// Whether a segment's holes may be written now (see the glossary).
     fn eligible(&self, loc: u32) -> bool {
-        let i = loc as usize;
-        self.written_epoch[i] < self.epoch && (self.args.unsafe_reuse || self.freed_epoch[i] < self.epoch)
+        let i = u64::from(loc);
+        self.written_now.get(i) == 0 && (self.args.unsafe_reuse || self.freed_now.get(i) == 0)
     }
 
     /// Something the idle-cleaning decision depends on changed (which
@@ -327,36 +335,35 @@ impl Log {
 
     /// Points `block` at `sid` (or nowhere), freeing the slot it had.
     fn set_map(&mut self, block: u64, sid: u32) {
-        let old = self.map[block as usize];
+        let old = self.map.get(block);
         if old != UNMAPPED {
             let (loc, _) = self.split_slot(old);
-            assert_eq!(self.rev[old as usize], block as u32, "the reverse map agrees");
-            self.rev[old as usize] = UNMAPPED;
+            assert_eq!(self.live.get(u64::from(old)), 1, "a mapped slot is live");
+            self.live.set(u64::from(old), 0);
             let before = self.usage_class(loc.0 as usize);
             self.usage.sub(loc.0 as usize, 1);
-            self.freed_epoch[loc.0 as usize] = self.epoch;
+            self.freed_now.set(u64::from(loc.0), 1);
             if self.usage_class(loc.0 as usize) != before {
                 self.census_changed();
             }
         }
         if sid != UNMAPPED {
             let (loc, _) = self.split_slot(sid);
-            assert_eq!(self.rev[sid as usize], UNMAPPED, "a slot holds one block");
-            self.rev[sid as usize] = block as u32;
+            assert_eq!(self.live.get(u64::from(sid)), 0, "a slot holds one block");
+            self.live.set(u64::from(sid), 1);
             let before = self.usage_class(loc.0 as usize);
             self.usage.add(loc.0 as usize, 1, self.next_seq.0);
             if self.usage_class(loc.0 as usize) != before {
                 self.census_changed();
             }
         }
-        self.map[block as usize] = sid;
+        self.map.set(block, sid);
         self.dirty_pages[Self::page_of(block)] = true;
     }
 
     /// The segments as policies see them; `after_checkpoint` judges
     /// eligibility as it will be once the running checkpoint is durable.
     fn census(&self, after_checkpoint: bool) -> Census {
-        let epoch = if after_checkpoint { self.epoch + 1 } else { self.epoch };
         let busy = |l: u32| {
             self.cleaning.contains(&l)
                 || self.open.as_ref().is_some_and(|o| o.loc.0 == l)
@@ -366,8 +373,8 @@ impl Log {
         let segs = (0..self.geo.segment_count)
             .map(|l| {
                 let i = l as usize;
-                let eligible =
-                    self.written_epoch[i] < epoch && (self.args.unsafe_reuse || self.freed_epoch[i] < epoch);
+                // Once the checkpoint is durable, every segment is.
+                let eligible = after_checkpoint || self.eligible(l);
                 SegInfo {
                     loc: l,
                     valid: self.usage.valid(i),
@@ -402,12 +409,23 @@ impl Log {
         (0..self.usage.len()).map(|i| u64::from(self.usage.valid(i))).sum()
     }
 
-    /// RAM the translation keeps per volume block, in thousandths of a
-    /// byte: the map, the reverse map and the per-segment state.
+    /// RAM the translation keeps, in bytes, from the structures'
+    /// allocations: the map, the live bits, the per-segment state and the
+    /// per-map-page state (not the segment buffers, a fixed
+    /// `buffer_count` segments, nor what is in flight).
+    pub fn translation_ram_bytes(&self) -> u64 {
+        self.map.ram_bytes()
+            + self.live.ram_bytes()
+            + self.usage.ram_bytes()
+            + self.written_now.ram_bytes()
+            + self.freed_now.ram_bytes()
+            + self.dirty_pages.capacity() as u64
+            + self.page_copy.capacity() as u64
+    }
+
+    /// [`Log::translation_ram_bytes`] per volume block, in thousandths of a byte.
     fn ram_per_block_milli(&self) -> u64 {
-        let bytes =
-            4 * self.map.len() as u64 + 4 * self.rev.len() as u64 + 40 * u64::from(self.geo.segment_count);
-        bytes * 1000 / self.args.volume_blocks
+        self.translation_ram_bytes() * 1000 / self.args.volume_blocks
     }
 
     fn serving(&self) -> bool {
@@ -597,7 +615,10 @@ impl Target for Log {
             ("segment_count", u64::from(self.geo.segment_count)),
             ("slot_count", u64::from(self.geo.slot_count)),
             ("ram_bytes_per_block_milli", self.ram_per_block_milli()),
-            ("map_ram_bytes", 4 * self.map.len() as u64),
+            ("map_ram_bytes", self.map.ram_bytes()),
+            ("map_entry_bits", u64::from(self.map.width())),
+            ("translation_ram_bytes", self.translation_ram_bytes()),
+            ("cleaner_map_scans_count", self.counters.cleaner_map_scans_count),
             ("epoch", self.epoch),
             ("boot_count", self.boot),
             ("next_seq", self.next_seq.0),
@@ -608,6 +629,56 @@ impl Target for Log {
             target: "log".into(),
             config,
             counters: counters.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The default geometry (examples/log.toml) over a lower device.
+    fn args_over(lower_bytes: u64) -> (Args, Geometry) {
+        let t = toml::Table::new();
+        Args::parse(ArgReader::new("log", &t), lower_bytes).expect("the defaults are valid")
+    }
+
+    /// What [`Log::translation_ram_bytes`] comes to for a geometry, without
+    /// allocating it.
+    fn projected_ram_bytes(args: &Args, geo: &Geometry) -> u64 {
+        let words = |n: u64, bits: u64| (n * bits).div_ceil(64) * 8;
+        let segs = u64::from(geo.segment_count);
+        let slots = segs * u64::from(geo.slot_count);
+        let width = u64::from(64 - u64::from(args.map.slot_total).leading_zeros());
+        let pages = u64::from(args.map.page_count);
+        words(args.volume_blocks, width) + words(slots, 1) + 12 * segs + 2 * words(segs, 1) + 2 * pages
+    }
+
+    #[test]
+    fn translation_ram_is_at_most_4_bytes_a_block_counted_from_the_allocations() {
+        let open = OpenMode::Open { clean: true, accept_loss: false };
+        for lower in [64u64 << 20, 1 << 30, 16 << 30] {
+            let (args, geo) = args_over(lower);
+            let projected = projected_ram_bytes(&args, &geo);
+            let log = Log::new(args.clone(), geo, open);
+            // The projection is the allocation, byte for byte.
+            assert_eq!(log.translation_ram_bytes(), projected, "lower device of {lower} bytes");
+            let milli = log.ram_per_block_milli();
+            assert!(milli <= 4000, "{milli} thousandths of a byte a block over {lower} bytes");
+            let s = log.status();
+            let counter = |k: &str| s.counters.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
+            assert_eq!(counter("ram_bytes_per_block_milli"), Some(milli));
+        }
+        // Too large to allocate in a test; the projection matched the
+        // allocations above. 1 TiB exposed needs 29-bit entries, and 30
+        // bits (up to about 3.6 TiB) still fit the bound.
+        for (exposed, bits) in [(1u64 << 40, 29u32), (3 << 40, 30)] {
+            let lower = exposed / 9 * 10 / 100 * 102;
+            let (args, geo) = args_over(lower);
+            assert!(args.volume_blocks * 4096 >= exposed);
+            assert_eq!(64 - u64::from(args.map.slot_total).leading_zeros(), bits);
+            let milli = projected_ram_bytes(&args, &geo) * 1000 / args.volume_blocks;
+            assert!(milli <= 4000, "{milli} thousandths of a byte a block over {lower} bytes");
         }
     }
 }

@@ -6,7 +6,7 @@ use super::policy::Cause;
 use super::{Blocked, Log, LowerOp, OpenSeg, Phase, Sealed, Work};
 use crate::seglog::{Entry, SegLoc, SegmentHeader};
 use bytes::Bytes;
-use layoutd_core::{Completion, Op, ReqId, Request, SECTOR_BYTES};
+use layoutd_core::{Completion, Op, ReqId, Request};
 
 /// What waits to run.
 pub(super) enum Pending {
@@ -264,7 +264,7 @@ impl Log {
     /// Where the current bytes of a block are: RAM (a buffer), a lower
     /// offset, or nowhere (zeroes).
     fn block_source(&self, block: u64) -> Source {
-        let sid = self.map[block as usize];
+        let sid = self.map.get(block);
         if sid == super::map::UNMAPPED {
             return Source::Zero;
         }
@@ -438,14 +438,14 @@ impl Log {
         assert!(self.open.is_none());
         assert!(self.eligible(loc.0), "segment {} opened while the crash rule forbids it", loc.0);
         let holes: Vec<u16> = (0..self.geo.slot_count)
-            .filter(|&s| self.rev[self.slot_id(loc, s) as usize] == super::map::UNMAPPED)
+            .filter(|&s| self.live.get(u64::from(self.slot_id(loc, s))) == 0)
             .map(|s| s as u16)
             .collect();
         assert!(!holes.is_empty(), "the next segment has room");
         let holey = holes.len() < self.geo.slot_count as usize;
         self.chain_next = None;
         self.census_changed();
-        self.written_epoch[loc.0 as usize] = self.epoch;
+        self.written_now.set(u64::from(loc.0), 1);
         assert!(self.seg_buf.insert(loc.0, buf).is_none());
         assert!(self.buf_filled[buf].iter().all(|f| !f));
         self.open =
@@ -481,7 +481,7 @@ impl Log {
 
     /// Trims `block`: frees its slot and records that in the summary.
     fn unmap_block(&mut self, block: u64) {
-        if self.map[block as usize] == super::map::UNMAPPED {
+        if self.map.get(block) == super::map::UNMAPPED {
             return;
         }
         self.set_map(block, super::map::UNMAPPED);
@@ -689,9 +689,11 @@ impl Log {
     fn step_clean(&mut self, c: &mut CleanWork) -> Result<(), Blocked> {
         if !c.issued {
             c.issued = true;
+            // Summary and slots: the summary names the blocks of the slots
+            // written in the segment's last pass.
             for &v in &c.victims {
-                let off = self.geo.slot_offset_bytes(v, 0);
-                self.work_io(Request::new(ReqId(0), Op::Read, off, self.geo.payload_bytes() as u32));
+                let off = self.geo.segment_offset_bytes(v);
+                self.work_io(Request::new(ReqId(0), Op::Read, off, self.geo.stride_bytes() as u32));
             }
             return Err(Blocked::Io);
         }
@@ -702,7 +704,7 @@ impl Log {
         }
         while c.next < c.live.len() {
             let (block, sid, _) = c.live[c.next];
-            if self.map[block as usize] == sid {
+            if self.map.get(block) == sid {
                 self.ensure_open(Cause::Cleaner, true, true)?;
                 let data = c.live[c.next].2.take();
                 self.place(block, data.as_deref(), Cause::Cleaner);
@@ -723,25 +725,61 @@ impl Log {
 
     /// The live blocks of the victims, in logical order when configured
     /// (so blocks random updates scattered are laid out in order again).
+    /// A victim's summary names the blocks of the slots its last pass
+    /// wrote; each is taken if its slot is live and the map points there.
+    /// Live slots the summary does not name (written by an earlier pass:
+    /// SSR or plugging filled holes since; or the summary is unreadable)
+    /// are found by one pass over the map for all such victims.
     fn collect_live(&mut self, c: &mut CleanWork, done: Vec<Completion>) {
         let bs = self.geo.slot_bytes as usize;
+        let hb = self.geo.header_bytes as usize;
+        let bsec = self.block_sectors();
+        let mut unexplained: Vec<(SegLoc, Option<Bytes>)> = Vec::new();
         for (v, comp) in c.victims.iter().zip(done) {
-            for s in 0..self.geo.slot_count {
-                let sid = self.slot_id(*v, s);
-                let block = self.rev[sid as usize];
-                if block == super::map::UNMAPPED {
-                    continue;
+            let before = c.live.len();
+            let header = comp.data.as_ref().and_then(|d| SegmentHeader::decode(&d[..hb], &self.geo).ok());
+            for e in header.iter().flat_map(|h| h.entries.iter()) {
+                let Entry::Slot { start_sector, slot, .. } = *e else { continue };
+                let (block, sid) = (start_sector / bsec, self.slot_id(*v, u32::from(slot)));
+                if block < self.map.len() && self.live.get(u64::from(sid)) == 1 && self.map.get(block) == sid
+                {
+                    c.live.push((
+                        block,
+                        sid,
+                        comp.data.as_ref().map(|d| slot_data_at(d, hb, bs, u32::from(slot))),
+                    ));
                 }
-                let data = comp.data.as_ref().map(|d| d.slice(s as usize * bs..(s as usize + 1) * bs));
-                c.live.push((u64::from(block), sid, data));
+            }
+            if (c.live.len() - before) as u32 != self.usage.valid(v.0 as usize) {
+                c.live.truncate(before);
+                unexplained.push((*v, comp.data));
             }
         }
+        if !unexplained.is_empty() {
+            self.counters.cleaner_map_scans_count += 1;
+            for b in 0..self.map.len() {
+                let sid = self.map.get(b);
+                if sid == super::map::UNMAPPED {
+                    continue;
+                }
+                let (loc, s) = self.split_slot(sid);
+                if let Some((_, d)) = unexplained.iter().find(|u| u.0 == loc) {
+                    c.live.push((b, sid, d.as_ref().map(|d| slot_data_at(d, hb, bs, s))));
+                }
+            }
+        }
+        let want: u32 = c.victims.iter().map(|v| self.usage.valid(v.0 as usize)).sum();
+        assert_eq!(c.live.len() as u32, want, "every live block of the victims is found");
         if self.args.clean_sorted {
             c.live.sort_by_key(|l| l.0);
         }
-        assert!(c.live.iter().all(|l| (l.0 as usize) < self.map.len()));
-        let _ = SECTOR_BYTES;
     }
+}
+
+/// Slot `s`'s bytes in a segment read whole (summary first).
+fn slot_data_at(d: &Bytes, header_bytes: usize, slot_bytes: usize, s: u32) -> Bytes {
+    let at = header_bytes + s as usize * slot_bytes;
+    d.slice(at..at + slot_bytes)
 }
 
 /// Where a block's current bytes are.
