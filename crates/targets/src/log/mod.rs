@@ -153,6 +153,11 @@ struct Counters {
     rmw_count: u64,
     recovered_segments_count: u64,
     lost_segments_count: u64,
+    /// Lower writes or flushes sent again after an error.
+    lower_retries_count: u64,
+    /// Lower reads that failed (each failed its own request, or ended a
+    /// cleaning pass early).
+    lower_read_errors_count: u64,
     /// Cleaning passes that found a victim's blocks by a pass over the map
     /// (its summary did not name every live slot: holes filled by SSR or
     /// plugging, or no data in timing-only mode).
@@ -213,6 +218,10 @@ pub struct Log {
     /// Victims of the cleaning pass running (not chosen as targets).
     cleaning: Vec<u32>,
     lower_io: crate::lowerio::LowerIo<LowerOp>,
+    /// Writes and flushes in flight while serving, by lower id, with the
+    /// attempts made: a failed one is sent again, up to
+    /// [`LOWER_WRITE_ATTEMPTS`] in all, before the target stops.
+    retryable: FxHashMap<u64, (Request, u32)>,
     /// Reads served beside the work stack, by key (looked up, never
     /// iterated): one per such read in flight.
     reads: FxHashMap<u64, crate::split::Assembly>,
@@ -229,6 +238,22 @@ pub struct Log {
     /// changes (`census_changed`): the stack asks after every input, and a
     /// census is a pass over every segment.
     idle_offer: std::cell::Cell<Option<bool>>,
+    /// The last lower error, with what it was for: shown in the status.
+    last_lower_error: Option<String>,
+}
+
+/// Attempts at a lower write or flush before the target stops (a write
+/// that keeps failing would leave acknowledged data only in RAM).
+const LOWER_WRITE_ATTEMPTS: u32 = 3;
+
+/// What a lower request was for, for messages.
+fn describe(op: &LowerOp) -> String {
+    match op {
+        LowerOp::Bringup => "bring-up request".into(),
+        LowerOp::SegPart { loc } => format!("write of segment {}", loc.0),
+        LowerOp::Work { .. } => "metadata, flush or read request".into(),
+        LowerOp::Read { .. } => "read".into(),
+    }
 }
 
 impl Log {
@@ -270,6 +295,7 @@ impl Log {
             io: Vec::new(),
             cleaning: Vec::new(),
             lower_io: crate::lowerio::LowerIo::default(),
+            retryable: FxHashMap::default(),
             reads: FxHashMap::default(),
             next_read_key: 0,
             gate: crate::gate::OverlapGate::new(),
@@ -277,6 +303,7 @@ impl Log {
             loss: None,
             counters: Counters::default(),
             idle_offer: std::cell::Cell::new(None),
+            last_lower_error: None,
             phase: Phase::Failed(String::new()),
             args,
             geo,
@@ -285,10 +312,25 @@ impl Log {
         log
     }
 
-    /// Sends a request below, remembering why.
-    fn emit(&mut self, op: LowerOp, req: Request) {
+    /// Sends a request below, remembering why (and, for a write or flush
+    /// while serving, the request, to send again if it fails); returns its id.
+    fn emit(&mut self, op: LowerOp, req: Request) -> u64 {
+        self.emit_attempt(op, req, 1)
+    }
+
+    fn emit_attempt(&mut self, op: LowerOp, req: Request, attempt: u32) -> u64 {
         let background = op.is_background();
-        self.lower_io.emit(op, background, req);
+        let keep = (self.serving() && req.op != layoutd_core::Op::Read).then(|| req.clone());
+        let range = (req.offset_bytes, req.end_bytes());
+        let segment_part = matches!(op, LowerOp::SegPart { .. });
+        let id = self.lower_io.emit(op, background, req);
+        if let Some(r) = keep {
+            self.retryable.insert(id, (r, attempt));
+        }
+        if segment_part {
+            self.gate.issued(id, range);
+        }
+        id
     }
 
     fn slot_id(&self, loc: SegLoc, slot: u32) -> u32 {
@@ -479,13 +521,36 @@ impl Target for Log {
         if self.gate.completed(c.id.0) {
             self.release_gated();
         }
+        let retry = self.retryable.remove(&c.id.0);
         if let LowerOp::Read { key, within } = op {
             // A failed read fails its request only.
+            self.counters.lower_read_errors_count += u64::from(c.result.is_err());
             self.direct_read_done(key, within, c);
             return;
         }
         if let Err(e) = c.result {
-            let why = format!("log: a lower {op:?} failed ({e}); the volume stops taking requests");
+            self.last_lower_error = Some(format!("{}: {e}", describe(&op)));
+            match (retry, &op) {
+                (Some((req, attempt)), _) if attempt < LOWER_WRITE_ATTEMPTS && self.serving() => {
+                    self.counters.lower_retries_count += 1;
+                    self.emit_attempt(op, req, attempt + 1);
+                    return;
+                }
+                (None, LowerOp::Work { slot }) if self.serving() => {
+                    // A read of the work on top: it fails that work only
+                    // (`take_io` gives the error to it).
+                    self.counters.lower_read_errors_count += 1;
+                    self.io[*slot] = Some(c);
+                    self.pump();
+                    return;
+                }
+                _ => {}
+            }
+            let why = format!(
+                "log: a lower {} failed ({e}){}; the volume stops taking requests",
+                describe(&op),
+                if self.serving() { format!(" {LOWER_WRITE_ATTEMPTS} times") } else { String::new() }
+            );
             if matches!(self.phase, Phase::Bringup(_)) {
                 self.phase = Phase::Failed(why);
             } else {
@@ -579,6 +644,9 @@ impl Target for Log {
         if let Some(l) = &self.loss {
             config.push(("accepted_loss".into(), l.clone()));
         }
+        if let Some(e) = &self.last_lower_error {
+            config.push(("last_lower_error".into(), e.clone()));
+        }
         let slots_total =
             c.slots_user_count + c.slots_ssr_count + c.slots_cleaning_count + c.slots_plugging_count;
         let user_slots = c.slots_user_count + c.slots_ssr_count;
@@ -619,6 +687,8 @@ impl Target for Log {
             ("map_entry_bits", u64::from(self.map.width())),
             ("translation_ram_bytes", self.translation_ram_bytes()),
             ("cleaner_map_scans_count", self.counters.cleaner_map_scans_count),
+            ("lower_retries_count", self.counters.lower_retries_count),
+            ("lower_read_errors_count", self.counters.lower_read_errors_count),
             ("epoch", self.epoch),
             ("boot_count", self.boot),
             ("next_seq", self.next_seq.0),

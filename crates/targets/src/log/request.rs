@@ -184,6 +184,11 @@ impl Log {
                 Stage::Start => self.start_upper(u),
                 Stage::Reading => {
                     let done = self.take_io()?;
+                    if let Some(e) = done.iter().find_map(|c| c.result.err()) {
+                        // A failed read fails this request only.
+                        self.lower_io.upper_q.push_back(Completion::err(u.req.id, e));
+                        return Ok(());
+                    }
                     if u.req.op == Op::Read {
                         return self.finish_read(u, done);
                     }
@@ -564,10 +569,7 @@ impl Log {
 
     /// Sends a segment write the gate let go.
     fn emit_part(&mut self, p: super::GatedPart) {
-        let range = (p.offset_bytes, p.offset_bytes + p.data.len() as u64);
-        let req = Request::write(ReqId(0), p.offset_bytes, p.data);
-        let id = self.lower_io.emit(LowerOp::SegPart { loc: p.loc }, true, req);
-        self.gate.issued(id, range);
+        self.emit(LowerOp::SegPart { loc: p.loc }, Request::write(ReqId(0), p.offset_bytes, p.data));
     }
 
     /// Sends the segment writes that no longer wait for a read.
@@ -700,6 +702,13 @@ impl Log {
         if !c.read_done {
             let done = self.take_io()?;
             c.read_done = true;
+            if done.iter().any(|d| d.result.is_err()) {
+                // A victim could not be read: no pass now (the next
+                // reclamation chooses again).
+                self.cleaning.clear();
+                self.census_changed();
+                return Ok(());
+            }
             self.collect_live(c, done);
         }
         while c.next < c.live.len() {
