@@ -393,11 +393,13 @@ impl Log {
             let (loc, _) = self.split_slot(sid);
             assert_eq!(self.live.get(u64::from(sid)), 0, "a slot holds one block");
             self.live.set(u64::from(sid), 1);
-            let before = self.usage_class(loc.0 as usize);
+            // Into the open segment: busy, so not in what idle cleaning
+            // looks at (free or victim); no census change.
+            assert!(
+                self.open.as_ref().is_some_and(|o| o.loc == loc),
+                "slots are written in the open segment"
+            );
             self.usage.add(loc.0 as usize, 1, self.next_seq.0);
-            if self.usage_class(loc.0 as usize) != before {
-                self.census_changed();
-            }
         }
         self.map.set(block, sid);
         self.dirty_pages[Self::page_of(block)] = true;
