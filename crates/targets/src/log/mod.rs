@@ -30,7 +30,9 @@
 //! | ck 0 | ck 1 | seg 0: header | slots | seg 1 | ... | map pages, two copies each |
 //! ```
 //!
-//! Request path: upper requests run one at a time, in arrival order (a
+//! Request path: a read that no queued or running write overlaps is served
+//! at once, beside everything else (`request::direct_read`); writes, trims,
+//! flushes and the log's own work run one at a time, in arrival order (a
 //! stack of works: a write short of space runs a cleaning pass or a
 //! checkpoint above itself, then resumes). Writes land in the open
 //! segment's RAM buffer and complete; the buffer is written when full, at a
