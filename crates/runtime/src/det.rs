@@ -8,6 +8,7 @@
 //! request is outstanding) one `handle_idle` per transition to idle.
 //!
 //! Faults are injected by editing fields: [`Harness::fail_lower_writes`],
+//! [`Harness::fail_lower_reads`], [`Harness::lower_failures_left`],
 //! the [`ZeroLatency`] reorder switch, or by cutting a recorder's log.
 
 use bytes::Bytes;
@@ -139,6 +140,11 @@ pub struct Harness<T: Timing = ZeroLatency> {
     pub fail_lower_writes: bool,
     /// The error `fail_lower_writes` injects (EIO unless changed).
     pub lower_write_error: layoutd_core::IoError,
+    /// Fail every lower read while set, with EIO.
+    pub fail_lower_reads: bool,
+    /// With `Some(n)`: only the next `n` requests the two switches above
+    /// select fail (a transient error); `None`: all of them.
+    pub lower_failures_left: Option<u32>,
     /// Whether reads return data (data mode) or not (timing mode).
     pub with_data: bool,
     rng: ChaCha8Rng,
@@ -165,6 +171,8 @@ impl<T: Timing> Harness<T> {
             now: Instant::ZERO,
             fail_lower_writes: false,
             lower_write_error: layoutd_core::IoError::Io,
+            fail_lower_reads: false,
+            lower_failures_left: None,
             with_data: true,
             rng: ChaCha8Rng::seed_from_u64(seed),
             seed,
@@ -311,8 +319,17 @@ impl<T: Timing> Harness<T> {
         let tag = self.timing.complete(self.now, &mut self.rng).expect("a completion was due");
         let req = self.lower.remove(tag).expect("timing completes what was submitted").into_request();
         self.stats.lower_count += 1;
-        let completion = if self.fail_lower_writes && req.op.is_modify() {
-            Completion::err(req.id, self.lower_write_error)
+        let selected =
+            (self.fail_lower_writes && req.op.is_modify()) || (self.fail_lower_reads && req.op == Op::Read);
+        let fail = selected && self.lower_failures_left != Some(0);
+        if fail {
+            if let Some(n) = self.lower_failures_left.as_mut() {
+                *n -= 1;
+            }
+        }
+        let completion = if fail {
+            let e = if req.op == Op::Read { layoutd_core::IoError::Io } else { self.lower_write_error };
+            Completion::err(req.id, e)
         } else {
             execute(&*self.device, &req, self.with_data)
         };

@@ -380,3 +380,41 @@ fn the_cleaner_writes_the_blocks_it_moves_in_logical_order() {
     let unsorted = cleaner_summaries(false);
     assert!(unsorted.iter().any(|s| s.windows(2).any(|w| w[0] > w[1])), "{unsorted:?}");
 }
+
+/// A lower read error fails the request that needed it and nothing else;
+/// a write that fails twice is sent again and the flush succeeds; one
+/// that keeps failing stops the target (acknowledged data would be left
+/// only in RAM), naming the cause.
+#[test]
+fn a_lower_read_error_fails_only_its_request_and_failed_writes_are_retried() {
+    use layoutd_core::IoError;
+    let stack = stack_from_toml(&cfg("greedy", ""), DEVICE_BYTES, OpenMode::Format);
+    let mut h = Harness::new(stack, Arc::new(MemDevice::new(DEVICE_BYTES)), ZeroLatency::default(), 1);
+    bring_up(&mut h);
+    for b in 0..24u64 {
+        assert_eq!(h.write(b * 4096, block_bytes(1, b)).result, Ok(()));
+    }
+    assert_eq!(h.flush().result, Ok(()));
+    h.fail_lower_reads = true;
+    assert_eq!(h.read(0, 4096).result, Err(IoError::Io), "a read of a slot on disk");
+    assert_eq!(h.write(4096 + 512, vec![7; 512]).result, Err(IoError::Io), "a partial write's old bytes");
+    h.fail_lower_reads = false;
+    assert_eq!(counter(&*h.stack, "lower_read_errors_count"), 2);
+    for b in 0..24u64 {
+        assert_eq!(h.read(b * 4096, 4096).data.map(|d| d.to_vec()), Some(block_bytes(1, b)), "block {b}");
+    }
+    // Two failures, then the third attempt of the segment write succeeds.
+    h.fail_lower_writes = true;
+    h.lower_failures_left = Some(2);
+    assert_eq!(h.write(0, block_bytes(2, 0)).result, Ok(()));
+    assert_eq!(h.flush().result, Ok(()));
+    assert_eq!(counter(&*h.stack, "lower_retries_count"), 2);
+    assert_eq!(h.read(0, 4096).data.map(|d| d.to_vec()), Some(block_bytes(2, 0)));
+    // A write that keeps failing: the flush fails and the target stops.
+    h.lower_failures_left = None;
+    assert_eq!(h.write(4096, block_bytes(3, 1)).result, Ok(()), "absorbed into RAM");
+    assert_eq!(h.flush().result, Err(IoError::Io));
+    let st = h.stack.status();
+    let error = st.config.iter().find(|(k, _)| k == "error").map(|(_, v)| v.clone()).unwrap_or_default();
+    assert!(error.contains("write of segment") && error.contains("3 times"), "{error}");
+}

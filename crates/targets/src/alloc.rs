@@ -277,6 +277,11 @@ impl SegmentUsage {
         self.valid.is_empty()
     }
 
+    /// Bytes of RAM it holds (its allocations).
+    pub fn ram_bytes(&self) -> u64 {
+        (4 * self.valid.capacity() + 8 * self.written_at.capacity()) as u64
+    }
+
     /// Valid units of segment `i`.
     pub fn valid(&self, i: usize) -> u32 {
         self.valid[i]

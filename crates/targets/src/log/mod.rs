@@ -30,7 +30,9 @@
 //! | ck 0 | ck 1 | seg 0: header | slots | seg 1 | ... | map pages, two copies each |
 //! ```
 //!
-//! Request path: upper requests run one at a time, in arrival order (a
+//! Request path: a read that no queued or running write overlaps is served
+//! at once, beside everything else (`request::direct_read`); writes, trims,
+//! flushes and the log's own work run one at a time, in arrival order (a
 //! stack of works: a write short of space runs a cleaning pass or a
 //! checkpoint above itself, then resumes). Writes land in the open
 //! segment's RAM buffer and complete; the buffer is written when full, at a
@@ -70,12 +72,22 @@ enum LowerOp {
     /// I/O of the work on top (reads, map pages, flushes, records, marks);
     /// its completion lands in `io[slot]`.
     Work { slot: usize },
+    /// A piece of a read served beside the work stack (`request::DirectRead`):
+    /// the read `key`, at `within` bytes of it.
+    Read { key: u64, within: u32 },
 }
 
 impl LowerOp {
     fn is_background(&self) -> bool {
         matches!(self, LowerOp::SegPart { .. })
     }
+}
+
+/// A segment write waiting in the gate for reads of slots it overwrites.
+struct GatedPart {
+    loc: SegLoc,
+    offset_bytes: u64,
+    data: bytes::Bytes,
 }
 
 /// The segment taking writes.
@@ -143,6 +155,15 @@ struct Counters {
     rmw_count: u64,
     recovered_segments_count: u64,
     lost_segments_count: u64,
+    /// Lower writes or flushes sent again after an error.
+    lower_retries_count: u64,
+    /// Lower reads that failed (each failed its own request, or ended a
+    /// cleaning pass early).
+    lower_read_errors_count: u64,
+    /// Cleaning passes that found a victim's blocks by a pass over the map
+    /// (its summary did not name every live slot: holes filled by SSR or
+    /// plugging, or no data in timing-only mode).
+    cleaner_map_scans_count: u64,
 }
 
 enum Phase {
@@ -151,21 +172,25 @@ enum Phase {
     Failed(String),
 }
 
-/// The log target. Memory: the map (4 bytes a block), the reverse map (4
-/// bytes a slot), about 40 bytes a segment, `buffer_count` segment
-/// buffers; every queue is bounded by the upper requests in flight (the
-/// runtime bounds them) plus one stack of at most three works.
+/// The log target. Memory ([`Log::translation_ram_bytes`]): the map
+/// (entries of the fewest bits that hold a slot id), one live bit a slot,
+/// 12 bytes and two bits a segment, 2 bytes a map page: under 4 bytes a
+/// block up to 30-bit slot ids (see docs/log.md); plus `buffer_count`
+/// segment buffers. Every queue is bounded by the upper requests in flight
+/// (the runtime bounds them) plus one stack of at most three works.
 pub struct Log {
     args: Args,
     geo: Geometry,
     phase: Phase,
-    map: Vec<u32>,
-    rev: Vec<u32>,
+    map: map::SlotMap,
+    /// Per slot: one bit, set while a block lives there (the cleaner finds
+    /// which block from the segment's summary, checked against the map).
+    live: map::Packed,
     usage: SegmentUsage,
-    /// Per segment: the epoch of its last write.
-    written_epoch: Vec<u64>,
-    /// Per segment: the epoch a slot of it was last freed in.
-    freed_epoch: Vec<u64>,
+    /// Per segment: one bit, written in this epoch.
+    written_now: map::Packed,
+    /// Per segment: one bit, a slot of it freed in this epoch.
+    freed_now: map::Packed,
     /// The current epoch: the generation the next checkpoint gets.
     epoch: u64,
     boot: u64,
@@ -195,11 +220,42 @@ pub struct Log {
     /// Victims of the cleaning pass running (not chosen as targets).
     cleaning: Vec<u32>,
     lower_io: crate::lowerio::LowerIo<LowerOp>,
+    /// Writes and flushes in flight while serving, by lower id, with the
+    /// attempts made: a failed one is sent again, up to
+    /// [`LOWER_WRITE_ATTEMPTS`] in all, before the target stops.
+    retryable: FxHashMap<u64, (Request, u32)>,
+    /// Reads served beside the work stack, by key (looked up, never
+    /// iterated): one per such read in flight.
+    reads: FxHashMap<u64, crate::split::Assembly>,
+    next_read_key: u64,
+    /// Lower ranges in flight (direct reads, segment writes): a segment
+    /// write into holes waits for reads of those slots issued before it.
+    gate: crate::gate::OverlapGate<GatedPart>,
     policy: Box<dyn Reclaim>,
     /// Whether any write came without data (timing-only simulation).
     timing_only: bool,
     loss: Option<String>,
     counters: Counters,
+    /// The idle-cleaning decision, kept until something it depends on
+    /// changes (`census_changed`): the stack asks after every input, and a
+    /// census is a pass over every segment.
+    idle_offer: std::cell::Cell<Option<bool>>,
+    /// The last lower error, with what it was for: shown in the status.
+    last_lower_error: Option<String>,
+}
+
+/// Attempts at a lower write or flush before the target stops (a write
+/// that keeps failing would leave acknowledged data only in RAM).
+const LOWER_WRITE_ATTEMPTS: u32 = 3;
+
+/// What a lower request was for, for messages.
+fn describe(op: &LowerOp) -> String {
+    match op {
+        LowerOp::Bringup => "bring-up request".into(),
+        LowerOp::SegPart { loc } => format!("write of segment {}", loc.0),
+        LowerOp::Work { .. } => "metadata, flush or read request".into(),
+        LowerOp::Read { .. } => "read".into(),
+    }
 }
 
 impl Log {
@@ -215,11 +271,11 @@ impl Log {
         let pages = args.map.page_count as usize;
         let mut log = Log {
             policy: policy::make(args.policy, args.age_threshold_segments, args.ssr_slack_min_pct),
-            map: vec![UNMAPPED; args.volume_blocks as usize],
-            rev: vec![UNMAPPED; slots],
+            map: map::SlotMap::new(args.volume_blocks, args.map.slot_total),
+            live: map::Packed::new(slots as u64, 1, false),
             usage: SegmentUsage::new(segs, geo.slot_count),
-            written_epoch: vec![0; segs],
-            freed_epoch: vec![0; segs],
+            written_now: map::Packed::new(segs as u64, 1, false),
+            freed_now: map::Packed::new(segs as u64, 1, false),
             epoch: 1,
             boot: 1,
             next_seq: Seq(0),
@@ -241,9 +297,15 @@ impl Log {
             io: Vec::new(),
             cleaning: Vec::new(),
             lower_io: crate::lowerio::LowerIo::default(),
+            retryable: FxHashMap::default(),
+            reads: FxHashMap::default(),
+            next_read_key: 0,
+            gate: crate::gate::OverlapGate::new(),
             timing_only: false,
             loss: None,
             counters: Counters::default(),
+            idle_offer: std::cell::Cell::new(None),
+            last_lower_error: None,
             phase: Phase::Failed(String::new()),
             args,
             geo,
@@ -252,10 +314,25 @@ impl Log {
         log
     }
 
-    /// Sends a request below, remembering why.
-    fn emit(&mut self, op: LowerOp, req: Request) {
+    /// Sends a request below, remembering why (and, for a write or flush
+    /// while serving, the request, to send again if it fails); returns its id.
+    fn emit(&mut self, op: LowerOp, req: Request) -> u64 {
+        self.emit_attempt(op, req, 1)
+    }
+
+    fn emit_attempt(&mut self, op: LowerOp, req: Request, attempt: u32) -> u64 {
         let background = op.is_background();
-        self.lower_io.emit(op, background, req);
+        let keep = (self.serving() && req.op != layoutd_core::Op::Read).then(|| req.clone());
+        let range = (req.offset_bytes, req.end_bytes());
+        let segment_part = matches!(op, LowerOp::SegPart { .. });
+        let id = self.lower_io.emit(op, background, req);
+        if let Some(r) = keep {
+            self.retryable.insert(id, (r, attempt));
+        }
+        if segment_part {
+            self.gate.issued(id, range);
+        }
+        id
     }
 
     fn slot_id(&self, loc: SegLoc, slot: u32) -> u32 {
@@ -264,7 +341,7 @@ impl Log {
     }
 
     fn split_slot(&self, sid: u32) -> (SegLoc, u32) {
-        assert!(sid != UNMAPPED && (sid as usize) < self.rev.len());
+        assert!(sid != UNMAPPED && u64::from(sid) < self.live.len());
         (SegLoc(sid / self.geo.slot_count), sid % self.geo.slot_count)
     }
 
@@ -283,34 +360,56 @@ impl Log {
 
     /// Whether a segment's holes may be written now (see the glossary).
     fn eligible(&self, loc: u32) -> bool {
-        let i = loc as usize;
-        self.written_epoch[i] < self.epoch && (self.args.unsafe_reuse || self.freed_epoch[i] < self.epoch)
+        let i = u64::from(loc);
+        self.written_now.get(i) == 0 && (self.args.unsafe_reuse || self.freed_now.get(i) == 0)
+    }
+
+    /// Something the idle-cleaning decision depends on changed (which
+    /// segments are free, busy or eligible, the epoch).
+    fn census_changed(&self) {
+        self.idle_offer.set(None);
+    }
+
+    /// What a segment's live count means to the census: empty, at most
+    /// half live (a victim idle cleaning takes), full.
+    fn usage_class(&self, seg: usize) -> (bool, bool, bool) {
+        let v = self.usage.valid(seg);
+        (v == 0, v * 2 <= self.geo.slot_count, v == self.geo.slot_count)
     }
 
     /// Points `block` at `sid` (or nowhere), freeing the slot it had.
     fn set_map(&mut self, block: u64, sid: u32) {
-        let old = self.map[block as usize];
+        let old = self.map.get(block);
         if old != UNMAPPED {
             let (loc, _) = self.split_slot(old);
-            assert_eq!(self.rev[old as usize], block as u32, "the reverse map agrees");
-            self.rev[old as usize] = UNMAPPED;
+            assert_eq!(self.live.get(u64::from(old)), 1, "a mapped slot is live");
+            self.live.set(u64::from(old), 0);
+            let before = self.usage_class(loc.0 as usize);
             self.usage.sub(loc.0 as usize, 1);
-            self.freed_epoch[loc.0 as usize] = self.epoch;
+            self.freed_now.set(u64::from(loc.0), 1);
+            if self.usage_class(loc.0 as usize) != before {
+                self.census_changed();
+            }
         }
         if sid != UNMAPPED {
             let (loc, _) = self.split_slot(sid);
-            assert_eq!(self.rev[sid as usize], UNMAPPED, "a slot holds one block");
-            self.rev[sid as usize] = block as u32;
+            assert_eq!(self.live.get(u64::from(sid)), 0, "a slot holds one block");
+            self.live.set(u64::from(sid), 1);
+            // Into the open segment: busy, so not in what idle cleaning
+            // looks at (free or victim); no census change.
+            assert!(
+                self.open.as_ref().is_some_and(|o| o.loc == loc),
+                "slots are written in the open segment"
+            );
             self.usage.add(loc.0 as usize, 1, self.next_seq.0);
         }
-        self.map[block as usize] = sid;
+        self.map.set(block, sid);
         self.dirty_pages[Self::page_of(block)] = true;
     }
 
     /// The segments as policies see them; `after_checkpoint` judges
     /// eligibility as it will be once the running checkpoint is durable.
     fn census(&self, after_checkpoint: bool) -> Census {
-        let epoch = if after_checkpoint { self.epoch + 1 } else { self.epoch };
         let busy = |l: u32| {
             self.cleaning.contains(&l)
                 || self.open.as_ref().is_some_and(|o| o.loc.0 == l)
@@ -320,8 +419,8 @@ impl Log {
         let segs = (0..self.geo.segment_count)
             .map(|l| {
                 let i = l as usize;
-                let eligible =
-                    self.written_epoch[i] < epoch && (self.args.unsafe_reuse || self.freed_epoch[i] < epoch);
+                // Once the checkpoint is durable, every segment is.
+                let eligible = after_checkpoint || self.eligible(l);
                 SegInfo {
                     loc: l,
                     valid: self.usage.valid(i),
@@ -356,12 +455,23 @@ impl Log {
         (0..self.usage.len()).map(|i| u64::from(self.usage.valid(i))).sum()
     }
 
-    /// RAM the translation keeps per volume block, in thousandths of a
-    /// byte: the map, the reverse map and the per-segment state.
+    /// RAM the translation keeps, in bytes, from the structures'
+    /// allocations: the map, the live bits, the per-segment state and the
+    /// per-map-page state (not the segment buffers, a fixed
+    /// `buffer_count` segments, nor what is in flight).
+    pub fn translation_ram_bytes(&self) -> u64 {
+        self.map.ram_bytes()
+            + self.live.ram_bytes()
+            + self.usage.ram_bytes()
+            + self.written_now.ram_bytes()
+            + self.freed_now.ram_bytes()
+            + self.dirty_pages.capacity() as u64
+            + self.page_copy.capacity() as u64
+    }
+
+    /// [`Log::translation_ram_bytes`] per volume block, in thousandths of a byte.
     fn ram_per_block_milli(&self) -> u64 {
-        let bytes =
-            4 * self.map.len() as u64 + 4 * self.rev.len() as u64 + 40 * u64::from(self.geo.segment_count);
-        bytes * 1000 / self.args.volume_blocks
+        self.translation_ram_bytes() * 1000 / self.args.volume_blocks
     }
 
     fn serving(&self) -> bool {
@@ -402,14 +512,49 @@ impl Target for Log {
             self.lower_io.upper_q.push_back(Completion::err(req.id, layoutd_core::IoError::Io));
             return;
         }
+        let req = match self.direct_read(req) {
+            Ok(()) => return,
+            Err(req) => req,
+        };
         self.pending.push_back(request::Pending::Upper(req));
         self.pump();
     }
 
     fn handle_completion(&mut self, _now: Instant, c: Completion) {
         let op = self.lower_io.take(c.id);
+        if self.gate.completed(c.id.0) {
+            self.release_gated();
+        }
+        let retry = self.retryable.remove(&c.id.0);
+        if let LowerOp::Read { key, within } = op {
+            // A failed read fails its request only.
+            self.counters.lower_read_errors_count += u64::from(c.result.is_err());
+            self.direct_read_done(key, within, c);
+            return;
+        }
         if let Err(e) = c.result {
-            let why = format!("log: a lower {op:?} failed ({e}); the volume stops taking requests");
+            self.last_lower_error = Some(format!("{}: {e}", describe(&op)));
+            match (retry, &op) {
+                (Some((req, attempt)), _) if attempt < LOWER_WRITE_ATTEMPTS && self.serving() => {
+                    self.counters.lower_retries_count += 1;
+                    self.emit_attempt(op, req, attempt + 1);
+                    return;
+                }
+                (None, LowerOp::Work { slot }) if self.serving() => {
+                    // A read of the work on top: it fails that work only
+                    // (`take_io` gives the error to it).
+                    self.counters.lower_read_errors_count += 1;
+                    self.io[*slot] = Some(c);
+                    self.pump();
+                    return;
+                }
+                _ => {}
+            }
+            let why = format!(
+                "log: a lower {} failed ({e}){}; the volume stops taking requests",
+                describe(&op),
+                if self.serving() { format!(" {LOWER_WRITE_ATTEMPTS} times") } else { String::new() }
+            );
             if matches!(self.phase, Phase::Bringup(_)) {
                 self.phase = Phase::Failed(why);
             } else {
@@ -424,6 +569,7 @@ impl Target for Log {
                 assert!(self.io[slot].is_none(), "one completion per request");
                 self.io[slot] = Some(c);
             }
+            LowerOp::Read { .. } => unreachable!("direct reads return above"),
         }
         self.pump();
     }
@@ -463,13 +609,22 @@ impl Target for Log {
     /// Idle cleaning while free segments are short, one pass per step.
     fn background_offer(&self, _now: Instant) -> Option<layoutd_core::background::Offer> {
         use layoutd_core::background::{JobClass, Offer};
-        if !self.serving() || !self.works.is_empty() || !self.pending.is_empty() {
+        if !self.serving() || !self.works.is_empty() || !self.pending.is_empty() || !self.reads.is_empty() {
             return None;
         }
-        let c = self.census(false);
-        self.policy
-            .clean_when_idle(&c, self.args.free_segments_target)
-            .then_some(Offer { class: JobClass::Cleaning })
+        let fresh = || self.policy.clean_when_idle(&self.census(false), self.args.free_segments_target);
+        let wants = match self.idle_offer.get() {
+            Some(cached) => {
+                debug_assert_eq!(cached, fresh(), "a census change was not noted");
+                cached
+            }
+            None => {
+                let v = fresh();
+                self.idle_offer.set(Some(v));
+                v
+            }
+        };
+        wants.then_some(Offer { class: JobClass::Cleaning })
     }
 
     fn background_step(&mut self, _now: Instant) -> Option<u64> {
@@ -481,7 +636,7 @@ impl Target for Log {
     }
 
     fn is_drained(&self) -> bool {
-        self.works.is_empty() && self.pending.is_empty() && self.sealed.is_empty()
+        self.works.is_empty() && self.pending.is_empty() && self.sealed.is_empty() && self.reads.is_empty()
     }
 
     fn status(&self) -> Status {
@@ -492,6 +647,9 @@ impl Target for Log {
         }
         if let Some(l) = &self.loss {
             config.push(("accepted_loss".into(), l.clone()));
+        }
+        if let Some(e) = &self.last_lower_error {
+            config.push(("last_lower_error".into(), e.clone()));
         }
         let slots_total =
             c.slots_user_count + c.slots_ssr_count + c.slots_cleaning_count + c.slots_plugging_count;
@@ -529,7 +687,12 @@ impl Target for Log {
             ("segment_count", u64::from(self.geo.segment_count)),
             ("slot_count", u64::from(self.geo.slot_count)),
             ("ram_bytes_per_block_milli", self.ram_per_block_milli()),
-            ("map_ram_bytes", 4 * self.map.len() as u64),
+            ("map_ram_bytes", self.map.ram_bytes()),
+            ("map_entry_bits", u64::from(self.map.width())),
+            ("translation_ram_bytes", self.translation_ram_bytes()),
+            ("cleaner_map_scans_count", self.counters.cleaner_map_scans_count),
+            ("lower_retries_count", self.counters.lower_retries_count),
+            ("lower_read_errors_count", self.counters.lower_read_errors_count),
             ("epoch", self.epoch),
             ("boot_count", self.boot),
             ("next_seq", self.next_seq.0),
@@ -540,6 +703,56 @@ impl Target for Log {
             target: "log".into(),
             config,
             counters: counters.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The default geometry (examples/log.toml) over a lower device.
+    fn args_over(lower_bytes: u64) -> (Args, Geometry) {
+        let t = toml::Table::new();
+        Args::parse(ArgReader::new("log", &t), lower_bytes).expect("the defaults are valid")
+    }
+
+    /// What [`Log::translation_ram_bytes`] comes to for a geometry, without
+    /// allocating it.
+    fn projected_ram_bytes(args: &Args, geo: &Geometry) -> u64 {
+        let words = |n: u64, bits: u64| (n * bits).div_ceil(64) * 8;
+        let segs = u64::from(geo.segment_count);
+        let slots = segs * u64::from(geo.slot_count);
+        let width = u64::from(64 - u64::from(args.map.slot_total).leading_zeros());
+        let pages = u64::from(args.map.page_count);
+        words(args.volume_blocks, width) + words(slots, 1) + 12 * segs + 2 * words(segs, 1) + 2 * pages
+    }
+
+    #[test]
+    fn translation_ram_is_at_most_4_bytes_a_block_counted_from_the_allocations() {
+        let open = OpenMode::Open { clean: true, accept_loss: false };
+        for lower in [64u64 << 20, 1 << 30, 16 << 30] {
+            let (args, geo) = args_over(lower);
+            let projected = projected_ram_bytes(&args, &geo);
+            let log = Log::new(args.clone(), geo, open);
+            // The projection is the allocation, byte for byte.
+            assert_eq!(log.translation_ram_bytes(), projected, "lower device of {lower} bytes");
+            let milli = log.ram_per_block_milli();
+            assert!(milli <= 4000, "{milli} thousandths of a byte a block over {lower} bytes");
+            let s = log.status();
+            let counter = |k: &str| s.counters.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
+            assert_eq!(counter("ram_bytes_per_block_milli"), Some(milli));
+        }
+        // Too large to allocate in a test; the projection matched the
+        // allocations above. 1 TiB exposed needs 29-bit entries, and 30
+        // bits (up to about 3.6 TiB) still fit the bound.
+        for (exposed, bits) in [(1u64 << 40, 29u32), (3 << 40, 30)] {
+            let lower = exposed / 9 * 10 / 100 * 102;
+            let (args, geo) = args_over(lower);
+            assert!(args.volume_blocks * 4096 >= exposed);
+            assert_eq!(64 - u64::from(args.map.slot_total).leading_zeros(), bits);
+            let milli = projected_ram_bytes(&args, &geo) * 1000 / args.volume_blocks;
+            assert!(milli <= 4000, "{milli} thousandths of a byte a block over {lower} bytes");
         }
     }
 }

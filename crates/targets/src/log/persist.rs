@@ -109,6 +109,7 @@ impl Log {
         self.epoch = 2;
         self.boot = 1;
         self.chain_next = Some(SegLoc(0));
+        self.census_changed();
         self.mark_generation = 1;
         self.phase = Phase::Bringup(Bringup::Formatting { left, flushing: false });
     }
@@ -227,7 +228,9 @@ impl Log {
         let (chosen, other) = if pick == 0 { (c0, c1) } else { (c1, c0) };
         let entries = chosen.expect("usable").1;
         let r = self.args.map.blocks_of(p, self.args.volume_blocks);
-        self.map[r.start as usize..r.end as usize].copy_from_slice(&entries);
+        for (b, e) in r.zip(entries) {
+            self.map.set(b, e);
+        }
         self.page_copy[p as usize] = pick;
         // A copy of a checkpoint that never completed must not outlive this
         // recovery: a later checkpoint's generation would make it current.
@@ -291,13 +294,13 @@ impl Log {
                     if n != 1 {
                         return Err(format!("slot {slot} holds {sector_count} sectors, not one block"));
                     }
-                    self.map[block as usize] = self.slot_id(at, u32::from(slot));
+                    self.map.set(block, self.slot_id(at, u32::from(slot)));
                     self.dirty_pages[Self::page_of(block)] = true;
                 }
                 Entry::Invalidate { start_sector, sector_count } => {
                     let (a, n) = range(start_sector, sector_count)?;
                     for b in a..a + n {
-                        self.map[b as usize] = UNMAPPED;
+                        self.map.set(b, UNMAPPED);
                         self.dirty_pages[Self::page_of(b)] = true;
                     }
                 }
@@ -343,6 +346,7 @@ impl Log {
         self.epoch = ck.generation + 1;
         self.next_seq = end;
         self.chain_next = None;
+        self.census_changed();
         let mark_generation = found.mark.as_ref().map_or(0, |m| m.generation) + 1;
         let mark = FlushMark { generation: mark_generation, boot: self.boot, durable_upto: end };
         let mut req = Request::write(
@@ -357,24 +361,23 @@ impl Log {
         Ok(Some(Bringup::Marking))
     }
 
-    /// The reverse map and segment usage from the map; two blocks in one
+    /// The live bits and segment usage from the map; two blocks in one
     /// slot is corruption.
     fn rebuild(&mut self) -> Result<(), String> {
-        self.rev.fill(UNMAPPED);
+        self.live.clear();
         self.usage = SegmentUsage::new(self.geo.segment_count as usize, self.geo.slot_count);
         for b in 0..self.map.len() {
-            let sid = self.map[b];
+            let sid = self.map.get(b);
             if sid == UNMAPPED {
                 continue;
             }
-            if self.rev[sid as usize] != UNMAPPED {
+            if self.live.get(u64::from(sid)) == 1 {
                 return Err(format!(
-                    "log map: blocks {} and {b} both live in slot {sid}; the map is corrupt: restore the \
-                     device from a copy or format it",
-                    self.rev[sid as usize]
+                    "log map: block {b} and an earlier block both live in slot {sid}; the map is corrupt: \
+                     restore the device from a copy or format it"
                 ));
             }
-            self.rev[sid as usize] = b as u32;
+            self.live.set(u64::from(sid), 1);
             self.usage.add((sid / self.geo.slot_count) as usize, 1, 0);
         }
         Ok(())
@@ -414,6 +417,7 @@ impl Log {
                     if self.chain_next.is_none() {
                         let c = self.census(true);
                         self.chain_next = self.policy.choose_next(&c, super::policy::Cause::User).map(SegLoc);
+                        self.census_changed();
                     }
                     let ck = ChainCheckpoint {
                         generation: self.epoch,
@@ -434,6 +438,9 @@ impl Log {
                         self.dirty_pages[p as usize] = false;
                     }
                     self.epoch += 1;
+                    self.written_now.clear();
+                    self.freed_now.clear();
+                    self.census_changed();
                     self.segments_since_checkpoint = 0;
                     self.counters.checkpoints_count += 1;
                     if matches!(self.phase, Phase::Bringup(Bringup::Finishing)) {

@@ -6,7 +6,7 @@ use super::policy::Cause;
 use super::{Blocked, Log, LowerOp, OpenSeg, Phase, Sealed, Work};
 use crate::seglog::{Entry, SegLoc, SegmentHeader};
 use bytes::Bytes;
-use layoutd_core::{Completion, Op, ReqId, Request, SECTOR_BYTES};
+use layoutd_core::{Completion, Op, ReqId, Request};
 
 /// What waits to run.
 pub(super) enum Pending {
@@ -51,6 +51,21 @@ pub(super) struct UpperWork {
     reclaim_rounds: u32,
     /// Space could not be made the policy's way: take any eligible segment.
     forced: bool,
+}
+
+impl UpperWork {
+    fn new(req: Request) -> UpperWork {
+        UpperWork {
+            req,
+            stage: Stage::Start,
+            next_block: 0,
+            old: Vec::new(),
+            pieces: Vec::new(),
+            answer: Vec::new(),
+            reclaim_rounds: 0,
+            forced: false,
+        }
+    }
 }
 
 /// A cleaning pass in progress.
@@ -113,16 +128,7 @@ impl Log {
         match self.pending.pop_front() {
             None => false,
             Some(Pending::Upper(req)) => {
-                let w = UpperWork {
-                    req,
-                    stage: Stage::Start,
-                    next_block: 0,
-                    old: Vec::new(),
-                    pieces: Vec::new(),
-                    answer: Vec::new(),
-                    reclaim_rounds: 0,
-                    forced: false,
-                };
+                let w = UpperWork::new(req);
                 self.works.push(Work::Upper(w));
                 true
             }
@@ -178,6 +184,11 @@ impl Log {
                 Stage::Start => self.start_upper(u),
                 Stage::Reading => {
                     let done = self.take_io()?;
+                    if let Some(e) = done.iter().find_map(|c| c.result.err()) {
+                        // A failed read fails this request only.
+                        self.lower_io.upper_q.push_back(Completion::err(u.req.id, e));
+                        return Ok(());
+                    }
                     if u.req.op == Op::Read {
                         return self.finish_read(u, done);
                     }
@@ -258,7 +269,7 @@ impl Log {
     /// Where the current bytes of a block are: RAM (a buffer), a lower
     /// offset, or nowhere (zeroes).
     fn block_source(&self, block: u64) -> Source {
-        let sid = self.map[block as usize];
+        let sid = self.map.get(block);
         if sid == super::map::UNMAPPED {
             return Source::Zero;
         }
@@ -272,6 +283,15 @@ impl Log {
     }
 
     fn start_read(&mut self, u: &mut UpperWork) {
+        for (off, n, out) in self.read_runs(u) {
+            let i = self.work_io(Request::new(ReqId(0), Op::Read, off, n as u32));
+            u.pieces.push((i, out));
+        }
+    }
+
+    /// Fills `u.answer` with what RAM and zeroes give; returns the lower
+    /// runs to read: (lower offset, length, offset in the answer).
+    fn read_runs(&mut self, u: &mut UpperWork) -> Vec<(u64, u64, u64)> {
         let bs = u64::from(self.args.block_bytes);
         let (start, end) = (u.req.offset_bytes, u.req.end_bytes());
         u.answer = vec![0u8; u.req.length_bytes as usize];
@@ -297,11 +317,8 @@ impl Log {
             }
             pos += n;
         }
-        for (off, n, out) in runs {
-            let i = self.work_io(Request::new(ReqId(0), Op::Read, off, n as u32));
-            u.pieces.push((i, out));
-        }
         self.counters.read_bytes += u64::from(u.req.length_bytes);
+        runs
     }
 
     fn finish_read(&mut self, u: &mut UpperWork, done: Vec<Completion>) -> Result<(), Blocked> {
@@ -426,13 +443,14 @@ impl Log {
         assert!(self.open.is_none());
         assert!(self.eligible(loc.0), "segment {} opened while the crash rule forbids it", loc.0);
         let holes: Vec<u16> = (0..self.geo.slot_count)
-            .filter(|&s| self.rev[self.slot_id(loc, s) as usize] == super::map::UNMAPPED)
+            .filter(|&s| self.live.get(u64::from(self.slot_id(loc, s))) == 0)
             .map(|s| s as u16)
             .collect();
         assert!(!holes.is_empty(), "the next segment has room");
         let holey = holes.len() < self.geo.slot_count as usize;
         self.chain_next = None;
-        self.written_epoch[loc.0 as usize] = self.epoch;
+        self.census_changed();
+        self.written_now.set(u64::from(loc.0), 1);
         assert!(self.seg_buf.insert(loc.0, buf).is_none());
         assert!(self.buf_filled[buf].iter().all(|f| !f));
         self.open =
@@ -468,7 +486,7 @@ impl Log {
 
     /// Trims `block`: frees its slot and records that in the summary.
     fn unmap_block(&mut self, block: u64) {
-        if self.map[block as usize] == super::map::UNMAPPED {
+        if self.map.get(block) == super::map::UNMAPPED {
             return;
         }
         self.set_map(block, super::map::UNMAPPED);
@@ -490,6 +508,7 @@ impl Log {
         let o = self.open.take().expect("an open segment");
         let census = self.census(after_checkpoint);
         self.chain_next = self.policy.choose_next(&census, cause).map(SegLoc);
+        self.census_changed();
         let mut entries = o.entries;
         entries.push(Entry::Next { loc: self.chain_next });
         let filled: Vec<u16> = entries
@@ -509,8 +528,11 @@ impl Log {
         let bytes = header.encode(&self.geo);
         let parts = self.segment_parts(o.loc, o.buf, bytes, filled);
         let parts_left = parts.len() as u32;
-        for (off, data) in parts {
-            self.emit(LowerOp::SegPart { loc: o.loc }, Request::write(ReqId(0), off, data));
+        for (offset_bytes, data) in parts {
+            let range = (offset_bytes, offset_bytes + data.len() as u64);
+            if let Some(p) = self.gate.submit(range, super::GatedPart { loc: o.loc, offset_bytes, data }) {
+                self.emit_part(p);
+            }
         }
         self.sealed.push(Sealed { loc: o.loc, buf: o.buf, parts_left });
         self.counters.segments_written_count += 1;
@@ -545,6 +567,72 @@ impl Log {
         parts.into_iter().map(|(o, d)| (o, Bytes::from(d))).collect()
     }
 
+    /// Sends a segment write the gate let go.
+    fn emit_part(&mut self, p: super::GatedPart) {
+        self.emit(LowerOp::SegPart { loc: p.loc }, Request::write(ReqId(0), p.offset_bytes, p.data));
+    }
+
+    /// Sends the segment writes that no longer wait for a read.
+    pub(super) fn release_gated(&mut self) {
+        while let Some((_, p)) = self.gate.pop_ready() {
+            self.emit_part(p);
+        }
+    }
+
+    /// Serves a read beside the work stack when no write queued or running
+    /// before it overlaps it: the sources of its blocks are known now
+    /// (RAM, zeroes, or slots that cannot be rewritten before the read
+    /// completes: a freed slot is reused only after a checkpoint, and a
+    /// segment write waits in the gate for reads of its range). Gives the
+    /// request back if it must take its turn.
+    pub(super) fn direct_read(&mut self, req: Request) -> Result<(), Request> {
+        if req.op != Op::Read || !self.serving() || self.write_ahead_overlaps(&req) {
+            return Err(req);
+        }
+        let mut u = UpperWork::new(req);
+        let runs = self.read_runs(&mut u);
+        if runs.is_empty() {
+            let data = Bytes::from(std::mem::take(&mut u.answer));
+            self.lower_io.upper_q.push_back(Completion { id: u.req.id, result: Ok(()), data: Some(data) });
+            return Ok(());
+        }
+        let key = self.next_read_key;
+        self.next_read_key += 1;
+        let mut asm = crate::split::Assembly::new(u.req.id, Op::Read, u.req.length_bytes, runs.len() as u32);
+        if runs.len() > 1 || runs[0].1 != u64::from(u.req.length_bytes) {
+            asm.put(0, &u.answer);
+        }
+        self.reads.insert(key, asm);
+        for (off, n, out) in runs {
+            let op = LowerOp::Read { key, within: out as u32 };
+            let id = self.lower_io.emit(op, false, Request::new(ReqId(0), Op::Read, off, n as u32));
+            self.gate.issued(id, (off, off + n));
+        }
+        Ok(())
+    }
+
+    /// Whether an upper write, trim or write-zeroes queued or running
+    /// overlaps `req`.
+    fn write_ahead_overlaps(&self, req: &Request) -> bool {
+        let hits = |r: &Request| {
+            matches!(r.op, Op::Write | Op::Trim | Op::WriteZeroes)
+                && r.offset_bytes < req.end_bytes()
+                && req.offset_bytes < r.end_bytes()
+        };
+        self.works.iter().any(|w| matches!(w, Work::Upper(u) if hits(&u.req)))
+            || self.pending.iter().any(|p| matches!(p, Pending::Upper(r) if hits(r)))
+    }
+
+    /// A piece of a direct read answered.
+    pub(super) fn direct_read_done(&mut self, key: u64, within: u32, c: Completion) {
+        let asm = self.reads.get_mut(&key).expect("a direct read in flight");
+        if asm.piece_done(within, c.data, c.result) {
+            let done = self.reads.remove(&key).expect("present").finish();
+            self.lower_io.upper_q.push_back(done);
+        }
+        self.pump();
+    }
+
     /// One write of a segment completed; the last frees its buffer.
     pub(super) fn segment_part_done(&mut self, loc: SegLoc) {
         let i = self.sealed.iter().position(|s| s.loc == loc).expect("a part of a segment in flight");
@@ -554,6 +642,7 @@ impl Log {
         }
         let s = self.sealed.swap_remove(i);
         assert_eq!(self.seg_buf.remove(&loc.0), Some(s.buf));
+        self.census_changed();
         self.buf_filled[s.buf].fill(false);
         self.buffers_free.push(s.buf);
     }
@@ -587,6 +676,7 @@ impl Log {
         }
         let n = victims.len() as u64;
         self.cleaning = victims.iter().map(|v| v.0).collect();
+        self.census_changed();
         self.works.push(Work::Clean(CleanWork {
             victims,
             issued: false,
@@ -601,20 +691,29 @@ impl Log {
     fn step_clean(&mut self, c: &mut CleanWork) -> Result<(), Blocked> {
         if !c.issued {
             c.issued = true;
+            // Summary and slots: the summary names the blocks of the slots
+            // written in the segment's last pass.
             for &v in &c.victims {
-                let off = self.geo.slot_offset_bytes(v, 0);
-                self.work_io(Request::new(ReqId(0), Op::Read, off, self.geo.payload_bytes() as u32));
+                let off = self.geo.segment_offset_bytes(v);
+                self.work_io(Request::new(ReqId(0), Op::Read, off, self.geo.stride_bytes() as u32));
             }
             return Err(Blocked::Io);
         }
         if !c.read_done {
             let done = self.take_io()?;
             c.read_done = true;
+            if done.iter().any(|d| d.result.is_err()) {
+                // A victim could not be read: no pass now (the next
+                // reclamation chooses again).
+                self.cleaning.clear();
+                self.census_changed();
+                return Ok(());
+            }
             self.collect_live(c, done);
         }
         while c.next < c.live.len() {
             let (block, sid, _) = c.live[c.next];
-            if self.map[block as usize] == sid {
+            if self.map.get(block) == sid {
                 self.ensure_open(Cause::Cleaner, true, true)?;
                 let data = c.live[c.next].2.take();
                 self.place(block, data.as_deref(), Cause::Cleaner);
@@ -624,6 +723,7 @@ impl Log {
         self.counters.cleaning_passes_count += 1;
         self.counters.segments_cleaned_count += c.victims.len() as u64;
         self.cleaning.clear();
+        self.census_changed();
         if !c.on_demand {
             // Idle cleaning: a checkpoint makes the victims free segments
             // (the crash rule), so the next offer sees what was gained.
@@ -634,25 +734,61 @@ impl Log {
 
     /// The live blocks of the victims, in logical order when configured
     /// (so blocks random updates scattered are laid out in order again).
+    /// A victim's summary names the blocks of the slots its last pass
+    /// wrote; each is taken if its slot is live and the map points there.
+    /// Live slots the summary does not name (written by an earlier pass:
+    /// SSR or plugging filled holes since; or the summary is unreadable)
+    /// are found by one pass over the map for all such victims.
     fn collect_live(&mut self, c: &mut CleanWork, done: Vec<Completion>) {
         let bs = self.geo.slot_bytes as usize;
+        let hb = self.geo.header_bytes as usize;
+        let bsec = self.block_sectors();
+        let mut unexplained: Vec<(SegLoc, Option<Bytes>)> = Vec::new();
         for (v, comp) in c.victims.iter().zip(done) {
-            for s in 0..self.geo.slot_count {
-                let sid = self.slot_id(*v, s);
-                let block = self.rev[sid as usize];
-                if block == super::map::UNMAPPED {
-                    continue;
+            let before = c.live.len();
+            let header = comp.data.as_ref().and_then(|d| SegmentHeader::decode(&d[..hb], &self.geo).ok());
+            for e in header.iter().flat_map(|h| h.entries.iter()) {
+                let Entry::Slot { start_sector, slot, .. } = *e else { continue };
+                let (block, sid) = (start_sector / bsec, self.slot_id(*v, u32::from(slot)));
+                if block < self.map.len() && self.live.get(u64::from(sid)) == 1 && self.map.get(block) == sid
+                {
+                    c.live.push((
+                        block,
+                        sid,
+                        comp.data.as_ref().map(|d| slot_data_at(d, hb, bs, u32::from(slot))),
+                    ));
                 }
-                let data = comp.data.as_ref().map(|d| d.slice(s as usize * bs..(s as usize + 1) * bs));
-                c.live.push((u64::from(block), sid, data));
+            }
+            if (c.live.len() - before) as u32 != self.usage.valid(v.0 as usize) {
+                c.live.truncate(before);
+                unexplained.push((*v, comp.data));
             }
         }
+        if !unexplained.is_empty() {
+            self.counters.cleaner_map_scans_count += 1;
+            for b in 0..self.map.len() {
+                let sid = self.map.get(b);
+                if sid == super::map::UNMAPPED {
+                    continue;
+                }
+                let (loc, s) = self.split_slot(sid);
+                if let Some((_, d)) = unexplained.iter().find(|u| u.0 == loc) {
+                    c.live.push((b, sid, d.as_ref().map(|d| slot_data_at(d, hb, bs, s))));
+                }
+            }
+        }
+        let want: u32 = c.victims.iter().map(|v| self.usage.valid(v.0 as usize)).sum();
+        assert_eq!(c.live.len() as u32, want, "every live block of the victims is found");
         if self.args.clean_sorted {
             c.live.sort_by_key(|l| l.0);
         }
-        assert!(c.live.iter().all(|l| (l.0 as usize) < self.map.len()));
-        let _ = SECTOR_BYTES;
     }
+}
+
+/// Slot `s`'s bytes in a segment read whole (summary first).
+fn slot_data_at(d: &Bytes, header_bytes: usize, slot_bytes: usize, s: u32) -> Bytes {
+    let at = header_bytes + s as usize * slot_bytes;
+    d.slice(at..at + slot_bytes)
 }
 
 /// Where a block's current bytes are.

@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""The `log` benchmark's simulator half (issue 13, docs/log.md): the IO TEST
+of SSR-LFS (seeds/003) on the HDD model of the paper's disk, plain `linear`
+(in place) against `log` with each reclamation policy, at several
+utilisations. Deterministic: rerunning gives the same figures.
+
+Per utilisation, one trace (bench/workloads/log_iotest.py: 64 KiB files
+created to 90% (or UTIL), random ones discarded down to UTIL, UPDATE_MIB of
+random 4 KiB updates inside the remaining files, a flush, then the
+remaining files read in address order), replayed closed loop by
+`layoutd sim` through each stack of bench/workloads/log/. A phase's time is
+its first submit to its last completion, from the stack's `trace` layer.
+
+Writes bench/results/log/README.md (table above the analysis marker, which
+is kept) and summary-DISK.json. Runs and traces go to bench/results/log/tmp/.
+
+Usage: bench/log_sim.py [--disk st3160815as] [--utils 10,20,...,90,95]
+                        [--update-mib 512] [--jobs 2]
+Needs target/release/layoutd (or target/debug/layoutd).
+"""
+import argparse, concurrent.futures, json, os, subprocess, sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "bench/results/log")
+TMP = os.path.join(OUT, "tmp")
+VOLUME = 1 << 30  # inside the log's exposed size over 1200 MiB (about 1.07 GiB)
+STACKS = ["linear", "greedy", "cost-benefit", "age-threshold", "plugging", "ssr", "adaptive", "cost"]
+MARKER = "<!-- analysis: kept when the table is regenerated -->"
+
+
+def layoutd():
+    for p in ("target/release/layoutd", "target/debug/layoutd"):
+        if os.access(os.path.join(ROOT, p), os.X_OK):
+            return os.path.join(ROOT, p)
+    sys.exit("build layoutd first: cargo build --release -p layoutd")
+
+
+def phases(rec):
+    """Seconds per phase: setup (64 KiB writes, trims, first flush), update
+    (4 KiB writes, second flush), read (64 KiB reads)."""
+    spans, flushes = {}, 0
+    for line in open(rec):
+        if line.startswith("#") or not line.strip():
+            continue
+        sub, com, _s, op, _off, length, _f = line.split()
+        sub, com = int(sub), int(com)
+        if op == "F":
+            flushes += 1
+            key = "setup" if flushes == 1 else "update"
+        elif op == "T" or (op == "W" and length == "65536"):
+            key = "setup"
+        elif op == "W":
+            key = "update"
+        else:
+            key = "read"
+        lo, hi = spans.get(key, (sub, com))
+        spans[key] = (min(lo, sub), max(hi, com))
+    return {k: (hi - lo) / 1e9 for k, (lo, hi) in spans.items()}
+
+
+def run(l, disk, util, stack):
+    trace = os.path.join(TMP, f"iotest-{util}.trace")
+    base = os.path.join(TMP, f"{disk}-{util}-{stack}")
+    cmd = [l, "sim", "--trace", trace, "--format", "layoutd", "--config",
+           os.path.join(ROOT, "bench/workloads/log", stack + ".toml"), "--disk", disk, "--closed-loop",
+           "--no-progress", "--record-trace", base + ".rec", "--json", base + ".json"]
+    subprocess.run(cmd, check=True, capture_output=True)
+    j = json.load(open(base + ".json"))
+    log = next((x["counters"] for x in j["stack"]["layers"] if x["target"] == "log"), None)
+    p = phases(base + ".rec")
+    os.unlink(base + ".rec")
+    return util, stack, {"phases_s": p, "log": log}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--disk", default="st3160815as")
+    ap.add_argument("--utils", default="10,20,30,40,50,60,70,80,90,95")
+    ap.add_argument("--update-mib", type=int, default=512)
+    ap.add_argument("--jobs", type=int, default=2)
+    a = ap.parse_args()
+    utils = [int(u) for u in a.utils.split(",")]
+    os.makedirs(TMP, exist_ok=True)
+    l = layoutd()
+    for u in utils:
+        subprocess.run([sys.executable, os.path.join(ROOT, "bench/workloads/log_iotest.py"),
+                        os.path.join(TMP, f"iotest-{u}.trace"), str(VOLUME), str(u), str(a.update_mib), "1"],
+                       check=True)
+    res = {}
+    with concurrent.futures.ThreadPoolExecutor(a.jobs) as ex:
+        for util, stack, r in ex.map(lambda us: run(l, a.disk, *us), [(u, s) for u in utils for s in STACKS]):
+            res.setdefault(str(util), {})[stack] = r
+            print(f"{util:3}% {stack:14} update {r['phases_s'].get('update', 0):9.2f} s", file=sys.stderr)
+    with open(os.path.join(OUT, f"summary-{a.disk}.json"), "w") as fh:
+        json.dump({"disk": a.disk, "volume_bytes": VOLUME, "update_mib": a.update_mib, "runs": res}, fh, indent=1)
+    report(res, a, utils)
+
+
+def update_wa(c, util):
+    """The update phase's write amplification (see the report's note)."""
+    created_slots = (VOLUME // 65536) * max(90, util) // 100 * 16
+    total = sum(c[k] for k in ("slots_user_count", "slots_ssr_count", "slots_cleaning_count",
+                               "slots_plugging_count"))
+    user = c["slots_user_count"] + c["slots_ssr_count"]
+    return (total - created_slots) / (user - created_slots)
+
+
+def report(res, a, utils):
+    cmd = "bench/log_sim.py" + ("" if a.disk == "st3160815as" else f" --disk {a.disk}") + \
+        ("" if a.update_mib == 512 else f" --update-mib {a.update_mib}") + \
+        ("" if a.utils == "10,20,30,40,50,60,70,80,90,95" else f" --utils {a.utils}")
+    logs = STACKS[1:]
+    lines = [f"# `log`: the IO TEST in the simulator ({a.disk})", "",
+             f"A benchmark, not a test. Volume 1 GiB of 64 KiB files on the first 1200 MiB of the `{a.disk}` "
+             f"model; {a.update_mib} MiB of random 4 KiB updates inside the remaining files, then a flush; "
+             "closed loop, one stream, deterministic. `linear` updates in place; `log` (examples/log.toml's "
+             "defaults: 512 KiB segments, 10% over-provisioning) with each policy.", "",
+             f"Reproduce: `cargo build --release -p layoutd && {cmd}` (traces are generated by "
+             "bench/workloads/log_iotest.py, seed 1).", "",
+             "## Update phase: seconds (write amplification, slots cleaned or plugged / SSR slots)", "",
+             "| util | linear | " + " | ".join(logs) + " | best log / linear | adaptive / best policy |",
+             "| ---: | ---: | " + " | ".join("---:" for _ in logs) + " | ---: | ---: |"]
+    for u in utils:
+        r = res[str(u)]
+        lin = r["linear"]["phases_s"]["update"]
+        cells, times = [], {}
+        for s in logs:
+            c, t = r[s]["log"], r[s]["phases_s"]["update"]
+            times[s] = t
+            moved = c["slots_cleaning_count"] + c["slots_plugging_count"]
+            cells.append(f"{t:.1f} ({update_wa(c, u):.2f}, {moved}/{c['slots_ssr_count']})")
+        best = min(times.values())
+        lines.append(f"| {u}% | {lin:.1f} | " + " | ".join(cells) +
+                     f" | {best / lin:.2f} | {times['adaptive'] / best:.2f} |")
+    lines += ["", "Write amplification of the update phase: slots written by any cause over slots of user "
+              "data, less the create phase's (every slot of a created file, into fresh segments; nothing is "
+              "cleaned before the updates). Counts from the whole run.", "",
+              "## Sequential read of the remaining files after the updates: seconds (x linear)", "",
+              "| util | linear | " + " | ".join(logs) + " |", "| ---: | ---: | " + " | ".join("---:" for _ in logs) + " |"]
+    for u in utils:
+        r = res[str(u)]
+        lin = r["linear"]["phases_s"]["read"]
+        lines.append(f"| {u}% | {lin:.1f} | " + " | ".join(
+            f"{r[s]['phases_s']['read']:.1f} ({r[s]['phases_s']['read'] / lin:.2f}x)" for s in logs) + " |")
+    path = os.path.join(OUT, "README.md")
+    notes = MARKER + "\n"
+    if os.path.exists(path) and MARKER in open(path).read():
+        old = open(path).read()
+        notes = old[old.index(MARKER):]
+    with open(path, "w") as fh:
+        fh.write("\n".join(lines) + "\n\n" + notes)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
