@@ -9,8 +9,10 @@
 #                       the end of every day, and opt never planning; write the
 #                       JSON, the CPU times and the tables (tables.md); then
 #                       the start-up experiment: two identical days (every
-#                       program once, no variation), one plan at the end of
-#                       day 1; and the CPU of analysis, planning and the
+#                       program once, no variation, the page cache dropped
+#                       before every run), one plan at the end of day 1;
+#                       what day 1 could teach (the held-out days' reads
+#                       seen before); and the CPU of analysis, planning and the
 #                       indirection measured on the same code (opt_cpu)
 #
 # Environment: LAYOUTD (default target/release/layoutd).
@@ -44,7 +46,7 @@ python3 bench/workloads/opt_report.py $R $R/cpu.txt > $R/tables.md
 S=bench/traces/opt/startup-2days.trace.gz
 if [ ! -f $S ]; then
     python3 bench/workloads/opt_desktop.py bench/traces/opt/startup-2days.trace --days 2 --seed 1 \
-        --skip 0 --new 0 --same-days
+        --skip 0 --new 0 --same-days --cold-runs
     gzip -9n bench/traces/opt/startup-2days.trace
 fi
 S1=$(head -1 bench/traces/opt/startup-2days.plan-times)
@@ -55,6 +57,7 @@ for r in plain opt; do
         --json $R/startup-$r.json --config $R/$r.toml $m
 done
 python3 bench/workloads/opt_report.py --startup $R >> $R/tables.md
+python3 bench/workloads/opt_report.py --coverage $T >> $R/tables.md
 zcat $T > $R/.trace.tmp
 cargo run -q --release -p layoutd-sim --example opt_cpu -- $R/.trace.tmp | tee -a $R/tables.md
 rm -f $R/.trace.tmp

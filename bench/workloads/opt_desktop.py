@@ -3,24 +3,32 @@
 trace format, docs/trace-format.md), deterministic from its seed.
 
 Twelve "programs" (start-ups, a build, git, grep, an editor) each read a
-fixed list of files in a fixed order: shared libraries in one library area
-(a third of the files), the rest scattered over the whole used area, as on
-an aged file system; each file read in one to four partial requests, not
-always in file order. Every day runs the
-daily programs (0-5) and each other one with probability one half, in a
-random order, one to two runs each, with an idle gap of 1-4 s between runs;
-every run skips 10% of its reads, adds 5% of reads of files it has never
-read (variation from day to day), and the build and the editor also write
-(object files, saved documents) and flush. Each run is its own stream (its
-process). Days are exactly DAY_S long, so the simulator's phases (16 of
-equal width over the trace) fall four to a day; programs start only in the
-first 55% of a day, the rest is idle ("the night").
+fixed list of files in a fixed order: shared libraries (a third of the
+files, drawn from one pool of 60 files in one library area, so programs
+share them) and files scattered over the whole used area, as on an aged
+file system; each file read in one to four partial reads, not always in
+file order. Every day runs the daily programs (0-5) and each other one with
+probability one half, each a second time with probability one half, in a
+random order, with an idle gap of 1-4 s between runs; every run skips 10%
+of its reads, adds 5% of reads of files it has never read (variation from
+day to day), and the build and the editor also write (object files, saved
+documents) and flush. Each run is its own stream (its process). Days are
+exactly DAY_S long, so the simulator's phases (16 of equal width over the
+trace) fall four to a day; programs start only in the first 55% of a day,
+the rest is idle ("the night").
+
+The trace is what reaches the block layer under a page cache, as the
+paper's profiler saw it: a read of blocks already cached makes no request,
+and one that misses fetches from its first missing block with the kernel's
+first read-ahead window (`readahead`, up to 128 KiB, within the file). The
+cache is cold every morning (`--cold-runs`: before every run, the cold
+start-up experiment).
 
 Besides the trace, OUT.plan-times gets one line per day: the time of the
 day's last request in ms after the trace's first request, where a
 `layoutd sim --message TIME:plan` trains on that day (and those before).
 
-    opt_desktop.py OUT.trace [--days 4] [--seed 1] [--volume-gib 40]
+    opt_desktop.py OUT.trace [--days 4] [--seed 1] [--volume-gib 40] [--same-days] [--cold-runs]
 """
 import argparse
 import random
@@ -30,16 +38,17 @@ BLOCK = 4096
 GIB = 1 << 30
 
 
-def program(rng, volume, lib_base, index):
-    """The ordered request list (offset, length) of one program's start-up."""
+def program(rng, volume, libs, index):
+    """The ordered read list of one program's start-up: (file start,
+    file blocks, first block read, blocks read) each."""
     home = rng.randrange(GIB, volume - GIB) // BLOCK * BLOCK
     files = []
     for _ in range(rng.randrange(25, 70)):
         if rng.random() < 0.35:
-            start = (lib_base + rng.randrange(-(512 << 20), 512 << 20)) // BLOCK * BLOCK
+            files.append(rng.choice(libs))  # a shared library
         else:
             start = rng.randrange(0, volume - (1 << 20)) // BLOCK * BLOCK
-        files.append((start, rng.randrange(2, 24)))
+            files.append((start, rng.randrange(2, 24)))
     reqs = []
     for start, blocks in files:
         pieces = rng.randrange(1, 5)
@@ -48,20 +57,46 @@ def program(rng, volume, lib_base, index):
             rng.shuffle(offsets)  # not always in file order
         for o in offsets:
             n = rng.randrange(1, min(8, blocks - o) + 1)
-            reqs.append((start + o * BLOCK, n * BLOCK))
+            reqs.append((start, blocks, o, n))
     return {"index": index, "reqs": reqs, "home": home, "writes": index in (6, 9)}
 
 
-def run(rng, prog, volume, t_ns, stream, out, skip, new):
+def readahead(n):
+    """Blocks the kernel's first (synchronous) read-ahead of an n-block
+    read fetches (Linux's get_init_ra_size with a 128 KiB window)."""
+    p = 1 << (n - 1).bit_length()
+    return min(32, 4 * p if p <= 1 else 2 * p)
+
+
+def through_cache(cache, start, blocks, o, n):
+    """The block request (offset, length) a file read of blocks [o, o+n)
+    makes below a page cache holding `cache` (absolute blocks), or None
+    when every block is cached; the fetched blocks join the cache."""
+    first = start // BLOCK
+    todo = [b for b in range(first + o, first + o + n) if b not in cache]
+    if not todo:
+        return None
+    end = max(todo[0] + readahead(n), todo[-1] + 1)
+    end = min(end, first + blocks)
+    fetch = range(todo[0], end)
+    cache.update(fetch)
+    return (todo[0] * BLOCK, len(fetch) * BLOCK)
+
+
+def run(rng, prog, volume, t_ns, stream, out, skip, new, cache):
     """One run of `prog` starting at t_ns; returns the time after it."""
-    for off, length in prog["reqs"]:
+    for start, blocks, o, n in prog["reqs"]:
         if rng.random() < skip:
             continue
         if rng.random() < new:
             extra = rng.randrange(0, volume - (64 << 10)) // BLOCK * BLOCK
-            out.append((t_ns, stream, "R", extra, rng.choice([4096, 8192, 16384])))
+            req = through_cache(cache, extra, 16, 0, rng.choice([1, 2, 4]))
+            if req:
+                out.append((t_ns, stream, "R") + req)
             t_ns += rng.randrange(200_000, 2_000_000)
-        out.append((t_ns, stream, "R", off, length))
+        req = through_cache(cache, start, blocks, o, n)
+        if req:
+            out.append((t_ns, stream, "R") + req)
         t_ns += rng.randrange(200_000, 2_000_000)
     if prog["writes"]:
         for _ in range(rng.randrange(20, 60)):
@@ -82,26 +117,36 @@ def main():
     ap.add_argument("--skip", type=float, default=0.10, help="share of a program's reads a run skips")
     ap.add_argument("--new", type=float, default=0.05, help="share of reads of never-read files added")
     ap.add_argument("--same-days", action="store_true", help="every day runs every program once, in one order")
+    ap.add_argument(
+        "--cold-runs", action="store_true", help="drop the page cache before every run (cold start-ups)"
+    )
     a = ap.parse_args()
     rng = random.Random(a.seed)
     volume = a.volume_gib * GIB
     lib_base = rng.randrange(2 * GIB, volume - 2 * GIB) // BLOCK * BLOCK
-    progs = [program(rng, volume, lib_base, i) for i in range(12)]
+    libs = [
+        ((lib_base + rng.randrange(-(512 << 20), 512 << 20)) // BLOCK * BLOCK, rng.randrange(2, 24))
+        for _ in range(60)
+    ]
+    progs = [program(rng, volume, libs, i) for i in range(12)]
     out = []
     stream = 1
     for day in range(a.days):
         t = int(day * DAY_S * 1e9) + 500_000_000
         end = int((day + 0.55) * DAY_S * 1e9)
+        cache = set()  # the page cache, cold every morning
         if a.same_days:
             today = list(progs)
         else:
             today = [p for p in progs if p["index"] < 6 or rng.random() < 0.5]
-            today = today * 2
-            today = rng.sample(today, rng.randrange(len(today) // 2, len(today)))
+            today += [p for p in today if rng.random() < 0.5]  # run twice
+            rng.shuffle(today)
         for p in today:
             if t >= end:
                 break
-            t = run(rng, p, volume, t, stream, out, a.skip, a.new)
+            if a.cold_runs:
+                cache = set()
+            t = run(rng, p, volume, t, stream, out, a.skip, a.new, cache)
             stream += 1
             t += rng.randrange(1_000_000_000, 4_000_000_000)
     out.sort(key=lambda r: r[0])

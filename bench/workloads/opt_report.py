@@ -4,7 +4,10 @@
 phases, four a day), speedups on the held-out days, and the opt counters.
 
     opt_report.py RESULTS_DIR CPU_FILE
+    opt_report.py --startup RESULTS_DIR
+    opt_report.py --coverage TRACE.gz     (what a plan trained on day 1 could know)
 """
+import gzip
 import json
 import sys
 
@@ -44,9 +47,44 @@ def startup(res):
     print()
 
 
+def coverage(trace):
+    """Per held-out day: the share of reads whose blocks were all read on
+    day 1 (the training day), and on any earlier day: what a plan trained
+    on them could have placed at most."""
+    seen_day1, seen_before, today_blocks, rows = set(), set(), set(), {}
+    today = 0
+    for line in gzip.open(trace, "rt"):
+        f = line.split()
+        if line.startswith("#") or f[3] != "R":
+            continue
+        d = int(int(f[0]) / 1e9 // DAY_S)
+        if d != today:
+            seen_before |= today_blocks
+            today_blocks, today = set(), d
+        off, n = int(f[4]), int(f[5])
+        blocks = set(range(off // 4096, (off + n + 4095) // 4096))
+        r = rows.setdefault(d, [0, 0, 0])
+        r[0] += 1
+        r[1] += blocks <= seen_day1
+        r[2] += blocks <= seen_before
+        if d == 0:
+            seen_day1 |= blocks
+        today_blocks |= blocks
+    print()
+    print("Reads of each held-out day whose blocks training had seen (an upper bound on what a plan can place):")
+    print()
+    print("| day | reads | seen on day 1 | seen on any earlier day |")
+    print("| --- | --- | --- | --- |")
+    for d in sorted(k for k in rows if k > 0):
+        n, a, b = rows[d]
+        print(f"| {d + 1} | {n} | {100 * a / n:.0f}% | {100 * b / n:.0f}% |")
+
+
 def main():
     if sys.argv[1] == "--startup":
         return startup(sys.argv[2])
+    if sys.argv[1] == "--coverage":
+        return coverage(sys.argv[2])
     res, cpu_file = sys.argv[1], sys.argv[2]
     cpu = {}
     for line in open(cpu_file):

@@ -101,7 +101,11 @@ fn opt_crash_at_every_flush_and_random_points_keeps_flushed_data() {
 
 /// A harness over a fresh device with the manual config, brought up.
 fn harness(dev: &Arc<MemDevice>, mode: OpenMode) -> Harness {
-    let stack = stack_from_toml(&manual(), DEVICE_BYTES, mode);
+    harness_with(dev, &manual(), mode)
+}
+
+fn harness_with(dev: &Arc<MemDevice>, cfg: &str, mode: OpenMode) -> Harness {
+    let stack = stack_from_toml(cfg, DEVICE_BYTES, mode);
     let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
     bring_up(&mut h);
     h
@@ -122,7 +126,11 @@ fn describe(h: &mut Harness) -> String {
 /// Writes blocks 10..14, reads them in order twice, plans and applies,
 /// and runs the job to the end: blocks 10..14 are in OPT.
 fn mapped_harness(dev: &Arc<MemDevice>) -> Harness {
-    let mut h = harness(dev, OpenMode::Format);
+    mapped_harness_with(dev, &manual())
+}
+
+fn mapped_harness_with(dev: &Arc<MemDevice>, cfg: &str) -> Harness {
+    let mut h = harness_with(dev, cfg, OpenMode::Format);
     for b in 10..14u8 {
         assert_eq!(h.write(u64::from(b) * B, block(b)).result, Ok(()));
     }
@@ -138,6 +146,108 @@ fn mapped_harness(dev: &Arc<MemDevice>) -> Harness {
     assert_eq!(counter(&*h.stack, "job_active"), 0, "{}", describe(&mut h));
     assert!(counter(&*h.stack, "mapped_blocks_count") >= 4, "{}", describe(&mut h));
     h
+}
+
+/// Where each of blocks `blocks` lives on the lower device.
+fn lower_of(h: &Harness, blocks: std::ops::Range<u64>) -> Vec<u64> {
+    blocks.map(|b| h.stack.map_extent(b * B, B)[0].0.expect("known")).collect()
+}
+
+/// Whether the lower offsets are adjacent blocks (in some order).
+fn adjacent(mut lower: Vec<u64>) -> bool {
+    lower.sort_unstable();
+    lower.windows(2).all(|w| w[1] == w[0] + B)
+}
+
+/// Reads blocks `blocks` in order, twice.
+fn read_twice(h: &mut Harness, blocks: std::ops::Range<u64>) {
+    for _ in 0..2 {
+        for b in blocks.clone() {
+            assert_eq!(h.read(b * B, B as u32).result, Ok(()));
+        }
+    }
+}
+
+#[test]
+fn a_replan_keeps_placed_blocks_in_their_slots_and_copies_only_new_ones() {
+    let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+    let mut h = mapped_harness(&dev);
+    let before = lower_of(&h, 10..14);
+    assert!(before.iter().all(|&o| (512 << 10..608 << 10).contains(&o)), "in OPT: {before:?}");
+    let copied = counter(&*h.stack, "copied_bytes");
+    // The same four blocks and four new ones, read as one sequence.
+    read_twice(&mut h, 10..18);
+    let reply = message(&mut h, "plan").expect("plan");
+    let reply = reply + &message(&mut h, "apply").expect("apply");
+    assert!(reply.contains("4 block(s) kept, 4 to copy"), "{reply}");
+    h.settle();
+    assert_eq!(counter(&*h.stack, "job_active"), 0, "{}", describe(&mut h));
+    assert_eq!(lower_of(&h, 10..14), before, "kept blocks did not move");
+    assert_eq!(counter(&*h.stack, "copied_bytes"), copied + 4 * B, "only the new blocks were copied");
+    assert_eq!(counter(&*h.stack, "dropped_blocks_count"), 0);
+    // The new blocks go next to the kept ones in the region.
+    assert!(adjacent(lower_of(&h, 10..18)), "{:?}", lower_of(&h, 10..18));
+    // The same plan again: nothing to do.
+    read_twice(&mut h, 10..18);
+    let reply = message(&mut h, "apply").expect("apply");
+    assert!(reply.contains("nothing to do"), "{reply}");
+    for b in 10..18u64 {
+        let want = if b < 14 { block(b as u8) } else { vec![0; B as usize] };
+        assert_eq!(read_block(&mut h, b), want);
+    }
+}
+
+#[test]
+fn blocks_a_plan_leaves_out_stay_until_their_slots_are_needed() {
+    // A threshold of two transitions: after a plan halves the weights,
+    // blocks 10..14 (read twice before it) are no longer planned.
+    let cfg = manual().replace("edge_weight_min = 0", "edge_weight_min = 2");
+    let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+    let mut h = mapped_harness_with(&dev, &cfg);
+    let before = lower_of(&h, 10..14);
+    read_twice(&mut h, 30..34);
+    message(&mut h, "plan").expect("plan");
+    let reply = message(&mut h, "apply").expect("apply");
+    assert!(reply.contains("4 to copy in 1 run(s), 0 to drop"), "{reply}");
+    h.settle();
+    assert_eq!(lower_of(&h, 10..14), before, "left out but not needed: still in OPT");
+    assert_eq!(counter(&*h.stack, "mapped_blocks_count"), 8);
+    // Twenty new blocks need the whole region (20 slots): the left-out
+    // ones go (and the region takes the new plan's first 20 blocks).
+    read_twice(&mut h, 40..60);
+    let reply = message(&mut h, "plan").expect("plan") + &message(&mut h, "apply").expect("apply");
+    assert!(reply.contains("to drop"), "{reply}");
+    h.settle();
+    assert_eq!(counter(&*h.stack, "dropped_blocks_count"), 8, "{}", describe(&mut h));
+    assert_eq!(counter(&*h.stack, "mapped_blocks_count"), 20);
+    for b in 10..14u64 {
+        assert_eq!(read_block(&mut h, b), block(b as u8), "home is current");
+    }
+}
+
+#[test]
+fn a_batch_of_copies_goes_to_adjacent_slots_in_fewer_writes() {
+    let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+    let mut h = harness(&dev, OpenMode::Format);
+    // Eight scattered blocks read in one order: eight runs, adjacent slots.
+    let blocks = [90u64, 7, 150, 33, 120, 64, 3, 200];
+    for &b in &blocks {
+        assert_eq!(h.write(b * B, block(b as u8)).result, Ok(()));
+    }
+    for _ in 0..2 {
+        for &b in &blocks {
+            h.read(b * B, B as u32);
+        }
+    }
+    message(&mut h, "apply").expect("apply");
+    h.settle();
+    assert_eq!(counter(&*h.stack, "copies_count"), 8);
+    assert!(counter(&*h.stack, "copy_writes_count") < 8, "{}", describe(&mut h));
+    let lower: Vec<u64> = blocks.iter().map(|&b| lower_of(&h, b..b + 1)[0]).collect();
+    assert!(adjacent(lower.clone()), "{lower:?}");
+    for &b in &blocks {
+        assert_eq!(read_block(&mut h, b), block(b as u8));
+    }
 }
 
 /// Steps until `pred` holds (bounded).

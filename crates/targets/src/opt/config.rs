@@ -36,9 +36,15 @@ pub struct Args {
     pub think_time_ms: u64,
     /// The planner stops at vertices whose connectivity is below this.
     pub edge_weight_min: u64,
-    /// Most blocks one copy request moves (a run of the plan; two copies
-    /// are in flight at most; the rate is capped by `[background] rate`).
+    /// Most blocks one copy read moves (a run of the plan; the rate is
+    /// capped by `[background] rate`).
     pub copy_blocks_per_step: u32,
+    /// Copy reads in flight at once (a foreground request arriving in
+    /// idle time waits behind at most these).
+    pub copies_in_flight: u32,
+    /// Blocks read into memory before they are written to their slots in
+    /// as few writes as the slots allow (a batch: memory for copies).
+    pub copy_batch_blocks: u32,
     /// Plan after this many profiled requests (0: not by count).
     pub plan_interval_requests: u64,
     /// Plan after this much virtual time with new requests (0: not by time).
@@ -195,6 +201,8 @@ impl Args {
             think_time_ms: a.u64_opt("think_time_ms")?.unwrap_or(100).max(1),
             edge_weight_min: a.u64_opt("edge_weight_min")?.unwrap_or(2),
             copy_blocks_per_step: u32_key(&mut a, "copy_blocks_per_step", 64, 1, 8192)?,
+            copies_in_flight: u32_key(&mut a, "copies_in_flight", 4, 1, 64)?,
+            copy_batch_blocks: u32_key(&mut a, "copy_batch_blocks", 256, 1, 1 << 16)?,
             plan_interval_requests: a.u64_opt("plan_interval_requests")?.unwrap_or(0),
             plan_interval_ms: a.u64_opt("plan_interval_ms")?.unwrap_or(600_000),
             auto_apply: a.bool_opt("auto_apply")?.unwrap_or(true),
@@ -220,6 +228,8 @@ impl Args {
             ("think_time_ms", self.think_time_ms.to_string()),
             ("edge_weight_min", self.edge_weight_min.to_string()),
             ("copy_blocks_per_step", self.copy_blocks_per_step.to_string()),
+            ("copies_in_flight", self.copies_in_flight.to_string()),
+            ("copy_batch_blocks", self.copy_batch_blocks.to_string()),
             ("plan_interval_requests", self.plan_interval_requests.to_string()),
             ("plan_interval_ms", self.plan_interval_ms.to_string()),
             ("auto_apply", self.auto_apply.to_string()),

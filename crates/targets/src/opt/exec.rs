@@ -12,24 +12,36 @@
 //! 2. `Unmap`: a map without the dropped slots is written (FUA); writes to
 //!    their home blocks wait meanwhile (a crash must never find the old map
 //!    pointing at a slot whose home has moved on); then the slots are free.
-//! 3. `CopyIn`: each new run is read from home and written to its slots
-//!    (gated); an upper write to its home blocks while it is being copied
-//!    marks it stale: copied again (twice at most), else left out.
+//! 3. `CopyIn`: the new runs go in *batches* of about `copy_batch_blocks`
+//!    blocks, in slot order: each run of a batch is read from home
+//!    (`copies_in_flight` reads at once, issued in home order so the disk
+//!    sweeps), and when the batch's reads are done its runs are written to
+//!    their slots, adjacent slots in one write (gated). An upper write to a
+//!    run's home blocks while it is being copied marks it stale: copied
+//!    again (twice at most), else left out.
 //! 4. `Commit`: a flush (the copies are durable before any map names
 //!    them), then a map with the copied runs (FUA; writes to their home
 //!    blocks wait meanwhile); runs written to since the flush was issued
 //!    are left out. Then the runs are mapped: the switch.
+//!
+//! Slots are stable across plans: a block the new plan places that is
+//! already in the region stays in its slot (nothing is copied for it); new
+//! blocks go to free slots, next to the slot of the block the plan puts
+//! before them when it is free. A block the new plan no longer places stays
+//! mapped until its slot is needed (then every such slot is dropped at
+//! once), so a program not run since the last plan keeps its copies.
 
 use super::analyze::{master_graph, plan, Range, WEIGHT_UNIT};
 use super::{LowerOp, Opt, Slot};
-use layoutd_core::{Completion, Instant, Op, ReqId, Request};
+use bytes::Bytes;
+use layoutd_core::{Completion, Instant, Op, ReqId, Request, REQUEST_BYTES_MAX};
+use rustc_hash::FxHashSet;
 use std::collections::{BTreeMap, VecDeque};
 
 /// Copies of one run given up after this many stale attempts.
 const COPY_TRIES_MAX: u8 = 3;
-/// Copy chains (read, then write) in flight at once, copy-in or copy-home:
-/// a foreground request arriving in idle time waits behind at most these.
-const COPIES_IN_FLIGHT_MAX: u32 = 2;
+/// Copy-home chains (read, then write) in flight at once.
+const COPIES_HOME_IN_FLIGHT_MAX: u32 = 2;
 /// Copied blocks committed (flush, map write) at a time, so a long plan
 /// goes live piece by piece instead of at its end.
 const COMMIT_BLOCKS_MIN: u64 = 1024;
@@ -50,6 +62,8 @@ pub(super) enum JobPhase {
 enum RunState {
     Todo,
     Reading,
+    /// Read; its data waits for the batch's write.
+    Read,
     Writing,
     Done,
     /// In the map (live).
@@ -58,7 +72,7 @@ enum RunState {
 }
 
 /// Home blocks `[home, home + count)` copied to slots `[slot, slot + count)`.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct CopyRun {
     home: u64,
     slot: u32,
@@ -66,6 +80,72 @@ struct CopyRun {
     state: RunState,
     stale: bool,
     tries: u8,
+    /// The home blocks read, until written (`Read`).
+    data: Option<Bytes>,
+}
+
+/// Free slots as extents (start → length), taken next-fit.
+#[derive(Debug, Default)]
+struct FreeSlots {
+    ext: BTreeMap<u32, u32>,
+    cursor: u32,
+}
+
+impl FreeSlots {
+    /// Frees `[start, start + len)`, merging with its neighbours.
+    fn add(&mut self, mut start: u32, mut len: u32) {
+        if let Some((&s, &l)) = self.ext.range(..start).next_back() {
+            if s + l == start {
+                self.ext.remove(&s);
+                (start, len) = (s, l + len);
+            }
+        }
+        if let Some(l) = self.ext.remove(&(start + len)) {
+            len += l;
+        }
+        self.ext.insert(start, len);
+    }
+
+    /// Takes `[at, at + n)` out of the free extent `(s, l)` holding it.
+    fn cut(&mut self, (s, l): (u32, u32), at: u32, n: u32) {
+        self.ext.remove(&s);
+        if at > s {
+            self.ext.insert(s, at - s);
+        }
+        if at + n < s + l {
+            self.ext.insert(at + n, s + l - at - n);
+        }
+        self.cursor = at + n;
+    }
+
+    /// Takes `[at, at + n)` if all of it is free.
+    fn take_at(&mut self, at: u32, n: u32) -> bool {
+        match self.ext.range(..=at).next_back().map(|(&s, &l)| (s, l)) {
+            Some((s, l)) if at + n <= s + l => {
+                self.cut((s, l), at, n);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Takes `n` adjacent free slots, the first that fit from the cursor on.
+    fn take_fit(&mut self, n: u32) -> Option<u32> {
+        let c = self.cursor;
+        let (s, l) =
+            self.ext.range(c..).chain(self.ext.range(..c)).find(|e| *e.1 >= n).map(|(&s, &l)| (s, l))?;
+        self.cut((s, l), s, n);
+        Some(s)
+    }
+
+    /// Takes up to `n` adjacent free slots from the longest extent.
+    fn take_longest(&mut self, n: u32) -> Option<(u32, u32)> {
+        let (s, l) =
+            self.ext.iter().max_by_key(|e| (*e.1, std::cmp::Reverse(*e.0))).map(|(&s, &l)| (s, l))?;
+        let m = l.min(n);
+        self.cut((s, l), s, m);
+        Some((s, m))
+    }
 }
 
 /// One reconfiguration in progress.
@@ -82,8 +162,12 @@ pub(super) struct Job {
     todo: VecDeque<u32>,
     /// Home block → run, to mark runs stale.
     by_home: BTreeMap<u64, u32>,
-    /// Runs being copied.
-    runs_in_flight: u32,
+    /// The runs of the batch being copied (empty: none).
+    batch: Vec<u32>,
+    /// Runs of the batch still to read, in home order.
+    batch_reads: VecDeque<u32>,
+    reads_in_flight: u32,
+    writes_in_flight: u32,
     /// Blocks copied (`Done`) and not committed yet.
     uncommitted_blocks: u64,
     /// A lower error: finish what is in flight, then give the job up.
@@ -92,7 +176,7 @@ pub(super) struct Job {
 
 impl Job {
     fn in_flight(&self) -> u32 {
-        self.home_in_flight + self.runs_in_flight
+        self.home_in_flight + self.reads_in_flight + self.writes_in_flight
     }
 }
 
@@ -107,8 +191,8 @@ impl Opt {
                 j.home_in_flight < limit || (j.home_todo.is_empty() && j.home_in_flight == 0)
             }
             JobPhase::CopyIn => {
-                j.runs_in_flight == 0
-                    || (j.runs.iter().any(|r| r.state == RunState::Todo) && j.runs_in_flight < limit)
+                j.batch.is_empty()
+                    || (!j.batch_reads.is_empty() && j.reads_in_flight < self.args.copies_in_flight)
             }
             _ => false,
         }
@@ -132,7 +216,7 @@ impl Opt {
 
     /// Starts one copy home (a slot still dirty), or moves on when none is left.
     fn step_copy_home(&mut self) -> Option<u64> {
-        let limit = COPIES_IN_FLIGHT_MAX;
+        let limit = COPIES_HOME_IN_FLIGHT_MAX;
         let b = self.geo.block_bytes;
         let mut bytes = 0;
         loop {
@@ -176,33 +260,49 @@ impl Opt {
         j.uncommitted_blocks >= COMMIT_BLOCKS_MIN || (j.todo.is_empty() && j.uncommitted_blocks > 0)
     }
 
-    /// Starts one run's copy; with none in flight and a commit due, starts
-    /// the commit (its flush); with nothing left, ends the job.
+    /// With no batch in flight: starts the commit (its flush) when due,
+    /// ends the job when nothing is left, or takes the next batch of runs
+    /// (slot order). Then starts the batch's reads, up to `copies_in_flight`.
     fn step_copy_in(&mut self) -> Option<u64> {
         let b = self.geo.block_bytes;
+        let (batch_blocks, reads_max) = (u64::from(self.args.copy_batch_blocks), self.args.copies_in_flight);
         let j = self.job.as_mut().expect("a job");
-        if j.runs_in_flight == 0 && Self::commit_due(j) {
-            j.phase = JobPhase::CommitFlush;
-            self.emit(LowerOp::JobFlush, Request::new(ReqId(0), Op::Flush, 0, 0));
-            return Some(0);
+        if j.batch.is_empty() {
+            if Self::commit_due(j) {
+                j.phase = JobPhase::CommitFlush;
+                self.emit(LowerOp::JobFlush, Request::new(ReqId(0), Op::Flush, 0, 0));
+                return Some(0);
+            }
+            if j.todo.is_empty() {
+                self.finish_job();
+                return Some(0);
+            }
+            let mut blocks = 0;
+            while blocks < batch_blocks {
+                let Some(run) = j.todo.pop_front() else { break };
+                blocks += u64::from(j.runs[run as usize].count);
+                j.batch.push(run);
+            }
+            let mut reads = j.batch.clone();
+            reads.sort_by_key(|&r| j.runs[r as usize].home);
+            j.batch_reads = reads.into();
         }
-        if j.runs_in_flight == 0 && j.todo.is_empty() {
-            self.finish_job();
-            return Some(0);
+        let mut started = Vec::new();
+        while j.reads_in_flight < reads_max {
+            let Some(run) = j.batch_reads.pop_front() else { break };
+            let r = &mut j.runs[run as usize];
+            assert_eq!(r.state, RunState::Todo);
+            r.state = RunState::Reading;
+            r.stale = false;
+            j.reads_in_flight += 1;
+            started.push((run, r.home, u64::from(r.count) * b));
         }
-        if j.runs_in_flight >= COPIES_IN_FLIGHT_MAX || Self::commit_due(j) {
-            return None;
+        let bytes: u64 = started.iter().map(|s| s.2).sum();
+        for (run, home, len) in started {
+            let req = Request::new(ReqId(0), Op::Read, self.geo.home_bytes(home * b), len as u32);
+            self.emit_gated(LowerOp::CopyInRead { run }, req);
         }
-        let run = j.todo.pop_front()?;
-        let r = &mut j.runs[run as usize];
-        assert_eq!(r.state, RunState::Todo);
-        r.state = RunState::Reading;
-        r.stale = false;
-        j.runs_in_flight += 1;
-        let (home, len) = (r.home, u64::from(r.count) * b);
-        let req = Request::new(ReqId(0), Op::Read, self.geo.home_bytes(home * b), len as u32);
-        self.emit_gated(LowerOp::CopyInRead { run }, req);
-        Some(len)
+        (bytes > 0).then_some(bytes)
     }
 
     fn finish_job(&mut self) {
@@ -254,41 +354,109 @@ impl Opt {
                 }
             }
             LowerOp::CopyInRead { run } => self.copy_read_done(run, c),
-            LowerOp::CopyInWrite { run } => self.copy_write_done(run, failed),
+            LowerOp::CopyInWrite { runs } => self.copy_write_done(&runs, failed),
             other => unreachable!("not job I/O: {other:?}"),
         }
     }
 
     fn copy_read_done(&mut self, run: u32, c: Completion) {
         let j = self.job.as_mut().expect("a job");
+        j.reads_in_flight -= 1;
         let r = &mut j.runs[run as usize];
         assert_eq!(r.state, RunState::Reading);
         if c.result.is_err() || r.stale || j.aborted {
-            j.runs_in_flight -= 1;
             Self::retry_or_abandon(run, r, &mut j.todo, &mut self.counters.copies_stale_count);
-            return;
+            j.batch.retain(|&x| x != run);
+        } else {
+            r.state = RunState::Read;
+            r.data = c.data;
         }
-        r.state = RunState::Writing;
-        let (slot, count) = (r.slot, r.count);
-        let len = u64::from(count) * self.geo.block_bytes;
-        let mut req = Request::new(ReqId(0), Op::Write, self.geo.slot_offset_bytes(slot), len as u32);
-        req.data = c.data;
-        self.emit_gated(LowerOp::CopyInWrite { run }, req);
+        self.write_batch();
     }
 
-    fn copy_write_done(&mut self, run: u32, failed: bool) {
+    /// Once every read of the batch is done: writes its runs to their
+    /// slots, adjacent slots in one write (stale runs go back to `todo`).
+    fn write_batch(&mut self) {
+        let b = self.geo.block_bytes;
         let j = self.job.as_mut().expect("a job");
-        let r = &mut j.runs[run as usize];
-        assert_eq!(r.state, RunState::Writing);
-        j.runs_in_flight -= 1;
-        if failed || r.stale {
-            Self::retry_or_abandon(run, r, &mut j.todo, &mut self.counters.copies_stale_count);
+        if !j.batch_reads.is_empty() || j.reads_in_flight > 0 || j.writes_in_flight > 0 {
             return;
         }
-        r.state = RunState::Done;
-        j.uncommitted_blocks += u64::from(r.count);
-        self.counters.copies_count += 1;
-        self.counters.copied_bytes += u64::from(r.count) * self.geo.block_bytes;
+        let mut ready = Vec::new();
+        for &run in &j.batch {
+            let r = &mut j.runs[run as usize];
+            assert_eq!(r.state, RunState::Read);
+            if r.stale || j.aborted {
+                r.data = None;
+                Self::retry_or_abandon(run, r, &mut j.todo, &mut self.counters.copies_stale_count);
+            } else {
+                ready.push(run);
+            }
+        }
+        ready.sort_by_key(|&r| j.runs[r as usize].slot);
+        j.batch = ready.clone();
+        let mut writes: Vec<Vec<u32>> = Vec::new();
+        let max_blocks = u64::from(REQUEST_BYTES_MAX) / b;
+        for run in ready {
+            let r = &j.runs[run as usize];
+            match writes.last_mut() {
+                Some(w)
+                    if {
+                        let last = &j.runs[*w.last().expect("non-empty") as usize];
+                        let first = &j.runs[w[0] as usize];
+                        last.slot + last.count == r.slot
+                            && u64::from(r.slot + r.count - first.slot) <= max_blocks
+                    } =>
+                {
+                    w.push(run)
+                }
+                _ => writes.push(vec![run]),
+            }
+        }
+        j.writes_in_flight = writes.len() as u32;
+        self.counters.copy_writes_count += writes.len() as u64;
+        let mut reqs = Vec::new();
+        for w in writes {
+            let slot = j.runs[w[0] as usize].slot;
+            let blocks: u32 = w.iter().map(|&run| j.runs[run as usize].count).sum();
+            // Data-less lower devices (the simulator's) return no bytes.
+            let mut data = Some(Vec::with_capacity((u64::from(blocks) * b) as usize));
+            for &run in &w {
+                let r = &mut j.runs[run as usize];
+                r.state = RunState::Writing;
+                match (r.data.take(), data.as_mut()) {
+                    (Some(d), Some(v)) => v.extend_from_slice(&d),
+                    _ => data = None,
+                }
+            }
+            let len = (u64::from(blocks) * b) as u32;
+            let mut req = Request::new(ReqId(0), Op::Write, self.geo.slot_offset_bytes(slot), len);
+            req.data = data.map(Bytes::from);
+            reqs.push((w, req));
+        }
+        for (runs, req) in reqs {
+            self.emit_gated(LowerOp::CopyInWrite { runs }, req);
+        }
+    }
+
+    fn copy_write_done(&mut self, runs: &[u32], failed: bool) {
+        let j = self.job.as_mut().expect("a job");
+        j.writes_in_flight -= 1;
+        for &run in runs {
+            let r = &mut j.runs[run as usize];
+            assert_eq!(r.state, RunState::Writing);
+            if failed || r.stale {
+                Self::retry_or_abandon(run, r, &mut j.todo, &mut self.counters.copies_stale_count);
+                continue;
+            }
+            r.state = RunState::Done;
+            j.uncommitted_blocks += u64::from(r.count);
+            self.counters.copies_count += 1;
+            self.counters.copied_bytes += u64::from(r.count) * self.geo.block_bytes;
+        }
+        if j.writes_in_flight == 0 {
+            j.batch.clear();
+        }
     }
 
     fn retry_or_abandon(run: u32, r: &mut CopyRun, todo: &mut VecDeque<u32>, stale_count: &mut u64) {
@@ -449,7 +617,7 @@ impl Opt {
         );
         self.planned = Some(p.clone());
         if self.args.auto_apply && self.job.is_none() {
-            let started = self.start_job(now, p).unwrap_or_else(|e| e);
+            let started = self.start_job(now, p, true).unwrap_or_else(|e| e);
             return format!("{summary}; {started}");
         }
         summary
@@ -469,32 +637,114 @@ impl Opt {
                 self.planned.clone().expect("just planned")
             }
         };
-        self.start_job(now, p)
+        self.start_job(now, p, true)
     }
 
-    /// Starts a reconfiguration towards `ranges` (in region order).
-    pub(super) fn start_job(&mut self, _now: Instant, ranges: Vec<Range>) -> Result<String, String> {
+    /// Starts a reconfiguration towards `ranges` (in region order). Blocks
+    /// already in the region stay in their slots; with `retain`, blocks the
+    /// plan leaves out stay too until their slots are needed (without it,
+    /// as for `drop`, they all go).
+    pub(super) fn start_job(
+        &mut self,
+        _now: Instant,
+        ranges: Vec<Range>,
+        retain: bool,
+    ) -> Result<String, String> {
         if self.job.is_some() {
             return Err("opt: a reconfiguration is in progress".into());
         }
         let volume_blocks = self.geo.volume_blocks();
-        let mut new: Vec<(u64, u32)> = Vec::new();
+        let slot_count = self.geo.slot_count as usize;
+        let mut want: Vec<u64> = Vec::new();
         'fill: for (s, e) in ranges {
             for h in s..e.min(volume_blocks) {
-                if new.len() == self.geo.slot_count as usize {
+                if want.len() == slot_count {
                     break 'fill;
                 }
-                new.push((h, new.len() as u32));
+                want.push(h);
             }
         }
-        let mut keep = vec![false; self.slots.len()];
+        let mut keep = vec![false; slot_count];
+        for &h in &want {
+            if let Some(s) = self.map.get(h) {
+                keep[s as usize] = true;
+            }
+        }
+        let mut free = FreeSlots::default();
+        let mut reclaim = Vec::new();
+        let mut start = None;
+        for (s, slot) in self.slots.iter().enumerate() {
+            let s = s as u32;
+            match (slot.home, start) {
+                (None, None) => start = Some(s),
+                (None, Some(_)) => {}
+                (Some(_), a) => {
+                    if let Some(a) = a {
+                        free.add(a, s - a);
+                        start = None;
+                    }
+                    if !keep[s as usize] {
+                        reclaim.push(s);
+                    }
+                }
+            }
+        }
+        if let Some(a) = start {
+            free.add(a, slot_count as u32 - a);
+        }
+        let mut drop = Vec::new();
+        if !retain {
+            for &s in &reclaim {
+                free.add(s, 1);
+            }
+            drop = std::mem::take(&mut reclaim);
+        }
+        // New blocks: each group of blocks adjacent in the plan goes next to
+        // the slot of the block before it if free, else to the first free
+        // slots that hold it from the cursor on; when none do, the slots of
+        // blocks the plan left out are dropped, and at last a group is split.
+        let mut new: Vec<(u64, u32)> = Vec::new();
+        let mut prev_slot: Option<u32> = None;
+        let mut i = 0;
+        while i < want.len() {
+            if let Some(s) = self.map.get(want[i]) {
+                prev_slot = Some(s as u32);
+                i += 1;
+                continue;
+            }
+            let mut k = i;
+            while k < want.len() && self.map.get(want[k]).is_none() {
+                k += 1;
+            }
+            while i < k {
+                let n = (k - i) as u32;
+                let at = match prev_slot.map(|p| p + 1).filter(|&p| free.take_at(p, n)) {
+                    Some(p) => Some((p, n)),
+                    None => free.take_fit(n).map(|p| (p, n)),
+                };
+                let at = match at {
+                    Some(at) => at,
+                    None if !reclaim.is_empty() => {
+                        for &s in &reclaim {
+                            free.add(s, 1);
+                        }
+                        drop = std::mem::take(&mut reclaim);
+                        continue;
+                    }
+                    None => free.take_longest(n).expect("the plan fits the region"),
+                };
+                for x in 0..at.1 {
+                    new.push((want[i], at.0 + x));
+                    i += 1;
+                }
+                prev_slot = Some(at.0 + at.1 - 1);
+            }
+        }
+        drop.sort_unstable();
+        let kept = keep.iter().filter(|&&k| k).count();
         let mut runs: Vec<CopyRun> = Vec::new();
         let boundary = self.geo.opt_offset_bytes / self.geo.block_bytes;
         for &(home, slot) in &new {
-            if self.map.get(home) == Some(u64::from(slot)) {
-                keep[slot as usize] = true;
-                continue;
-            }
             match runs.last_mut() {
                 Some(r)
                     if r.home + u64::from(r.count) == home
@@ -504,27 +754,35 @@ impl Opt {
                 {
                     r.count += 1
                 }
-                _ => {
-                    runs.push(CopyRun { home, slot, count: 1, state: RunState::Todo, stale: false, tries: 0 })
-                }
+                _ => runs.push(CopyRun {
+                    home,
+                    slot,
+                    count: 1,
+                    state: RunState::Todo,
+                    stale: false,
+                    tries: 0,
+                    data: None,
+                }),
             }
         }
-        let drop: Vec<u32> = (0..self.slots.len() as u32)
-            .filter(|&s| self.slots[s as usize].home.is_some() && !keep[s as usize])
-            .collect();
         if drop.is_empty() && runs.is_empty() {
             self.counters.plans_unchanged_count += 1;
-            return Ok("the plan matches the region's contents: nothing to do".into());
+            return Ok(format!(
+                "the plan matches the region's contents: nothing to do ({kept} block(s) kept)"
+            ));
         }
         let reply = format!(
-            "reconfiguring: {} block(s) kept, {} to copy in {} run(s), {} to drop",
-            keep.iter().filter(|&&k| k).count(),
-            runs.iter().map(|r| u64::from(r.count)).sum::<u64>(),
+            "reconfiguring: {kept} block(s) kept, {} to copy in {} run(s), {} to drop",
+            new.len(),
             runs.len(),
             drop.len()
         );
         let by_home: BTreeMap<u64, u32> = runs.iter().enumerate().map(|(i, r)| (r.home, i as u32)).collect();
         assert_eq!(by_home.len(), runs.len(), "a plan places each block once");
+        let distinct: FxHashSet<u64> = want.iter().copied().collect();
+        assert_eq!(distinct.len(), want.len(), "a plan places each block once");
+        let mut todo: Vec<u32> = (0..runs.len() as u32).collect();
+        todo.sort_by_key(|&r| runs[r as usize].slot);
         let home_todo = drop.iter().copied().filter(|&s| self.slots[s as usize].dirty).collect();
         self.job = Some(Job {
             phase: JobPhase::CopyHome,
@@ -532,10 +790,13 @@ impl Opt {
             home_todo,
             home_done: Vec::new(),
             home_in_flight: 0,
-            todo: (0..runs.len() as u32).collect(),
+            todo: todo.into(),
             runs,
             by_home,
-            runs_in_flight: 0,
+            batch: Vec::new(),
+            batch_reads: VecDeque::new(),
+            reads_in_flight: 0,
+            writes_in_flight: 0,
             uncommitted_blocks: 0,
             aborted: false,
         });
@@ -570,5 +831,26 @@ impl Opt {
             self.geo.slot_count,
             self.slots.iter().filter(|s| s.dirty).count()
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FreeSlots;
+
+    #[test]
+    fn free_slots_merge_and_are_taken_where_asked_then_next_fit_then_longest() {
+        let mut f = FreeSlots::default();
+        f.add(0, 4);
+        f.add(10, 6);
+        f.add(4, 2); // merges with [0, 4)
+        assert_eq!(f.ext.iter().map(|(&s, &l)| (s, l)).collect::<Vec<_>>(), vec![(0, 6), (10, 6)]);
+        assert!(f.take_at(2, 3));
+        assert!(!f.take_at(5, 2), "slot 6 is not free");
+        // The cursor is at 5: the next fit of 2 is [5, 6)? Too short; [10, 12).
+        assert_eq!(f.take_fit(2), Some(10));
+        assert_eq!(f.take_fit(9), None);
+        assert_eq!(f.take_longest(9), Some((12, 4)));
+        assert_eq!(f.ext.iter().map(|(&s, &l)| (s, l)).collect::<Vec<_>>(), vec![(0, 2), (5, 1)]);
     }
 }

@@ -110,8 +110,9 @@ enum LowerOp {
     CopyInRead {
         run: u32,
     },
+    /// One write of a batch: runs with adjacent slots, in slot order.
     CopyInWrite {
-        run: u32,
+        runs: Vec<u32>,
     },
     HomeRead {
         slot: u32,
@@ -146,6 +147,7 @@ struct Counters {
     written_home_bytes: u64,
     flushes_count: u64,
     copies_count: u64,
+    copy_writes_count: u64,
     copied_bytes: u64,
     copies_stale_count: u64,
     dirty_copies_count: u64,
@@ -176,7 +178,7 @@ enum Phase {
 /// The `opt` target. Memory: the slot table and the map are fixed by the
 /// region's size; the profile, the stream graphs and the plan by their
 /// `_max` keys; in-flight collections by the upper requests in flight (one
-/// entry each) plus one job's `copy_blocks_per_step` copies.
+/// entry each) plus one job's batch of `copy_batch_blocks` copies.
 pub struct Opt {
     args: Args,
     geo: Geometry,
@@ -663,7 +665,7 @@ impl Target for Opt {
             "plan" => Ok(self.plan_now(now)),
             "apply" => self.apply(now),
             "drop" => {
-                self.start_job(now, Vec::new()).map(|s| format!("dropping the OPT region's contents: {s}"))
+                self.start_job(now, Vec::new(), false).map(|s| format!("dropping the OPT region's contents: {s}"))
             }
             "status" => Ok(format!("{}\n{}", self.describe(), self.status())),
             other => Err(format!(
@@ -747,6 +749,7 @@ impl Target for Opt {
             ("written_home_bytes", c.written_home_bytes),
             ("flushes_count", c.flushes_count),
             ("copies_count", c.copies_count),
+            ("copy_writes_count", c.copy_writes_count),
             ("copied_bytes", c.copied_bytes),
             ("copies_stale_count", c.copies_stale_count),
             ("dirty_copies_count", c.dirty_copies_count),
