@@ -33,6 +33,7 @@
 
 use super::analyze::{master_graph, plan, Range, WEIGHT_UNIT};
 use super::{LowerOp, Opt, Slot};
+use crate::alloc::{FreeSpace, Largest, Placement};
 use bytes::Bytes;
 use layoutd_core::{Completion, Instant, Op, ReqId, Request, REQUEST_BYTES_MAX};
 use rustc_hash::FxHashSet;
@@ -84,66 +85,65 @@ struct CopyRun {
     data: Option<Bytes>,
 }
 
-/// Free slots as extents (start → length), taken next-fit.
-#[derive(Debug, Default)]
+/// Free slots of the region, on the shared extent allocator
+/// ([`FreeSpace`]), taken where the plan asks, else next-fit from where the
+/// last take ended, else from the longest extent.
+#[derive(Debug)]
 struct FreeSlots {
-    ext: BTreeMap<u32, u32>,
+    space: FreeSpace,
     cursor: u32,
 }
 
 impl FreeSlots {
-    /// Frees `[start, start + len)`, merging with its neighbours.
-    fn add(&mut self, mut start: u32, mut len: u32) {
-        if let Some((&s, &l)) = self.ext.range(..start).next_back() {
-            if s + l == start {
-                self.ext.remove(&s);
-                (start, len) = (s, l + len);
-            }
-        }
-        if let Some(l) = self.ext.remove(&(start + len)) {
-            len += l;
-        }
-        self.ext.insert(start, len);
+    /// `slot_count` slots, none free yet.
+    fn new(slot_count: u32) -> FreeSlots {
+        FreeSlots { space: FreeSpace::all_used(u64::from(slot_count)), cursor: 0 }
     }
 
-    /// Takes `[at, at + n)` out of the free extent `(s, l)` holding it.
-    fn cut(&mut self, (s, l): (u32, u32), at: u32, n: u32) {
-        self.ext.remove(&s);
-        if at > s {
-            self.ext.insert(s, at - s);
-        }
-        if at + n < s + l {
-            self.ext.insert(at + n, s + l - at - n);
-        }
+    /// Frees `[start, start + len)`.
+    fn add(&mut self, start: u32, len: u32) {
+        self.space.release(u64::from(start), u64::from(len));
+    }
+
+    /// The free extents, in slot order.
+    fn extents(&self) -> Vec<(u32, u32)> {
+        self.space.extents().map(|(s, l)| (s as u32, l as u32)).collect()
+    }
+
+    /// Takes `[at, at + n)`; the next fit is looked for after it.
+    fn cut(&mut self, at: u32, n: u32) {
+        self.space.take(u64::from(at), u64::from(n));
         self.cursor = at + n;
     }
 
     /// Takes `[at, at + n)` if all of it is free.
     fn take_at(&mut self, at: u32, n: u32) -> bool {
-        match self.ext.range(..=at).next_back().map(|(&s, &l)| (s, l)) {
-            Some((s, l)) if at + n <= s + l => {
-                self.cut((s, l), at, n);
-                true
-            }
-            _ => false,
+        let free = u64::from(at) + u64::from(n) <= self.space.total_units()
+            && self.space.is_free(u64::from(at), u64::from(n));
+        if free {
+            self.cut(at, n);
         }
+        free
     }
 
-    /// Takes `n` adjacent free slots, the first that fit from the cursor on.
+    /// Takes `n` adjacent free slots: the first extent that fits starting
+    /// at or after the cursor, else the first from slot 0.
     fn take_fit(&mut self, n: u32) -> Option<u32> {
+        let ext = self.extents();
         let c = self.cursor;
-        let (s, l) =
-            self.ext.range(c..).chain(self.ext.range(..c)).find(|e| *e.1 >= n).map(|(&s, &l)| (s, l))?;
-        self.cut((s, l), s, n);
+        let (s, _) =
+            ext.iter().filter(|e| e.0 >= c).chain(ext.iter().filter(|e| e.0 < c)).find(|e| e.1 >= n)?;
+        let s = *s;
+        self.cut(s, n);
         Some(s)
     }
 
     /// Takes up to `n` adjacent free slots from the longest extent.
     fn take_longest(&mut self, n: u32) -> Option<(u32, u32)> {
-        let (s, l) =
-            self.ext.iter().max_by_key(|e| (*e.1, std::cmp::Reverse(*e.0))).map(|(&s, &l)| (s, l))?;
+        let s = Largest.choose(&self.space, 1, 0)? as u32;
+        let l = self.extents().into_iter().find(|e| e.0 == s).expect("Largest chose an extent start").1;
         let m = l.min(n);
-        self.cut((s, l), s, m);
+        self.cut(s, m);
         Some((s, m))
     }
 }
@@ -670,7 +670,7 @@ impl Opt {
                 keep[s as usize] = true;
             }
         }
-        let mut free = FreeSlots::default();
+        let mut free = FreeSlots::new(slot_count as u32);
         let mut reclaim = Vec::new();
         let mut start = None;
         for (s, slot) in self.slots.iter().enumerate() {
@@ -840,17 +840,17 @@ mod tests {
 
     #[test]
     fn free_slots_merge_and_are_taken_where_asked_then_next_fit_then_longest() {
-        let mut f = FreeSlots::default();
+        let mut f = FreeSlots::new(16);
         f.add(0, 4);
         f.add(10, 6);
         f.add(4, 2); // merges with [0, 4)
-        assert_eq!(f.ext.iter().map(|(&s, &l)| (s, l)).collect::<Vec<_>>(), vec![(0, 6), (10, 6)]);
+        assert_eq!(f.extents(), vec![(0, 6), (10, 6)]);
         assert!(f.take_at(2, 3));
         assert!(!f.take_at(5, 2), "slot 6 is not free");
         // The cursor is at 5: the next fit of 2 is [5, 6)? Too short; [10, 12).
         assert_eq!(f.take_fit(2), Some(10));
         assert_eq!(f.take_fit(9), None);
         assert_eq!(f.take_longest(9), Some((12, 4)));
-        assert_eq!(f.ext.iter().map(|(&s, &l)| (s, l)).collect::<Vec<_>>(), vec![(0, 2), (5, 1)]);
+        assert_eq!(f.extents(), vec![(0, 2), (5, 1)]);
     }
 }
