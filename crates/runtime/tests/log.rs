@@ -407,8 +407,12 @@ fn a_lower_read_error_fails_only_its_request_and_failed_writes_are_retried() {
     h.fail_lower_writes = true;
     h.lower_failures_left = Some(2);
     assert_eq!(h.write(0, block_bytes(2, 0)).result, Ok(()));
+    let before = h.now;
     assert_eq!(h.flush().result, Ok(()));
     assert_eq!(counter(&*h.stack, "lower_retries_count"), 2);
+    // Each retry waited its backoff (10 ms, then 20 ms) in virtual time.
+    let waited_ns = h.now.ns_since(before);
+    assert!(waited_ns >= 30_000_000, "the retries waited {waited_ns} ns");
     assert_eq!(h.read(0, 4096).data.map(|d| d.to_vec()), Some(block_bytes(2, 0)));
     // A write that keeps failing: the flush fails and the target stops.
     h.lower_failures_left = None;

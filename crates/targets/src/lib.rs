@@ -15,6 +15,7 @@ pub mod lowerio;
 pub mod opt;
 pub mod pool;
 pub mod replica;
+pub mod retry;
 pub mod seglog;
 mod split;
 pub mod trace;

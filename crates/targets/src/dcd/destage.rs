@@ -58,8 +58,7 @@ impl Dcd {
             self.destage.idle_deadline = None;
             self.destage.running = true;
         }
-        if self.log.retry.at.is_some_and(|t| t <= now) {
-            self.log.retry.at = None;
+        if self.log.retry.backoff.take_due(now) {
             for loc in std::mem::take(&mut self.log.retry.segments) {
                 self.counters.lower_write_retries_count += 1;
                 self.write_sealed(loc);
@@ -81,7 +80,7 @@ impl Dcd {
         for id in failed.into_iter().flat_map(|w| w.acks) {
             self.complete_upper(Completion::err(id, err));
         }
-        self.log.retry.failed(now, format!("{what}: {err}"));
+        self.log.retry.backoff.failed(now, format!("{what}: {err}"));
     }
 
     /// Dirty segments on disk with sectors still to move home.
@@ -499,7 +498,10 @@ impl Dcd {
                 self.log.ring.checkpoint_busy = false;
                 self.log.retry.checkpoint = true;
                 let at = self.geo.region_offset_bytes;
-                self.log.retry.failed(now, format!("writing the log checkpoint at lower offset {at}: {err}"));
+                self.log
+                    .retry
+                    .backoff
+                    .failed(now, format!("writing the log checkpoint at lower offset {at}: {err}"));
             }
         }
         self.maybe_finish_job();

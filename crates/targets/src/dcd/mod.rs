@@ -281,35 +281,17 @@ struct Waiter {
 }
 
 /// Lower write errors of the log's own writes (segments, checkpoints):
-/// retried with exponential backoff instead of failing the target, so a
-/// transient condition (ENOSPC on a thin or full host file system, a
-/// hiccup) does not poison requests that do not depend on the write.
+/// retried after the shared [`Backoff`](crate::retry::Backoff) instead of
+/// failing the target, so a transient condition (ENOSPC on a thin or full
+/// host file system, a hiccup) does not poison requests that do not depend
+/// on the write. The data stays in RAM; dcd never gives up.
 #[derive(Default)]
 struct Retry {
-    /// Sealed segments whose write failed, to write again at `at`.
+    /// Sealed segments whose write failed, to write again when due.
     segments: Vec<SegLoc>,
-    /// A checkpoint (tail advance) failed: try again at `at`.
+    /// A checkpoint (tail advance) failed: try again when due.
     checkpoint: bool,
-    at: Option<Instant>,
-    /// Consecutive failures, for the backoff.
-    failures: u32,
-    /// The last error, with what was being written: shown in the status.
-    last_error: Option<String>,
-}
-
-impl Retry {
-    /// First retry after 10 ms, doubling per consecutive failure, at most 2 s.
-    const BACKOFF_NS_MIN: u64 = 10_000_000;
-    const BACKOFF_NS_MAX: u64 = 2_000_000_000;
-
-    fn failed(&mut self, now: Instant, what: String) {
-        self.failures = self.failures.saturating_add(1);
-        let shift = (self.failures - 1).min(16);
-        let backoff = (Self::BACKOFF_NS_MIN << shift).min(Self::BACKOFF_NS_MAX);
-        let at = now.add_ns(backoff);
-        self.at = Some(self.at.map_or(at, |t| t.min(at)));
-        self.last_error = Some(what);
-    }
+    backoff: crate::retry::Backoff,
 }
 
 /// Idle detection and the destage job in progress.
@@ -469,7 +451,7 @@ impl SegmentLog {
         };
         seg.state = SegState::Dirty;
         seg.written = true;
-        self.retry.failures = 0;
+        self.retry.backoff.succeeded();
         self.buffers_free.push(buf);
         assert!(self.buffers_free.len() <= self.buffers.len());
         while self.ring.written_upto < self.ring.head() {
@@ -652,7 +634,10 @@ impl Target for Dcd {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        [self.log.buffer_deadline, self.destage.idle_deadline, self.log.retry.at].into_iter().flatten().min()
+        [self.log.buffer_deadline, self.destage.idle_deadline, self.log.retry.backoff.at()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn is_ready(&self) -> bool {
@@ -729,8 +714,8 @@ impl Target for Dcd {
         if let Phase::Failed(e) = &self.phase {
             config.push(("error".into(), e.clone()));
         }
-        if let Some(e) = &self.log.retry.last_error {
-            config.push(("last_lower_error".into(), e.clone()));
+        if let Some(e) = self.log.retry.backoff.last_error() {
+            config.push(("last_lower_error".into(), e.to_string()));
         }
         if let Some(loss) = &self.loss {
             config.push(("accepted_loss".into(), loss.clone()));

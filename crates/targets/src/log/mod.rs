@@ -221,9 +221,14 @@ pub struct Log {
     cleaning: Vec<u32>,
     lower_io: crate::lowerio::LowerIo<LowerOp>,
     /// Writes and flushes in flight while serving, by lower id, with the
-    /// attempts made: a failed one is sent again, up to
-    /// [`LOWER_WRITE_ATTEMPTS`] in all, before the target stops.
+    /// attempts made: a failed one is parked and sent again after the
+    /// shared backoff, up to [`LOWER_WRITE_ATTEMPTS`] in all, before the
+    /// target stops.
     retryable: FxHashMap<u64, (Request, u32)>,
+    /// Failed writes and flushes waiting for `backoff` to send them again,
+    /// with the attempt they will be.
+    parked: Vec<(LowerOp, Request, u32)>,
+    backoff: crate::retry::Backoff,
     /// Reads served beside the work stack, by key (looked up, never
     /// iterated): one per such read in flight.
     reads: FxHashMap<u64, crate::split::Assembly>,
@@ -298,6 +303,8 @@ impl Log {
             cleaning: Vec::new(),
             lower_io: crate::lowerio::LowerIo::default(),
             retryable: FxHashMap::default(),
+            parked: Vec::new(),
+            backoff: crate::retry::Backoff::default(),
             reads: FxHashMap::default(),
             next_read_key: 0,
             gate: crate::gate::OverlapGate::new(),
@@ -520,7 +527,7 @@ impl Target for Log {
         self.pump();
     }
 
-    fn handle_completion(&mut self, _now: Instant, c: Completion) {
+    fn handle_completion(&mut self, now: Instant, c: Completion) {
         let op = self.lower_io.take(c.id);
         if self.gate.completed(c.id.0) {
             self.release_gated();
@@ -533,11 +540,12 @@ impl Target for Log {
             return;
         }
         if let Err(e) = c.result {
-            self.last_lower_error = Some(format!("{}: {e}", describe(&op)));
+            let what = format!("{}: {e}", describe(&op));
+            self.last_lower_error = Some(what.clone());
             match (retry, &op) {
                 (Some((req, attempt)), _) if attempt < LOWER_WRITE_ATTEMPTS && self.serving() => {
-                    self.counters.lower_retries_count += 1;
-                    self.emit_attempt(op, req, attempt + 1);
+                    self.backoff.failed(now, what);
+                    self.parked.push((op, req, attempt + 1));
                     return;
                 }
                 (None, LowerOp::Work { slot }) if self.serving() => {
@@ -562,6 +570,9 @@ impl Target for Log {
             }
             return;
         }
+        if retry.is_some() {
+            self.backoff.succeeded();
+        }
         match op {
             LowerOp::Bringup => self.bringup_done(c),
             LowerOp::SegPart { loc } => self.segment_part_done(loc),
@@ -576,6 +587,22 @@ impl Target for Log {
 
     fn poll_lower(&mut self) -> Option<Request> {
         self.lower_io.lower_q.pop_front()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.backoff.at()
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        if !self.backoff.take_due(now) {
+            return;
+        }
+        for (op, req, attempt) in std::mem::take(&mut self.parked) {
+            if self.serving() {
+                self.counters.lower_retries_count += 1;
+                self.emit_attempt(op, req, attempt);
+            }
+        }
     }
 
     fn poll_upper(&mut self) -> Option<Completion> {
