@@ -1,6 +1,7 @@
-"""The live rig: a served layoutd volume made into a mounted ext4 file system.
+"""The live rig: a served layoutd volume made into a mounted file system
+(ext4 by default, or btrfs).
 
-    layoutd format -> layoutd serve --emulate --record-trace -> nbdfuse -> losetup -> mkfs.ext4 -> mount
+    layoutd format -> layoutd serve --emulate --record-trace -> nbdfuse -> losetup -> mkfs -> mount
 
 Every step that succeeds pushes its undo onto a teardown stack; `Rig.down()`
 runs the stack in reverse (umount, losetup -d, fusermount3 -u, SIGTERM to the
@@ -22,6 +23,18 @@ MiB = 1 << 20
 SUPERBLOCK_BYTES = 1 * MiB  # layoutd's first MiB; the export is the rest
 MARKER_AREA = 8 * MiB  # tail of the export kept out of the loop device
 MARKER_STRIDE = 64 * 1024  # distinct, far apart: no read-ahead can cover two
+
+# How the rig makes and checks each file system it knows. `mkfs` is followed
+# by the user's --mkfs-opts and the device; `fsck` (read-only) by the device;
+# `mount_opts` are always added (ext4: no background inode-table zeroing
+# during the workload); `tools` are (binary, Debian package) for preflight.
+FILE_SYSTEMS = {
+    "ext4": {"mkfs": ["mkfs.ext4", "-q", "-F"], "fsck": ["e2fsck", "-fn"], "mount_opts": ["noinit_itable"],
+             "default_mkfs_opts": "-E lazy_itable_init=1,lazy_journal_init=1",
+             "tools": [("mkfs.ext4", "e2fsprogs"), ("e2fsck", "e2fsprogs")]},
+    "btrfs": {"mkfs": ["mkfs.btrfs", "-q", "-f"], "fsck": ["btrfs", "check", "--readonly"], "mount_opts": [],
+              "default_mkfs_opts": "", "tools": [("mkfs.btrfs", "btrfs-progs"), ("btrfs", "btrfs-progs")]},
+}
 
 
 class Teardown:
@@ -74,7 +87,10 @@ def drop_caches():
 
 class Rig:
     def __init__(self, layoutd, work, size, config, emulate, trace_path, connections, direct_io,
-                 mkfs_opts, mount_opts, threads=16):
+                 mkfs_opts, mount_opts, threads=16, fs="ext4"):
+        if fs not in FILE_SYSTEMS:
+            raise ValueError(f"file system {fs!r}: this rig knows {', '.join(FILE_SYSTEMS)}")
+        self.fs = fs
         self.layoutd = layoutd
         self.work = work
         self.size = size
@@ -113,12 +129,13 @@ class Rig:
         self._start_server()
         self._start_fuse()
         self._attach_loop()
-        log(f"mkfs.ext4 {' '.join(self.mkfs_opts)} {self.loop}")
+        mkfs = FILE_SYSTEMS[self.fs]["mkfs"]
+        log(f"{mkfs[0]} {' '.join(self.mkfs_opts)} {self.loop}")
         t0 = time.monotonic()
-        sh(["mkfs.ext4", "-q", "-F", *self.mkfs_opts, self.loop])
+        sh([*mkfs, *self.mkfs_opts, self.loop])
         self.facts["mkfs_seconds"] = round(time.monotonic() - t0, 3)
         self.mount()
-        log(f"mounted ext4 at {self.mnt} ({self.mount_opts or 'defaults'}), mkfs took {self.facts['mkfs_seconds']} s")
+        log(f"mounted {self.fs} at {self.mnt} ({self.mount_opts or 'defaults'}), mkfs took {self.facts['mkfs_seconds']} s")
 
     def _start_server(self):
         if os.path.exists(self.sock):
@@ -231,8 +248,9 @@ class Rig:
                 "writes": int(f[4]), "written_bytes": int(f[6]) * 512}
 
     def fsck(self):
-        """e2fsck -fn on the unmounted file system; returns (clean, output)."""
-        p = sh(["e2fsck", "-fn", self.loop], check=False)
+        """A read-only check of the unmounted file system (e2fsck -fn, or
+        btrfs check --readonly); returns (clean, output)."""
+        p = sh([*FILE_SYSTEMS[self.fs]["fsck"], self.loop], check=False)
         return p.returncode == 0, (p.stdout + p.stderr).strip()
 
     # -- teardown ------------------------------------------------------------

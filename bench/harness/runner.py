@@ -22,7 +22,7 @@ import replay  # noqa: E402
 import svg  # noqa: E402
 import tracefile  # noqa: E402
 from log import log  # noqa: E402
-from rig import Rig, drop_caches, parse_size  # noqa: E402
+from rig import FILE_SYSTEMS, Rig, drop_caches, parse_size  # noqa: E402
 from workloads import WORKLOADS  # noqa: E402
 
 NOTES_MARK = "<!-- Notes below this line are written by hand and kept when bench/run regenerates this file. -->"
@@ -36,12 +36,12 @@ For each run the harness
   2. serves it: layoutd serve --emulate PRESET (default wd800: every request
      waits for the HDD model's service time on one simulated arm) --record-trace,
   3. makes it a block device and a file system without the kernel nbd module:
-     nbdfuse (one NBD connection) -> losetup --direct-io=on -> mkfs.ext4 -> mount,
+     nbdfuse (one NBD connection) -> losetup --direct-io=on -> mkfs (ext4, or --fs btrfs) -> mount,
   4. runs the workload's phases, with `sync; echo 3 > /proc/sys/vm/drop_caches`
      (after umount + mount, by default) before each phase that asks for cold caches, and brackets every phase with
      two marker reads (outside the file system) that cut the recorded trace
      into phases,
-  5. unmounts, runs e2fsck -fn, and tears down in reverse order (also on
+  5. unmounts, runs e2fsck -fn (btrfs check --readonly), and tears down in reverse order (also on
      failure, Ctrl-C or SIGTERM),
   6. writes bench/results/NAME/: result.json, README.md (table), phases.svg,
      address_time.svg, trace.gz; with --replay also each phase replayed
@@ -71,10 +71,12 @@ def parse(argv):
     g.add_argument("--connections", type=int, default=1,
                    help="NBD connections nbdfuse opens (default: 1, so the trace has one stream in issue order)")
     g.add_argument("--no-direct-io", action="store_true", help="attach the loop device without --direct-io=on")
-    g.add_argument("--mount-opts", help="ext4 mount options, e.g. noatime (default: the workload's)")
-    g.add_argument("--mkfs-opts", default="-E lazy_itable_init=1,lazy_journal_init=1",
-                   help="extra mkfs.ext4 options; give them as --mkfs-opts='...' (default: '%(default)s'; "
-                        "the rig always mounts with noinit_itable, so no background inode-table zeroing runs "
+    g.add_argument("--fs", choices=sorted(FILE_SYSTEMS), help="file system to make (default: the workload's, ext4)")
+    g.add_argument("--mount-opts", help="mount options, e.g. noatime (default: the workload's)")
+    g.add_argument("--mkfs-opts",
+                   help="extra mkfs options; give them as --mkfs-opts='...' (default for ext4: "
+                        f"'{FILE_SYSTEMS['ext4']['default_mkfs_opts']}', for btrfs none; "
+                        "the rig always mounts ext4 with noinit_itable, so no background inode-table zeroing runs "
                         "during the workload)")
     g.add_argument("--cold", choices=("remount", "drop"), default="remount",
                    help="how a phase that wants cold caches gets them: `drop` = sync; echo 3 > drop_caches; "
@@ -118,7 +120,7 @@ def preflight(a):
     if os.geteuid() != 0:
         missing.append("root (losetup, mount and drop_caches need it)")
     for tool, pkg in (("nbdkit", "nbdkit"), ("nbdfuse", "libnbd-bin"), ("fusermount3", "fuse3"),
-                      ("losetup", "mount"), ("mkfs.ext4", "e2fsprogs"), ("e2fsck", "e2fsprogs")):
+                      ("losetup", "mount"), *FILE_SYSTEMS[a.fs]["tools"]):
         if shutil.which(tool) is None:
             missing.append(f"{tool} (apt-get install {pkg})")
     if not os.access(a.layoutd, os.X_OK):
@@ -172,8 +174,11 @@ def main(argv=None):
     if emulate == "none":
         emulate = None
     mount_opts = a.mount_opts if a.mount_opts is not None else d.get("mount_opts", "")
-    mount_opts = ",".join(o for o in ["noinit_itable", *mount_opts.split(",")] if o)
-    mkfs_opts = (a.mkfs_opts + " " + d.get("mkfs_opts", "")).split()
+    a.fs = a.fs or d.get("fs", "ext4")
+    fsd = FILE_SYSTEMS[a.fs]
+    mount_opts = ",".join(o for o in [*fsd["mount_opts"], *mount_opts.split(",")] if o)
+    mkfs_opts = ((fsd["default_mkfs_opts"] if a.mkfs_opts is None else a.mkfs_opts) + " " +
+                 d.get("mkfs_opts", "")).split()
     out = os.path.abspath(a.out or os.path.join(BENCH, "results", a.name))
     a.layoutd = os.path.abspath(a.layoutd)
     tracefile.use(a.layoutd)
@@ -199,7 +204,7 @@ def main(argv=None):
         signal.signal(s, on_signal)
 
     rig = Rig(a.layoutd, work, size, config, emulate, trace_path, a.connections, not a.no_direct_io,
-              mkfs_opts, mount_opts, a.threads)
+              mkfs_opts, mount_opts, a.threads, a.fs)
     phases = []
     error = None
     started = datetime.datetime.now().astimezone()
@@ -234,7 +239,7 @@ def main(argv=None):
         rig.umount()
         clean, text = rig.fsck()
         rig.facts["fsck_clean"] = clean
-        log(f"e2fsck -fn: {'clean' if clean else 'PROBLEMS'}")
+        log(f"{' '.join(fsd['fsck'])}: {'clean' if clean else 'PROBLEMS'}")
         if not clean:
             rig.facts["fsck_output"] = text[-2000:]
     except (Exception, KeyboardInterrupt, Interrupted) as e:  # noqa: BLE001
@@ -256,7 +261,7 @@ def main(argv=None):
     try:
         result = analyze(a, wl, rig, phases, trace_path, out, work, sim, dict(
             size=size, size_bytes=parse_size(size), config=config, emulate=emulate,
-            mount_opts=mount_opts, mkfs_opts=mkfs_opts,
+            fs=a.fs, mount_opts=mount_opts, mkfs_opts=mkfs_opts,
             nbdfuse_connections=a.connections, nbdkit_threads=a.threads, cold=a.cold,
             loadavg_at_start=loadavg0), started)
     finally:
@@ -365,10 +370,11 @@ def write_report(out, r):
              f"`serve --emulate {rig['emulate']}`" if rig["emulate"] else "no emulation",
              f"nbdfuse -C {rig['nbdfuse_connections']}",
              f"loop direct I/O {'on' if rig.get('loop_direct_io') else 'off'}",
-             f"mkfs.ext4 {' '.join(rig['mkfs_opts'])} ({rig.get('mkfs_seconds')} s)",
+             f"mkfs.{rig.get('fs', 'ext4')} {' '.join(rig['mkfs_opts'])} ({rig.get('mkfs_seconds')} s)",
              f"mount options: {rig['mount_opts']}",
              "cold caches by " + ("umount + drop_caches + mount" if rig.get("cold") == "remount" else "sync + drop_caches"),
-             f"e2fsck -fn after the run: {'clean' if rig.get('fsck_clean') else 'NOT CLEAN'}",
+             f"{' '.join(FILE_SYSTEMS[rig.get('fs', 'ext4')]['fsck'])} after the run: "
+             f"{'clean' if rig.get('fsck_clean') else 'NOT CLEAN'}",
              f"server stopped {'cleanly' if rig.get('server_marked_clean') else 'WITHOUT the clean mark'}"]
                          + ([f"loop device found detached by someone else and attached again before a remount: "
                              f"{', '.join(rig['loop_reattached'])}"] if rig.get("loop_reattached") else [])) + ".", "",
