@@ -18,9 +18,9 @@ use std::collections::VecDeque;
 /// Only [`IdTable::values`] and [`IdTable::values_mut`] visit entries, in
 /// no promised order.
 pub struct IdTable<V> {
-    /// Id of the ring's first slot.
+    /// Id of `ring[0]`.
     base: u64,
-    ring: ChunkRing<Option<V>>,
+    ring: VecDeque<Option<V>>,
     /// Entries of `ring` that are `Some`.
     ring_count: usize,
     /// Old entries moved out of the ring (ids below `base`).
@@ -29,7 +29,7 @@ pub struct IdTable<V> {
 
 impl<V> Default for IdTable<V> {
     fn default() -> Self {
-        IdTable { base: 0, ring: ChunkRing::default(), ring_count: 0, stragglers: FxHashMap::default() }
+        IdTable { base: 0, ring: VecDeque::new(), ring_count: 0, stragglers: FxHashMap::default() }
     }
 }
 
@@ -44,6 +44,12 @@ impl<V> IdTable<V> {
             self.base = id;
         }
         assert_eq!(id, self.base + self.ring.len() as u64, "ids are inserted in order, without gaps");
+        if self.ring.len() == self.ring.capacity() {
+            // Grow by an eighth, not double: an open-loop overload keeps one
+            // entry per queued request, and 200,000 of them would otherwise
+            // hold room for 262,144 (the growth is rare and amortised).
+            self.ring.reserve_exact(self.ring.len() / 8 + 64);
+        }
         self.ring.push_back(Some(value));
         self.ring_count += 1;
         if self.ring.len() > RING_SLACK_PER_ENTRY * self.ring_count + 64 {
@@ -56,8 +62,7 @@ impl<V> IdTable<V> {
         if id < self.base {
             return self.stragglers.remove(&id);
         }
-        let offset = usize::try_from(id - self.base).ok()?;
-        let value = self.ring.get_mut(offset)?.take()?;
+        let value = self.ring.get_mut((id - self.base) as usize)?.take()?;
         self.ring_count -= 1;
         self.pop_empty_front();
         Some(value)
@@ -101,88 +106,6 @@ impl<V> IdTable<V> {
             self.ring_count -= 1;
             self.pop_empty_front();
         }
-    }
-}
-
-/// Slots per chunk of a [`ChunkRing`] (a power of two).
-const CHUNK_SLOTS: usize = 256;
-
-/// A FIFO of slots in fixed chunks of [`CHUNK_SLOTS`]: it grows a chunk at
-/// a time instead of doubling (a `VecDeque` of 200,000 requests holds room
-/// for 262,144), never copies what it holds, and keeps one emptied chunk
-/// for the next push, so a steady flow allocates nothing.
-struct ChunkRing<T> {
-    chunks: VecDeque<Box<[T]>>,
-    /// Slot of the first element in `chunks[0]`.
-    head: usize,
-    len: usize,
-    spare: Option<Box<[T]>>,
-}
-
-impl<T> Default for ChunkRing<T> {
-    fn default() -> Self {
-        ChunkRing { chunks: VecDeque::new(), head: 0, len: 0, spare: None }
-    }
-}
-
-impl<T: Default> ChunkRing<T> {
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    fn push_back(&mut self, value: T) {
-        let slot = self.head + self.len;
-        if slot / CHUNK_SLOTS == self.chunks.len() {
-            let chunk = self.spare.take().unwrap_or_else(|| (0..CHUNK_SLOTS).map(|_| T::default()).collect());
-            self.chunks.push_back(chunk);
-        }
-        self.chunks[slot / CHUNK_SLOTS][slot % CHUNK_SLOTS] = value;
-        self.len += 1;
-    }
-
-    /// The first element, left in its slot as `T::default()`.
-    fn pop_front(&mut self) -> Option<T> {
-        if self.len == 0 {
-            return None;
-        }
-        let value = std::mem::take(&mut self.chunks[0][self.head]);
-        self.head += 1;
-        self.len -= 1;
-        if self.head == CHUNK_SLOTS || self.len == 0 {
-            // No chunk without elements stays in the ring: the next
-            // element (or push) is at slot 0 of the next chunk.
-            let emptied = self.chunks.pop_front();
-            self.head = 0;
-            if self.spare.is_none() {
-                self.spare = emptied;
-            }
-        }
-        debug_assert_eq!(self.chunks.len(), (self.head + self.len).div_ceil(CHUNK_SLOTS));
-        Some(value)
-    }
-
-    fn front(&self) -> Option<&T> {
-        (self.len > 0).then(|| &self.chunks[0][self.head])
-    }
-
-    fn get_mut(&mut self, index: usize) -> Option<&mut T> {
-        if index >= self.len {
-            return None;
-        }
-        let slot = self.head + index;
-        Some(&mut self.chunks[slot / CHUNK_SLOTS][slot % CHUNK_SLOTS])
-    }
-
-    fn iter(&self) -> impl Iterator<Item = &T> {
-        self.chunks.iter().flat_map(|c| c.iter()).skip(self.head).take(self.len)
-    }
-
-    fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
-        self.chunks.iter_mut().flat_map(|c| c.iter_mut()).skip(self.head).take(self.len)
     }
 }
 
@@ -255,36 +178,15 @@ mod tests {
     }
 
     #[test]
-    fn chunk_ring_keeps_order_across_chunks_and_reuses_an_emptied_chunk() {
-        let mut r: ChunkRing<u32> = ChunkRing::default();
-        let n = 3 * CHUNK_SLOTS as u32 + 7;
-        for i in 0..n {
-            r.push_back(i + 1);
+    fn id_table_grows_by_an_eighth_not_double() {
+        let mut t = IdTable::default();
+        for id in 0..10_000u64 {
+            t.insert(id, id);
         }
-        assert_eq!(r.len(), n as usize);
-        assert_eq!(r.chunks.len(), 4);
-        assert!(r.iter().copied().eq(1..=n));
-        *r.get_mut(CHUNK_SLOTS).unwrap() = 0;
-        assert_eq!(r.get_mut(n as usize), None);
-        for i in 0..CHUNK_SLOTS as u32 {
-            assert_eq!(r.front(), Some(&(i + 1)));
-            assert_eq!(r.pop_front(), Some(i + 1));
-        }
-        // The first chunk emptied and waits as the spare; the slot set to 0
-        // above is the first of the second chunk.
-        assert_eq!(r.pop_front(), Some(0));
-        assert_eq!(r.chunks.len(), 3);
-        assert!(r.spare.is_some());
-        assert!(r.iter_mut().map(|v| *v).eq(CHUNK_SLOTS as u32 + 2..=n));
-        // Pushing into a new chunk takes the spare instead of allocating.
-        for i in 0..CHUNK_SLOTS as u32 {
-            r.push_back(n + 1 + i);
-        }
-        assert!(r.spare.is_none());
-        while r.pop_front().is_some() {}
-        assert!(r.is_empty());
-        assert!(r.chunks.is_empty());
-        assert_eq!(r.pop_front(), None);
-        assert_eq!(r.front(), None);
+        // Doubling would hold room for 16,384.
+        let room = t.ring.capacity();
+        assert!(room >= 10_000 && room <= 10_000 + 10_000 / 8 + 64, "room for {room}");
+        assert_eq!(t.remove(9_999), Some(9_999));
+        assert_eq!(t.len(), 9_999);
     }
 }
