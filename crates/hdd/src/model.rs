@@ -118,16 +118,9 @@ impl Disk {
     /// disk are clamped, never rejected: the completion reports
     /// `clamped_sectors`. Use [`Disk::try_submit`] to reject them instead.
     pub fn submit(&mut self, now_ns: u64, request: DiskRequest) {
-        let capacity = self.params.sector_count;
-        let lba = request.lba.min(capacity);
-        let end = request.lba.saturating_add(u64::from(request.sectors)).min(capacity);
-        let sectors = if request.op == DiskOp::Flush { 0 } else { (end - lba) as u32 };
-        let clamped_sectors = request.sectors.saturating_sub(sectors);
-        let request = DiskRequest { lba, sectors, ..request };
         let arrival_ns = now_ns.max(self.last_arrival_ns);
         self.last_arrival_ns = arrival_ns;
-        let pbn = map(&self.params, lba);
-        self.queue.push(Pending { request, arrival_ns, pbn, clamped_sectors });
+        self.queue.push(&self.params, request, arrival_ns);
         if self.in_service.is_none() {
             self.start_next(arrival_ns);
         }

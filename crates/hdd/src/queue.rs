@@ -6,7 +6,7 @@
 
 use crate::geometry::{map, Pbn};
 use crate::params::DiskParams;
-use crate::DiskRequest;
+use crate::{DiskOp, DiskRequest};
 use std::collections::VecDeque;
 
 /// How the disk picks the next request from its queue.
@@ -33,10 +33,10 @@ impl Scheduler {
     }
 }
 
-/// A queued request with what scheduling needs, computed once at submit.
+/// A queued request among the first `depth`, with what scheduling needs.
 #[derive(Clone, Copy, Debug)]
 pub struct Pending {
-    /// The request, already clamped to the disk.
+    /// The request, clamped to the disk.
     pub request: DiskRequest,
     /// Submit time.
     pub arrival_ns: u64,
@@ -46,14 +46,31 @@ pub struct Pending {
     pub clamped_sectors: u32,
 }
 
-/// A request waiting behind the first `depth`, without its physical
-/// position (computed again when it moves up): 40 bytes instead of 72.
+impl Pending {
+    /// `request` as submitted at `arrival_ns`, clamped to the disk (a
+    /// request running past its end loses the sectors beyond; a flush has
+    /// none) and mapped to its physical position.
+    fn new(params: &DiskParams, request: DiskRequest, arrival_ns: u64) -> Pending {
+        let capacity = params.sector_count;
+        let lba = request.lba.min(capacity);
+        let end = request.lba.saturating_add(u64::from(request.sectors)).min(capacity);
+        let sectors = if request.op == DiskOp::Flush { 0 } else { (end - lba) as u32 };
+        let clamped_sectors = request.sectors.saturating_sub(sectors);
+        let pbn = map(params, lba);
+        Pending { request: DiskRequest { lba, sectors, ..request }, arrival_ns, pbn, clamped_sectors }
+    }
+}
+
+/// A request waiting behind the first `depth`, as submitted: clamped and
+/// mapped when it moves up, so a long host queue costs 32 bytes a request
+/// (72 for a [`Pending`]).
 #[derive(Clone, Copy, Debug)]
 struct Waiting {
     request: DiskRequest,
     arrival_ns: u64,
-    clamped_sectors: u32,
 }
+
+const _: () = assert!(std::mem::size_of::<Waiting>() == 32);
 
 /// FIFO storage for pending requests; grows only past its previous peak.
 /// The first `depth` (all the scheduler ever compares) are kept whole; the
@@ -78,20 +95,24 @@ impl Queue {
         self.pending.len() + self.waiting.len()
     }
 
-    /// Append in arrival order.
-    pub fn push(&mut self, pending: Pending) {
+    /// Append `request`, submitted at `arrival_ns`, in arrival order.
+    pub fn push(&mut self, params: &DiskParams, request: DiskRequest, arrival_ns: u64) {
         let last_arrival_ns = match self.waiting.back() {
             Some(last) => Some(last.arrival_ns),
             None => self.pending.back().map(|last| last.arrival_ns),
         };
         if let Some(last_arrival_ns) = last_arrival_ns {
-            assert!(last_arrival_ns <= pending.arrival_ns);
+            assert!(last_arrival_ns <= arrival_ns);
         }
         if self.pending.len() < self.depth {
-            self.pending.push_back(pending);
+            self.pending.push_back(Pending::new(params, request, arrival_ns));
         } else {
-            let Pending { request, arrival_ns, clamped_sectors, .. } = pending;
-            self.waiting.push_back(Waiting { request, arrival_ns, clamped_sectors });
+            if self.waiting.len() == self.waiting.capacity() {
+                // Grow by an eighth, not double: a host queue that peaks at
+                // 200,000 requests holds room for about 225,000, not 262,144.
+                self.waiting.reserve_exact(self.waiting.len() / 8 + 64);
+            }
+            self.waiting.push_back(Waiting { request, arrival_ns });
         }
     }
 
@@ -113,12 +134,11 @@ impl Queue {
     }
 
     /// Remove and return the request at `index`; the first one waiting
-    /// behind moves up, its position mapped on `params`.
+    /// behind moves up, clamped and mapped on `params`.
     pub fn take(&mut self, index: usize, params: &DiskParams) -> Pending {
         let taken = self.pending.remove(index).expect("index within the candidates");
-        if let Some(Waiting { request, arrival_ns, clamped_sectors }) = self.waiting.pop_front() {
-            let pbn = map(params, request.lba);
-            self.pending.push_back(Pending { request, arrival_ns, pbn, clamped_sectors });
+        if let Some(Waiting { request, arrival_ns }) = self.waiting.pop_front() {
+            self.pending.push_back(Pending::new(params, request, arrival_ns));
         }
         taken
     }

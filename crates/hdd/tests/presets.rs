@@ -174,6 +174,19 @@ fn requests_past_the_end_are_clamped_by_submit_and_rejected_by_try_submit() {
     assert!(disk.try_submit(beyond.complete_ns, read(4, u64::MAX, 1)).is_err());
     assert!(disk.try_submit(beyond.complete_ns, read(5, 0, 0)).is_err());
     assert!(!disk.busy());
+    // The same when they wait behind the scheduler's depth (kept as
+    // submitted, clamped when they move up).
+    let at_ns = beyond.complete_ns;
+    for r in [read(6, 0, 8), read(7, end - 4, 16), read(8, end + 100, 8)] {
+        disk.submit(at_ns, r);
+    }
+    assert_eq!(disk.queue_len(), 2);
+    let mut clamped = Vec::new();
+    while let Some(t) = disk.next_completion_ns() {
+        let c = disk.complete(t).unwrap();
+        clamped.push((c.id, c.clamped_sectors));
+    }
+    assert_eq!(clamped, vec![(6, 0), (7, 12), (8, 8)]);
 }
 
 #[test]

@@ -14,7 +14,7 @@ use crate::phases::{PhaseInfo, Phases};
 use crate::sample::Point;
 use crate::source::{ClosedLoop, OpenLoop, Source};
 use crate::timing::{DiskLogEntry, HddTiming, NullDevice};
-use crate::trace::{Fit, ReadCounts, ReadOptions, TraceFormat, TraceReader};
+use crate::trace::{Fit, ReadCounts, ReadOptions, TraceFormat, TraceReader, TIME_SPAN_MAX_NS};
 use anyhow::{bail, Context};
 use layoutd_core::config::StackConfig;
 use layoutd_core::streams::Detector;
@@ -24,6 +24,7 @@ use layoutd_runtime::det::Harness;
 use layoutd_targets::lowerio::IdTable;
 use serde::Serialize;
 use std::io::Write;
+use std::num::NonZeroU64;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -261,16 +262,43 @@ pub struct SimOutcome {
     pub disk_log: Option<Vec<DiskLogEntry>>,
 }
 
-/// Per-request bookkeeping between issue and completion.
+/// Per-request bookkeeping between issue and completion: 16 bytes, as an
+/// open-loop overload keeps one per request of the trace (volumes are
+/// counted at issue, the closed loop's stream by the source itself).
 #[derive(Clone, Copy)]
 struct Pending {
     issue_ns: u64,
-    /// Recorded submission, after the trace's first request (for phases).
-    trace_ns: u64,
-    op: Op,
-    length_bytes: u32,
-    key: u32,
-    seq: u64,
+    /// The op (its [`PENDING_OPS`] index + 1, so never zero) in the top
+    /// [`PENDING_OP_BITS`] bits, below it the recorded submission after the
+    /// trace's first request in [`Phases::GRAIN_NS`] (all the phases need).
+    op_grain: NonZeroU64,
+}
+
+const _: () = assert!(std::mem::size_of::<Option<Pending>>() == 16);
+const PENDING_OPS: [Op; 5] = [Op::Read, Op::Write, Op::Flush, Op::Trim, Op::WriteZeroes];
+const PENDING_OP_BITS: u32 = 3;
+const PENDING_GRAIN_BITS: u32 = u64::BITS - PENDING_OP_BITS;
+const _: () = assert!(PENDING_OPS.len() < 1 << PENDING_OP_BITS);
+// Every trace time the reader accepts fits below the op.
+const _: () = assert!(TIME_SPAN_MAX_NS / Phases::GRAIN_NS < 1 << PENDING_GRAIN_BITS);
+
+impl Pending {
+    fn new(issue_ns: u64, trace_ns: u64, op: Op) -> Pending {
+        let grain = trace_ns / Phases::GRAIN_NS;
+        assert!(grain < 1 << PENDING_GRAIN_BITS, "trace time {trace_ns} ns past the reader's bound");
+        let code = PENDING_OPS.iter().position(|o| *o == op).expect("every op listed") as u64 + 1;
+        let op_grain = NonZeroU64::new(code << PENDING_GRAIN_BITS | grain).expect("op code is not zero");
+        Pending { issue_ns, op_grain }
+    }
+
+    fn op(self) -> Op {
+        PENDING_OPS[(self.op_grain.get() >> PENDING_GRAIN_BITS) as usize - 1]
+    }
+
+    /// The recorded submission, rounded down to the phases' grain.
+    fn trace_ns(self) -> u64 {
+        (self.op_grain.get() & ((1 << PENDING_GRAIN_BITS) - 1)) * Phases::GRAIN_NS
+    }
 }
 
 /// Response-time and volume counters of completed requests.
@@ -478,10 +506,18 @@ impl Replay<'_> {
         // Completions delivered during submit wait in the harness until
         // `collect`, so the bookkeeping can go in after the id is known.
         let id = self.h.submit(req);
+        self.source.issued(issue.key, id.0);
         let first_ns = self.source.reader().first_ns().unwrap_or(r.submit_ns);
         let trace_ns = r.submit_ns.saturating_sub(first_ns);
-        let pending = Pending { issue_ns, trace_ns, op: r.op, length_bytes, key: issue.key, seq: issue.seq };
-        self.pending.insert(id.0, pending);
+        self.pending.insert(id.0, Pending::new(issue_ns, trace_ns, r.op));
+        // Every issued request completes before the replay ends, so the
+        // volumes are counted here rather than kept until completion.
+        let t = &mut self.tally;
+        match r.op {
+            Op::Read => t.read_bytes += u64::from(length_bytes),
+            Op::Write | Op::WriteZeroes => t.written_bytes += u64::from(length_bytes),
+            Op::Flush | Op::Trim => {}
+        }
         self.collect();
         Ok(())
     }
@@ -509,23 +545,20 @@ impl Replay<'_> {
 
     fn complete(&mut self, c: Completion, now_ns: u64) {
         let p = self.pending.remove(c.id.0).expect("completion of an issued request");
-        let length = u64::from(p.length_bytes);
         let response_ns = now_ns - p.issue_ns;
-        self.phases.record(p.trace_ns, p.op, response_ns);
+        self.phases.record(p.trace_ns(), p.op(), response_ns);
         let t = &mut self.tally;
         t.all_ns.record(response_ns);
         if c.result.is_err() {
             t.errors_count += 1;
         }
-        match p.op {
+        match p.op() {
             Op::Read => {
                 t.reads_count += 1;
-                t.read_bytes += length;
                 t.read_ns.record(response_ns);
             }
             Op::Write | Op::WriteZeroes => {
                 t.writes_count += 1;
-                t.written_bytes += length;
                 t.write_ns.record(response_ns);
             }
             Op::Flush => t.flushes_count += 1,
@@ -533,7 +566,7 @@ impl Replay<'_> {
         }
         self.last_completion_ns = self.last_completion_ns.max(now_ns);
         self.h.timing.mark_busy_window(now_ns);
-        self.source.completed(p.key, p.seq, now_ns);
+        self.source.completed(c.id.0, now_ns);
     }
 }
 
@@ -646,4 +679,22 @@ pub fn summary_json(summary: &SimSummary) -> String {
     let mut s = serde_json::to_string_pretty(summary).expect("summary serializes");
     s.push('\n');
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pending_keeps_the_op_and_the_trace_time_at_the_phases_grain() {
+        for (i, op) in PENDING_OPS.into_iter().enumerate() {
+            let trace_ns = TIME_SPAN_MAX_NS - i as u64 * 1_234_567;
+            let p = Pending::new(7, trace_ns, op);
+            assert_eq!((p.issue_ns, p.op()), (7, op));
+            assert_eq!(p.trace_ns(), trace_ns / Phases::GRAIN_NS * Phases::GRAIN_NS);
+            assert!(p.trace_ns() <= trace_ns && trace_ns - p.trace_ns() < Phases::GRAIN_NS);
+        }
+        let p = Pending::new(0, 0, Op::Read);
+        assert_eq!((p.op(), p.trace_ns()), (Op::Read, 0));
+    }
 }

@@ -43,7 +43,7 @@ pub struct Phases {
 
 impl Default for Phases {
     fn default() -> Phases {
-        Phases { width_ns: 1_000_000, accs: Vec::new() }
+        Phases { width_ns: Phases::GRAIN_NS, accs: Vec::new() }
     }
 }
 
@@ -80,6 +80,11 @@ fn mean_ms(sum_ns: u128, n: u64) -> f64 {
 }
 
 impl Phases {
+    /// The first windows' width. Every width is this times a power of two,
+    /// so a request's window depends only on `trace_ns / GRAIN_NS`: a
+    /// caller may keep its time at that grain.
+    pub const GRAIN_NS: u64 = 1_000_000;
+
     /// Counts a request recorded `trace_ns` after the trace's first one.
     pub fn record(&mut self, trace_ns: u64, op: Op, response_ns: u64) {
         while trace_ns / self.width_ns >= PHASES_MAX as u64 {

@@ -19,15 +19,13 @@ use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-/// A request ready to issue, with the key its completion is reported under.
+/// A request ready to issue, with the key its issue is reported under.
 #[derive(Clone, Copy, Debug)]
 pub struct Issue {
     /// The request.
     pub req: TraceReq,
-    /// Opaque to the engine: passed back to [`Source::completed`].
+    /// Opaque to the engine: passed back to [`Source::issued`].
     pub key: u32,
-    /// Opaque to the engine: passed back to [`Source::completed`].
-    pub seq: u64,
 }
 
 /// A supplier of timed requests; times are ns on the simulator's clock.
@@ -36,8 +34,12 @@ pub trait Source {
     fn peek_ns(&mut self) -> Result<Option<u64>, TraceError>;
     /// Takes the request whose instant `peek_ns` returned.
     fn pop(&mut self) -> Issue;
-    /// The request issued with `key` and `seq` completed at `now_ns`.
-    fn completed(&mut self, key: u32, seq: u64, now_ns: u64);
+    /// The request popped with `key` was issued under the harness id `id`.
+    fn issued(&mut self, key: u32, id: u64);
+    /// The request issued under `id` completed at `now_ns`. The engine
+    /// keeps nothing else per request for the source, so its memory per
+    /// outstanding request stays small in open loop.
+    fn completed(&mut self, id: u64, now_ns: u64);
     /// The reader underneath (progress, counts).
     fn reader(&self) -> &TraceReader;
     /// Issues whose recorded time went backwards (before the previous
@@ -86,10 +88,12 @@ impl Source for OpenLoop {
 
     fn pop(&mut self) -> Issue {
         let (_, req) = self.next.take().expect("pop after a successful peek");
-        Issue { req, key: 0, seq: 0 }
+        Issue { req, key: 0 }
     }
 
-    fn completed(&mut self, _key: u32, _seq: u64, _now_ns: u64) {}
+    fn issued(&mut self, _key: u32, _id: u64) {}
+
+    fn completed(&mut self, _id: u64, _now_ns: u64) {}
 
     fn reader(&self) -> &TraceReader {
         &self.reader
@@ -107,7 +111,8 @@ impl Source for OpenLoop {
 /// The last issued request of a stream.
 #[derive(Clone, Copy)]
 struct Last {
-    seq: u64,
+    /// Its harness id, once issued.
+    id: Option<u64>,
     submit_rec_ns: u64,
     complete_rec_ns: u64,
     issue_ns: u64,
@@ -134,6 +139,10 @@ pub struct ClosedLoop {
     streams: Vec<Stream>,
     /// (issue instant, file sequence, stream index)
     ready: BinaryHeap<Reverse<(u64, u64, u32)>>,
+    /// Stream by harness id of each stream's last request, while it is
+    /// outstanding (at most one per stream): only it gates the stream's
+    /// next request.
+    last_ids: FxHashMap<u64, u32>,
     /// Requests recorded before the trace's first request (a stream's
     /// first, issued at the origin) or before their stream's previous one
     /// (issued with it).
@@ -156,6 +165,7 @@ impl ClosedLoop {
             index: FxHashMap::default(),
             streams: Vec::new(),
             ready: BinaryHeap::new(),
+            last_ids: FxHashMap::default(),
             clamped_count: 0,
         }
     }
@@ -224,8 +234,12 @@ impl Source for ClosedLoop {
         assert!(stream.head_scheduled);
         stream.head_scheduled = false;
         let complete_rec_ns = req.complete_ns.unwrap_or(req.submit_ns).max(req.submit_ns);
+        // The previous request, if still outstanding, gates nothing now.
+        if let Some(Last { id: Some(id), complete_ns: None, .. }) = stream.last {
+            self.last_ids.remove(&id);
+        }
         stream.last = Some(Last {
-            seq,
+            id: None,
             submit_rec_ns: req.submit_ns,
             complete_rec_ns,
             issue_ns: at,
@@ -233,18 +247,23 @@ impl Source for ClosedLoop {
         });
         self.buffered -= 1;
         self.schedule_head(s);
-        Issue { req, key: s, seq }
+        Issue { req, key: s }
     }
 
-    fn completed(&mut self, key: u32, seq: u64, now_ns: u64) {
-        let stream = &mut self.streams[key as usize];
-        let Some(last) = &mut stream.last else { unreachable!("completion of a stream that issued nothing") };
-        assert!(seq <= last.seq, "completion of a request not yet issued");
-        // Only the stream's latest request gates its next; an earlier one
+    fn issued(&mut self, key: u32, id: u64) {
+        let last = self.streams[key as usize].last.as_mut().expect("issued after pop");
+        assert!(last.id.is_none(), "issued twice");
+        last.id = Some(id);
+        let previous = self.last_ids.insert(id, key);
+        assert!(previous.is_none(), "harness ids are unique");
+    }
+
+    fn completed(&mut self, id: u64, now_ns: u64) {
+        // Only a stream's latest request gates its next; an earlier one
         // (overlapping, asynchronous) completing changes nothing.
-        if seq != last.seq {
-            return;
-        }
+        let Some(key) = self.last_ids.remove(&id) else { return };
+        let last = self.streams[key as usize].last.as_mut().expect("a stream with an issued request");
+        assert_eq!(last.id, Some(id));
         assert!(last.complete_ns.is_none(), "completed twice");
         last.complete_ns = Some(now_ns);
         self.schedule_head(key);

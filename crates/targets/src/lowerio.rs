@@ -44,6 +44,12 @@ impl<V> IdTable<V> {
             self.base = id;
         }
         assert_eq!(id, self.base + self.ring.len() as u64, "ids are inserted in order, without gaps");
+        if self.ring.len() == self.ring.capacity() {
+            // Grow by an eighth, not double: an open-loop overload keeps one
+            // entry per queued request, and 200,000 of them would otherwise
+            // hold room for 262,144 (the growth is rare and amortised).
+            self.ring.reserve_exact(self.ring.len() / 8 + 64);
+        }
         self.ring.push_back(Some(value));
         self.ring_count += 1;
         if self.ring.len() > RING_SLACK_PER_ENTRY * self.ring_count + 64 {
@@ -169,5 +175,18 @@ mod tests {
         t.values_mut().for_each(|v| *v = 'z');
         assert_eq!(t.remove(100), Some('z'));
         assert!(t.is_empty());
+    }
+
+    #[test]
+    fn id_table_grows_by_an_eighth_not_double() {
+        let mut t = IdTable::default();
+        for id in 0..10_000u64 {
+            t.insert(id, id);
+        }
+        // Doubling would hold room for 16,384.
+        let room = t.ring.capacity();
+        assert!(room >= 10_000 && room <= 10_000 + 10_000 / 8 + 64, "room for {room}");
+        assert_eq!(t.remove(9_999), Some(9_999));
+        assert_eq!(t.len(), 9_999);
     }
 }
