@@ -61,24 +61,24 @@ impl Replica {
             Choice::Mru => {
                 pool.iter().copied().max_by_key(|&l| (self.space.forward.get(l).map(|r| r.used), l))
             }
-            Choice::Longest => {
-                pool.iter().copied().max_by_key(|&l| (self.chain_length(l), std::cmp::Reverse(l)))
-            }
+            Choice::Longest => pool.iter().copied().max_by_key(|&l| {
+                (self.chain_length(l, self.args.reclaim_range_blocks), std::cmp::Reverse(l))
+            }),
         };
         assert!(pick.is_none_or(|l| pool.contains(&l)));
         pick
     }
 
-    /// Replica blocks in a row from `loc` (at most one reclaim range).
-    fn chain_length(&self, loc: u64) -> u64 {
+    /// Replica blocks in a row from `loc`, at most `max`.
+    pub(super) fn chain_length(&self, loc: u64, max: u64) -> u64 {
         let mut n = 0;
-        for (_, l, v) in self.space.forward.range(loc, self.args.reclaim_range_blocks) {
+        for (_, l, v) in self.space.forward.range(loc, max) {
             if v.is_none() {
                 break;
             }
             n += l;
         }
-        n
+        n.min(max)
     }
 
     /// A candidate read completed with `data`: queue it, or replicate it
@@ -95,11 +95,14 @@ impl Replica {
         if !self.space.declared.free_parts(orig, blocks).is_empty() {
             return;
         }
-        let batch_max = self.args.queue_commit_count as usize;
+        let batch_max = match self.args.write_batch_count {
+            0 => self.args.queue_commit_count,
+            n => n,
+        } as usize;
         let s = self.streams.get(stream);
         if s.committed_left > 0 {
             // Inside a commit window: written in batches of
-            // queue_commit_count, each contiguous, so the arm visits the
+            // write_batch_count, each contiguous, so the arm visits the
             // replica extent once per batch rather than once per read.
             s.committed_left -= 1;
             if s.batch.is_empty() {
