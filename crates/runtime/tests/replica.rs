@@ -879,20 +879,26 @@ fn update_propagation_keeps_replicas_of_small_writes_and_the_baseline_drops_them
     }
 }
 
-/// Stream 1 reads 10, 40 (a queue of 2 commits) then 70, 100, 20, 50
-/// (the window), replicated in that order at 128..134; stream 2 replays
-/// them. Returns the stack and stream 2's lower reads.
-fn replayed(extra: &str) -> (Harness<Scripted>, Vec<(u64, u64)>) {
+/// Stream 1 reads `pattern` (`(block, blocks)`: the first two are a queue
+/// of 2 that commits, the rest the window), replicated in that order from
+/// 128; stream 2 replays it, every read checked. Returns the stack, the
+/// map and stream 2's lower reads `(block, blocks)`.
+fn replayed(extra: &str, pattern: &[(u64, u64)]) -> (Harness<Scripted>, String, Vec<(u64, u64)>) {
     let mut h = streams_setup(&format!("replicate_after_commit_count = 4\n{extra}"));
-    let pattern = [10, 40, 70, 100, 20, 50];
-    for blk in pattern {
-        h.call(read(blk, 1));
+    let read_n = |blk: u64, n: u64, stream: u32| Request {
+        stream: StreamId(stream),
+        ..Request::new(ReqId(0), Op::Read, blk * B, (n * B) as u32)
+    };
+    for &(blk, n) in pattern {
+        h.call(read_n(blk, n, 1));
     }
     h.settle();
-    assert_eq!(map(&mut h), "replica blocks 6: 128+1->10 129+1->40 130+1->70 131+1->100 132+1->20 133+1->50");
+    let m = map(&mut h);
     h.take_records();
-    for blk in pattern {
-        assert_eq!(fill_of(&h.call(read(blk, 2))), fill(blk));
+    for &(blk, n) in pattern {
+        let c = h.call(read_n(blk, n, 2));
+        let want: Vec<u8> = (blk..blk + n).flat_map(|x| vec![fill(x); B as usize]).collect();
+        assert_eq!(c.data.as_deref(), Some(&want[..]), "read of {blk}+{n}");
     }
     let reads = h
         .take_records()
@@ -900,27 +906,36 @@ fn replayed(extra: &str) -> (Harness<Scripted>, Vec<(u64, u64)>) {
         .filter(|r| r.op == Op::Read)
         .map(|r| (r.offset_bytes / B, r.length_bytes as u64 / B))
         .collect();
-    (h, reads)
+    (h, m, reads)
 }
+
+const SIX: [(u64, u64); 6] = [(10, 1), (40, 1), (70, 1), (100, 1), (20, 1), (50, 1)];
 
 #[test]
 fn readahead_answers_a_chain_from_memory_and_the_baseline_reads_each_block() {
-    let (h, reads) = replayed("readahead_blocks = 0");
+    let (h, m, reads) = replayed("readahead_blocks = 0", &SIX);
+    assert_eq!(m, "replica blocks 6: 128+1->10 129+1->40 130+1->70 131+1->100 132+1->20 133+1->50");
     assert_eq!(reads, [(128, 1), (129, 1), (130, 1), (131, 1), (132, 1), (133, 1)]);
     assert_eq!(counter(&h, "reads_readahead_count"), 0);
-    let (h, reads) = replayed("readahead_blocks = 3");
+    let (h, _, reads) = replayed("readahead_blocks = 3", &SIX);
     // 128 and the 3 replicas after it; 132 and the one after it (the chain ends).
     assert_eq!(reads, [(128, 4), (132, 2)]);
     assert_eq!(counter(&h, "reads_readahead_count"), 4);
     assert_eq!(counter(&h, "reads_replica_count"), 6);
     assert_eq!(counter(&h, "readahead_read_blocks"), 4);
+    // A read-ahead ends where a replicated read ends, not inside it: 3
+    // blocks after 128 would split 100+2 (at 131..133), so it stops at 130.
+    let (h, m, reads) = replayed("readahead_blocks = 3", &[(10, 1), (40, 1), (70, 1), (100, 2), (20, 1)]);
+    assert_eq!(m, "replica blocks 6: 128+1->10 129+1->40 130+1->70 131+2->100 133+1->20");
+    assert_eq!(reads, [(128, 3), (131, 3)]);
+    assert_eq!(counter(&h, "reads_readahead_count"), 3);
 }
 
 #[test]
 fn a_lower_write_over_read_ahead_blocks_drops_them_so_nothing_stale_is_served() {
     // Propagation keeps 40's replica (129) valid and rewrites it: the bytes
     // read ahead at 129 are old and must not answer the next read.
-    let (mut h, _) = replayed("readahead_blocks = 8\npropagate_bytes_max = \"4KiB\"");
+    let (mut h, _, _) = replayed("readahead_blocks = 8\npropagate_bytes_max = \"4KiB\"", &SIX);
     assert_eq!(fill_of(&h.call(read(10, 3))), fill(10), "reads 128 and 129..134 ahead");
     assert_eq!(h.call(write(40, 0xAB, false)).result, Ok(()));
     assert_eq!(counter(&h, "replicas_propagated_blocks"), 1);

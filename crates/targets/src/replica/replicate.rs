@@ -62,18 +62,21 @@ impl Replica {
                 pool.iter().copied().max_by_key(|&l| (self.space.forward.get(l).map(|r| r.used), l))
             }
             Choice::Longest => pool.iter().copied().max_by_key(|&l| {
-                (self.chain_length(l, self.args.reclaim_range_blocks), std::cmp::Reverse(l))
+                (self.chain_length(l, self.args.reclaim_range_blocks, false), std::cmp::Reverse(l))
             }),
         };
         assert!(pick.is_none_or(|l| pool.contains(&l)));
         pick
     }
 
-    /// Replica blocks in a row from `loc`, at most `max`.
-    pub(super) fn chain_length(&self, loc: u64, max: u64) -> u64 {
+    /// Replica blocks in a row from `loc`, at most `max`; with `whole`,
+    /// only whole map extents (runs of consecutive originals: a replicated
+    /// read, or reads of consecutive blocks), so the count ends where a
+    /// read ends rather than inside one.
+    pub(super) fn chain_length(&self, loc: u64, max: u64, whole: bool) -> u64 {
         let mut n = 0;
-        for (_, l, v) in self.space.forward.range(loc, max) {
-            if v.is_none() {
+        for (_, l, v) in self.space.forward.range(loc, max + u64::from(whole)) {
+            if v.is_none() || (whole && n + l > max) {
                 break;
             }
             n += l;

@@ -205,7 +205,7 @@ impl Replica {
                 return;
             }
             let max = self.args.readahead_blocks.min(u64::from(layoutd_core::REQUEST_BYTES_MAX) / b - n);
-            let extra = if max == 0 { 0 } else { self.chain_length(loc + n, max) };
+            let extra = if max == 0 { 0 } else { self.chain_length(loc + n, max, true) };
             self.counters.readahead_read_blocks += extra;
             let lower = Request {
                 stream: req.stream,
