@@ -290,10 +290,12 @@ def main():
             plain, _ = sim(a.layoutd, path, STACKS[0][1], tmp, kind + "-linear")
             rep, _ = sim(a.layoutd, path, config(""), tmp, kind + "-replica")
             quota, _ = sim(a.layoutd, path, config("stream_quota_blocks = 1024\n"), tmp, kind + "-quota")
+            tuned, _ = sim(a.layoutd, path, config(TUNED), tmp, kind + "-tuned")
             overhead[kind] = {"linear_s": plain["simulated_seconds"], "replica_s": rep["simulated_seconds"],
                               "replicas_created_blocks": counters(rep).get("replicas_created_blocks"),
                               "replica_quota_1024_s": quota["simulated_seconds"],
-                              "quota_replicas_created_blocks": counters(quota).get("replicas_created_blocks")}
+                              "quota_replicas_created_blocks": counters(quota).get("replicas_created_blocks"),
+                              "replica_tuned_s": tuned["simulated_seconds"]}
             print(kind, overhead[kind], file=sys.stderr)
         seq = os.path.join(tmp, "seq.trace")
         sequential_trace(seq, read_bytes[1])
@@ -358,13 +360,14 @@ def write_readme(out, names, rows, bound, bound_same, seq_bytes, overhead, captu
         lines.append("")
     lines += [
               "Overhead without patterns (fio-like synthetic traces, 2 GiB declared free first):", "",
-              "| workload | linear s | replica s | overhead | replicas created (blocks) | with stream_quota_blocks = 1024 | overhead | created |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+              "| workload | linear s | replica s | overhead | replicas created (blocks) | with stream_quota_blocks = 1024 | overhead | created | replica-tuned s | overhead |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for kind, o in overhead.items():
         pct = (o["replica_s"] / o["linear_s"] - 1) * 100
         qpct = (o["replica_quota_1024_s"] / o["linear_s"] - 1) * 100
         lines.append(f"| {kind} | {o['linear_s']:.2f} | {o['replica_s']:.2f} | {pct:+.2f}% | {o['replicas_created_blocks']} "
-                     f"| {o['replica_quota_1024_s']:.2f} | {qpct:+.2f}% | {o['quota_replicas_created_blocks']} |")
+                     f"| {o['replica_quota_1024_s']:.2f} | {qpct:+.2f}% | {o['quota_replicas_created_blocks']} "
+                     f"| {o['replica_tuned_s']:.2f} | {(o['replica_tuned_s'] / o['linear_s'] - 1) * 100:+.2f}% |")
     lines += ["", f"Rerun: `cargo build -p layoutd && bench/replica_postmark.py --layoutd target/debug/layoutd --capture {capture} --out {os.path.relpath(out, os.path.join(HERE, '..'))}` "
               "(simulated time: the build profile does not change the numbers).", ""]
     path = os.path.join(out, "README.md")
