@@ -151,6 +151,51 @@ def same_requests_trace(trace_gz, markers, phase_index, path):
     return len(reads)
 
 
+# Thesis Figure 5.3: the second process's copy of the capture, this many
+# bytes higher (no block of the copy meets a block of the original).
+SECOND_PROCESS_SHIFT = 520 << 20
+
+
+def two_process_trace(trace_gz, path, shift):
+    """Two Postmark processes at once: every request of the capture as
+    process 1, and a copy `shift` bytes higher as process 2, at the same
+    recorded instants (mkfs's discards once, as process 0). Closed-loop,
+    each process keeps its own pacing and think time; the replica layer
+    sees two streams, as the thesis's per-process histories did."""
+    with gzip.open(trace_gz, "rt") as src, open(path, "w") as f:
+        for line in src:
+            if line.startswith("#"):
+                f.write(line)
+                continue
+            p = line.split()
+            if p[3] == "T":
+                f.write(line)
+                continue
+            f.write(" ".join(p[:2] + ["1"] + p[3:]) + "\n")
+            off = int(p[4]) + shift if p[3] != "F" else 0
+            f.write(" ".join(p[:2] + ["2", p[3], str(off)] + p[5:]) + "\n")
+
+
+def two_processes(layoutd, trace_gz, markers, names, tmp):
+    """Per process and phase: span seconds, for linear, replica and
+    replica-tuned; and the disk-busy seconds of process 1's phases."""
+    path = os.path.join(tmp, "two.trace")
+    two_process_trace(trace_gz, path, SECOND_PROCESS_SHIFT)
+    shifted = [m + SECOND_PROCESS_SHIFT for m in markers]
+    out = {}
+    for name, extra in [("linear", None), ("replica", ""), ("replica-tuned", TUNED)]:
+        cfg = STACKS[0][1] if extra is None else config(extra)
+        summary, records = sim(layoutd, path, cfg, tmp, "two-" + name)
+        out[name] = {
+            "process_1_s": dict(phase_spans(records, markers, names)),
+            "process_2_s": dict(phase_spans(records, shifted, names)),
+            "busy_s": dict(phase_busy(records, markers, names)),
+            "counters": counters(summary),
+        }
+        print("two processes", name, out[name]["process_1_s"], out[name]["process_2_s"], file=sys.stderr)
+    return out
+
+
 def marker_times(records, markers):
     at = {}
     for submit, complete, op, off, _ in records:
@@ -297,6 +342,7 @@ def main():
                               "quota_replicas_created_blocks": counters(quota).get("replicas_created_blocks"),
                               "replica_tuned_s": tuned["simulated_seconds"]}
             print(kind, overhead[kind], file=sys.stderr)
+        two = two_processes(a.layoutd, trace_gz, markers, names, tmp)
         seq = os.path.join(tmp, "seq.trace")
         sequential_trace(seq, read_bytes[1])
         summary, _ = sim(a.layoutd, seq, STACKS[0][1], tmp, "sequential")
@@ -309,13 +355,13 @@ def main():
     capture = os.path.relpath(a.capture, os.path.join(HERE, ".."))
     result = {"trace": capture + "/trace.gz", "mount_options": meta.get("rig", {}).get("mount_opts"), "disk": "wd800", "closed_loop": True,
               "sequential_bound_s": bound, "sequential_bound_bytes": read_bytes[1], "stacks": rows,
-              "sequential_same_requests_bound": bound_same, "overhead": overhead}
+              "sequential_same_requests_bound": bound_same, "overhead": overhead, "two_processes": two}
     with open(os.path.join(a.out, "result.json"), "w") as f:
         json.dump(result, f, indent=1, sort_keys=True)
-    write_readme(a.out, names, rows, bound, bound_same, read_bytes[1], overhead, capture, meta)
+    write_readme(a.out, names, rows, bound, bound_same, read_bytes[1], overhead, two, capture, meta)
 
 
-def write_readme(out, names, rows, bound, bound_same, seq_bytes, overhead, capture, meta):
+def write_readme(out, names, rows, bound, bound_same, seq_bytes, overhead, two, capture, meta):
     base = rows["linear"]["phases_s"]
     w = meta.get("params", {})
     lines = ["# replica on the repeated-read Postmark trace (simulator)", "",
@@ -368,6 +414,13 @@ def write_readme(out, names, rows, bound, bound_same, seq_bytes, overhead, captu
         lines.append(f"| {kind} | {o['linear_s']:.2f} | {o['replica_s']:.2f} | {pct:+.2f}% | {o['replicas_created_blocks']} "
                      f"| {o['replica_quota_1024_s']:.2f} | {qpct:+.2f}% | {o['quota_replicas_created_blocks']} "
                      f"| {o['replica_tuned_s']:.2f} | {(o['replica_tuned_s'] / o['linear_s'] - 1) * 100:+.2f}% |")
+    lines += ["", f"Two processes at once (thesis Figure 5.3): the capture as process 1 and a copy "
+              f"{SECOND_PROCESS_SHIFT >> 20} MiB higher as process 2, at the same recorded instants, closed-loop per "
+              "process; span seconds per phase of each, and the disk-busy seconds in process 1's phases:", "",
+              "| stack | process | " + " | ".join(names) + " |", "| --- | --- |" + " ---: |" * len(names)]
+    for name, r in two.items():
+        for key, label in [("process_1_s", "1"), ("process_2_s", "2"), ("busy_s", "disk busy")]:
+            lines.append(f"| {name} | {label} | " + " | ".join(f"{r[key][n]:.2f}" for n in names) + " |")
     lines += ["", f"Rerun: `cargo build -p layoutd && bench/replica_postmark.py --layoutd target/debug/layoutd --capture {capture} --out {os.path.relpath(out, os.path.join(HERE, '..'))}` "
               "(simulated time: the build profile does not change the numbers).", ""]
     path = os.path.join(out, "README.md")
