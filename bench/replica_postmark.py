@@ -260,6 +260,8 @@ def synthetic(path, kind):
 
 
 SMALL_FREE_BYTES = 40 << 20
+# A 95 % full 4 GiB volume: 5 % of it free.
+FULL_95_FREE_BYTES = (4 << 30) // 20 // 4096 * 4096
 
 
 def small_free_trace(trace, path, free_bytes):
@@ -272,7 +274,11 @@ def small_free_trace(trace, path, free_bytes):
             p = line.split()
             if not line.startswith("#") and p[3] == "T":
                 if first:
-                    f.write(f"{p[0]} {p[1]} {p[2]} T {3 << 30} {free_bytes} -\n")
+                    # In pieces: a request carries at most 32 MiB (a longer
+                    # one is cut short, and only its first 32 MiB is declared).
+                    piece = 32 << 20
+                    for at in range(0, free_bytes, piece):
+                        f.write(f"{p[0]} {p[1]} {p[2]} T {(3 << 30) + at} {min(piece, free_bytes - at)} -\n")
                     first = False
                 continue
             f.write(line)
@@ -308,9 +314,15 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         small = os.path.join(tmp, "small-free.trace")
         small_free_trace(trace_gz, small, SMALL_FREE_BYTES)
+        full95 = os.path.join(tmp, "full95.trace")
+        small_free_trace(trace_gz, full95, FULL_95_FREE_BYTES)
         runs = [(n, e, trace_gz) for n, e in STACKS] + [
             (f"replica-{SMALL_FREE_BYTES >> 20}MiB-free", "", small),
             (f"replica-{SMALL_FREE_BYTES >> 20}MiB-free-growth-guard", "reclaim_growth = true\nthrash_guard = true\n", small),
+            (f"replica-{SMALL_FREE_BYTES >> 20}MiB-free-tuned-growth-guard",
+             TUNED + "reclaim_growth = true\nthrash_guard = true\n", small),
+            ("replica-95pct-full", "", full95),
+            ("replica-95pct-full-tuned", TUNED, full95),
         ]
         for name, extra, trace in runs:
             summary, records = sim(a.layoutd, trace, config(extra), tmp, name)
