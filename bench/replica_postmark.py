@@ -183,7 +183,8 @@ def two_processes(layoutd, trace_gz, markers, names, tmp):
     two_process_trace(trace_gz, path, SECOND_PROCESS_SHIFT)
     shifted = [m + SECOND_PROCESS_SHIFT for m in markers]
     out = {}
-    for name, extra in [("linear", None), ("replica", ""), ("replica-tuned", TUNED)]:
+    for name, extra in [("linear", None), ("replica", ""), ("replica-extent-per-stream", "extent_per_stream = true\n"),
+                        ("replica-tuned", TUNED), ("replica-tuned-extent-per-stream", TUNED + "extent_per_stream = true\n")]:
         cfg = STACKS[0][1] if extra is None else config(extra)
         summary, records = sim(layoutd, path, cfg, tmp, "two-" + name)
         out[name] = {

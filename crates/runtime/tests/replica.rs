@@ -537,6 +537,7 @@ fn the_defaults_are_the_thesis_constants() {
         ("replication", "inline"),
         ("write_batch_count", "0"),
         ("readahead_blocks", "0"),
+        ("extent_per_stream", "false"),
     ] {
         assert_eq!(get(k), v, "{k}");
     }
@@ -970,6 +971,34 @@ fn larger_write_batches_visit_the_replica_extent_less_often() {
     assert_eq!(writes(""), 5);
     // Batches of 8: the queue, then the window in one.
     assert_eq!(writes("write_batch_count = 8"), 2);
+}
+
+#[test]
+fn with_an_extent_per_stream_concurrent_streams_do_not_interleave_their_replicas() {
+    let maps: Vec<String> = ["false", "true"]
+        .iter()
+        .map(|on| {
+            let mut h = streams_setup(&format!("extent_per_stream = {on}\nreplicate_after_commit_count = 4"));
+            // Two streams, reads alternating; each queue of 2 commits, then
+            // each stream's window replicates its next reads.
+            for (a, b) in [(10, 12), (40, 42), (70, 72), (100, 102)] {
+                h.call(read(a, 1));
+                h.call(read(b, 2));
+            }
+            h.settle();
+            map(&mut h)
+        })
+        .collect();
+    assert_eq!(
+        maps[0],
+        "replica blocks 8: 128+1->10 129+1->40 130+1->12 131+1->42 132+1->70 133+1->100 134+1->72 135+1->102",
+        "one current extent: the streams' chains interleave"
+    );
+    assert_eq!(
+        maps[1],
+        "replica blocks 8: 128+1->10 129+1->40 130+1->70 131+1->100 192+1->12 193+1->42 194+1->72 195+1->102",
+        "stream 2 takes the largest free extent outside stream 1's"
+    );
 }
 
 #[test]

@@ -90,6 +90,10 @@ pub struct Args {
     /// its chain, and the stream's next reads of them are answered from
     /// memory (0: off, the thesis: one lower read per upper read).
     pub readahead_blocks: u64,
+    /// Each stream writes its replicas into its own current extent (the
+    /// thesis: one current extent for all, so concurrent streams'
+    /// chains interleave).
+    pub extent_per_stream: bool,
     /// Replicas one original block may have.
     pub replicas_per_block_max: u32,
     /// Map memory past which replication stops.
@@ -200,6 +204,7 @@ impl Args {
             stream_quota_blocks: 0,
             write_batch_count: 0,
             readahead_blocks: 0,
+            extent_per_stream: false,
             replicas_per_block_max: 4,
             memory_bytes_max: 64 << 20,
             streams_max: small[13] as u32,
@@ -272,6 +277,7 @@ impl Args {
             );
         }
         args.write_batch_count = w as u32;
+        args.extent_per_stream = a.bool_opt("extent_per_stream")?.unwrap_or(false);
         let ra_max = u64::from(REQUEST_BYTES_MAX / 2) / u64::from(args.block_bytes);
         args.readahead_blocks = a.u64_opt("readahead_blocks")?.unwrap_or(0);
         if args.readahead_blocks > ra_max {
@@ -360,6 +366,7 @@ impl Args {
             ("stream_quota_blocks", self.stream_quota_blocks.to_string()),
             ("write_batch_count", self.write_batch_count.to_string()),
             ("readahead_blocks", self.readahead_blocks.to_string()),
+            ("extent_per_stream", self.extent_per_stream.to_string()),
             ("replicas_per_block_max", self.replicas_per_block_max.to_string()),
             ("memory_bytes_max", self.memory_bytes_max.to_string()),
             ("streams_max", self.streams_max.to_string()),

@@ -34,6 +34,9 @@ pub(crate) struct Stream {
     pub created_blocks: u64,
     pub used_blocks: u64,
     pub last_seen: u64,
+    /// The stream's own current replica extent `[cursor, end)`
+    /// (`extent_per_stream`).
+    pub extent: Option<(u64, u64)>,
     /// Replica blocks read ahead of this stream's chains, kept in memory,
     /// most recently filled last (at most [`AHEAD_PER_STREAM`]).
     pub ahead: Vec<Ahead>,
@@ -187,6 +190,11 @@ impl Streams {
             }
         }
         n
+    }
+
+    /// Every stream's current replica extent `[cursor, end)`.
+    pub fn extents(&self) -> Vec<(u64, u64)> {
+        self.map.values().filter_map(|s| s.extent).collect()
     }
 
     /// Drops read-ahead bytes overlapping lower blocks `[a, b)` (a lower
