@@ -20,6 +20,7 @@ and no layout can remove it, so the span's speed-up is bounded by it; the
 busy time's speed-up is what the layout achieved.
 """
 import argparse
+import collections
 import gzip
 import json
 import os
@@ -58,7 +59,7 @@ def config(extra):
     return "version = 1\n[[layer]]\ntarget = \"trace\"\n[[layer]]\ntarget = \"replica\"\n" + extra
 
 
-def sim(layoutd, trace, cfg_text, tmp, name):
+def sim(layoutd, trace, cfg_text, tmp, name, streams=False):
     cfg = os.path.join(tmp, name + ".toml")
     with open(cfg, "w") as f:
         f.write(cfg_text)
@@ -75,7 +76,7 @@ def sim(layoutd, trace, cfg_text, tmp, name):
             if line.startswith("#"):
                 continue
             p = line.split()
-            records.append((int(p[0]), int(p[1]), p[3], int(p[4]), int(p[5])))
+            records.append((int(p[0]), int(p[1]), p[3], int(p[4]), int(p[5])) + ((int(p[2]),) if streams else ()))
     return summary, records
 
 
@@ -174,6 +175,66 @@ def two_process_trace(trace_gz, path, shift):
             f.write(" ".join(p[:2] + ["1"] + p[3:]) + "\n")
             off = int(p[4]) + shift if p[3] != "F" else 0
             f.write(" ".join(p[:2] + ["2", p[3], str(off)] + p[5:]) + "\n")
+
+
+def noise_trace(trace_gz, markers, path):
+    """Thesis 5.5, a pattern with noise from another process: the capture
+    as process 1, and as process 2 one 4 KiB read at a seeded random block
+    of what the create phase wrote (never declared-free blocks, which read
+    as zeroes without a disk access) at the instant of each of process 1's
+    reads; never the same blocks twice in the same order, so process 2 has
+    no pattern to replicate."""
+    import random
+    rng = random.Random(5)
+    lines = []
+    with gzip.open(trace_gz, "rt") as src:
+        lines = [line for line in src if not line.startswith("#")]
+    written = []
+    inside = False
+    for line in lines:
+        p = line.split()
+        off = int(p[4])
+        if p[3] == "R" and off in markers:
+            inside = markers.index(off) == 0
+        elif inside and p[3] == "W":
+            written.extend(range(off >> 12, (off + int(p[5])) >> 12))
+    with open(path, "w") as f:
+        f.write("# layoutd-trace v1: submit_ns complete_ns stream op offset_bytes length_bytes flags\n")
+        for line in lines:
+            p = line.split()
+            if p[3] == "T":
+                f.write(line)
+                continue
+            f.write(" ".join(p[:2] + ["1"] + p[3:]) + "\n")
+            if p[3] == "R" and int(p[4]) not in markers:
+                f.write(" ".join(p[:2] + ["2", "R", str(rng.choice(written) << 12), "4096", "-"]) + "\n")
+
+
+def noise(layoutd, trace_gz, markers, names, tmp):
+    """Per phase (process 1's markers): process 1's span and process 2's
+    mean response in ms, for linear, replica and replica-tuned."""
+    path = os.path.join(tmp, "noise.trace")
+    noise_trace(trace_gz, markers, path)
+    out = {}
+    for name, extra in [("linear", None), ("replica", ""), ("replica-tuned", TUNED)]:
+        cfg = STACKS[0][1] if extra is None else config(extra)
+        summary, with_streams = sim(layoutd, path, cfg, tmp, "noise-" + name, streams=True)
+        records = [r[:5] for r in with_streams]
+        at = marker_times(records, markers)
+        # The simulator numbers streams itself: process 1 is the stream of
+        # the marker reads, process 2 the other stream that reads.
+        first = next(r[5] for r in with_streams if r[2] == "R" and r[3] == markers[0])
+        others = collections.Counter(r[5] for r in with_streams if r[2] == "R" and r[5] != first)
+        second = others.most_common(1)[0][0]
+        p2 = {}
+        for i, phase in enumerate(names):
+            lo, hi = at[markers[2 * i]][1], at[markers[2 * i + 1]][0]
+            resp = [(c - a) / 1e6 for a, c, _, _, _, st in with_streams if st == second and lo <= a < hi]
+            p2[phase] = sum(resp) / len(resp) if resp else 0.0
+        out[name] = {"process_1_s": dict(phase_spans(records, markers, names)), "process_2_mean_ms": p2,
+                     "counters": counters(summary)}
+        print("noise", name, out[name]["process_1_s"], p2, file=sys.stderr)
+    return out
 
 
 def two_processes(layoutd, trace_gz, markers, names, tmp):
@@ -356,6 +417,7 @@ def main():
                               "replica_tuned_s": tuned["simulated_seconds"]}
             print(kind, overhead[kind], file=sys.stderr)
         two = two_processes(a.layoutd, trace_gz, markers, names, tmp)
+        noisy = noise(a.layoutd, trace_gz, markers, names, tmp)
         seq = os.path.join(tmp, "seq.trace")
         sequential_trace(seq, read_bytes[1])
         summary, _ = sim(a.layoutd, seq, STACKS[0][1], tmp, "sequential")
@@ -368,13 +430,14 @@ def main():
     capture = os.path.relpath(a.capture, os.path.join(HERE, ".."))
     result = {"trace": capture + "/trace.gz", "mount_options": meta.get("rig", {}).get("mount_opts"), "disk": "wd800", "closed_loop": True,
               "sequential_bound_s": bound, "sequential_bound_bytes": read_bytes[1], "stacks": rows,
-              "sequential_same_requests_bound": bound_same, "overhead": overhead, "two_processes": two}
+              "sequential_same_requests_bound": bound_same, "overhead": overhead, "two_processes": two,
+              "noise": noisy}
     with open(os.path.join(a.out, "result.json"), "w") as f:
         json.dump(result, f, indent=1, sort_keys=True)
-    write_readme(a.out, names, rows, bound, bound_same, read_bytes[1], overhead, two, capture, meta)
+    write_readme(a.out, names, rows, bound, bound_same, read_bytes[1], overhead, two, noisy, capture, meta)
 
 
-def write_readme(out, names, rows, bound, bound_same, seq_bytes, overhead, two, capture, meta):
+def write_readme(out, names, rows, bound, bound_same, seq_bytes, overhead, two, noisy, capture, meta):
     base = rows["linear"]["phases_s"]
     w = meta.get("params", {})
     lines = ["# replica on the repeated-read Postmark trace (simulator)", "",
@@ -434,6 +497,13 @@ def write_readme(out, names, rows, bound, bound_same, seq_bytes, overhead, two, 
     for name, r in two.items():
         for key, label in [("process_1_s", "1"), ("process_2_s", "2"), ("busy_s", "disk busy")]:
             lines.append(f"| {name} | {label} | " + " | ".join(f"{r[key][n]:.2f}" for n in names) + " |")
+    lines += ["", "A pattern with noise (thesis Figure 5.5): the capture as process 1 and, as process 2, a 4 KiB read "
+              "of a random block the create phase wrote at the instant of each of process 1's reads; process 1's "
+              "span seconds and process 2's mean response (ms) per phase:", "",
+              "| stack | process | " + " | ".join(names) + " |", "| --- | --- |" + " ---: |" * len(names)]
+    for name, r in noisy.items():
+        lines.append(f"| {name} | 1 (s) | " + " | ".join(f"{r['process_1_s'][n]:.2f}" for n in names) + " |")
+        lines.append(f"| {name} | 2 (ms) | " + " | ".join(f"{r['process_2_mean_ms'][n]:.2f}" for n in names) + " |")
     lines += ["", f"Rerun: `cargo build -p layoutd && bench/replica_postmark.py --layoutd target/debug/layoutd --capture {capture} --out {os.path.relpath(out, os.path.join(HERE, '..'))}` "
               "(simulated time: the build profile does not change the numbers).", ""]
     path = os.path.join(out, "README.md")
