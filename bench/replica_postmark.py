@@ -20,6 +20,7 @@ and no layout can remove it, so the span's speed-up is bounded by it; the
 busy time's speed-up is what the layout achieved.
 """
 import argparse
+import collections
 import gzip
 import json
 import os
@@ -31,6 +32,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CAPTURE = os.path.join(HERE, "results", "postmark-repeat")
 TRACE = os.path.join(CAPTURE, "trace.gz")
 
+# The options that close most of the gap on this trace, together.
+TUNED = "close_blocks = 128\nwrite_batch_count = 64\nreadahead_blocks = 128\n"
+
 STACKS = [
     ("linear", "version = 1\n[[layer]]\ntarget = \"trace\"\n[[layer]]\ntarget = \"linear\"\n"),
     ("replica", ""),
@@ -40,7 +44,13 @@ STACKS = [
     ("replica-propagate", "propagate_bytes_max = \"8KiB\"\n"),
     ("replica-quota", "stream_quota_blocks = 4096\n"),
     ("replica-growth-guard", "reclaim_growth = true\nthrash_guard = true\n"),
+    ("replica-batch64", "write_batch_count = 64\n"),
+    ("replica-readahead128", "readahead_blocks = 128\n"),
+    ("replica-close128", "close_blocks = 128\n"),
+    ("replica-tuned", TUNED),
 ]
+# Where the time of a phase goes (lower requests by kind) is shown for these.
+BREAKDOWN = ["replica", "replica-tuned"]
 
 
 def config(extra):
@@ -49,7 +59,7 @@ def config(extra):
     return "version = 1\n[[layer]]\ntarget = \"trace\"\n[[layer]]\ntarget = \"replica\"\n" + extra
 
 
-def sim(layoutd, trace, cfg_text, tmp, name):
+def sim(layoutd, trace, cfg_text, tmp, name, streams=False):
     cfg = os.path.join(tmp, name + ".toml")
     with open(cfg, "w") as f:
         f.write(cfg_text)
@@ -66,8 +76,186 @@ def sim(layoutd, trace, cfg_text, tmp, name):
             if line.startswith("#"):
                 continue
             p = line.split()
-            records.append((int(p[0]), int(p[1]), p[3], int(p[4]), int(p[5])))
+            records.append((int(p[0]), int(p[1]), p[3], int(p[4]), int(p[5])) + ((int(p[2]),) if streams else ()))
     return summary, records
+
+
+def breakdown(layoutd, trace, extra, upper, markers, names, tmp, name):
+    """Lower requests of each phase by kind, with the disk-busy seconds
+    each kind took: the same stack with the trace layer below the replica
+    layer (the replay is deterministic, so its timings equal the upper
+    run's; a lower read issued with an upper read at another offset is a
+    replica read). Reads answered from read-ahead memory issue nothing."""
+    cfg = "version = 1\n[[layer]]\ntarget = \"replica\"\n" + extra + "[[layer]]\ntarget = \"trace\"\n"
+    _, lower = sim(layoutd, trace, cfg, tmp, name + "-lower")
+    reads_at = {}
+    for sub, _, op, off, _ in upper:
+        if op == "R":
+            reads_at.setdefault(sub, set()).add(off)
+    writes_at = {}
+    for sub, _, op, off, ln in upper:
+        if op != "R":
+            writes_at.setdefault(sub, []).append((off, off + ln))
+    at = marker_times(upper, markers)
+    volume = max(off + ln for _, _, _, off, ln in upper)
+    out = {}
+    for i, phase in enumerate(names):
+        lo, hi = at[markers[2 * i]][1], at[markers[2 * i + 1]][0]
+        kinds = {}
+        end = lo
+        for sub, comp, op, off, ln in sorted((r for r in lower if r[1] > lo and r[0] < hi), key=lambda r: r[1]):
+            busy = max(0, min(comp, hi) - max(sub, end, lo))
+            end = max(end, comp)
+            if op == "R":
+                ups = reads_at.get(sub, set())
+                kind = "original reads" if off in ups or not ups else "replica reads"
+            elif op in ("W", "Z", "T"):
+                if off >= volume:
+                    kind = "metadata writes"
+                elif any(a <= off < b for a, b in writes_at.get(sub, [])):
+                    kind = "upper writes"
+                else:
+                    kind = "replica writes"
+            else:
+                kind = "flushes"
+            k = kinds.setdefault(kind, [0, 0])
+            k[0] += 1
+            k[1] += busy / 1e9
+        out[phase] = kinds
+    return out
+
+
+def same_requests_trace(trace_gz, markers, phase_index, path):
+    """The reads of one phase, in order and at their recorded sizes, laid
+    end to end from 1 GiB: the sequential read of the same bytes in the
+    same requests (a layout cannot merge requests the file system sends
+    one at a time)."""
+    reads = []
+    with gzip.open(trace_gz, "rt") as src:
+        inside = False
+        for line in src:
+            if line.startswith("#"):
+                continue
+            p = line.split()
+            off = int(p[4])
+            if p[3] == "R" and off in markers:
+                inside = markers.index(off) == 2 * phase_index
+                continue
+            if inside and p[3] == "R":
+                reads.append(int(p[5]))
+    with open(path, "w") as f:
+        f.write("# layoutd-trace v1: submit_ns complete_ns stream op offset_bytes length_bytes flags\n")
+        pos = 1 << 30
+        for ln in reads:
+            f.write(f"0 0 0 R {pos} {ln} -\n")
+            pos += ln
+    return len(reads)
+
+
+# Thesis Figure 5.3: the second process's copy of the capture, this many
+# bytes higher (no block of the copy meets a block of the original).
+SECOND_PROCESS_SHIFT = 520 << 20
+
+
+def two_process_trace(trace_gz, path, shift):
+    """Two Postmark processes at once: every request of the capture as
+    process 1, and a copy `shift` bytes higher as process 2, at the same
+    recorded instants (mkfs's discards once, as process 0). Closed-loop,
+    each process keeps its own pacing and think time; the replica layer
+    sees two streams, as the thesis's per-process histories did."""
+    with gzip.open(trace_gz, "rt") as src, open(path, "w") as f:
+        for line in src:
+            if line.startswith("#"):
+                f.write(line)
+                continue
+            p = line.split()
+            if p[3] == "T":
+                f.write(line)
+                continue
+            f.write(" ".join(p[:2] + ["1"] + p[3:]) + "\n")
+            off = int(p[4]) + shift if p[3] != "F" else 0
+            f.write(" ".join(p[:2] + ["2", p[3], str(off)] + p[5:]) + "\n")
+
+
+def noise_trace(trace_gz, markers, path):
+    """Thesis 5.5, a pattern with noise from another process: the capture
+    as process 1, and as process 2 one 4 KiB read at a seeded random block
+    of what the create phase wrote (never declared-free blocks, which read
+    as zeroes without a disk access) at the instant of each of process 1's
+    reads; never the same blocks twice in the same order, so process 2 has
+    no pattern to replicate."""
+    import random
+    rng = random.Random(5)
+    lines = []
+    with gzip.open(trace_gz, "rt") as src:
+        lines = [line for line in src if not line.startswith("#")]
+    written = []
+    inside = False
+    for line in lines:
+        p = line.split()
+        off = int(p[4])
+        if p[3] == "R" and off in markers:
+            inside = markers.index(off) == 0
+        elif inside and p[3] == "W":
+            written.extend(range(off >> 12, (off + int(p[5])) >> 12))
+    with open(path, "w") as f:
+        f.write("# layoutd-trace v1: submit_ns complete_ns stream op offset_bytes length_bytes flags\n")
+        for line in lines:
+            p = line.split()
+            if p[3] == "T":
+                f.write(line)
+                continue
+            f.write(" ".join(p[:2] + ["1"] + p[3:]) + "\n")
+            if p[3] == "R" and int(p[4]) not in markers:
+                f.write(" ".join(p[:2] + ["2", "R", str(rng.choice(written) << 12), "4096", "-"]) + "\n")
+
+
+def noise(layoutd, trace_gz, markers, names, tmp):
+    """Per phase (process 1's markers): process 1's span and process 2's
+    mean response in ms, for linear, replica and replica-tuned."""
+    path = os.path.join(tmp, "noise.trace")
+    noise_trace(trace_gz, markers, path)
+    out = {}
+    for name, extra in [("linear", None), ("replica", ""), ("replica-tuned", TUNED)]:
+        cfg = STACKS[0][1] if extra is None else config(extra)
+        summary, with_streams = sim(layoutd, path, cfg, tmp, "noise-" + name, streams=True)
+        records = [r[:5] for r in with_streams]
+        at = marker_times(records, markers)
+        # The simulator numbers streams itself: process 1 is the stream of
+        # the marker reads, process 2 the other stream that reads.
+        first = next(r[5] for r in with_streams if r[2] == "R" and r[3] == markers[0])
+        others = collections.Counter(r[5] for r in with_streams if r[2] == "R" and r[5] != first)
+        second = others.most_common(1)[0][0]
+        p2 = {}
+        for i, phase in enumerate(names):
+            lo, hi = at[markers[2 * i]][1], at[markers[2 * i + 1]][0]
+            resp = [(c - a) / 1e6 for a, c, _, _, _, st in with_streams if st == second and lo <= a < hi]
+            p2[phase] = sum(resp) / len(resp) if resp else 0.0
+        out[name] = {"process_1_s": dict(phase_spans(records, markers, names)), "process_2_mean_ms": p2,
+                     "counters": counters(summary)}
+        print("noise", name, out[name]["process_1_s"], p2, file=sys.stderr)
+    return out
+
+
+def two_processes(layoutd, trace_gz, markers, names, tmp):
+    """Per process and phase: span seconds, for linear, replica and
+    replica-tuned; and the disk-busy seconds of process 1's phases."""
+    path = os.path.join(tmp, "two.trace")
+    two_process_trace(trace_gz, path, SECOND_PROCESS_SHIFT)
+    shifted = [m + SECOND_PROCESS_SHIFT for m in markers]
+    out = {}
+    for name, extra in [("linear", None), ("replica", ""), ("replica-extent-per-stream", "extent_per_stream = true\n"),
+                        ("replica-tuned", TUNED), ("replica-tuned-extent-per-stream", TUNED + "extent_per_stream = true\n")]:
+        cfg = STACKS[0][1] if extra is None else config(extra)
+        summary, records = sim(layoutd, path, cfg, tmp, "two-" + name)
+        out[name] = {
+            "process_1_s": dict(phase_spans(records, markers, names)),
+            "process_2_s": dict(phase_spans(records, shifted, names)),
+            "busy_s": dict(phase_busy(records, markers, names)),
+            "counters": counters(summary),
+        }
+        print("two processes", name, out[name]["process_1_s"], out[name]["process_2_s"], file=sys.stderr)
+    return out
 
 
 def marker_times(records, markers):
@@ -134,6 +322,8 @@ def synthetic(path, kind):
 
 
 SMALL_FREE_BYTES = 40 << 20
+# A 95 % full 4 GiB volume: 5 % of it free.
+FULL_95_FREE_BYTES = (4 << 30) // 20 // 4096 * 4096
 
 
 def small_free_trace(trace, path, free_bytes):
@@ -146,7 +336,11 @@ def small_free_trace(trace, path, free_bytes):
             p = line.split()
             if not line.startswith("#") and p[3] == "T":
                 if first:
-                    f.write(f"{p[0]} {p[1]} {p[2]} T {3 << 30} {free_bytes} -\n")
+                    # In pieces: a request carries at most 32 MiB (a longer
+                    # one is cut short, and only its first 32 MiB is declared).
+                    piece = 32 << 20
+                    for at in range(0, free_bytes, piece):
+                        f.write(f"{p[0]} {p[1]} {p[2]} T {(3 << 30) + at} {min(piece, free_bytes - at)} -\n")
                     first = False
                 continue
             f.write(line)
@@ -182,9 +376,15 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         small = os.path.join(tmp, "small-free.trace")
         small_free_trace(trace_gz, small, SMALL_FREE_BYTES)
+        full95 = os.path.join(tmp, "full95.trace")
+        small_free_trace(trace_gz, full95, FULL_95_FREE_BYTES)
         runs = [(n, e, trace_gz) for n, e in STACKS] + [
             (f"replica-{SMALL_FREE_BYTES >> 20}MiB-free", "", small),
             (f"replica-{SMALL_FREE_BYTES >> 20}MiB-free-growth-guard", "reclaim_growth = true\nthrash_guard = true\n", small),
+            (f"replica-{SMALL_FREE_BYTES >> 20}MiB-free-tuned-growth-guard",
+             TUNED + "reclaim_growth = true\nthrash_guard = true\n", small),
+            ("replica-95pct-full", "", full95),
+            ("replica-95pct-full-tuned", TUNED, full95),
         ]
         for name, extra, trace in runs:
             summary, records = sim(a.layoutd, trace, config(extra), tmp, name)
@@ -194,6 +394,8 @@ def main():
                 "simulated_s": summary["simulated_seconds"],
                 "counters": counters(summary),
             }
+            if name in BREAKDOWN:
+                rows[name]["lower_by_kind"] = breakdown(a.layoutd, trace, extra, records, markers, names, tmp, name)
             if "free" in name:
                 c = rows[name]["counters"]
                 print(name, {k: c.get(k) for k in ["replicas_reclaimed_blocks", "reclaim_attempts_count",
@@ -207,26 +409,35 @@ def main():
             plain, _ = sim(a.layoutd, path, STACKS[0][1], tmp, kind + "-linear")
             rep, _ = sim(a.layoutd, path, config(""), tmp, kind + "-replica")
             quota, _ = sim(a.layoutd, path, config("stream_quota_blocks = 1024\n"), tmp, kind + "-quota")
+            tuned, _ = sim(a.layoutd, path, config(TUNED), tmp, kind + "-tuned")
             overhead[kind] = {"linear_s": plain["simulated_seconds"], "replica_s": rep["simulated_seconds"],
                               "replicas_created_blocks": counters(rep).get("replicas_created_blocks"),
                               "replica_quota_1024_s": quota["simulated_seconds"],
-                              "quota_replicas_created_blocks": counters(quota).get("replicas_created_blocks")}
+                              "quota_replicas_created_blocks": counters(quota).get("replicas_created_blocks"),
+                              "replica_tuned_s": tuned["simulated_seconds"]}
             print(kind, overhead[kind], file=sys.stderr)
+        two = two_processes(a.layoutd, trace_gz, markers, names, tmp)
+        noisy = noise(a.layoutd, trace_gz, markers, names, tmp)
         seq = os.path.join(tmp, "seq.trace")
         sequential_trace(seq, read_bytes[1])
         summary, _ = sim(a.layoutd, seq, STACKS[0][1], tmp, "sequential")
         bound = summary["simulated_seconds"]
+        same = os.path.join(tmp, "same.trace")
+        same_count = same_requests_trace(trace_gz, markers, 1, same)
+        summary, _ = sim(a.layoutd, same, STACKS[0][1], tmp, "same-requests")
+        bound_same = {"s": summary["simulated_seconds"], "requests": same_count}
     os.makedirs(a.out, exist_ok=True)
     capture = os.path.relpath(a.capture, os.path.join(HERE, ".."))
     result = {"trace": capture + "/trace.gz", "mount_options": meta.get("rig", {}).get("mount_opts"), "disk": "wd800", "closed_loop": True,
               "sequential_bound_s": bound, "sequential_bound_bytes": read_bytes[1], "stacks": rows,
-              "overhead": overhead}
+              "sequential_same_requests_bound": bound_same, "overhead": overhead, "two_processes": two,
+              "noise": noisy}
     with open(os.path.join(a.out, "result.json"), "w") as f:
         json.dump(result, f, indent=1, sort_keys=True)
-    write_readme(a.out, names, rows, bound, read_bytes[1], overhead, capture, meta)
+    write_readme(a.out, names, rows, bound, bound_same, read_bytes[1], overhead, two, noisy, capture, meta)
 
 
-def write_readme(out, names, rows, bound, seq_bytes, overhead, capture, meta):
+def write_readme(out, names, rows, bound, bound_same, seq_bytes, overhead, two, noisy, capture, meta):
     base = rows["linear"]["phases_s"]
     w = meta.get("params", {})
     lines = ["# replica on the repeated-read Postmark trace (simulator)", "",
@@ -255,15 +466,44 @@ def write_readme(out, names, rows, bound, seq_bytes, overhead, capture, meta):
         b = r["phases_busy_s"]
         lines.append(f"| {name} | " + " | ".join(f"{b[n]:.2f}" for n in names) + f" | {bbase[last] / b[last]:.1f}x |")
     lines += ["", f"Sequential-read bound: {seq_bytes / 1e6:.1f} MB (read-2's bytes) read sequentially in 128 KiB "
-              f"requests on the same model: {bound:.2f} s.", "",
+              f"requests on the same model: {bound:.2f} s; in read-2's own {bound_same['requests']} requests, "
+              f"laid end to end in order: {bound_same['s']:.2f} s (the WD800 model charges 0.2 ms of controller "
+              "overhead per command, cache hits included).", ""]
+    for name in BREAKDOWN:
+        lk = rows[name].get("lower_by_kind")
+        if not lk:
+            continue
+        kinds = sorted({k for ph in lk.values() for k in ph})
+        lines += [f"Where the busy time of `{name}` goes: lower requests by kind, count / busy seconds:", "",
+                  "| phase | " + " | ".join(kinds) + " |", "| --- |" + " ---: |" * len(kinds)]
+        for ph in names:
+            lines.append(f"| {ph} | " + " | ".join(
+                f"{lk[ph][k][0]} / {lk[ph][k][1]:.2f}" if k in lk[ph] else "-" for k in kinds) + " |")
+        lines.append("")
+    lines += [
               "Overhead without patterns (fio-like synthetic traces, 2 GiB declared free first):", "",
-              "| workload | linear s | replica s | overhead | replicas created (blocks) | with stream_quota_blocks = 1024 | overhead | created |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+              "| workload | linear s | replica s | overhead | replicas created (blocks) | with stream_quota_blocks = 1024 | overhead | created | replica-tuned s | overhead |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for kind, o in overhead.items():
         pct = (o["replica_s"] / o["linear_s"] - 1) * 100
         qpct = (o["replica_quota_1024_s"] / o["linear_s"] - 1) * 100
         lines.append(f"| {kind} | {o['linear_s']:.2f} | {o['replica_s']:.2f} | {pct:+.2f}% | {o['replicas_created_blocks']} "
-                     f"| {o['replica_quota_1024_s']:.2f} | {qpct:+.2f}% | {o['quota_replicas_created_blocks']} |")
+                     f"| {o['replica_quota_1024_s']:.2f} | {qpct:+.2f}% | {o['quota_replicas_created_blocks']} "
+                     f"| {o['replica_tuned_s']:.2f} | {(o['replica_tuned_s'] / o['linear_s'] - 1) * 100:+.2f}% |")
+    lines += ["", f"Two processes at once (thesis Figure 5.3): the capture as process 1 and a copy "
+              f"{SECOND_PROCESS_SHIFT >> 20} MiB higher as process 2, at the same recorded instants, closed-loop per "
+              "process; span seconds per phase of each, and the disk-busy seconds in process 1's phases:", "",
+              "| stack | process | " + " | ".join(names) + " |", "| --- | --- |" + " ---: |" * len(names)]
+    for name, r in two.items():
+        for key, label in [("process_1_s", "1"), ("process_2_s", "2"), ("busy_s", "disk busy")]:
+            lines.append(f"| {name} | {label} | " + " | ".join(f"{r[key][n]:.2f}" for n in names) + " |")
+    lines += ["", "A pattern with noise (thesis Figure 5.5): the capture as process 1 and, as process 2, a 4 KiB read "
+              "of a random block the create phase wrote at the instant of each of process 1's reads; process 1's "
+              "span seconds and process 2's mean response (ms) per phase:", "",
+              "| stack | process | " + " | ".join(names) + " |", "| --- | --- |" + " ---: |" * len(names)]
+    for name, r in noisy.items():
+        lines.append(f"| {name} | 1 (s) | " + " | ".join(f"{r['process_1_s'][n]:.2f}" for n in names) + " |")
+        lines.append(f"| {name} | 2 (ms) | " + " | ".join(f"{r['process_2_mean_ms'][n]:.2f}" for n in names) + " |")
     lines += ["", f"Rerun: `cargo build -p layoutd && bench/replica_postmark.py --layoutd target/debug/layoutd --capture {capture} --out {os.path.relpath(out, os.path.join(HERE, '..'))}` "
               "(simulated time: the build profile does not change the numbers).", ""]
     path = os.path.join(out, "README.md")

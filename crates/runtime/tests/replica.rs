@@ -112,6 +112,29 @@ fn replica_patterns_read_back_what_a_byte_array_would_and_replicas_live_and_die(
 }
 
 #[test]
+fn with_readahead_and_write_batches_patterns_read_back_what_a_byte_array_would_after_any_crash() {
+    let text = format!("{SMALL}readahead_blocks = 8\nwrite_batch_count = 5\npropagate_bytes_max = 1024\n");
+    let mut totals = BTreeMap::new();
+    for seed in 0..6u64 {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let ops = pattern_ops(&mut rng, 14);
+        for depth in [1, 4] {
+            let mut h = oracle_check(&text, DEVICE_BYTES, seed, &ops, depth);
+            assert_eq!(h.stack.message(h.now, "1:verify"), Ok("maps consistent".into()));
+            for key in ["reads_readahead_count", "readahead_dropped_count", "replicas_propagated_blocks"] {
+                *totals.entry(key).or_insert(0) += counter(&h, key);
+            }
+        }
+        let cuts = crash_check(&text, DEVICE_BYTES, seed, &ops[..ops.len() / 2], 4, 20);
+        assert!(cuts > 10, "too few cut points: {cuts}");
+    }
+    eprintln!("{totals:?}");
+    for (key, v) in &totals {
+        assert!(*v >= 12, "{key} = {v}: the workload should exercise it many times");
+    }
+}
+
+#[test]
 fn replica_crash_at_every_flush_and_random_points_keeps_flushed_data() {
     for seed in 0..4u64 {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -512,6 +535,9 @@ fn the_defaults_are_the_thesis_constants() {
         ("reclaim_wait_divisor", "250"),
         ("replica_choice", "lowest"),
         ("replication", "inline"),
+        ("write_batch_count", "0"),
+        ("readahead_blocks", "0"),
+        ("extent_per_stream", "false"),
     ] {
         assert_eq!(get(k), v, "{k}");
     }
@@ -537,6 +563,8 @@ fn impossible_constants_fail_naming_the_key() {
         ("replica_choice = \"best\"", "`replica_choice`"),
         ("conflict_checks = \"off\"", "`conflict_checks`"),
         ("propagate_bytes_max = 100", "`propagate_bytes_max`"),
+        ("readahead_blocks = 5000", "`readahead_blocks`"),
+        ("write_batch_count = 5000", "`write_batch_count`"),
         ("typo = 1", "`typo`"),
     ];
     for (line, want) in cases {
@@ -850,6 +878,127 @@ fn update_propagation_keeps_replicas_of_small_writes_and_the_baseline_drops_them
             assert_eq!((counter(&h, "replicas_invalidated_blocks"), kept, used), (1, 1, 0));
         }
     }
+}
+
+/// Stream 1 reads `pattern` (`(block, blocks)`: the first two are a queue
+/// of 2 that commits, the rest the window), replicated in that order from
+/// 128; stream 2 replays it, every read checked. Returns the stack, the
+/// map and stream 2's lower reads `(block, blocks)`.
+fn replayed(extra: &str, pattern: &[(u64, u64)]) -> (Harness<Scripted>, String, Vec<(u64, u64)>) {
+    let mut h = streams_setup(&format!("replicate_after_commit_count = 4\n{extra}"));
+    let read_n = |blk: u64, n: u64, stream: u32| Request {
+        stream: StreamId(stream),
+        ..Request::new(ReqId(0), Op::Read, blk * B, (n * B) as u32)
+    };
+    for &(blk, n) in pattern {
+        h.call(read_n(blk, n, 1));
+    }
+    h.settle();
+    let m = map(&mut h);
+    h.take_records();
+    for &(blk, n) in pattern {
+        let c = h.call(read_n(blk, n, 2));
+        let want: Vec<u8> = (blk..blk + n).flat_map(|x| vec![fill(x); B as usize]).collect();
+        assert_eq!(c.data.as_deref(), Some(&want[..]), "read of {blk}+{n}");
+    }
+    let reads = h
+        .take_records()
+        .iter()
+        .filter(|r| r.op == Op::Read)
+        .map(|r| (r.offset_bytes / B, r.length_bytes as u64 / B))
+        .collect();
+    (h, m, reads)
+}
+
+const SIX: [(u64, u64); 6] = [(10, 1), (40, 1), (70, 1), (100, 1), (20, 1), (50, 1)];
+
+#[test]
+fn readahead_answers_a_chain_from_memory_and_the_baseline_reads_each_block() {
+    let (h, m, reads) = replayed("readahead_blocks = 0", &SIX);
+    assert_eq!(m, "replica blocks 6: 128+1->10 129+1->40 130+1->70 131+1->100 132+1->20 133+1->50");
+    assert_eq!(reads, [(128, 1), (129, 1), (130, 1), (131, 1), (132, 1), (133, 1)]);
+    assert_eq!(counter(&h, "reads_readahead_count"), 0);
+    let (h, _, reads) = replayed("readahead_blocks = 3", &SIX);
+    // 128 and the 3 replicas after it; 132 and the one after it (the chain ends).
+    assert_eq!(reads, [(128, 4), (132, 2)]);
+    assert_eq!(counter(&h, "reads_readahead_count"), 4);
+    assert_eq!(counter(&h, "reads_replica_count"), 6);
+    assert_eq!(counter(&h, "readahead_read_blocks"), 4);
+    // A read-ahead ends where a replicated read ends, not inside it: 3
+    // blocks after 128 would split 100+2 (at 131..133), so it stops at 130.
+    let (h, m, reads) = replayed("readahead_blocks = 3", &[(10, 1), (40, 1), (70, 1), (100, 2), (20, 1)]);
+    assert_eq!(m, "replica blocks 6: 128+1->10 129+1->40 130+1->70 131+2->100 133+1->20");
+    assert_eq!(reads, [(128, 3), (131, 3)]);
+    assert_eq!(counter(&h, "reads_readahead_count"), 3);
+}
+
+#[test]
+fn a_lower_write_over_read_ahead_blocks_drops_them_so_nothing_stale_is_served() {
+    // Propagation keeps 40's replica (129) valid and rewrites it: the bytes
+    // read ahead at 129 are old and must not answer the next read.
+    let (mut h, _, _) = replayed("readahead_blocks = 8\npropagate_bytes_max = \"4KiB\"", &SIX);
+    assert_eq!(fill_of(&h.call(read(10, 3))), fill(10), "reads 128 and 129..134 ahead");
+    assert_eq!(h.call(write(40, 0xAB, false)).result, Ok(()));
+    assert_eq!(counter(&h, "replicas_propagated_blocks"), 1);
+    assert!(counter(&h, "readahead_dropped_count") >= 1);
+    h.take_records();
+    assert_eq!(fill_of(&h.call(read(40, 3))), 0xAB);
+    let lower: Vec<u64> =
+        h.take_records().iter().filter(|r| r.op == Op::Read).map(|r| r.offset_bytes / B).collect();
+    assert_eq!(lower, [129], "read again from the replica, which holds the new bytes");
+    // The drop took the whole read-ahead: the next read reads on again.
+    assert_eq!(fill_of(&h.call(read(70, 3))), fill(70));
+}
+
+#[test]
+fn larger_write_batches_visit_the_replica_extent_less_often() {
+    let writes = |extra: &str| {
+        let mut h = streams_setup(&format!("replicate_after_commit_count = 8\n{extra}"));
+        h.take_records();
+        for blk in [10, 40, 70, 100, 20, 50, 80, 110, 5, 35] {
+            h.call(read(blk, 1));
+        }
+        h.settle();
+        assert_eq!(counter(&h, "replicas_created_blocks"), 10);
+        h.take_records()
+            .iter()
+            .filter(|r| {
+                r.op == Op::Write && r.offset_bytes / B >= 128 && r.offset_bytes < h.stack.size_bytes()
+            })
+            .count()
+    };
+    // Batches of queue_commit_count (2): the queue, then 4 batches of the window.
+    assert_eq!(writes(""), 5);
+    // Batches of 8: the queue, then the window in one.
+    assert_eq!(writes("write_batch_count = 8"), 2);
+}
+
+#[test]
+fn with_an_extent_per_stream_concurrent_streams_do_not_interleave_their_replicas() {
+    let maps: Vec<String> = ["false", "true"]
+        .iter()
+        .map(|on| {
+            let mut h = streams_setup(&format!("extent_per_stream = {on}\nreplicate_after_commit_count = 4"));
+            // Two streams, reads alternating; each queue of 2 commits, then
+            // each stream's window replicates its next reads.
+            for (a, b) in [(10, 12), (40, 42), (70, 72), (100, 102)] {
+                h.call(read(a, 1));
+                h.call(read(b, 2));
+            }
+            h.settle();
+            map(&mut h)
+        })
+        .collect();
+    assert_eq!(
+        maps[0],
+        "replica blocks 8: 128+1->10 129+1->40 130+1->12 131+1->42 132+1->70 133+1->100 134+1->72 135+1->102",
+        "one current extent: the streams' chains interleave"
+    );
+    assert_eq!(
+        maps[1],
+        "replica blocks 8: 128+1->10 129+1->40 130+1->70 131+1->100 192+1->12 193+1->42 194+1->72 195+1->102",
+        "stream 2 takes the largest free extent outside stream 1's"
+    );
 }
 
 #[test]

@@ -83,6 +83,17 @@ pub struct Args {
     /// A stream that created this many replica blocks and read fewer than
     /// an eighth as many from replicas is stopped (0: off).
     pub stream_quota_blocks: u64,
+    /// Committed candidates written together in one trip to the replica
+    /// extent (0: `queue_commit_count`).
+    pub write_batch_count: u32,
+    /// A replica read also reads up to this many replica blocks that follow
+    /// its chain, and the stream's next reads of them are answered from
+    /// memory (0: off, the thesis: one lower read per upper read).
+    pub readahead_blocks: u64,
+    /// Each stream writes its replicas into its own current extent (the
+    /// thesis: one current extent for all, so concurrent streams'
+    /// chains interleave).
+    pub extent_per_stream: bool,
     /// Replicas one original block may have.
     pub replicas_per_block_max: u32,
     /// Map memory past which replication stops.
@@ -191,6 +202,9 @@ impl Args {
             replication: When::Inline,
             propagate_bytes_max: 0,
             stream_quota_blocks: 0,
+            write_batch_count: 0,
+            readahead_blocks: 0,
+            extent_per_stream: false,
             replicas_per_block_max: 4,
             memory_bytes_max: 64 << 20,
             streams_max: small[13] as u32,
@@ -256,6 +270,22 @@ impl Args {
         }
         args.propagate_bytes_max = p as u32;
         args.stream_quota_blocks = a.u64_opt("stream_quota_blocks")?.unwrap_or(0);
+        let w = a.u64_opt("write_batch_count")?.unwrap_or(0);
+        if w > 4096 {
+            return Err(
+                a.error(format!("key `write_batch_count`: {w} is outside 0..=4096 (0: queue_commit_count)"))
+            );
+        }
+        args.write_batch_count = w as u32;
+        args.extent_per_stream = a.bool_opt("extent_per_stream")?.unwrap_or(false);
+        let ra_max = u64::from(REQUEST_BYTES_MAX / 2) / u64::from(args.block_bytes);
+        args.readahead_blocks = a.u64_opt("readahead_blocks")?.unwrap_or(0);
+        if args.readahead_blocks > ra_max {
+            return Err(a.error(format!(
+                "key `readahead_blocks`: {} is past {ra_max} (half the largest request, in blocks; 0: off)",
+                args.readahead_blocks
+            )));
+        }
         let r = a.u64_opt("replicas_per_block_max")?.unwrap_or(4);
         if !(1..=16).contains(&r) {
             return Err(a.error(format!("key `replicas_per_block_max`: {r} is outside 1..=16")));
@@ -334,6 +364,9 @@ impl Args {
             ("replication", when.to_string()),
             ("propagate_bytes_max", self.propagate_bytes_max.to_string()),
             ("stream_quota_blocks", self.stream_quota_blocks.to_string()),
+            ("write_batch_count", self.write_batch_count.to_string()),
+            ("readahead_blocks", self.readahead_blocks.to_string()),
+            ("extent_per_stream", self.extent_per_stream.to_string()),
             ("replicas_per_block_max", self.replicas_per_block_max.to_string()),
             ("memory_bytes_max", self.memory_bytes_max.to_string()),
             ("streams_max", self.streams_max.to_string()),

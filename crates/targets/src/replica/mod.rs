@@ -67,8 +67,10 @@ enum LowerOp {
     /// `stale`: a modify of those blocks arrived while it was in flight
     /// (RC), so its bytes may be old and are never replicated.
     CandidateRead { key: u64, stream: layoutd_core::StreamId, orig: u64, blocks: u64, stale: bool },
-    /// A replica read for upper request `key` from replica blocks `range`.
-    ReplicaRead { key: u64, range: (u64, u64) },
+    /// A replica read for upper request `key` from replica blocks `range`,
+    /// reading on to `ahead_end` for `stream`'s read-ahead (`range.1`:
+    /// none, or a lower write overlapped the extra blocks meanwhile).
+    ReplicaRead { key: u64, range: (u64, u64), stream: layoutd_core::StreamId, ahead_end: u64 },
     /// A replica write `pending` (see [`Pending`]).
     ReplicaWrite { pendings: Vec<u64> },
     /// A piece of a map snapshot.
@@ -112,6 +114,9 @@ struct Counters {
     reads_replica_bytes: u64,
     reads_zero_bytes: u64,
     reads_unaligned_count: u64,
+    reads_readahead_count: u64,
+    readahead_read_blocks: u64,
+    readahead_dropped_count: u64,
     replicas_created_blocks: u64,
     replicas_used_blocks: u64,
     replicas_invalidated_blocks: u64,
@@ -222,6 +227,9 @@ pub struct Replica {
     region_drops: FxHashMap<u64, (u32, (u64, u64), bool)>,
     /// The runtime reported idle since bring-up.
     idle_seen: bool,
+    /// Lower writes in flight, by id: their blocks (kept only with
+    /// `readahead_blocks`, whose bytes they make stale).
+    writes_in_flight: FxHashMap<u64, (u64, u64)>,
     /// Held while bring-up runs.
     held: VecDeque<Request>,
     counters: Counters,
@@ -260,6 +268,7 @@ impl Replica {
             held: VecDeque::new(),
             idle_seen: false,
             region_drops: FxHashMap::default(),
+            writes_in_flight: FxHashMap::default(),
             counters: Counters::default(),
         };
         r.start_bringup();
@@ -276,6 +285,12 @@ impl Replica {
 
     /// Sends a request below, remembering why.
     fn emit(&mut self, op: LowerOp, req: Request) -> u64 {
+        use layoutd_core::Op;
+        let changes = (req.op != Op::Read && req.op != Op::Flush && self.args.readahead_blocks > 0)
+            .then(|| (req.offset_bytes / self.block(), req.end_bytes().div_ceil(self.block())));
+        if let Some((a, b)) = changes {
+            self.forget_ahead(a, b);
+        }
         let background = matches!(
             op,
             LowerOp::MetaWrite { .. }
@@ -284,7 +299,11 @@ impl Replica {
                 | LowerOp::SnapWrite
                 | LowerOp::Scan(_)
         );
-        self.lower_io.emit(op, background, req)
+        let id = self.lower_io.emit(op, background, req);
+        if let Some(range) = changes {
+            self.writes_in_flight.insert(id, range);
+        }
+        id
     }
 
     fn new_key(&mut self) -> u64 {
@@ -339,6 +358,10 @@ impl Target for Replica {
 
     fn handle_completion(&mut self, now: Instant, c: Completion) {
         let op = self.lower_io.take(c.id);
+        // Read-ahead bytes read while the write was in flight may be old.
+        if let Some((a, b)) = self.writes_in_flight.remove(&c.id.0) {
+            self.forget_ahead(a, b);
+        }
         if c.result.is_err() {
             self.counters.lower_errors_count += 1;
         }
@@ -486,6 +509,9 @@ impl Replica {
             ("reads_replica_bytes", c.reads_replica_bytes),
             ("reads_zero_bytes", c.reads_zero_bytes),
             ("reads_unaligned_count", c.reads_unaligned_count),
+            ("reads_readahead_count", c.reads_readahead_count),
+            ("readahead_read_blocks", c.readahead_read_blocks),
+            ("readahead_dropped_count", c.readahead_dropped_count),
             ("writes_count", c.writes_count),
             ("discards_count", c.discards_count),
             ("zeroes_count", c.zeroes_count),

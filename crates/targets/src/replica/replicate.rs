@@ -61,24 +61,27 @@ impl Replica {
             Choice::Mru => {
                 pool.iter().copied().max_by_key(|&l| (self.space.forward.get(l).map(|r| r.used), l))
             }
-            Choice::Longest => {
-                pool.iter().copied().max_by_key(|&l| (self.chain_length(l), std::cmp::Reverse(l)))
-            }
+            Choice::Longest => pool.iter().copied().max_by_key(|&l| {
+                (self.chain_length(l, self.args.reclaim_range_blocks, false), std::cmp::Reverse(l))
+            }),
         };
         assert!(pick.is_none_or(|l| pool.contains(&l)));
         pick
     }
 
-    /// Replica blocks in a row from `loc` (at most one reclaim range).
-    fn chain_length(&self, loc: u64) -> u64 {
+    /// Replica blocks in a row from `loc`, at most `max`; with `whole`,
+    /// only whole map extents (runs of consecutive originals: a replicated
+    /// read, or reads of consecutive blocks), so the count ends where a
+    /// read ends rather than inside one.
+    pub(super) fn chain_length(&self, loc: u64, max: u64, whole: bool) -> u64 {
         let mut n = 0;
-        for (_, l, v) in self.space.forward.range(loc, self.args.reclaim_range_blocks) {
-            if v.is_none() {
+        for (_, l, v) in self.space.forward.range(loc, max + u64::from(whole)) {
+            if v.is_none() || (whole && n + l > max) {
                 break;
             }
             n += l;
         }
-        n
+        n.min(max)
     }
 
     /// A candidate read completed with `data`: queue it, or replicate it
@@ -95,11 +98,14 @@ impl Replica {
         if !self.space.declared.free_parts(orig, blocks).is_empty() {
             return;
         }
-        let batch_max = self.args.queue_commit_count as usize;
+        let batch_max = match self.args.write_batch_count {
+            0 => self.args.queue_commit_count,
+            n => n,
+        } as usize;
         let s = self.streams.get(stream);
         if s.committed_left > 0 {
             // Inside a commit window: written in batches of
-            // queue_commit_count, each contiguous, so the arm visits the
+            // write_batch_count, each contiguous, so the arm visits the
             // replica extent once per batch rather than once per read.
             s.committed_left -= 1;
             if s.batch.is_empty() {
@@ -161,7 +167,7 @@ impl Replica {
             s.committed_left = 0;
             return;
         }
-        let Some(loc) = self.place(now, c.orig, c.blocks) else { return };
+        let Some(loc) = self.place(now, stream, c.orig, c.blocks) else { return };
         self.space.free.take(loc, c.blocks);
         let key = self.next_pending;
         self.next_pending += 1;
@@ -181,17 +187,18 @@ impl Replica {
     }
 
     /// Where `blocks` replicas of originals at `orig` go: the current
-    /// extent if they fit, else the largest free extent of at least
-    /// `free_extent_blocks_min` not close to the originals (reclaiming if
-    /// there is none), which joins the region.
-    fn place(&mut self, now: Instant, orig: u64, blocks: u64) -> Option<u64> {
-        if let Some((c, e)) = self.current {
+    /// extent (the stream's own with `extent_per_stream`) if they fit, else
+    /// the largest free extent of at least `free_extent_blocks_min` not
+    /// close to the originals and outside other streams' current extents
+    /// (reclaiming if there is none), which joins the region.
+    fn place(&mut self, now: Instant, stream: StreamId, orig: u64, blocks: u64) -> Option<u64> {
+        if let Some((c, e)) = self.current_extent(stream) {
             if e - c >= blocks && self.space.free.is_free(c, blocks) && self.grow_region(c, blocks) {
-                self.current = Some((c + blocks, e));
+                self.set_current_extent(stream, Some((c + blocks, e)));
                 return Some(c);
             }
         }
-        self.current = None;
+        self.set_current_extent(stream, None);
         let mut pick = self.pick_extent(orig, blocks);
         if pick.is_none() && self.try_reclaim(now).is_some() {
             pick = self.pick_extent(orig, blocks);
@@ -204,8 +211,24 @@ impl Replica {
         if !self.grow_region(s, len) {
             return None;
         }
-        self.current = Some((s + blocks, s + len));
+        self.set_current_extent(stream, Some((s + blocks, s + len)));
         Some(s)
+    }
+
+    fn current_extent(&mut self, stream: StreamId) -> Option<(u64, u64)> {
+        if self.args.extent_per_stream {
+            self.streams.get(stream).extent
+        } else {
+            self.current
+        }
+    }
+
+    fn set_current_extent(&mut self, stream: StreamId, extent: Option<(u64, u64)>) {
+        if self.args.extent_per_stream {
+            self.streams.get(stream).extent = extent;
+        } else {
+            self.current = extent;
+        }
     }
 
     /// Makes `[s, s + n)` part of the region (a new version, to be durable
@@ -227,9 +250,14 @@ impl Replica {
     fn pick_extent(&self, orig: u64, blocks: u64) -> Option<(u64, u64)> {
         let min = self.args.free_extent_blocks_min.max(blocks);
         let close_blocks = self.args.close_blocks;
+        // Other streams' current extents (only with extent_per_stream: the
+        // one shared extent was given up before this is called).
+        let mut taken = self.streams.extents();
+        taken.sort_unstable();
         self.space
             .free
             .extents()
+            .flat_map(|(s, l)| outside(s, s + l, &taken))
             .filter(|&(s, l)| l >= min && !close((s, s + l), (orig, orig + blocks), close_blocks))
             .max_by_key(|&(s, l)| (l, std::cmp::Reverse(s)))
     }
@@ -448,6 +476,22 @@ impl Replica {
     }
 }
 
+/// The parts `(start, length)` of `[s, e)` outside the sorted ranges `taken`.
+fn outside(s: u64, e: u64, taken: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut pos = s;
+    for &(a, b) in taken.iter().filter(|&&(a, b)| a < e && s < b) {
+        if a > pos {
+            out.push((pos, a - pos));
+        }
+        pos = pos.max(b);
+    }
+    if pos < e {
+        out.push((pos, e - pos));
+    }
+    out
+}
+
 /// Of candidate extents `(start, length)` in address order, the window of
 /// `range` blocks starting at a candidate with the most candidate blocks:
 /// `(start, count)`.
@@ -476,7 +520,15 @@ fn best_window(cands: &[(u64, u64)], range: u64) -> (u64, u64) {
 
 #[cfg(test)]
 mod tests {
-    use super::best_window;
+    use super::{best_window, outside};
+
+    #[test]
+    fn outside_cuts_the_taken_ranges_out() {
+        assert_eq!(outside(0, 10, &[]), vec![(0, 10)]);
+        assert_eq!(outside(0, 10, &[(2, 4), (8, 12)]), vec![(0, 2), (4, 4)]);
+        assert_eq!(outside(5, 10, &[(0, 6)]), vec![(6, 4)]);
+        assert_eq!(outside(5, 10, &[(0, 20)]), vec![]);
+    }
 
     #[test]
     fn the_best_window_counts_candidate_blocks() {

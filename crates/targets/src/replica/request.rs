@@ -198,10 +198,27 @@ impl Replica {
             self.space.touch(loc, n, self.tick);
             self.streams.get(req.stream).used_blocks += n;
             self.push_history(req.stream, (loc, loc + n));
-            let lower =
-                Request { stream: req.stream, ..Request::new(ReqId(0), Op::Read, loc * b, req.length_bytes) };
-            let id = self.emit(LowerOp::ReplicaRead { key, range: (loc, loc + n) }, lower);
-            self.gate.issued(id, (loc, loc + n));
+            let held = self.streams.get(req.stream).ahead_get(loc, n, b);
+            if let Some(data) = held {
+                self.counters.reads_readahead_count += 1;
+                self.piece_done(key, 0, data, Ok(()));
+                return;
+            }
+            let max = self.args.readahead_blocks.min(u64::from(layoutd_core::REQUEST_BYTES_MAX) / b - n);
+            let extra = if max == 0 { 0 } else { self.chain_length(loc + n, max, true) };
+            self.counters.readahead_read_blocks += extra;
+            let lower = Request {
+                stream: req.stream,
+                ..Request::new(ReqId(0), Op::Read, loc * b, ((n + extra) * b) as u32)
+            };
+            let op = LowerOp::ReplicaRead {
+                key,
+                range: (loc, loc + n),
+                stream: req.stream,
+                ahead_end: loc + n + extra,
+            };
+            let id = self.emit(op, lower);
+            self.gate.issued(id, (loc, loc + n + extra));
             return;
         }
         self.push_history(req.stream, (ba, ba + n));
@@ -283,7 +300,9 @@ impl Replica {
             .lower_io
             .lower
             .values()
-            .filter(|op| matches!(op, LowerOp::ReplicaRead { range, .. } if over(range.0, range.1 - range.0)))
+            .filter(
+                |op| matches!(op, LowerOp::ReplicaRead { range, ahead_end, .. } if over(range.0, ahead_end - range.0)),
+            )
             .count() as u64;
         for op in self.lower_io.lower.values_mut() {
             if let LowerOp::CandidateRead { orig, blocks, stale, .. } = op {
@@ -506,8 +525,16 @@ impl Replica {
                     self.candidate_read(now, stream, orig, blocks, data);
                 }
             }
-            LowerOp::ReplicaRead { key, range } => {
+            LowerOp::ReplicaRead { key, range, stream, ahead_end } => {
                 assert!(self.gate.completed(c.id.0));
+                let b = self.block();
+                let upper_bytes = ((range.1 - range.0) * b) as usize;
+                if c.result.is_ok() && ahead_end > range.1 {
+                    let data = c.data.as_ref().map(|d| d.slice(upper_bytes..));
+                    let ahead = super::streams::Ahead { start: range.1, end: ahead_end, data };
+                    self.streams.get(stream).ahead_put(ahead);
+                }
+                let c = Completion { data: c.data.map(|d| d.slice(..upper_bytes.min(d.len()))), ..c };
                 if c.result.is_err() {
                     // Redo from the original: a replica is only a copy.
                     let b = self.block();
@@ -586,6 +613,20 @@ impl Replica {
         }
         self.issue_ready_replicas(now);
         self.pump_region();
+    }
+
+    /// A lower write of blocks `[a, b)` is about to be issued: read-ahead
+    /// bytes of those blocks, held or in flight, would be stale.
+    pub(super) fn forget_ahead(&mut self, a: u64, b: u64) {
+        self.counters.readahead_dropped_count += self.streams.drop_ahead(a, b);
+        for op in self.lower_io.lower.values_mut() {
+            if let LowerOp::ReplicaRead { range, ahead_end, .. } = op {
+                if range.1 < b && a < *ahead_end {
+                    *ahead_end = range.1;
+                    self.counters.readahead_dropped_count += 1;
+                }
+            }
+        }
     }
 
     pub(super) fn timeout(&mut self, now: Instant) {

@@ -34,6 +34,54 @@ pub(crate) struct Stream {
     pub created_blocks: u64,
     pub used_blocks: u64,
     pub last_seen: u64,
+    /// The stream's own current replica extent `[cursor, end)`
+    /// (`extent_per_stream`).
+    pub extent: Option<(u64, u64)>,
+    /// Replica blocks read ahead of this stream's chains, kept in memory,
+    /// most recently filled last (at most [`AHEAD_PER_STREAM`]).
+    pub ahead: Vec<Ahead>,
+}
+
+/// Lower blocks `[start, end)` read ahead (`readahead_blocks`) and their
+/// bytes (`None` in timing-only runs). Dropped when any lower write
+/// overlaps them, so they always equal what is on disk.
+#[derive(Clone, Debug)]
+pub(crate) struct Ahead {
+    pub start: u64,
+    pub end: u64,
+    pub data: Option<Bytes>,
+}
+
+/// Read-ahead buffers a stream keeps: a pattern whose replicas are split
+/// between chains (a later round replicated what an earlier one missed)
+/// returns to the chain it left.
+pub(crate) const AHEAD_PER_STREAM: usize = 4;
+
+impl Stream {
+    /// The bytes of replica blocks `[loc, loc + n)` if a read-ahead holds them.
+    pub fn ahead_get(&self, loc: u64, n: u64, block_bytes: u64) -> Option<Option<Bytes>> {
+        self.ahead.iter().rev().find_map(|h| h.get(loc, n, block_bytes))
+    }
+
+    /// Keeps a read-ahead, dropping the oldest past the limit.
+    pub fn ahead_put(&mut self, h: Ahead) {
+        if self.ahead.len() >= AHEAD_PER_STREAM {
+            self.ahead.remove(0);
+        }
+        self.ahead.push(h);
+    }
+}
+
+impl Ahead {
+    /// The bytes of blocks `[loc, loc + n)` if held: `Some(None)` in
+    /// timing-only runs.
+    pub fn get(&self, loc: u64, n: u64, block_bytes: u64) -> Option<Option<Bytes>> {
+        if loc < self.start || loc + n > self.end {
+            return None;
+        }
+        let at = ((loc - self.start) * block_bytes) as usize;
+        Some(self.data.as_ref().map(|d| d.slice(at..at + (n * block_bytes) as usize)))
+    }
 }
 
 /// Whether two block ranges are close: the gap between them is under
@@ -140,6 +188,23 @@ impl Streams {
             if s.queue.is_empty() {
                 s.queue_since = None;
             }
+        }
+        n
+    }
+
+    /// Every stream's current replica extent `[cursor, end)`.
+    pub fn extents(&self) -> Vec<(u64, u64)> {
+        self.map.values().filter_map(|s| s.extent).collect()
+    }
+
+    /// Drops read-ahead bytes overlapping lower blocks `[a, b)` (a lower
+    /// write is about to change them); returns how many streams lost theirs.
+    pub fn drop_ahead(&mut self, a: u64, b: u64) -> u64 {
+        let mut n = 0;
+        for s in self.map.values_mut() {
+            let before = s.ahead.len();
+            s.ahead.retain(|h| !(h.start < b && a < h.end));
+            n += (before - s.ahead.len()) as u64;
         }
         n
     }
