@@ -12,53 +12,86 @@
 #                       program once, no variation, the page cache dropped
 #                       before every run), one plan at the end of day 1;
 #                       what day 1 could teach (the held-out days' reads
-#                       seen before); and the CPU of analysis, planning and the
-#                       indirection measured on the same code (opt_cpu)
+#                       seen before); the CPU of analysis, planning and the
+#                       indirection measured on the same code (opt_cpu); then
+#                       the held-out and start-up experiments again on the
+#                       traces of other seeds of the same generator
+#                       (bench/traces/opt/seedN/, generated if missing;
+#                       results under seeds/seedN/) and a table of every
+#                       seed with the medians
 #
-# Environment: LAYOUTD (default target/release/layoutd).
+# Environment: LAYOUTD (default target/release/layoutd); SEEDS (default
+# "2 3 4", the seeds besides 1).
 set -eu
 cd "$(dirname "$0")/.."
 LAYOUTD=${LAYOUTD:-target/release/layoutd}
+SEEDS=${SEEDS:-"2 3 4"}
 R=bench/results/opt
-T=bench/traces/opt/desktop-4days.trace.gz
-if [ ! -f $T ]; then
-    mkdir -p bench/traces/opt
-    python3 bench/workloads/opt_desktop.py bench/traces/opt/desktop-4days.trace --days 4 --seed 1
-    gzip -9n bench/traces/opt/desktop-4days.trace
-fi
-# When to plan: just before the last request of a day (then the night is
-# idle time for the copies), trained on that day and the ones before.
-set -- $(cat bench/traces/opt/desktop-4days.plan-times)
-D1=$1 D2=$2 D3=$3
-: > $R/cpu.txt
-run() {
-    name=$1
-    shift
-    /usr/bin/time -f "$name %U %S" -a -o $R/cpu.txt \
-        "$LAYOUTD" sim --trace $T --format layoutd --closed-loop --disk wd800 --seed 1 \
-        --no-progress --json $R/$name.json "$@"
+
+# traces SEED DIR: the 4-day and the start-up trace of SEED in DIR, made
+# if missing.
+traces() {
+    mkdir -p $2
+    if [ ! -f $2/desktop-4days.trace.gz ]; then
+        python3 bench/workloads/opt_desktop.py $2/desktop-4days.trace --days 4 --seed $1
+        gzip -9n $2/desktop-4days.trace
+    fi
+    if [ ! -f $2/startup-2days.trace.gz ]; then
+        python3 bench/workloads/opt_desktop.py $2/startup-2days.trace --days 2 --seed $1 \
+            --skip 0 --new 0 --same-days --cold-runs
+        gzip -9n $2/startup-2days.trace
+    fi
 }
-run plain --config $R/plain.toml
-run opt-train-day1 --config $R/opt.toml --message ${D1}ms:plan
-run opt-daily --config $R/opt.toml --message ${D1}ms:plan --message ${D2}ms:plan --message ${D3}ms:plan
-run opt-noplan --config $R/opt-noplan.toml
+
+# experiments TRACE_DIR RESULT_DIR [noplan]: the held-out days (plain, one
+# plan after day 1, a plan after every day; with `noplan`, opt never
+# planning too) and the start-up experiment. The CPU time of each sim
+# process goes to RESULT_DIR/cpu.txt.
+experiments() {
+    T=$1/desktop-4days.trace.gz
+    mkdir -p $2
+    : > $2/cpu.txt
+    # When to plan: just before the last request of a day (then the night
+    # is idle time for the copies), trained on that day and the ones before.
+    D1=$(sed -n 1p $1/desktop-4days.plan-times)
+    D2=$(sed -n 2p $1/desktop-4days.plan-times)
+    D3=$(sed -n 3p $1/desktop-4days.plan-times)
+    run() {
+        name=$1
+        shift
+        /usr/bin/time -f "$name %U %S" -a -o $OUT/cpu.txt \
+            "$LAYOUTD" sim --trace $T --format layoutd --closed-loop --disk wd800 --seed 1 \
+            --no-progress --json $OUT/$name.json "$@"
+    }
+    OUT=$2
+    run plain --config $R/plain.toml
+    run opt-train-day1 --config $R/opt.toml --message ${D1}ms:plan
+    run opt-daily --config $R/opt.toml --message ${D1}ms:plan --message ${D2}ms:plan --message ${D3}ms:plan
+    if [ "${3:-}" = noplan ]; then
+        run opt-noplan --config $R/opt-noplan.toml
+    fi
+    S=$1/startup-2days.trace.gz
+    S1=$(head -1 $1/startup-2days.plan-times)
+    for r in plain opt; do
+        m=""
+        [ $r = opt ] && m="--message ${S1}ms:plan"
+        "$LAYOUTD" sim --trace $S --format layoutd --closed-loop --disk wd800 --seed 1 --no-progress \
+            --json $2/startup-$r.json --config $R/$r.toml $m
+    done
+}
+
+traces 1 bench/traces/opt
+experiments bench/traces/opt $R noplan
+T=bench/traces/opt/desktop-4days.trace.gz
 python3 bench/workloads/opt_report.py $R $R/cpu.txt > $R/tables.md
-S=bench/traces/opt/startup-2days.trace.gz
-if [ ! -f $S ]; then
-    python3 bench/workloads/opt_desktop.py bench/traces/opt/startup-2days.trace --days 2 --seed 1 \
-        --skip 0 --new 0 --same-days --cold-runs
-    gzip -9n bench/traces/opt/startup-2days.trace
-fi
-S1=$(head -1 bench/traces/opt/startup-2days.plan-times)
-for r in plain opt; do
-    m=""
-    [ $r = opt ] && m="--message ${S1}ms:plan"
-    "$LAYOUTD" sim --trace $S --format layoutd --closed-loop --disk wd800 --seed 1 --no-progress \
-        --json $R/startup-$r.json --config $R/$r.toml $m
-done
 python3 bench/workloads/opt_report.py --startup $R >> $R/tables.md
 python3 bench/workloads/opt_report.py --coverage $T >> $R/tables.md
 zcat $T > $R/.trace.tmp
 cargo run -q --release -p layoutd-sim --example opt_cpu -- $R/.trace.tmp | tee -a $R/tables.md
 rm -f $R/.trace.tmp
+for s in $SEEDS; do
+    traces $s bench/traces/opt/seed$s
+    experiments bench/traces/opt/seed$s $R/seeds/seed$s
+done
+python3 bench/workloads/opt_report.py --seeds $R 1 $SEEDS >> $R/tables.md
 cat $R/tables.md

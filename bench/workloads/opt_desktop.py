@@ -29,6 +29,7 @@ day's last request in ms after the trace's first request, where a
 `layoutd sim --message TIME:plan` trains on that day (and those before).
 
     opt_desktop.py OUT.trace [--days 4] [--seed 1] [--volume-gib 40] [--same-days] [--cold-runs]
+                   [--skip 0.10] [--new 0.05] [--shared 0.35]
 """
 import argparse
 import random
@@ -38,13 +39,14 @@ BLOCK = 4096
 GIB = 1 << 30
 
 
-def program(rng, volume, libs, index):
+def program(rng, volume, libs, index, shared):
     """The ordered read list of one program's start-up: (file start,
-    file blocks, first block read, blocks read) each."""
+    file blocks, first block read, blocks read) each; a file is a shared
+    library with probability `shared`."""
     home = rng.randrange(GIB, volume - GIB) // BLOCK * BLOCK
     files = []
     for _ in range(rng.randrange(25, 70)):
-        if rng.random() < 0.35:
+        if rng.random() < shared:
             files.append(rng.choice(libs))  # a shared library
         else:
             start = rng.randrange(0, volume - (1 << 20)) // BLOCK * BLOCK
@@ -116,6 +118,9 @@ def main():
     ap.add_argument("--volume-gib", type=int, default=40)
     ap.add_argument("--skip", type=float, default=0.10, help="share of a program's reads a run skips")
     ap.add_argument("--new", type=float, default=0.05, help="share of reads of never-read files added")
+    ap.add_argument(
+        "--shared", type=float, default=0.35, help="share of a program's files drawn from the shared library pool"
+    )
     ap.add_argument("--same-days", action="store_true", help="every day runs every program once, in one order")
     ap.add_argument(
         "--cold-runs", action="store_true", help="drop the page cache before every run (cold start-ups)"
@@ -128,7 +133,7 @@ def main():
         ((lib_base + rng.randrange(-(512 << 20), 512 << 20)) // BLOCK * BLOCK, rng.randrange(2, 24))
         for _ in range(60)
     ]
-    progs = [program(rng, volume, libs, i) for i in range(12)]
+    progs = [program(rng, volume, libs, i, a.shared) for i in range(12)]
     out = []
     stream = 1
     for day in range(a.days):

@@ -6,6 +6,9 @@ phases, four a day), speedups on the held-out days, and the opt counters.
     opt_report.py RESULTS_DIR CPU_FILE
     opt_report.py --startup RESULTS_DIR
     opt_report.py --coverage TRACE.gz     (what a plan trained on day 1 could know)
+    opt_report.py --seeds RESULTS_DIR SEED...  (every seed's speedups, and the medians;
+                                               seed 1 in RESULTS_DIR, seed N in seeds/seedN,
+                                               its traces in bench/traces/opt[/seedN])
 """
 import gzip
 import json
@@ -80,11 +83,61 @@ def coverage(trace):
         print(f"| {d + 1} | {n} | {100 * a / n:.0f}% | {100 * b / n:.0f}% |")
 
 
+def held_out(j):
+    """Requests-weighted mean response (ms) of days 2-4."""
+    d = days(j)
+    return sum(n * ms for n, ms in d[1:]) / sum(n for n, _ in d[1:])
+
+
+def day1_coverage(trace):
+    """Share of the held-out days' reads whose blocks day 1 read."""
+    seen, reads, hits = set(), 0, 0
+    for line in gzip.open(trace, "rt"):
+        f = line.split()
+        if line.startswith("#") or f[3] != "R":
+            continue
+        d = int(int(f[0]) / 1e9 // DAY_S)
+        off, n = int(f[4]), int(f[5])
+        blocks = set(range(off // 4096, (off + n + 4095) // 4096))
+        if d == 0:
+            seen |= blocks
+        else:
+            reads += 1
+            hits += blocks <= seen
+    return hits / reads
+
+
+def seeds(res, names):
+    """One row per seed of the generator, then the medians."""
+    print()
+    print("Every seed of the generator (held-out days 2-4 and the start-up day 2; plain mean / run mean):")
+    print()
+    print("| seed | opt-train-day1 | opt-daily | share of the daily gain after day 1 | start-up | held-out reads seen on day 1 |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    rows = []
+    for name in names:
+        d = res if name == "1" else f"{res}/seeds/seed{name}"
+        tdir = "bench/traces/opt" if name == "1" else f"bench/traces/opt/seed{name}"
+        load = lambda r: json.load(open(f"{d}/{r}.json"))
+        base = held_out(load("plain"))
+        one, daily = base / held_out(load("opt-train-day1")), base / held_out(load("opt-daily"))
+        sp = days(load("startup-plain"), 2)[1][1] / days(load("startup-opt"), 2)[1][1]
+        share = (one - 1) / (daily - 1) if daily > 1 else float("nan")
+        cov = day1_coverage(f"{tdir}/desktop-4days.trace.gz")
+        rows.append((one, daily, share, sp, cov))
+        print(f"| {name} | {one:.2f}x | {daily:.2f}x | {100 * share:.0f}% | {sp:.2f}x | {100 * cov:.0f}% |")
+    med = [sorted(c)[len(c) // 2] if len(c) % 2 else sum(sorted(c)[len(c) // 2 - 1:len(c) // 2 + 1]) / 2
+           for c in zip(*rows)]
+    print(f"| median | {med[0]:.2f}x | {med[1]:.2f}x | {100 * med[2]:.0f}% | {med[3]:.2f}x | {100 * med[4]:.0f}% |")
+
+
 def main():
     if sys.argv[1] == "--startup":
         return startup(sys.argv[2])
     if sys.argv[1] == "--coverage":
         return coverage(sys.argv[2])
+    if sys.argv[1] == "--seeds":
+        return seeds(sys.argv[2], sys.argv[3:])
     res, cpu_file = sys.argv[1], sys.argv[2]
     cpu = {}
     for line in open(cpu_file):

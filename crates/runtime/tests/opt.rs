@@ -198,6 +198,35 @@ fn a_replan_keeps_placed_blocks_in_their_slots_and_copies_only_new_ones() {
 }
 
 #[test]
+fn a_client_that_never_leaves_idle_ms_of_quiet_holds_a_job_back_only_while_it_bursts() {
+    let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+    let cfg = manual().replace("idle_ms = 0", "idle_ms = 100");
+    let mut h = harness_with(&dev, &cfg, OpenMode::Format);
+    read_twice(&mut h, 10..14);
+    let reply = message(&mut h, "apply").expect("apply");
+    assert!(reply.contains("to copy"), "{reply}");
+    // A burst, a read every 2 ms for 3 s: the job waits for idle time,
+    // starved or not.
+    for i in 0..1500u64 {
+        h.run_until(h.now.add_ms(2));
+        assert_eq!(h.read((100 + i % 40) * B, B as u32).result, Ok(()));
+    }
+    assert_eq!(counter(&*h.stack, "copies_count"), 0, "{}", describe(&mut h));
+    assert_eq!(counter(&*h.stack, "job_active"), 1);
+    // A trickle, a read every 90 ms (never `idle_ms` of quiet): the
+    // starved job takes its gaps.
+    let mut reads = 0;
+    while counter(&*h.stack, "job_active") == 1 && reads < 100 {
+        h.run_until(h.now.add_ms(90));
+        assert_eq!(h.read((100 + reads % 40) * B, B as u32).result, Ok(()));
+        reads += 1;
+    }
+    assert_eq!(counter(&*h.stack, "job_active"), 0, "{}", describe(&mut h));
+    assert_eq!(counter(&*h.stack, "reconfigurations_count"), 1);
+    assert!(counter(&*h.stack, "mapped_blocks_count") >= 4, "{}", describe(&mut h));
+}
+
+#[test]
 fn blocks_a_plan_leaves_out_stay_until_their_slots_are_needed() {
     // A threshold of two transitions: after a plan halves the weights,
     // blocks 10..14 (read twice before it) are no longer planned.

@@ -95,9 +95,16 @@ impl Profile {
 #[derive(Debug, Default)]
 struct StreamGraph {
     last: Option<(Range, u64)>,
+    /// The request before `last`.
+    before_last: Option<(Range, u64)>,
     /// Access count of each range, in weight units.
     vertices: BTreeMap<Range, u64>,
     edges: BTreeMap<(Range, Range), u64>,
+    /// *Skip edges*: from each request to the one after next (`a → c` of
+    /// `a, b, c`), weighted as edges. The plan follows one only where no
+    /// edge leads on: a stream that reads a block placed elsewhere (a
+    /// library another program's sequence took) goes on after it.
+    skips: BTreeMap<(Range, Range), u64>,
 }
 
 /// Limits of the analyzer.
@@ -154,19 +161,32 @@ impl Analyzer {
         self.units += 1;
         let range = (e.block, e.block + u64::from(e.blocks));
         let g = self.streams.entry(e.stream).or_default();
-        let last = g.last.replace((range, e.time_ns));
         let fresh = g.vertices.insert(range, 0).is_none();
         *g.vertices.get_mut(&range).expect("inserted") += WEIGHT_UNIT;
         self.vertex_count += usize::from(fresh);
-        if let Some((prev, t)) = last.filter(|(prev, _)| *prev != range) {
-            let w = self.weight(e.time_ns.saturating_sub(t));
-            if w > 0 {
-                let g = self.streams.get_mut(&e.stream).expect("present");
-                let slot = g.edges.entry((prev, range)).or_insert(0);
-                self.edge_count += usize::from(*slot == 0);
-                *slot += w;
-            }
+        // A request repeating the last one changes neither edge.
+        if g.last.is_some_and(|(prev, _)| prev == range) {
+            g.last = Some((range, e.time_ns));
+            return self.enforce_caps();
         }
+        let before = std::mem::replace(&mut g.before_last, g.last.replace((range, e.time_ns)));
+        let last = g.before_last;
+        let weights = [last, before].map(|p| {
+            p.filter(|(prev, _)| *prev != range)
+                .map(|(prev, t)| (prev, self.weight(e.time_ns.saturating_sub(t))))
+        });
+        let g = self.streams.get_mut(&e.stream).expect("present");
+        for (k, edge) in weights.into_iter().enumerate() {
+            let Some((prev, w)) = edge.filter(|(_, w)| *w > 0) else { continue };
+            let map = if k == 0 { &mut g.edges } else { &mut g.skips };
+            let slot = map.entry((prev, range)).or_insert(0);
+            self.edge_count += usize::from(*slot == 0);
+            *slot += w;
+        }
+        self.enforce_caps();
+    }
+
+    fn enforce_caps(&mut self) {
         while self.vertex_count > self.limits.vertices_max || self.edge_count > self.limits.edges_max {
             self.halve();
         }
@@ -182,14 +202,16 @@ impl Analyzer {
                 *w /= 2;
                 *w > 0
             });
-            g.edges.retain(|_, w| {
-                *w /= 2;
-                *w > 0
-            });
-            // A vertex that faded away takes its edges with it.
-            g.edges.retain(|(a, b), _| g.vertices.contains_key(a) && g.vertices.contains_key(b));
+            self.units += g.skips.len() as u64;
+            for map in [&mut g.edges, &mut g.skips] {
+                // A vertex that faded away takes its edges with it.
+                map.retain(|(a, b), w| {
+                    *w /= 2;
+                    *w > 0 && g.vertices.contains_key(a) && g.vertices.contains_key(b)
+                });
+            }
             vertices += g.vertices.len();
-            edges += g.edges.len();
+            edges += g.edges.len() + g.skips.len();
         }
         self.streams.retain(|_, g| !g.vertices.is_empty());
         self.vertex_count = vertices;
@@ -204,6 +226,8 @@ pub struct MasterGraph {
     pub atoms: Vec<Range>,
     /// `(from atom, to atom) -> weight`, sorted.
     pub edges: Vec<((u32, u32), u64)>,
+    /// Skip edges (see `StreamGraph::skips`), the same way.
+    pub skips: Vec<((u32, u32), u64)>,
 }
 
 /// Merges every stream graph of `a` into one master graph (work units are
@@ -223,6 +247,7 @@ pub fn master_graph(a: &Analyzer, units: &mut u64) -> MasterGraph {
     // Elementary intervals between bounds; only covered ones become atoms.
     let mut covered = vec![false; bounds.len().saturating_sub(1)];
     let mut edges: FxHashMap<(u32, u32), u64> = FxHashMap::default();
+    let mut skips: FxHashMap<(u32, u32), u64> = FxHashMap::default();
     for g in a.streams.values() {
         for (&(s, e), &w) in &g.vertices {
             let (i, j) = (idx(s), idx(e));
@@ -238,6 +263,10 @@ pub fn master_graph(a: &Analyzer, units: &mut u64) -> MasterGraph {
             *units += 1;
             *edges.entry((idx(ue) - 1, idx(vs))).or_insert(0) += w;
         }
+        for (&((_, ue), (vs, _)), &w) in &g.skips {
+            *units += 1;
+            *skips.entry((idx(ue) - 1, idx(vs))).or_insert(0) += w;
+        }
     }
     // Renumber covered intervals densely.
     let mut number = vec![u32::MAX; covered.len()];
@@ -248,11 +277,14 @@ pub fn master_graph(a: &Analyzer, units: &mut u64) -> MasterGraph {
             atoms.push((bounds[k], bounds[k + 1]));
         }
     }
-    let mut edges: Vec<((u32, u32), u64)> =
-        edges.into_iter().map(|((x, y), w)| ((number[x as usize], number[y as usize]), w)).collect();
-    edges.sort_unstable();
-    assert!(edges.iter().all(|((x, y), _)| *x != u32::MAX && *y != u32::MAX), "edges join atoms");
-    MasterGraph { atoms, edges }
+    let renumber = |map: FxHashMap<(u32, u32), u64>| {
+        let mut v: Vec<((u32, u32), u64)> =
+            map.into_iter().map(|((x, y), w)| ((number[x as usize], number[y as usize]), w)).collect();
+        v.sort_unstable();
+        assert!(v.iter().all(|((x, y), _)| *x != u32::MAX && *y != u32::MAX), "edges join atoms");
+        v
+    };
+    MasterGraph { atoms, edges: renumber(edges), skips: renumber(skips) }
 }
 
 /// The paper's greedy placement: start at the most connected unplaced atom;
@@ -266,6 +298,8 @@ pub fn plan(m: &MasterGraph, capacity_blocks: u64, weight_min: u64, units: &mut 
     let n = m.atoms.len();
     let mut out_adj: Vec<Vec<(u32, u64)>> = vec![Vec::new(); n];
     let mut in_adj: Vec<Vec<(u32, u64)>> = vec![Vec::new(); n];
+    let mut out_skip: Vec<Vec<(u32, u64)>> = vec![Vec::new(); n];
+    let mut in_skip: Vec<Vec<(u32, u64)>> = vec![Vec::new(); n];
     let mut conn = vec![0u64; n];
     for &((x, y), w) in &m.edges {
         if x == y {
@@ -276,7 +310,11 @@ pub fn plan(m: &MasterGraph, capacity_blocks: u64, weight_min: u64, units: &mut 
         conn[x as usize] += w;
         conn[y as usize] += w;
     }
-    *units += m.edges.len() as u64;
+    for &((x, y), w) in m.skips.iter().filter(|((x, y), _)| x != y) {
+        out_skip[x as usize].push((y, w));
+        in_skip[y as usize].push((x, w));
+    }
+    *units += (m.edges.len() + m.skips.len()) as u64;
     let mut order: Vec<u32> = (0..n as u32).collect();
     order.sort_by_key(|&a| (std::cmp::Reverse(conn[a as usize]), a));
     let mut placed = vec![false; n];
@@ -301,12 +339,19 @@ pub fn plan(m: &MasterGraph, capacity_blocks: u64, weight_min: u64, units: &mut 
         let mut blocks = len(m.atoms[seed as usize]);
         while blocks < left {
             let (head, tail) = (*seq.front().expect("non-empty"), *seq.back().expect("non-empty"));
-            let o = best(&out_adj[tail as usize], &placed, units);
-            let i = best(&in_adj[head as usize], &placed, units);
+            // An end with no edge left follows its skip edges; an edge
+            // beats a skip edge, then the heavier wins.
+            let end = |adj: &Vec<Vec<(u32, u64)>>, skip: &Vec<Vec<(u32, u64)>>, a: u32, units: &mut u64| {
+                best(&adj[a as usize], &placed, units)
+                    .map(|(v, w)| (1, w, v))
+                    .or_else(|| best(&skip[a as usize], &placed, units).map(|(v, w)| (0, w, v)))
+            };
+            let o = end(&out_adj, &out_skip, tail, units);
+            let i = end(&in_adj, &in_skip, head, units);
             let (v, after) = match (o, i) {
-                (Some(o), Some(i)) if i.1 > o.1 => (i.0, false),
-                (Some(o), _) => (o.0, true),
-                (None, Some(i)) => (i.0, false),
+                (Some(o), Some(i)) if (i.0, i.1) > (o.0, o.1) => (i.2, false),
+                (Some(o), _) => (o.2, true),
+                (None, Some(i)) => (i.2, false),
                 (None, None) => break,
             };
             placed[v as usize] = true;
@@ -441,6 +486,41 @@ mod tests {
         }
         let p = plan_of(&a, 100, 2 * WEIGHT_UNIT);
         assert_eq!(p, vec![(40, 41), (50, 51), (60, 61)]);
+    }
+
+    #[test]
+    fn a_stream_goes_on_past_a_block_another_sequence_took_by_its_skip_edge() {
+        let mut a = analyzer();
+        // Program A reads 10 L 20 30 and program B reads 100 L 110, both
+        // three times, where L = 500 is a shared "library" block; B twice
+        // more, so B's sequence (seeded at the most connected atom, L)
+        // takes L. A's edges 10 -> L and L -> 20 then lead nowhere new;
+        // its skip edge 10 -> 20 keeps its blocks in its order, next to
+        // each other.
+        for round in 0..3 {
+            for (i, b) in [10, 500, 20, 30].into_iter().enumerate() {
+                a.add(e(round * 100 + i as u64, b, 1, 1));
+            }
+        }
+        for round in 0..5 {
+            for (i, b) in [100, 500, 110].into_iter().enumerate() {
+                a.add(e(1000 + round * 100 + i as u64, b, 1, 2 + round as u32));
+            }
+        }
+        // Skip edges span two think times (2 ms here: half a unit each).
+        let g = &a.streams[&1];
+        assert_eq!(g.skips[&((10, 11), (20, 21))], 3 * WEIGHT_UNIT / 2);
+        assert_eq!(g.skips[&((500, 501), (30, 31))], 3 * WEIGHT_UNIT / 2);
+        assert!(g.skips[&((30, 31), (500, 501))] < WEIGHT_UNIT / 10, "across the gap between rounds");
+        let p = plan_of(&a, 100, WEIGHT_UNIT);
+        assert_eq!(p, vec![(100, 101), (500, 501), (110, 111), (10, 11), (20, 21), (30, 31)]);
+        // Without skip edges A's blocks would be cut apart: 10 joins L's
+        // sequence from the front only if it is heavier than B's 100.
+        let mut m = master_graph(&a, &mut 0);
+        m.skips.clear();
+        let p = plan(&m, 100, WEIGHT_UNIT, &mut 0);
+        assert_eq!(p[..3], [(100, 101), (500, 501), (110, 111)]);
+        assert!(p.windows(2).all(|w| w != [(10, 11), (20, 21)]), "{p:?}");
     }
 
     #[test]

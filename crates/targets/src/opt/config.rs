@@ -28,7 +28,7 @@ pub struct Args {
     pub profile_entries_max: u32,
     /// Most vertices (block ranges) in all stream graphs together.
     pub graph_vertices_max: u32,
-    /// Most edges in all stream graphs together.
+    /// Most edges and skip edges in all stream graphs together.
     pub graph_edges_max: u32,
     /// Analysis work units (profile entries, edges visited) per background step.
     pub analysis_units_per_step: u32,

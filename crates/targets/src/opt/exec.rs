@@ -312,7 +312,8 @@ impl Opt {
     }
 
     /// A copy, copy-home or job flush completed.
-    pub(super) fn job_completion(&mut self, _now: Instant, op: LowerOp, c: Completion) {
+    pub(super) fn job_completion(&mut self, now: Instant, op: LowerOp, c: Completion) {
+        self.job_progress_at = now;
         let b = self.geo.block_bytes;
         let failed = c.result.is_err();
         let j = self.job.as_mut().expect("job I/O belongs to a job");
@@ -646,7 +647,7 @@ impl Opt {
     /// as for `drop`, they all go).
     pub(super) fn start_job(
         &mut self,
-        _now: Instant,
+        now: Instant,
         ranges: Vec<Range>,
         retain: bool,
     ) -> Result<String, String> {
@@ -784,6 +785,7 @@ impl Opt {
         let mut todo: Vec<u32> = (0..runs.len() as u32).collect();
         todo.sort_by_key(|&r| runs[r as usize].slot);
         let home_todo = drop.iter().copied().filter(|&s| self.slots[s as usize].dirty).collect();
+        self.job_progress_at = now;
         self.job = Some(Job {
             phase: JobPhase::CopyHome,
             drop,

@@ -53,6 +53,15 @@ use layoutd_core::{
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 
+/// A job that made no progress for this many idle thresholds is starved:
+/// some client never leaves `idle_ms` of quiet (a kernel thread zeroing
+/// inode tables writes every ~100 ms for minutes after `mkfs.ext4`). Its
+/// steps then wait for a tenth of `idle_ms` only ([`STARVED_DIVISOR`]):
+/// they take the gaps of a trickle, still not the gaps inside a burst.
+const STARVED_AFTER_THRESHOLDS: u64 = 10;
+/// See [`STARVED_AFTER_THRESHOLDS`].
+const STARVED_DIVISOR: u64 = 10;
+
 /// Walks blocks `[start, start + length)` of `map` piece by piece, calling
 /// `f(first block, blocks, Some(slot of the first) | None)`; no allocation
 /// (one or two ordered-map lookups a piece). The indirection of every
@@ -206,8 +215,11 @@ pub struct Opt {
     planned: Option<Vec<Range>>,
     requests_since_plan: u64,
     last_plan_at: Instant,
-    /// Background work waits until this instant (`idle_ms` after the last request).
+    /// Background work waits until this instant (`idle_ms` after the last
+    /// request, or less for a starved job: [`STARVED_AFTER_THRESHOLDS`]).
     idle_deadline: Option<Instant>,
+    /// When the job last started or made progress (a step, an I/O done).
+    job_progress_at: Instant,
     lower_io: crate::lowerio::LowerIo<LowerOp>,
     assemblies: FxHashMap<u64, Assembly>,
     next_key: u64,
@@ -253,6 +265,7 @@ impl Opt {
             planned: None,
             requests_since_plan: 0,
             last_plan_at: Instant::ZERO,
+            job_progress_at: Instant::ZERO,
             idle_deadline: None,
             lower_io: crate::lowerio::LowerIo::default(),
             assemblies: FxHashMap::default(),
@@ -326,7 +339,12 @@ impl Opt {
 
     fn request(&mut self, now: Instant, req: Request) {
         if self.args.idle_ms > 0 {
-            self.idle_deadline = Some(now.add_ms(self.args.idle_ms));
+            let idle_ms = self.args.idle_ms;
+            let starved = self.job.is_some()
+                && now.ns_since(self.job_progress_at.min(now))
+                    >= STARVED_AFTER_THRESHOLDS * idle_ms * 1_000_000;
+            let wait_ms = if starved { idle_ms.div_ceil(STARVED_DIVISOR) } else { idle_ms };
+            self.idle_deadline = Some(now.add_ms(wait_ms));
         }
         if req.op != Op::Flush && self.phase_is_live() {
             let (first, end) = self.blocks_of(req.offset_bytes, u64::from(req.length_bytes));
@@ -686,6 +704,7 @@ impl Target for Opt {
 
     fn background_step(&mut self, now: Instant) -> Option<u64> {
         if self.job_wants_step() {
+            self.job_progress_at = now;
             return self.job_step();
         }
         if self.plan_due(now) {
