@@ -1,5 +1,6 @@
 //! The pool's config keys and the on-disk layout they give.
 
+use super::chunks::VOLUME_CHUNKS_MAX;
 use super::place::{ChunkPlacement, Contiguous, NearestFree, Sliced};
 use layoutd_core::config::{ArgReader, ConfigError};
 use layoutd_core::metablock::HEADER_BYTES;
@@ -145,6 +146,13 @@ impl PoolConfig {
                 data_chunks * chunk_bytes
             )));
         }
+        if volume_chunks >= VOLUME_CHUNKS_MAX {
+            return Err(args.error(format!(
+                "key `volume_size`: {volume_chunks} chunks; at most {} (the reverse map keeps a 32-bit \
+                 chunk number): give a larger `chunk_size`",
+                VOLUME_CHUNKS_MAX - 1
+            )));
+        }
         if volume_chunks.checked_mul(chunk_bytes).and_then(|b| b.checked_mul(volumes_max)).is_none() {
             return Err(args.error("`volume_size` times `volumes_max` is past 2^64 bytes"));
         }
@@ -244,6 +252,7 @@ mod tests {
             ("placement = \"contiguous\"\nvolume_size = \"1G\"", "past the data area"),
             ("placement = \"sliced\"\ncopy_share_percent = 0", "leaves no gap"),
             ("colour = \"blue\"", "unknown key `colour`"),
+            ("chunk_size = \"8K\"\nvolume_size = \"32T\"", "a 32-bit chunk number"),
         ] {
             let e = parse(keys, dev).expect_err(keys);
             assert!(e.contains(want) && e.starts_with("layer 1 (pool)"), "{keys}: {e}");
