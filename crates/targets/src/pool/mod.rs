@@ -108,12 +108,13 @@ enum Step {
     /// (`WriteZeroes`, which a file or device may do without writing) over
     /// the rest of it, all at once.
     WriteFresh { q: u64 },
-    /// Read a whole data chunk into the job's buffer.
-    ReadBuf { p: u64 },
+    /// Read `n` whole data chunks from `p` on into the job's buffer, from
+    /// its chunk `at` on.
+    ReadBuf { p: u64, n: u64, at: u64 },
     /// Put the piece's data into the buffer (a zeroed one if none).
     Patch,
-    /// Write the buffer to data chunk `q`.
-    WriteBuf { q: u64 },
+    /// Write the buffer (`n` chunks) to data chunks `q..q + n`.
+    WriteBuf { q: u64, n: u64 },
     /// Change the maps and append the records.
     Apply(Change),
     /// Wait until every record appended so far is durable.
@@ -153,8 +154,12 @@ struct Job {
     data: Option<Bytes>,
     steps: VecDeque<Step>,
     buf: Option<Vec<u8>>,
-    /// A chunk taken from the free space and not yet in a map.
-    taken: Option<u64>,
+    /// Chunks taken from the free space and not yet in a map.
+    taken: Vec<u64>,
+    /// A background job's locked lcs.
+    locks: Vec<u64>,
+    /// Where in the buffer (in chunks) the buffer read in flight goes.
+    read_into: Option<u64>,
     read: Option<Bytes>,
     /// Lower requests of the current step still in flight, and the first
     /// error among those that completed.
@@ -674,7 +679,9 @@ impl Pool {
                 data,
                 steps,
                 buf: None,
-                taken: None,
+                taken: Vec::new(),
+                locks: Vec::new(),
+                read_into: None,
                 read: None,
                 in_flight: 0,
                 failed: None,
@@ -740,9 +747,10 @@ impl Pool {
                     }
                     return;
                 }
-                Step::ReadBuf { p } => {
-                    let mut r = Request::new(ReqId(0), Op::Read, self.cfg.chunk_at(p), c as u32);
+                Step::ReadBuf { p, n, at } => {
+                    let mut r = Request::new(ReqId(0), Op::Read, self.cfg.chunk_at(p), (n * c) as u32);
                     r.background = bg;
+                    job.read_into = Some(at);
                     return self.lower(Owner::Job(jid), r);
                 }
                 Step::Patch => {
@@ -752,14 +760,14 @@ impl Pool {
                         buf[coff..coff + len].copy_from_slice(d);
                     }
                 }
-                Step::WriteBuf { q } => {
-                    let mut r = Request::new(ReqId(0), Op::Write, self.cfg.chunk_at(q), c as u32);
+                Step::WriteBuf { q, n } => {
+                    let mut r = Request::new(ReqId(0), Op::Write, self.cfg.chunk_at(q), (n * c) as u32);
                     r.data = job.buf.take().map(Bytes::from);
                     r.background = bg;
                     return self.lower(Owner::Job(jid), r);
                 }
                 Step::Apply(change) => {
-                    job.taken = None;
+                    job.taken.clear();
                     self.apply(change);
                 }
                 Step::Commit => {
@@ -772,7 +780,7 @@ impl Pool {
 
     fn end_job(&mut self, jid: u64, result: Result<(), IoError>) {
         let job = self.jobs.remove(&jid).expect("live");
-        if let Some(q) = job.taken {
+        for q in job.taken {
             self.free.release(q, 1);
         }
         match job.upper {
@@ -787,7 +795,9 @@ impl Pool {
                 }
             }
             None => {
-                self.locked.remove(&job.lc);
+                for lc in &job.locks {
+                    self.locked.remove(lc);
+                }
             }
         }
     }
@@ -884,7 +894,7 @@ impl Pool {
                 Err(None) => return Ok(vec![Step::Commit, Step::Plan]),
                 Err(Some(e)) => return Err(e),
             };
-            self.jobs.get_mut(&jid).expect("live").taken = Some(q);
+            self.jobs.get_mut(&jid).expect("live").taken = vec![q];
             self.counters.allocated_chunks += 1;
             let target = if slot == 0 { self.place.home(lc) } else { self.origin_ref(lc) };
             self.placed(q, target);
@@ -908,7 +918,7 @@ impl Pool {
             Err(None) => return Ok(vec![Step::Commit, Step::Plan]),
             Err(Some(e)) => return Err(e),
         };
-        self.jobs.get_mut(&jid).expect("live").taken = Some(q);
+        self.jobs.get_mut(&jid).expect("live").taken = vec![q];
         self.counters.copies_placed += 1;
         self.counters.copy_distance_sum += q.abs_diff(p);
         self.placed(q, p);
@@ -918,8 +928,8 @@ impl Pool {
             self.counters.copy_read_bytes += c;
             self.counters.copy_written_bytes += c;
             return Ok(vec![
-                Step::ReadBuf { p },
-                Step::WriteBuf { q },
+                Step::ReadBuf { p, n: 1, at: 0 },
+                Step::WriteBuf { q, n: 1 },
                 Step::Apply(Change::CowOut { lc, p, q }),
                 Step::Commit,
                 Step::WriteUpper { at: self.cfg.chunk_at(p) + coff },
@@ -933,7 +943,7 @@ impl Pool {
         } else {
             self.counters.copy_read_bytes += c;
             self.counters.copy_written_bytes += c;
-            vec![Step::ReadBuf { p }, Step::Patch, Step::WriteBuf { q }, change]
+            vec![Step::ReadBuf { p, n: 1, at: 0 }, Step::Patch, Step::WriteBuf { q, n: 1 }, change]
         })
     }
 
@@ -1323,7 +1333,7 @@ impl Pool {
 
     /// The next chunk worth moving: `(lc, from, to)`, scanning at most a
     /// bounded number of chunks from the cursor.
-    fn defrag_candidate(&mut self, quiet: bool) -> Option<(u64, u64, u64)> {
+    fn defrag_candidate(&mut self, quiet: bool) -> Option<Vec<(u64, u64, u64)>> {
         let slots = self.cfg.volumes_max as u32;
         let n = self.cfg.volume_chunks;
         let mut budget = 4096u64;
@@ -1366,7 +1376,7 @@ impl Pool {
                 if let Some(q) = self.free.nearest_unit(target, 0, self.cfg.data_chunks) {
                     if q.abs_diff(target) + 1 < d && (s != 0 || q == target) {
                         self.defrag_cursor = (s, l + 1);
-                        return Some((l, p, q));
+                        return Some(vec![(l, p, q)]);
                     }
                 }
                 if s != 0 && !quiet {
@@ -1375,7 +1385,7 @@ impl Pool {
                     if let Some(plan) = self.line_up(l, p, target).and_then(|u| self.line_up_stages(u)) {
                         self.defrag_cursor = (s, l + 1);
                         self.defrag_plan = plan;
-                        return self.next_planned_move().ok().flatten();
+                        return self.next_planned_stage().ok().flatten();
                     }
                 }
             }
@@ -1453,9 +1463,19 @@ impl Pool {
             self.free.release(f, 1);
         }
         let temp = temp?;
+        // In the order of their places (a run of chunks): each stage is
+        // then one write, and the second one read.
+        let mut moves = moves;
+        moves.sort_unstable_by_key(|m| m.2);
         let aside = moves.iter().zip(temp..).map(|(&(lc, from, _), t)| (lc, from, t)).collect();
         let placed = moves.iter().zip(temp..).map(|(&(lc, _, to), t)| (lc, t, to)).collect();
         Some(VecDeque::from([aside, placed]))
+    }
+
+    /// The most chunks a line-up shifts: [`LINE_UP_SHIFT_MAX`], fewer if
+    /// a stage (the run and the copy) would not fit one lower request.
+    fn line_up_run_max(&self) -> u64 {
+        LINE_UP_SHIFT_MAX.min(u64::from(REQUEST_BYTES_MAX) / self.cfg.chunk_bytes - 1)
     }
 
     /// [`Pool::line_up`] on the side of `h` above it (`up`) or below.
@@ -1466,7 +1486,7 @@ impl Pool {
         let mut run: Vec<(u64, u64)> = Vec::new();
         let mut at = away(h)?;
         while at != p && !self.free.is_free(at, 1) {
-            if run.len() as u64 >= LINE_UP_SHIFT_MAX {
+            if run.len() as u64 >= self.line_up_run_max() {
                 return None;
             }
             // A chunk taken but in no map (a move or write in flight, or
@@ -1500,41 +1520,28 @@ impl Pool {
         Some(LineUp { moves, free_end: (at != p).then_some(at) })
     }
 
-    /// The next move of a line-up in progress: `Err(())` to wait (a move of
-    /// it in flight), `Ok(None)` if none is left or the maps changed under
-    /// it (it is dropped; the scan finds what is left).
-    fn next_planned_move(&mut self) -> Result<Option<(u64, u64, u64)>, ()> {
-        loop {
-            let Some(stage) = self.defrag_plan.front() else { return Ok(None) };
-            if !stage.is_empty() {
-                break;
-            }
-            // Every move of the stage started: the next stage waits until
-            // they are done and durable.
-            if self.jobs.values().any(|j| j.upper.is_none()) {
-                return Err(());
-            }
-            self.defrag_plan.pop_front();
-        }
-        // Moves of one stage run together but for those of one lc (a
-        // volume's chunk and a copy of it: the lc is locked while either
-        // moves).
-        let stage = &self.defrag_plan[0];
-        let Some(i) = stage.iter().rposition(|m| !self.locked.contains(&m.0)) else {
-            if self.jobs.values().any(|j| j.upper.is_none()) {
-                return Err(());
-            }
-            self.defrag_plan.clear();
+    /// The next stage of a line-up in progress: `Err(())` to wait (the
+    /// stage before is in flight), `Ok(None)` if none is left or the maps
+    /// changed under it (it is dropped; the scan finds what is left).
+    fn next_planned_stage(&mut self) -> Result<Option<Vec<(u64, u64, u64)>>, ()> {
+        if self.defrag_plan.is_empty() {
             return Ok(None);
-        };
-        let (lc, p, q) = stage[i];
-        let mapped = self.vols.iter().flatten().any(|v| v.map.get(lc) == Some(p));
-        if !mapped || !self.free.is_free(q, 1) || self.held.contains_key(&p) {
+        }
+        if self.jobs.values().any(|j| j.upper.is_none()) {
+            return Err(());
+        }
+        let stage = self.defrag_plan.pop_front().expect("checked");
+        let valid = stage.iter().all(|&(lc, p, q)| {
+            self.vols.iter().flatten().any(|v| v.map.get(lc) == Some(p))
+                && self.free.is_free(q, 1)
+                && !self.locked.contains(&lc)
+                && !self.held.contains_key(&p)
+        });
+        if !valid {
             self.defrag_plan.clear();
             return Ok(None);
         }
-        self.defrag_plan[0].remove(i);
-        Ok(Some((lc, p, q)))
+        Ok(Some(stage))
     }
 
     /// The mean distance, in chunks ×1000, between each snapshot chunk
@@ -1659,13 +1666,16 @@ impl Target for Pool {
                 if let Some(e) = c.result.err().or(job.failed.take()) {
                     return self.end_job(jid, Err(e));
                 }
-                match job.steps.front() {
+                match (job.read_into.take(), c.data) {
                     // A buffer read feeds the patch / write that follow.
-                    Some(Step::Patch | Step::WriteBuf { .. }) if job.buf.is_none() && c.data.is_some() => {
-                        job.buf = c.data.map(|d| d.to_vec());
+                    (Some(at), Some(d)) => {
+                        let o = (at * self.cfg.chunk_bytes) as usize;
+                        let buf = job.buf.get_or_insert_with(Vec::new);
+                        buf.resize(buf.len().max(o + d.len()), 0);
+                        buf[o..o + d.len()].copy_from_slice(&d);
                     }
                     // An upper read, less what was read through after it.
-                    _ if c.data.is_some() => job.read = c.data.map(|d| d.slice(..job.len as usize)),
+                    (None, Some(d)) => job.read = Some(d.slice(..job.len as usize)),
                     _ => {}
                 }
                 self.run_job(jid);
@@ -1739,7 +1749,7 @@ impl Target for Pool {
     }
 
     fn background_step(&mut self, now: Instant) -> Option<u64> {
-        let ((lc, p, q), planned) = match self.next_planned_move() {
+        let (moves, planned) = match self.next_planned_stage() {
             Err(()) => return None,
             Ok(Some(m)) => (m, true),
             Ok(None) => {
@@ -1747,31 +1757,51 @@ impl Target for Pool {
                 (m, !self.defrag_plan.is_empty())
             }
         };
-        // A line-up's stages are each made durable before the next reuses
-        // the chunks they free.
-        self.free.take(q, 1);
-        self.locked.insert(lc);
+        // One job moves them all: the chunks they go to are a run (one
+        // write), those they come from read a run at a time; a line-up's
+        // stages are each made durable before the next reuses the chunks
+        // they free.
+        let q0 = moves[0].2;
+        assert!(moves.iter().zip(q0..).all(|(m, q)| m.2 == q), "a stage goes to a run of chunks");
+        let n = moves.len() as u64;
+        let mut steps = VecDeque::new();
+        let mut i = 0;
+        while i < moves.len() {
+            let mut k = 1;
+            while i + k < moves.len() && moves[i + k].1 == moves[i].1 + k as u64 {
+                k += 1;
+            }
+            steps.push_back(Step::ReadBuf { p: moves[i].1, n: k as u64, at: i as u64 });
+            i += k;
+        }
+        steps.push_back(Step::WriteBuf { q: q0, n });
+        steps.extend(moves.iter().map(|&(lc, p, q)| Step::Apply(Change::Move { lc, p, q })));
+        if planned {
+            steps.push_back(Step::Commit);
+        }
+        self.free.take(q0, n);
+        let locks: Vec<u64> = moves.iter().map(|m| m.0).collect();
+        self.locked.extend(locks.iter().copied());
         let jid = self.new_job(Job {
             upper: None,
             within: 0,
             slot: 0,
-            lc,
+            lc: moves[0].0,
             coff: 0,
             len: self.cfg.chunk_bytes,
             op: Op::Write,
             data: None,
-            steps: [Step::ReadBuf { p }, Step::WriteBuf { q }, Step::Apply(Change::Move { lc, p, q })]
-                .into_iter()
-                .chain(planned.then_some(Step::Commit))
-                .collect(),
+            steps,
             buf: None,
-            taken: Some(q),
+            taken: (q0..q0 + n).collect(),
+            locks,
+            read_into: None,
             read: None,
             in_flight: 0,
             failed: None,
         });
         self.run_job(jid);
-        Some(2 * self.cfg.chunk_bytes)
+        Some(2 * n * self.cfg.chunk_bytes)
     }
 
     fn is_drained(&self) -> bool {
