@@ -279,6 +279,25 @@ fn line_ups_shift_whatever_lies_between_a_far_copy_and_its_origin_chunk() {
 }
 
 #[test]
+fn a_fresh_chunk_is_zeroed_past_its_first_write_unless_zero_new_chunks_is_off() {
+    // A chunk written whole, trimmed (freed once that is durable), then
+    // written again in part: the same chunk comes back (the origin's
+    // home). Zeroed, the rest reads zeroes; with `zero_new_chunks =
+    // false` (dm-thin's skip_block_zeroing) the first write is one lower
+    // write and the rest reads what the device held.
+    for (zero, rest) in [(true, 0u8), (false, 0x11)] {
+        let (mut h, _) = harness(&cfg("nearest", &format!("zero_new_chunks = {zero}\n")), DEVICE_BYTES);
+        assert_eq!(h.write(0, vec![0x11; CHUNK]).result, Ok(()));
+        assert_eq!(h.call(Request::new(ReqId(0), Op::Trim, 0, CHUNK as u32)).result, Ok(()));
+        assert_eq!(h.flush().result, Ok(()));
+        assert_eq!(h.write(0, vec![0x22; 512]).result, Ok(()));
+        let mut want = vec![rest; CHUNK];
+        want[..512].fill(0x22);
+        assert_eq!(read(&mut h, 0, CHUNK), want, "zero_new_chunks = {zero}");
+    }
+}
+
+#[test]
 fn one_copy_serves_every_snapshot_and_the_origin_stays_in_place() {
     let c = cfg("contiguous", "");
     let (mut h, _) = harness(&c, DEVICE_BYTES);

@@ -898,8 +898,9 @@ impl Pool {
             self.counters.allocated_chunks += 1;
             let target = if slot == 0 { self.place.home(lc) } else { self.origin_ref(lc) };
             self.placed(q, target);
-            return Ok(if full {
-                vec![Step::WriteUpper { at: self.cfg.chunk_at(q) }, Step::Apply(Change::Map { slot, lc, q })]
+            let at = self.cfg.chunk_at(q);
+            return Ok(if full || !self.cfg.zero_new_chunks {
+                vec![Step::WriteUpper { at: at + coff }, Step::Apply(Change::Map { slot, lc, q })]
             } else {
                 vec![Step::WriteFresh { q }, Step::Apply(Change::Map { slot, lc, q })]
             });
@@ -1715,6 +1716,7 @@ impl Target for Pool {
             ("volumes_max".into(), self.cfg.volumes_max.to_string()),
             ("placement".into(), self.place.name().to_string()),
             ("defrag".into(), self.cfg.defrag.to_string()),
+            ("zero_new_chunks".into(), self.cfg.zero_new_chunks.to_string()),
             ("journal_blocks".into(), self.cfg.journal_blocks.to_string()),
         ];
         if self.cfg.placement == PlacementKind::Sliced {
