@@ -239,13 +239,28 @@ fn whole_chunk_reads_read_through_short_gaps_and_return_only_their_own_bytes() {
 
 /// [`spread_pool_with_copies`], then quiet until the defragmenter is done:
 /// every copy must end next to its origin chunk, every byte read back the
-/// same, and so from a crash image taken then (no flush: every move was
-/// made durable before its source was reused). Returns the mean copy
+/// same, and so from crash images taken every few steps on the way and at
+/// the end (no flush: every move, and every stage of a line-up, was made
+/// durable before the chunks it freed were reused). Returns the mean copy
 /// distance at placement (chunks x1000).
 fn copies_end_next_to_their_origin_chunk(n: u64, first: u64, step: u64) -> u64 {
     let (c, mut h, dev) = spread_pool_with_copies("", n, first, step as usize);
     let placed = counter(&h, "copy_distance_mean_chunks_milli");
-    h.settle();
+    let mut images = 0;
+    for i in 0u64.. {
+        if !h.step() {
+            break;
+        }
+        assert!(i < 10_000_000, "the defragmenter never settles");
+        if i % 5 == 0 {
+            let mut h2 = reopen(&c, &dev);
+            bring_up(&mut h2);
+            check_spread_pool(&mut h2, n, first, step);
+            images += 1;
+        }
+    }
+    eprintln!("{images} crash images checked on the way");
+    assert!(images > 5, "crash images checked on the way: {images}");
     let now = counter(&h, "copies_distance_now_mean_chunks_milli");
     eprintln!("copy distance placed {placed}, after line-ups {now} (chunks x1000)");
     assert!(counter(&h, "defrag_moves_count") > 0, "{}", h.stack.status());
