@@ -72,7 +72,7 @@ const READ_THROUGH_CHUNKS_MAX: u64 = 2;
 
 /// The most chunks a line-up shifts by one to put a copy next to its
 /// origin chunk ([`Pool::line_up`]): each is one move made durable.
-const LINE_UP_SHIFT_MAX: u64 = 32;
+const LINE_UP_SHIFT_MAX: u64 = 64;
 
 /// From this many moves on, a line-up goes in two stages of one commit
 /// each rather than one move (and one commit) after the other
