@@ -12,6 +12,10 @@
 # deterministic (wall clock).
 #
 #   bench/pool_live.sh [DISK] [STACKS...]     (default wd800; plain nearest contiguous)
+#
+# With RECORD=PREFIX each stack's requests, as served, are recorded to
+# PREFIX-STACK.trace (`serve --record-trace`) for `bench/pool_sim.sh`
+# (TRACE=...) to replay.
 set -eu
 cd "$(dirname "$0")/.."
 DISK=${1:-wd800}
@@ -48,7 +52,9 @@ echo "| --- | --- | --- | --- | --- |"
 for n in $STACKS; do
     rm -f "$DEV" "$SOCK"
     "$L" format --device "$DEV" --size 1400M --config "bench/workloads/pool/$n.toml" >/dev/null
-    "$L" serve --device "$DEV" --socket "$SOCK" --emulate "$DISK" >/dev/null 2>&1 &
+    rec=""
+    [ -z "${RECORD:-}" ] || { rec="$RECORD-$n.trace"; rm -f "$rec"; }
+    "$L" serve --device "$DEV" --socket "$SOCK" --emulate "$DISK" ${rec:+--record-trace "$rec"} >/dev/null 2>&1 &
     SP=$!
     for _ in $(seq 200); do [ -S "$SOCK" ] && break; sleep 0.05; done
     u=$(phase "" "$CMDS/unpack")

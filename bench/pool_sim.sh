@@ -7,17 +7,26 @@
 # the same figures.
 #
 #   bench/pool_sim.sh [DISK]        (default wd800; needs target/release/layoutd or target/debug/layoutd)
+#   TRACE=FILE OUT=DIR bench/pool_sim.sh [DISK]
+#                                   replay a trace recorded live instead
+#                                   (bench/pool_live.sh with RECORD=...; the
+#                                   snapshot is taken before its first 4 KiB
+#                                   write)
 set -eu
 cd "$(dirname "$0")/.."
 DISK=${1:-wd800}
 L=target/release/layoutd
 [ -x "$L" ] || L=target/debug/layoutd
 VOLUME=1073741824
-TRACE=bench/traces/pool/partial_rewrite_64m.trace
-OUT=bench/results/pool
+OUT=${OUT:-bench/results/pool}
 RUNS=$OUT/tmp/runs-$DISK
 mkdir -p bench/traces/pool "$RUNS"
-AT=$(python3 bench/workloads/pool_trace.py "$TRACE" 64 $VOLUME 1)
+if [ -n "${TRACE:-}" ]; then
+    AT=$(awk '!/^#/ { if ($4 == "W" && $6 == 4096) { print n; exit } n++ }' "$TRACE")
+else
+    TRACE=bench/traces/pool/partial_rewrite_64m.trace
+    AT=$(python3 bench/workloads/pool_trace.py "$TRACE" 64 $VOLUME 1)
+fi
 NAMES="plain contiguous sliced-30 sliced-4096 nearest"
 for n in $NAMES; do
     msg=""

@@ -237,26 +237,79 @@ fn whole_chunk_reads_read_through_short_gaps_and_return_only_their_own_bytes() {
     assert_eq!(counter(&h, "read_through_bytes"), before);
 }
 
+/// [`spread_pool_with_copies`], then quiet until the defragmenter is done:
+/// every copy must end next to its origin chunk, every byte read back the
+/// same, and so from crash images taken every few steps on the way and at
+/// the end (no flush: every move, and every stage of a line-up, was made
+/// durable before the chunks it freed were reused). Returns the mean copy
+/// distance at placement (chunks x1000).
+fn copies_end_next_to_their_origin_chunk(n: u64, first: u64, step: u64) -> u64 {
+    let (c, mut h, dev) = spread_pool_with_copies("", n, first, step as usize);
+    let placed = counter(&h, "copy_distance_mean_chunks_milli");
+    let mut images = 0;
+    for i in 0u64.. {
+        if !h.step() {
+            break;
+        }
+        assert!(i < 10_000_000, "the defragmenter never settles");
+        if i % 5 == 0 {
+            let mut h2 = reopen(&c, &dev);
+            bring_up(&mut h2);
+            check_spread_pool(&mut h2, n, first, step);
+            images += 1;
+        }
+    }
+    eprintln!("{images} crash images checked on the way");
+    assert!(images > 5, "crash images checked on the way: {images}");
+    let now = counter(&h, "copies_distance_now_mean_chunks_milli");
+    eprintln!("copy distance placed {placed}, after line-ups {now} (chunks x1000)");
+    assert!(counter(&h, "defrag_moves_count") > 0, "{}", h.stack.status());
+    assert_eq!(now, 1000, "every copy next to its origin chunk (placed: {placed})");
+    check_spread_pool(&mut h, n, first, step);
+    let mut h2 = reopen(&c, &dev);
+    bring_up(&mut h2);
+    check_spread_pool(&mut h2, n, first, step);
+    placed
+}
+
 #[test]
 fn line_ups_put_copies_next_to_their_origin_chunk_once_quiet_and_keep_every_byte() {
     // Rewriting interior chunks sends their copies two or more chunks
     // away. Once no request has come for a while, the defragmenter shifts
     // the origin chunks between by one and brings each copy next to its
     // origin chunk.
-    let (c, mut h, dev) = spread_pool_with_copies("", 48, 2, 8);
-    let placed = counter(&h, "copy_distance_mean_chunks_milli");
+    let placed = copies_end_next_to_their_origin_chunk(48, 2, 8);
     assert!(placed > 1000, "some copies land away from their origin chunk: {placed}");
-    h.settle();
-    let now = counter(&h, "copies_distance_now_mean_chunks_milli");
-    eprintln!("copy distance placed {placed}, after line-ups {now} (chunks x1000)");
-    assert!(counter(&h, "defrag_moves_count") > 0, "{}", h.stack.status());
-    assert_eq!(now, 1000, "every copy next to its origin chunk (placed: {placed})");
-    check_spread_pool(&mut h, 48, 2, 8);
-    // Every move was made durable before its source was reused: a crash
-    // image taken now (no flush) opens with the same contents.
-    let mut h2 = reopen(&c, &dev);
-    bring_up(&mut h2);
-    check_spread_pool(&mut h2, 48, 2, 8);
+}
+
+#[test]
+fn line_ups_shift_whatever_lies_between_a_far_copy_and_its_origin_chunk() {
+    // Every other chunk rewritten: twice the copies the origin's gaps
+    // hold, so most land several chunks away, past other copies. Line-ups
+    // shift the chunks between (origin chunks and other copies alike,
+    // named by the reverse map), the longer runs in two stages through a
+    // free run.
+    let placed = copies_end_next_to_their_origin_chunk(48, 0, 2);
+    assert!(placed > 3000, "copies land far: {placed}");
+}
+
+#[test]
+fn a_fresh_chunk_is_zeroed_past_its_first_write_unless_zero_new_chunks_is_off() {
+    // A chunk written whole, trimmed (freed once that is durable), then
+    // written again in part: the same chunk comes back (the origin's
+    // home). Zeroed, the rest reads zeroes; with `zero_new_chunks =
+    // false` (dm-thin's skip_block_zeroing) the first write is one lower
+    // write and the rest reads what the device held.
+    for (zero, rest) in [(true, 0u8), (false, 0x11)] {
+        let (mut h, _) = harness(&cfg("nearest", &format!("zero_new_chunks = {zero}\n")), DEVICE_BYTES);
+        assert_eq!(h.write(0, vec![0x11; CHUNK]).result, Ok(()));
+        assert_eq!(h.call(Request::new(ReqId(0), Op::Trim, 0, CHUNK as u32)).result, Ok(()));
+        assert_eq!(h.flush().result, Ok(()));
+        assert_eq!(h.write(0, vec![0x22; 512]).result, Ok(()));
+        let mut want = vec![rest; CHUNK];
+        want[..512].fill(0x22);
+        assert_eq!(read(&mut h, 0, CHUNK), want, "zero_new_chunks = {zero}");
+    }
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! The pool's config keys and the on-disk layout they give.
 
+use super::chunks::VOLUME_CHUNKS_MAX;
 use super::place::{ChunkPlacement, Contiguous, NearestFree, Sliced};
 use layoutd_core::config::{ArgReader, ConfigError};
 use layoutd_core::metablock::HEADER_BYTES;
@@ -47,6 +48,10 @@ pub struct PoolConfig {
     pub copy_share_percent: u64,
     /// Whether the idle-time defragmenter runs.
     pub defrag: bool,
+    /// Whether the rest of a freshly allocated chunk is zeroed on its first
+    /// (partial) write (dm-thin's default; `false` is its
+    /// `skip_block_zeroing`: the rest reads what the device held).
+    pub zero_new_chunks: bool,
     /// Journal blocks in the ring.
     pub journal_blocks: u64,
     /// Checkpoint body blocks per copy.
@@ -99,6 +104,7 @@ impl PoolConfig {
         let copy_share = args.u64_opt("copy_share_percent")?;
         let volume_size = args.size_opt("volume_size")?;
         let defrag = args.bool_opt("defrag")?.unwrap_or(placement == PlacementKind::Nearest);
+        let zero_new_chunks = args.bool_opt("zero_new_chunks")?.unwrap_or(true);
         // The layout: two checkpoint copies, the journal ring, then data.
         let chunks_bound = (lower_bytes / chunk_bytes).min(DATA_CHUNKS_MAX + 1);
         let body_blocks = (chunks_bound * extents_per_chunk + volumes_max).div_ceil(EXTENTS_PER_BLOCK);
@@ -145,6 +151,13 @@ impl PoolConfig {
                 data_chunks * chunk_bytes
             )));
         }
+        if volume_chunks >= VOLUME_CHUNKS_MAX {
+            return Err(args.error(format!(
+                "key `volume_size`: {volume_chunks} chunks; at most {} (the reverse map keeps a 32-bit \
+                 chunk number): give a larger `chunk_size`",
+                VOLUME_CHUNKS_MAX - 1
+            )));
+        }
         if volume_chunks.checked_mul(chunk_bytes).and_then(|b| b.checked_mul(volumes_max)).is_none() {
             return Err(args.error("`volume_size` times `volumes_max` is past 2^64 bytes"));
         }
@@ -156,6 +169,7 @@ impl PoolConfig {
             slices,
             copy_share_percent: copy_share.unwrap_or(20),
             defrag,
+            zero_new_chunks,
             journal_blocks,
             body_blocks,
             data_chunks,
@@ -244,6 +258,7 @@ mod tests {
             ("placement = \"contiguous\"\nvolume_size = \"1G\"", "past the data area"),
             ("placement = \"sliced\"\ncopy_share_percent = 0", "leaves no gap"),
             ("colour = \"blue\"", "unknown key `colour`"),
+            ("chunk_size = \"8K\"\nvolume_size = \"32T\"", "a 32-bit chunk number"),
         ] {
             let e = parse(keys, dev).expect_err(keys);
             assert!(e.contains(want) && e.starts_with("layer 1 (pool)"), "{keys}: {e}");
@@ -254,7 +269,7 @@ mod tests {
         assert!(e.contains("give a larger device or smaller chunks"), "{e}");
         let ok = parse("", dev).expect("defaults");
         assert_eq!((ok.chunk_bytes, ok.volumes_max, ok.placement), (64 << 10, 16, PlacementKind::Nearest));
-        assert!(ok.defrag && ok.volume_chunks == ok.data_chunks * 80 / 100);
+        assert!(ok.defrag && ok.zero_new_chunks && ok.volume_chunks == ok.data_chunks * 80 / 100);
         assert!(ok.data_start_bytes >= ok.journal_at() + ok.journal_bytes());
     }
 }

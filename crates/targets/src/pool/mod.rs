@@ -28,6 +28,7 @@
 //! place, nor a freed chunk reused, before that change is durable. Snapshot
 //! create/delete/merge write a checkpoint (the volume table and every map).
 
+mod chunks;
 mod config;
 mod meta;
 pub mod place;
@@ -35,10 +36,11 @@ pub mod place;
 pub use config::{PlacementKind, PoolConfig};
 pub use meta::VolumeEntry;
 
-use crate::alloc::FreeSpace;
+use crate::alloc::{FreeSpace, Nearest, Placement};
 use crate::blockmap::{BlockMap, Extent};
 use crate::split::Assembly;
 use bytes::Bytes;
+use chunks::ChunkTable;
 use config::META_BLOCK_BYTES;
 use layoutd_core::config::{ArgReader, ConfigError};
 use layoutd_core::metablock::{JournalRecord, MetaError};
@@ -68,9 +70,14 @@ fn gather(reads: &FxHashMap<u64, Bytes>, start: u64, length: u64) -> Vec<u8> {
 /// volume's next chunk ([`Pool::read_through`]).
 const READ_THROUGH_CHUNKS_MAX: u64 = 2;
 
-/// The most origin chunks a line-up shifts by one to put a copy next to
-/// its origin chunk ([`Pool::line_up`]).
-const LINE_UP_SHIFT_MAX: u64 = 3;
+/// The most chunks a line-up shifts by one to put a copy next to its
+/// origin chunk ([`Pool::line_up`]): each is one move made durable.
+const LINE_UP_SHIFT_MAX: u64 = 64;
+
+/// From this many moves on, a line-up goes in two stages of one commit
+/// each rather than one move (and one commit) after the other
+/// ([`Pool::line_up_stages`]).
+const LINE_UP_STAGED_MIN: u64 = 3;
 
 /// How long no upper request must have arrived before a line-up starts:
 /// its moves (2 to 5, each made durable) would otherwise sit in front of
@@ -101,12 +108,13 @@ enum Step {
     /// (`WriteZeroes`, which a file or device may do without writing) over
     /// the rest of it, all at once.
     WriteFresh { q: u64 },
-    /// Read a whole data chunk into the job's buffer.
-    ReadBuf { p: u64 },
+    /// Read `n` whole data chunks from `p` on into the job's buffer, from
+    /// its chunk `at` on.
+    ReadBuf { p: u64, n: u64, at: u64 },
     /// Put the piece's data into the buffer (a zeroed one if none).
     Patch,
-    /// Write the buffer to data chunk `q`.
-    WriteBuf { q: u64 },
+    /// Write the buffer (`n` chunks) to data chunks `q..q + n`.
+    WriteBuf { q: u64, n: u64 },
     /// Change the maps and append the records.
     Apply(Change),
     /// Wait until every record appended so far is durable.
@@ -127,6 +135,14 @@ enum Change {
     Move { lc: u64, p: u64, q: u64 },
 }
 
+/// What a line-up does ([`Pool::line_up`]): `(lc, from, to)` for each
+/// chunk of the run in order from the origin chunk outward, then the copy;
+/// the free chunk the run shifts into (`None`: into the copy's place).
+struct LineUp {
+    moves: Vec<(u64, u64, u64)>,
+    free_end: Option<u64>,
+}
+
 struct Job {
     upper: Option<u64>,
     within: u32,
@@ -138,8 +154,12 @@ struct Job {
     data: Option<Bytes>,
     steps: VecDeque<Step>,
     buf: Option<Vec<u8>>,
-    /// A chunk taken from the free space and not yet in a map.
-    taken: Option<u64>,
+    /// Chunks taken from the free space and not yet in a map.
+    taken: Vec<u64>,
+    /// A background job's locked lcs.
+    locks: Vec<u64>,
+    /// Where in the buffer (in chunks) the buffer read in flight goes.
+    read_into: Option<u64>,
     read: Option<Bytes>,
     /// Lower requests of the current step still in flight, and the first
     /// error among those that completed.
@@ -214,7 +234,8 @@ pub struct Pool {
     cfg: PoolConfig,
     place: Box<dyn ChunkPlacement>,
     vols: Vec<Option<Volume>>,
-    refs: Vec<u16>,
+    /// Share counts and the reverse map (data chunk -> lc).
+    chunks: ChunkTable,
     free: FreeSpace,
     phase: Phase,
     next_lower_id: u64,
@@ -247,7 +268,7 @@ pub struct Pool {
     defrag_cursor: (u32, u64),
     /// Moves left of a line-up ([`Pool::line_up`]), one per step, each once
     /// the one before is durable (its source chunk is the next one's target).
-    defrag_plan: VecDeque<(u64, u64, u64)>,
+    defrag_plan: VecDeque<Vec<(u64, u64, u64)>>,
     /// When the last upper request arrived; a line-up waits for
     /// [`LINE_UP_QUIET_NS`] without one.
     last_foreground: Instant,
@@ -263,7 +284,7 @@ impl Pool {
         let place = cfg.placement_policy().map_err(ConfigError)?;
         let mut pool = Pool {
             vols: (0..cfg.volumes_max).map(|_| None).collect(),
-            refs: vec![0; cfg.data_chunks as usize],
+            chunks: ChunkTable::new(cfg.data_chunks),
             free: FreeSpace::new(cfg.data_chunks),
             place,
             phase: Phase::Format,
@@ -535,30 +556,21 @@ impl Pool {
         self.journal_start = header.journal_start;
         // Reference counts and the free space, checking that no data chunk
         // is claimed by two lcs.
-        let mut lc_of = vec![u64::MAX; cfg.data_chunks as usize];
-        self.refs = vec![0; cfg.data_chunks as usize];
-        for vol in self.vols.iter().flatten() {
-            for e in vol.map.iter() {
-                for i in 0..e.length {
-                    let (lc, p) = (e.start + i, e.value + i);
-                    if lc_of[p as usize] != u64::MAX && lc_of[p as usize] != lc {
-                        return Err(format!(
-                            "pool: volume `{}` chunk {lc} maps data chunk {p} (lower offset {}), which chunk \
-                             {} of another volume also maps (damaged metadata): refusing to open",
-                            vol.entry.name,
-                            cfg.chunk_at(p),
-                            lc_of[p as usize]
-                        ));
-                    }
-                    lc_of[p as usize] = lc;
-                    self.refs[p as usize] += 1;
-                }
-            }
-        }
+        let vols: Vec<&Volume> = self.vols.iter().flatten().collect();
+        self.chunks = ChunkTable::census(cfg.data_chunks, vols.iter().map(|v| &v.map)).map_err(
+            |(i, lc, p, other)| {
+                format!(
+                    "pool: volume `{}` chunk {lc} maps data chunk {p} (lower offset {}), which chunk \
+                     {other} of another volume also maps (damaged metadata): refusing to open",
+                    vols[i].entry.name,
+                    cfg.chunk_at(p)
+                )
+            },
+        )?;
         self.free = FreeSpace::new(cfg.data_chunks);
-        for (p, &r) in self.refs.iter().enumerate() {
-            if r > 0 {
-                self.free.take(p as u64, 1);
+        for p in 0..cfg.data_chunks {
+            if self.chunks.refs(p) > 0 {
+                self.free.take(p, 1);
             }
         }
         Ok(())
@@ -667,7 +679,9 @@ impl Pool {
                 data,
                 steps,
                 buf: None,
-                taken: None,
+                taken: Vec::new(),
+                locks: Vec::new(),
+                read_into: None,
                 read: None,
                 in_flight: 0,
                 failed: None,
@@ -733,9 +747,10 @@ impl Pool {
                     }
                     return;
                 }
-                Step::ReadBuf { p } => {
-                    let mut r = Request::new(ReqId(0), Op::Read, self.cfg.chunk_at(p), c as u32);
+                Step::ReadBuf { p, n, at } => {
+                    let mut r = Request::new(ReqId(0), Op::Read, self.cfg.chunk_at(p), (n * c) as u32);
                     r.background = bg;
+                    job.read_into = Some(at);
                     return self.lower(Owner::Job(jid), r);
                 }
                 Step::Patch => {
@@ -745,14 +760,14 @@ impl Pool {
                         buf[coff..coff + len].copy_from_slice(d);
                     }
                 }
-                Step::WriteBuf { q } => {
-                    let mut r = Request::new(ReqId(0), Op::Write, self.cfg.chunk_at(q), c as u32);
+                Step::WriteBuf { q, n } => {
+                    let mut r = Request::new(ReqId(0), Op::Write, self.cfg.chunk_at(q), (n * c) as u32);
                     r.data = job.buf.take().map(Bytes::from);
                     r.background = bg;
                     return self.lower(Owner::Job(jid), r);
                 }
                 Step::Apply(change) => {
-                    job.taken = None;
+                    job.taken.clear();
                     self.apply(change);
                 }
                 Step::Commit => {
@@ -765,7 +780,7 @@ impl Pool {
 
     fn end_job(&mut self, jid: u64, result: Result<(), IoError>) {
         let job = self.jobs.remove(&jid).expect("live");
-        if let Some(q) = job.taken {
+        for q in job.taken {
             self.free.release(q, 1);
         }
         match job.upper {
@@ -780,7 +795,9 @@ impl Pool {
                 }
             }
             None => {
-                self.locked.remove(&job.lc);
+                for lc in &job.locks {
+                    self.locked.remove(lc);
+                }
             }
         }
     }
@@ -877,17 +894,18 @@ impl Pool {
                 Err(None) => return Ok(vec![Step::Commit, Step::Plan]),
                 Err(Some(e)) => return Err(e),
             };
-            self.jobs.get_mut(&jid).expect("live").taken = Some(q);
+            self.jobs.get_mut(&jid).expect("live").taken = vec![q];
             self.counters.allocated_chunks += 1;
             let target = if slot == 0 { self.place.home(lc) } else { self.origin_ref(lc) };
             self.placed(q, target);
-            return Ok(if full {
-                vec![Step::WriteUpper { at: self.cfg.chunk_at(q) }, Step::Apply(Change::Map { slot, lc, q })]
+            let at = self.cfg.chunk_at(q);
+            return Ok(if full || !self.cfg.zero_new_chunks {
+                vec![Step::WriteUpper { at: at + coff }, Step::Apply(Change::Map { slot, lc, q })]
             } else {
                 vec![Step::WriteFresh { q }, Step::Apply(Change::Map { slot, lc, q })]
             });
         };
-        if self.refs[p as usize] == 1 {
+        if self.chunks.refs(p) == 1 {
             let at = self.cfg.chunk_at(p) + coff;
             return Ok(if self.held.contains_key(&p) {
                 vec![Step::Commit, Step::WriteUpper { at }]
@@ -901,7 +919,7 @@ impl Pool {
             Err(None) => return Ok(vec![Step::Commit, Step::Plan]),
             Err(Some(e)) => return Err(e),
         };
-        self.jobs.get_mut(&jid).expect("live").taken = Some(q);
+        self.jobs.get_mut(&jid).expect("live").taken = vec![q];
         self.counters.copies_placed += 1;
         self.counters.copy_distance_sum += q.abs_diff(p);
         self.placed(q, p);
@@ -911,8 +929,8 @@ impl Pool {
             self.counters.copy_read_bytes += c;
             self.counters.copy_written_bytes += c;
             return Ok(vec![
-                Step::ReadBuf { p },
-                Step::WriteBuf { q },
+                Step::ReadBuf { p, n: 1, at: 0 },
+                Step::WriteBuf { q, n: 1 },
                 Step::Apply(Change::CowOut { lc, p, q }),
                 Step::Commit,
                 Step::WriteUpper { at: self.cfg.chunk_at(p) + coff },
@@ -926,7 +944,7 @@ impl Pool {
         } else {
             self.counters.copy_read_bytes += c;
             self.counters.copy_written_bytes += c;
-            vec![Step::ReadBuf { p }, Step::Patch, Step::WriteBuf { q }, change]
+            vec![Step::ReadBuf { p, n: 1, at: 0 }, Step::Patch, Step::WriteBuf { q, n: 1 }, change]
         })
     }
 
@@ -945,8 +963,7 @@ impl Pool {
     /// `p` lost a sharer: freed once that is durable if none is left,
     /// else not written in place until then.
     fn unshare(&mut self, p: u64) {
-        self.refs[p as usize] -= 1;
-        if self.refs[p as usize] == 0 {
+        if self.chunks.unshare(p) == 0 {
             self.frees.push((self.batch_no, p));
         } else {
             self.held.insert(p, self.batch_no);
@@ -959,13 +976,13 @@ impl Pool {
                 let vol = self.vols[slot as usize].as_mut().expect("live volume");
                 let old = vol.map.insert(lc, 1, q);
                 assert!(old.is_empty(), "a fresh chunk for a mapped lc");
-                self.refs[q as usize] = 1;
+                self.chunks.map(q, lc, 1);
                 self.record(slot, lc, q);
             }
             Change::Private { slot, lc, q } => {
                 let vol = self.vols[slot as usize].as_mut().expect("live volume");
                 let old = vol.map.insert(lc, 1, q);
-                self.refs[q as usize] = 1;
+                self.chunks.map(q, lc, 1);
                 self.record(slot, lc, q);
                 if let Some(e) = old.first() {
                     self.unshare(e.value);
@@ -985,7 +1002,7 @@ impl Pool {
                         self.record(s as u32, lc, q);
                     }
                 }
-                self.refs[q as usize] = moved;
+                self.chunks.map(q, lc, moved);
                 for _ in 0..moved {
                     self.unshare(p);
                 }
@@ -1105,6 +1122,12 @@ impl Pool {
     }
 
     fn commit_done(&mut self, commit: Commit) {
+        // The share counts and the reverse map against a fresh census.
+        #[cfg(debug_assertions)]
+        assert_eq!(
+            Ok(&self.chunks),
+            ChunkTable::census(self.cfg.data_chunks, self.vols.iter().flatten().map(|v| &v.map)).as_ref()
+        );
         self.counters.commits += 1;
         match commit.checkpoint {
             Some((gen, start)) => {
@@ -1264,7 +1287,7 @@ impl Pool {
                 let map = self.vols[of as usize].as_ref().expect("live").map.clone();
                 for e in map.iter() {
                     for p in e.value..e.value + e.length {
-                        self.refs[p as usize] += 1;
+                        self.chunks.share(p);
                     }
                 }
                 self.vols[slot as usize] =
@@ -1275,7 +1298,7 @@ impl Pool {
                 let map = self.vols[slot as usize].as_ref().expect("live").map.clone();
                 for e in map.iter() {
                     for p in e.value..e.value + e.length {
-                        self.refs[p as usize] += 1;
+                        self.chunks.share(p);
                     }
                 }
                 let old = std::mem::replace(&mut self.vols[0].as_mut().expect("origin").map, map);
@@ -1311,7 +1334,7 @@ impl Pool {
 
     /// The next chunk worth moving: `(lc, from, to)`, scanning at most a
     /// bounded number of chunks from the cursor.
-    fn defrag_candidate(&mut self, quiet: bool) -> Option<(u64, u64, u64)> {
+    fn defrag_candidate(&mut self, quiet: bool) -> Option<Vec<(u64, u64, u64)>> {
         let slots = self.cfg.volumes_max as u32;
         let n = self.cfg.volume_chunks;
         let mut budget = 4096u64;
@@ -1348,23 +1371,22 @@ impl Pool {
                 }
                 let target = if s == 0 { self.place.home(l) } else { self.origin_ref(l) };
                 let d = p.abs_diff(target);
-                if d <= 1 || (s == 0 && !self.free.is_free(target, 1)) {
+                if d <= 1 || (s == 0 && (!self.free.is_free(target, 1) || self.has_copy(l, p))) {
                     continue;
                 }
                 if let Some(q) = self.free.nearest_unit(target, 0, self.cfg.data_chunks) {
                     if q.abs_diff(target) + 1 < d && (s != 0 || q == target) {
                         self.defrag_cursor = (s, l + 1);
-                        return Some((l, p, q));
+                        return Some(vec![(l, p, q)]);
                     }
                 }
                 if s != 0 && !quiet {
                     self.line_up_deferred = true;
                 } else if s != 0 {
-                    if let Some(mut plan) = self.line_up(l, p, target) {
+                    if let Some(plan) = self.line_up(l, p, target).and_then(|u| self.line_up_stages(u)) {
                         self.defrag_cursor = (s, l + 1);
-                        let first = plan.pop_front();
                         self.defrag_plan = plan;
-                        return first;
+                        return self.next_planned_stage().ok().flatten();
                     }
                 }
             }
@@ -1379,49 +1401,148 @@ impl Pool {
         None
     }
 
-    /// Moves that put a snapshot's chunk `p` of `lc` next to the origin's
-    /// chunk `h` there, when the chunks between them are the origin's next
-    /// lcs in line (at most [`LINE_UP_SHIFT_MAX`]): the copy goes to a free
-    /// chunk, each origin chunk between shifts one place towards where the
-    /// copy was, and the copy comes back next to `h`. Both volumes then
-    /// read in line but for one skipped chunk each (which reads read
-    /// through), where the snapshot jumped out to the copy and back.
-    fn line_up(&self, lc: u64, p: u64, h: u64) -> Option<VecDeque<(u64, u64, u64)>> {
-        let origin = &self.vols[0].as_ref()?.map;
-        let k = p.abs_diff(h).checked_sub(1)?;
-        if k == 0 || k > LINE_UP_SHIFT_MAX || origin.get(lc) != Some(h) {
-            return None;
-        }
-        let up = p > h;
-        let temp = self.free.nearest_unit(p, 0, self.cfg.data_chunks)?;
-        let mut plan = VecDeque::from([(lc, p, temp)]);
-        for i in (1..=k).rev() {
-            let (l, at, to) =
-                if up { (lc + i, h + i, h + i + 1) } else { (lc.checked_sub(i)?, h - i, h - i - 1) };
-            if origin.get(l) != Some(at) || self.locked.contains(&l) || self.held.contains_key(&at) {
-                return None;
-            }
-            plan.push_back((l, at, to));
-        }
-        plan.push_back((lc, temp, if up { h + 1 } else { h - 1 }));
-        Some(plan)
+    /// Whether a snapshot maps `lc` to a chunk of its own, not the
+    /// origin's `p`: the origin's chunk then stays where it is, next to
+    /// that copy, rather than going home (a line-up may have put it there).
+    fn has_copy(&self, lc: u64, p: u64) -> bool {
+        self.vols.iter().skip(1).flatten().any(|v| v.map.get(lc).is_some_and(|q| q != p))
     }
 
-    /// The next move of a line-up in progress: `Err(())` to wait (a move of
-    /// it in flight), `Ok(None)` if none is left or the maps changed under
-    /// it (it is dropped; the scan finds what is left).
-    fn next_planned_move(&mut self) -> Result<Option<(u64, u64, u64)>, ()> {
-        let Some(&(lc, p, q)) = self.defrag_plan.front() else { return Ok(None) };
+    /// Moves that put a snapshot's chunk `p` of `lc` next to the origin's
+    /// chunk `h` there (a *line-up*): on one side of `h`, the chunks from
+    /// `h`'s neighbour up to the first free chunk, or up to `p` itself,
+    /// each shift one place away from `h` (whoever maps them: the reverse
+    /// map names their lc), and the copy takes the place this frees next
+    /// to `h`; a copy in the way of the shift first moves aside to a free
+    /// chunk. At most [`LINE_UP_SHIFT_MAX`] chunks shift; of the two sides,
+    /// the one with fewer moves. Both volumes then read in line but for
+    /// one skipped chunk each (which reads read through), where the
+    /// snapshot jumped out to the copy and back. No snapshot chunk that is
+    /// shifted ends farther from its origin chunk than it was, so line-ups
+    /// only ever bring copies nearer (and the defragmenter stops).
+    fn line_up(&self, lc: u64, p: u64, h: u64) -> Option<LineUp> {
+        let origin = &self.vols[0].as_ref()?.map;
+        if p.abs_diff(h) <= 1 || origin.get(lc) != Some(h) {
+            return None;
+        }
+        let plans = [true, false].map(|up| self.line_up_side(origin, lc, p, h, up));
+        plans.into_iter().flatten().min_by_key(|l| l.moves.len())
+    }
+
+    /// The stages of moves that carry out a line-up; `None` if there is
+    /// no room for them. A few moves go one after the other, each into
+    /// the chunk the one before freed (each stage is made durable before
+    /// the next: a chunk the durable maps still name is never
+    /// overwritten). More go in two stages, each one commit: every chunk
+    /// to a free run nearby, then each to its place.
+    fn line_up_stages(&mut self, line_up: LineUp) -> Option<VecDeque<Vec<(u64, u64, u64)>>> {
+        let LineUp { moves, free_end } = line_up;
+        let n = moves.len() as u64;
+        if n < LINE_UP_STAGED_MIN {
+            // The last chunk of the run first (into the free chunk at its
+            // end, or into the copy's place once the copy is aside).
+            let mut stages: VecDeque<Vec<_>> = VecDeque::new();
+            let (lc, p, to) = *moves.last().expect("the copy's move");
+            let from = match free_end {
+                Some(_) => p,
+                None => {
+                    let temp = self.free.nearest_unit(p, 0, self.cfg.data_chunks)?;
+                    stages.push_back(vec![(lc, p, temp)]);
+                    temp
+                }
+            };
+            stages.extend(moves[..moves.len() - 1].iter().rev().map(|&m| vec![m]));
+            stages.push_back(vec![(lc, from, to)]);
+            return Some(stages);
+        }
+        // A free run for all of them, not the free chunk the run shifts into.
+        if let Some(f) = free_end {
+            self.free.take(f, 1);
+        }
+        let temp = Nearest.choose(&self.free, n, moves[0].1);
+        if let Some(f) = free_end {
+            self.free.release(f, 1);
+        }
+        let temp = temp?;
+        // In the order of their places (a run of chunks): each stage is
+        // then one write, and the second one read.
+        let mut moves = moves;
+        moves.sort_unstable_by_key(|m| m.2);
+        let aside = moves.iter().zip(temp..).map(|(&(lc, from, _), t)| (lc, from, t)).collect();
+        let placed = moves.iter().zip(temp..).map(|(&(lc, _, to), t)| (lc, t, to)).collect();
+        Some(VecDeque::from([aside, placed]))
+    }
+
+    /// The most chunks a line-up shifts: [`LINE_UP_SHIFT_MAX`], fewer if
+    /// a stage (the run and the copy) would not fit one lower request.
+    fn line_up_run_max(&self) -> u64 {
+        LINE_UP_SHIFT_MAX.min(u64::from(REQUEST_BYTES_MAX) / self.cfg.chunk_bytes - 1)
+    }
+
+    /// [`Pool::line_up`] on the side of `h` above it (`up`) or below.
+    fn line_up_side(&self, origin: &BlockMap<u64>, lc: u64, p: u64, h: u64, up: bool) -> Option<LineUp> {
+        let n = self.cfg.data_chunks;
+        let away = |a: u64| if up { a.checked_add(1).filter(|&b| b < n) } else { a.checked_sub(1) };
+        // The run of chunks to shift: `(lc, at)` from `h`'s neighbour on.
+        let mut run: Vec<(u64, u64)> = Vec::new();
+        let mut at = away(h)?;
+        while at != p && !self.free.is_free(at, 1) {
+            if run.len() as u64 >= self.line_up_run_max() {
+                return None;
+            }
+            // A chunk taken but in no map (a move or write in flight, or
+            // freed but not durably yet) stays where it is.
+            let l = self.chunks.lc(at)?;
+            if self.locked.contains(&l) || self.held.contains_key(&at) {
+                return None;
+            }
+            run.push((l, at));
+            at = away(at)?;
+        }
+        let shifted = |a: u64| if run.iter().any(|r| r.1 == a) { away(a) } else { Some(a) };
+        for &(l, a) in &run {
+            let o = origin.get(l);
+            if o == Some(a) {
+                continue; // the origin's chunk: it may leave its home
+            }
+            let (t, t_after) = match o {
+                Some(o) => (o, shifted(o)?),
+                None => (self.place.home(l), self.place.home(l)),
+            };
+            if away(a)?.abs_diff(t_after) > a.abs_diff(t).max(1) {
+                return None;
+            }
+        }
+        let mut moves = Vec::with_capacity(run.len() + 1);
+        for &(l, a) in &run {
+            moves.push((l, a, away(a)?));
+        }
+        moves.push((lc, p, away(h)?));
+        Some(LineUp { moves, free_end: (at != p).then_some(at) })
+    }
+
+    /// The next stage of a line-up in progress: `Err(())` to wait (the
+    /// stage before is in flight), `Ok(None)` if none is left or the maps
+    /// changed under it (it is dropped; the scan finds what is left).
+    fn next_planned_stage(&mut self) -> Result<Option<Vec<(u64, u64, u64)>>, ()> {
+        if self.defrag_plan.is_empty() {
+            return Ok(None);
+        }
         if self.jobs.values().any(|j| j.upper.is_none()) {
             return Err(());
         }
-        let mapped = self.vols.iter().flatten().any(|v| v.map.get(lc) == Some(p));
-        if !mapped || !self.free.is_free(q, 1) || self.locked.contains(&lc) || self.held.contains_key(&p) {
+        let stage = self.defrag_plan.pop_front().expect("checked");
+        let valid = stage.iter().all(|&(lc, p, q)| {
+            self.vols.iter().flatten().any(|v| v.map.get(lc) == Some(p))
+                && self.free.is_free(q, 1)
+                && !self.locked.contains(&lc)
+                && !self.held.contains_key(&p)
+        });
+        if !valid {
             self.defrag_plan.clear();
             return Ok(None);
         }
-        self.defrag_plan.pop_front();
-        Ok(Some((lc, p, q)))
+        Ok(Some(stage))
     }
 
     /// The mean distance, in chunks ×1000, between each snapshot chunk
@@ -1447,7 +1568,7 @@ impl Pool {
         let k = &self.counters;
         let c = self.cfg.chunk_bytes;
         let allocated = self.cfg.data_chunks - self.free.free_units();
-        let shared = self.refs.iter().filter(|&&r| r > 1).count() as u64;
+        let shared = self.chunks.shared_count();
         let extents = self.extents_count();
         let metadata_bytes = (1 + extents.div_ceil(config::EXTENTS_PER_BLOCK)) * META_BLOCK_BYTES;
         let mut v = vec![
@@ -1546,13 +1667,16 @@ impl Target for Pool {
                 if let Some(e) = c.result.err().or(job.failed.take()) {
                     return self.end_job(jid, Err(e));
                 }
-                match job.steps.front() {
+                match (job.read_into.take(), c.data) {
                     // A buffer read feeds the patch / write that follow.
-                    Some(Step::Patch | Step::WriteBuf { .. }) if job.buf.is_none() && c.data.is_some() => {
-                        job.buf = c.data.map(|d| d.to_vec());
+                    (Some(at), Some(d)) => {
+                        let o = (at * self.cfg.chunk_bytes) as usize;
+                        let buf = job.buf.get_or_insert_with(Vec::new);
+                        buf.resize(buf.len().max(o + d.len()), 0);
+                        buf[o..o + d.len()].copy_from_slice(&d);
                     }
                     // An upper read, less what was read through after it.
-                    _ if c.data.is_some() => job.read = c.data.map(|d| d.slice(..job.len as usize)),
+                    (None, Some(d)) => job.read = Some(d.slice(..job.len as usize)),
                     _ => {}
                 }
                 self.run_job(jid);
@@ -1592,6 +1716,7 @@ impl Target for Pool {
             ("volumes_max".into(), self.cfg.volumes_max.to_string()),
             ("placement".into(), self.place.name().to_string()),
             ("defrag".into(), self.cfg.defrag.to_string()),
+            ("zero_new_chunks".into(), self.cfg.zero_new_chunks.to_string()),
             ("journal_blocks".into(), self.cfg.journal_blocks.to_string()),
         ];
         if self.cfg.placement == PlacementKind::Sliced {
@@ -1626,38 +1751,59 @@ impl Target for Pool {
     }
 
     fn background_step(&mut self, now: Instant) -> Option<u64> {
-        let was_planned = !self.defrag_plan.is_empty();
-        let (lc, p, q) = match self.next_planned_move() {
+        let (moves, planned) = match self.next_planned_stage() {
             Err(()) => return None,
-            Ok(Some(m)) => m,
-            Ok(None) => self.defrag_candidate(now.ns_since(self.last_foreground) >= LINE_UP_QUIET_NS)?,
+            Ok(Some(m)) => (m, true),
+            Ok(None) => {
+                let m = self.defrag_candidate(now.ns_since(self.last_foreground) >= LINE_UP_QUIET_NS)?;
+                (m, !self.defrag_plan.is_empty())
+            }
         };
-        // A line-up's moves are each made durable before the next reuses
-        // the chunk they free.
-        let planned = was_planned || !self.defrag_plan.is_empty();
-        self.free.take(q, 1);
-        self.locked.insert(lc);
+        // One job moves them all: the chunks they go to are a run (one
+        // write), those they come from read a run at a time; a line-up's
+        // stages are each made durable before the next reuses the chunks
+        // they free.
+        let q0 = moves[0].2;
+        assert!(moves.iter().zip(q0..).all(|(m, q)| m.2 == q), "a stage goes to a run of chunks");
+        let n = moves.len() as u64;
+        let mut steps = VecDeque::new();
+        let mut i = 0;
+        while i < moves.len() {
+            let mut k = 1;
+            while i + k < moves.len() && moves[i + k].1 == moves[i].1 + k as u64 {
+                k += 1;
+            }
+            steps.push_back(Step::ReadBuf { p: moves[i].1, n: k as u64, at: i as u64 });
+            i += k;
+        }
+        steps.push_back(Step::WriteBuf { q: q0, n });
+        steps.extend(moves.iter().map(|&(lc, p, q)| Step::Apply(Change::Move { lc, p, q })));
+        if planned {
+            steps.push_back(Step::Commit);
+        }
+        self.free.take(q0, n);
+        let locks: Vec<u64> = moves.iter().map(|m| m.0).collect();
+        self.locked.extend(locks.iter().copied());
         let jid = self.new_job(Job {
             upper: None,
             within: 0,
             slot: 0,
-            lc,
+            lc: moves[0].0,
             coff: 0,
             len: self.cfg.chunk_bytes,
             op: Op::Write,
             data: None,
-            steps: [Step::ReadBuf { p }, Step::WriteBuf { q }, Step::Apply(Change::Move { lc, p, q })]
-                .into_iter()
-                .chain(planned.then_some(Step::Commit))
-                .collect(),
+            steps,
             buf: None,
-            taken: Some(q),
+            taken: (q0..q0 + n).collect(),
+            locks,
+            read_into: None,
             read: None,
             in_flight: 0,
             failed: None,
         });
         self.run_job(jid);
-        Some(2 * self.cfg.chunk_bytes)
+        Some(2 * n * self.cfg.chunk_bytes)
     }
 
     fn is_drained(&self) -> bool {
