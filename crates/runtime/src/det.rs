@@ -17,6 +17,7 @@ use layoutd_disk::{execute, BlockDevice};
 use layoutd_targets::lowerio::IdTable;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
@@ -80,36 +81,26 @@ impl Timing for ZeroLatency {
 }
 
 /// A lower request in flight, as the harness keeps it until it completes:
-/// what executing it needs, the payload boxed (timing-only replays have
-/// none), so a queued request costs 32 bytes.
+/// what executing it needs but its payload, which waits in
+/// `Harness::payloads` (timing-only replays have none), so a queued request
+/// costs 24 bytes.
 struct InFlight {
     id: ReqId,
     offset_bytes: u64,
     length_bytes: u32,
     op: Op,
     fua: bool,
-    data: Option<Box<Bytes>>,
 }
 
-impl From<Request> for InFlight {
-    fn from(r: Request) -> InFlight {
-        InFlight {
-            id: r.id,
-            offset_bytes: r.offset_bytes,
-            length_bytes: r.length_bytes,
-            op: r.op,
-            fua: r.fua,
-            data: r.data.map(Box::new),
-        }
-    }
-}
+// An open-loop overload keeps one per queued lower request.
+const _: () = assert!(std::mem::size_of::<Option<InFlight>>() <= 24);
 
 impl InFlight {
-    /// The request again, with what [`execute`] reads of it.
-    fn into_request(self) -> Request {
+    /// The request again, with `data` and what [`execute`] reads of it.
+    fn into_request(self, data: Option<Bytes>) -> Request {
         Request {
             fua: self.fua,
-            data: self.data.map(|d| *d),
+            data,
             ..Request::new(self.id, self.op, self.offset_bytes, self.length_bytes)
         }
     }
@@ -153,6 +144,8 @@ pub struct Harness<T: Timing = ZeroLatency> {
     next_tag: u64,
     // By id, never iterated: no order can leak into results.
     lower: IdTable<InFlight>,
+    /// The payloads of the requests in `lower` that carry one, by tag.
+    payloads: FxHashMap<u64, Bytes>,
     upper_outstanding: IdTable<()>,
     completions: VecDeque<Completion>,
     records: Vec<TraceRecord>,
@@ -179,6 +172,7 @@ impl<T: Timing> Harness<T> {
             next_upper_id: 0,
             next_tag: 0,
             lower: IdTable::default(),
+            payloads: FxHashMap::default(),
             upper_outstanding: IdTable::default(),
             completions: VecDeque::new(),
             records: Vec::new(),
@@ -235,7 +229,11 @@ impl<T: Timing> Harness<T> {
             let tag = self.next_tag;
             self.next_tag += 1;
             self.timing.submit(self.now, &r, tag, &mut self.rng);
-            self.lower.insert(tag, InFlight::from(r));
+            let Request { id, offset_bytes, length_bytes, op, fua, data, .. } = r;
+            if let Some(data) = data {
+                self.payloads.insert(tag, data);
+            }
+            self.lower.insert(tag, InFlight { id, offset_bytes, length_bytes, op, fua });
         }
         while let Some(c) = self.stack.poll_upper() {
             let submitted = self.upper_outstanding.remove(c.id.0);
@@ -317,7 +315,8 @@ impl<T: Timing> Harness<T> {
 
     fn complete_one(&mut self) {
         let tag = self.timing.complete(self.now, &mut self.rng).expect("a completion was due");
-        let req = self.lower.remove(tag).expect("timing completes what was submitted").into_request();
+        let data = if self.payloads.is_empty() { None } else { self.payloads.remove(&tag) };
+        let req = self.lower.remove(tag).expect("timing completes what was submitted").into_request(data);
         self.stats.lower_count += 1;
         let selected =
             (self.fail_lower_writes && req.op.is_modify()) || (self.fail_lower_reads && req.op == Op::Read);

@@ -61,12 +61,12 @@ const REQUESTS: u64 = 200_000;
 /// Stated bound: bytes of peak live allocation per request of the trace
 /// above the allocation before the replay started, for the whole simulator
 /// (reader, harness, disk queue, stack, histograms). A payload buffer per
-/// outstanding read would be 64 KiB per request here. Measured: about 132
-/// (per queued request: dcd's lower op 48, the harness's lower request 32,
+/// outstanding read would be 64 KiB per request here. Measured: about 103
+/// (per queued request: dcd's lower op 24, the harness's lower request 24,
 /// the disk's host queue 32, the replay's 16, each table growing by an
 /// eighth rather than doubling; the rest is dcd's state for the absorbed
-/// writes and fixed buffers).
-const BYTES_PER_QUEUED_REQUEST_MAX: usize = 150;
+/// writes and fixed buffers), plus about 10 %.
+const BYTES_PER_QUEUED_REQUEST_MAX: usize = 114;
 
 /// An open-loop overload in layoutd format: one request every 10 µs (the
 /// disk serves one in several ms, so the queue grows to nearly the whole

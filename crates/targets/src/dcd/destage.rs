@@ -15,7 +15,7 @@
 //! by the entry or record that supersedes it.
 
 use super::policy::Candidate;
-use super::{Dcd, HomeOp, Job, Loc, LowerOp, SegMeta, SegState};
+use super::{Dcd, HomeDestageWrite, HomeOp, HomeUpperWrite, Job, Loc, LowerOp, SegMeta, SegState, Waiter};
 use crate::seglog::{Checkpoint, FlushMark, SegLoc, Seq};
 use bytes::Bytes;
 use layoutd_core::{Completion, Instant, Op, ReqId, Request, SECTOR_BYTES};
@@ -143,7 +143,10 @@ impl Dcd {
         }
         self.log.ring.durable_flush_busy = true;
         let upto = self.log.ring.written_upto;
-        self.emit(LowerOp::DurableFlush { acks: Vec::new(), upto }, Request::new(ReqId(0), Op::Flush, 0, 0));
+        self.emit(
+            LowerOp::DurableFlush(Box::new(Waiter { acks: Vec::new(), upto })),
+            Request::new(ReqId(0), Op::Flush, 0, 0),
+        );
     }
 
     /// A flush issued when `upto` was the written mark completed.
@@ -264,7 +267,7 @@ impl Dcd {
             } else {
                 sectors[i..j].to_vec()
             };
-            let id = self.emit(LowerOp::HomeDestage { seq, sectors: piece }, req);
+            let id = self.emit(LowerOp::HomeDestage(Box::new(HomeDestageWrite { seq, sectors: piece })), req);
             self.home.gate.issued(id, (a, b));
             self.destage.job.as_mut().expect("running").writes_in_flight += 1;
             i = j;
@@ -386,7 +389,7 @@ impl Dcd {
             }
             return;
         }
-        self.acks.mark_waiters.push(super::Waiter { acks, upto });
+        self.acks.mark_waiters.push(Waiter { acks, upto });
         self.write_mark_if_needed();
     }
 
@@ -445,7 +448,8 @@ impl Dcd {
                 self.log.retry.segments.push(loc);
                 self.log_write_failed(now, what, err);
             }
-            LowerOp::DurableFlush { acks, upto } => {
+            LowerOp::DurableFlush(w) => {
+                let Waiter { acks, upto } = *w;
                 if acks.is_empty() {
                     self.log.ring.durable_flush_busy = false;
                 }
@@ -469,12 +473,14 @@ impl Dcd {
                 }
                 self.complete_upper(Completion { id, ..c });
             }
-            LowerOp::HomeUpper { id, fua, start, count, arrival } => {
+            LowerOp::HomeUpper(h) => {
+                let HomeUpperWrite { id, fua, start, count, arrival } = *h;
                 assert!(self.home.gate.completed(c.id.0));
                 self.home_upper_done(Completion { id, ..c }, fua, start, count, arrival);
                 self.home_retry();
             }
-            LowerOp::HomeDestage { seq, sectors } => {
+            LowerOp::HomeDestage(d) => {
+                let HomeDestageWrite { seq, sectors } = *d;
                 assert!(self.home.gate.completed(c.id.0));
                 assert_eq!(
                     self.destage.job.as_ref().map(|j| j.seq),

@@ -194,10 +194,12 @@ enum LowerOp {
     SegWrite {
         loc: SegLoc,
     },
-    DurableFlush {
-        acks: Vec<ReqId>,
-        upto: Seq,
-    },
+    /// Acknowledges `acks` (none: only advances durability) once the log
+    /// is durable up to `upto`. Boxed, as are the other large variants:
+    /// one is kept per lower request in flight, and an open-loop overload
+    /// queues hundreds of thousands of reads, each costing the size of
+    /// the largest variant.
+    DurableFlush(Box<Waiter>),
     ReadPiece {
         key: u64,
         within_bytes: u32,
@@ -208,17 +210,8 @@ enum LowerOp {
         id: ReqId,
         pin: Option<SegLoc>,
     },
-    HomeUpper {
-        id: ReqId,
-        fua: bool,
-        start: u64,
-        count: u64,
-        arrival: (Seq, u32),
-    },
-    HomeDestage {
-        seq: Seq,
-        sectors: Vec<(u64, Loc)>,
-    },
+    HomeUpper(Box<HomeUpperWrite>),
+    HomeDestage(Box<HomeDestageWrite>),
     DestageRead {
         loc: SegLoc,
     },
@@ -237,6 +230,30 @@ enum LowerOp {
     },
 }
 
+/// An upper write sent home: sectors `start..start + count` of upper
+/// request `id`, which arrived when the log was at `arrival`.
+#[derive(Clone, Debug)]
+struct HomeUpperWrite {
+    id: ReqId,
+    fua: bool,
+    start: u64,
+    count: u64,
+    arrival: (Seq, u32),
+}
+
+/// A destage write of the job destaging segment `seq`: `sectors` and where
+/// each was in the log.
+#[derive(Clone, Debug)]
+struct HomeDestageWrite {
+    seq: Seq,
+    sectors: Vec<(u64, Loc)>,
+}
+
+// The common read path's ops (and every other op not boxed) fit in three
+// words, so a queued read costs the lower-op table 24 bytes.
+const _: () = assert!(std::mem::size_of::<LowerOp>() <= 24);
+const _: () = assert!(std::mem::size_of::<Option<LowerOp>>() <= 24);
+
 impl LowerOp {
     /// Work the target does for itself rather than for the upper request
     /// that was being handled: log segments (written when a buffer seals,
@@ -247,15 +264,15 @@ impl LowerOp {
         match self {
             LowerOp::SegPreflush { .. }
             | LowerOp::SegWrite { .. }
-            | LowerOp::HomeDestage { .. }
+            | LowerOp::HomeDestage(_)
             | LowerOp::DestageRead { .. }
             | LowerOp::CheckpointFlush { .. }
             | LowerOp::CheckpointWrite { .. } => true,
-            LowerOp::DurableFlush { acks, .. } => acks.is_empty(),
+            LowerOp::DurableFlush(w) => w.acks.is_empty(),
             LowerOp::Bringup
             | LowerOp::ReadPiece { .. }
             | LowerOp::ReadWhole { .. }
-            | LowerOp::HomeUpper { .. }
+            | LowerOp::HomeUpper(_)
             | LowerOp::MarkWrite { .. } => false,
         }
     }
@@ -275,6 +292,7 @@ struct PendingInvalidation {
 }
 
 /// Upper requests waiting for the log to be durable up to `upto`.
+#[derive(Clone, Debug)]
 struct Waiter {
     acks: Vec<ReqId>,
     upto: Seq,

@@ -4,7 +4,9 @@
 //! and reads assembled from RAM, log and data region.
 
 use super::config::{FuaMode, ReadFragmented};
-use super::{Dcd, HomeOp, Loc, LowerOp, PendingInvalidation, SegMeta, SegState, SlotMeta, Waiter};
+use super::{
+    Dcd, HomeOp, HomeUpperWrite, Loc, LowerOp, PendingInvalidation, SegMeta, SegState, SlotMeta, Waiter,
+};
 use crate::seglog::{Entry, SegLoc, SegmentHeader, Seq};
 use crate::split::Assembly;
 use bytes::Bytes;
@@ -266,7 +268,10 @@ impl Dcd {
         self.acks.waiters = waiting;
         let acks: Vec<ReqId> = ready.into_iter().flat_map(|w| w.acks).collect();
         if !acks.is_empty() {
-            self.emit(LowerOp::DurableFlush { acks, upto: written }, Request::new(ReqId(0), Op::Flush, 0, 0));
+            self.emit(
+                LowerOp::DurableFlush(Box::new(Waiter { acks, upto: written })),
+                Request::new(ReqId(0), Op::Flush, 0, 0),
+            );
         }
     }
 
@@ -322,7 +327,13 @@ impl Dcd {
             HomeOp::Upper { req, arrival } => {
                 let (start, end) = (req.offset_bytes / S, req.end_bytes() / S);
                 let lower = Request { offset_bytes: base + req.offset_bytes, ..req.clone() };
-                let op = LowerOp::HomeUpper { id: req.id, fua: req.fua, start, count: end - start, arrival };
+                let op = LowerOp::HomeUpper(Box::new(HomeUpperWrite {
+                    id: req.id,
+                    fua: req.fua,
+                    start,
+                    count: end - start,
+                    arrival,
+                }));
                 let lower_id = self.emit(op, lower);
                 self.home.gate.issued(lower_id, (start, end));
             }
