@@ -164,6 +164,10 @@ struct Counters {
     /// (its summary did not name every live slot: holes filled by SSR or
     /// plugging, or no data in timing-only mode).
     cleaner_map_scans_count: u64,
+    /// Slots written by idle re-sequencing.
+    slots_resequence_count: u64,
+    /// Groups re-sequenced.
+    resequence_passes_count: u64,
 }
 
 enum Phase {
@@ -242,6 +246,15 @@ pub struct Log {
     idle_offer: std::cell::Cell<Option<bool>>,
     /// The last lower error, with what it was for: shown in the status.
     last_lower_error: Option<String>,
+    /// Per group of `slot_count` blocks (aligned): one bit, a block of it
+    /// was mapped elsewhere since re-sequencing last looked at it.
+    group_dirty: map::Packed,
+    group_dirty_count: u64,
+    /// The group re-sequencing looks at next (a sweep over the volume).
+    group_cursor: u64,
+    /// Re-sequencing waits until this instant (`resequence_idle_ms` after
+    /// the last request).
+    idle_deadline: Option<Instant>,
 }
 
 /// Attempts at a lower write or flush before the target stops (a write
@@ -306,6 +319,10 @@ impl Log {
             counters: Counters::default(),
             idle_offer: std::cell::Cell::new(None),
             last_lower_error: None,
+            group_dirty: map::Packed::new(args.volume_blocks.div_ceil(u64::from(geo.slot_count)), 1, false),
+            group_dirty_count: 0,
+            group_cursor: 0,
+            idle_deadline: None,
             phase: Phase::Failed(String::new()),
             args,
             geo,
@@ -405,6 +422,11 @@ impl Log {
         }
         self.map.set(block, sid);
         self.dirty_pages[Self::page_of(block)] = true;
+        let group = block / u64::from(self.geo.slot_count);
+        if self.group_dirty.get(group) == 0 {
+            self.group_dirty.set(group, 1);
+            self.group_dirty_count += 1;
+        }
     }
 
     /// The segments as policies see them; `after_checkpoint` judges
@@ -467,11 +489,29 @@ impl Log {
             + self.freed_now.ram_bytes()
             + self.dirty_pages.capacity() as u64
             + self.page_copy.capacity() as u64
+            + self.group_dirty.ram_bytes()
     }
 
     /// [`Log::translation_ram_bytes`] per volume block, in thousandths of a byte.
     fn ram_per_block_milli(&self) -> u64 {
         self.translation_ram_bytes() * 1000 / self.args.volume_blocks
+    }
+
+    /// Whether idle cleaning wants a pass (the policy's decision, cached
+    /// until the census changes).
+    fn wants_idle_cleaning(&self) -> bool {
+        let fresh = || self.policy.clean_when_idle(&self.census(false), self.args.free_segments_target);
+        match self.idle_offer.get() {
+            Some(cached) => {
+                debug_assert_eq!(cached, fresh(), "a census change was not noted");
+                cached
+            }
+            None => {
+                let v = fresh();
+                self.idle_offer.set(Some(v));
+                v
+            }
+        }
     }
 
     fn serving(&self) -> bool {
@@ -506,8 +546,9 @@ impl Target for Log {
         self.args.volume_blocks * u64::from(self.args.block_bytes)
     }
 
-    fn handle_request(&mut self, _now: Instant, req: Request) {
+    fn handle_request(&mut self, now: Instant, req: Request) {
         assert!(req.validate(self.size_bytes()).is_ok(), "stack validated it");
+        self.idle_deadline = Some(now.add_ms(self.args.resequence_idle_ms));
         if let Phase::Failed(_) = self.phase {
             self.lower_io.upper_q.push_back(Completion::err(req.id, layoutd_core::IoError::Io));
             return;
@@ -578,6 +619,17 @@ impl Target for Log {
         self.lower_io.lower_q.pop_front()
     }
 
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.idle_deadline.filter(|_| self.args.resequence && self.group_dirty_count > 0)
+    }
+
+    /// The idle threshold passed: re-sequencing may start.
+    fn handle_timeout(&mut self, now: Instant) {
+        if self.idle_deadline.is_some_and(|d| d <= now) {
+            self.idle_deadline = None;
+        }
+    }
+
     fn poll_upper(&mut self) -> Option<Completion> {
         self.lower_io.upper_q.pop_front()
     }
@@ -606,33 +658,34 @@ impl Target for Log {
         Ok(reply)
     }
 
-    /// Idle cleaning while free segments are short, one pass per step.
-    fn background_offer(&self, _now: Instant) -> Option<layoutd_core::background::Offer> {
+    /// Idle cleaning while free segments are short, one pass per step;
+    /// else, once no request came for `resequence_idle_ms`, re-sequencing
+    /// (one group per step) while free segments are above the reserve.
+    fn background_offer(&self, now: Instant) -> Option<layoutd_core::background::Offer> {
         use layoutd_core::background::{JobClass, Offer};
         if !self.serving() || !self.works.is_empty() || !self.pending.is_empty() || !self.reads.is_empty() {
             return None;
         }
-        let fresh = || self.policy.clean_when_idle(&self.census(false), self.args.free_segments_target);
-        let wants = match self.idle_offer.get() {
-            Some(cached) => {
-                debug_assert_eq!(cached, fresh(), "a census change was not noted");
-                cached
-            }
-            None => {
-                let v = fresh();
-                self.idle_offer.set(Some(v));
-                v
-            }
-        };
-        wants.then_some(Offer { class: JobClass::Cleaning })
+        if self.wants_idle_cleaning() || self.resequence_needs_space(now) {
+            return Some(Offer { class: JobClass::Cleaning });
+        }
+        self.resequence_due(now).then_some(Offer { class: JobClass::Reorganisation })
     }
 
-    fn background_step(&mut self, _now: Instant) -> Option<u64> {
-        self.background_offer(_now)?;
-        let victims = self.push_clean(false)?;
-        self.counters.background_cleanings_count += 1;
+    fn background_step(&mut self, now: Instant) -> Option<u64> {
+        use layoutd_core::background::JobClass;
+        let class = self.background_offer(now)?.class;
+        let bytes = if class == JobClass::Cleaning && self.resequence_needs_space(now) {
+            self.resequence_make_space()?
+        } else if class == JobClass::Cleaning {
+            let victims = self.push_clean(false)?;
+            self.counters.background_cleanings_count += 1;
+            victims * self.geo.stride_bytes()
+        } else {
+            self.resequence_step()?
+        };
         self.pump();
-        Some(victims * self.geo.stride_bytes())
+        Some(bytes)
     }
 
     fn is_drained(&self) -> bool {
@@ -651,8 +704,11 @@ impl Target for Log {
         if let Some(e) = &self.last_lower_error {
             config.push(("last_lower_error".into(), e.clone()));
         }
-        let slots_total =
-            c.slots_user_count + c.slots_ssr_count + c.slots_cleaning_count + c.slots_plugging_count;
+        let slots_total = c.slots_user_count
+            + c.slots_ssr_count
+            + c.slots_cleaning_count
+            + c.slots_plugging_count
+            + c.slots_resequence_count;
         let user_slots = c.slots_user_count + c.slots_ssr_count;
         let counters = [
             ("user_bytes", c.user_bytes),
@@ -691,6 +747,9 @@ impl Target for Log {
             ("map_entry_bits", u64::from(self.map.width())),
             ("translation_ram_bytes", self.translation_ram_bytes()),
             ("cleaner_map_scans_count", self.counters.cleaner_map_scans_count),
+            ("slots_resequence_count", c.slots_resequence_count),
+            ("resequence_passes_count", c.resequence_passes_count),
+            ("groups_to_check_count", self.group_dirty_count),
             ("lower_retries_count", self.counters.lower_retries_count),
             ("lower_read_errors_count", self.counters.lower_read_errors_count),
             ("epoch", self.epoch),
@@ -725,7 +784,13 @@ mod tests {
         let slots = segs * u64::from(geo.slot_count);
         let width = u64::from(64 - u64::from(args.map.slot_total).leading_zeros());
         let pages = u64::from(args.map.page_count);
-        words(args.volume_blocks, width) + words(slots, 1) + 12 * segs + 2 * words(segs, 1) + 2 * pages
+        let groups = args.volume_blocks.div_ceil(u64::from(geo.slot_count));
+        words(args.volume_blocks, width)
+            + words(slots, 1)
+            + 12 * segs
+            + 2 * words(segs, 1)
+            + 2 * pages
+            + words(groups, 1)
     }
 
     #[test]

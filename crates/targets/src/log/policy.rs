@@ -125,6 +125,9 @@ pub enum Cause {
     User,
     /// The cleaner moving live blocks.
     Cleaner,
+    /// Idle re-sequencing: a fragmented group of blocks rewritten in
+    /// logical order (into free segments first, so it reads in one run).
+    Resequence,
 }
 
 /// The decisions a reclamation policy makes.
@@ -149,8 +152,8 @@ pub struct Policy {
 }
 
 /// The policy for a config.
-pub fn make(kind: PolicyKind, age_threshold_ms: u64, slack_min_pct: u64) -> Box<dyn Reclaim> {
-    Box::new(Policy { kind, age_threshold_seq: age_threshold_ms.saturating_mul(1_000_000), slack_min_pct })
+pub fn make(kind: PolicyKind, age_threshold_segments: u64, slack_min_pct: u64) -> Box<dyn Reclaim> {
+    Box::new(Policy { kind, age_threshold_seq: age_threshold_segments, slack_min_pct })
 }
 
 impl Policy {

@@ -68,9 +68,16 @@ impl UpperWork {
     }
 }
 
-/// A cleaning pass in progress.
+/// A cleaning pass in progress: of victim segments, or (re-sequencing)
+/// of one group of blocks.
 pub(super) struct CleanWork {
     victims: Vec<SegLoc>,
+    /// Re-sequencing: the group whose live blocks `live` holds (in
+    /// logical order), read by `runs`.
+    group: Option<u64>,
+    /// Re-sequencing: per lower read, the index in `live` of its first
+    /// block and its block count (adjacent slots).
+    runs: Vec<(usize, usize)>,
     issued: bool,
     read_done: bool,
     /// Live blocks to move: (block, slot id, bytes).
@@ -481,6 +488,7 @@ impl Log {
             (Cause::User, true) => c.slots_ssr_count += 1,
             (Cause::Cleaner, false) => c.slots_cleaning_count += 1,
             (Cause::Cleaner, true) => c.slots_plugging_count += 1,
+            (Cause::Resequence, _) => c.slots_resequence_count += 1,
         }
     }
 
@@ -679,6 +687,8 @@ impl Log {
         self.census_changed();
         self.works.push(Work::Clean(CleanWork {
             victims,
+            group: None,
+            runs: Vec::new(),
             issued: false,
             read_done: false,
             live: Vec::new(),
@@ -689,6 +699,9 @@ impl Log {
     }
 
     fn step_clean(&mut self, c: &mut CleanWork) -> Result<(), Blocked> {
+        if !c.issued && c.group.is_some() {
+            return self.issue_group_reads(c);
+        }
         if !c.issued {
             c.issued = true;
             // Summary and slots: the summary names the blocks of the slots
@@ -704,21 +717,40 @@ impl Log {
             c.read_done = true;
             if done.iter().any(|d| d.result.is_err()) {
                 // A victim could not be read: no pass now (the next
-                // reclamation chooses again).
+                // reclamation chooses again). A group is left as it is
+                // until a write touches it again.
                 self.cleaning.clear();
                 self.census_changed();
+                if let Some(g) = c.group {
+                    self.group_checked(g);
+                }
                 return Ok(());
             }
-            self.collect_live(c, done);
+            if c.group.is_some() {
+                let bs = self.geo.slot_bytes as usize;
+                for (&(first, n), d) in c.runs.iter().zip(&done) {
+                    for (k, l) in c.live[first..first + n].iter_mut().enumerate() {
+                        l.2 = d.data.as_ref().map(|d| d.slice(k * bs..(k + 1) * bs));
+                    }
+                }
+            } else {
+                self.collect_live(c, done);
+            }
         }
+        let cause = if c.group.is_some() { Cause::Resequence } else { Cause::Cleaner };
         while c.next < c.live.len() {
             let (block, sid, _) = c.live[c.next];
             if self.map.get(block) == sid {
-                self.ensure_open(Cause::Cleaner, true, true)?;
+                self.ensure_open(cause, true, true)?;
                 let data = c.live[c.next].2.take();
-                self.place(block, data.as_deref(), Cause::Cleaner);
+                self.place(block, data.as_deref(), cause);
             }
             c.next += 1;
+        }
+        if let Some(g) = c.group {
+            self.counters.resequence_passes_count += 1;
+            self.group_checked(g);
+            return Ok(());
         }
         self.counters.cleaning_passes_count += 1;
         self.counters.segments_cleaned_count += c.victims.len() as u64;
@@ -783,6 +815,136 @@ impl Log {
             c.live.sort_by_key(|l| l.0);
         }
     }
+}
+
+impl Log {
+    /// Whether idle re-sequencing is due: on, some group to look at, no
+    /// request for `resequence_idle_ms`, and free segments to write into
+    /// beyond the cleaner's reserve.
+    pub(super) fn resequence_due(&self, now: layoutd_core::Instant) -> bool {
+        self.args.resequence
+            && self.group_dirty_count > 0
+            && self.idle_deadline.is_none_or(|d| now >= d)
+            && self.free_segments_count() > u64::from(self.args.free_segments_min) + 2
+    }
+
+    /// Whether re-sequencing waits only for free segments (the idle
+    /// cleaning the policy asks for did not make enough).
+    pub(super) fn resequence_needs_space(&self, now: layoutd_core::Instant) -> bool {
+        self.args.resequence
+            && self.group_dirty_count > 0
+            && self.idle_deadline.is_none_or(|d| now >= d)
+            && self.free_segments_count() <= u64::from(self.args.free_segments_min) + 2
+    }
+
+    /// Space for re-sequencing: a checkpoint if one would turn emptied
+    /// segments into free ones (the crash rule), else a cleaning pass.
+    /// Returns the bytes it reads, or `None` if neither can gain.
+    pub(super) fn resequence_make_space(&mut self) -> Option<u64> {
+        let c = self.census(false);
+        if c.segs.iter().any(|s| s.valid == 0 && !s.eligible && !s.busy) {
+            self.works.push(Work::Checkpoint(Default::default()));
+            return Some(0);
+        }
+        let victims = self.push_clean(false)?;
+        self.counters.background_cleanings_count += 1;
+        Some(victims * self.geo.stride_bytes())
+    }
+
+    /// Re-sequencing found group `g` in order (or gave up on it): it is
+    /// looked at again only once a write touches it.
+    fn group_checked(&mut self, g: u64) {
+        if self.group_dirty.get(g) == 1 {
+            self.group_dirty.set(g, 0);
+            self.group_dirty_count -= 1;
+        }
+    }
+
+    /// One step of idle re-sequencing: the next group of `slot_count`
+    /// blocks (aligned; a sweep over the groups a write touched) whose
+    /// live blocks lie in runs of adjacent slots averaging under
+    /// [`RESEQUENCE_RUN_BYTES`] is read and written again in logical order,
+    /// into free segments first: a file that random updates scattered over
+    /// many segments reads in one run again. Groups found in order are
+    /// passed over. Returns the bytes it will move, or `None` if no group
+    /// needs it.
+    pub(super) fn resequence_step(&mut self) -> Option<u64> {
+        let groups = self.group_dirty.len();
+        let sc = u64::from(self.geo.slot_count);
+        let run_blocks = (RESEQUENCE_RUN_BYTES / u64::from(self.args.block_bytes)).max(2) as usize;
+        for _ in 0..groups {
+            if self.group_dirty_count == 0 {
+                return None;
+            }
+            let g = self.group_cursor;
+            self.group_cursor = (g + 1) % groups;
+            if self.group_dirty.get(g) == 0 {
+                continue;
+            }
+            let blocks = g * sc..((g + 1) * sc).min(self.map.len());
+            let live: Vec<(u64, u32, Option<Bytes>)> = blocks
+                .filter_map(|b| {
+                    let sid = self.map.get(b);
+                    (sid != super::map::UNMAPPED).then_some((b, sid, None))
+                })
+                .collect();
+            let mut runs: Vec<(usize, usize)> = Vec::new();
+            for (i, l) in live.iter().enumerate() {
+                match runs.last_mut() {
+                    Some(r) if adjacent(live[r.0 + r.1 - 1].1, l.1, self.geo.slot_count) => r.1 += 1,
+                    _ => runs.push((i, 1)),
+                }
+            }
+            if runs.len() < 2 || live.len() >= runs.len() * run_blocks {
+                self.group_checked(g);
+                continue;
+            }
+            let bytes = live.len() as u64 * u64::from(self.args.block_bytes);
+            self.works.push(Work::Clean(CleanWork {
+                victims: Vec::new(),
+                group: Some(g),
+                runs,
+                issued: false,
+                read_done: false,
+                live,
+                next: 0,
+                on_demand: false,
+            }));
+            return Some(bytes);
+        }
+        None
+    }
+
+    /// Re-sequencing: once none of the group's blocks is in a RAM buffer
+    /// (the open segment is written first), one read per run of slots.
+    fn issue_group_reads(&mut self, c: &mut CleanWork) -> Result<(), Blocked> {
+        let sc = self.geo.slot_count;
+        let in_ram = |log: &Log, sid: u32| log.seg_buf.contains_key(&(sid / sc));
+        if c.live.iter().any(|l| in_ram(self, l.1)) {
+            if self.open.as_ref().is_some_and(|o| c.live.iter().any(|l| l.1 / sc == o.loc.0)) {
+                self.seal(Cause::Resequence, false);
+            }
+            // Resumed when the segment write completes.
+            return Err(Blocked::Io);
+        }
+        c.issued = true;
+        let bs = u64::from(self.args.block_bytes);
+        for &(first, n) in &c.runs {
+            let off = self.slot_offset_bytes(c.live[first].1);
+            self.work_io(Request::new(ReqId(0), Op::Read, off, (n as u64 * bs) as u32));
+        }
+        Err(Blocked::Io)
+    }
+}
+
+/// Re-sequencing rewrites a group whose live blocks lie in runs of
+/// adjacent slots shorter than this on average (a 64 KiB read is about
+/// where a disk's positioning time stops dominating).
+pub(super) const RESEQUENCE_RUN_BYTES: u64 = 64 << 10;
+
+/// Whether slot `b` follows slot `a` on disk (same segment, next slot).
+fn adjacent(a: u32, b: u32, slot_count: u32) -> bool {
+    b == a + 1 && b % slot_count != 0
 }
 
 /// Slot `s`'s bytes in a segment read whole (summary first).
