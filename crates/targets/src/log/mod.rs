@@ -623,10 +623,13 @@ impl Target for Log {
         self.idle_deadline.filter(|_| self.args.resequence && self.group_dirty_count > 0)
     }
 
-    /// The idle threshold passed: re-sequencing may start.
+    /// The idle threshold passed: re-sequencing may start, unless a
+    /// request is still in progress (then the threshold counts again from
+    /// now, so a long request is not taken for idle time).
     fn handle_timeout(&mut self, now: Instant) {
         if self.idle_deadline.is_some_and(|d| d <= now) {
-            self.idle_deadline = None;
+            let busy = !self.works.is_empty() || !self.pending.is_empty() || !self.reads.is_empty();
+            self.idle_deadline = busy.then(|| now.add_ms(self.args.resequence_idle_ms));
         }
     }
 
