@@ -103,6 +103,64 @@ struct OpenSeg {
     buf: usize,
 }
 
+/// A segment's RAM buffer, laid out as on disk (summary, then slots):
+/// written into while the segment is open; while it is written below, the
+/// lower writes share its bytes (slices, no copy), and it is taken back for
+/// the next segment once they have all dropped them (else a new one).
+enum SegBuf {
+    Open(bytes::BytesMut),
+    Written(bytes::Bytes),
+}
+
+impl SegBuf {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            SegBuf::Open(m) => m,
+            SegBuf::Written(b) => b,
+        }
+    }
+
+    fn open_mut(&mut self) -> &mut [u8] {
+        match self {
+            SegBuf::Open(m) => m,
+            SegBuf::Written(_) => panic!("a buffer being written is not written into"),
+        }
+    }
+
+    /// Whether it can take a segment without allocating.
+    fn reusable(&self) -> bool {
+        match self {
+            SegBuf::Open(_) => true,
+            SegBuf::Written(b) => b.is_unique(),
+        }
+    }
+
+    /// Shares the bytes for the lower writes.
+    fn freeze(&mut self) -> bytes::Bytes {
+        let SegBuf::Open(m) = std::mem::replace(self, SegBuf::Written(bytes::Bytes::new())) else {
+            panic!("only an open buffer is written")
+        };
+        let b = m.freeze();
+        *self = SegBuf::Written(b.clone());
+        b
+    }
+
+    /// Ready for the next segment: the same memory if the lower writes
+    /// dropped it, else a new buffer of `len` bytes. Returns whether it
+    /// had to allocate.
+    fn reopen(&mut self, len: usize) -> bool {
+        let SegBuf::Written(b) = std::mem::replace(self, SegBuf::Written(bytes::Bytes::new())) else {
+            unreachable!("reopened twice")
+        };
+        let (m, new) = match b.try_into_mut() {
+            Ok(m) => (m, false),
+            Err(_) => (bytes::BytesMut::zeroed(len), true),
+        };
+        *self = SegBuf::Open(m);
+        new
+    }
+}
+
 /// A segment being written.
 struct Sealed {
     loc: SegLoc,
@@ -168,6 +226,9 @@ struct Counters {
     slots_resequence_count: u64,
     /// Groups re-sequenced.
     resequence_passes_count: u64,
+    /// Segment buffers allocated anew: a lower write still held the old
+    /// one's bytes when the buffer was needed again.
+    segment_buffers_allocated_count: u64,
 }
 
 enum Phase {
@@ -204,7 +265,7 @@ pub struct Log {
     head: SegLoc,
     open: Option<OpenSeg>,
     sealed: Vec<Sealed>,
-    buffers: Vec<Vec<u8>>,
+    buffers: Vec<SegBuf>,
     buffers_free: Vec<usize>,
     /// Segment -> buffer holding its newly written slots (open or sealed).
     seg_buf: FxHashMap<u32, usize>,
@@ -296,7 +357,9 @@ impl Log {
             head: SegLoc(0),
             open: None,
             sealed: Vec::new(),
-            buffers: (0..args.buffer_count).map(|_| vec![0u8; geo.payload_bytes() as usize]).collect(),
+            buffers: (0..args.buffer_count)
+                .map(|_| SegBuf::Open(bytes::BytesMut::zeroed(geo.stride_bytes() as usize)))
+                .collect(),
             buffers_free: (0..args.buffer_count as usize).rev().collect(),
             seg_buf: FxHashMap::default(),
             buf_filled: vec![vec![false; geo.slot_count as usize]; args.buffer_count as usize],
@@ -603,6 +666,9 @@ impl Target for Log {
             }
             return;
         }
+        // The request kept for a retry holds a segment write's bytes: drop
+        // it now, so the buffer can be taken back for the next segment.
+        drop(retry);
         match op {
             LowerOp::Bringup => self.bringup_done(c),
             LowerOp::SegPart { loc } => self.segment_part_done(loc),
@@ -753,6 +819,7 @@ impl Target for Log {
             ("slots_resequence_count", c.slots_resequence_count),
             ("resequence_passes_count", c.resequence_passes_count),
             ("groups_to_check_count", self.group_dirty_count),
+            ("segment_buffers_allocated_count", c.segment_buffers_allocated_count),
             ("lower_retries_count", self.counters.lower_retries_count),
             ("lower_read_errors_count", self.counters.lower_read_errors_count),
             ("epoch", self.epoch),

@@ -313,9 +313,9 @@ impl Log {
             match self.block_source(block) {
                 Source::Zero => {}
                 Source::Ram(b, slot) => {
-                    let at = (u64::from(slot) * bs + within) as usize;
+                    let at = self.geo.header_bytes as usize + (u64::from(slot) * bs + within) as usize;
                     u.answer[out as usize..(out + n) as usize]
-                        .copy_from_slice(&self.buffers[b][at..at + n as usize]);
+                        .copy_from_slice(&self.buffers[b].bytes()[at..at + n as usize]);
                 }
                 Source::Disk(off) => match runs.last_mut() {
                     Some(r) if r.0 + r.1 == off + within && r.2 + r.1 == out => r.1 += n,
@@ -357,8 +357,9 @@ impl Log {
             match self.block_source(block) {
                 Source::Zero => u.old.push((block, Some(Bytes::from(vec![0u8; bs as usize])))),
                 Source::Ram(b, slot) => {
-                    let at = (u64::from(slot) * bs) as usize;
-                    u.old.push((block, Some(Bytes::copy_from_slice(&self.buffers[b][at..at + bs as usize]))));
+                    let at = self.geo.header_bytes as usize + (u64::from(slot) * bs) as usize;
+                    let old = &self.buffers[b].bytes()[at..at + bs as usize];
+                    u.old.push((block, Some(Bytes::copy_from_slice(old))));
                 }
                 Source::Disk(off) => {
                     self.work_io(Request::new(ReqId(0), Op::Read, off, bs as u32));
@@ -429,7 +430,16 @@ impl Log {
         if cause == Cause::User && need_slot && !forced && !self.user_may_open(loc) {
             return Err(Blocked::Space);
         }
-        let Some(buf) = self.buffers_free.pop() else { return Err(Blocked::Buffer) };
+        // A free buffer no lower write still holds first (the completion
+        // of a segment's last write may be running right now).
+        let free = &self.buffers_free;
+        let Some(last) = free.len().checked_sub(1) else { return Err(Blocked::Buffer) };
+        let i = free.iter().rposition(|&b| self.buffers[b].reusable()).unwrap_or(last);
+        let buf = self.buffers_free.swap_remove(i);
+        if let super::SegBuf::Written(_) = self.buffers[buf] {
+            let new = self.buffers[buf].reopen(self.geo.stride_bytes() as usize);
+            self.counters.segment_buffers_allocated_count += u64::from(new);
+        }
         self.open_segment(loc, buf);
         Ok(())
     }
@@ -477,7 +487,8 @@ impl Log {
         let (loc, buf, holey) = (o.loc, o.buf, o.holey);
         if let Some(d) = data {
             assert_eq!(d.len(), bs);
-            self.buffers[buf][slot as usize * bs..(slot as usize + 1) * bs].copy_from_slice(d);
+            let at = self.geo.header_bytes as usize + slot as usize * bs;
+            self.buffers[buf].open_mut()[at..at + bs].copy_from_slice(d);
         }
         self.buf_filled[buf][slot as usize] = true;
         let sid = self.slot_id(loc, u32::from(slot));
@@ -531,10 +542,14 @@ impl Log {
             entries,
         };
         if !self.timing_only && !filled.is_empty() {
-            header.payload_crc = header.covered_crc(&self.buffers[o.buf], self.geo.slot_bytes as usize);
+            let payload = &self.buffers[o.buf].bytes()[self.geo.header_bytes as usize..];
+            header.payload_crc = header.covered_crc(payload, self.geo.slot_bytes as usize);
         }
-        let bytes = header.encode(&self.geo);
-        let parts = self.segment_parts(o.loc, o.buf, bytes, filled);
+        let encoded = header.encode(&self.geo);
+        assert_eq!(encoded.len(), self.geo.header_bytes as usize, "a summary fills its header");
+        self.buffers[o.buf].open_mut()[..encoded.len()].copy_from_slice(&encoded);
+        let whole = self.buffers[o.buf].freeze();
+        let parts = self.segment_parts(o.loc, &whole, filled);
         let parts_left = parts.len() as u32;
         for (offset_bytes, data) in parts {
             let range = (offset_bytes, offset_bytes + data.len() as u64);
@@ -548,31 +563,26 @@ impl Log {
         self.segments_since_checkpoint += 1;
     }
 
-    /// The writes of a segment: the header joined with the runs of new
-    /// slots (a fresh segment is one write).
-    fn segment_parts(
-        &self,
-        loc: SegLoc,
-        buf: usize,
-        header: Vec<u8>,
-        mut filled: Vec<u16>,
-    ) -> Vec<(u64, Bytes)> {
+    /// The writes of a segment, slices of its buffer (`whole`, as on
+    /// disk): the header joined with the runs of new slots (a fresh
+    /// segment is one write).
+    fn segment_parts(&self, loc: SegLoc, whole: &Bytes, mut filled: Vec<u16>) -> Vec<(u64, Bytes)> {
         let bs = self.geo.slot_bytes as usize;
+        let hb = self.geo.header_bytes as usize;
         filled.sort_unstable();
-        let mut parts: Vec<(u64, Vec<u8>)> = vec![(self.geo.segment_offset_bytes(loc), header)];
+        // Byte ranges within the segment.
+        let mut parts: Vec<(usize, usize)> = vec![(0, hb)];
         for s in filled {
-            let off = self.geo.slot_offset_bytes(loc, u32::from(s));
-            let bytes = &self.buffers[buf][s as usize * bs..(s as usize + 1) * bs];
+            let at = hb + s as usize * bs;
             let last = parts.last_mut().expect("the header");
-            if last.0 + last.1.len() as u64 == off
-                && last.1.len() + bs <= layoutd_core::REQUEST_BYTES_MAX as usize
-            {
-                last.1.extend_from_slice(bytes);
+            if last.1 == at && last.1 - last.0 + bs <= layoutd_core::REQUEST_BYTES_MAX as usize {
+                last.1 += bs;
             } else {
-                parts.push((off, bytes.to_vec()));
+                parts.push((at, at + bs));
             }
         }
-        parts.into_iter().map(|(o, d)| (o, Bytes::from(d))).collect()
+        let base = self.geo.segment_offset_bytes(loc);
+        parts.into_iter().map(|(a, b)| (base + a as u64, whole.slice(a..b))).collect()
     }
 
     /// Sends a segment write the gate let go.
