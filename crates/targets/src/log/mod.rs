@@ -485,6 +485,15 @@ impl Log {
         }
         self.map.set(block, sid);
         self.dirty_pages[Self::page_of(block)] = true;
+    }
+
+    /// A client wrote or trimmed `block`: its group is looked at again by
+    /// re-sequencing. Only clients' changes count: the log's own moves
+    /// (cleaning, re-sequencing) keep a group's order or are cleaned up by
+    /// the next client change, and counting them could make idle work feed
+    /// itself (cleaning for space moves blocks, which would need
+    /// re-sequencing, which needs space).
+    fn group_touched(&mut self, block: u64) {
         let group = block / u64::from(self.geo.slot_count);
         if self.group_dirty.get(group) == 0 {
             self.group_dirty.set(group, 1);

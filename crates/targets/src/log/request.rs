@@ -493,6 +493,9 @@ impl Log {
         self.buf_filled[buf][slot as usize] = true;
         let sid = self.slot_id(loc, u32::from(slot));
         self.set_map(block, sid);
+        if cause == Cause::User {
+            self.group_touched(block);
+        }
         let c = &mut self.counters;
         match (cause, holey) {
             (Cause::User, false) => c.slots_user_count += 1,
@@ -509,6 +512,7 @@ impl Log {
             return;
         }
         self.set_map(block, super::map::UNMAPPED);
+        self.group_touched(block);
         let bsec = self.block_sectors();
         let o = self.open.as_mut().expect("ensure_open ran");
         if let Some(Entry::Invalidate { start_sector, sector_count }) = o.entries.last_mut() {
@@ -840,11 +844,22 @@ impl Log {
 
     /// Whether re-sequencing waits only for free segments (the idle
     /// cleaning the policy asks for did not make enough).
+    /// Only while a pass gains at least half a segment per victim (as idle
+    /// cleaning), so that idle work ends.
     pub(super) fn resequence_needs_space(&self, now: layoutd_core::Instant) -> bool {
         self.args.resequence
             && self.group_dirty_count > 0
             && self.idle_deadline.is_none_or(|d| now >= d)
             && self.free_segments_count() <= u64::from(self.args.free_segments_min) + 2
+            && self.space_gainable()
+    }
+
+    /// Whether idle work can make free segments: emptied segments wait
+    /// for a checkpoint, or the greedy victim is at most half live.
+    fn space_gainable(&self) -> bool {
+        let c = self.census(false);
+        c.segs.iter().any(|s| s.valid == 0 && !s.eligible && !s.busy)
+            || c.greedy(1).first().is_some_and(|&v| c.segs[v as usize].valid * 2 <= c.slot_count)
     }
 
     /// Space for re-sequencing: a checkpoint if one would turn emptied
