@@ -672,6 +672,29 @@ impl Log {
     /// Queues a cleaning pass on the work stack: victims whose live blocks
     /// fit the space the cleaner may write. Returns the victim count.
     pub(super) fn push_clean(&mut self, on_demand: bool) -> Option<u64> {
+        let victims = self.clean_victims();
+        if victims.is_empty() {
+            return None;
+        }
+        let n = victims.len() as u64;
+        self.cleaning = victims.iter().map(|v| v.0).collect();
+        self.census_changed();
+        self.works.push(Work::Clean(CleanWork {
+            victims,
+            group: None,
+            runs: Vec::new(),
+            issued: false,
+            read_done: false,
+            live: Vec::new(),
+            next: 0,
+            on_demand,
+        }));
+        Some(n)
+    }
+
+    /// The victims of the next cleaning pass: the policy's, as many as
+    /// their live blocks fit the space the cleaner may write.
+    fn clean_victims(&self) -> Vec<SegLoc> {
         let c = self.census(false);
         let room_of =
             |s: &super::policy::SegInfo| if s.eligible && !s.busy { c.slot_count - s.valid } else { 0 };
@@ -693,23 +716,7 @@ impl Log {
             room -= live + own;
             victims.push(SegLoc(v));
         }
-        if victims.is_empty() {
-            return None;
-        }
-        let n = victims.len() as u64;
-        self.cleaning = victims.iter().map(|v| v.0).collect();
-        self.census_changed();
-        self.works.push(Work::Clean(CleanWork {
-            victims,
-            group: None,
-            runs: Vec::new(),
-            issued: false,
-            read_done: false,
-            live: Vec::new(),
-            next: 0,
-            on_demand,
-        }));
-        Some(n)
+        victims
     }
 
     fn step_clean(&mut self, c: &mut CleanWork) -> Result<(), Blocked> {
@@ -844,8 +851,7 @@ impl Log {
 
     /// Whether re-sequencing waits only for free segments (the idle
     /// cleaning the policy asks for did not make enough).
-    /// Only while a pass gains at least half a segment per victim (as idle
-    /// cleaning), so that idle work ends.
+    /// Only while the pass gains a free segment, so that idle work ends.
     pub(super) fn resequence_needs_space(&self, now: layoutd_core::Instant) -> bool {
         self.args.resequence
             && self.group_dirty_count > 0
@@ -855,11 +861,17 @@ impl Log {
     }
 
     /// Whether idle work can make free segments: emptied segments wait
-    /// for a checkpoint, or the greedy victim is at most half live.
+    /// for a checkpoint, or the next cleaning pass's victims hold at most
+    /// one segment less of live blocks than their count (their live blocks
+    /// fill fewer segments than the pass frees).
     fn space_gainable(&self) -> bool {
         let c = self.census(false);
-        c.segs.iter().any(|s| s.valid == 0 && !s.eligible && !s.busy)
-            || c.greedy(1).first().is_some_and(|&v| c.segs[v as usize].valid * 2 <= c.slot_count)
+        if c.segs.iter().any(|s| s.valid == 0 && !s.eligible && !s.busy) {
+            return true;
+        }
+        let victims = self.clean_victims();
+        let live: u64 = victims.iter().map(|v| u64::from(c.segs[v.0 as usize].valid)).sum();
+        victims.len() >= 2 && live <= (victims.len() as u64 - 1) * u64::from(c.slot_count)
     }
 
     /// Space for re-sequencing: a checkpoint if one would turn emptied
