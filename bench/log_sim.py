@@ -4,18 +4,24 @@ of SSR-LFS (seeds/003) on the HDD model of the paper's disk, plain `linear`
 (in place) against `log` with each reclamation policy, at several
 utilisations. Deterministic: rerunning gives the same figures.
 
-Per utilisation, one trace (bench/workloads/log_iotest.py: 64 KiB files
+Per utilisation, two traces (bench/workloads/log_iotest.py: 64 KiB files
 created to 90% (or UTIL), random ones discarded down to UTIL, UPDATE_MIB of
 random 4 KiB updates inside the remaining files, a flush, then the
-remaining files read in address order), replayed closed loop by
-`layoutd sim` through each stack of bench/workloads/log/. A phase's time is
-its first submit to its last completion, from the stack's `trace` layer.
+remaining files read in address order; the second trace has IDLE_S
+seconds without requests before the read), replayed closed loop by
+`layoutd sim` through each stack of bench/workloads/log/ (the second only
+through the `log` stacks: in place, idle time changes nothing). A phase's
+time is its first submit to its last completion, from the stack's `trace`
+layer. The idle work (re-sequencing, and the cleaning it needs) is the
+second run's counters less the first's, and its disk time the second
+run's disk busy seconds less the first's, corrected for the shorter read
+phase (which runs alone at queue depth 1: its disk time is its span).
 
 Writes bench/results/log/README.md (table above the analysis marker, which
 is kept) and summary-DISK.json. Runs and traces go to bench/results/log/tmp/.
 
 Usage: bench/log_sim.py [--disk st3160815as] [--utils 10,20,...,90,95]
-                        [--update-mib 512] [--jobs 2]
+                        [--update-mib 512] [--idle-s 3600] [--jobs 2]
 Needs target/release/layoutd (or target/debug/layoutd).
 """
 import argparse, concurrent.futures, json, os, subprocess, sys
@@ -58,9 +64,9 @@ def phases(rec):
     return {k: (hi - lo) / 1e9 for k, (lo, hi) in spans.items()}
 
 
-def run(l, disk, util, stack):
-    trace = os.path.join(TMP, f"iotest-{util}.trace")
-    base = os.path.join(TMP, f"{disk}-{util}-{stack}")
+def run(l, disk, util, stack, idle):
+    trace = os.path.join(TMP, f"iotest-{util}{'-idle' if idle else ''}.trace")
+    base = os.path.join(TMP, f"{disk}-{util}-{stack}{'-idle' if idle else ''}")
     cmd = [l, "sim", "--trace", trace, "--format", "layoutd", "--config",
            os.path.join(ROOT, "bench/workloads/log", stack + ".toml"), "--disk", disk, "--closed-loop",
            "--no-progress", "--record-trace", base + ".rec", "--json", base + ".json"]
@@ -69,7 +75,7 @@ def run(l, disk, util, stack):
     log = next((x["counters"] for x in j["stack"]["layers"] if x["target"] == "log"), None)
     p = phases(base + ".rec")
     os.unlink(base + ".rec")
-    return util, stack, {"phases_s": p, "log": log}
+    return util, stack, idle, {"phases_s": p, "log": log, "disk_busy_s": j["disk_busy_seconds"]}
 
 
 def main():
@@ -77,22 +83,27 @@ def main():
     ap.add_argument("--disk", default="st3160815as")
     ap.add_argument("--utils", default="10,20,30,40,50,60,70,80,90,95")
     ap.add_argument("--update-mib", type=int, default=512)
+    ap.add_argument("--idle-s", type=int, default=3600)
     ap.add_argument("--jobs", type=int, default=2)
     a = ap.parse_args()
     utils = [int(u) for u in a.utils.split(",")]
     os.makedirs(TMP, exist_ok=True)
     l = layoutd()
     for u in utils:
-        subprocess.run([sys.executable, os.path.join(ROOT, "bench/workloads/log_iotest.py"),
-                        os.path.join(TMP, f"iotest-{u}.trace"), str(VOLUME), str(u), str(a.update_mib), "1"],
-                       check=True)
+        for idle, suffix in ((0, ""), (a.idle_s, "-idle")):
+            subprocess.run([sys.executable, os.path.join(ROOT, "bench/workloads/log_iotest.py"),
+                            os.path.join(TMP, f"iotest-{u}{suffix}.trace"), str(VOLUME), str(u),
+                            str(a.update_mib), "1", str(idle)], check=True)
     res = {}
+    jobs = [(u, s, False) for u in utils for s in STACKS] + [(u, s, True) for u in utils for s in STACKS[1:]]
     with concurrent.futures.ThreadPoolExecutor(a.jobs) as ex:
-        for util, stack, r in ex.map(lambda us: run(l, a.disk, *us), [(u, s) for u in utils for s in STACKS]):
-            res.setdefault(str(util), {})[stack] = r
-            print(f"{util:3}% {stack:14} update {r['phases_s'].get('update', 0):9.2f} s", file=sys.stderr)
+        for util, stack, idle, r in ex.map(lambda j: run(l, a.disk, *j), jobs):
+            res.setdefault(str(util), {})[stack + ("-idle" if idle else "")] = r
+            print(f"{util:3}% {stack:14} {'idle ' if idle else ''}read {r['phases_s'].get('read', 0):9.2f} s",
+                  file=sys.stderr)
     with open(os.path.join(OUT, f"summary-{a.disk}.json"), "w") as fh:
-        json.dump({"disk": a.disk, "volume_bytes": VOLUME, "update_mib": a.update_mib, "runs": res}, fh, indent=1)
+        json.dump({"disk": a.disk, "volume_bytes": VOLUME, "update_mib": a.update_mib, "idle_s": a.idle_s,
+                   "runs": res}, fh, indent=1)
     report(res, a, utils)
 
 
@@ -108,7 +119,8 @@ def update_wa(c, util):
 def report(res, a, utils):
     cmd = "bench/log_sim.py" + ("" if a.disk == "st3160815as" else f" --disk {a.disk}") + \
         ("" if a.update_mib == 512 else f" --update-mib {a.update_mib}") + \
-        ("" if a.utils == "10,20,30,40,50,60,70,80,90,95" else f" --utils {a.utils}")
+        ("" if a.utils == "10,20,30,40,50,60,70,80,90,95" else f" --utils {a.utils}") + \
+        ("" if a.idle_s == 3600 else f" --idle-s {a.idle_s}")
     logs = STACKS[1:]
     lines = [f"# `log`: the IO TEST in the simulator ({a.disk})", "",
              f"A benchmark, not a test. Volume 1 GiB of 64 KiB files on the first 1200 MiB of the `{a.disk}` "
@@ -142,6 +154,22 @@ def report(res, a, utils):
         lin = r["linear"]["phases_s"]["read"]
         lines.append(f"| {u}% | {lin:.1f} | " + " | ".join(
             f"{r[s]['phases_s']['read']:.1f} ({r[s]['phases_s']['read'] / lin:.2f}x)" for s in logs) + " |")
+    lines += ["", f"## The same read after {a.idle_s} s without requests (idle re-sequencing): seconds (x linear "
+              "without idle), and the idle work: slots re-sequenced + slots cleaned for it, disk busy seconds", "",
+              "| util | linear | " + " | ".join(logs) + " |", "| ---: | ---: | " + " | ".join("---:" for _ in logs) + " |"]
+    for u in utils:
+        r = res[str(u)]
+        lin = r["linear"]["phases_s"]["read"]
+        cells = []
+        for s in logs:
+            b, i = r[s], r[s + "-idle"]
+            t = i["phases_s"]["read"]
+            moved = i["log"]["slots_resequence_count"] - b["log"]["slots_resequence_count"]
+            cleaned = sum(i["log"][k] - b["log"][k] for k in ("slots_cleaning_count", "slots_plugging_count"))
+            # The read phase runs alone at queue depth 1: its disk time is its span.
+            busy = i["disk_busy_s"] - b["disk_busy_s"] + b["phases_s"]["read"] - t
+            cells.append(f"{t:.1f} ({t / lin:.2f}x; {moved}+{cleaned}, {busy:.0f} s)")
+        lines.append(f"| {u}% | {lin:.1f} | " + " | ".join(cells) + " |")
     path = os.path.join(OUT, "README.md")
     notes = MARKER + "\n"
     if os.path.exists(path) and MARKER in open(path).read():

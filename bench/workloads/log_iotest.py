@@ -10,13 +10,15 @@ without the file system's own metadata). Phases, one stream, closed loop:
      mounted with `discard` sends) until UTIL% remain; then a flush;
   3. update: UPDATE_MIB of 4 KiB writes, each into a random block of a
      random remaining file (seeded); then a flush;
-  4. read: every remaining file, in address order, 64 KiB reads (the
+  4. IDLE_S seconds without requests (0: none; the log re-sequences
+     scattered files in idle time);
+  5. read: every remaining file, in address order, 64 KiB reads (the
      sequential read after the updates, beyond the paper).
 
 A phase's time is its first submit to its last completion, as the stack's
 `trace` layer records them (bench/workloads/log_report.py).
 
-Usage: log_iotest.py OUT.trace VOLUME_BYTES UTIL_PCT UPDATE_MIB [SEED]
+Usage: log_iotest.py OUT.trace VOLUME_BYTES UTIL_PCT UPDATE_MIB [SEED [IDLE_S]]
 """
 import random
 import sys
@@ -29,6 +31,7 @@ HEADER = "# layoutd-trace v1: submit_ns complete_ns stream op offset_bytes lengt
 def main():
     out, volume, util, update_mib = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     seed = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+    idle_s = float(sys.argv[6]) if len(sys.argv) > 6 else 0
     rng = random.Random(seed)
     files = volume // FILE
     lines = []
@@ -53,6 +56,7 @@ def main():
         f = live[rng.randrange(len(live))]
         req("W", f * FILE + rng.randrange(FILE // (4 * KIB)) * 4 * KIB, 4 * KIB)
     req("F", 0, 0)
+    t += int(idle_s * 1e9)
     for f in sorted(live):
         req("R", f * FILE, FILE)
     with open(out, "w") as fh:

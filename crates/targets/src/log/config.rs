@@ -71,6 +71,11 @@ pub struct Args {
     pub buffer_count: u32,
     /// Whether the cleaner writes the live blocks it moves in logical order.
     pub clean_sorted: bool,
+    /// Whether idle time re-sequences fragmented groups of blocks (see
+    /// `request::Log::resequence_step`).
+    pub resequence: bool,
+    /// Re-sequencing waits for this long without a request.
+    pub resequence_idle_ms: u64,
     /// TEST ONLY: let SSR reuse slots freed since the last durable
     /// checkpoint (breaks crash safety; exists so a test can show the rule
     /// matters).
@@ -117,6 +122,8 @@ impl Args {
         let checkpoint_segments = bounded(&mut a, "checkpoint_segments", 64, 1, 1 << 20)?;
         let buffer_count = bounded(&mut a, "buffer_count", 4, 2, 64)?;
         let clean_sorted = a.bool_opt("clean_sorted")?.unwrap_or(true);
+        let resequence = a.bool_opt("resequence")?.unwrap_or(true);
+        let resequence_idle_ms = a.u64_opt("resequence_idle_ms")?.unwrap_or(100);
         let unsafe_reuse = a.bool_opt("test_unsafe_reuse_before_checkpoint")?.unwrap_or(false);
         let (geo, map, volume_blocks) =
             cut(&a, lower_bytes, block_bytes, slot_count as u32, over_provision_pct)?;
@@ -133,6 +140,8 @@ impl Args {
             checkpoint_segments,
             buffer_count,
             clean_sorted,
+            resequence,
+            resequence_idle_ms,
             unsafe_reuse,
             volume_blocks,
             map,
@@ -174,6 +183,8 @@ impl Args {
             ("checkpoint_segments", self.checkpoint_segments.to_string()),
             ("buffer_count", self.buffer_count.to_string()),
             ("clean_sorted", self.clean_sorted.to_string()),
+            ("resequence", self.resequence.to_string()),
+            ("resequence_idle_ms", self.resequence_idle_ms.to_string()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))

@@ -103,6 +103,64 @@ struct OpenSeg {
     buf: usize,
 }
 
+/// A segment's RAM buffer, laid out as on disk (summary, then slots):
+/// written into while the segment is open; while it is written below, the
+/// lower writes share its bytes (slices, no copy), and it is taken back for
+/// the next segment once they have all dropped them (else a new one).
+enum SegBuf {
+    Open(bytes::BytesMut),
+    Written(bytes::Bytes),
+}
+
+impl SegBuf {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            SegBuf::Open(m) => m,
+            SegBuf::Written(b) => b,
+        }
+    }
+
+    fn open_mut(&mut self) -> &mut [u8] {
+        match self {
+            SegBuf::Open(m) => m,
+            SegBuf::Written(_) => panic!("a buffer being written is not written into"),
+        }
+    }
+
+    /// Whether it can take a segment without allocating.
+    fn reusable(&self) -> bool {
+        match self {
+            SegBuf::Open(_) => true,
+            SegBuf::Written(b) => b.is_unique(),
+        }
+    }
+
+    /// Shares the bytes for the lower writes.
+    fn freeze(&mut self) -> bytes::Bytes {
+        let SegBuf::Open(m) = std::mem::replace(self, SegBuf::Written(bytes::Bytes::new())) else {
+            panic!("only an open buffer is written")
+        };
+        let b = m.freeze();
+        *self = SegBuf::Written(b.clone());
+        b
+    }
+
+    /// Ready for the next segment: the same memory if the lower writes
+    /// dropped it, else a new buffer of `len` bytes. Returns whether it
+    /// had to allocate.
+    fn reopen(&mut self, len: usize) -> bool {
+        let SegBuf::Written(b) = std::mem::replace(self, SegBuf::Written(bytes::Bytes::new())) else {
+            unreachable!("reopened twice")
+        };
+        let (m, new) = match b.try_into_mut() {
+            Ok(m) => (m, false),
+            Err(_) => (bytes::BytesMut::zeroed(len), true),
+        };
+        *self = SegBuf::Open(m);
+        new
+    }
+}
+
 /// A segment being written.
 struct Sealed {
     loc: SegLoc,
@@ -164,6 +222,13 @@ struct Counters {
     /// (its summary did not name every live slot: holes filled by SSR or
     /// plugging, or no data in timing-only mode).
     cleaner_map_scans_count: u64,
+    /// Slots written by idle re-sequencing.
+    slots_resequence_count: u64,
+    /// Groups re-sequenced.
+    resequence_passes_count: u64,
+    /// Segment buffers allocated anew: a lower write still held the old
+    /// one's bytes when the buffer was needed again.
+    segment_buffers_allocated_count: u64,
 }
 
 enum Phase {
@@ -200,7 +265,7 @@ pub struct Log {
     head: SegLoc,
     open: Option<OpenSeg>,
     sealed: Vec<Sealed>,
-    buffers: Vec<Vec<u8>>,
+    buffers: Vec<SegBuf>,
     buffers_free: Vec<usize>,
     /// Segment -> buffer holding its newly written slots (open or sealed).
     seg_buf: FxHashMap<u32, usize>,
@@ -247,6 +312,15 @@ pub struct Log {
     idle_offer: std::cell::Cell<Option<bool>>,
     /// The last lower error, with what it was for: shown in the status.
     last_lower_error: Option<String>,
+    /// Per group of `slot_count` blocks (aligned): one bit, a block of it
+    /// was mapped elsewhere since re-sequencing last looked at it.
+    group_dirty: map::Packed,
+    group_dirty_count: u64,
+    /// The group re-sequencing looks at next (a sweep over the volume).
+    group_cursor: u64,
+    /// Re-sequencing waits until this instant (`resequence_idle_ms` after
+    /// the last request).
+    idle_deadline: Option<Instant>,
 }
 
 /// Attempts at a lower write or flush before the target stops (a write
@@ -288,7 +362,9 @@ impl Log {
             head: SegLoc(0),
             open: None,
             sealed: Vec::new(),
-            buffers: (0..args.buffer_count).map(|_| vec![0u8; geo.payload_bytes() as usize]).collect(),
+            buffers: (0..args.buffer_count)
+                .map(|_| SegBuf::Open(bytes::BytesMut::zeroed(geo.stride_bytes() as usize)))
+                .collect(),
             buffers_free: (0..args.buffer_count as usize).rev().collect(),
             seg_buf: FxHashMap::default(),
             buf_filled: vec![vec![false; geo.slot_count as usize]; args.buffer_count as usize],
@@ -313,6 +389,10 @@ impl Log {
             counters: Counters::default(),
             idle_offer: std::cell::Cell::new(None),
             last_lower_error: None,
+            group_dirty: map::Packed::new(args.volume_blocks.div_ceil(u64::from(geo.slot_count)), 1, false),
+            group_dirty_count: 0,
+            group_cursor: 0,
+            idle_deadline: None,
             phase: Phase::Failed(String::new()),
             args,
             geo,
@@ -414,6 +494,20 @@ impl Log {
         self.dirty_pages[Self::page_of(block)] = true;
     }
 
+    /// A client wrote or trimmed `block`: its group is looked at again by
+    /// re-sequencing. Only clients' changes count: the log's own moves
+    /// (cleaning, re-sequencing) keep a group's order or are cleaned up by
+    /// the next client change, and counting them could make idle work feed
+    /// itself (cleaning for space moves blocks, which would need
+    /// re-sequencing, which needs space).
+    fn group_touched(&mut self, block: u64) {
+        let group = block / u64::from(self.geo.slot_count);
+        if self.group_dirty.get(group) == 0 {
+            self.group_dirty.set(group, 1);
+            self.group_dirty_count += 1;
+        }
+    }
+
     /// The segments as policies see them; `after_checkpoint` judges
     /// eligibility as it will be once the running checkpoint is durable.
     fn census(&self, after_checkpoint: bool) -> Census {
@@ -474,11 +568,29 @@ impl Log {
             + self.freed_now.ram_bytes()
             + self.dirty_pages.capacity() as u64
             + self.page_copy.capacity() as u64
+            + self.group_dirty.ram_bytes()
     }
 
     /// [`Log::translation_ram_bytes`] per volume block, in thousandths of a byte.
     fn ram_per_block_milli(&self) -> u64 {
         self.translation_ram_bytes() * 1000 / self.args.volume_blocks
+    }
+
+    /// Whether idle cleaning wants a pass (the policy's decision, cached
+    /// until the census changes).
+    fn wants_idle_cleaning(&self) -> bool {
+        let fresh = || self.policy.clean_when_idle(&self.census(false), self.args.free_segments_target);
+        match self.idle_offer.get() {
+            Some(cached) => {
+                debug_assert_eq!(cached, fresh(), "a census change was not noted");
+                cached
+            }
+            None => {
+                let v = fresh();
+                self.idle_offer.set(Some(v));
+                v
+            }
+        }
     }
 
     fn serving(&self) -> bool {
@@ -513,8 +625,9 @@ impl Target for Log {
         self.args.volume_blocks * u64::from(self.args.block_bytes)
     }
 
-    fn handle_request(&mut self, _now: Instant, req: Request) {
+    fn handle_request(&mut self, now: Instant, req: Request) {
         assert!(req.validate(self.size_bytes()).is_ok(), "stack validated it");
+        self.idle_deadline = Some(now.add_ms(self.args.resequence_idle_ms));
         if let Phase::Failed(_) = self.phase {
             self.lower_io.upper_q.push_back(Completion::err(req.id, layoutd_core::IoError::Io));
             return;
@@ -573,6 +686,9 @@ impl Target for Log {
         if retry.is_some() {
             self.backoff.succeeded();
         }
+        // The request kept for a retry holds a segment write's bytes: drop
+        // it now, so the buffer can be taken back for the next segment.
+        drop(retry);
         match op {
             LowerOp::Bringup => self.bringup_done(c),
             LowerOp::SegPart { loc } => self.segment_part_done(loc),
@@ -590,18 +706,26 @@ impl Target for Log {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        self.backoff.at()
+        let idle = self.idle_deadline.filter(|_| self.args.resequence && self.group_dirty_count > 0);
+        [idle, self.backoff.at()].into_iter().flatten().min()
     }
 
+    /// The idle threshold passed: re-sequencing may start, unless a
+    /// request is still in progress (then the threshold counts again from
+    /// now, so a long request is not taken for idle time). A parked
+    /// failed write whose backoff is due is sent again.
     fn handle_timeout(&mut self, now: Instant) {
-        if !self.backoff.take_due(now) {
-            return;
-        }
-        for (op, req, attempt) in std::mem::take(&mut self.parked) {
-            if self.serving() {
-                self.counters.lower_retries_count += 1;
-                self.emit_attempt(op, req, attempt);
+        if self.backoff.take_due(now) {
+            for (op, req, attempt) in std::mem::take(&mut self.parked) {
+                if self.serving() {
+                    self.counters.lower_retries_count += 1;
+                    self.emit_attempt(op, req, attempt);
+                }
             }
+        }
+        if self.idle_deadline.is_some_and(|d| d <= now) {
+            let busy = !self.works.is_empty() || !self.pending.is_empty() || !self.reads.is_empty();
+            self.idle_deadline = busy.then(|| now.add_ms(self.args.resequence_idle_ms));
         }
     }
 
@@ -633,33 +757,34 @@ impl Target for Log {
         Ok(reply)
     }
 
-    /// Idle cleaning while free segments are short, one pass per step.
-    fn background_offer(&self, _now: Instant) -> Option<layoutd_core::background::Offer> {
+    /// Idle cleaning while free segments are short, one pass per step;
+    /// else, once no request came for `resequence_idle_ms`, re-sequencing
+    /// (one group per step) while free segments are above the reserve.
+    fn background_offer(&self, now: Instant) -> Option<layoutd_core::background::Offer> {
         use layoutd_core::background::{JobClass, Offer};
         if !self.serving() || !self.works.is_empty() || !self.pending.is_empty() || !self.reads.is_empty() {
             return None;
         }
-        let fresh = || self.policy.clean_when_idle(&self.census(false), self.args.free_segments_target);
-        let wants = match self.idle_offer.get() {
-            Some(cached) => {
-                debug_assert_eq!(cached, fresh(), "a census change was not noted");
-                cached
-            }
-            None => {
-                let v = fresh();
-                self.idle_offer.set(Some(v));
-                v
-            }
-        };
-        wants.then_some(Offer { class: JobClass::Cleaning })
+        if self.wants_idle_cleaning() || self.resequence_needs_space(now) {
+            return Some(Offer { class: JobClass::Cleaning });
+        }
+        self.resequence_due(now).then_some(Offer { class: JobClass::Reorganisation })
     }
 
-    fn background_step(&mut self, _now: Instant) -> Option<u64> {
-        self.background_offer(_now)?;
-        let victims = self.push_clean(false)?;
-        self.counters.background_cleanings_count += 1;
+    fn background_step(&mut self, now: Instant) -> Option<u64> {
+        use layoutd_core::background::JobClass;
+        let class = self.background_offer(now)?.class;
+        let bytes = if class == JobClass::Cleaning && self.resequence_needs_space(now) {
+            self.resequence_make_space()?
+        } else if class == JobClass::Cleaning {
+            let victims = self.push_clean(false)?;
+            self.counters.background_cleanings_count += 1;
+            victims * self.geo.stride_bytes()
+        } else {
+            self.resequence_step()?
+        };
         self.pump();
-        Some(victims * self.geo.stride_bytes())
+        Some(bytes)
     }
 
     fn is_drained(&self) -> bool {
@@ -678,8 +803,11 @@ impl Target for Log {
         if let Some(e) = &self.last_lower_error {
             config.push(("last_lower_error".into(), e.clone()));
         }
-        let slots_total =
-            c.slots_user_count + c.slots_ssr_count + c.slots_cleaning_count + c.slots_plugging_count;
+        let slots_total = c.slots_user_count
+            + c.slots_ssr_count
+            + c.slots_cleaning_count
+            + c.slots_plugging_count
+            + c.slots_resequence_count;
         let user_slots = c.slots_user_count + c.slots_ssr_count;
         let counters = [
             ("user_bytes", c.user_bytes),
@@ -718,6 +846,10 @@ impl Target for Log {
             ("map_entry_bits", u64::from(self.map.width())),
             ("translation_ram_bytes", self.translation_ram_bytes()),
             ("cleaner_map_scans_count", self.counters.cleaner_map_scans_count),
+            ("slots_resequence_count", c.slots_resequence_count),
+            ("resequence_passes_count", c.resequence_passes_count),
+            ("groups_to_check_count", self.group_dirty_count),
+            ("segment_buffers_allocated_count", c.segment_buffers_allocated_count),
             ("lower_retries_count", self.counters.lower_retries_count),
             ("lower_read_errors_count", self.counters.lower_read_errors_count),
             ("epoch", self.epoch),
@@ -752,7 +884,13 @@ mod tests {
         let slots = segs * u64::from(geo.slot_count);
         let width = u64::from(64 - u64::from(args.map.slot_total).leading_zeros());
         let pages = u64::from(args.map.page_count);
-        words(args.volume_blocks, width) + words(slots, 1) + 12 * segs + 2 * words(segs, 1) + 2 * pages
+        let groups = args.volume_blocks.div_ceil(u64::from(geo.slot_count));
+        words(args.volume_blocks, width)
+            + words(slots, 1)
+            + 12 * segs
+            + 2 * words(segs, 1)
+            + 2 * pages
+            + words(groups, 1)
     }
 
     #[test]

@@ -61,6 +61,32 @@ impl Census {
         })
     }
 
+    /// Where re-sequenced blocks go next: the segment after the head if it
+    /// is free (so consecutive groups lie in consecutive segments), else
+    /// the first of the longest run of free segments.
+    pub fn next_free_run(&self) -> Option<u32> {
+        let free = |l: usize| self.segs[l].eligible && self.segs[l].valid == 0 && !self.segs[l].busy;
+        let after = self.head as usize + 1;
+        if after < self.segs.len() && free(after) {
+            return Some(after as u32);
+        }
+        let (mut best, mut run_start, mut run) = (None, 0, 0);
+        for l in 0..self.segs.len() {
+            if !free(l) {
+                run = 0;
+                continue;
+            }
+            if run == 0 {
+                run_start = l;
+            }
+            run += 1;
+            if best.is_none_or(|(_, n)| run > n) {
+                best = Some((run_start as u32, run));
+            }
+        }
+        best.map(|(l, _)| l)
+    }
+
     /// The best SSR target: most holes, fewest seeks from the head (a
     /// disk, not flash): score = hole share - distance share / 2.
     pub fn best_holes(&self) -> Option<u32> {
@@ -125,6 +151,9 @@ pub enum Cause {
     User,
     /// The cleaner moving live blocks.
     Cleaner,
+    /// Idle re-sequencing: a fragmented group of blocks rewritten in
+    /// logical order (into free segments first, so it reads in one run).
+    Resequence,
 }
 
 /// The decisions a reclamation policy makes.
@@ -149,8 +178,8 @@ pub struct Policy {
 }
 
 /// The policy for a config.
-pub fn make(kind: PolicyKind, age_threshold_ms: u64, slack_min_pct: u64) -> Box<dyn Reclaim> {
-    Box::new(Policy { kind, age_threshold_seq: age_threshold_ms.saturating_mul(1_000_000), slack_min_pct })
+pub fn make(kind: PolicyKind, age_threshold_segments: u64, slack_min_pct: u64) -> Box<dyn Reclaim> {
+    Box::new(Policy { kind, age_threshold_seq: age_threshold_segments, slack_min_pct })
 }
 
 impl Policy {
@@ -181,7 +210,9 @@ impl Reclaim for Policy {
             }
             _ => false,
         };
-        if holes_first {
+        if cause == Cause::Resequence {
+            c.next_free_run().or_else(|| c.best_holes())
+        } else if holes_first {
             c.best_holes().or_else(|| c.next_free())
         } else {
             c.next_free().or_else(|| c.best_holes())
@@ -246,6 +277,16 @@ mod tests {
         assert_eq!(c.age_threshold(1, 9_000), vec![1], "only segments 0 and 1 are that old; 0 is full");
         // SSR: the most holes near the head.
         assert_eq!(c.best_holes(), Some(2));
+        // Re-sequencing: the segment after the head when free, else the
+        // longest run of free segments.
+        let runs = census(&[8, 0, 7, 0, 0, 0, 5, 0, 0]);
+        assert_eq!(runs.next_free_run(), Some(1), "the segment after the head (0) is free");
+        let mut after = census(&[8, 8, 7, 0, 0, 0, 5, 0, 0]);
+        after.head = 6;
+        assert_eq!(after.next_free_run(), Some(7));
+        after.head = 0;
+        assert_eq!(after.next_free_run(), Some(3), "the longest run: 3..=5");
+        assert_eq!(c.next_free_run(), Some(3), "runs of one (3 and 6): the first");
         assert!(c.slack_pct() > 0);
     }
 }

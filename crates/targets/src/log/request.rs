@@ -68,9 +68,16 @@ impl UpperWork {
     }
 }
 
-/// A cleaning pass in progress.
+/// A cleaning pass in progress: of victim segments, or (re-sequencing)
+/// of one group of blocks.
 pub(super) struct CleanWork {
     victims: Vec<SegLoc>,
+    /// Re-sequencing: the group whose live blocks `live` holds (in
+    /// logical order), read by `runs`.
+    group: Option<u64>,
+    /// Re-sequencing: per lower read, the index in `live` of its first
+    /// block and its block count (adjacent slots).
+    runs: Vec<(usize, usize)>,
     issued: bool,
     read_done: bool,
     /// Live blocks to move: (block, slot id, bytes).
@@ -306,9 +313,9 @@ impl Log {
             match self.block_source(block) {
                 Source::Zero => {}
                 Source::Ram(b, slot) => {
-                    let at = (u64::from(slot) * bs + within) as usize;
+                    let at = self.geo.header_bytes as usize + (u64::from(slot) * bs + within) as usize;
                     u.answer[out as usize..(out + n) as usize]
-                        .copy_from_slice(&self.buffers[b][at..at + n as usize]);
+                        .copy_from_slice(&self.buffers[b].bytes()[at..at + n as usize]);
                 }
                 Source::Disk(off) => match runs.last_mut() {
                     Some(r) if r.0 + r.1 == off + within && r.2 + r.1 == out => r.1 += n,
@@ -350,8 +357,9 @@ impl Log {
             match self.block_source(block) {
                 Source::Zero => u.old.push((block, Some(Bytes::from(vec![0u8; bs as usize])))),
                 Source::Ram(b, slot) => {
-                    let at = (u64::from(slot) * bs) as usize;
-                    u.old.push((block, Some(Bytes::copy_from_slice(&self.buffers[b][at..at + bs as usize]))));
+                    let at = self.geo.header_bytes as usize + (u64::from(slot) * bs) as usize;
+                    let old = &self.buffers[b].bytes()[at..at + bs as usize];
+                    u.old.push((block, Some(Bytes::copy_from_slice(old))));
                 }
                 Source::Disk(off) => {
                     self.work_io(Request::new(ReqId(0), Op::Read, off, bs as u32));
@@ -422,7 +430,16 @@ impl Log {
         if cause == Cause::User && need_slot && !forced && !self.user_may_open(loc) {
             return Err(Blocked::Space);
         }
-        let Some(buf) = self.buffers_free.pop() else { return Err(Blocked::Buffer) };
+        // A free buffer no lower write still holds first (the completion
+        // of a segment's last write may be running right now).
+        let free = &self.buffers_free;
+        let Some(last) = free.len().checked_sub(1) else { return Err(Blocked::Buffer) };
+        let i = free.iter().rposition(|&b| self.buffers[b].reusable()).unwrap_or(last);
+        let buf = self.buffers_free.swap_remove(i);
+        if let super::SegBuf::Written(_) = self.buffers[buf] {
+            let new = self.buffers[buf].reopen(self.geo.stride_bytes() as usize);
+            self.counters.segment_buffers_allocated_count += u64::from(new);
+        }
         self.open_segment(loc, buf);
         Ok(())
     }
@@ -470,17 +487,22 @@ impl Log {
         let (loc, buf, holey) = (o.loc, o.buf, o.holey);
         if let Some(d) = data {
             assert_eq!(d.len(), bs);
-            self.buffers[buf][slot as usize * bs..(slot as usize + 1) * bs].copy_from_slice(d);
+            let at = self.geo.header_bytes as usize + slot as usize * bs;
+            self.buffers[buf].open_mut()[at..at + bs].copy_from_slice(d);
         }
         self.buf_filled[buf][slot as usize] = true;
         let sid = self.slot_id(loc, u32::from(slot));
         self.set_map(block, sid);
+        if cause == Cause::User {
+            self.group_touched(block);
+        }
         let c = &mut self.counters;
         match (cause, holey) {
             (Cause::User, false) => c.slots_user_count += 1,
             (Cause::User, true) => c.slots_ssr_count += 1,
             (Cause::Cleaner, false) => c.slots_cleaning_count += 1,
             (Cause::Cleaner, true) => c.slots_plugging_count += 1,
+            (Cause::Resequence, _) => c.slots_resequence_count += 1,
         }
     }
 
@@ -490,6 +512,7 @@ impl Log {
             return;
         }
         self.set_map(block, super::map::UNMAPPED);
+        self.group_touched(block);
         let bsec = self.block_sectors();
         let o = self.open.as_mut().expect("ensure_open ran");
         if let Some(Entry::Invalidate { start_sector, sector_count }) = o.entries.last_mut() {
@@ -523,10 +546,14 @@ impl Log {
             entries,
         };
         if !self.timing_only && !filled.is_empty() {
-            header.payload_crc = header.covered_crc(&self.buffers[o.buf], self.geo.slot_bytes as usize);
+            let payload = &self.buffers[o.buf].bytes()[self.geo.header_bytes as usize..];
+            header.payload_crc = header.covered_crc(payload, self.geo.slot_bytes as usize);
         }
-        let bytes = header.encode(&self.geo);
-        let parts = self.segment_parts(o.loc, o.buf, bytes, filled);
+        let encoded = header.encode(&self.geo);
+        assert_eq!(encoded.len(), self.geo.header_bytes as usize, "a summary fills its header");
+        self.buffers[o.buf].open_mut()[..encoded.len()].copy_from_slice(&encoded);
+        let whole = self.buffers[o.buf].freeze();
+        let parts = self.segment_parts(o.loc, &whole, filled);
         let parts_left = parts.len() as u32;
         for (offset_bytes, data) in parts {
             let range = (offset_bytes, offset_bytes + data.len() as u64);
@@ -540,31 +567,26 @@ impl Log {
         self.segments_since_checkpoint += 1;
     }
 
-    /// The writes of a segment: the header joined with the runs of new
-    /// slots (a fresh segment is one write).
-    fn segment_parts(
-        &self,
-        loc: SegLoc,
-        buf: usize,
-        header: Vec<u8>,
-        mut filled: Vec<u16>,
-    ) -> Vec<(u64, Bytes)> {
+    /// The writes of a segment, slices of its buffer (`whole`, as on
+    /// disk): the header joined with the runs of new slots (a fresh
+    /// segment is one write).
+    fn segment_parts(&self, loc: SegLoc, whole: &Bytes, mut filled: Vec<u16>) -> Vec<(u64, Bytes)> {
         let bs = self.geo.slot_bytes as usize;
+        let hb = self.geo.header_bytes as usize;
         filled.sort_unstable();
-        let mut parts: Vec<(u64, Vec<u8>)> = vec![(self.geo.segment_offset_bytes(loc), header)];
+        // Byte ranges within the segment.
+        let mut parts: Vec<(usize, usize)> = vec![(0, hb)];
         for s in filled {
-            let off = self.geo.slot_offset_bytes(loc, u32::from(s));
-            let bytes = &self.buffers[buf][s as usize * bs..(s as usize + 1) * bs];
+            let at = hb + s as usize * bs;
             let last = parts.last_mut().expect("the header");
-            if last.0 + last.1.len() as u64 == off
-                && last.1.len() + bs <= layoutd_core::REQUEST_BYTES_MAX as usize
-            {
-                last.1.extend_from_slice(bytes);
+            if last.1 == at && last.1 - last.0 + bs <= layoutd_core::REQUEST_BYTES_MAX as usize {
+                last.1 += bs;
             } else {
-                parts.push((off, bytes.to_vec()));
+                parts.push((at, at + bs));
             }
         }
-        parts.into_iter().map(|(o, d)| (o, Bytes::from(d))).collect()
+        let base = self.geo.segment_offset_bytes(loc);
+        parts.into_iter().map(|(a, b)| (base + a as u64, whole.slice(a..b))).collect()
     }
 
     /// Sends a segment write the gate let go.
@@ -650,6 +672,29 @@ impl Log {
     /// Queues a cleaning pass on the work stack: victims whose live blocks
     /// fit the space the cleaner may write. Returns the victim count.
     pub(super) fn push_clean(&mut self, on_demand: bool) -> Option<u64> {
+        let victims = self.clean_victims();
+        if victims.is_empty() {
+            return None;
+        }
+        let n = victims.len() as u64;
+        self.cleaning = victims.iter().map(|v| v.0).collect();
+        self.census_changed();
+        self.works.push(Work::Clean(CleanWork {
+            victims,
+            group: None,
+            runs: Vec::new(),
+            issued: false,
+            read_done: false,
+            live: Vec::new(),
+            next: 0,
+            on_demand,
+        }));
+        Some(n)
+    }
+
+    /// The victims of the next cleaning pass: the policy's, as many as
+    /// their live blocks fit the space the cleaner may write.
+    fn clean_victims(&self) -> Vec<SegLoc> {
         let c = self.census(false);
         let room_of =
             |s: &super::policy::SegInfo| if s.eligible && !s.busy { c.slot_count - s.valid } else { 0 };
@@ -671,24 +716,13 @@ impl Log {
             room -= live + own;
             victims.push(SegLoc(v));
         }
-        if victims.is_empty() {
-            return None;
-        }
-        let n = victims.len() as u64;
-        self.cleaning = victims.iter().map(|v| v.0).collect();
-        self.census_changed();
-        self.works.push(Work::Clean(CleanWork {
-            victims,
-            issued: false,
-            read_done: false,
-            live: Vec::new(),
-            next: 0,
-            on_demand,
-        }));
-        Some(n)
+        victims
     }
 
     fn step_clean(&mut self, c: &mut CleanWork) -> Result<(), Blocked> {
+        if !c.issued && c.group.is_some() {
+            return self.issue_group_reads(c);
+        }
         if !c.issued {
             c.issued = true;
             // Summary and slots: the summary names the blocks of the slots
@@ -704,21 +738,40 @@ impl Log {
             c.read_done = true;
             if done.iter().any(|d| d.result.is_err()) {
                 // A victim could not be read: no pass now (the next
-                // reclamation chooses again).
+                // reclamation chooses again). A group is left as it is
+                // until a write touches it again.
                 self.cleaning.clear();
                 self.census_changed();
+                if let Some(g) = c.group {
+                    self.group_checked(g);
+                }
                 return Ok(());
             }
-            self.collect_live(c, done);
+            if c.group.is_some() {
+                let bs = self.geo.slot_bytes as usize;
+                for (&(first, n), d) in c.runs.iter().zip(&done) {
+                    for (k, l) in c.live[first..first + n].iter_mut().enumerate() {
+                        l.2 = d.data.as_ref().map(|d| d.slice(k * bs..(k + 1) * bs));
+                    }
+                }
+            } else {
+                self.collect_live(c, done);
+            }
         }
+        let cause = if c.group.is_some() { Cause::Resequence } else { Cause::Cleaner };
         while c.next < c.live.len() {
             let (block, sid, _) = c.live[c.next];
             if self.map.get(block) == sid {
-                self.ensure_open(Cause::Cleaner, true, true)?;
+                self.ensure_open(cause, true, true)?;
                 let data = c.live[c.next].2.take();
-                self.place(block, data.as_deref(), Cause::Cleaner);
+                self.place(block, data.as_deref(), cause);
             }
             c.next += 1;
+        }
+        if let Some(g) = c.group {
+            self.counters.resequence_passes_count += 1;
+            self.group_checked(g);
+            return Ok(());
         }
         self.counters.cleaning_passes_count += 1;
         self.counters.segments_cleaned_count += c.victims.len() as u64;
@@ -783,6 +836,152 @@ impl Log {
             c.live.sort_by_key(|l| l.0);
         }
     }
+}
+
+impl Log {
+    /// Whether idle re-sequencing is due: on, some group to look at, no
+    /// request for `resequence_idle_ms`, and free segments to write into
+    /// beyond the cleaner's reserve.
+    pub(super) fn resequence_due(&self, now: layoutd_core::Instant) -> bool {
+        self.args.resequence
+            && self.group_dirty_count > 0
+            && self.idle_deadline.is_none_or(|d| now >= d)
+            && self.free_segments_count() > u64::from(self.args.free_segments_min) + 2
+    }
+
+    /// Whether re-sequencing waits only for free segments (the idle
+    /// cleaning the policy asks for did not make enough).
+    /// Only while the pass gains a free segment, so that idle work ends.
+    pub(super) fn resequence_needs_space(&self, now: layoutd_core::Instant) -> bool {
+        self.args.resequence
+            && self.group_dirty_count > 0
+            && self.idle_deadline.is_none_or(|d| now >= d)
+            && self.free_segments_count() <= u64::from(self.args.free_segments_min) + 2
+            && self.space_gainable()
+    }
+
+    /// Whether idle work can make free segments: emptied segments wait
+    /// for a checkpoint, or the next cleaning pass's victims hold at most
+    /// one segment less of live blocks than their count (their live blocks
+    /// fill fewer segments than the pass frees).
+    fn space_gainable(&self) -> bool {
+        let c = self.census(false);
+        if c.segs.iter().any(|s| s.valid == 0 && !s.eligible && !s.busy) {
+            return true;
+        }
+        let victims = self.clean_victims();
+        let live: u64 = victims.iter().map(|v| u64::from(c.segs[v.0 as usize].valid)).sum();
+        victims.len() >= 2 && live <= (victims.len() as u64 - 1) * u64::from(c.slot_count)
+    }
+
+    /// Space for re-sequencing: a checkpoint if one would turn emptied
+    /// segments into free ones (the crash rule), else a cleaning pass.
+    /// Returns the bytes it reads, or `None` if neither can gain.
+    pub(super) fn resequence_make_space(&mut self) -> Option<u64> {
+        let c = self.census(false);
+        if c.segs.iter().any(|s| s.valid == 0 && !s.eligible && !s.busy) {
+            self.works.push(Work::Checkpoint(Default::default()));
+            return Some(0);
+        }
+        let victims = self.push_clean(false)?;
+        self.counters.background_cleanings_count += 1;
+        Some(victims * self.geo.stride_bytes())
+    }
+
+    /// Re-sequencing found group `g` in order (or gave up on it): it is
+    /// looked at again only once a write touches it.
+    fn group_checked(&mut self, g: u64) {
+        if self.group_dirty.get(g) == 1 {
+            self.group_dirty.set(g, 0);
+            self.group_dirty_count -= 1;
+        }
+    }
+
+    /// One step of idle re-sequencing: the next group of `slot_count`
+    /// blocks (aligned; a sweep over the groups a write touched) whose
+    /// live blocks lie in runs of adjacent slots averaging under
+    /// [`RESEQUENCE_RUN_BYTES`] is read and written again in logical order,
+    /// into free segments first: a file that random updates scattered over
+    /// many segments reads in one run again. Groups found in order are
+    /// passed over. Returns the bytes it will move, or `None` if no group
+    /// needs it.
+    pub(super) fn resequence_step(&mut self) -> Option<u64> {
+        let groups = self.group_dirty.len();
+        let sc = u64::from(self.geo.slot_count);
+        let run_blocks = (RESEQUENCE_RUN_BYTES / u64::from(self.args.block_bytes)).max(2) as usize;
+        for _ in 0..groups {
+            if self.group_dirty_count == 0 {
+                return None;
+            }
+            let g = self.group_cursor;
+            self.group_cursor = (g + 1) % groups;
+            if self.group_dirty.get(g) == 0 {
+                continue;
+            }
+            let blocks = g * sc..((g + 1) * sc).min(self.map.len());
+            let live: Vec<(u64, u32, Option<Bytes>)> = blocks
+                .filter_map(|b| {
+                    let sid = self.map.get(b);
+                    (sid != super::map::UNMAPPED).then_some((b, sid, None))
+                })
+                .collect();
+            let mut runs: Vec<(usize, usize)> = Vec::new();
+            for (i, l) in live.iter().enumerate() {
+                match runs.last_mut() {
+                    Some(r) if adjacent(live[r.0 + r.1 - 1].1, l.1, self.geo.slot_count) => r.1 += 1,
+                    _ => runs.push((i, 1)),
+                }
+            }
+            if runs.len() < 2 || live.len() >= runs.len() * run_blocks {
+                self.group_checked(g);
+                continue;
+            }
+            let bytes = live.len() as u64 * u64::from(self.args.block_bytes);
+            self.works.push(Work::Clean(CleanWork {
+                victims: Vec::new(),
+                group: Some(g),
+                runs,
+                issued: false,
+                read_done: false,
+                live,
+                next: 0,
+                on_demand: false,
+            }));
+            return Some(bytes);
+        }
+        None
+    }
+
+    /// Re-sequencing: once none of the group's blocks is in a RAM buffer
+    /// (the open segment is written first), one read per run of slots.
+    fn issue_group_reads(&mut self, c: &mut CleanWork) -> Result<(), Blocked> {
+        let sc = self.geo.slot_count;
+        let in_ram = |log: &Log, sid: u32| log.seg_buf.contains_key(&(sid / sc));
+        if c.live.iter().any(|l| in_ram(self, l.1)) {
+            if self.open.as_ref().is_some_and(|o| c.live.iter().any(|l| l.1 / sc == o.loc.0)) {
+                self.seal(Cause::Resequence, false);
+            }
+            // Resumed when the segment write completes.
+            return Err(Blocked::Io);
+        }
+        c.issued = true;
+        let bs = u64::from(self.args.block_bytes);
+        for &(first, n) in &c.runs {
+            let off = self.slot_offset_bytes(c.live[first].1);
+            self.work_io(Request::new(ReqId(0), Op::Read, off, (n as u64 * bs) as u32));
+        }
+        Err(Blocked::Io)
+    }
+}
+
+/// Re-sequencing rewrites a group whose live blocks lie in runs of
+/// adjacent slots shorter than this on average (a 64 KiB read is about
+/// where a disk's positioning time stops dominating).
+pub(super) const RESEQUENCE_RUN_BYTES: u64 = 64 << 10;
+
+/// Whether slot `b` follows slot `a` on disk (same segment, next slot).
+fn adjacent(a: u32, b: u32, slot_count: u32) -> bool {
+    b == a + 1 && b % slot_count != 0
 }
 
 /// Slot `s`'s bytes in a segment read whole (summary first).
