@@ -10,7 +10,9 @@ Here the repository is the Linux kernel tree of the Debian package
 `linux-source` (apt-get install linux-source; the tarball is
 /usr/src/linux-source-*.tar.xz):
   setup      unpack the tree (or only the top-level directories --dirs
-             names) into the volume, `git init`, `git add -A`,
+             names) into the volume, cut Debian's "ignore everything at the
+             top level" block off the top-level .gitignore (upstream's
+             file), `git init`, `git add -A`,
              `git commit` (user.name/email set in the repository;
              gc.auto = 0, so the objects stay loose: `git status` reads the
              index, stats every tracked file and reads every directory, and
@@ -87,6 +89,18 @@ class Workload:
         subprocess.run(["tar", "-xJf", self.tarball, "-C", repo, "--strip-components=1", *members], check=True)
         t_untar = time.monotonic() - t
         log(f"  unpacked in {t_untar:.1f} s")
+        # Debian's tarball appends to the top-level .gitignore a block that
+        # ignores everything at the top level (`/*`, `!/debian/`): git would
+        # add nothing and `git status` would not walk the tree. Cut it off,
+        # back to the upstream file.
+        gi = os.path.join(repo, ".gitignore")
+        if os.path.exists(gi):
+            with open(gi) as fh:
+                text = fh.read()
+            cut = text.find("\n#\n# Debian packaging")
+            if cut >= 0:
+                with open(gi, "w") as fh:
+                    fh.write(text[:cut + 1])
         git(mnt, "init", "-q")
         for k, v in (("user.name", "layoutd bench"), ("user.email", "bench@layoutd.invalid"), ("gc.auto", "0")):
             git(mnt, "config", k, v)
