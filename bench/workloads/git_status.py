@@ -50,6 +50,10 @@ def add_args(ap):
                    help="comma-separated top-level directories of the tree to unpack, or `all` "
                         "(default: %(default)s)")
     g.add_argument("--runs", type=int, default=5, help="`git status` phases (default: %(default)s)")
+    g.add_argument("--no-preload-index", action="store_true",
+                   help="set core.preloadIndex = false: one thread stats the files in index order, as git "
+                        "did before 1.6.1 (the thesis's time); by default (git >= 2.1) up to 20 threads stat "
+                        "them at once, in an order that changes from run to run")
 
 
 def git(mnt, *args):
@@ -72,6 +76,7 @@ class Workload:
 
     def params(self):
         return {"tarball": os.path.basename(self.tarball), "dirs": self.dirs or "all", "runs": self.a.runs,
+                "preload_index": not self.a.no_preload_index,
                 "git": subprocess.run(["git", "--version"], capture_output=True, text=True).stdout.strip()}
 
     def phases(self):
@@ -102,7 +107,8 @@ class Workload:
                 with open(gi, "w") as fh:
                     fh.write(text[:cut + 1])
         git(mnt, "init", "-q")
-        for k, v in (("user.name", "layoutd bench"), ("user.email", "bench@layoutd.invalid"), ("gc.auto", "0")):
+        for k, v in (("user.name", "layoutd bench"), ("user.email", "bench@layoutd.invalid"), ("gc.auto", "0"),
+                     ("core.preloadIndex", "false" if self.a.no_preload_index else "true")):
             git(mnt, "config", k, v)
         t = time.monotonic()
         git(mnt, "add", "-A")
