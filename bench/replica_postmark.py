@@ -11,6 +11,12 @@ Writes OUT/result.json and OUT/README.md (default OUT: bench/results/replica).
 --capture names another `bench/run postmark-repeat` capture to replay (its
 trace.gz and result.json), e.g. bench/results/postmark-noatime (the thesis's
 Figure 5.2: mounted noatime).
+--stacks linear,replica,replica-tuned replays only those stacks (names from
+STACKS below) and none of the Postmark-specific experiments (full disk, two
+processes, noise, synthetic overhead, sequential bounds): per-phase span and
+disk-busy tables only, with each phase's change against linear. It takes
+the phase names of any `bench/run` capture, e.g. the git-status workload's
+(bench/results/replica/git-status).
 
 Besides each phase's span (what a user waits for, think time included), the
 report gives its disk-busy time: the union of the intervals in which a request
@@ -346,6 +352,23 @@ def small_free_trace(trace, path, free_bytes):
             f.write(line)
 
 
+def one_stream_trace(trace_gz, path):
+    """The capture with every request's stream set to 0. A capture whose
+    requests carry several stream ids although one single-threaded process
+    made them (git status with core.preloadIndex = false, through the one
+    loop device) would be replayed as independent closed-loop streams that
+    drift apart, each at its own pace, so that one phase's requests run in
+    another's window; as one stream they are replayed in recorded order."""
+    with gzip.open(trace_gz, "rt") as src, gzip.open(path, "wt") as f:
+        for line in src:
+            if line.startswith("#"):
+                f.write(line)
+                continue
+            p = line.split()
+            f.write(" ".join(p[:2] + ["0"] + p[3:]) + "\n")
+    return path
+
+
 def counters(summary):
     layers = summary["stack"]["layers"]
     for layer in layers:
@@ -360,6 +383,10 @@ def main():
     ap.add_argument("--capture", default=CAPTURE,
                     help="a `bench/run postmark-repeat` output directory to replay (default: %(default)s)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "replica"))
+    ap.add_argument("--one-stream", action="store_true",
+                    help="replay every request as stream 0, in recorded order (see one_stream_trace)")
+    ap.add_argument("--stacks", default=None,
+                    help="comma-separated stack names: replay only these, per-phase tables only (any capture)")
     a = ap.parse_args()
     trace_gz = os.path.join(a.capture, "trace.gz")
     meta_path = os.path.join(a.capture, "result.json")
@@ -372,6 +399,13 @@ def main():
     markers = [m["offset"] for m in meta["markers"]]
     names = [p["name"] for p in meta["phases"]]
     read_bytes = [p["trace"]["read_bytes"] for p in meta["phases"]]
+    if a.stacks:
+        with tempfile.TemporaryDirectory() as tmp:
+            if a.one_stream:
+                trace_gz = one_stream_trace(trace_gz, os.path.join(tmp, "one-stream.trace.gz"))
+            return phases_only(a, trace_gz, meta, markers, names)
+    if a.one_stream:
+        sys.exit("replica_postmark: --one-stream goes with --stacks")
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         small = os.path.join(tmp, "small-free.trace")
@@ -506,7 +540,12 @@ def write_readme(out, names, rows, bound, bound_same, seq_bytes, overhead, two, 
         lines.append(f"| {name} | 2 (ms) | " + " | ".join(f"{r['process_2_mean_ms'][n]:.2f}" for n in names) + " |")
     lines += ["", f"Rerun: `cargo build -p layoutd && bench/replica_postmark.py --layoutd target/debug/layoutd --capture {capture} --out {os.path.relpath(out, os.path.join(HERE, '..'))}` "
               "(simulated time: the build profile does not change the numbers).", ""]
-    path = os.path.join(out, "README.md")
+    write_keeping_notes(os.path.join(out, "README.md"), lines)
+
+
+def write_keeping_notes(path, lines):
+    """Writes the generated lines, keeping a hand-written part of the old
+    file that starts at a `<!-- Notes below` line."""
     keep = ""
     if os.path.exists(path):
         with open(path) as f:
@@ -516,6 +555,87 @@ def write_readme(out, names, rows, bound, bound_same, seq_bytes, overhead, two, 
             keep = old[old.index(marker):]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n" + keep)
+
+
+def phases_only(a, trace_gz, meta, markers, names):
+    """--stacks: each named stack replayed on the capture, per-phase span
+    and disk-busy seconds, each against linear's."""
+    known = dict(STACKS)
+    wanted = [n.strip() for n in a.stacks.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in known]
+    if unknown:
+        sys.exit(f"replica_postmark: unknown stack(s) {unknown}; known: {', '.join(known)}")
+    if "linear" not in wanted:
+        wanted.insert(0, "linear")
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in wanted:
+            summary, records = sim(a.layoutd, trace_gz, config(known[name]), tmp, name)
+            rows[name] = {
+                "phases_s": dict(phase_spans(records, markers, names)),
+                "phases_busy_s": dict(phase_busy(records, markers, names)),
+                "simulated_s": summary["simulated_seconds"],
+                "counters": counters(summary),
+            }
+            if name in BREAKDOWN:
+                rows[name]["lower_by_kind"] = breakdown(a.layoutd, trace_gz, known[name], records, markers, names,
+                                                        tmp, name)
+            print(name, rows[name]["phases_s"], file=sys.stderr)
+        # The last phase's reads in their own requests laid end to end: what
+        # a perfect layout would still cost on the disk.
+        same = os.path.join(tmp, "same.trace")
+        count = same_requests_trace(trace_gz, markers, len(names) - 1, same)
+        summary, _ = sim(a.layoutd, same, STACKS[0][1], tmp, "same-requests")
+        bound = {"phase": names[-1], "requests": count, "busy_s": summary["simulated_seconds"],
+                 "think_s": rows["linear"]["phases_s"][names[-1]] - rows["linear"]["phases_busy_s"][names[-1]]}
+    os.makedirs(a.out, exist_ok=True)
+    root = os.path.join(HERE, "..")
+    capture = os.path.relpath(a.capture, root)
+    with open(os.path.join(a.out, "result.json"), "w") as f:
+        json.dump({"trace": capture + "/trace.gz", "mount_options": meta.get("rig", {}).get("mount_opts"),
+                   "disk": "wd800", "closed_loop": True, "stacks": rows, "sequential_same_requests_bound": bound},
+                  f, indent=1, sort_keys=True)
+    lines = [f"# replica on the `{meta.get('workload', capture)}` capture (simulator)", "",
+             f"Generated by `bench/replica_postmark.py --capture {capture} --out {os.path.relpath(a.out, root)} "
+             f"--stacks {','.join(wanted)}{' --one-stream' if a.one_stream else ''}`: closed-loop replay on the WD800 model of the trace recorded live in "
+             f"`{capture}/` (mount options `{meta.get('rig', {}).get('mount_opts')}`). Seconds are simulated, from "
+             "each phase's start marker to its end marker; in brackets, the change against linear "
+             "(+ slower, - faster).", ""]
+    for key, what in (("phases_s", "Span seconds per phase (what a user waits for, recorded think time included)"),
+                      ("phases_busy_s", "Disk-busy seconds per phase (at least one request outstanding)")):
+        base = rows["linear"][key]
+        lines += [what + ":", "", "| stack | " + " | ".join(names) + " |", "| --- |" + " ---: |" * len(names)]
+        for name, r in rows.items():
+            lines.append(f"| {name} | " + " | ".join(
+                f"{r[key][n]:.2f}" + ("" if name == "linear" or not base[n] else
+                                      f" ({(r[key][n] / base[n] - 1) * 100:+.0f}%)") for n in names) + " |")
+        lines.append("")
+    lines += [f"Bound: {bound['phase']}'s {bound['requests']} reads in their own requests, laid end to end in "
+              f"order, take {bound['busy_s']:.2f} s on the same model (the WD800 model charges 0.2 ms of controller "
+              f"overhead per command); with linear's think time in that phase ({bound['think_s']:.2f} s, kept by "
+              f"the closed-loop replay) a perfect layout's span would be about "
+              f"{bound['busy_s'] + bound['think_s']:.2f} s.", ""]
+    lines += ["Replica counters at the end of the replay:", "",
+              "| stack | replicas created (blocks) | used (blocks) | reads from replicas | reclaimed (blocks) |",
+              "| --- | ---: | ---: | ---: | ---: |"]
+    for name, r in rows.items():
+        c = r["counters"]
+        if c:
+            lines.append(f"| {name} | {c.get('replicas_created_blocks', '-')} | {c.get('replicas_used_blocks', '-')} "
+                         f"| {c.get('reads_replica_count', '-')} | {c.get('replicas_reclaimed_blocks', '-')} |")
+    lines.append("")
+    for name in BREAKDOWN:
+        lk = rows.get(name, {}).get("lower_by_kind")
+        if not lk:
+            continue
+        kinds = sorted({k for ph in lk.values() for k in ph})
+        lines += [f"Where the busy time of `{name}` goes: lower requests by kind, count / busy seconds:", "",
+                  "| phase | " + " | ".join(kinds) + " |", "| --- |" + " ---: |" * len(kinds)]
+        for ph in names:
+            lines.append(f"| {ph} | " + " | ".join(
+                f"{lk[ph][k][0]} / {lk[ph][k][1]:.2f}" if k in lk[ph] else "-" for k in kinds) + " |")
+        lines.append("")
+    write_keeping_notes(os.path.join(a.out, "README.md"), lines)
 
 
 if __name__ == "__main__":
