@@ -20,6 +20,14 @@ use rustc_hash::FxHashMap;
 
 /// Runs tracked per base stream; also the id stride of a base stream.
 pub const RUN_SLOTS: u32 = 8;
+/// The base stream of an id the detector gave: `StreamId(base_index)`.
+/// What a trace records (docs/trace-format.md: the connection live, the
+/// process in replays), so that a replay of the trace detects the runs
+/// again instead of pacing each detected run as a stream of its own.
+pub fn base_of(id: StreamId) -> StreamId {
+    StreamId(id.0 / RUN_SLOTS)
+}
+
 /// How far past a run's end a request may start and still continue it.
 pub const RUN_GAP_BYTES: u64 = 64 << 10;
 
@@ -113,5 +121,28 @@ mod tests {
         assert_eq!(d.classify(9, 0, 4096), StreamId(RUN_SLOTS), "second base stream");
         let mut off = Detector::new(false);
         assert_eq!(off.classify(7, 0, 4096), off.classify(7, 4096, 4096));
+    }
+
+    #[test]
+    fn every_run_of_a_base_stream_maps_back_to_its_base() {
+        let mut d = Detector::new(true);
+        let mut seen = Vec::new();
+        for k in 0..6u64 {
+            for f in 0..4u64 {
+                seen.push((7, d.classify(7, (f << 30) + k * 4096, 4096)));
+                seen.push((9, d.classify(9, (f << 30) + k * 4096, 4096)));
+            }
+        }
+        assert!(
+            seen.iter()
+                .filter(|(b, _)| *b == 7)
+                .map(|(_, s)| s)
+                .collect::<std::collections::BTreeSet<_>>()
+                .len()
+                > 1
+        );
+        for (base, id) in seen {
+            assert_eq!(base_of(id), StreamId(if base == 7 { 0 } else { 1 }), "{id:?} of base {base}");
+        }
     }
 }

@@ -218,7 +218,9 @@ fn clamp(spec: &OpSpec, sectors_total: u64) -> (u64, u64) {
 }
 
 fn build_request(spec: &OpSpec, seq: u64, start: u64, end: u64) -> Request {
-    let stream = StreamId(spec.stream);
+    // Base stream `spec.stream`, run 0: the id the stream detector gives a
+    // request that continues no sequential run.
+    let stream = StreamId(spec.stream * layoutd_core::streams::RUN_SLOTS);
     let mut req = if spec.op == Op::Flush {
         Request::new(ReqId(0), Op::Flush, 0, 0)
     } else {

@@ -204,6 +204,8 @@ fn trace_target_records_every_request_in_submit_order() {
     assert_eq!(records.len(), ops.len());
     for (r, spec) in records.iter().zip(&ops) {
         assert_eq!(r.op, spec.op);
+        // The record names the base stream, not the detector's id
+        // (`base * RUN_SLOTS + run`) the request came with.
         assert_eq!(r.stream.0, spec.stream);
         assert!(r.complete >= r.submit);
         let parsed = layoutd_core::TraceRecord::parse_line(&r.to_line()).expect("line parses");

@@ -100,6 +100,15 @@ fn closed_loop_replay_of_a_recorded_trace_sends_the_same_requests_to_the_disk() 
     let trace_counters = &first.summary.stack.layers[0].counters;
     assert_eq!(trace_counters["records_count"], 2000);
     assert_eq!(trace_counters["records_dropped_count"], 0);
+    // The recording names the input's streams (0, 1, 2), not the runs the
+    // detector found inside them: the replay detects those again.
+    let streams: std::collections::BTreeSet<String> = std::fs::read_to_string(&recorded)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split_whitespace().nth(2).unwrap().to_string())
+        .collect();
+    assert_eq!(streams, ["0", "1", "2"].map(String::from).into_iter().collect());
     // The replay: the recording, closed-loop, through the plain stack.
     let mut replay = options(recorded, 3);
     replay.closed_loop = true;

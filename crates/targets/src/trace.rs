@@ -1,7 +1,8 @@
 //! `trace`: passes every request through unchanged and records it.
 //!
 //! Each request becomes one [`TraceRecord`] (submit time, completion time,
-//! stream, op, offset, length, FUA), released through `poll_record` in
+//! base stream, op, offset, length, FUA; the base stream, not the run the
+//! stream detector found in it, so a replay detects the runs again), released through `poll_record` in
 //! submit order once it and every earlier request have completed. The text
 //! format is documented in `docs/trace-format.md`; `layoutd sim --format
 //! layoutd` reads it.
@@ -92,7 +93,7 @@ impl Target for Trace {
         let record = TraceRecord {
             submit: now,
             complete: now,
-            stream: req.stream,
+            stream: layoutd_core::streams::base_of(req.stream),
             op: req.op,
             offset_bytes: req.offset_bytes,
             length_bytes: req.length_bytes,
