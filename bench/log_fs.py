@@ -29,7 +29,6 @@ Needs root for the capture (see bench/run --help), and target/release/layoutd.
 """
 import argparse
 import concurrent.futures
-import gzip
 import json
 import os
 import subprocess
@@ -37,6 +36,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench/harness"))
+import readme  # noqa: E402
 import tracefile  # noqa: E402
 from log_sim import STACKS, MARKER, layoutd  # noqa: E402
 
@@ -57,29 +57,12 @@ def capture(fs, extra):
 
 
 def one_stream(fs):
-    """The capture as one stream in submission order (TMP/FS.trace).
-
-    The live trace names the server thread that took each request as its
-    stream; replayed closed loop, each stream would run on at its own pace
-    and the harness's marker reads would no longer bracket the phases on
-    a slower stack. As one stream every request waits for the one before
-    it (queue depth 1, as one NBD connection of sync I/O mostly was), so
-    the markers stay between the phases."""
-    out = os.path.join(TMP, f"{fs}.trace")
-    recs = []
-    with gzip.open(os.path.join(OUT, f"capture-{fs}", "trace.gz"), "rt") as fh:
-        head = fh.readline()
-        for line in fh:
-            if line.startswith("#") or not line.strip():
-                continue
-            f = line.split()
-            f[2] = "0"
-            recs.append((int(f[0]), " ".join(f)))
-    recs.sort(key=lambda r: r[0])
-    with open(out, "w") as fh:
-        fh.write(head)
-        fh.writelines(r[1] + "\n" for r in recs)
-    return out
+    """The capture as one stream (tracefile.one_stream): captures made before
+    the trace recorded the base stream carry the detector's run ids. As one
+    stream every request waits for the one before it (queue depth 1, as one
+    NBD connection of sync I/O mostly was), so the markers stay between the
+    phases."""
+    return tracefile.one_stream(os.path.join(OUT, f"capture-{fs}", "trace.gz"), os.path.join(TMP, f"{fs}.trace.gz"))
 
 
 def replay(l, fs, stack, trace):
@@ -143,13 +126,7 @@ def report(res, fss, cmd):
               "| " + " | ".join(
                   f"{wa(r[s]['log']):.2f} ({r[s]['log']['slots_cleaning_count'] + r[s]['log']['slots_plugging_count']}"
                   f"/{r[s]['log']['slots_ssr_count']})" for s in logs) + " |", ""]
-    path = os.path.join(OUT, "README.md")
-    notes = MARKER + "\n"
-    if os.path.exists(path) and MARKER in open(path).read():
-        old = open(path).read()
-        notes = old[old.index(MARKER):]
-    with open(path, "w") as fh:
-        fh.write("\n".join(L) + "\n" + notes)
+    readme.write_keeping_notes(os.path.join(OUT, "README.md"), L + [MARKER], MARKER)
     print("\n".join(L))
 
 

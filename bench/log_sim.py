@@ -27,6 +27,8 @@ Needs target/release/layoutd (or target/debug/layoutd).
 import argparse, concurrent.futures, json, os, subprocess, sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench/harness"))
+import readme  # noqa: E402
 OUT = os.path.join(ROOT, "bench/results/log")
 TMP = os.path.join(OUT, "tmp")
 VOLUME = 1 << 30  # inside the log's exposed size over 1200 MiB (about 1.07 GiB)
@@ -170,13 +172,7 @@ def report(res, a, utils):
             busy = i["disk_busy_s"] - b["disk_busy_s"] + b["phases_s"]["read"] - t
             cells.append(f"{t:.1f} ({t / lin:.2f}x; {moved}+{cleaned}, {busy:.0f} s)")
         lines.append(f"| {u}% | {lin:.1f} | " + " | ".join(cells) + " |")
-    path = os.path.join(OUT, "README.md")
-    notes = MARKER + "\n"
-    if os.path.exists(path) and MARKER in open(path).read():
-        old = open(path).read()
-        notes = old[old.index(MARKER):]
-    with open(path, "w") as fh:
-        fh.write("\n".join(lines) + "\n\n" + notes)
+    readme.write_keeping_notes(os.path.join(OUT, "README.md"), lines + ["", MARKER], MARKER)
     print("\n".join(lines))
 
 

@@ -34,6 +34,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "harness"))
+import tracefile  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 CAPTURE = os.path.join(HERE, "results", "postmark-repeat")
 TRACE = os.path.join(CAPTURE, "trace.gz")
@@ -352,23 +355,6 @@ def small_free_trace(trace, path, free_bytes):
             f.write(line)
 
 
-def one_stream_trace(trace_gz, path):
-    """The capture with every request's stream set to 0. A capture whose
-    requests carry several stream ids although one single-threaded process
-    made them (git status with core.preloadIndex = false, through the one
-    loop device) would be replayed as independent closed-loop streams that
-    drift apart, each at its own pace, so that one phase's requests run in
-    another's window; as one stream they are replayed in recorded order."""
-    with gzip.open(trace_gz, "rt") as src, gzip.open(path, "wt") as f:
-        for line in src:
-            if line.startswith("#"):
-                f.write(line)
-                continue
-            p = line.split()
-            f.write(" ".join(p[:2] + ["0"] + p[3:]) + "\n")
-    return path
-
-
 def counters(summary):
     layers = summary["stack"]["layers"]
     for layer in layers:
@@ -384,7 +370,7 @@ def main():
                     help="a `bench/run postmark-repeat` output directory to replay (default: %(default)s)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "replica"))
     ap.add_argument("--one-stream", action="store_true",
-                    help="replay every request as stream 0, in recorded order (see one_stream_trace)")
+                    help="replay every request as stream 0, in recorded order (see bench/harness/tracefile.py one_stream)")
     ap.add_argument("--stacks", default=None,
                     help="comma-separated stack names: replay only these, per-phase tables only (any capture)")
     a = ap.parse_args()
@@ -402,7 +388,7 @@ def main():
     if a.stacks:
         with tempfile.TemporaryDirectory() as tmp:
             if a.one_stream:
-                trace_gz = one_stream_trace(trace_gz, os.path.join(tmp, "one-stream.trace.gz"))
+                trace_gz = tracefile.one_stream(trace_gz, os.path.join(tmp, "one-stream.trace.gz"))
             return phases_only(a, trace_gz, meta, markers, names)
     if a.one_stream:
         sys.exit("replica_postmark: --one-stream goes with --stacks")
@@ -503,17 +489,7 @@ def write_readme(out, names, rows, bound, bound_same, seq_bytes, overhead, two, 
               f"requests on the same model: {bound:.2f} s; in read-2's own {bound_same['requests']} requests, "
               f"laid end to end in order: {bound_same['s']:.2f} s (the WD800 model charges 0.2 ms of controller "
               "overhead per command, cache hits included).", ""]
-    for name in BREAKDOWN:
-        lk = rows[name].get("lower_by_kind")
-        if not lk:
-            continue
-        kinds = sorted({k for ph in lk.values() for k in ph})
-        lines += [f"Where the busy time of `{name}` goes: lower requests by kind, count / busy seconds:", "",
-                  "| phase | " + " | ".join(kinds) + " |", "| --- |" + " ---: |" * len(kinds)]
-        for ph in names:
-            lines.append(f"| {ph} | " + " | ".join(
-                f"{lk[ph][k][0]} / {lk[ph][k][1]:.2f}" if k in lk[ph] else "-" for k in kinds) + " |")
-        lines.append("")
+    lines += breakdown_lines(rows, names)
     lines += [
               "Overhead without patterns (fio-like synthetic traces, 2 GiB declared free first):", "",
               "| workload | linear s | replica s | overhead | replicas created (blocks) | with stream_quota_blocks = 1024 | overhead | created | replica-tuned s | overhead |",
@@ -541,6 +517,24 @@ def write_readme(out, names, rows, bound, bound_same, seq_bytes, overhead, two, 
     lines += ["", f"Rerun: `cargo build -p layoutd && bench/replica_postmark.py --layoutd target/debug/layoutd --capture {capture} --out {os.path.relpath(out, os.path.join(HERE, '..'))}` "
               "(simulated time: the build profile does not change the numbers).", ""]
     write_keeping_notes(os.path.join(out, "README.md"), lines)
+
+
+def breakdown_lines(rows, names):
+    """Per stack of BREAKDOWN that has it: its lower requests by kind, count
+    and busy seconds, per phase."""
+    lines = []
+    for name in BREAKDOWN:
+        lk = rows.get(name, {}).get("lower_by_kind")
+        if not lk:
+            continue
+        kinds = sorted({k for ph in lk.values() for k in ph})
+        lines += [f"Where the busy time of `{name}` goes: lower requests by kind, count / busy seconds:", "",
+                  "| phase | " + " | ".join(kinds) + " |", "| --- |" + " ---: |" * len(kinds)]
+        for ph in names:
+            lines.append(f"| {ph} | " + " | ".join(
+                f"{lk[ph][k][0]} / {lk[ph][k][1]:.2f}" if k in lk[ph] else "-" for k in kinds) + " |")
+        lines.append("")
+    return lines
 
 
 def write_keeping_notes(path, lines):
@@ -624,17 +618,7 @@ def phases_only(a, trace_gz, meta, markers, names):
             lines.append(f"| {name} | {c.get('replicas_created_blocks', '-')} | {c.get('replicas_used_blocks', '-')} "
                          f"| {c.get('reads_replica_count', '-')} | {c.get('replicas_reclaimed_blocks', '-')} |")
     lines.append("")
-    for name in BREAKDOWN:
-        lk = rows.get(name, {}).get("lower_by_kind")
-        if not lk:
-            continue
-        kinds = sorted({k for ph in lk.values() for k in ph})
-        lines += [f"Where the busy time of `{name}` goes: lower requests by kind, count / busy seconds:", "",
-                  "| phase | " + " | ".join(kinds) + " |", "| --- |" + " ---: |" * len(kinds)]
-        for ph in names:
-            lines.append(f"| {ph} | " + " | ".join(
-                f"{lk[ph][k][0]} / {lk[ph][k][1]:.2f}" if k in lk[ph] else "-" for k in kinds) + " |")
-        lines.append("")
+    lines += breakdown_lines(rows, names)
     write_keeping_notes(os.path.join(a.out, "README.md"), lines)
 
 
