@@ -11,6 +11,7 @@
 
 pub mod background;
 pub mod config;
+pub mod idle;
 pub mod metablock;
 pub mod request;
 pub mod stack;

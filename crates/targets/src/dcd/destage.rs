@@ -25,16 +25,17 @@ const S: u64 = SECTOR_BYTES;
 const DESTAGE_RUN_SECTORS_MAX: usize = 512;
 
 impl Dcd {
-    /// The runtime saw no foreground work: arm the idle timer, whose
+    /// The runtime saw no foreground work: arm the idle timer (unless it is
+    /// already waiting or idle, or nothing waits for destage), whose
     /// threshold falls from `idle_ms_max` (empty log) to `idle_ms_min` (full).
     pub(super) fn idle(&mut self, now: Instant) {
-        if !self.serving() || self.destage.running || self.destage.idle_deadline.is_some() {
+        if !self.serving() || !self.destage.idle.can_arm() {
             return;
         }
         if !self.any_dirty_segment() {
             return;
         }
-        self.destage.idle_deadline = Some(now.add_ns(self.idle_threshold_ns()));
+        self.destage.idle.arm(now, self.idle_threshold_ns());
     }
 
     /// `max * (min/max)^utilization`: 1 s when empty, 1 ms when full (defaults).
@@ -54,10 +55,7 @@ impl Dcd {
                 self.seal(loc);
             }
         }
-        if self.destage.idle_deadline.is_some_and(|t| t <= now) {
-            self.destage.idle_deadline = None;
-            self.destage.running = true;
-        }
+        self.destage.idle.timeout(now, false);
         if self.log.retry.backoff.take_due(now) {
             for loc in std::mem::take(&mut self.log.retry.segments) {
                 self.counters.lower_write_retries_count += 1;
@@ -109,24 +107,27 @@ impl Dcd {
     }
 
     /// Whether a destage step should start now.
-    pub fn should_destage(&self) -> bool {
-        self.serving() && self.destage.job.is_none() && (self.destage.running || self.destage.forced)
+    pub fn should_destage(&self, now: Instant) -> bool {
+        self.serving()
+            && self.destage.job.is_none()
+            && (self.destage.idle.is_idle(now) || self.destage.forced)
     }
 
     /// Starts destaging one segment: the policy's pick when idle, the
-    /// oldest when the log is full. Returns false if there is nothing to do.
-    pub fn step_destage(&mut self) -> bool {
-        assert!(self.should_destage());
+    /// oldest when the log is full. Returns false if there is nothing to do
+    /// (then idle destage ends until the next idle threshold has passed).
+    pub fn step_destage(&mut self, now: Instant) -> bool {
+        assert!(self.should_destage(now));
         let candidates = self.candidates();
         if candidates.is_empty() {
             if self.log.ring.durable_upto < self.log.ring.written_upto {
                 self.flush_for_durability();
             } else {
-                self.destage.running = false;
+                self.destage.idle.finish();
             }
             return false;
         }
-        let forced = !self.destage.running;
+        let forced = !self.destage.idle.is_idle(now);
         let pick = if forced {
             *candidates.iter().min_by_key(|c| c.seq).expect("non-empty")
         } else {
@@ -302,7 +303,7 @@ impl Dcd {
         self.policy.complete(job.seq, !job.failed);
         self.counters.destaged_segments_count += 1;
         if job.failed {
-            self.destage.running = false;
+            self.destage.idle.finish();
         }
         let _ = job.forced;
     }

@@ -68,6 +68,7 @@ use crate::alloc::SegmentRing;
 use crate::seglog::{Entry, Geometry, SegLoc, Seq};
 use bytes::Bytes;
 use layoutd_core::config::{ArgReader, ConfigError};
+use layoutd_core::idle::{IdleOptions, IdleTimer};
 use layoutd_core::{Completion, Instant, OpenMode, ReqId, Request, Status, Target, SECTOR_BYTES};
 use lookup::{Loc, Lookup};
 use rustc_hash::FxHashMap;
@@ -313,10 +314,11 @@ struct Retry {
 }
 
 /// Idle detection and the destage job in progress.
-#[derive(Default)]
 struct DestageState {
-    idle_deadline: Option<Instant>,
-    running: bool,
+    /// Idle time for destage: armed at the runtime's idle report with
+    /// [`Dcd::idle_threshold_ns`], cancelled by any request; idle destage
+    /// runs while it is idle.
+    idle: IdleTimer,
     forced: bool,
     job: Option<Job>,
     /// Reads waiting for a destage (`read_fragmented = "destage"`).
@@ -562,7 +564,12 @@ impl Dcd {
             io: crate::lowerio::LowerIo::default(),
             pending: VecDeque::new(),
             loss: None,
-            destage: DestageState::default(),
+            destage: DestageState {
+                idle: IdleTimer::new(IdleOptions::default()),
+                forced: false,
+                job: None,
+                reads_waiting: VecDeque::new(),
+            },
             counters: Counters::default(),
         };
         dcd.start_bringup();
@@ -652,7 +659,7 @@ impl Target for Dcd {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        [self.log.buffer_deadline, self.destage.idle_deadline, self.log.retry.backoff.at()]
+        [self.log.buffer_deadline, self.destage.idle.poll_timeout(), self.log.retry.backoff.at()]
             .into_iter()
             .flatten()
             .min()
@@ -663,11 +670,12 @@ impl Target for Dcd {
     }
 
     /// `destage`: start destaging now, as if the idle threshold had passed
-    /// (it still stops at the next request, and resumes at the next idle).
-    fn message(&mut self, now: Instant, msg: &str) -> Result<String, String> {
+    /// ([`IdleTimer::force`]: it still stops at the next request, and
+    /// resumes once the next idle threshold has passed).
+    fn message(&mut self, _now: Instant, msg: &str) -> Result<String, String> {
         match msg {
             "destage" if self.serving() => {
-                self.destage.idle_deadline = Some(now);
+                self.destage.idle.force();
                 Ok(format!("destaging {} dirty segment(s)", self.dirty_segments_count()))
             }
             "destage" => Err("dcd: not serving (bring-up failed or in progress)".into()),
@@ -677,15 +685,15 @@ impl Target for Dcd {
 
     /// Destage, forced when writes wait for log room; granted by the
     /// stack's background scheduler, one segment per step.
-    fn background_offer(&self, _now: Instant) -> Option<layoutd_core::background::Offer> {
+    fn background_offer(&self, now: Instant) -> Option<layoutd_core::background::Offer> {
         use layoutd_core::background::{JobClass, Offer};
-        self.should_destage().then_some(Offer {
+        self.should_destage(now).then_some(Offer {
             class: if self.destage.forced { JobClass::Forced } else { JobClass::Destage },
         })
     }
 
-    fn background_step(&mut self, _now: Instant) -> Option<u64> {
-        if !self.step_destage() {
+    fn background_step(&mut self, now: Instant) -> Option<u64> {
+        if !self.step_destage(now) {
             return None;
         }
         let job = self.destage.job.as_ref()?;

@@ -22,8 +22,7 @@ impl Dcd {
             return;
         }
         // Any request ends an idle period: stop idle destage after the current step.
-        self.destage.idle_deadline = None;
-        self.destage.running = false;
+        self.destage.idle.request();
         let must_wait = !self.serving() || (self.is_ordered(&req) && !self.pending.is_empty());
         if must_wait || !self.try_admit(now, &req) {
             self.hold(req);

@@ -318,9 +318,11 @@ pub struct Log {
     group_dirty_count: u64,
     /// The group re-sequencing looks at next (a sweep over the volume).
     group_cursor: u64,
-    /// Re-sequencing waits until this instant (`resequence_idle_ms` after
-    /// the last request).
-    idle_deadline: Option<Instant>,
+    /// Idle time for re-sequencing: `resequence_idle_ms` without a request
+    /// (counted from each request; idle before the first), and nothing in
+    /// flight when the wait ends (else it restarts then, so a long request
+    /// is not taken for idle time).
+    resequence_idle: layoutd_core::idle::IdleTimer,
 }
 
 /// Attempts at a lower write or flush before the target stops (a write
@@ -392,7 +394,11 @@ impl Log {
             group_dirty: map::Packed::new(args.volume_blocks.div_ceil(u64::from(geo.slot_count)), 1, false),
             group_dirty_count: 0,
             group_cursor: 0,
-            idle_deadline: None,
+            resequence_idle: layoutd_core::idle::IdleTimer::new(layoutd_core::idle::IdleOptions {
+                idle_at_start: true,
+                restart_while_in_flight: true,
+                starvation: None,
+            }),
             phase: Phase::Failed(String::new()),
             args,
             geo,
@@ -627,7 +633,8 @@ impl Target for Log {
 
     fn handle_request(&mut self, now: Instant, req: Request) {
         assert!(req.validate(self.size_bytes()).is_ok(), "stack validated it");
-        self.idle_deadline = Some(now.add_ms(self.args.resequence_idle_ms));
+        self.resequence_idle.request();
+        self.resequence_idle.arm(now, self.args.resequence_idle_ms.saturating_mul(1_000_000));
         if let Phase::Failed(_) = self.phase {
             self.lower_io.upper_q.push_back(Completion::err(req.id, layoutd_core::IoError::Io));
             return;
@@ -706,14 +713,17 @@ impl Target for Log {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        let idle = self.idle_deadline.filter(|_| self.args.resequence && self.group_dirty_count > 0);
+        let idle = self
+            .resequence_idle
+            .poll_timeout()
+            .filter(|_| self.args.resequence && self.group_dirty_count > 0);
         [idle, self.backoff.at()].into_iter().flatten().min()
     }
 
-    /// The idle threshold passed: re-sequencing may start, unless a
-    /// request is still in progress (then the threshold counts again from
-    /// now, so a long request is not taken for idle time). A parked
-    /// failed write whose backoff is due is sent again.
+    /// The idle threshold passed: re-sequencing may start, unless work is
+    /// still in progress (then the threshold counts again from now: the
+    /// timer's in-flight rule). A parked failed write whose backoff is due
+    /// is sent again.
     fn handle_timeout(&mut self, now: Instant) {
         if self.backoff.take_due(now) {
             for (op, req, attempt) in std::mem::take(&mut self.parked) {
@@ -723,10 +733,8 @@ impl Target for Log {
                 }
             }
         }
-        if self.idle_deadline.is_some_and(|d| d <= now) {
-            let busy = !self.works.is_empty() || !self.pending.is_empty() || !self.reads.is_empty();
-            self.idle_deadline = busy.then(|| now.add_ms(self.args.resequence_idle_ms));
-        }
+        let busy = !self.works.is_empty() || !self.pending.is_empty() || !self.reads.is_empty();
+        self.resequence_idle.timeout(now, busy);
     }
 
     fn poll_upper(&mut self) -> Option<Completion> {

@@ -845,7 +845,7 @@ impl Log {
     pub(super) fn resequence_due(&self, now: layoutd_core::Instant) -> bool {
         self.args.resequence
             && self.group_dirty_count > 0
-            && self.idle_deadline.is_none_or(|d| now >= d)
+            && self.resequence_idle.is_idle(now)
             && self.free_segments_count() > u64::from(self.args.free_segments_min) + 2
     }
 
@@ -855,7 +855,7 @@ impl Log {
     pub(super) fn resequence_needs_space(&self, now: layoutd_core::Instant) -> bool {
         self.args.resequence
             && self.group_dirty_count > 0
-            && self.idle_deadline.is_none_or(|d| now >= d)
+            && self.resequence_idle.is_idle(now)
             && self.free_segments_count() <= u64::from(self.args.free_segments_min) + 2
             && self.space_gainable()
     }

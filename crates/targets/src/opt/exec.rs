@@ -205,6 +205,7 @@ impl Opt {
             assert_eq!(j.in_flight(), 0);
             self.changing.clear();
             self.job = None;
+            self.idle.work_done();
             return Some(0);
         }
         match j.phase {
@@ -307,13 +308,14 @@ impl Opt {
 
     fn finish_job(&mut self) {
         self.job = None;
+        self.idle.work_done();
         self.changing.clear();
         self.counters.reconfigurations_count += 1;
     }
 
     /// A copy, copy-home or job flush completed.
     pub(super) fn job_completion(&mut self, now: Instant, op: LowerOp, c: Completion) {
-        self.job_progress_at = now;
+        self.idle.progressed(now);
         let b = self.geo.block_bytes;
         let failed = c.result.is_err();
         let j = self.job.as_mut().expect("job I/O belongs to a job");
@@ -785,7 +787,7 @@ impl Opt {
         let mut todo: Vec<u32> = (0..runs.len() as u32).collect();
         todo.sort_by_key(|&r| runs[r as usize].slot);
         let home_todo = drop.iter().copied().filter(|&s| self.slots[s as usize].dirty).collect();
-        self.job_progress_at = now;
+        self.idle.progressed(now);
         self.job = Some(Job {
             phase: JobPhase::CopyHome,
             drop,

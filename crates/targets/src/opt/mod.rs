@@ -47,20 +47,24 @@ use crate::split::Assembly;
 use analyze::{Analyzer, Limits, Profile, ProfileEntry, Range};
 use config::{Args, Geometry};
 use layoutd_core::config::{ArgReader, ConfigError};
+use layoutd_core::idle::{IdleOptions, IdleTimer, Starvation};
 use layoutd_core::{
     Completion, Instant, IoError, Op, OpenMode, ReqId, Request, Status, Target, SECTOR_BYTES,
 };
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 
-/// A job that made no progress for this many idle thresholds is starved:
-/// some client never leaves `idle_ms` of quiet (a kernel thread zeroing
-/// inode tables writes every ~100 ms for minutes after `mkfs.ext4`). Its
-/// steps then wait for a tenth of `idle_ms` only ([`STARVED_DIVISOR`]):
-/// they take the gaps of a trickle, still not the gaps inside a burst.
-const STARVED_AFTER_THRESHOLDS: u64 = 10;
-/// See [`STARVED_AFTER_THRESHOLDS`].
-const STARVED_DIVISOR: u64 = 10;
+/// Idle time for background work: `idle_ms` without a request (counted
+/// from each request; idle before the first). A job that made no progress
+/// for ten thresholds is starved: some client never leaves `idle_ms` of
+/// quiet (a kernel thread zeroing inode tables writes every ~100 ms for
+/// minutes after `mkfs.ext4`). Its steps then wait for a tenth of `idle_ms`
+/// only: they take the gaps of a trickle, still not the gaps inside a burst.
+const IDLE: IdleOptions = IdleOptions {
+    idle_at_start: true,
+    restart_while_in_flight: false,
+    starvation: Some(Starvation { after_thresholds: 10, divisor: 10 }),
+};
 
 /// Walks blocks `[start, start + length)` of `map` piece by piece, calling
 /// `f(first block, blocks, Some(slot of the first) | None)`; no allocation
@@ -215,11 +219,10 @@ pub struct Opt {
     planned: Option<Vec<Range>>,
     requests_since_plan: u64,
     last_plan_at: Instant,
-    /// Background work waits until this instant (`idle_ms` after the last
-    /// request, or less for a starved job: [`STARVED_AFTER_THRESHOLDS`]).
-    idle_deadline: Option<Instant>,
-    /// When the job last started or made progress (a step, an I/O done).
-    job_progress_at: Instant,
+    /// Background work waits for idle time ([`IDLE`]); its starvation clock
+    /// runs while a job exists, from when the job last started or made
+    /// progress (a step, an I/O done).
+    idle: IdleTimer,
     lower_io: crate::lowerio::LowerIo<LowerOp>,
     assemblies: FxHashMap<u64, Assembly>,
     next_key: u64,
@@ -265,8 +268,7 @@ impl Opt {
             planned: None,
             requests_since_plan: 0,
             last_plan_at: Instant::ZERO,
-            job_progress_at: Instant::ZERO,
-            idle_deadline: None,
+            idle: IdleTimer::new(IDLE),
             lower_io: crate::lowerio::LowerIo::default(),
             assemblies: FxHashMap::default(),
             next_key: 0,
@@ -338,14 +340,13 @@ impl Opt {
     }
 
     fn request(&mut self, now: Instant, req: Request) {
-        if self.args.idle_ms > 0 {
-            let idle_ms = self.args.idle_ms;
-            let starved = self.job.is_some()
-                && now.ns_since(self.job_progress_at.min(now))
-                    >= STARVED_AFTER_THRESHOLDS * idle_ms * 1_000_000;
-            let wait_ms = if starved { idle_ms.div_ceil(STARVED_DIVISOR) } else { idle_ms };
-            self.idle_deadline = Some(now.add_ms(wait_ms));
-        }
+        assert_eq!(
+            self.idle.work_waiting(),
+            self.job.is_some(),
+            "the starvation clock runs while a job exists"
+        );
+        self.idle.request();
+        self.idle.arm(now, self.args.idle_ms.saturating_mul(1_000_000));
         if req.op != Op::Flush && self.phase_is_live() {
             let (first, end) = self.blocks_of(req.offset_bytes, u64::from(req.length_bytes));
             self.profile.record(ProfileEntry {
@@ -654,14 +655,12 @@ impl Target for Opt {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        self.idle_deadline
+        self.idle.poll_timeout()
     }
 
     /// The idle threshold passed: background work may start.
     fn handle_timeout(&mut self, now: Instant) {
-        if self.idle_deadline.is_some_and(|d| d <= now) {
-            self.idle_deadline = None;
-        }
+        self.idle.timeout(now, false);
     }
 
     fn poll_upper(&mut self) -> Option<Completion> {
@@ -695,7 +694,7 @@ impl Target for Opt {
     fn background_offer(&self, now: Instant) -> Option<layoutd_core::background::Offer> {
         use layoutd_core::background::{JobClass, Offer};
         let work = self.serving()
-            && self.idle_deadline.is_none_or(|d| now >= d)
+            && self.idle.is_idle(now)
             && (self.job_wants_step()
                 || self.plan_due(now)
                 || (!self.profile.is_empty() && self.job.is_none()));
@@ -704,7 +703,7 @@ impl Target for Opt {
 
     fn background_step(&mut self, now: Instant) -> Option<u64> {
         if self.job_wants_step() {
-            self.job_progress_at = now;
+            self.idle.progressed(now);
             return self.job_step();
         }
         if self.plan_due(now) {
