@@ -157,11 +157,17 @@ impl IdleTimer {
         self.check();
     }
 
-    /// Idle now, without waiting (a runtime command such as `destage`);
-    /// the next request still ends it.
-    pub fn force(&mut self) {
-        self.deadline = None;
-        self.idle = true;
+    /// Idle from `now` on, without waiting (a runtime command such as
+    /// `destage`); the next request still ends it. Unless already idle,
+    /// the wait ends at `now` rather than being skipped: the timeout at
+    /// `now` is an event that makes the runtime drive the work even where
+    /// the command itself came without one (a caller of
+    /// [`crate::Target::message`] need not move what it emitted).
+    pub fn force(&mut self, now: Instant) {
+        if !self.idle {
+            self.deadline = Some(now);
+        }
+        assert!(self.is_idle(now));
         self.check();
     }
 
@@ -283,17 +289,24 @@ mod tests {
     fn force_is_idle_at_once_until_the_next_request() {
         let mut t = plain();
         t.arm(at_ms(0), 100 * MS);
-        t.force();
-        assert!(t.is_idle(at_ms(0)));
-        assert_eq!(t.poll_timeout(), None, "no timeout left");
+        t.force(at_ms(5));
+        assert!(t.is_idle(at_ms(5)));
+        assert_eq!(t.poll_timeout(), Some(at_ms(5)), "the wait ends now: a timeout now wakes the runtime");
+        t.timeout(at_ms(5), false);
+        assert!(t.is_idle(at_ms(5)));
+        t.force(at_ms(6));
+        assert_eq!(t.poll_timeout(), None, "already idle: no timeout");
         t.request();
-        assert!(!t.is_idle(at_ms(0)));
+        assert!(!t.is_idle(at_ms(6)));
+        t.force(at_ms(7));
+        assert!(t.is_idle(at_ms(7)), "forced without a wait in progress");
     }
 
     #[test]
     fn finish_ends_idle_time_and_the_next_arm_waits_again() {
         let mut t = plain();
-        t.force();
+        t.force(at_ms(0));
+        t.timeout(at_ms(0), false);
         t.finish();
         assert!(!t.is_idle(at_ms(10)));
         t.arm(at_ms(10), 5 * MS);

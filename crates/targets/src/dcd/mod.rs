@@ -672,10 +672,10 @@ impl Target for Dcd {
     /// `destage`: start destaging now, as if the idle threshold had passed
     /// ([`IdleTimer::force`]: it still stops at the next request, and
     /// resumes once the next idle threshold has passed).
-    fn message(&mut self, _now: Instant, msg: &str) -> Result<String, String> {
+    fn message(&mut self, now: Instant, msg: &str) -> Result<String, String> {
         match msg {
             "destage" if self.serving() => {
-                self.destage.idle.force();
+                self.destage.idle.force(now);
                 Ok(format!("destaging {} dirty segment(s)", self.dirty_segments_count()))
             }
             "destage" => Err("dcd: not serving (bring-up failed or in progress)".into()),

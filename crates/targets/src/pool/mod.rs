@@ -43,6 +43,7 @@ use bytes::Bytes;
 use chunks::ChunkTable;
 use config::META_BLOCK_BYTES;
 use layoutd_core::config::{ArgReader, ConfigError};
+use layoutd_core::idle::{IdleOptions, IdleTimer};
 use layoutd_core::metablock::{JournalRecord, MetaError};
 use layoutd_core::{
     Completion, Instant, IoError, Op, OpenMode, ReqId, Request, Status, Target, REQUEST_BYTES_MAX,
@@ -269,9 +270,9 @@ pub struct Pool {
     /// Moves left of a line-up ([`Pool::line_up`]), one per step, each once
     /// the one before is durable (its source chunk is the next one's target).
     defrag_plan: VecDeque<Vec<(u64, u64, u64)>>,
-    /// When the last upper request arrived; a line-up waits for
-    /// [`LINE_UP_QUIET_NS`] without one.
-    last_foreground: Instant,
+    /// Quiet for line-ups: [`LINE_UP_QUIET_NS`] without an upper request
+    /// (counted from each request, and from bring-up).
+    quiet: IdleTimer,
     /// A line-up was passed over for want of quiet: scan again after it.
     line_up_deferred: bool,
     counters: Counters,
@@ -316,11 +317,12 @@ impl Pool {
             defrag_pending: false,
             defrag_cursor: (0, 0),
             defrag_plan: VecDeque::new(),
-            last_foreground: Instant::from_ns(0),
+            quiet: IdleTimer::new(IdleOptions::default()),
             line_up_deferred: false,
             counters: Counters::default(),
             cfg,
         };
+        pool.quiet.arm(Instant::ZERO, LINE_UP_QUIET_NS);
         match mode {
             OpenMode::Format => pool.start_format(),
             OpenMode::Open { .. } => pool.start_recovery(),
@@ -1632,7 +1634,8 @@ impl Target for Pool {
     }
 
     fn handle_request(&mut self, now: Instant, req: Request) {
-        self.last_foreground = now;
+        self.quiet.request();
+        self.quiet.arm(now, LINE_UP_QUIET_NS);
         self.waiting.push_back(req);
         self.pump();
     }
@@ -1690,11 +1693,12 @@ impl Target for Pool {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        self.line_up_deferred.then(|| self.last_foreground.add_ns(LINE_UP_QUIET_NS))
+        self.line_up_deferred.then(|| self.quiet.poll_timeout()).flatten()
     }
 
     fn handle_timeout(&mut self, now: Instant) {
-        if self.line_up_deferred && now.ns_since(self.last_foreground) >= LINE_UP_QUIET_NS {
+        self.quiet.timeout(now, false);
+        if self.line_up_deferred && self.quiet.is_idle(now) {
             // Quiet long enough: scan again, line-ups included.
             self.line_up_deferred = false;
             self.defrag_pending |= self.cfg.defrag;
@@ -1755,7 +1759,7 @@ impl Target for Pool {
             Err(()) => return None,
             Ok(Some(m)) => (m, true),
             Ok(None) => {
-                let m = self.defrag_candidate(now.ns_since(self.last_foreground) >= LINE_UP_QUIET_NS)?;
+                let m = self.defrag_candidate(self.quiet.is_idle(now))?;
                 (m, !self.defrag_plan.is_empty())
             }
         };
