@@ -1,5 +1,6 @@
 //! A regular file or block device, read and written with pread/pwrite.
 
+use crate::zeromap::ZeroMap;
 use crate::{path_error, BlockDevice};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
@@ -24,6 +25,11 @@ pub struct FileDevice {
     /// Set once `FALLOC_FL_ZERO_RANGE` failed (tmpfs has none): later
     /// write-zeroes go straight to the fallback.
     no_zero_range: std::sync::atomic::AtomicBool,
+    /// Pages known to read zeroes (regular files opened with the exclusive
+    /// lock): zeroing them again makes no system call.
+    zeros: Option<ZeroMap>,
+    /// Write-zeroes and trims answered from `zeros` alone.
+    zeroings_skipped_count: std::sync::atomic::AtomicU64,
 }
 
 impl FileDevice {
@@ -52,7 +58,13 @@ impl FileDevice {
                 });
             }
         }
-        Self::from_file(file, path, direct)
+        let mut dev = Self::from_file(file, path, direct)?;
+        if exclusive && !dev.is_block_device {
+            // Nobody else may write it while we hold the lock: the map of
+            // its zero pages stays true.
+            dev.zeros = ZeroMap::scan(&dev.file, dev.size_bytes);
+        }
+        Ok(dev)
     }
 
     /// Opens `path` read-only, without a lock, for inspection.
@@ -73,6 +85,8 @@ impl FileDevice {
             is_block_device,
             rmw_lock: Default::default(),
             no_zero_range: std::sync::atomic::AtomicBool::new(false),
+            zeros: None,
+            zeroings_skipped_count: Default::default(),
         })
     }
 
@@ -114,6 +128,27 @@ impl FileDevice {
         self.zero_by_writing(offset_bytes, length_bytes)
     }
 
+    /// Runs `zero` (a trim or write-zeroes of the range) unless the range
+    /// is known to read zeroes already, keeping the zero map true.
+    fn zeroing(
+        &self,
+        offset_bytes: u64,
+        length_bytes: u64,
+        zero: impl FnOnce() -> io::Result<()>,
+    ) -> io::Result<()> {
+        let Some(z) = &self.zeros else { return zero() };
+        if z.is_zero(offset_bytes, length_bytes) {
+            self.zeroings_skipped_count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Ok(());
+        }
+        z.clear(offset_bytes, length_bytes);
+        let r = zero();
+        if r.is_err() {
+            z.set(offset_bytes, length_bytes);
+        }
+        r
+    }
+
     fn fallocate(&self, mode: libc::c_int, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
         // SAFETY: fallocate on a valid descriptor with in-range arguments.
         let rc = unsafe {
@@ -150,6 +185,46 @@ impl BlockDevice for FileDevice {
     }
 
     fn write_at(&self, buf: &[u8], offset_bytes: u64) -> io::Result<()> {
+        let r = self.write_data(buf, offset_bytes);
+        // After the data is in (even if the write failed part way).
+        if let Some(z) = &self.zeros {
+            z.set(offset_bytes, buf.len() as u64);
+        }
+        r
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
+    fn trim(&self, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
+        self.zeroing(offset_bytes, length_bytes, || {
+            self.fallocate_or_write_zeroes(libc::FALLOC_FL_PUNCH_HOLE, offset_bytes, length_bytes)
+        })
+    }
+
+    /// `FALLOC_FL_ZERO_RANGE`; where the file system lacks it (tmpfs), a
+    /// punched hole, which reads back as zeroes too; else written zeroes.
+    /// Nothing for pages known to read zeroes already.
+    fn write_zeroes(&self, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
+        self.zeroing(offset_bytes, length_bytes, || {
+            use std::sync::atomic::Ordering::Relaxed;
+            let zero_range = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
+            if !self.is_block_device && !self.no_zero_range.load(Relaxed) {
+                if self.fallocate(zero_range, offset_bytes, length_bytes).is_ok() {
+                    return Ok(());
+                }
+                self.no_zero_range.store(true, Relaxed);
+            }
+            self.fallocate_or_write_zeroes(libc::FALLOC_FL_PUNCH_HOLE, offset_bytes, length_bytes)
+        })
+    }
+}
+
+impl FileDevice {
+    /// Writes `buf` at `offset_bytes` (read-modify-write of partial
+    /// blocks under O_DIRECT).
+    fn write_data(&self, buf: &[u8], offset_bytes: u64) -> io::Result<()> {
         if self.direct && !Self::aligned(buf.as_ptr(), buf.len(), offset_bytes) {
             let (start, len) = widen(offset_bytes, buf.len());
             let partial = start != offset_bytes || len != buf.len();
@@ -166,28 +241,6 @@ impl BlockDevice for FileDevice {
         }
         let _shared = self.direct.then(|| self.rmw_lock.read().unwrap_or_else(|p| p.into_inner()));
         self.file.write_all_at(buf, offset_bytes)
-    }
-
-    fn flush(&self) -> io::Result<()> {
-        self.file.sync_data()
-    }
-
-    fn trim(&self, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
-        self.fallocate_or_write_zeroes(libc::FALLOC_FL_PUNCH_HOLE, offset_bytes, length_bytes)
-    }
-
-    /// `FALLOC_FL_ZERO_RANGE`; where the file system lacks it (tmpfs), a
-    /// punched hole, which reads back as zeroes too; else written zeroes.
-    fn write_zeroes(&self, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
-        use std::sync::atomic::Ordering::Relaxed;
-        let zero_range = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
-        if !self.is_block_device && !self.no_zero_range.load(Relaxed) {
-            if self.fallocate(zero_range, offset_bytes, length_bytes).is_ok() {
-                return Ok(());
-            }
-            self.no_zero_range.store(true, Relaxed);
-        }
-        self.fallocate_or_write_zeroes(libc::FALLOC_FL_PUNCH_HOLE, offset_bytes, length_bytes)
     }
 }
 
@@ -308,6 +361,52 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Write-zeroes and trims of pages known to read zeroes make no system
+    /// call; pages written since (or holding data at open) are zeroed.
+    #[test]
+    fn zeroing_skips_only_pages_known_to_read_zeroes() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("zeros.img");
+        let f = File::create(&p).unwrap();
+        f.set_len(1 << 20).unwrap();
+        f.write_all_at(&[5; 4096], 512 << 10).unwrap(); // data before the open
+        drop(f);
+        let d = FileDevice::open(&p, false, true).unwrap();
+        if d.zeros.is_none() {
+            eprintln!("this file system does not report holes; nothing is skipped");
+            return;
+        }
+        let skipped = || d.zeroings_skipped_count.load(Relaxed);
+        let zeroes = |at: u64, len: usize| {
+            let mut b = vec![1u8; len];
+            d.read_at(&mut b, at).unwrap();
+            b.iter().all(|&x| x == 0)
+        };
+        d.write_zeroes(64 << 10, 60 << 10).unwrap();
+        assert_eq!(skipped(), 1, "a hole needs no zeroing");
+        d.write_at(&[9; 4096], 68 << 10).unwrap();
+        d.write_zeroes(64 << 10, 60 << 10).unwrap();
+        assert_eq!(skipped(), 1, "a written page is zeroed");
+        assert!(zeroes(64 << 10, 60 << 10));
+        d.write_zeroes(64 << 10, 60 << 10).unwrap();
+        assert_eq!(skipped(), 2, "zeroed pages are known zero");
+        d.trim(512 << 10, 4096).unwrap();
+        assert_eq!(skipped(), 2, "data found at open is trimmed");
+        assert!(zeroes(512 << 10, 4096));
+        // Part of a page: the rest of the page keeps its bytes.
+        d.write_at(&[3; 1024], 200 << 10).unwrap();
+        d.write_zeroes(200 << 10, 512).unwrap();
+        assert_eq!(skipped(), 2);
+        let mut b = vec![0u8; 1024];
+        d.read_at(&mut b, 200 << 10).unwrap();
+        assert!(b[..512].iter().all(|&x| x == 0) && b[512..].iter().all(|&x| x == 3));
+        d.write_zeroes(200 << 10, 512).unwrap();
+        assert_eq!(skipped(), 2, "a page partly zeroed may still hold data");
+        let plain = FileDevice::open(&p, false, false).unwrap();
+        assert!(plain.zeros.is_none(), "only an exclusive open may trust its map");
     }
 
     #[test]

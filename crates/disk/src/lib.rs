@@ -16,6 +16,7 @@ mod file;
 mod mem;
 mod overlay;
 mod recorder;
+mod zeromap;
 
 pub use concat::ConcatDevice;
 pub use file::FileDevice;
