@@ -28,7 +28,7 @@ pub struct FileDevice {
     /// Pages known to read zeroes (regular files opened with the exclusive
     /// lock): zeroing them again makes no system call.
     zeros: Option<ZeroMap>,
-    /// Write-zeroes and trims answered from `zeros` alone.
+    /// Write-zeroes answered from `zeros` alone.
     zeroings_skipped_count: std::sync::atomic::AtomicU64,
 }
 
@@ -128,16 +128,18 @@ impl FileDevice {
         self.zero_by_writing(offset_bytes, length_bytes)
     }
 
-    /// Runs `zero` (a trim or write-zeroes of the range) unless the range
-    /// is known to read zeroes already, keeping the zero map true.
+    /// Runs `zero` (a trim or write-zeroes of the range), keeping the zero
+    /// map true; with `skip_known`, not if the range is known to read
+    /// zeroes already (a trim always goes down: it also frees space).
     fn zeroing(
         &self,
         offset_bytes: u64,
         length_bytes: u64,
+        skip_known: bool,
         zero: impl FnOnce() -> io::Result<()>,
     ) -> io::Result<()> {
         let Some(z) = &self.zeros else { return zero() };
-        if z.is_zero(offset_bytes, length_bytes) {
+        if skip_known && z.is_zero(offset_bytes, length_bytes) {
             self.zeroings_skipped_count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return Ok(());
         }
@@ -198,7 +200,7 @@ impl BlockDevice for FileDevice {
     }
 
     fn trim(&self, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
-        self.zeroing(offset_bytes, length_bytes, || {
+        self.zeroing(offset_bytes, length_bytes, false, || {
             self.fallocate_or_write_zeroes(libc::FALLOC_FL_PUNCH_HOLE, offset_bytes, length_bytes)
         })
     }
@@ -207,7 +209,7 @@ impl BlockDevice for FileDevice {
     /// punched hole, which reads back as zeroes too; else written zeroes.
     /// Nothing for pages known to read zeroes already.
     fn write_zeroes(&self, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
-        self.zeroing(offset_bytes, length_bytes, || {
+        self.zeroing(offset_bytes, length_bytes, true, || {
             use std::sync::atomic::Ordering::Relaxed;
             let zero_range = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
             if !self.is_block_device && !self.no_zero_range.load(Relaxed) {
@@ -363,8 +365,9 @@ mod tests {
         }
     }
 
-    /// Write-zeroes and trims of pages known to read zeroes make no system
-    /// call; pages written since (or holding data at open) are zeroed.
+    /// Write-zeroes of pages known to read zeroes make no system call;
+    /// pages written since (or holding data at open) are zeroed; trims
+    /// always go down.
     #[test]
     fn zeroing_skips_only_pages_known_to_read_zeroes() {
         use std::sync::atomic::Ordering::Relaxed;
@@ -396,6 +399,8 @@ mod tests {
         d.trim(512 << 10, 4096).unwrap();
         assert_eq!(skipped(), 2, "data found at open is trimmed");
         assert!(zeroes(512 << 10, 4096));
+        d.trim(64 << 10, 60 << 10).unwrap();
+        assert_eq!(skipped(), 2, "a trim is never skipped (it frees space)");
         // Part of a page: the rest of the page keeps its bytes.
         d.write_at(&[3; 1024], 200 << 10).unwrap();
         d.write_zeroes(200 << 10, 512).unwrap();

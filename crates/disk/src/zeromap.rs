@@ -1,5 +1,5 @@
 //! Which pages of a file are known to read zeroes, so that a write-zeroes
-//! or trim of them needs no system call.
+//! of them needs no system call.
 //!
 //! A fresh thin pool on a sparse file zeroes the rest of every chunk it
 //! writes first (`zero_new_chunks`); on tmpfs, which has no
