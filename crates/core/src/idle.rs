@@ -1,5 +1,6 @@
 //! Idle detection: the one timer every target's idle-time work waits on
-//! (dcd's destage, log's re-sequencing, opt's analysis and copies), next to
+//! (dcd's destage, log's re-sequencing, opt's analysis and copies, pool's
+//! line-ups), next to
 //! the [`crate::background`] scheduler that grants that work once it is due.
 //!
 //! The scheduler stops non-forced work at the next foreground request and
@@ -25,7 +26,8 @@
 //!   flight when the timeout comes restarts the wait from then, so a long
 //!   request is not taken for idle time.
 //! - **Force**: [`IdleTimer::force`] is idle at once (the `destage`
-//!   message); it still ends at the next request.
+//!   message): the wait ends now, with a timeout now that makes the runtime
+//!   drive the work; it still ends at the next request.
 //! - **Finish**: [`IdleTimer::finish`] ends idle time without a request (the
 //!   work it was for is done); the next [`IdleTimer::arm`] waits again.
 //! - **Starvation** ([`IdleOptions::starvation`]): work waiting for idle time
