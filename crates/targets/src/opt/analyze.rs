@@ -18,7 +18,7 @@
 //!   links the last atom of `u` to the first of `v`.
 //! - [`plan`]: the paper's greedy placement over the master graph.
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::{BTreeMap, VecDeque};
 
 /// The weight of one transition within the think time.
@@ -294,7 +294,23 @@ pub fn master_graph(a: &Analyzer, units: &mut u64) -> MasterGraph {
 /// sequence; stop when `capacity_blocks` are placed or no atom left has a
 /// connectivity of at least `weight_min`. Returns block ranges in their
 /// order in the region (a last range may be cut to fit).
-pub fn plan(m: &MasterGraph, capacity_blocks: u64, weight_min: u64, units: &mut u64) -> Vec<Range> {
+///
+/// With `copies_max > 1` an atom may be placed more than once (at most
+/// `copies_max` times, never twice in one sequence): when an end's
+/// heaviest edge leads to an atom another sequence holds (a shared
+/// library), and a walk from there over placed atoms, each step confirmed
+/// by the stream's skip edge from the atom before (or by the next atom
+/// continuing the same range), reaches an unplaced atom within
+/// [`COPY_PATH_MAX`] steps, copies of the walked atoms go into this
+/// sequence, then the unplaced one: each stream reads on in one place.
+pub fn plan(
+    m: &MasterGraph,
+    capacity_blocks: u64,
+    weight_min: u64,
+    copies_max: u32,
+    units: &mut u64,
+) -> Vec<Range> {
+    assert!(copies_max >= 1);
     let n = m.atoms.len();
     let mut out_adj: Vec<Vec<(u32, u64)>> = vec![Vec::new(); n];
     let mut in_adj: Vec<Vec<(u32, u64)>> = vec![Vec::new(); n];
@@ -315,9 +331,14 @@ pub fn plan(m: &MasterGraph, capacity_blocks: u64, weight_min: u64, units: &mut 
         in_skip[y as usize].push((x, w));
     }
     *units += (m.edges.len() + m.skips.len()) as u64;
+    let skip_set: FxHashSet<(u32, u32)> =
+        if copies_max > 1 { m.skips.iter().map(|&(k, _)| k).collect() } else { Default::default() };
     let mut order: Vec<u32> = (0..n as u32).collect();
     order.sort_by_key(|&a| (std::cmp::Reverse(conn[a as usize]), a));
     let mut placed = vec![false; n];
+    // Placements of each atom, and the sequence that placed it last.
+    let mut copies = vec![0u32; n];
+    let mut last_seq = vec![u32::MAX; n];
     let mut left = capacity_blocks;
     let mut out: Vec<Range> = Vec::new();
     let best = |adj: &Vec<(u32, u64)>, placed: &Vec<bool>, units: &mut u64| {
@@ -327,7 +348,8 @@ pub fn plan(m: &MasterGraph, capacity_blocks: u64, weight_min: u64, units: &mut 
             .max_by_key(|(v, w)| (*w, std::cmp::Reverse(*v)))
             .copied()
     };
-    for &seed in &order {
+    for (seq_id, &seed) in order.iter().enumerate() {
+        let seq_id = seq_id as u32;
         if left == 0 || conn[seed as usize] < weight_min {
             break;
         }
@@ -335,31 +357,75 @@ pub fn plan(m: &MasterGraph, capacity_blocks: u64, weight_min: u64, units: &mut 
             continue;
         }
         placed[seed as usize] = true;
+        copies[seed as usize] += 1;
+        last_seq[seed as usize] = seq_id;
         let mut seq: VecDeque<u32> = VecDeque::from([seed]);
         let mut blocks = len(m.atoms[seed as usize]);
         while blocks < left {
             let (head, tail) = (*seq.front().expect("non-empty"), *seq.back().expect("non-empty"));
             // An end with no edge left follows its skip edges; an edge
-            // beats a skip edge, then the heavier wins.
+            // beats a skip edge, then the heavier wins; a copy path wins
+            // over an edge to an unplaced atom when its first edge is heavier.
             let end = |adj: &Vec<Vec<(u32, u64)>>, skip: &Vec<Vec<(u32, u64)>>, a: u32, units: &mut u64| {
                 best(&adj[a as usize], &placed, units)
                     .map(|(v, w)| (1, w, v))
                     .or_else(|| best(&skip[a as usize], &placed, units).map(|(v, w)| (0, w, v)))
             };
+            let path = |forward: bool, units: &mut u64| {
+                if copies_max == 1 {
+                    return None;
+                }
+                let (a, before, adj) = if forward {
+                    (tail, seq.len().checked_sub(2).map(|i| seq[i]), &out_adj)
+                } else {
+                    (head, seq.get(1).copied(), &in_adj)
+                };
+                let walk = CopyWalk {
+                    atoms: &m.atoms,
+                    adj,
+                    skips: &skip_set,
+                    forward,
+                    placed: &placed,
+                    copies: &copies,
+                    last_seq: &last_seq,
+                    copies_max,
+                    weight_min,
+                    seq_id,
+                };
+                walk.from(a, before, units)
+            };
             let o = end(&out_adj, &out_skip, tail, units);
             let i = end(&in_adj, &in_skip, head, units);
-            let (v, after) = match (o, i) {
-                (Some(o), Some(i)) if (i.0, i.1) > (o.0, o.1) => (i.2, false),
-                (Some(o), _) => (o.2, true),
-                (None, Some(i)) => (i.2, false),
-                (None, None) => break,
-            };
-            placed[v as usize] = true;
-            blocks += len(m.atoms[v as usize]);
-            if after {
-                seq.push_back(v);
-            } else {
-                seq.push_front(v);
+            let po = path(true, units);
+            let pi = path(false, units);
+            // The heaviest of: an edge to an unplaced atom, a copy path
+            // (weighed by its first edge); then skip edges.
+            let mut choice: Option<((u32, u64), bool, Vec<u32>)> = None;
+            for (cand, after) in [(o, true), (i, false)] {
+                if let Some((k, w, v)) = cand {
+                    if choice.as_ref().is_none_or(|c| (k, w) > c.0) {
+                        choice = Some(((k, w), after, vec![v]));
+                    }
+                }
+            }
+            for (cand, after) in [(po, true), (pi, false)] {
+                if let Some((w, p)) = cand {
+                    if choice.as_ref().is_none_or(|c| (1, w) > c.0) {
+                        choice = Some(((1, w), after, p));
+                    }
+                }
+            }
+            let Some((_, after, vs)) = choice else { break };
+            for v in vs {
+                placed[v as usize] = true;
+                copies[v as usize] += 1;
+                last_seq[v as usize] = seq_id;
+                blocks += len(m.atoms[v as usize]);
+                if after {
+                    seq.push_back(v);
+                } else {
+                    seq.push_front(v);
+                }
             }
         }
         for a in seq {
@@ -373,6 +439,88 @@ pub fn plan(m: &MasterGraph, capacity_blocks: u64, weight_min: u64, units: &mut 
         }
     }
     out
+}
+
+/// Steps a copy path may walk over atoms other sequences hold.
+pub const COPY_PATH_MAX: usize = 8;
+
+/// A walk from a sequence's end over atoms placed elsewhere (see [`plan`]).
+struct CopyWalk<'a> {
+    atoms: &'a [Range],
+    /// Out-edges (forward) or in-edges (backward).
+    adj: &'a [Vec<(u32, u64)>],
+    skips: &'a FxHashSet<(u32, u32)>,
+    forward: bool,
+    placed: &'a [bool],
+    copies: &'a [u32],
+    last_seq: &'a [u32],
+    copies_max: u32,
+    weight_min: u64,
+    seq_id: u32,
+}
+
+impl CopyWalk<'_> {
+    /// Whether `x` continues `y`'s blocks in the walk's direction.
+    fn contiguous(&self, y: u32, x: u32) -> bool {
+        let (a, b) = (self.atoms[y as usize], self.atoms[x as usize]);
+        if self.forward {
+            a.1 == b.0
+        } else {
+            b.1 == a.0
+        }
+    }
+
+    /// Whether `c` may follow `cur` (reached from `prev`): the stream's skip
+    /// edge `prev -> c` says so, or `c` continues `cur`'s blocks, or `cur`
+    /// continues `prev`'s (inside one request: no skip edge to ask).
+    fn consistent(&self, prev: u32, cur: u32, c: u32) -> bool {
+        let (p, q) = if self.forward { (prev, c) } else { (c, prev) };
+        self.contiguous(cur, c) || self.contiguous(prev, cur) || self.skips.contains(&(p, q))
+    }
+
+    /// Whether another copy of `v` may go into this sequence.
+    fn copyable(&self, v: u32, path: &[u32]) -> bool {
+        self.placed[v as usize]
+            && self.copies[v as usize] < self.copies_max
+            && self.last_seq[v as usize] != self.seq_id
+            && !path.contains(&v)
+    }
+
+    /// From the end atom `a` (`before`: its neighbour inside the
+    /// sequence): `(weight of the first edge, atoms to place in order of
+    /// placement: the copies, then the unplaced atom)`.
+    fn from(&self, a: u32, before: Option<u32>, units: &mut u64) -> Option<(u64, Vec<u32>)> {
+        *units += self.adj[a as usize].len() as u64;
+        let (m1, w) = self.adj[a as usize]
+            .iter()
+            .filter(|&&(v, w)| w >= self.weight_min && self.copyable(v, &[]))
+            .filter(|&&(v, _)| before.is_none_or(|b| self.consistent(b, a, v)))
+            .max_by_key(|&&(v, w)| (w, std::cmp::Reverse(v)))
+            .copied()?;
+        let mut path = vec![m1];
+        let (mut prev, mut cur) = (a, m1);
+        while path.len() <= COPY_PATH_MAX {
+            *units += self.adj[cur as usize].len() as u64;
+            let next = |unplaced: bool| {
+                self.adj[cur as usize]
+                    .iter()
+                    .filter(|&&(c, w)| w >= self.weight_min && self.consistent(prev, cur, c))
+                    .filter(
+                        |&&(c, _)| if unplaced { !self.placed[c as usize] } else { self.copyable(c, &path) },
+                    )
+                    .max_by_key(|&&(c, w)| (w, std::cmp::Reverse(c)))
+                    .map(|&(c, _)| c)
+            };
+            if let Some(x) = next(true) {
+                path.push(x);
+                return Some((w, path));
+            }
+            let c = next(false)?;
+            path.push(c);
+            (prev, cur) = (cur, c);
+        }
+        None
+    }
 }
 
 fn len((s, e): Range) -> u64 {
@@ -394,7 +542,7 @@ mod tests {
     fn plan_of(a: &Analyzer, capacity: u64, weight_min: u64) -> Vec<Range> {
         let mut units = 0;
         let m = master_graph(a, &mut units);
-        plan(&m, capacity, weight_min, &mut units)
+        plan(&m, capacity, weight_min, 1, &mut units)
     }
 
     #[test]
@@ -518,7 +666,7 @@ mod tests {
         // sequence from the front only if it is heavier than B's 100.
         let mut m = master_graph(&a, &mut 0);
         m.skips.clear();
-        let p = plan(&m, 100, WEIGHT_UNIT, &mut 0);
+        let p = plan(&m, 100, WEIGHT_UNIT, 1, &mut 0);
         assert_eq!(p[..3], [(100, 101), (500, 501), (110, 111)]);
         assert!(p.windows(2).all(|w| w != [(10, 11), (20, 21)]), "{p:?}");
     }
