@@ -50,7 +50,7 @@ fn main() {
         let t = Instant::now();
         let mut planning = 0;
         let m = master_graph(&a, &mut planning);
-        ranges = plan(&m, capacity, WEIGHT_UNIT, 1, &mut planning);
+        ranges = plan(&m, capacity, WEIGHT_UNIT, 1, false, &mut planning);
         let t_planning = t.elapsed().as_secs_f64();
         units = (a.units, planning);
         best[0] = best[0].min(t_analysis);

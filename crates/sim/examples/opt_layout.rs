@@ -41,7 +41,7 @@ fn main() {
     }
     let mut units = 0;
     let m = master_graph(&a, &mut units);
-    let ranges = plan(&m, 262_144, WEIGHT_UNIT, 1, &mut units);
+    let ranges = plan(&m, 262_144, WEIGHT_UNIT, 1, false, &mut units);
     let mut map: BlockMap<u64> = BlockMap::new();
     let mut slot = 0;
     for (s, e) in &ranges {

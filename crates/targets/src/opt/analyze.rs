@@ -308,6 +308,7 @@ pub fn plan(
     capacity_blocks: u64,
     weight_min: u64,
     copies_max: u32,
+    follow_streams: bool,
     units: &mut u64,
 ) -> Vec<Range> {
     assert!(copies_max >= 1);
@@ -331,8 +332,13 @@ pub fn plan(
         in_skip[y as usize].push((x, w));
     }
     *units += (m.edges.len() + m.skips.len()) as u64;
-    let skip_set: FxHashSet<(u32, u32)> =
-        if copies_max > 1 { m.skips.iter().map(|&(k, _)| k).collect() } else { Default::default() };
+    let skip_set: FxHashSet<(u32, u32)> = if copies_max > 1 || follow_streams {
+        m.skips.iter().map(|&(k, _)| k).collect()
+    } else {
+        Default::default()
+    };
+    let follows =
+        |forward: bool, prev: u32, cur: u32, c: u32| follows(&m.atoms, &skip_set, forward, prev, cur, c);
     let mut order: Vec<u32> = (0..n as u32).collect();
     order.sort_by_key(|&a| (std::cmp::Reverse(conn[a as usize]), a));
     let mut placed = vec![false; n];
@@ -341,13 +347,16 @@ pub fn plan(
     let mut last_seq = vec![u32::MAX; n];
     let mut left = capacity_blocks;
     let mut out: Vec<Range> = Vec::new();
-    let best = |adj: &Vec<(u32, u64)>, placed: &Vec<bool>, units: &mut u64| {
-        *units += adj.len() as u64;
-        adj.iter()
-            .filter(|(v, w)| !placed[*v as usize] && *w >= weight_min)
-            .max_by_key(|(v, w)| (*w, std::cmp::Reverse(*v)))
-            .copied()
-    };
+    // The heaviest unplaced neighbour; with `follow_streams`, one the
+    // stream's skip edge confirms (`consistent`) first: `(confirmed, v, w)`.
+    let best =
+        |adj: &Vec<(u32, u64)>, placed: &Vec<bool>, consistent: &dyn Fn(u32) -> bool, units: &mut u64| {
+            *units += adj.len() as u64;
+            adj.iter()
+                .filter(|(v, w)| !placed[*v as usize] && *w >= weight_min)
+                .map(|&(v, w)| (follow_streams && consistent(v), v, w))
+                .max_by_key(|&(c, v, w)| (c, w, std::cmp::Reverse(v)))
+        };
     for (seq_id, &seed) in order.iter().enumerate() {
         let seq_id = seq_id as u32;
         if left == 0 || conn[seed as usize] < weight_min {
@@ -366,10 +375,20 @@ pub fn plan(
             // An end with no edge left follows its skip edges; an edge
             // beats a skip edge, then the heavier wins; a copy path wins
             // over an edge to an unplaced atom when its first edge is heavier.
-            let end = |adj: &Vec<Vec<(u32, u64)>>, skip: &Vec<Vec<(u32, u64)>>, a: u32, units: &mut u64| {
-                best(&adj[a as usize], &placed, units)
-                    .map(|(v, w)| (1, w, v))
-                    .or_else(|| best(&skip[a as usize], &placed, units).map(|(v, w)| (0, w, v)))
+            // Ranks: 2 an edge the stream's skip edge confirms (or a copy
+            // path; with `follow_streams`), 1 an edge, 0 a skip edge.
+            let end = |forward: bool, a: u32, units: &mut u64| {
+                let (adj, skip, before) = if forward {
+                    (&out_adj, &out_skip, seq.len().checked_sub(2).map(|i| seq[i]))
+                } else {
+                    (&in_adj, &in_skip, seq.get(1).copied())
+                };
+                let consistent = |v: u32| before.is_some_and(|b| follows(forward, b, a, v));
+                best(&adj[a as usize], &placed, &consistent, units)
+                    .map(|(c, v, w)| (1 + u32::from(c), w, v))
+                    .or_else(|| {
+                        best(&skip[a as usize], &placed, &|_| false, units).map(|(_, v, w)| (0, w, v))
+                    })
             };
             let path = |forward: bool, units: &mut u64| {
                 if copies_max == 1 {
@@ -394,8 +413,8 @@ pub fn plan(
                 };
                 walk.from(a, before, units)
             };
-            let o = end(&out_adj, &out_skip, tail, units);
-            let i = end(&in_adj, &in_skip, head, units);
+            let o = end(true, tail, units);
+            let i = end(false, head, units);
             let po = path(true, units);
             let pi = path(false, units);
             // The heaviest of: an edge to an unplaced atom, a copy path
@@ -410,8 +429,9 @@ pub fn plan(
             }
             for (cand, after) in [(po, true), (pi, false)] {
                 if let Some((w, p)) = cand {
-                    if choice.as_ref().is_none_or(|c| (1, w) > c.0) {
-                        choice = Some(((1, w), after, p));
+                    let rank = 1 + u32::from(follow_streams);
+                    if choice.as_ref().is_none_or(|c| (rank, w) > c.0) {
+                        choice = Some(((rank, w), after, p));
                     }
                 }
             }
@@ -444,6 +464,30 @@ pub fn plan(
 /// Steps a copy path may walk over atoms other sequences hold.
 pub const COPY_PATH_MAX: usize = 8;
 
+/// Whether atom `c` may follow `cur`, reached from `prev` (`forward`; else
+/// the walk goes backwards, `c` before `cur` before `prev`): the stream's
+/// skip edge `prev -> c` says so, or `c` continues `cur`'s blocks, or `cur`
+/// continues `prev`'s (inside one request: no skip edge to ask).
+fn follows(
+    atoms: &[Range],
+    skips: &FxHashSet<(u32, u32)>,
+    forward: bool,
+    prev: u32,
+    cur: u32,
+    c: u32,
+) -> bool {
+    let contiguous = |y: u32, x: u32| {
+        let (a, b) = (atoms[y as usize], atoms[x as usize]);
+        if forward {
+            a.1 == b.0
+        } else {
+            b.1 == a.0
+        }
+    };
+    let (p, q) = if forward { (prev, c) } else { (c, prev) };
+    contiguous(cur, c) || contiguous(prev, cur) || skips.contains(&(p, q))
+}
+
 /// A walk from a sequence's end over atoms placed elsewhere (see [`plan`]).
 struct CopyWalk<'a> {
     atoms: &'a [Range],
@@ -460,22 +504,8 @@ struct CopyWalk<'a> {
 }
 
 impl CopyWalk<'_> {
-    /// Whether `x` continues `y`'s blocks in the walk's direction.
-    fn contiguous(&self, y: u32, x: u32) -> bool {
-        let (a, b) = (self.atoms[y as usize], self.atoms[x as usize]);
-        if self.forward {
-            a.1 == b.0
-        } else {
-            b.1 == a.0
-        }
-    }
-
-    /// Whether `c` may follow `cur` (reached from `prev`): the stream's skip
-    /// edge `prev -> c` says so, or `c` continues `cur`'s blocks, or `cur`
-    /// continues `prev`'s (inside one request: no skip edge to ask).
     fn consistent(&self, prev: u32, cur: u32, c: u32) -> bool {
-        let (p, q) = if self.forward { (prev, c) } else { (c, prev) };
-        self.contiguous(cur, c) || self.contiguous(prev, cur) || self.skips.contains(&(p, q))
+        follows(self.atoms, self.skips, self.forward, prev, cur, c)
     }
 
     /// Whether another copy of `v` may go into this sequence.
@@ -542,7 +572,7 @@ mod tests {
     fn plan_of(a: &Analyzer, capacity: u64, weight_min: u64) -> Vec<Range> {
         let mut units = 0;
         let m = master_graph(a, &mut units);
-        plan(&m, capacity, weight_min, 1, &mut units)
+        plan(&m, capacity, weight_min, 1, false, &mut units)
     }
 
     #[test]
@@ -666,7 +696,7 @@ mod tests {
         // sequence from the front only if it is heavier than B's 100.
         let mut m = master_graph(&a, &mut 0);
         m.skips.clear();
-        let p = plan(&m, 100, WEIGHT_UNIT, 1, &mut 0);
+        let p = plan(&m, 100, WEIGHT_UNIT, 1, false, &mut 0);
         assert_eq!(p[..3], [(100, 101), (500, 501), (110, 111)]);
         assert!(p.windows(2).all(|w| w != [(10, 11), (20, 21)]), "{p:?}");
     }

@@ -181,6 +181,12 @@ impl Job {
     fn in_flight(&self) -> u32 {
         self.home_in_flight + self.reads_in_flight + self.writes_in_flight
     }
+
+    /// Slot `s` (an extra copy) was freed outside the job (its primary
+    /// turned dirty): it is no longer the job's to drop.
+    pub(super) fn slot_freed(&mut self, s: u32) {
+        self.drop.retain(|&d| d != s);
+    }
 }
 
 impl Opt {
@@ -658,6 +664,7 @@ impl Opt {
             u64::from(self.geo.slot_count),
             self.args.edge_weight_min * WEIGHT_UNIT,
             self.args.copies_max,
+            self.args.follow_streams,
             &mut units,
         );
         self.counters.planning_units += units;

@@ -419,6 +419,9 @@ impl Opt {
                 assert!(s.extra && s.home == Some(h), "an extra copy's slot names it");
                 *s = Slot::default();
                 self.counters.extras_dropped_count += 1;
+                if let Some(j) = self.job.as_mut() {
+                    j.slot_freed(e.value as u32);
+                }
             }
         }
         self.extras.retain(|l| l.mapped_blocks() > 0);
