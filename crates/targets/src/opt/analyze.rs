@@ -531,22 +531,18 @@ impl CopyWalk<'_> {
         let (mut prev, mut cur) = (a, m1);
         while path.len() <= COPY_PATH_MAX {
             *units += self.adj[cur as usize].len() as u64;
-            let next = |unplaced: bool| {
-                self.adj[cur as usize]
-                    .iter()
-                    .filter(|&&(c, w)| w >= self.weight_min && self.consistent(prev, cur, c))
-                    .filter(
-                        |&&(c, _)| if unplaced { !self.placed[c as usize] } else { self.copyable(c, &path) },
-                    )
-                    .max_by_key(|&&(c, w)| (w, std::cmp::Reverse(c)))
-                    .map(|&(c, _)| c)
-            };
-            if let Some(x) = next(true) {
-                path.push(x);
+            // The heaviest consistent step: an unplaced atom ends the
+            // walk, a copyable one goes on (an unplaced one wins a tie).
+            let (c, _) = self.adj[cur as usize]
+                .iter()
+                .filter(|&&(c, w)| w >= self.weight_min && self.consistent(prev, cur, c))
+                .filter(|&&(c, _)| !self.placed[c as usize] || self.copyable(c, &path))
+                .max_by_key(|&&(c, w)| (w, !self.placed[c as usize], std::cmp::Reverse(c)))
+                .copied()?;
+            path.push(c);
+            if !self.placed[c as usize] {
                 return Some((w, path));
             }
-            let c = next(false)?;
-            path.push(c);
             (prev, cur) = (cur, c);
         }
         None

@@ -370,7 +370,11 @@ impl Opt {
                         let a = (pos * b).max(offset);
                         let z = ((pos + k) * b).min(offset + length);
                         let lower = geo.slot_offset_bytes(slot as u32) + (a - pos * b);
-                        out.push((lower, (a - offset) as u32, z - a, Some(slot as u32)));
+                        // Copies that continue each other in the region: one piece.
+                        match out.last_mut() {
+                            Some((l, _, n, Some(_))) if *l + *n == lower => *n += z - a,
+                            _ => out.push((lower, (a - offset) as u32, z - a, Some(slot as u32))),
+                        }
                         last = Some(slot + k);
                         pos += k;
                     }
