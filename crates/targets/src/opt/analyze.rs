@@ -461,6 +461,121 @@ pub fn plan(
     out
 }
 
+/// A stream's next request may start this many blocks past where its last
+/// one ended in the region and still count as read on (the drive's
+/// read-ahead covers a short skip forward; see [`plan_streams`]).
+pub const FOLLOW_AHEAD_BLOCKS: u64 = 64;
+
+/// The stream-sequence plan (`plan_streams`): each stream's requests, in
+/// the order its graph says ([`stream_order`]), are laid out one after the
+/// other, each request's blocks together, streams in id order (first seen
+/// first). A request found at most [`FOLLOW_AHEAD_BLOCKS`] past where the
+/// stream's last one ended (an earlier run of the same program laid it
+/// out) takes no room; otherwise its blocks are appended, as extra copies
+/// of blocks already placed (at most `copies_max` copies of a block; a
+/// request that would need more is not copied and the stream goes on from
+/// where it lies). Requests and edges below `weight_min` are left out.
+/// Returns block ranges in region order, cut at `capacity_blocks`.
+pub fn plan_streams(
+    a: &Analyzer,
+    capacity_blocks: u64,
+    weight_min: u64,
+    copies_max: u32,
+    units: &mut u64,
+) -> Vec<Range> {
+    // Where each placed block is (its slots, in placement order).
+    let mut at: FxHashMap<u64, Vec<u64>> = FxHashMap::default();
+    let mut out: Vec<Range> = Vec::new();
+    let mut pos = 0u64;
+    // The first slot from which all of `r`'s blocks lie in a row, among
+    // the copies of its first block that `ok` accepts.
+    let in_row = |at: &FxHashMap<u64, Vec<u64>>, (b, e): Range, ok: &dyn Fn(u64) -> bool| {
+        let starts = at.get(&b)?;
+        starts
+            .iter()
+            .copied()
+            .filter(|&s| ok(s))
+            .find(|&s| (b + 1..e).all(|x| at.get(&x).is_some_and(|v| v.contains(&(s + (x - b))))))
+    };
+    for g in a.streams.values() {
+        let mut cursor: Option<u64> = None;
+        for r in stream_order(g, weight_min, units) {
+            *units += r.1 - r.0;
+            if pos >= capacity_blocks {
+                return out;
+            }
+            let near = |s: u64| cursor.is_some_and(|c| s >= c && s - c <= FOLLOW_AHEAD_BLOCKS);
+            let found = in_row(&at, r, &near)
+                .or_else(|| cursor.is_none().then(|| in_row(&at, r, &|_| true)).flatten());
+            if let Some(s) = found {
+                cursor = Some(s + (r.1 - r.0));
+                continue;
+            }
+            if (r.0..r.1).any(|x| at.get(&x).is_some_and(|v| v.len() >= copies_max as usize)) {
+                cursor = in_row(&at, r, &|_| true).map(|s| s + (r.1 - r.0));
+                continue;
+            }
+            let take = (r.1 - r.0).min(capacity_blocks - pos);
+            for x in 0..take {
+                at.entry(r.0 + x).or_default().push(pos + x);
+            }
+            match out.last_mut() {
+                Some(l) if l.1 == r.0 => l.1 += take,
+                _ => out.push((r.0, r.0 + take)),
+            }
+            pos += take;
+            cursor = Some(pos);
+        }
+    }
+    out
+}
+
+/// A stream's requests in the order its graph says: from a request no
+/// edge leads to (else the heaviest), along the heaviest edge to a request
+/// not taken yet; when none is left, on from the next such start. Only
+/// requests and edges of at least `weight_min`.
+fn stream_order(g: &StreamGraph, weight_min: u64, units: &mut u64) -> Vec<Range> {
+    let mut out_adj: BTreeMap<Range, Vec<(Range, u64)>> = BTreeMap::new();
+    let mut has_in: FxHashSet<Range> = FxHashSet::default();
+    for (&(u, v), &w) in &g.edges {
+        *units += 1;
+        if w >= weight_min && u != v {
+            out_adj.entry(u).or_default().push((v, w));
+            has_in.insert(v);
+        }
+    }
+    let mut starts: Vec<(bool, u64, Range)> = g
+        .vertices
+        .iter()
+        .filter(|(_, &w)| w >= weight_min)
+        .map(|(&r, &w)| (has_in.contains(&r), w, r))
+        .collect();
+    // No incoming edge first, then the heaviest; ties by range.
+    starts.sort_by_key(|&(i, w, r)| (i, std::cmp::Reverse(w), r));
+    let mut taken: FxHashSet<Range> = FxHashSet::default();
+    let mut order = Vec::new();
+    for (_, _, s) in starts {
+        let mut cur = s;
+        while taken.insert(cur) {
+            order.push(cur);
+            let next = out_adj.get(&cur).and_then(|adj| {
+                *units += adj.len() as u64;
+                adj.iter()
+                    .filter(|(v, _)| {
+                        !taken.contains(v) && g.vertices.get(v).is_some_and(|&w| w >= weight_min)
+                    })
+                    .max_by_key(|&&(v, w)| (w, std::cmp::Reverse(v)))
+                    .map(|&(v, _)| v)
+            });
+            match next {
+                Some(v) => cur = v,
+                None => break,
+            }
+        }
+    }
+    order
+}
+
 /// Steps a copy path may walk over atoms other sequences hold.
 pub const COPY_PATH_MAX: usize = 8;
 

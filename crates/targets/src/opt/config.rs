@@ -44,6 +44,11 @@ pub struct Args {
     /// confirms (`a -> b -> c` seen: after `a, b` comes `c`) before a
     /// heavier one another stream made (at a shared block).
     pub follow_streams: bool,
+    /// Plan by laying out each stream's requests in its order, one stream
+    /// after the other, an earlier run's layout reused when a stream reads
+    /// on along it (`analyze::plan_streams`), instead of the paper's greedy
+    /// over the merged graph; blocks repeat up to `copies_max` times.
+    pub plan_streams: bool,
     /// Most blocks one copy read moves (a run of the plan; the rate is
     /// capped by `[background] rate`).
     pub copy_blocks_per_step: u32,
@@ -210,6 +215,7 @@ impl Args {
             edge_weight_min: a.u64_opt("edge_weight_min")?.unwrap_or(2),
             copies_max: u32_key(&mut a, "copies_max", 1, 1, 16)?,
             follow_streams: a.bool_opt("follow_streams")?.unwrap_or(false),
+            plan_streams: a.bool_opt("plan_streams")?.unwrap_or(false),
             copy_blocks_per_step: u32_key(&mut a, "copy_blocks_per_step", 64, 1, 8192)?,
             copies_in_flight: u32_key(&mut a, "copies_in_flight", 4, 1, 64)?,
             copy_batch_blocks: u32_key(&mut a, "copy_batch_blocks", 256, 1, 1 << 16)?,
@@ -239,6 +245,7 @@ impl Args {
             ("edge_weight_min", self.edge_weight_min.to_string()),
             ("copies_max", self.copies_max.to_string()),
             ("follow_streams", self.follow_streams.to_string()),
+            ("plan_streams", self.plan_streams.to_string()),
             ("copy_blocks_per_step", self.copy_blocks_per_step.to_string()),
             ("copies_in_flight", self.copies_in_flight.to_string()),
             ("copy_batch_blocks", self.copy_batch_blocks.to_string()),

@@ -31,7 +31,7 @@
 //! mapped until its slot is needed (then every such slot is dropped at
 //! once), so a program not run since the last plan keeps its copies.
 
-use super::analyze::{master_graph, plan, Range, WEIGHT_UNIT};
+use super::analyze::{master_graph, plan, plan_streams, Range, WEIGHT_UNIT};
 use super::{LowerOp, Opt, Slot};
 use crate::alloc::{FreeSpace, Largest, Placement};
 use bytes::Bytes;
@@ -659,14 +659,27 @@ impl Opt {
         self.analyze_slice(usize::MAX);
         let mut units = 0;
         let m = master_graph(&self.analyzer, &mut units);
-        let p = plan(
-            &m,
-            u64::from(self.geo.slot_count),
-            self.args.edge_weight_min * WEIGHT_UNIT,
-            self.args.copies_max,
-            self.args.follow_streams,
-            &mut units,
-        );
+        let p = if self.args.plan_streams {
+            let p = plan_streams(
+                &self.analyzer,
+                u64::from(self.geo.slot_count),
+                self.args.edge_weight_min * WEIGHT_UNIT,
+                self.args.copies_max,
+                &mut units,
+            );
+            self.counters.planning_units += units;
+            units = 0;
+            p
+        } else {
+            plan(
+                &m,
+                u64::from(self.geo.slot_count),
+                self.args.edge_weight_min * WEIGHT_UNIT,
+                self.args.copies_max,
+                self.args.follow_streams,
+                &mut units,
+            )
+        };
         self.counters.planning_units += units;
         self.counters.plans_count += 1;
         self.analyzer.halve();
