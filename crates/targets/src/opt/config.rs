@@ -49,6 +49,9 @@ pub struct Args {
     /// on along it (`analyze::plan_streams`), instead of the paper's greedy
     /// over the merged graph; blocks repeat up to `copies_max` times.
     pub plan_streams: bool,
+    /// A read partly in OPT, partly home goes wholly home when its OPT
+    /// blocks are clean (one seek instead of two).
+    pub partial_reads_home: bool,
     /// Most blocks one copy read moves (a run of the plan; the rate is
     /// capped by `[background] rate`).
     pub copy_blocks_per_step: u32,
@@ -216,6 +219,7 @@ impl Args {
             copies_max: u32_key(&mut a, "copies_max", 1, 1, 16)?,
             follow_streams: a.bool_opt("follow_streams")?.unwrap_or(false),
             plan_streams: a.bool_opt("plan_streams")?.unwrap_or(false),
+            partial_reads_home: a.bool_opt("partial_reads_home")?.unwrap_or(false),
             copy_blocks_per_step: u32_key(&mut a, "copy_blocks_per_step", 64, 1, 8192)?,
             copies_in_flight: u32_key(&mut a, "copies_in_flight", 4, 1, 64)?,
             copy_batch_blocks: u32_key(&mut a, "copy_batch_blocks", 256, 1, 1 << 16)?,
@@ -246,6 +250,7 @@ impl Args {
             ("copies_max", self.copies_max.to_string()),
             ("follow_streams", self.follow_streams.to_string()),
             ("plan_streams", self.plan_streams.to_string()),
+            ("partial_reads_home", self.partial_reads_home.to_string()),
             ("copy_blocks_per_step", self.copy_blocks_per_step.to_string()),
             ("copies_in_flight", self.copies_in_flight.to_string()),
             ("copy_batch_blocks", self.copy_batch_blocks.to_string()),

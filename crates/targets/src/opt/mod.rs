@@ -82,6 +82,18 @@ fn nearest_copy(extras: &[BlockMap<u64>], pos: u64, n: u64, primary: u64, last: 
     best
 }
 
+/// Pushes the home pieces of volume bytes `[a, z)` of a request at
+/// `offset` (two when they straddle the region's start).
+fn home_pieces(geo: &Geometry, a: u64, z: u64, offset: u64, out: &mut Vec<(u64, u32, u64, Option<u32>)>) {
+    let cut = geo.opt_offset_bytes;
+    if a < cut && cut < z {
+        out.push((a, (a - offset) as u32, cut - a, None));
+        out.push((geo.home_bytes(cut), (cut - offset) as u32, z - cut, None));
+    } else {
+        out.push((geo.home_bytes(a), (a - offset) as u32, z - a, None));
+    }
+}
+
 /// Walks blocks `[start, start + length)` of `map` piece by piece, calling
 /// `f(first block, blocks, Some(slot of the first) | None)`; no allocation
 /// (one or two ordered-map lookups a piece). The indirection of every
@@ -199,6 +211,7 @@ struct Counters {
     journal_blocks_unreadable_count: u64,
     read_extra_count: u64,
     extras_dropped_count: u64,
+    partial_reads_home_count: u64,
 }
 
 /// The bring-up phase.
@@ -380,20 +393,33 @@ impl Opt {
                     }
                 }
                 None => {
-                    let a = (start * b).max(offset);
-                    let z = ((start + n) * b).min(offset + length);
                     last = None;
-                    // A home piece may straddle the region's start.
-                    let cut = geo.opt_offset_bytes;
-                    if a < cut && cut < z {
-                        out.push((a, (a - offset) as u32, cut - a, None));
-                        out.push((geo.home_bytes(cut), (cut - offset) as u32, z - cut, None));
-                    } else {
-                        out.push((geo.home_bytes(a), (a - offset) as u32, z - a, None));
-                    }
+                    home_pieces(
+                        &geo,
+                        (start * b).max(offset),
+                        ((start + n) * b).min(offset + length),
+                        offset,
+                        &mut out,
+                    );
                 }
             }
         });
+        // A read partly in OPT, partly home: all of it from home (one seek,
+        // not two) when its OPT blocks are clean (home holds their bytes).
+        let split = out.iter().any(|p| p.3.is_some()) && out.iter().any(|p| p.3.is_none());
+        if split && reader.is_some() && self.args.partial_reads_home {
+            let slots = &self.slots;
+            let mut clean = true;
+            for_each_piece(&self.map, first, end - first, |_, n, slot| {
+                clean &= slot.is_none_or(|s| (s..s + n).all(|s| !slots[s as usize].dirty));
+            });
+            if clean {
+                out.clear();
+                home_pieces(&geo, offset, offset + length, offset, &mut out);
+                last = None;
+                self.counters.partial_reads_home_count += 1;
+            }
+        }
         self.counters.indirection_pieces_count += out.len() as u64;
         self.counters.read_extra_count += from_extra;
         if let Some(r) = choose {
@@ -901,6 +927,7 @@ impl Target for Opt {
             ("extra_copies_count", self.extras.iter().map(|l| l.mapped_blocks()).sum()),
             ("read_extra_count", c.read_extra_count),
             ("extras_dropped_count", c.extras_dropped_count),
+            ("partial_reads_home_count", c.partial_reads_home_count),
             ("job_active", u64::from(self.job.is_some())),
         ];
         Status {
