@@ -171,8 +171,10 @@ impl Analyzer {
         }
         let before = std::mem::replace(&mut g.before_last, g.last.replace((range, e.time_ns)));
         let last = g.before_last;
+        // A request whose vertex faded away since (halving) links nothing.
+        let g = self.streams.get(&e.stream).expect("present");
         let weights = [last, before].map(|p| {
-            p.filter(|(prev, _)| *prev != range)
+            p.filter(|(prev, _)| *prev != range && g.vertices.contains_key(prev))
                 .map(|(prev, t)| (prev, self.weight(e.time_ns.saturating_sub(t))))
         });
         let g = self.streams.get_mut(&e.stream).expect("present");
@@ -810,6 +812,80 @@ mod tests {
         let p = plan(&m, 100, WEIGHT_UNIT, 1, false, &mut 0);
         assert_eq!(p[..3], [(100, 101), (500, 501), (110, 111)]);
         assert!(p.windows(2).all(|w| w != [(10, 11), (20, 21)]), "{p:?}");
+    }
+
+    #[test]
+    fn copies_put_a_shared_block_in_each_programs_sequence() {
+        // Program A reads 10 L 20 30, program B 100 L 110, each run its own
+        // stream, three runs each: with two copies allowed, L (500) sits in
+        // both sequences, and each program's blocks are in its order.
+        let mut a = analyzer();
+        for round in 0..3u64 {
+            for (i, b) in [10, 500, 20, 30].into_iter().enumerate() {
+                a.add(e(round * 100 + i as u64, b, 1, 10 + 2 * round as u32));
+            }
+            for (i, b) in [100, 500, 110].into_iter().enumerate() {
+                a.add(e(round * 100 + 50 + i as u64, b, 1, 11 + 2 * round as u32));
+            }
+        }
+        let m = master_graph(&a, &mut 0);
+        let p = plan(&m, 100, WEIGHT_UNIT, 2, true, &mut 0);
+        let firsts: Vec<u64> = p.iter().map(|r| r.0).collect();
+        let has = |seq: &[u64]| firsts.windows(seq.len()).any(|w| w == seq);
+        assert!(has(&[10, 500, 20, 30]) && has(&[100, 500, 110]), "{firsts:?}");
+        assert_eq!(firsts.iter().filter(|&&b| b == 500).count(), 2);
+        // One copy: L once, as before.
+        let p = plan(&m, 100, WEIGHT_UNIT, 1, true, &mut 0);
+        assert_eq!(p.iter().filter(|r| r.0 == 500).count(), 1);
+    }
+
+    #[test]
+    fn stream_plans_lay_each_run_out_in_its_order_and_reuse_an_earlier_runs_layout() {
+        let mut a = analyzer();
+        // A file read backwards by growing windows (what a page cache makes
+        // of reads out of file order): each request in a row, in order.
+        for (i, (b, n)) in [(27, 1), (26, 2), (25, 3)].into_iter().enumerate() {
+            a.add(e(i as u64, b, n, 1));
+        }
+        // Program B twice (streams 2, 3), sharing 26..28 with the file
+        // above; the second run skips a request and reads on along the
+        // first run's layout: it takes no room.
+        for (i, b) in [100, 26, 200, 300].into_iter().enumerate() {
+            a.add(e(10 + i as u64, b, 1 + u32::from(b == 26), 2));
+        }
+        for (i, b) in [100, 26, 300].into_iter().enumerate() {
+            a.add(e(20 + i as u64, b, 1 + u32::from(b == 26), 3));
+        }
+        let p = plan_streams(&a, 100, WEIGHT_UNIT, 4, &mut 0);
+        assert_eq!(
+            p,
+            vec![(27, 28), (26, 28), (25, 28), (100, 101), (26, 28), (200, 201), (300, 301)],
+            "stream 1's windows, then stream 2 with its own copy of 26..28"
+        );
+        // Three copies at most: stream 1 made three of 27, so stream 2 finds
+        // none left for 26..28 and goes on from where it lies.
+        let p = plan_streams(&a, 100, WEIGHT_UNIT, 3, &mut 0);
+        assert_eq!(p, vec![(27, 28), (26, 28), (25, 28), (100, 101), (200, 201), (300, 301)]);
+        // The region's capacity cuts the plan.
+        assert_eq!(plan_streams(&a, 4, WEIGHT_UNIT, 4, &mut 0), vec![(27, 28), (26, 28), (25, 26)]);
+    }
+
+    #[test]
+    fn a_request_whose_vertex_faded_away_links_nothing() {
+        // Found by the oracle with plans every few requests: the stream's
+        // last request's vertex halved to zero, then an edge from it named
+        // a vertex no graph had, and merging panicked.
+        let mut a = analyzer();
+        a.add(e(0, 10, 1, 1));
+        for _ in 0..11 {
+            a.halve();
+        }
+        assert_eq!(a.vertex_count(), 0);
+        a.add(e(1, 20, 1, 1));
+        a.add(e(2, 30, 1, 1));
+        let m = master_graph(&a, &mut 0);
+        assert_eq!(m.atoms, vec![(20, 21), (30, 31)]);
+        assert_eq!(m.edges.len(), 1);
     }
 
     #[test]
