@@ -87,7 +87,7 @@ python3 bench/workloads/opt_report.py $R $R/cpu.txt > $R/tables.md
 python3 bench/workloads/opt_report.py --startup $R >> $R/tables.md
 python3 bench/workloads/opt_report.py --coverage $T >> $R/tables.md
 zcat $T > $R/.trace.tmp
-cargo run -q --release -p layoutd-sim --example opt_cpu -- $R/.trace.tmp | tee -a $R/tables.md
+cargo run -q --release -p layoutd-sim --example opt_cpu -- $R/.trace.tmp 262144 8 | tee -a $R/tables.md
 rm -f $R/.trace.tmp
 for s in $SEEDS; do
     traces $s bench/traces/opt/seed$s

@@ -69,7 +69,7 @@ const READ_LAST_MAX: usize = 4096;
 /// Of the copies of home blocks `[pos, pos + n)` (the primary at slot
 /// `primary`, extra copies in `extras`), the one whose slot is nearest to
 /// `last` (the primary on a tie): `(its slot, blocks it holds in a row)`.
-fn nearest_copy(extras: &[BlockMap<u64>], pos: u64, n: u64, primary: u64, last: u64) -> (u64, u64) {
+pub fn nearest_copy(extras: &[BlockMap<u64>], pos: u64, n: u64, primary: u64, last: u64) -> (u64, u64) {
     let mut best = (primary, n);
     for layer in extras {
         if let Some(e) = layer.extent_at_or_after(pos).filter(|e| e.start <= pos) {
