@@ -79,6 +79,14 @@ fn main() {
         }
     }
     let (map, extras) = layers.split_first().map_or((BlockMap::new(), &[][..]), |(m, x)| (m.clone(), x));
+    // Slot -> home block (the target's slot table).
+    let mut slot_home = vec![u64::MAX; slot as usize];
+    for l in &layers {
+        for e in l.iter() {
+            (0..e.length).for_each(|i| slot_home[(e.value + i) as usize] = e.start + i);
+        }
+    }
+    let home_of = |s: u64| slot_home.get(s as usize).copied().filter(|&h| h != u64::MAX);
     // One pass over the trace takes well under a scheduler time slice, so
     // the fastest of many passes is the walk's own cost on a machine that
     // other work preempts; the median shows how much that work costs.
@@ -101,7 +109,9 @@ fn main() {
                 let mut pos = start;
                 while pos < start + n {
                     let (at, k) = match (extras.is_empty(), end.or(l)) {
-                        (false, Some(l)) => nearest_copy(extras, pos, start + n - pos, s + (pos - start), l),
+                        (false, Some(l)) => {
+                            nearest_copy(home_of, extras, pos, start + n - pos, s + (pos - start), l)
+                        }
                         _ => (s + (pos - start), start + n - pos),
                     };
                     pieces += 1;

@@ -67,9 +67,22 @@ const STARVED_DIVISOR: u64 = 10;
 const READ_LAST_MAX: usize = 4096;
 
 /// Of the copies of home blocks `[pos, pos + n)` (the primary at slot
-/// `primary`, extra copies in `extras`), the one whose slot is nearest to
-/// `last` (the primary on a tie): `(its slot, blocks it holds in a row)`.
-pub fn nearest_copy(extras: &[BlockMap<u64>], pos: u64, n: u64, primary: u64, last: u64) -> (u64, u64) {
+/// `primary`, extra copies in `extras`; `home_of(slot)`: the block a slot
+/// holds), the one whose slot is nearest to `last` (the primary on a tie):
+/// `(its slot, blocks it holds in a row)`. The common case, a copy at
+/// `last` itself (the stream reads on), costs no map lookup.
+pub fn nearest_copy(
+    home_of: impl Fn(u64) -> Option<u64>,
+    extras: &[BlockMap<u64>],
+    pos: u64,
+    n: u64,
+    primary: u64,
+    last: u64,
+) -> (u64, u64) {
+    if home_of(last) == Some(pos) {
+        let k = (1..n).find(|&i| home_of(last + i) != Some(pos + i)).unwrap_or(n);
+        return (last, k);
+    }
     let mut best = (primary, n);
     for layer in extras {
         if let Some(e) = layer.extent_at_or_after(pos).filter(|e| e.start <= pos) {
@@ -368,6 +381,8 @@ impl Opt {
         let choose = reader.filter(|_| !self.extras.is_empty());
         let mut last = choose.and_then(|r| self.read_last.get(&r).copied());
         let (extras, mut from_extra) = (&self.extras, 0);
+        let slots = &self.slots;
+        let home_of = |s: u64| slots.get(s as usize).and_then(|x| x.home);
         for_each_piece(&self.map, first, end - first, |start, n, slot| {
             match slot {
                 Some(s) => {
@@ -375,7 +390,7 @@ impl Opt {
                     while pos < start + n {
                         let (slot, k) = match (choose, last) {
                             (Some(_), Some(l)) => {
-                                nearest_copy(extras, pos, start + n - pos, s + (pos - start), l)
+                                nearest_copy(home_of, extras, pos, start + n - pos, s + (pos - start), l)
                             }
                             _ => (s + (pos - start), start + n - pos),
                         };
