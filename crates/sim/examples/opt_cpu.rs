@@ -66,18 +66,7 @@ fn main() {
         best[1] = best[1].min(t_planning);
     }
     // Layer 0: the primaries; layer k: the (k+1)-th copies.
-    let mut layers: Vec<BlockMap<u64>> = Vec::new();
-    let mut slot = 0;
-    for (s, e) in &ranges {
-        for b in *s..*e {
-            let k = layers.iter().position(|l| l.get(b).is_none()).unwrap_or(layers.len());
-            if k == layers.len() {
-                layers.push(BlockMap::new());
-            }
-            layers[k].insert(b, 1, slot);
-            slot += 1;
-        }
-    }
+    let (layers, slot) = layoutd_targets::opt::plan_layers(&ranges);
     let (map, extras) = layers.split_first().map_or((BlockMap::new(), &[][..]), |(m, x)| (m.clone(), x));
     // Slot -> home block (the target's slot table).
     let mut slot_home = vec![u64::MAX; slot as usize];

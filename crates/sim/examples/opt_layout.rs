@@ -11,7 +11,6 @@
 //! read ended, as the target does. `follow`: the plan's `follow_streams`.
 
 use layoutd_core::TraceRecord;
-use layoutd_targets::blockmap::BlockMap;
 use layoutd_targets::opt::analyze::{master_graph, plan, Analyzer, Limits, ProfileEntry, WEIGHT_UNIT};
 use std::collections::HashMap;
 
@@ -49,18 +48,7 @@ fn main() {
     let follow = args.get(4).is_some_and(|f| f == "follow");
     let ranges = plan(&m, 262_144, WEIGHT_UNIT, copies, follow, &mut units);
     // Layer k: the (k+1)-th copy of each block.
-    let mut layers: Vec<BlockMap<u64>> = Vec::new();
-    let mut slot = 0;
-    for (s, e) in &ranges {
-        for b in *s..*e {
-            let k = layers.iter().position(|l| l.get(b).is_none()).unwrap_or(layers.len());
-            if k == layers.len() {
-                layers.push(BlockMap::new());
-            }
-            layers[k].insert(b, 1, slot);
-            slot += 1;
-        }
-    }
+    let (layers, slot) = layoutd_targets::opt::plan_layers(&ranges);
     let map = &layers[0];
     let (mut reads, mut mapped, mut seq, mut near) = (0, 0, 0, 0);
     let mut last: HashMap<u32, u64> = HashMap::new();

@@ -107,6 +107,26 @@ fn home_pieces(geo: &Geometry, a: u64, z: u64, offset: u64, out: &mut Vec<(u64, 
     }
 }
 
+/// A plan's ranges laid out from slot 0 in order, as maps from home block
+/// to slot: layer 0 holds each block's first placement (the primary),
+/// layer `k` its `k + 1`-th; and the slots used. For tools measuring a plan
+/// outside the target (the target itself keeps slots that stay put).
+pub fn plan_layers(ranges: &[Range]) -> (Vec<BlockMap<u64>>, u64) {
+    let mut layers: Vec<BlockMap<u64>> = Vec::new();
+    let mut slot = 0;
+    for &(s, e) in ranges {
+        for b in s..e {
+            let k = layers.iter().position(|l| l.get(b).is_none()).unwrap_or(layers.len());
+            if k == layers.len() {
+                layers.push(BlockMap::new());
+            }
+            layers[k].insert(b, 1, slot);
+            slot += 1;
+        }
+    }
+    (layers, slot)
+}
+
 /// Walks blocks `[start, start + length)` of `map` piece by piece, calling
 /// `f(first block, blocks, Some(slot of the first) | None)`; no allocation
 /// (one or two ordered-map lookups a piece). The indirection of every
