@@ -146,6 +146,11 @@ impl Analyzer {
         self.edge_count
     }
 
+    /// Stream graphs.
+    pub fn stream_count(&self) -> usize {
+        self.streams.len()
+    }
+
     /// The weight of a transition after a gap of `gap_ns`.
     fn weight(&self, gap_ns: u64) -> u64 {
         if gap_ns <= self.limits.think_ns {

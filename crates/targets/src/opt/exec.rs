@@ -658,27 +658,15 @@ impl Opt {
     pub(super) fn plan_now(&mut self, now: Instant) -> String {
         self.analyze_slice(usize::MAX);
         let mut units = 0;
-        let m = master_graph(&self.analyzer, &mut units);
-        let p = if self.args.plan_streams {
-            let p = plan_streams(
-                &self.analyzer,
-                u64::from(self.geo.slot_count),
-                self.args.edge_weight_min * WEIGHT_UNIT,
-                self.args.copies_max,
-                &mut units,
-            );
-            self.counters.planning_units += units;
-            units = 0;
-            p
+        let (slots, weight_min) = (u64::from(self.geo.slot_count), self.args.edge_weight_min * WEIGHT_UNIT);
+        let (p, from) = if self.args.plan_streams {
+            let p = plan_streams(&self.analyzer, slots, weight_min, self.args.copies_max, &mut units);
+            (p, format!("{} stream graph(s)", self.analyzer.stream_count()))
         } else {
-            plan(
-                &m,
-                u64::from(self.geo.slot_count),
-                self.args.edge_weight_min * WEIGHT_UNIT,
-                self.args.copies_max,
-                self.args.follow_streams,
-                &mut units,
-            )
+            let m = master_graph(&self.analyzer, &mut units);
+            let (copies, follow) = (self.args.copies_max, self.args.follow_streams);
+            let p = plan(&m, slots, weight_min, copies, follow, &mut units);
+            (p, format!("{} atoms and {} edges", m.atoms.len(), m.edges.len()))
         };
         self.counters.planning_units += units;
         self.counters.plans_count += 1;
@@ -688,11 +676,9 @@ impl Opt {
         self.last_plan_at = now;
         let blocks: u64 = p.iter().map(|(s, e)| e - s).sum();
         let summary = format!(
-            "plan: {} range(s), {blocks} block(s) of {} slots, from {} atoms and {} edges",
+            "plan: {} range(s), {blocks} block(s) of {} slots, from {from}",
             p.len(),
-            self.geo.slot_count,
-            m.atoms.len(),
-            m.edges.len()
+            self.geo.slot_count
         );
         self.planned = Some(p.clone());
         if self.args.auto_apply && self.job.is_none() {
