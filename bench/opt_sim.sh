@@ -18,7 +18,8 @@
 #                       traces of other seeds of the same generator
 #                       (bench/traces/opt/seedN/, generated if missing;
 #                       results under seeds/seedN/) and a table of every
-#                       seed with the medians
+#                       seed with the medians; then where each seed's
+#                       held-out I/O time goes (opt_phases.py, phases.md)
 #
 # Environment: LAYOUTD (default target/release/layoutd); SEEDS (default
 # "2 3 4", the seeds besides 1).
@@ -87,11 +88,18 @@ python3 bench/workloads/opt_report.py $R $R/cpu.txt > $R/tables.md
 python3 bench/workloads/opt_report.py --startup $R >> $R/tables.md
 python3 bench/workloads/opt_report.py --coverage $T >> $R/tables.md
 zcat $T > $R/.trace.tmp
-cargo run -q --release -p layoutd-sim --example opt_cpu -- $R/.trace.tmp | tee -a $R/tables.md
+cargo run -q --release -p layoutd-sim --example opt_cpu -- $R/.trace.tmp 262144 8 | tee -a $R/tables.md
 rm -f $R/.trace.tmp
 for s in $SEEDS; do
     traces $s bench/traces/opt/seed$s
     experiments bench/traces/opt/seed$s $R/seeds/seed$s
 done
 python3 bench/workloads/opt_report.py --seeds $R 1 $SEEDS >> $R/tables.md
+# Where the held-out time goes (one plan after day 1), every seed.
+for s in 1 $SEEDS; do
+    t=bench/traces/opt
+    [ $s = 1 ] || t=bench/traces/opt/seed$s
+    python3 bench/workloads/opt_phases.py $R/opt.toml $t "$LAYOUTD"
+    echo
+done > $R/phases.md
 cat $R/tables.md

@@ -169,7 +169,8 @@ def main():
     print("| --- | --- | --- | --- | --- |")
     keys = ["plans_count", "reconfigurations_count", "mapped_blocks_count", "copied_bytes", "read_opt_bytes",
             "written_opt_bytes", "dirty_copies_count", "copied_home_bytes", "analysis_units", "planning_units",
-            "graph_vertices_count", "graph_edges_count", "indirection_pieces_per_request_milli"]
+            "graph_vertices_count", "graph_edges_count", "indirection_pieces_per_request_milli",
+            "extra_copies_count", "read_extra_count", "partial_reads_home_count"]
     for r in runs:
         c = counters(js[r])
         cs = ", ".join(f"{k}={c[k]}" for k in keys if k in c) or "-"

@@ -99,6 +99,93 @@ fn opt_crash_at_every_flush_and_random_points_keeps_flushed_data() {
     }
 }
 
+/// The tiny region with extra copies, stream-sequence plans and partial
+/// reads from home.
+fn tiny_copies(every: u64) -> String {
+    tiny(every) + "copies_max = 3\nplan_streams = true\npartial_reads_home = true\n"
+}
+
+/// Three streams, each reading its own sequence of six places, two of
+/// them shared by all (libraries: the planner copies them into each
+/// stream's sequence), writes into all of it (a write to a block with
+/// extra copies drops them), and some of everything elsewhere.
+fn shared_ops(rng: &mut ChaCha8Rng, count: usize) -> Vec<OpSpec> {
+    let shared: Vec<u64> = (0..2).map(|_| rng.gen_range(0..1900)).collect();
+    let seqs: Vec<Vec<u64>> = (0..3)
+        .map(|_| {
+            let own = |rng: &mut ChaCha8Rng| rng.gen_range(0..1900);
+            vec![own(rng), shared[0], own(rng), own(rng), shared[1], own(rng)]
+        })
+        .collect();
+    let mut at = [0usize; 3];
+    (0..count)
+        .map(|_| {
+            let stream = rng.gen_range(0..3);
+            let (op, sectors) = match rng.gen_range(0..100) {
+                0..=81 => (Op::Read, 8),
+                82..=89 => (Op::Write, rng.gen_range(1..=16)),
+                90..=93 => (Op::Flush, 0),
+                94..=96 => (Op::Trim, rng.gen_range(1..=16)),
+                _ => (Op::WriteZeroes, rng.gen_range(1..=16)),
+            };
+            let seq = &seqs[stream];
+            let sector = if rng.gen_bool(0.9) {
+                at[stream] += 1;
+                seq[at[stream] % seq.len()]
+            } else {
+                rng.gen_range(0..2048)
+            };
+            // Each pass over a sequence is a run of its own (a process).
+            let run = (at[stream] / seq.len()) % 8;
+            OpSpec { op, sector, sectors, fua: rng.gen_bool(0.05), stream: (stream + 3 * run) as u32 }
+        })
+        .collect()
+}
+
+#[test]
+fn opt_with_extra_copies_reads_back_what_a_byte_array_would() {
+    let keys = [
+        "extra_copies_count",
+        "read_extra_count",
+        "extras_dropped_count",
+        "dirty_copies_count",
+        "partial_reads_home_count",
+    ];
+    let mut totals = vec![0u64; keys.len()];
+    let mut extra_copies_made = 0;
+    for seed in 0..12u64 {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let ops = shared_ops(&mut rng, 800);
+        let cfg = tiny_copies(6 + seed % 5);
+        let make = |mode| stack_from_toml(&cfg, DEVICE_BYTES, mode);
+        let h = oracle_check_idle_with(&make, DEVICE_BYTES, seed, &ops, 1 + seed as usize % 4, 3);
+        assert_eq!(h.upper_outstanding_count(), 0);
+        for (t, k) in totals.iter_mut().zip(keys) {
+            *t += counter(&*h.stack, k);
+        }
+        extra_copies_made +=
+            counter(&*h.stack, "extra_copies_count") + counter(&*h.stack, "extras_dropped_count");
+    }
+    eprintln!("{:?}", keys.iter().zip(&totals).collect::<Vec<_>>());
+    // Extra copies were made, read from and dropped by writes, reads went
+    // home whole, many times.
+    assert!(extra_copies_made >= 12, "extra copies made: {extra_copies_made}");
+    for (t, k) in totals.iter().zip(keys).skip(1) {
+        assert!(*t >= 12, "{k} = {t}: the workload did not exercise it");
+    }
+}
+
+#[test]
+fn opt_with_extra_copies_crash_at_every_flush_and_random_points_keeps_flushed_data() {
+    for seed in 0..4u64 {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let ops = shared_ops(&mut rng, 200);
+        let make = |mode| stack_from_toml(&tiny_copies(6), DEVICE_BYTES, mode);
+        let cuts = crash_check_idle_with(&make, DEVICE_BYTES, seed, &ops, 1 + seed as usize % 3, 30, 3);
+        assert!(cuts > 20, "too few cut points: {cuts}");
+    }
+}
+
 /// A harness over a fresh device with the manual config, brought up.
 fn harness(dev: &Arc<MemDevice>, mode: OpenMode) -> Harness {
     harness_with(dev, &manual(), mode)
@@ -460,4 +547,88 @@ fn bad_configs_say_what_is_wrong() {
         let e = layoutd_targets::build_stack(&cfg, DEVICE_BYTES, OpenMode::Format).err().expect(keys).0;
         assert!(e.contains(want), "{keys}: {e}");
     }
+}
+
+/// Stream `stream` (a base stream of the detector) reads block `b`.
+fn read_as(h: &mut Harness, stream: u32, b: u64) -> Vec<u8> {
+    let mut req = Request::new(ReqId(0), Op::Read, b * B, B as u32);
+    req.stream = layoutd_core::StreamId(stream * layoutd_core::streams::RUN_SLOTS);
+    let c = h.call(req);
+    assert_eq!(c.result, Ok(()));
+    c.data.expect("data").to_vec()
+}
+
+#[test]
+fn a_shared_block_gets_a_copy_in_each_sequence_and_a_write_drops_the_extra_one_durably() {
+    let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+    let cfg = manual().replace("edge_weight_min = 0", "edge_weight_min = 2")
+        + "copies_max = 2\nfollow_streams = true\n";
+    let mut h = harness_with(&dev, &cfg, OpenMode::Format);
+    for b in 10..20u8 {
+        assert_eq!(h.write(u64::from(b) * B, block(b)).result, Ok(()));
+    }
+    assert_eq!(h.flush().result, Ok(()));
+    // Program A reads 10 15 11 12, program B 16 15 17 18: 15 is shared.
+    // Each run is its own stream (a process).
+    let (a, b) = ([10u64, 15, 11, 12], [16u64, 15, 17, 18]);
+    for round in 0..3 {
+        for (s, seq) in [(1, a), (2, b)] {
+            for x in seq {
+                read_as(&mut h, 10 + 2 * round + s, x);
+            }
+        }
+    }
+    let reply = message(&mut h, "apply").expect("apply");
+    assert!(reply.contains("to copy"), "{reply}");
+    h.settle();
+    assert_eq!(counter(&*h.stack, "job_active"), 0, "{}", describe(&mut h));
+    assert_eq!(counter(&*h.stack, "extra_copies_count"), 1, "{}", describe(&mut h));
+    // Each program reads 15 from the copy right after its previous block.
+    let extra_reads = counter(&*h.stack, "read_extra_count");
+    for (s, seq) in [(1, a), (2, b)] {
+        for x in seq {
+            assert_eq!(read_as(&mut h, s, x), block(x as u8));
+        }
+    }
+    assert_eq!(counter(&*h.stack, "read_extra_count"), extra_reads + 1, "one program reads the extra copy");
+    // A write to 15 goes to the primary once its dirty bit is durable, and
+    // the extra copy goes with it: both programs read the new bytes.
+    assert_eq!(h.write(15 * B, block(0x55)).result, Ok(()));
+    assert_eq!(counter(&*h.stack, "extras_dropped_count"), 1);
+    assert_eq!(counter(&*h.stack, "extra_copies_count"), 0);
+    for s in [1, 2] {
+        read_as(&mut h, s, 10);
+        read_as(&mut h, s, 16);
+        assert_eq!(read_as(&mut h, s, 15), block(0x55));
+    }
+    assert_eq!(h.flush().result, Ok(()));
+    // A crash: the durable map still names the extra copy, but the journal
+    // says its primary is dirty, so recovery drops it.
+    drop(h);
+    let mut h = harness_with(&dev, &cfg, OpenMode::Open { clean: false, accept_loss: false });
+    assert_eq!(counter(&*h.stack, "recovered_dirty_slots_count"), 1);
+    assert_eq!(counter(&*h.stack, "extra_copies_count"), 0);
+    assert_eq!(counter(&*h.stack, "extras_dropped_count"), 1, "dropped at recovery");
+    for s in [1, 2] {
+        read_as(&mut h, s, 11);
+        assert_eq!(read_as(&mut h, s, 15), block(0x55));
+    }
+}
+
+#[test]
+fn a_read_partly_in_opt_goes_wholly_home_while_its_copies_are_clean() {
+    let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+    let cfg = manual() + "partial_reads_home = true\n";
+    let mut h = mapped_harness_with(&dev, &cfg);
+    // Blocks 13..15: 13 is in OPT, 14 is not (its home holds block(0)).
+    assert!(h.stack.map_extent(13 * B, B)[0].0 != Some(13 * B), "13 is mapped");
+    assert_eq!(h.stack.map_extent(14 * B, B)[0].0, Some(14 * B), "14 is not");
+    let c = h.read(13 * B, 2 * B as u32);
+    assert_eq!(c.data.expect("data").to_vec(), [block(13), vec![0; B as usize]].concat());
+    assert_eq!(counter(&*h.stack, "partial_reads_home_count"), 1);
+    // Once 13's copy is dirty only it has the bytes: the read is split.
+    assert_eq!(h.write(13 * B, block(0x31)).result, Ok(()));
+    let c = h.read(13 * B, 2 * B as u32);
+    assert_eq!(c.data.expect("data").to_vec(), [block(0x31), vec![0; B as usize]].concat());
+    assert_eq!(counter(&*h.stack, "partial_reads_home_count"), 1);
 }

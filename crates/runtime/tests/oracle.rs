@@ -62,6 +62,39 @@ idle_ms = 0
 "#,
     ),
     (
+        "opt-extra-copies-following-streams",
+        r#"version = 1
+[[layer]]
+target = "opt"
+opt_offset = "512K"
+opt_length = "96K"
+journal_blocks = 2
+edge_weight_min = 0
+plan_interval_requests = 8
+copy_blocks_per_step = 4
+idle_ms = 0
+copies_max = 3
+follow_streams = true
+"#,
+    ),
+    (
+        "opt-stream-plans-extra-copies-partial-reads-home",
+        r#"version = 1
+[[layer]]
+target = "opt"
+opt_offset = "512K"
+opt_length = "96K"
+journal_blocks = 2
+edge_weight_min = 0
+plan_interval_requests = 8
+copy_blocks_per_step = 4
+idle_ms = 0
+copies_max = 4
+plan_streams = true
+partial_reads_home = true
+"#,
+    ),
+    (
         "opt-1k-blocks-at-the-end-over-linear",
         r#"version = 1
 [[layer]]

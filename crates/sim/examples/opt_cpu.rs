@@ -4,15 +4,19 @@
 //! analyzer, builds the master graph and plans, timing each stage and
 //! relating it to the work units the target counts; then times the piece
 //! walk over the plan's map (`opt::for_each_piece`, the indirection of
-//! every request): the fastest of many short passes (the cost without
+//! every request; with COPIES_MAX > 1 the plan is `plan_streams` and a
+//! read takes the copy nearest to the stream's last read, `nearest_copy`,
+//! as the target does): the fastest of many short passes (the cost without
 //! preemption by other work) and their median.
 //!
-//!   cargo run --release -p layoutd-sim --example opt_cpu -- TRACE [CAPACITY_BLOCKS]
+//!   cargo run --release -p layoutd-sim --example opt_cpu -- TRACE [CAPACITY_BLOCKS [COPIES_MAX]]
 
 use layoutd_core::TraceRecord;
 use layoutd_targets::blockmap::BlockMap;
-use layoutd_targets::opt::analyze::{master_graph, plan, Analyzer, Limits, ProfileEntry, WEIGHT_UNIT};
-use layoutd_targets::opt::for_each_piece;
+use layoutd_targets::opt::analyze::{
+    master_graph, plan, plan_streams, Analyzer, Limits, ProfileEntry, WEIGHT_UNIT,
+};
+use layoutd_targets::opt::{for_each_piece, nearest_copy};
 use std::time::Instant;
 
 /// Timed passes of the indirection over the whole trace.
@@ -22,6 +26,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let path = args.get(1).expect("usage: opt_cpu TRACE [CAPACITY_BLOCKS]");
     let capacity: u64 = args.get(2).map_or(262_144, |c| c.parse().expect("a number"));
+    let copies: u32 = args.get(3).map_or(1, |c| c.parse().expect("a number"));
     let text = std::fs::read_to_string(path).expect("readable trace");
     let entries: Vec<ProfileEntry> = text
         .lines()
@@ -49,19 +54,28 @@ fn main() {
         let t_analysis = t.elapsed().as_secs_f64();
         let t = Instant::now();
         let mut planning = 0;
-        let m = master_graph(&a, &mut planning);
-        ranges = plan(&m, capacity, WEIGHT_UNIT, &mut planning);
+        ranges = if copies > 1 {
+            plan_streams(&a, capacity, WEIGHT_UNIT, copies, &mut planning)
+        } else {
+            let m = master_graph(&a, &mut planning);
+            plan(&m, capacity, WEIGHT_UNIT, 1, false, &mut planning)
+        };
         let t_planning = t.elapsed().as_secs_f64();
         units = (a.units, planning);
         best[0] = best[0].min(t_analysis);
         best[1] = best[1].min(t_planning);
     }
-    let mut map: BlockMap<u64> = BlockMap::new();
-    let mut slot = 0;
-    for (s, e) in &ranges {
-        map.insert(*s, e - s, slot);
-        slot += e - s;
+    // Layer 0: the primaries; layer k: the (k+1)-th copies.
+    let (layers, slot) = layoutd_targets::opt::plan_layers(&ranges);
+    let (map, extras) = layers.split_first().map_or((BlockMap::new(), &[][..]), |(m, x)| (m.clone(), x));
+    // Slot -> home block (the target's slot table).
+    let mut slot_home = vec![u64::MAX; slot as usize];
+    for l in &layers {
+        for e in l.iter() {
+            (0..e.length).for_each(|i| slot_home[(e.value + i) as usize] = e.start + i);
+        }
     }
+    let home_of = |s: u64| slot_home.get(s as usize).copied().filter(|&h| h != u64::MAX);
     // One pass over the trace takes well under a scheduler time slice, so
     // the fastest of many passes is the walk's own cost on a machine that
     // other work preempts; the median shows how much that work costs.
@@ -69,8 +83,35 @@ fn main() {
     let mut passes = Vec::with_capacity(PASSES);
     for _ in 0..PASSES {
         let t = Instant::now();
+        // As the target's reads: a mapped piece takes the copy nearest to
+        // where the stream's last read ended.
+        let mut last: std::collections::HashMap<u32, u64> = std::collections::HashMap::new();
         for e in &entries {
-            for_each_piece(&map, e.block, u64::from(e.blocks), |_, _, _| pieces += 1);
+            let mut end = None;
+            let l = last.get(&e.stream).copied();
+            for_each_piece(&map, e.block, u64::from(e.blocks), |start, n, slot| {
+                let Some(s) = slot else {
+                    pieces += 1;
+                    end = None;
+                    return;
+                };
+                let mut pos = start;
+                while pos < start + n {
+                    let (at, k) = match (extras.is_empty(), end.or(l)) {
+                        (false, Some(l)) => {
+                            nearest_copy(home_of, extras, pos, start + n - pos, s + (pos - start), l)
+                        }
+                        _ => (s + (pos - start), start + n - pos),
+                    };
+                    pieces += 1;
+                    end = Some(at + k);
+                    pos += k;
+                }
+            });
+            match end {
+                Some(x) => last.insert(e.stream, x),
+                None => last.remove(&e.stream),
+            };
         }
         passes.push(t.elapsed().as_secs_f64() / entries.len() as f64);
     }

@@ -4,10 +4,13 @@
 //! previous read ended in the region (sequential), how many land in the
 //! region at all, and how far the others jump.
 //!
-//!   cargo run --release -p layoutd-sim --example opt_layout -- TRACE TRAIN_NS
+//!   cargo run --release -p layoutd-sim --example opt_layout -- TRACE TRAIN_NS [COPIES_MAX [follow]]
+//!
+//! With COPIES_MAX > 1 a block may sit in several places (the target's
+//! extra copies); a read takes the copy nearest to where the stream's last
+//! read ended, as the target does. `follow`: the plan's `follow_streams`.
 
 use layoutd_core::TraceRecord;
-use layoutd_targets::blockmap::BlockMap;
 use layoutd_targets::opt::analyze::{master_graph, plan, Analyzer, Limits, ProfileEntry, WEIGHT_UNIT};
 use std::collections::HashMap;
 
@@ -41,13 +44,12 @@ fn main() {
     }
     let mut units = 0;
     let m = master_graph(&a, &mut units);
-    let ranges = plan(&m, 262_144, WEIGHT_UNIT, &mut units);
-    let mut map: BlockMap<u64> = BlockMap::new();
-    let mut slot = 0;
-    for (s, e) in &ranges {
-        map.insert(*s, e - s, slot);
-        slot += e - s;
-    }
+    let copies: u32 = args.get(3).map_or(1, |c| c.parse().expect("COPIES_MAX"));
+    let follow = args.get(4).is_some_and(|f| f == "follow");
+    let ranges = plan(&m, 262_144, WEIGHT_UNIT, copies, follow, &mut units);
+    // Layer k: the (k+1)-th copy of each block.
+    let (layers, slot) = layoutd_targets::opt::plan_layers(&ranges);
+    let map = &layers[0];
     let (mut reads, mut mapped, mut seq, mut near) = (0, 0, 0, 0);
     let mut last: HashMap<u32, u64> = HashMap::new();
     for (_, e) in recs.iter().filter(|r| r.0 && r.1.time_ns - t0 >= train) {
@@ -55,7 +57,13 @@ fn main() {
         let pieces = map.range(e.block, u64::from(e.blocks));
         if pieces.iter().all(|p| p.2.is_some()) {
             mapped += 1;
-            let first = pieces[0].2.expect("mapped");
+            // The copy of the first block nearest the stream's last end.
+            let l = last.get(&e.stream).copied();
+            let first = layers
+                .iter()
+                .filter_map(|m| m.get(e.block))
+                .min_by_key(|&s| l.map_or(0, |l| s.abs_diff(l)))
+                .expect("mapped");
             match last.get(&e.stream) {
                 Some(&l) if l == first => seq += 1,
                 Some(&l) if l.abs_diff(first) <= 64 => near += 1,
@@ -68,8 +76,15 @@ fn main() {
                 }
                 _ => {}
             }
-            let p = pieces.last().expect("a piece");
-            last.insert(e.stream, p.2.expect("mapped") + p.1);
+            // Where the read ends: the copy of its last block nearest to
+            // its first one's.
+            let end = e.block + u64::from(e.blocks) - 1;
+            let at = layers
+                .iter()
+                .filter_map(|m| m.get(end))
+                .min_by_key(|&s| s.abs_diff(first + u64::from(e.blocks) - 1))
+                .expect("mapped");
+            last.insert(e.stream, at + 1);
         } else {
             last.remove(&e.stream);
         }

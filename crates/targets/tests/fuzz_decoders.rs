@@ -145,7 +145,7 @@ proptest! {
     #[test]
     fn opt_maps_and_journal_blocks_never_panic(raw in raw_writes(4096), crafted in crafted_writes(600), fix in any::<bool>()) {
         let g = OptGeometry::new(1 << 20, 256 << 10, 4 << 20, 4096, 4).expect("valid");
-        let map = MapImage { runs: vec![(10, 3, 0), (100, 2, 5), (7, 1, 9)], dirty: vec![1, 9] };
+        let map = MapImage { runs: vec![(10, 3, 0), (100, 2, 5), (7, 1, 9)], extras: vec![(100, 2, 12)], dirty: vec![1, 9] };
         for which in 0..2 {
             let mut b = if which == 0 {
                 let mut b = encode_map(&g, 3, &map);

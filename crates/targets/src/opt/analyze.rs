@@ -18,7 +18,7 @@
 //!   links the last atom of `u` to the first of `v`.
 //! - [`plan`]: the paper's greedy placement over the master graph.
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::{BTreeMap, VecDeque};
 
 /// The weight of one transition within the think time.
@@ -146,6 +146,11 @@ impl Analyzer {
         self.edge_count
     }
 
+    /// Stream graphs.
+    pub fn stream_count(&self) -> usize {
+        self.streams.len()
+    }
+
     /// The weight of a transition after a gap of `gap_ns`.
     fn weight(&self, gap_ns: u64) -> u64 {
         if gap_ns <= self.limits.think_ns {
@@ -171,8 +176,10 @@ impl Analyzer {
         }
         let before = std::mem::replace(&mut g.before_last, g.last.replace((range, e.time_ns)));
         let last = g.before_last;
+        // A request whose vertex faded away since (halving) links nothing.
+        let g = self.streams.get(&e.stream).expect("present");
         let weights = [last, before].map(|p| {
-            p.filter(|(prev, _)| *prev != range)
+            p.filter(|(prev, _)| *prev != range && g.vertices.contains_key(prev))
                 .map(|(prev, t)| (prev, self.weight(e.time_ns.saturating_sub(t))))
         });
         let g = self.streams.get_mut(&e.stream).expect("present");
@@ -294,7 +301,24 @@ pub fn master_graph(a: &Analyzer, units: &mut u64) -> MasterGraph {
 /// sequence; stop when `capacity_blocks` are placed or no atom left has a
 /// connectivity of at least `weight_min`. Returns block ranges in their
 /// order in the region (a last range may be cut to fit).
-pub fn plan(m: &MasterGraph, capacity_blocks: u64, weight_min: u64, units: &mut u64) -> Vec<Range> {
+///
+/// With `copies_max > 1` an atom may be placed more than once (at most
+/// `copies_max` times, never twice in one sequence): when an end's
+/// heaviest edge leads to an atom another sequence holds (a shared
+/// library), and a walk from there over placed atoms, each step confirmed
+/// by the stream's skip edge from the atom before (or by the next atom
+/// continuing the same range), reaches an unplaced atom within
+/// [`COPY_PATH_MAX`] steps, copies of the walked atoms go into this
+/// sequence, then the unplaced one: each stream reads on in one place.
+pub fn plan(
+    m: &MasterGraph,
+    capacity_blocks: u64,
+    weight_min: u64,
+    copies_max: u32,
+    follow_streams: bool,
+    units: &mut u64,
+) -> Vec<Range> {
+    assert!(copies_max >= 1);
     let n = m.atoms.len();
     let mut out_adj: Vec<Vec<(u32, u64)>> = vec![Vec::new(); n];
     let mut in_adj: Vec<Vec<(u32, u64)>> = vec![Vec::new(); n];
@@ -315,19 +339,33 @@ pub fn plan(m: &MasterGraph, capacity_blocks: u64, weight_min: u64, units: &mut 
         in_skip[y as usize].push((x, w));
     }
     *units += (m.edges.len() + m.skips.len()) as u64;
+    let skip_set: FxHashSet<(u32, u32)> = if copies_max > 1 || follow_streams {
+        m.skips.iter().map(|&(k, _)| k).collect()
+    } else {
+        Default::default()
+    };
+    let follows =
+        |forward: bool, prev: u32, cur: u32, c: u32| follows(&m.atoms, &skip_set, forward, prev, cur, c);
     let mut order: Vec<u32> = (0..n as u32).collect();
     order.sort_by_key(|&a| (std::cmp::Reverse(conn[a as usize]), a));
     let mut placed = vec![false; n];
+    // Placements of each atom, and the sequence that placed it last.
+    let mut copies = vec![0u32; n];
+    let mut last_seq = vec![u32::MAX; n];
     let mut left = capacity_blocks;
     let mut out: Vec<Range> = Vec::new();
-    let best = |adj: &Vec<(u32, u64)>, placed: &Vec<bool>, units: &mut u64| {
-        *units += adj.len() as u64;
-        adj.iter()
-            .filter(|(v, w)| !placed[*v as usize] && *w >= weight_min)
-            .max_by_key(|(v, w)| (*w, std::cmp::Reverse(*v)))
-            .copied()
-    };
-    for &seed in &order {
+    // The heaviest unplaced neighbour; with `follow_streams`, one the
+    // stream's skip edge confirms (`consistent`) first: `(confirmed, v, w)`.
+    let best =
+        |adj: &Vec<(u32, u64)>, placed: &Vec<bool>, consistent: &dyn Fn(u32) -> bool, units: &mut u64| {
+            *units += adj.len() as u64;
+            adj.iter()
+                .filter(|(v, w)| !placed[*v as usize] && *w >= weight_min)
+                .map(|&(v, w)| (follow_streams && consistent(v), v, w))
+                .max_by_key(|&(c, v, w)| (c, w, std::cmp::Reverse(v)))
+        };
+    for (seq_id, &seed) in order.iter().enumerate() {
+        let seq_id = seq_id as u32;
         if left == 0 || conn[seed as usize] < weight_min {
             break;
         }
@@ -335,31 +373,86 @@ pub fn plan(m: &MasterGraph, capacity_blocks: u64, weight_min: u64, units: &mut 
             continue;
         }
         placed[seed as usize] = true;
+        copies[seed as usize] += 1;
+        last_seq[seed as usize] = seq_id;
         let mut seq: VecDeque<u32> = VecDeque::from([seed]);
         let mut blocks = len(m.atoms[seed as usize]);
         while blocks < left {
             let (head, tail) = (*seq.front().expect("non-empty"), *seq.back().expect("non-empty"));
             // An end with no edge left follows its skip edges; an edge
-            // beats a skip edge, then the heavier wins.
-            let end = |adj: &Vec<Vec<(u32, u64)>>, skip: &Vec<Vec<(u32, u64)>>, a: u32, units: &mut u64| {
-                best(&adj[a as usize], &placed, units)
-                    .map(|(v, w)| (1, w, v))
-                    .or_else(|| best(&skip[a as usize], &placed, units).map(|(v, w)| (0, w, v)))
+            // beats a skip edge, then the heavier wins; a copy path wins
+            // over an edge to an unplaced atom when its first edge is heavier.
+            // Ranks: 2 an edge the stream's skip edge confirms (or a copy
+            // path; with `follow_streams`), 1 an edge, 0 a skip edge.
+            let end = |forward: bool, a: u32, units: &mut u64| {
+                let (adj, skip, before) = if forward {
+                    (&out_adj, &out_skip, seq.len().checked_sub(2).map(|i| seq[i]))
+                } else {
+                    (&in_adj, &in_skip, seq.get(1).copied())
+                };
+                let consistent = |v: u32| before.is_some_and(|b| follows(forward, b, a, v));
+                best(&adj[a as usize], &placed, &consistent, units)
+                    .map(|(c, v, w)| (1 + u32::from(c), w, v))
+                    .or_else(|| {
+                        best(&skip[a as usize], &placed, &|_| false, units).map(|(_, v, w)| (0, w, v))
+                    })
             };
-            let o = end(&out_adj, &out_skip, tail, units);
-            let i = end(&in_adj, &in_skip, head, units);
-            let (v, after) = match (o, i) {
-                (Some(o), Some(i)) if (i.0, i.1) > (o.0, o.1) => (i.2, false),
-                (Some(o), _) => (o.2, true),
-                (None, Some(i)) => (i.2, false),
-                (None, None) => break,
+            let path = |forward: bool, units: &mut u64| {
+                if copies_max == 1 {
+                    return None;
+                }
+                let (a, before, adj) = if forward {
+                    (tail, seq.len().checked_sub(2).map(|i| seq[i]), &out_adj)
+                } else {
+                    (head, seq.get(1).copied(), &in_adj)
+                };
+                let walk = CopyWalk {
+                    atoms: &m.atoms,
+                    adj,
+                    skips: &skip_set,
+                    forward,
+                    placed: &placed,
+                    copies: &copies,
+                    last_seq: &last_seq,
+                    copies_max,
+                    weight_min,
+                    seq_id,
+                };
+                walk.from(a, before, units)
             };
-            placed[v as usize] = true;
-            blocks += len(m.atoms[v as usize]);
-            if after {
-                seq.push_back(v);
-            } else {
-                seq.push_front(v);
+            let o = end(true, tail, units);
+            let i = end(false, head, units);
+            let po = path(true, units);
+            let pi = path(false, units);
+            // The heaviest of: an edge to an unplaced atom, a copy path
+            // (weighed by its first edge); then skip edges.
+            let mut choice: Option<((u32, u64), bool, Vec<u32>)> = None;
+            for (cand, after) in [(o, true), (i, false)] {
+                if let Some((k, w, v)) = cand {
+                    if choice.as_ref().is_none_or(|c| (k, w) > c.0) {
+                        choice = Some(((k, w), after, vec![v]));
+                    }
+                }
+            }
+            for (cand, after) in [(po, true), (pi, false)] {
+                if let Some((w, p)) = cand {
+                    let rank = 1 + u32::from(follow_streams);
+                    if choice.as_ref().is_none_or(|c| (rank, w) > c.0) {
+                        choice = Some(((rank, w), after, p));
+                    }
+                }
+            }
+            let Some((_, after, vs)) = choice else { break };
+            for v in vs {
+                placed[v as usize] = true;
+                copies[v as usize] += 1;
+                last_seq[v as usize] = seq_id;
+                blocks += len(m.atoms[v as usize]);
+                if after {
+                    seq.push_back(v);
+                } else {
+                    seq.push_front(v);
+                }
             }
         }
         for a in seq {
@@ -373,6 +466,209 @@ pub fn plan(m: &MasterGraph, capacity_blocks: u64, weight_min: u64, units: &mut 
         }
     }
     out
+}
+
+/// A stream's next request may start this many blocks past where its last
+/// one ended in the region and still count as read on (the drive's
+/// read-ahead covers a short skip forward; see [`plan_streams`]).
+pub const FOLLOW_AHEAD_BLOCKS: u64 = 64;
+
+/// The stream-sequence plan (`plan_streams`): each stream's requests, in
+/// the order its graph says ([`stream_order`]), are laid out one after the
+/// other, each request's blocks together, streams in id order (first seen
+/// first). A request found at most [`FOLLOW_AHEAD_BLOCKS`] past where the
+/// stream's last one ended (an earlier run of the same program laid it
+/// out) takes no room; otherwise its blocks are appended, as extra copies
+/// of blocks already placed (at most `copies_max` copies of a block; a
+/// request that would need more is not copied and the stream goes on from
+/// where it lies). Requests and edges below `weight_min` are left out.
+/// Returns block ranges in region order, cut at `capacity_blocks`.
+pub fn plan_streams(
+    a: &Analyzer,
+    capacity_blocks: u64,
+    weight_min: u64,
+    copies_max: u32,
+    units: &mut u64,
+) -> Vec<Range> {
+    // Where each placed block is (its slots, in placement order).
+    let mut at: FxHashMap<u64, Vec<u64>> = FxHashMap::default();
+    let mut out: Vec<Range> = Vec::new();
+    let mut pos = 0u64;
+    // The first slot from which all of `r`'s blocks lie in a row, among
+    // the copies of its first block that `ok` accepts.
+    let in_row = |at: &FxHashMap<u64, Vec<u64>>, (b, e): Range, ok: &dyn Fn(u64) -> bool| {
+        let starts = at.get(&b)?;
+        starts
+            .iter()
+            .copied()
+            .filter(|&s| ok(s))
+            .find(|&s| (b + 1..e).all(|x| at.get(&x).is_some_and(|v| v.contains(&(s + (x - b))))))
+    };
+    for g in a.streams.values() {
+        let mut cursor: Option<u64> = None;
+        for r in stream_order(g, weight_min, units) {
+            *units += r.1 - r.0;
+            if pos >= capacity_blocks {
+                return out;
+            }
+            let near = |s: u64| cursor.is_some_and(|c| s >= c && s - c <= FOLLOW_AHEAD_BLOCKS);
+            let found = in_row(&at, r, &near)
+                .or_else(|| cursor.is_none().then(|| in_row(&at, r, &|_| true)).flatten());
+            if let Some(s) = found {
+                cursor = Some(s + (r.1 - r.0));
+                continue;
+            }
+            if (r.0..r.1).any(|x| at.get(&x).is_some_and(|v| v.len() >= copies_max as usize)) {
+                cursor = in_row(&at, r, &|_| true).map(|s| s + (r.1 - r.0));
+                continue;
+            }
+            let take = (r.1 - r.0).min(capacity_blocks - pos);
+            for x in 0..take {
+                at.entry(r.0 + x).or_default().push(pos + x);
+            }
+            match out.last_mut() {
+                Some(l) if l.1 == r.0 => l.1 += take,
+                _ => out.push((r.0, r.0 + take)),
+            }
+            pos += take;
+            cursor = Some(pos);
+        }
+    }
+    out
+}
+
+/// A stream's requests in the order its graph says: from a request no
+/// edge leads to (else the heaviest), along the heaviest edge to a request
+/// not taken yet; when none is left, on from the next such start. Only
+/// requests and edges of at least `weight_min`.
+fn stream_order(g: &StreamGraph, weight_min: u64, units: &mut u64) -> Vec<Range> {
+    let mut out_adj: BTreeMap<Range, Vec<(Range, u64)>> = BTreeMap::new();
+    let mut has_in: FxHashSet<Range> = FxHashSet::default();
+    for (&(u, v), &w) in &g.edges {
+        *units += 1;
+        if w >= weight_min && u != v {
+            out_adj.entry(u).or_default().push((v, w));
+            has_in.insert(v);
+        }
+    }
+    let mut starts: Vec<(bool, u64, Range)> = g
+        .vertices
+        .iter()
+        .filter(|(_, &w)| w >= weight_min)
+        .map(|(&r, &w)| (has_in.contains(&r), w, r))
+        .collect();
+    // No incoming edge first, then the heaviest; ties by range.
+    starts.sort_by_key(|&(i, w, r)| (i, std::cmp::Reverse(w), r));
+    let mut taken: FxHashSet<Range> = FxHashSet::default();
+    let mut order = Vec::new();
+    for (_, _, s) in starts {
+        let mut cur = s;
+        while taken.insert(cur) {
+            order.push(cur);
+            let next = out_adj.get(&cur).and_then(|adj| {
+                *units += adj.len() as u64;
+                adj.iter()
+                    .filter(|(v, _)| {
+                        !taken.contains(v) && g.vertices.get(v).is_some_and(|&w| w >= weight_min)
+                    })
+                    .max_by_key(|&&(v, w)| (w, std::cmp::Reverse(v)))
+                    .map(|&(v, _)| v)
+            });
+            match next {
+                Some(v) => cur = v,
+                None => break,
+            }
+        }
+    }
+    order
+}
+
+/// Steps a copy path may walk over atoms other sequences hold.
+pub const COPY_PATH_MAX: usize = 8;
+
+/// Whether atom `c` may follow `cur`, reached from `prev` (`forward`; else
+/// the walk goes backwards, `c` before `cur` before `prev`): the stream's
+/// skip edge `prev -> c` says so, or `c` continues `cur`'s blocks, or `cur`
+/// continues `prev`'s (inside one request: no skip edge to ask).
+fn follows(
+    atoms: &[Range],
+    skips: &FxHashSet<(u32, u32)>,
+    forward: bool,
+    prev: u32,
+    cur: u32,
+    c: u32,
+) -> bool {
+    let contiguous = |y: u32, x: u32| {
+        let (a, b) = (atoms[y as usize], atoms[x as usize]);
+        if forward {
+            a.1 == b.0
+        } else {
+            b.1 == a.0
+        }
+    };
+    let (p, q) = if forward { (prev, c) } else { (c, prev) };
+    contiguous(cur, c) || contiguous(prev, cur) || skips.contains(&(p, q))
+}
+
+/// A walk from a sequence's end over atoms placed elsewhere (see [`plan`]).
+struct CopyWalk<'a> {
+    atoms: &'a [Range],
+    /// Out-edges (forward) or in-edges (backward).
+    adj: &'a [Vec<(u32, u64)>],
+    skips: &'a FxHashSet<(u32, u32)>,
+    forward: bool,
+    placed: &'a [bool],
+    copies: &'a [u32],
+    last_seq: &'a [u32],
+    copies_max: u32,
+    weight_min: u64,
+    seq_id: u32,
+}
+
+impl CopyWalk<'_> {
+    fn consistent(&self, prev: u32, cur: u32, c: u32) -> bool {
+        follows(self.atoms, self.skips, self.forward, prev, cur, c)
+    }
+
+    /// Whether another copy of `v` may go into this sequence.
+    fn copyable(&self, v: u32, path: &[u32]) -> bool {
+        self.placed[v as usize]
+            && self.copies[v as usize] < self.copies_max
+            && self.last_seq[v as usize] != self.seq_id
+            && !path.contains(&v)
+    }
+
+    /// From the end atom `a` (`before`: its neighbour inside the
+    /// sequence): `(weight of the first edge, atoms to place in order of
+    /// placement: the copies, then the unplaced atom)`.
+    fn from(&self, a: u32, before: Option<u32>, units: &mut u64) -> Option<(u64, Vec<u32>)> {
+        *units += self.adj[a as usize].len() as u64;
+        let (m1, w) = self.adj[a as usize]
+            .iter()
+            .filter(|&&(v, w)| w >= self.weight_min && self.copyable(v, &[]))
+            .filter(|&&(v, _)| before.is_none_or(|b| self.consistent(b, a, v)))
+            .max_by_key(|&&(v, w)| (w, std::cmp::Reverse(v)))
+            .copied()?;
+        let mut path = vec![m1];
+        let (mut prev, mut cur) = (a, m1);
+        while path.len() <= COPY_PATH_MAX {
+            *units += self.adj[cur as usize].len() as u64;
+            // The heaviest consistent step: an unplaced atom ends the
+            // walk, a copyable one goes on (an unplaced one wins a tie).
+            let (c, _) = self.adj[cur as usize]
+                .iter()
+                .filter(|&&(c, w)| w >= self.weight_min && self.consistent(prev, cur, c))
+                .filter(|&&(c, _)| !self.placed[c as usize] || self.copyable(c, &path))
+                .max_by_key(|&&(c, w)| (w, !self.placed[c as usize], std::cmp::Reverse(c)))
+                .copied()?;
+            path.push(c);
+            if !self.placed[c as usize] {
+                return Some((w, path));
+            }
+            (prev, cur) = (cur, c);
+        }
+        None
+    }
 }
 
 fn len((s, e): Range) -> u64 {
@@ -394,7 +690,7 @@ mod tests {
     fn plan_of(a: &Analyzer, capacity: u64, weight_min: u64) -> Vec<Range> {
         let mut units = 0;
         let m = master_graph(a, &mut units);
-        plan(&m, capacity, weight_min, &mut units)
+        plan(&m, capacity, weight_min, 1, false, &mut units)
     }
 
     #[test]
@@ -518,9 +814,83 @@ mod tests {
         // sequence from the front only if it is heavier than B's 100.
         let mut m = master_graph(&a, &mut 0);
         m.skips.clear();
-        let p = plan(&m, 100, WEIGHT_UNIT, &mut 0);
+        let p = plan(&m, 100, WEIGHT_UNIT, 1, false, &mut 0);
         assert_eq!(p[..3], [(100, 101), (500, 501), (110, 111)]);
         assert!(p.windows(2).all(|w| w != [(10, 11), (20, 21)]), "{p:?}");
+    }
+
+    #[test]
+    fn copies_put_a_shared_block_in_each_programs_sequence() {
+        // Program A reads 10 L 20 30, program B 100 L 110, each run its own
+        // stream, three runs each: with two copies allowed, L (500) sits in
+        // both sequences, and each program's blocks are in its order.
+        let mut a = analyzer();
+        for round in 0..3u64 {
+            for (i, b) in [10, 500, 20, 30].into_iter().enumerate() {
+                a.add(e(round * 100 + i as u64, b, 1, 10 + 2 * round as u32));
+            }
+            for (i, b) in [100, 500, 110].into_iter().enumerate() {
+                a.add(e(round * 100 + 50 + i as u64, b, 1, 11 + 2 * round as u32));
+            }
+        }
+        let m = master_graph(&a, &mut 0);
+        let p = plan(&m, 100, WEIGHT_UNIT, 2, true, &mut 0);
+        let firsts: Vec<u64> = p.iter().map(|r| r.0).collect();
+        let has = |seq: &[u64]| firsts.windows(seq.len()).any(|w| w == seq);
+        assert!(has(&[10, 500, 20, 30]) && has(&[100, 500, 110]), "{firsts:?}");
+        assert_eq!(firsts.iter().filter(|&&b| b == 500).count(), 2);
+        // One copy: L once, as before.
+        let p = plan(&m, 100, WEIGHT_UNIT, 1, true, &mut 0);
+        assert_eq!(p.iter().filter(|r| r.0 == 500).count(), 1);
+    }
+
+    #[test]
+    fn stream_plans_lay_each_run_out_in_its_order_and_reuse_an_earlier_runs_layout() {
+        let mut a = analyzer();
+        // A file read backwards by growing windows (what a page cache makes
+        // of reads out of file order): each request in a row, in order.
+        for (i, (b, n)) in [(27, 1), (26, 2), (25, 3)].into_iter().enumerate() {
+            a.add(e(i as u64, b, n, 1));
+        }
+        // Program B twice (streams 2, 3), sharing 26..28 with the file
+        // above; the second run skips a request and reads on along the
+        // first run's layout: it takes no room.
+        for (i, b) in [100, 26, 200, 300].into_iter().enumerate() {
+            a.add(e(10 + i as u64, b, 1 + u32::from(b == 26), 2));
+        }
+        for (i, b) in [100, 26, 300].into_iter().enumerate() {
+            a.add(e(20 + i as u64, b, 1 + u32::from(b == 26), 3));
+        }
+        let p = plan_streams(&a, 100, WEIGHT_UNIT, 4, &mut 0);
+        assert_eq!(
+            p,
+            vec![(27, 28), (26, 28), (25, 28), (100, 101), (26, 28), (200, 201), (300, 301)],
+            "stream 1's windows, then stream 2 with its own copy of 26..28"
+        );
+        // Three copies at most: stream 1 made three of 27, so stream 2 finds
+        // none left for 26..28 and goes on from where it lies.
+        let p = plan_streams(&a, 100, WEIGHT_UNIT, 3, &mut 0);
+        assert_eq!(p, vec![(27, 28), (26, 28), (25, 28), (100, 101), (200, 201), (300, 301)]);
+        // The region's capacity cuts the plan.
+        assert_eq!(plan_streams(&a, 4, WEIGHT_UNIT, 4, &mut 0), vec![(27, 28), (26, 28), (25, 26)]);
+    }
+
+    #[test]
+    fn a_request_whose_vertex_faded_away_links_nothing() {
+        // Found by the oracle with plans every few requests: the stream's
+        // last request's vertex halved to zero, then an edge from it named
+        // a vertex no graph had, and merging panicked.
+        let mut a = analyzer();
+        a.add(e(0, 10, 1, 1));
+        for _ in 0..11 {
+            a.halve();
+        }
+        assert_eq!(a.vertex_count(), 0);
+        a.add(e(1, 20, 1, 1));
+        a.add(e(2, 30, 1, 1));
+        let m = master_graph(&a, &mut 0);
+        assert_eq!(m.atoms, vec![(20, 21), (30, 31)]);
+        assert_eq!(m.edges.len(), 1);
     }
 
     #[test]

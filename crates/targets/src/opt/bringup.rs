@@ -142,10 +142,17 @@ impl Opt {
                 return;
             }
         };
-        for &(home, count, slot) in &image.runs {
-            self.map.insert(home, u64::from(count), u64::from(slot));
-            for i in 0..count {
-                self.slots[(slot + i) as usize] = Slot { home: Some(home + u64::from(i)), ..Slot::default() };
+        for (extra, runs) in [(false, &image.runs), (true, &image.extras)] {
+            for &(home, count, slot) in runs {
+                if extra {
+                    super::exec::insert_extra(&mut self.extras, home, u64::from(count), u64::from(slot));
+                } else {
+                    self.map.insert(home, u64::from(count), u64::from(slot));
+                }
+                for i in 0..count {
+                    let home = Some(home + u64::from(i));
+                    self.slots[(slot + i) as usize] = Slot { home, extra, ..Slot::default() };
+                }
             }
         }
         let mut dirty = image.dirty.clone();
@@ -166,15 +173,26 @@ impl Opt {
                 ));
                 return;
             }
+            if slot.extra {
+                self.phase = Phase::Failed(format!(
+                    "opt journal at lower offset {}: a dirty bit names slot {s}, an extra copy (always \
+                     clean) in the map (generation {generation}); the metadata is inconsistent",
+                    g.journal_offset_bytes(0)
+                ));
+                return;
+            }
             if !slot.dirty {
                 slot.dirty = true;
                 self.counters.recovered_dirty_slots_count += 1;
+                // Its extra copies hold the data before the write.
+                let home = slot.home.expect("mapped");
+                self.drop_extras(home);
             }
         }
         self.map_generation = generation;
         r.finishing = true;
         self.phase = Phase::Recover(r);
-        let image = self.image(&[], &[]);
+        let image = self.image(&[], &[], &[]);
         self.write_map_bringup(image);
     }
 

@@ -36,6 +36,22 @@ pub struct Args {
     pub think_time_ms: u64,
     /// The planner stops at vertices whose connectivity is below this.
     pub edge_weight_min: u64,
+    /// Most copies of one block in the region (1: one slot per block; more:
+    /// a block several streams read, a shared library, may get a copy in
+    /// each stream's sequence; extra copies are clean and read-only).
+    pub copies_max: u32,
+    /// The plan grows a sequence by the edge the stream's skip edge
+    /// confirms (`a -> b -> c` seen: after `a, b` comes `c`) before a
+    /// heavier one another stream made (at a shared block).
+    pub follow_streams: bool,
+    /// Plan by laying out each stream's requests in its order, one stream
+    /// after the other, an earlier run's layout reused when a stream reads
+    /// on along it (`analyze::plan_streams`), instead of the paper's greedy
+    /// over the merged graph; blocks repeat up to `copies_max` times.
+    pub plan_streams: bool,
+    /// A read partly in OPT, partly home goes wholly home when its OPT
+    /// blocks are clean (one seek instead of two).
+    pub partial_reads_home: bool,
     /// Most blocks one copy read moves (a run of the plan; the rate is
     /// capped by `[background] rate`).
     pub copy_blocks_per_step: u32,
@@ -200,6 +216,10 @@ impl Args {
             analysis_units_per_step: u32_key(&mut a, "analysis_units_per_step", 4096, 1, 1 << 30)?,
             think_time_ms: a.u64_opt("think_time_ms")?.unwrap_or(100).max(1),
             edge_weight_min: a.u64_opt("edge_weight_min")?.unwrap_or(2),
+            copies_max: u32_key(&mut a, "copies_max", 1, 1, 16)?,
+            follow_streams: a.bool_opt("follow_streams")?.unwrap_or(false),
+            plan_streams: a.bool_opt("plan_streams")?.unwrap_or(false),
+            partial_reads_home: a.bool_opt("partial_reads_home")?.unwrap_or(false),
             copy_blocks_per_step: u32_key(&mut a, "copy_blocks_per_step", 64, 1, 8192)?,
             copies_in_flight: u32_key(&mut a, "copies_in_flight", 4, 1, 64)?,
             copy_batch_blocks: u32_key(&mut a, "copy_batch_blocks", 256, 1, 1 << 16)?,
@@ -227,6 +247,10 @@ impl Args {
             ("analysis_units_per_step", self.analysis_units_per_step.to_string()),
             ("think_time_ms", self.think_time_ms.to_string()),
             ("edge_weight_min", self.edge_weight_min.to_string()),
+            ("copies_max", self.copies_max.to_string()),
+            ("follow_streams", self.follow_streams.to_string()),
+            ("plan_streams", self.plan_streams.to_string()),
+            ("partial_reads_home", self.partial_reads_home.to_string()),
             ("copy_blocks_per_step", self.copy_blocks_per_step.to_string()),
             ("copies_in_flight", self.copies_in_flight.to_string()),
             ("copy_batch_blocks", self.copy_batch_blocks.to_string()),

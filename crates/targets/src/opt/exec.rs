@@ -31,13 +31,13 @@
 //! mapped until its slot is needed (then every such slot is dropped at
 //! once), so a program not run since the last plan keeps its copies.
 
-use super::analyze::{master_graph, plan, Range, WEIGHT_UNIT};
+use super::analyze::{master_graph, plan, plan_streams, Range, WEIGHT_UNIT};
 use super::{LowerOp, Opt, Slot};
 use crate::alloc::{FreeSpace, Largest, Placement};
 use bytes::Bytes;
 use layoutd_core::{Completion, Instant, Op, ReqId, Request, REQUEST_BYTES_MAX};
-use rustc_hash::FxHashSet;
-use std::collections::{BTreeMap, VecDeque};
+use rustc_hash::FxHashMap;
+use std::collections::{BTreeSet, VecDeque};
 
 /// Copies of one run given up after this many stale attempts.
 const COPY_TRIES_MAX: u8 = 3;
@@ -78,6 +78,8 @@ struct CopyRun {
     home: u64,
     slot: u32,
     count: u32,
+    /// Extra copies of blocks with a primary (see `Opt::extras`).
+    extra: bool,
     state: RunState,
     stale: bool,
     tries: u8,
@@ -160,8 +162,9 @@ pub(super) struct Job {
     runs: Vec<CopyRun>,
     /// Runs to copy (again), in slot order.
     todo: VecDeque<u32>,
-    /// Home block → run, to mark runs stale.
-    by_home: BTreeMap<u64, u32>,
+    /// `(home block, run)` of every run, to mark runs stale (a block's
+    /// primary and extra copies are different runs).
+    by_home: BTreeSet<(u64, u32)>,
     /// The runs of the batch being copied (empty: none).
     batch: Vec<u32>,
     /// Runs of the batch still to read, in home order.
@@ -177,6 +180,12 @@ pub(super) struct Job {
 impl Job {
     fn in_flight(&self) -> u32 {
         self.home_in_flight + self.reads_in_flight + self.writes_in_flight
+    }
+
+    /// Slot `s` (an extra copy) was freed outside the job (its primary
+    /// turned dirty): it is no longer the job's to drop.
+    pub(super) fn slot_freed(&mut self, s: u32) {
+        self.drop.retain(|&d| d != s);
     }
 }
 
@@ -478,10 +487,13 @@ impl Opt {
         if !matches!(j.phase, JobPhase::CopyIn | JobPhase::CommitFlush | JobPhase::Commit) {
             return;
         }
-        for (_, &i) in j.by_home.range(..end).rev() {
+        // Runs are at most `copy_blocks_per_step` long; runs of extra
+        // copies overlap primary ones.
+        let from = first.saturating_sub(u64::from(self.args.copy_blocks_per_step));
+        for &(_, i) in j.by_home.range((from, 0)..(end, 0)) {
             let r = &mut j.runs[i as usize];
             if r.home + u64::from(r.count) <= first {
-                break;
+                continue;
             }
             r.stale = true;
             if r.state == RunState::Done {
@@ -518,23 +530,48 @@ impl Opt {
                     .map(|&s| self.slots[s as usize].home.expect("dropped slots are mapped"))
                     .map(|h| (h, h + 1))
                     .collect();
-                let image = self.image(&drop, &[]);
+                let image = self.image(&drop, &[], &[]);
                 self.write_map(image);
             }
             JobPhase::Commit => {
+                let done = |r: &&CopyRun| r.state == RunState::Done && !r.stale;
                 let adds: Vec<(u64, u32, u32)> = j
                     .runs
                     .iter()
-                    .filter(|r| r.state == RunState::Done && !r.stale)
+                    .filter(done)
+                    .filter(|r| !r.extra)
                     .map(|r| (r.home, r.count, r.slot))
                     .collect();
-                if adds.is_empty() {
+                // An extra copy goes live only beside a clean primary (one
+                // written since was dirtied: the copy read home's old data).
+                let added: crate::blockmap::BlockMap<u64> = {
+                    let mut m = crate::blockmap::BlockMap::new();
+                    adds.iter().for_each(|&(h, c, s)| drop(m.insert(h, u64::from(c), u64::from(s))));
+                    m
+                };
+                let (map, slots) = (&self.map, &self.slots);
+                let primary_clean = |h: u64| match map.get(h) {
+                    Some(p) => !slots[p as usize].dirty,
+                    None => added.get(h).is_some(),
+                };
+                let mut extra_adds = Vec::new();
+                for r in j.runs.iter_mut().filter(|r| r.extra && r.state == RunState::Done && !r.stale) {
+                    if (r.home..r.home + u64::from(r.count)).all(primary_clean) {
+                        extra_adds.push((r.home, r.count, r.slot));
+                    } else {
+                        r.state = RunState::Abandoned;
+                        j.uncommitted_blocks -= u64::from(r.count);
+                        self.counters.copies_stale_count += 1;
+                    }
+                }
+                if adds.is_empty() && extra_adds.is_empty() {
                     j.phase = JobPhase::CopyIn;
                     return;
                 }
                 j.phase = JobPhase::CommitWrite;
-                self.changing = adds.iter().map(|&(h, c, _)| (h, h + u64::from(c))).collect();
-                let image = self.image(&[], &adds);
+                self.changing =
+                    adds.iter().chain(&extra_adds).map(|&(h, c, _)| (h, h + u64::from(c))).collect();
+                let image = self.image(&[], &adds, &extra_adds);
                 self.write_map(image);
             }
             other => unreachable!("no map write in {other:?}"),
@@ -548,10 +585,26 @@ impl Opt {
         match j.phase {
             JobPhase::UnmapWrite => {
                 for &s in &j.drop {
-                    let home = self.slots[s as usize].home.expect("mapped");
-                    assert!(!self.slots[s as usize].dirty, "only clean slots are dropped");
-                    self.map.remove(home, 1);
+                    let slot = self.slots[s as usize];
+                    let home = slot.home.expect("mapped");
+                    assert!(!slot.dirty, "only clean slots are dropped");
+                    let layer = match slot.extra {
+                        false => &mut self.map,
+                        true => self
+                            .extras
+                            .iter_mut()
+                            .find(|l| l.get(home) == Some(u64::from(s)))
+                            .expect("a layer"),
+                    };
+                    layer.remove(home, 1);
                     self.slots[s as usize] = Slot::default();
+                }
+                self.extras.retain(|l| l.mapped_blocks() > 0);
+                for l in &self.extras {
+                    assert!(
+                        l.iter().all(|e| self.map.range(e.start, e.length).iter().all(|p| p.2.is_some())),
+                        "every extra copy has a primary"
+                    );
                 }
                 self.counters.dropped_blocks_count += j.drop.len() as u64;
                 self.journal_queue.retain(|s| j.drop.binary_search(s).is_err());
@@ -560,11 +613,16 @@ impl Opt {
             }
             JobPhase::CommitWrite => {
                 for r in j.runs.iter_mut().filter(|r| r.state == RunState::Done && !r.stale) {
-                    self.map.insert(r.home, u64::from(r.count), u64::from(r.slot));
+                    let (home, count, slot) = (r.home, u64::from(r.count), u64::from(r.slot));
+                    if r.extra {
+                        insert_extra(&mut self.extras, home, count, slot);
+                    } else {
+                        self.map.insert(home, count, slot);
+                    }
                     for i in 0..r.count {
                         let s = &mut self.slots[(r.slot + i) as usize];
                         assert!(s.home.is_none(), "a committed slot was free");
-                        *s = Slot { home: Some(r.home + u64::from(i)), ..Slot::default() };
+                        *s = Slot { home: Some(r.home + u64::from(i)), extra: r.extra, ..Slot::default() };
                     }
                     r.state = RunState::Committed;
                 }
@@ -602,8 +660,16 @@ impl Opt {
     pub(super) fn plan_now(&mut self, now: Instant) -> String {
         self.analyze_slice(usize::MAX);
         let mut units = 0;
-        let m = master_graph(&self.analyzer, &mut units);
-        let p = plan(&m, u64::from(self.geo.slot_count), self.args.edge_weight_min * WEIGHT_UNIT, &mut units);
+        let (slots, weight_min) = (u64::from(self.geo.slot_count), self.args.edge_weight_min * WEIGHT_UNIT);
+        let (p, from) = if self.args.plan_streams {
+            let p = plan_streams(&self.analyzer, slots, weight_min, self.args.copies_max, &mut units);
+            (p, format!("{} stream graph(s)", self.analyzer.stream_count()))
+        } else {
+            let m = master_graph(&self.analyzer, &mut units);
+            let (copies, follow) = (self.args.copies_max, self.args.follow_streams);
+            let p = plan(&m, slots, weight_min, copies, follow, &mut units);
+            (p, format!("{} atoms and {} edges", m.atoms.len(), m.edges.len()))
+        };
         self.counters.planning_units += units;
         self.counters.plans_count += 1;
         self.analyzer.halve();
@@ -612,11 +678,9 @@ impl Opt {
         self.last_plan_at = now;
         let blocks: u64 = p.iter().map(|(s, e)| e - s).sum();
         let summary = format!(
-            "plan: {} range(s), {blocks} block(s) of {} slots, from {} atoms and {} edges",
+            "plan: {} range(s), {blocks} block(s) of {} slots, from {from}",
             p.len(),
-            self.geo.slot_count,
-            m.atoms.len(),
-            m.edges.len()
+            self.geo.slot_count
         );
         self.planned = Some(p.clone());
         if self.args.auto_apply && self.job.is_none() {
@@ -658,18 +722,30 @@ impl Opt {
         }
         let volume_blocks = self.geo.volume_blocks();
         let slot_count = self.geo.slot_count as usize;
-        let mut want: Vec<u64> = Vec::new();
+        // `(home block, rank)`: the plan's `rank`-th copy of the block (0:
+        // the primary). No extra copy of a dirty primary, none past
+        // `copies_max`.
+        let mut want: Vec<(u64, usize)> = Vec::new();
+        let mut ranks: FxHashMap<u64, usize> = FxHashMap::default();
         'fill: for (s, e) in ranges {
             for h in s..e.min(volume_blocks) {
                 if want.len() == slot_count {
                     break 'fill;
                 }
-                want.push(h);
+                let r = ranks.entry(h).or_insert(0);
+                *r += 1;
+                let rank = *r - 1;
+                let dirty = || self.map.get(h).is_some_and(|p| self.slots[p as usize].dirty);
+                if rank < self.args.copies_max as usize && (rank == 0 || !dirty()) {
+                    want.push((h, rank));
+                }
             }
         }
+        // Existing copies match the plan's by rank (primary first).
+        let copy_slot = |(h, rank): (u64, usize)| self.copies_of(h).nth(rank);
         let mut keep = vec![false; slot_count];
-        for &h in &want {
-            if let Some(s) = self.map.get(h) {
+        for &w in &want {
+            if let Some(s) = copy_slot(w) {
                 keep[s as usize] = true;
             }
         }
@@ -706,17 +782,17 @@ impl Opt {
         // the slot of the block before it if free, else to the first free
         // slots that hold it from the cursor on; when none do, the slots of
         // blocks the plan left out are dropped, and at last a group is split.
-        let mut new: Vec<(u64, u32)> = Vec::new();
+        let mut new: Vec<(u64, u32, bool)> = Vec::new();
         let mut prev_slot: Option<u32> = None;
         let mut i = 0;
         while i < want.len() {
-            if let Some(s) = self.map.get(want[i]) {
+            if let Some(s) = copy_slot(want[i]) {
                 prev_slot = Some(s as u32);
                 i += 1;
                 continue;
             }
             let mut k = i;
-            while k < want.len() && self.map.get(want[k]).is_none() {
+            while k < want.len() && copy_slot(want[k]).is_none() {
                 k += 1;
             }
             while i < k {
@@ -737,7 +813,7 @@ impl Opt {
                     None => free.take_longest(n).expect("the plan fits the region"),
                 };
                 for x in 0..at.1 {
-                    new.push((want[i], at.0 + x));
+                    new.push((want[i].0, at.0 + x, want[i].1 > 0));
                     i += 1;
                 }
                 prev_slot = Some(at.0 + at.1 - 1);
@@ -747,11 +823,12 @@ impl Opt {
         let kept = keep.iter().filter(|&&k| k).count();
         let mut runs: Vec<CopyRun> = Vec::new();
         let boundary = self.geo.opt_offset_bytes / self.geo.block_bytes;
-        for &(home, slot) in &new {
+        for &(home, slot, extra) in &new {
             match runs.last_mut() {
                 Some(r)
                     if r.home + u64::from(r.count) == home
                         && r.slot + r.count == slot
+                        && r.extra == extra
                         && home != boundary
                         && r.count < self.args.copy_blocks_per_step =>
                 {
@@ -761,6 +838,7 @@ impl Opt {
                     home,
                     slot,
                     count: 1,
+                    extra,
                     state: RunState::Todo,
                     stale: false,
                     tries: 0,
@@ -780,10 +858,8 @@ impl Opt {
             runs.len(),
             drop.len()
         );
-        let by_home: BTreeMap<u64, u32> = runs.iter().enumerate().map(|(i, r)| (r.home, i as u32)).collect();
-        assert_eq!(by_home.len(), runs.len(), "a plan places each block once");
-        let distinct: FxHashSet<u64> = want.iter().copied().collect();
-        assert_eq!(distinct.len(), want.len(), "a plan places each block once");
+        let by_home: BTreeSet<(u64, u32)> =
+            runs.iter().enumerate().map(|(i, r)| (r.home, i as u32)).collect();
         let mut todo: Vec<u32> = (0..runs.len() as u32).collect();
         todo.sort_by_key(|&r| runs[r as usize].slot);
         let home_todo = drop.iter().copied().filter(|&s| self.slots[s as usize].dirty).collect();
@@ -836,6 +912,22 @@ impl Opt {
             self.slots.iter().filter(|s| s.dirty).count()
         )
     }
+}
+
+/// Puts extra copies of home blocks `[home, home + count)` at slots from
+/// `slot` into the first layer where none of them has a copy yet.
+pub(super) fn insert_extra(
+    extras: &mut Vec<crate::blockmap::BlockMap<u64>>,
+    home: u64,
+    count: u64,
+    slot: u64,
+) {
+    let free = |l: &crate::blockmap::BlockMap<u64>| l.overlapping(home, count).is_empty();
+    if !extras.iter().any(free) {
+        extras.push(crate::blockmap::BlockMap::new());
+    }
+    let layer = extras.iter_mut().find(|l| free(l)).expect("a free layer");
+    layer.insert(home, count, slot);
 }
 
 #[cfg(test)]

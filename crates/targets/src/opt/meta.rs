@@ -7,8 +7,15 @@
 //! [`JournalRecord::MapUpdate`] runs (`upper` = home block, `lower` = slot)
 //! and [`JournalRecord::Dirty`] records (`block` = slot). Journal payload:
 //! `map_generation u64`, then `Dirty` records. Every decoded number is
-//! range-checked against the geometry; a slot or a home block mapped twice,
-//! or a dirty bit on an unmapped slot, is refused.
+//! range-checked against the geometry; a slot mapped twice, or a dirty bit
+//! on an unmapped slot, is refused.
+//!
+//! *Extra copies* (`copies_max > 1`): the runs of a map come primaries
+//! first; a run whose home blocks are all mapped by an earlier run is an
+//! extra copy of them (clean, read-only: valid only while its primary is
+//! clean), one whose home blocks are all unmapped is a primary, anything
+//! else is refused, as is a dirty bit on an extra copy. A map without
+//! extra copies reads as before.
 
 use super::config::{Geometry, JOURNAL_BLOCK_BYTES, MAP_FIXED_BYTES};
 use crate::blockmap::BlockMap;
@@ -63,8 +70,10 @@ pub const JOURNAL_RECORDS_MAX: usize = (JOURNAL_BLOCK_BYTES as usize - 32 - 8) /
 /// A map as stored: runs of home blocks in slots, and dirty slots.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MapImage {
-    /// `(home block, blocks, first slot)`.
+    /// `(home block, blocks, first slot)`: the primary copies.
     pub runs: Vec<(u64, u32, u32)>,
+    /// Extra copies of primary-mapped home blocks, the same way.
+    pub extras: Vec<(u64, u32, u32)>,
     /// Slots whose copy is newer than home.
     pub dirty: Vec<u32>,
 }
@@ -76,7 +85,7 @@ impl MapImage {
         out.extend(geo.slot_count.to_le_bytes());
         out.extend((geo.block_bytes as u32).to_le_bytes());
         out.extend(geo.volume_blocks().to_le_bytes());
-        for &(home, count, slot) in &self.runs {
+        for &(home, count, slot) in self.runs.iter().chain(&self.extras) {
             JournalRecord::MapUpdate { upper: home, count, lower: u64::from(slot) }.encode(&mut out);
         }
         for &slot in &self.dirty {
@@ -102,6 +111,7 @@ impl MapImage {
         let mut image = MapImage::default();
         let mut homes: BlockMap<u64> = BlockMap::new();
         let mut used = vec![false; geo.slot_count as usize];
+        let mut extra_slot = vec![false; geo.slot_count as usize];
         for rec in JournalRecord::decode_all(rest)? {
             match rec {
                 JournalRecord::MapUpdate { upper, count, lower } => {
@@ -110,19 +120,35 @@ impl MapImage {
                     let (Some(_), Some(_)) = (slot_end, home_end) else {
                         return Err(bad(format!("run {upper}+{count} -> slot {lower} is out of range")));
                     };
-                    if !homes.insert(upper, u64::from(count), lower).is_empty() {
-                        return Err(bad(format!("home block range {upper}+{count} is mapped twice")));
+                    let mapped: u64 = homes
+                        .range(upper, u64::from(count))
+                        .iter()
+                        .filter(|p| p.2.is_some())
+                        .map(|p| p.1)
+                        .sum();
+                    let extra = mapped == u64::from(count);
+                    if mapped > 0 && !extra {
+                        return Err(bad(format!("home block range {upper}+{count} is partly mapped twice")));
                     }
                     for s in lower..lower + u64::from(count) {
                         if std::mem::replace(&mut used[s as usize], true) {
                             return Err(bad(format!("slot {s} is mapped twice")));
                         }
+                        extra_slot[s as usize] = extra;
                     }
-                    image.runs.push((upper, count, lower as u32));
+                    if extra {
+                        image.extras.push((upper, count, lower as u32));
+                    } else {
+                        homes.insert(upper, u64::from(count), lower);
+                        image.runs.push((upper, count, lower as u32));
+                    }
                 }
                 JournalRecord::Dirty { block, dirty: true } => {
                     if block >= u64::from(slots) || !used[block as usize] {
                         return Err(bad(format!("dirty bit on slot {block}, which holds no block")));
+                    }
+                    if extra_slot[block as usize] {
+                        return Err(bad(format!("dirty bit on slot {block}, an extra copy (always clean)")));
                     }
                     image.dirty.push(block as u32);
                 }
@@ -183,14 +209,21 @@ mod tests {
     #[test]
     fn maps_round_trip_and_bad_ones_are_refused() {
         let g = geo();
-        let m = MapImage { runs: vec![(10, 3, 0), (100, 2, 5)], dirty: vec![1, 6] };
+        let m = MapImage { runs: vec![(10, 3, 0), (100, 2, 5)], extras: vec![], dirty: vec![1, 6] };
         assert_eq!(MapImage::decode(&m.encode(&g), &g), Ok(m));
+        // Extra copies: home blocks a primary maps, written after it, twice even.
+        let m = MapImage { runs: vec![(10, 3, 0)], extras: vec![(11, 2, 7), (10, 2, 9)], dirty: vec![0] };
+        assert_eq!(MapImage::decode(&m.encode(&g), &g), Ok(m));
+        let runs = |r: Vec<(u64, u32, u32)>, dirty: Vec<u32>| MapImage { runs: r, extras: vec![], dirty };
         for bad in [
-            MapImage { runs: vec![(10, 3, 0), (11, 1, 7)], dirty: vec![] },
-            MapImage { runs: vec![(10, 3, 0), (20, 1, 2)], dirty: vec![] },
-            MapImage { runs: vec![(10, 3, g.slot_count - 1)], dirty: vec![] },
-            MapImage { runs: vec![(g.volume_blocks() - 1, 2, 0)], dirty: vec![] },
-            MapImage { runs: vec![(10, 1, 0)], dirty: vec![3] },
+            // Partly mapped twice: neither a primary nor an extra copy.
+            runs(vec![(10, 3, 0), (12, 2, 7)], vec![]),
+            runs(vec![(10, 3, 0), (20, 1, 2)], vec![]),
+            runs(vec![(10, 3, g.slot_count - 1)], vec![]),
+            runs(vec![(g.volume_blocks() - 1, 2, 0)], vec![]),
+            runs(vec![(10, 1, 0)], vec![3]),
+            // A dirty bit on an extra copy.
+            MapImage { runs: vec![(10, 1, 0)], extras: vec![(10, 1, 1)], dirty: vec![1] },
         ] {
             assert!(MapImage::decode(&bad.encode(&g), &g).is_err(), "{bad:?}");
         }
@@ -202,8 +235,10 @@ mod tests {
             b.resize(g.map_bytes as usize, 0xAB);
             b
         };
-        let (old, new) =
-            (area(4, &MapImage::default()), area(5, &MapImage { runs: vec![(1, 2, 3)], dirty: vec![] }));
+        let (old, new) = (
+            area(4, &MapImage::default()),
+            area(5, &MapImage { runs: vec![(1, 2, 3)], ..MapImage::default() }),
+        );
         assert_eq!(pick_map(&g, &old, &new).unwrap().0, 5);
         let mut torn = new.clone();
         torn[40] ^= 1;

@@ -66,6 +66,71 @@ const IDLE: IdleOptions = IdleOptions {
     starvation: Some(Starvation { after_thresholds: 10, divisor: 10 }),
 };
 
+/// Streams whose last read position is kept (`Opt::read_last`); past it
+/// the table starts over.
+const READ_LAST_MAX: usize = 4096;
+
+/// Of the copies of home blocks `[pos, pos + n)` (the primary at slot
+/// `primary`, extra copies in `extras`; `home_of(slot)`: the block a slot
+/// holds), the one whose slot is nearest to `last` (the primary on a tie):
+/// `(its slot, blocks it holds in a row)`. The common case, a copy at
+/// `last` itself (the stream reads on), costs no map lookup.
+pub fn nearest_copy(
+    home_of: impl Fn(u64) -> Option<u64>,
+    extras: &[BlockMap<u64>],
+    pos: u64,
+    n: u64,
+    primary: u64,
+    last: u64,
+) -> (u64, u64) {
+    if home_of(last) == Some(pos) {
+        let k = (1..n).find(|&i| home_of(last + i) != Some(pos + i)).unwrap_or(n);
+        return (last, k);
+    }
+    let mut best = (primary, n);
+    for layer in extras {
+        if let Some(e) = layer.extent_at_or_after(pos).filter(|e| e.start <= pos) {
+            let slot = e.value + (pos - e.start);
+            if slot.abs_diff(last) < best.0.abs_diff(last) {
+                best = (slot, (e.start + e.length - pos).min(n));
+            }
+        }
+    }
+    best
+}
+
+/// Pushes the home pieces of volume bytes `[a, z)` of a request at
+/// `offset` (two when they straddle the region's start).
+fn home_pieces(geo: &Geometry, a: u64, z: u64, offset: u64, out: &mut Vec<(u64, u32, u64, Option<u32>)>) {
+    let cut = geo.opt_offset_bytes;
+    if a < cut && cut < z {
+        out.push((a, (a - offset) as u32, cut - a, None));
+        out.push((geo.home_bytes(cut), (cut - offset) as u32, z - cut, None));
+    } else {
+        out.push((geo.home_bytes(a), (a - offset) as u32, z - a, None));
+    }
+}
+
+/// A plan's ranges laid out from slot 0 in order, as maps from home block
+/// to slot: layer 0 holds each block's first placement (the primary),
+/// layer `k` its `k + 1`-th; and the slots used. For tools measuring a plan
+/// outside the target (the target itself keeps slots that stay put).
+pub fn plan_layers(ranges: &[Range]) -> (Vec<BlockMap<u64>>, u64) {
+    let mut layers: Vec<BlockMap<u64>> = Vec::new();
+    let mut slot = 0;
+    for &(s, e) in ranges {
+        for b in s..e {
+            let k = layers.iter().position(|l| l.get(b).is_none()).unwrap_or(layers.len());
+            if k == layers.len() {
+                layers.push(BlockMap::new());
+            }
+            layers[k].insert(b, 1, slot);
+            slot += 1;
+        }
+    }
+    (layers, slot)
+}
+
 /// Walks blocks `[start, start + length)` of `map` piece by piece, calling
 /// `f(first block, blocks, Some(slot of the first) | None)`; no allocation
 /// (one or two ordered-map lookups a piece). The indirection of every
@@ -103,6 +168,9 @@ struct Slot {
     journal_pending: bool,
     /// Bumped by every upper write to the slot (a copy home compares it).
     version: u32,
+    /// An extra copy of `home` (its primary is in `map`): clean and
+    /// read-only, valid while the primary is clean.
+    extra: bool,
 }
 
 /// Why this target sent a lower request.
@@ -178,6 +246,9 @@ struct Counters {
     writes_held_count: u64,
     recovered_dirty_slots_count: u64,
     journal_blocks_unreadable_count: u64,
+    read_extra_count: u64,
+    extras_dropped_count: u64,
+    partial_reads_home_count: u64,
 }
 
 /// The bring-up phase.
@@ -197,8 +268,18 @@ pub struct Opt {
     geo: Geometry,
     phase: Phase,
     slots: Vec<Slot>,
-    /// Home block → slot, for mapped blocks.
+    /// Home block → slot, for mapped blocks: the primary copy, which
+    /// every write goes to.
     map: BlockMap<u64>,
+    /// Extra copies (`copies_max > 1`): layer `k` maps home blocks to
+    /// their `k + 1`-th copy. Invariant: every block of a layer has a clean
+    /// primary in `map`; a primary's extra copies go when it turns dirty
+    /// (its dirty bit durable, before the write), so reads of them never
+    /// see data older than the latest acknowledged write.
+    extras: Vec<BlockMap<u64>>,
+    /// Per stream: the slot after its last read from OPT (a read picks
+    /// the copy nearest to it: the one continuing the stream's sequence).
+    read_last: FxHashMap<u32, u64>,
     /// Generation of the newest map on disk.
     map_generation: u64,
     /// Journal blocks written under `map_generation`.
@@ -258,6 +339,8 @@ impl Opt {
             phase,
             slots: vec![Slot::default(); geo.slot_count as usize],
             map: BlockMap::new(),
+            extras: Vec::new(),
+            read_last: FxHashMap::default(),
             map_generation: 0,
             journal_next: 0,
             meta_busy: false,
@@ -308,35 +391,107 @@ impl Opt {
 
     /// Where the bytes of an upper request live, piece by piece:
     /// `(lower offset, offset within the request, length, slot if in OPT)`.
-    fn pieces(&mut self, offset: u64, length: u64) -> Vec<(u64, u32, u64, Option<u32>)> {
+    /// A read (`reader`: its stream) of a block with extra copies takes the
+    /// copy nearest to where the stream's last read from OPT ended; writes
+    /// go to the primary.
+    fn pieces(&mut self, offset: u64, length: u64, reader: Option<u32>) -> Vec<(u64, u32, u64, Option<u32>)> {
         let b = self.geo.block_bytes;
         let (first, end) = self.blocks_of(offset, length);
         self.counters.indirection_lookups_count += 1;
         let mut out = Vec::with_capacity(2);
         let geo = self.geo;
+        let choose = reader.filter(|_| !self.extras.is_empty());
+        let mut last = choose.and_then(|r| self.read_last.get(&r).copied());
+        let (extras, mut from_extra) = (&self.extras, 0);
+        let slots = &self.slots;
+        let home_of = |s: u64| slots.get(s as usize).and_then(|x| x.home);
         for_each_piece(&self.map, first, end - first, |start, n, slot| {
-            let a = (start * b).max(offset);
-            let z = ((start + n) * b).min(offset + length);
             match slot {
                 Some(s) => {
-                    let lower = geo.slot_offset_bytes(s as u32) + (a - start * b);
-                    out.push((lower, (a - offset) as u32, z - a, Some(s as u32)));
+                    let mut pos = start;
+                    while pos < start + n {
+                        let (slot, k) = match (choose, last) {
+                            (Some(_), Some(l)) => {
+                                nearest_copy(home_of, extras, pos, start + n - pos, s + (pos - start), l)
+                            }
+                            _ => (s + (pos - start), start + n - pos),
+                        };
+                        from_extra += u64::from(slot != s + (pos - start));
+                        let a = (pos * b).max(offset);
+                        let z = ((pos + k) * b).min(offset + length);
+                        let lower = geo.slot_offset_bytes(slot as u32) + (a - pos * b);
+                        // Copies that continue each other in the region: one piece.
+                        match out.last_mut() {
+                            Some((l, _, n, Some(_))) if *l + *n == lower => *n += z - a,
+                            _ => out.push((lower, (a - offset) as u32, z - a, Some(slot as u32))),
+                        }
+                        last = Some(slot + k);
+                        pos += k;
+                    }
                 }
                 None => {
-                    // A home piece may straddle the region's start.
-                    let cut = geo.opt_offset_bytes;
-                    if a < cut && cut < z {
-                        out.push((a, (a - offset) as u32, cut - a, None));
-                        out.push((geo.home_bytes(cut), (cut - offset) as u32, z - cut, None));
-                    } else {
-                        out.push((geo.home_bytes(a), (a - offset) as u32, z - a, None));
-                    }
+                    last = None;
+                    home_pieces(
+                        &geo,
+                        (start * b).max(offset),
+                        ((start + n) * b).min(offset + length),
+                        offset,
+                        &mut out,
+                    );
                 }
             }
         });
+        // A read partly in OPT, partly home: all of it from home (one seek,
+        // not two) when its OPT blocks are clean (home holds their bytes).
+        let split = out.iter().any(|p| p.3.is_some()) && out.iter().any(|p| p.3.is_none());
+        if split && reader.is_some() && self.args.partial_reads_home {
+            let slots = &self.slots;
+            let mut clean = true;
+            for_each_piece(&self.map, first, end - first, |_, n, slot| {
+                clean &= slot.is_none_or(|s| (s..s + n).all(|s| !slots[s as usize].dirty));
+            });
+            if clean {
+                out.clear();
+                home_pieces(&geo, offset, offset + length, offset, &mut out);
+                last = None;
+                self.counters.partial_reads_home_count += 1;
+            }
+        }
         self.counters.indirection_pieces_count += out.len() as u64;
+        self.counters.read_extra_count += from_extra;
+        if let Some(r) = choose {
+            if self.read_last.len() >= READ_LAST_MAX {
+                self.read_last.clear();
+            }
+            match last {
+                Some(l) => self.read_last.insert(r, l),
+                None => self.read_last.remove(&r),
+            };
+        }
         assert_eq!(out.iter().map(|p| p.2).sum::<u64>(), length, "pieces cover the request");
         out
+    }
+
+    /// Every copy of home block `h`: the primary first, then the extras.
+    fn copies_of(&self, h: u64) -> impl Iterator<Item = u64> + '_ {
+        self.map.get(h).into_iter().chain(self.extras.iter().filter_map(move |l| l.get(h)))
+    }
+
+    /// Drops the extra copies of home block `h` (its primary turned dirty,
+    /// or goes): their slots are free.
+    fn drop_extras(&mut self, h: u64) {
+        for layer in &mut self.extras {
+            for e in layer.remove(h, 1) {
+                let s = &mut self.slots[e.value as usize];
+                assert!(s.extra && s.home == Some(h), "an extra copy's slot names it");
+                *s = Slot::default();
+                self.counters.extras_dropped_count += 1;
+                if let Some(j) = self.job.as_mut() {
+                    j.slot_freed(e.value as u32);
+                }
+            }
+        }
+        self.extras.retain(|l| l.mapped_blocks() > 0);
     }
 
     fn request(&mut self, now: Instant, req: Request) {
@@ -402,7 +557,8 @@ impl Opt {
     /// Splits an upper request into pieces, starts its assembly and counts
     /// its bytes by where they go; returns the assembly key and the pieces.
     fn begin(&mut self, req: &Request) -> (u64, Vec<(u64, u32, u64, Option<u32>)>) {
-        let pieces = self.pieces(req.offset_bytes, u64::from(req.length_bytes));
+        let reader = (req.op == Op::Read).then_some(req.stream.0);
+        let pieces = self.pieces(req.offset_bytes, u64::from(req.length_bytes), reader);
         let key = self.next_key;
         self.next_key += 1;
         self.assemblies.insert(key, Assembly::new(req.id, req.op, req.length_bytes, pieces.len() as u32));
@@ -511,7 +667,7 @@ impl Opt {
             return;
         }
         if self.journal_next == self.geo.journal_blocks {
-            let image = self.image(&[], &[]);
+            let image = self.image(&[], &[], &[]);
             return self.write_map(image);
         }
         let n = self.journal_queue.len().min(meta::JOURNAL_RECORDS_MAX);
@@ -528,25 +684,29 @@ impl Opt {
     }
 
     /// The map as it stands, minus the slots in `drop`, plus `add` runs
-    /// `(home, count, slot)`.
-    fn image(&self, drop: &[u32], add: &[(u64, u32, u32)]) -> meta::MapImage {
+    /// `(home, count, slot)` and `add_extras` (extra copies).
+    fn image(&self, drop: &[u32], add: &[(u64, u32, u32)], add_extras: &[(u64, u32, u32)]) -> meta::MapImage {
         let mut image = meta::MapImage::default();
-        for e in self.map.iter() {
-            for i in 0..e.length {
-                let (home, slot) = (e.start + i, (e.value + i) as u32);
-                if drop.binary_search(&slot).is_ok() {
-                    continue;
-                }
-                match image.runs.last_mut() {
-                    Some((h, c, s)) if *h + u64::from(*c) == home && *s + *c == slot => *c += 1,
-                    _ => image.runs.push((home, 1, slot)),
-                }
-                if self.slots[slot as usize].dirty {
-                    image.dirty.push(slot);
+        for (k, layer) in std::iter::once(&self.map).chain(&self.extras).enumerate() {
+            let runs = if k == 0 { &mut image.runs } else { &mut image.extras };
+            for e in layer.iter() {
+                for i in 0..e.length {
+                    let (home, slot) = (e.start + i, (e.value + i) as u32);
+                    if drop.binary_search(&slot).is_ok() {
+                        continue;
+                    }
+                    match runs.last_mut() {
+                        Some((h, c, s)) if *h + u64::from(*c) == home && *s + *c == slot => *c += 1,
+                        _ => runs.push((home, 1, slot)),
+                    }
+                    if self.slots[slot as usize].dirty {
+                        image.dirty.push(slot);
+                    }
                 }
             }
         }
         image.runs.extend_from_slice(add);
+        image.extras.extend_from_slice(add_extras);
         image
     }
 
@@ -585,9 +745,10 @@ impl Opt {
                 for s in slots {
                     let slot = &mut self.slots[s as usize];
                     slot.journal_pending = false;
-                    if slot.home.is_some() && !slot.dirty {
+                    if let (Some(h), false) = (slot.home, slot.dirty) {
                         slot.dirty = true;
                         self.counters.dirty_copies_count += 1;
+                        self.drop_extras(h);
                     }
                 }
             }
@@ -797,6 +958,10 @@ impl Target for Opt {
             ("journal_blocks_used_count", u64::from(self.journal_next)),
             ("recovered_dirty_slots_count", c.recovered_dirty_slots_count),
             ("journal_blocks_unreadable_count", c.journal_blocks_unreadable_count),
+            ("extra_copies_count", self.extras.iter().map(|l| l.mapped_blocks()).sum()),
+            ("read_extra_count", c.read_extra_count),
+            ("extras_dropped_count", c.extras_dropped_count),
+            ("partial_reads_home_count", c.partial_reads_home_count),
             ("job_active", u64::from(self.job.is_some())),
         ];
         Status {
