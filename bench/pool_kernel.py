@@ -26,7 +26,8 @@ at the top of the stack; the capture's think time is left out, and so is
 a pool's background work unless a request waits for it). Deterministic:
 rerunning step 2 gives the same figures. Writes
 bench/results/pool/kernel.md (the table above the notes marker; the notes
-are kept) and kernel-summary.json.
+are kept) and kernel-summary.json; with another --disk, kernel-DISK.md and
+kernel-summary-DISK.json.
 
 Usage: bench/pool_kernel.py [--no-capture] [--fs ext4,btrfs] [--jobs 2] [--disk wd800] [-- bench/run options]
 """
@@ -84,6 +85,11 @@ def replay(l, fs, stack, trace, msgs, disk):
     return fs, stack, {"phases": phases, "pool": pool, "simulated_seconds": j.get("simulated_seconds")}
 
 
+def suffix(disk):
+    """Output names: none for the thesis's disk, -DISK for another."""
+    return "" if disk == "wd800" else f"-{disk}"
+
+
 def pct(a, b):
     return f"{(a / b - 1) * 100:+.1f}%" if a and b else "—"
 
@@ -134,7 +140,7 @@ def report(res, fss, disk, cmd):
         for label, f, goal in rows:
             L.append(f"| {label} | " + " | ".join(f(s) for s in stacks) + f" | {goal} |")
         L.append("")
-    readme.write_keeping_notes(os.path.join(OUT, "kernel.md"), L + [MARKER], MARKER)
+    readme.write_keeping_notes(os.path.join(OUT, f"kernel{suffix(disk)}.md"), L + [MARKER], MARKER)
     print("\n".join(L))
 
 
@@ -158,7 +164,7 @@ def main():
                                    [(f, s) for f in fss for s in STACKS[f]]):
             res.setdefault(fs, {})[stack] = r
             print(f"{fs:6} {stack:12} busy {sum(p['busy_s'] for p in r['phases'].values()):9.1f} s", file=sys.stderr)
-    with open(os.path.join(OUT, "kernel-summary.json"), "w") as fh:
+    with open(os.path.join(OUT, f"kernel-summary{suffix(a.disk)}.json"), "w") as fh:
         json.dump({"disk": a.disk, "messages": msgs, "runs": res}, fh, indent=1)
     cmd = "bench/pool_kernel.py" + ("" if a.fs == "ext4,btrfs" else f" --fs {a.fs}") + \
         ("" if a.disk == "wd800" else f" --disk {a.disk}")
