@@ -27,7 +27,6 @@ marker, which is kept) and summary.json.
 Usage: bench/log_fs.py [--fs ext4,btrfs] [--no-capture] [--jobs 2] [-- bench/run options]
 Needs root for the capture (see bench/run --help), and target/release/layoutd.
 """
-import argparse
 import concurrent.futures
 import json
 import os
@@ -36,6 +35,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench/harness"))
+import capreplay  # noqa: E402
 import readme  # noqa: E402
 import tracefile  # noqa: E402
 from log_sim import STACKS, MARKER, layoutd  # noqa: E402
@@ -66,24 +66,9 @@ def one_stream(fs):
 
 
 def replay(l, fs, stack, trace):
-    cap = os.path.join(OUT, f"capture-{fs}")
-    base = os.path.join(TMP, f"{fs}-{stack}")
-    cmd = [l, "sim", "--trace", trace, "--format", "layoutd", "--no-stream-detect", "--config",
-           os.path.join(ROOT, "bench/workloads/log", stack + ".toml"), "--disk", DISK, "--closed-loop",
-           "--no-progress", "--record-trace", base + ".rec", "--json", base + ".json"]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError(f"`{' '.join(cmd)}` exited {p.returncode}: {p.stderr.strip()[-800:]}")
-    j = json.load(open(base + ".json"))
+    j, phases = capreplay.replay(l, trace, os.path.join(ROOT, "bench/workloads/log", stack + ".toml"), DISK,
+                                 os.path.join(TMP, f"{fs}-{stack}"), os.path.join(OUT, f"capture-{fs}"))
     counters = next((x["counters"] for x in j["stack"]["layers"] if x["target"] == "log"), None)
-    result = json.load(open(os.path.join(cap, "result.json")))
-    eb = result["rig"]["export_bytes"]
-    phases = {}
-    for ph in result["phases"]:
-        s = tracefile.stats(base + ".rec", eb, ph["markers"])
-        phases[ph["name"]] = {"span_s": s["span_seconds"], "busy_s": s["busy_seconds"],
-                              "requests": s["requests"]}
-    os.unlink(base + ".rec")
     return fs, stack, {"phases": phases, "log": counters, "simulated_seconds": j.get("simulated_seconds")}
 
 
@@ -131,21 +116,11 @@ def report(res, fss, cmd):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--fs", default="ext4,btrfs", help="file systems (default: %(default)s)")
-    ap.add_argument("--no-capture", action="store_true", help="replay the committed captures only")
-    ap.add_argument("--jobs", type=int, default=2, help="simulator runs at once (default: %(default)s)")
-    ap.add_argument("run_args", nargs="*", help="passed to bench/run for the capture (after --)")
-    a = ap.parse_args()
-    fss = [f for f in a.fs.split(",") if f]
+    a = capreplay.parser(__doc__).parse_args()
     os.makedirs(TMP, exist_ok=True)
     l = layoutd()
     tracefile.use(l)
-    for fs in fss:
-        if not a.no_capture:
-            capture(fs, a.run_args)
-        elif not os.path.exists(os.path.join(OUT, f"capture-{fs}", "trace.gz")):
-            sys.exit(f"log_fs: no capture for {fs} in {OUT}/capture-{fs}; run without --no-capture (as root)")
+    fss = capreplay.captures(a, "log_fs", capture, lambda fs: os.path.join(OUT, f"capture-{fs}"))
     traces = {fs: one_stream(fs) for fs in fss}
     res = {}
     with concurrent.futures.ThreadPoolExecutor(a.jobs) as ex:

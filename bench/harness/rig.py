@@ -115,6 +115,7 @@ class Rig:
         self.loop = None
         self.export_bytes = None
         self.markers = []  # (index, offset, label)
+        self.exports = {}  # name -> teardown steps of attach_export
         self.facts = {}  # what the rig actually got (loop DIO, server exit, fsck...)
 
     # -- bring-up --------------------------------------------------------
@@ -209,6 +210,49 @@ class Rig:
             os.close(fd)
         self.markers.append((k, off, label))
         return k
+
+    def attach_export(self, name, mount_opts="ro,noload"):
+        """Mounts another export of the same server read-only (a pool's
+        snapshot, `nbd+unix:///NAME`): its own nbdfuse (one connection),
+        a read-only loop device of the same size as the origin's and a
+        read-only mount (ext4: `noload`, no journal replay). Returns the
+        mount point; `detach_export(name)` undoes it (so does teardown)."""
+        d = os.path.join(self.work, f"fuse-{name}")
+        f = os.path.join(d, "nbd")
+        m = os.path.join(self.work, f"mnt-{name}")
+        os.makedirs(d, exist_ok=True)
+        os.makedirs(m, exist_ok=True)
+        logf = open(os.path.join(self.work, f"nbdfuse-{name}.log"), "w")
+        proc = subprocess.Popen(["nbdfuse", "-r", "-C", "1", f, f"nbd+unix:///{name}?socket={self.sock}"],
+                                stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+        logf.close()
+
+        def stop_fuse():
+            sh(["fusermount3", "-u", d], check=False)
+            proc.wait(timeout=10)
+        self.teardown.push(f"export {name}: fusermount3 -u {d}", stop_fuse)
+        self._wait_for(lambda: os.path.exists(f), proc, f"the nbdfuse file of export {name}", logf.name)
+        cmd = ["losetup", "-f", "--show", "-r", f"--sizelimit={self.facts['loop_device_bytes']}"]
+        if self.direct_io:
+            cmd.append("--direct-io=on")
+        loop = sh([*cmd, f]).stdout.strip()
+        self.teardown.push(f"export {name}: losetup -d {loop}", lambda: sh(["losetup", "-d", loop]))
+        sh(["mount", "-o", mount_opts, loop, m])
+        self.teardown.push(f"export {name}: umount {m}", lambda: sh(["umount", m]))
+        self.exports[name] = 3  # teardown steps: nbdfuse, loop, mount
+        log(f"export {name}: {loop} mounted at {m} ({mount_opts})")
+        return m
+
+    def detach_export(self, name):
+        """Unmounts an export mounted by attach_export and detaches its loop
+        device and nbdfuse, newest first."""
+        n = self.exports.pop(name)
+        mine = [i for i, (step, _) in enumerate(self.teardown.steps) if step.startswith(f"export {name}: ")]
+        assert len(mine) == n, mine
+        for i in reversed(mine):
+            step, fn = self.teardown.steps.pop(i)
+            log(f"export {name}: {step.split(': ', 1)[1]}")
+            fn()
 
     def mount(self):
         opts = ["-o", self.mount_opts] if self.mount_opts else []

@@ -211,6 +211,8 @@ def main(argv=None):
     loadavg0 = [round(x, 2) for x in os.getloadavg()]
     try:
         rig.up()
+        if hasattr(wl, "attach"):  # workloads that drive the rig themselves (snapshots, exports)
+            wl.attach(rig)
         for name, kind, cold, fn in wl.phases():
             ph = {"name": name, "kind": kind, "caches_dropped_before": cold}
             if cold:

@@ -65,7 +65,8 @@ def trace(*args):
 
 def marker_args(export_bytes, window=None):
     """Flags that name the harness's marker reads, and a (from, to) marker window."""
-    a = ["--marker-base", export_bytes - MARKER_AREA, "--marker-stride", MARKER_STRIDE, "--marker-length", 4096]
+    a = ["--marker-base", export_bytes - MARKER_AREA, "--marker-stride", MARKER_STRIDE, "--marker-length", 4096,
+         "--marker-count", MARKER_AREA // MARKER_STRIDE]  # beyond the area: a pool's snapshot volumes
     if window:
         a += ["--from-marker", window[0], "--to-marker", window[1]]
     return a

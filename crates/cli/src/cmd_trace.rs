@@ -99,6 +99,11 @@ pub struct MarkerArgs {
     /// Length of a marker read.
     #[arg(long, value_name = "BYTES", default_value_t = 4096)]
     marker_length: u64,
+    /// How many marker slots there are: only reads of markers 0 .. N-1 are
+    /// marker reads (default: any slot from the base on; the bench harness
+    /// has 128, its 8 MiB area: a pool's snapshot volumes lie beyond it).
+    #[arg(long, value_name = "N", requires = "marker_base")]
+    marker_count: Option<u64>,
     /// Keep the requests after the first read of this marker...
     #[arg(long, value_name = "K", requires = "marker_base")]
     from_marker: Option<u64>,
@@ -185,6 +190,7 @@ struct Markers {
     base: u64,
     stride: u64,
     length: u64,
+    count: u64,
 }
 
 impl Markers {
@@ -194,7 +200,7 @@ impl Markers {
             return None;
         }
         let d = r.offset_bytes - self.base;
-        d.is_multiple_of(self.stride).then_some(d / self.stride)
+        (d.is_multiple_of(self.stride) && d / self.stride < self.count).then_some(d / self.stride)
     }
 }
 
@@ -210,10 +216,15 @@ fn window(a: &MarkerArgs) -> anyhow::Result<Option<(Markers, (u64, u64))>> {
 
 fn markers(a: &MarkerArgs) -> anyhow::Result<Option<Markers>> {
     let Some(base) = a.marker_base else { return Ok(None) };
-    if a.marker_stride == 0 || a.marker_length == 0 {
-        bail!("--marker-stride and --marker-length must be at least 1");
+    if a.marker_stride == 0 || a.marker_length == 0 || a.marker_count == Some(0) {
+        bail!("--marker-stride, --marker-length and --marker-count must be at least 1");
     }
-    Ok(Some(Markers { base, stride: a.marker_stride, length: a.marker_length }))
+    Ok(Some(Markers {
+        base,
+        stride: a.marker_stride,
+        length: a.marker_length,
+        count: a.marker_count.unwrap_or(u64::MAX),
+    }))
 }
 
 /// Which records of a file are wanted.

@@ -147,6 +147,32 @@ fn cut_keeps_what_lies_between_two_markers_as_the_harness_did() {
     assert_eq!(windowed["overlapped_requests"].as_u64(), Some(1));
 }
 
+/// A pool's snapshot volume lies beyond the origin's export, so beyond the
+/// marker area: its 4 KiB reads on 64 KiB boundaries look like marker reads
+/// of slots past the area. With --marker-count they stay in the phase.
+#[test]
+fn reads_past_the_marker_count_are_data_not_markers() {
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot_read = line(30, 40, 0, 'R', BASE + 200 * STRIDE, 4096);
+    let t = write(dir.path(), "pool.trace", &[marker(0, 20), snapshot_read.clone(), marker(1, 50)]);
+    let ts = t.to_str().unwrap();
+    let found = |extra: &[&str]| {
+        let mut a = cut_args(&[ts], 0, 1);
+        a.extend(extra.iter().map(|s| s.to_string()));
+        let j = stats_json(&strs(&a));
+        let ks: Vec<u64> =
+            j["markers"].as_array().unwrap().iter().map(|m| m["index"].as_u64().unwrap()).collect();
+        (ks, j["requests"].as_u64().unwrap())
+    };
+    assert_eq!(found(&[]), (vec![0, 200, 1], 0), "without a count the read is taken for marker 200");
+    assert_eq!(found(&["--marker-count", "128"]), (vec![0, 1], 1));
+    let mut a = cut_args(&["cut", ts, "--to", "jsonl"], 0, 1);
+    a.extend(["--marker-count".to_string(), "128".to_string()]);
+    let jsonl = ok(&strs(&a));
+    assert_eq!(jsonl.lines().count(), 1, "{jsonl}");
+    refused_line(&["trace", "stats", ts, "--marker-base", "0", "--marker-count", "0"], &["--marker-count"]);
+}
+
 #[test]
 fn a_missing_or_reversed_marker_is_a_clear_error_and_leaves_no_output() {
     let dir = tempfile::tempdir().unwrap();
