@@ -155,6 +155,7 @@ impl Replica {
 
     fn congested(&self) -> bool {
         self.pending.len() >= self.args.congestion_in_flight_max as usize
+            || self.pending_blocks * self.block() >= self.args.pending_bytes_max
     }
 
     /// Places one candidate and records its replica write (issued when the
@@ -181,6 +182,7 @@ impl Replica {
             region_version: self.region.version,
             issued: false,
         };
+        self.pending_blocks += p.blocks;
         self.pending.insert(key, p);
         self.deferred.push_back(key);
         self.pump_region();
@@ -369,6 +371,8 @@ impl Replica {
     /// replica if it is still valid, else give its blocks back.
     pub(super) fn replica_written(&mut self, _now: Instant, k: u64, ok: bool) {
         let p = self.pending.remove(&k).expect("a pending replica write");
+        self.pending_blocks -= p.blocks;
+        debug_assert_eq!(self.pending_blocks, self.pending.values().map(|p| p.blocks).sum::<u64>());
         let fresh = self.space.declared.free_parts(p.orig, p.blocks).is_empty();
         if ok && p.valid && fresh {
             self.map_changed();
