@@ -232,7 +232,7 @@ def noise(layoutd, trace_gz, markers, names, tmp):
     path = os.path.join(tmp, "noise.trace")
     noise_trace(trace_gz, markers, path)
     out = {}
-    for name, extra in [("linear", None), ("replica", ""), ("replica-tuned", TUNED)]:
+    for name, extra in [("linear", None), ("replica", ""), ("replica-tuned", TUNED), ("replica-recent-idle", RECENT_IDLE)]:
         cfg = STACKS[0][1] if extra is None else config(extra)
         summary, with_streams = sim(layoutd, path, cfg, tmp, "noise-" + name, streams=True)
         records = [r[:5] for r in with_streams]
@@ -261,7 +261,7 @@ def two_processes(layoutd, trace_gz, markers, names, tmp):
     shifted = [m + SECOND_PROCESS_SHIFT for m in markers]
     out = {}
     for name, extra in [("linear", None), ("replica", ""), ("replica-extent-per-stream", "extent_per_stream = true\n"),
-                        ("replica-tuned", TUNED), ("replica-tuned-extent-per-stream", TUNED + "extent_per_stream = true\n")]:
+                        ("replica-tuned", TUNED), ("replica-recent-idle", RECENT_IDLE), ("replica-tuned-extent-per-stream", TUNED + "extent_per_stream = true\n")]:
         cfg = STACKS[0][1] if extra is None else config(extra)
         summary, records = sim(layoutd, path, cfg, tmp, "two-" + name)
         out[name] = {
