@@ -48,7 +48,7 @@ TUNED = "close_blocks = 128\nwrite_batch_count = 64\nreadahead_blocks = 128\n"
 # k = 1), and replica writes deferred until 100 ms without a request
 # (holding up to 4096 writes, at most 64 MiB, meanwhile).
 RECENT_IDLE = TUNED + ("history_count = 1\npass_through_close_count = 1\nreplication = \"idle\"\n"
-                       "replication_idle_ms = 100\ncongestion_in_flight_max = 4096\n")
+                       "replication_idle_ms = 100\nreplication_wait_max_ms = 10000\ncongestion_in_flight_max = 4096\n")
 
 STACKS = [
     ("linear", "version = 1\n[[layer]]\ntarget = \"trace\"\n[[layer]]\ntarget = \"linear\"\n"),

@@ -1042,6 +1042,16 @@ fn idle_replication_with_a_threshold_waits_for_that_long_without_a_request() {
     );
     assert_eq!(replicas_made_under_a_trickle("replication_idle_ms = 20"), 2, "50 ms gaps are 20 ms of quiet");
     assert_eq!(replicas_made_under_a_trickle(""), 2, "no threshold: any gap");
+    assert_eq!(
+        replicas_made_under_a_trickle("replication_idle_ms = 100\nreplication_wait_max_ms = 200"),
+        2,
+        "after 200 ms of waiting they go out in a 50 ms gap"
+    );
+    assert_eq!(
+        replicas_made_under_a_trickle("replication_idle_ms = 100\nreplication_wait_max_ms = 1000"),
+        0,
+        "the trickle lasts 500 ms: not yet overdue"
+    );
 }
 
 #[test]

@@ -95,6 +95,9 @@ struct Pending {
     /// The region version that must be durable before it is issued.
     region_version: u64,
     issued: bool,
+    /// When it was decided (idle mode: `replication_wait_max_ms` counts
+    /// from here).
+    decided_at: Instant,
 }
 
 /// An item the overlap gate holds back.
@@ -234,6 +237,9 @@ pub struct Replica {
     /// Deferred replica writes' idle time: `replication_idle_ms` without a
     /// request (counted from each request; idle before the first).
     replication_idle: layoutd_core::idle::IdleTimer,
+    /// Deferred replica writes with keys up to this one have waited
+    /// `replication_wait_max_ms` and no longer wait for idle time.
+    overdue_through: Option<u64>,
     /// Lower writes in flight, by id: their blocks (kept only with
     /// `readahead_blocks`, whose bytes they make stale).
     writes_in_flight: FxHashMap<u64, (u64, u64)>,
@@ -280,6 +286,7 @@ impl Replica {
                 restart_while_in_flight: false,
                 starvation: None,
             }),
+            overdue_through: None,
             region_drops: FxHashMap::default(),
             writes_in_flight: FxHashMap::default(),
             counters: Counters::default(),
@@ -386,6 +393,9 @@ impl Target for Replica {
 
     fn handle_timeout(&mut self, now: Instant) {
         self.replication_idle.timeout(now, false);
+        if self.overdue_at().is_some_and(|t| t <= now) {
+            self.overdue_through = self.deferred.back().copied();
+        }
         self.timeout(now);
         self.after_change(now);
     }
@@ -405,7 +415,10 @@ impl Target for Replica {
     fn poll_timeout(&self) -> Option<Instant> {
         // The idle wait matters only while replica writes wait for it.
         let idle = self.replication_idle.poll_timeout().filter(|_| !self.deferred.is_empty());
-        [self.streams.deadline(self.args.queue_timeout_ms), idle].into_iter().flatten().min()
+        [self.streams.deadline(self.args.queue_timeout_ms), idle, self.overdue_at()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn is_ready(&self) -> bool {
@@ -417,7 +430,10 @@ impl Target for Replica {
     fn background_offer(&self, now: Instant) -> Option<layoutd_core::background::Offer> {
         use layoutd_core::background::{JobClass, Offer};
         let ready = self.deferred.iter().any(|k| self.pending[k].region_version <= self.region.durable);
-        let ready = ready && self.args.replication == When::Idle && self.replication_idle.is_idle(now);
+        let overdue = self.deferred.front().is_some_and(|&k| self.overdue_through.is_some_and(|o| k <= o))
+            || self.overdue_at().is_some_and(|t| t <= now);
+        let ready =
+            ready && self.args.replication == When::Idle && (self.replication_idle.is_idle(now) || overdue);
         // The first scan waits for the runtime's first idle report, not just
         // the scheduler's: bring-up hands the stack over with nothing in flight.
         let scan = self.scan.wanted && !self.scan.running() && self.idle_seen;

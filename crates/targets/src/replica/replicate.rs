@@ -181,6 +181,7 @@ impl Replica {
             valid: true,
             region_version: self.region.version,
             issued: false,
+            decided_at: now,
         };
         self.pending_blocks += p.blocks;
         self.pending.insert(key, p);
@@ -262,6 +263,23 @@ impl Replica {
             .flat_map(|(s, l)| outside(s, s + l, &taken))
             .filter(|&(s, l)| l >= min && !close((s, s + l), (orig, orig + blocks), close_blocks))
             .max_by_key(|&(s, l)| (l, std::cmp::Reverse(s)))
+    }
+
+    /// Idle mode with `replication_wait_max_ms`: when the oldest deferred
+    /// write not yet overdue becomes overdue (it then goes out at the next
+    /// grant, idle time or not).
+    pub(super) fn overdue_at(&self) -> Option<Instant> {
+        let max = self.args.replication_wait_max_ms;
+        if max == 0 {
+            return None;
+        }
+        // Keys are pushed in increasing order: the ones past
+        // `overdue_through` are a suffix.
+        let first = match self.overdue_through {
+            None => 0,
+            Some(o) => self.deferred.partition_point(|&k| k <= o),
+        };
+        self.deferred.get(first).map(|k| self.pending[k].decided_at.add_ms(max))
     }
 
     /// Inline mode: issues deferred replica writes, in order, whose region
