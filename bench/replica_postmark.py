@@ -43,6 +43,12 @@ TRACE = os.path.join(CAPTURE, "trace.gz")
 
 # The options that close most of the gap on this trace, together.
 TUNED = "close_blocks = 128\nwrite_batch_count = 64\nreadahead_blocks = 128\n"
+# TUNED, plus: a read passes through only when close to the stream's most
+# recent read (the thesis's "aggressive" variant of §3.2: history of 1,
+# k = 1), and replica writes deferred until 100 ms without a request
+# (holding up to 4096 writes, at most 64 MiB, meanwhile).
+RECENT_IDLE = TUNED + ("history_count = 1\npass_through_close_count = 1\nreplication = \"idle\"\n"
+                       "replication_idle_ms = 100\nreplication_wait_max_ms = 10000\ncongestion_in_flight_max = 4096\n")
 
 STACKS = [
     ("linear", "version = 1\n[[layer]]\ntarget = \"trace\"\n[[layer]]\ntarget = \"linear\"\n"),
@@ -57,9 +63,10 @@ STACKS = [
     ("replica-readahead128", "readahead_blocks = 128\n"),
     ("replica-close128", "close_blocks = 128\n"),
     ("replica-tuned", TUNED),
+    ("replica-recent-idle", RECENT_IDLE),
 ]
 # Where the time of a phase goes (lower requests by kind) is shown for these.
-BREAKDOWN = ["replica", "replica-tuned"]
+BREAKDOWN = ["replica", "replica-tuned", "replica-recent-idle"]
 
 
 def config(extra):
@@ -225,7 +232,7 @@ def noise(layoutd, trace_gz, markers, names, tmp):
     path = os.path.join(tmp, "noise.trace")
     noise_trace(trace_gz, markers, path)
     out = {}
-    for name, extra in [("linear", None), ("replica", ""), ("replica-tuned", TUNED)]:
+    for name, extra in [("linear", None), ("replica", ""), ("replica-tuned", TUNED), ("replica-recent-idle", RECENT_IDLE)]:
         cfg = STACKS[0][1] if extra is None else config(extra)
         summary, with_streams = sim(layoutd, path, cfg, tmp, "noise-" + name, streams=True)
         records = [r[:5] for r in with_streams]
@@ -254,7 +261,7 @@ def two_processes(layoutd, trace_gz, markers, names, tmp):
     shifted = [m + SECOND_PROCESS_SHIFT for m in markers]
     out = {}
     for name, extra in [("linear", None), ("replica", ""), ("replica-extent-per-stream", "extent_per_stream = true\n"),
-                        ("replica-tuned", TUNED), ("replica-tuned-extent-per-stream", TUNED + "extent_per_stream = true\n")]:
+                        ("replica-tuned", TUNED), ("replica-recent-idle", RECENT_IDLE), ("replica-tuned-extent-per-stream", TUNED + "extent_per_stream = true\n")]:
         cfg = STACKS[0][1] if extra is None else config(extra)
         summary, records = sim(layoutd, path, cfg, tmp, "two-" + name)
         out[name] = {

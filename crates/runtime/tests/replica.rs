@@ -1015,6 +1015,59 @@ fn idle_replication_waits_for_idle_time() {
     assert!(steps.1 >= 1);
 }
 
+/// Replica writes made while requests arrive every 50 ms, before the
+/// stack settles, under `extra`.
+fn replicas_made_under_a_trickle(extra: &str) -> u64 {
+    let mut h = streams_setup(&format!("replication = \"idle\"\n{extra}"));
+    h.call(read(10, 1));
+    h.call(read(40, 1));
+    assert_eq!(counter(&h, "deferred_replica_writes"), 2, "committed, not yet written");
+    for _ in 0..10 {
+        let t = h.now.add_ms(50);
+        h.run_until(t);
+        assert_eq!(h.flush().result, Ok(()));
+    }
+    let made = counter(&h, "replicas_created_blocks");
+    h.settle(); // a quiet end: the threshold passes
+    assert_eq!(counter(&h, "replicas_created_blocks"), 2, "written once idle");
+    made
+}
+
+#[test]
+fn idle_replication_with_a_threshold_waits_for_that_long_without_a_request() {
+    assert_eq!(
+        replicas_made_under_a_trickle("replication_idle_ms = 100"),
+        0,
+        "50 ms gaps are not 100 ms of quiet"
+    );
+    assert_eq!(replicas_made_under_a_trickle("replication_idle_ms = 20"), 2, "50 ms gaps are 20 ms of quiet");
+    assert_eq!(replicas_made_under_a_trickle(""), 2, "no threshold: any gap");
+    assert_eq!(
+        replicas_made_under_a_trickle("replication_idle_ms = 100\nreplication_wait_max_ms = 200"),
+        2,
+        "after 200 ms of waiting they go out in a 50 ms gap"
+    );
+    assert_eq!(
+        replicas_made_under_a_trickle("replication_idle_ms = 100\nreplication_wait_max_ms = 1000"),
+        0,
+        "the trickle lasts 500 ms: not yet overdue"
+    );
+}
+
+#[test]
+fn replica_writes_holding_too_many_bytes_count_as_congestion() {
+    // Two one-block candidates commit; the second finds the first's bytes
+    // at the cap of one block: congestion, the thesis's back-off.
+    let held = |cap: &str| {
+        let mut h = streams_setup(&format!("replication = \"idle\"\npending_bytes_max = \"{cap}\""));
+        h.call(read(10, 1));
+        h.call(read(40, 1));
+        (counter(&h, "pending_replica_bytes"), counter(&h, "congestion_backoffs_count"))
+    };
+    assert_eq!(held("4KiB"), (B, 1), "capped at one block");
+    assert_eq!(held("8KiB"), (2 * B, 0), "both fit");
+}
+
 #[test]
 fn the_quota_stops_a_stream_whose_replicas_are_never_used() {
     let mut h = streams_setup("stream_quota_blocks = 2");

@@ -57,6 +57,9 @@ pub struct Args {
     pub free_extent_blocks_min: u64,
     /// Replica writes in flight past which the lower queue counts as congested.
     pub congestion_in_flight_max: u32,
+    /// Replica writes decided and not yet written hold at most this many
+    /// bytes of data in RAM; past it the lower queue counts as congested.
+    pub pending_bytes_max: u64,
     /// Reads without replication after congestion.
     pub congestion_backoff_reads: u32,
     /// Blocks reclaimed at once.
@@ -77,6 +80,12 @@ pub struct Args {
     pub replica_choice: Choice,
     /// When replica writes go.
     pub replication: When,
+    /// With `replication = "idle"`: deferred replica writes wait until no
+    /// request came for this long (0: whenever nothing is outstanding).
+    pub replication_idle_ms: u64,
+    /// With `replication = "idle"`: a deferred replica write that waited
+    /// this long goes out at the next grant, idle time or not (0: never).
+    pub replication_wait_max_ms: u64,
     /// Writes of at most this many bytes over a replicated block update its
     /// replicas instead of invalidating them (0: off, the thesis).
     pub propagate_bytes_max: u32,
@@ -200,6 +209,9 @@ impl Args {
             thrash_guard: false,
             replica_choice: Choice::Lowest,
             replication: When::Inline,
+            replication_idle_ms: 0,
+            replication_wait_max_ms: 0,
+            pending_bytes_max: 64 << 20,
             propagate_bytes_max: 0,
             stream_quota_blocks: 0,
             write_batch_count: 0,
@@ -262,6 +274,27 @@ impl Args {
             "idle" => When::Idle,
             other => return Err(a.error(format!("key `replication`: `{other}` (known: inline, idle)"))),
         };
+        args.replication_idle_ms = a.u64_opt("replication_idle_ms")?.unwrap_or(0);
+        args.replication_wait_max_ms = a.u64_opt("replication_wait_max_ms")?.unwrap_or(0);
+        if args.replication_wait_max_ms > 0 && args.replication != When::Idle {
+            return Err(a.error(format!(
+                "key `replication_wait_max_ms`: {} has no effect with replication = \"inline\" (set replication = \"idle\")",
+                args.replication_wait_max_ms
+            )));
+        }
+        args.pending_bytes_max = a.size_opt("pending_bytes_max")?.unwrap_or(64 << 20);
+        if args.pending_bytes_max < u64::from(args.block_bytes) {
+            return Err(a.error(format!(
+                "key `pending_bytes_max`: {} is below one block ({} bytes): no replica could ever be written",
+                args.pending_bytes_max, args.block_bytes
+            )));
+        }
+        if args.replication_idle_ms > 0 && args.replication != When::Idle {
+            return Err(a.error(format!(
+                "key `replication_idle_ms`: {} has no effect with replication = \"inline\" (set replication = \"idle\")",
+                args.replication_idle_ms
+            )));
+        }
         let p = a.size_opt("propagate_bytes_max")?.unwrap_or(0);
         if p > 64 << 10 || !p.is_multiple_of(SECTOR_BYTES) {
             return Err(a.error(format!(
@@ -362,6 +395,9 @@ impl Args {
             ("thrash_guard", self.thrash_guard.to_string()),
             ("replica_choice", choice.to_string()),
             ("replication", when.to_string()),
+            ("replication_idle_ms", self.replication_idle_ms.to_string()),
+            ("replication_wait_max_ms", self.replication_wait_max_ms.to_string()),
+            ("pending_bytes_max", self.pending_bytes_max.to_string()),
             ("propagate_bytes_max", self.propagate_bytes_max.to_string()),
             ("stream_quota_blocks", self.stream_quota_blocks.to_string()),
             ("write_batch_count", self.write_batch_count.to_string()),

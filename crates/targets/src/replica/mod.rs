@@ -95,6 +95,9 @@ struct Pending {
     /// The region version that must be durable before it is issued.
     region_version: u64,
     issued: bool,
+    /// When it was decided (idle mode: `replication_wait_max_ms` counts
+    /// from here).
+    decided_at: Instant,
 }
 
 /// An item the overlap gate holds back.
@@ -198,7 +201,8 @@ struct Reclaim {
 /// The replica target; see the module docs.
 ///
 /// Memory bounds: the replica map is capped by `memory_bytes_max`;
-/// `pending` by the candidates queued plus `congestion_in_flight_max`;
+/// `pending` by the candidates queued plus `congestion_in_flight_max`
+/// writes and `pending_bytes_max` bytes;
 /// `asm` and `lower` by the upper requests in flight; the gate by both.
 pub struct Replica {
     args: Args,
@@ -212,6 +216,9 @@ pub struct Replica {
     /// Upper requests being answered, by key.
     asm: FxHashMap<u64, Assembly>,
     next_key: u64,
+    /// Blocks of the replica writes in `pending` (their data is held in
+    /// RAM until written): bounded by `pending_bytes_max`.
+    pending_blocks: u64,
     /// Replica writes decided and not yet completed, by key.
     pending: FxHashMap<u64, Pending>,
     next_pending: u64,
@@ -227,6 +234,12 @@ pub struct Replica {
     region_drops: FxHashMap<u64, (u32, (u64, u64), bool)>,
     /// The runtime reported idle since bring-up.
     idle_seen: bool,
+    /// Deferred replica writes' idle time: `replication_idle_ms` without a
+    /// request (counted from each request; idle before the first).
+    replication_idle: layoutd_core::idle::IdleTimer,
+    /// Deferred replica writes with keys up to this one have waited
+    /// `replication_wait_max_ms` and no longer wait for idle time.
+    overdue_through: Option<u64>,
     /// Lower writes in flight, by id: their blocks (kept only with
     /// `readahead_blocks`, whose bytes they make stale).
     writes_in_flight: FxHashMap<u64, (u64, u64)>,
@@ -260,6 +273,7 @@ impl Replica {
             asm: FxHashMap::default(),
             next_key: 0,
             pending: FxHashMap::default(),
+            pending_blocks: 0,
             next_pending: 0,
             deferred: VecDeque::new(),
             gate: OverlapGate::new(),
@@ -267,6 +281,12 @@ impl Replica {
             tick: 0,
             held: VecDeque::new(),
             idle_seen: false,
+            replication_idle: layoutd_core::idle::IdleTimer::new(layoutd_core::idle::IdleOptions {
+                idle_at_start: true,
+                restart_while_in_flight: false,
+                starvation: None,
+            }),
+            overdue_through: None,
             region_drops: FxHashMap::default(),
             writes_in_flight: FxHashMap::default(),
             counters: Counters::default(),
@@ -347,6 +367,8 @@ impl Target for Replica {
 
     fn handle_request(&mut self, now: Instant, req: Request) {
         assert!(req.validate(self.size_bytes()).is_ok(), "stack validated it");
+        self.replication_idle.request();
+        self.replication_idle.arm(now, self.args.replication_idle_ms.saturating_mul(1_000_000));
         match &self.phase {
             Phase::Serving => self.request(now, req),
             Phase::Failed(_) => {
@@ -370,6 +392,10 @@ impl Target for Replica {
     }
 
     fn handle_timeout(&mut self, now: Instant) {
+        self.replication_idle.timeout(now, false);
+        if self.overdue_at().is_some_and(|t| t <= now) {
+            self.overdue_through = self.deferred.back().copied();
+        }
         self.timeout(now);
         self.after_change(now);
     }
@@ -387,7 +413,12 @@ impl Target for Replica {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        self.streams.deadline(self.args.queue_timeout_ms)
+        // The idle wait matters only while replica writes wait for it.
+        let idle = self.replication_idle.poll_timeout().filter(|_| !self.deferred.is_empty());
+        [self.streams.deadline(self.args.queue_timeout_ms), idle, self.overdue_at()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn is_ready(&self) -> bool {
@@ -399,7 +430,10 @@ impl Target for Replica {
     fn background_offer(&self, now: Instant) -> Option<layoutd_core::background::Offer> {
         use layoutd_core::background::{JobClass, Offer};
         let ready = self.deferred.iter().any(|k| self.pending[k].region_version <= self.region.durable);
-        let ready = ready && self.args.replication == When::Idle;
+        let overdue = self.deferred.front().is_some_and(|&k| self.overdue_through.is_some_and(|o| k <= o))
+            || self.overdue_at().is_some_and(|t| t <= now);
+        let ready =
+            ready && self.args.replication == When::Idle && (self.replication_idle.is_idle(now) || overdue);
         // The first scan waits for the runtime's first idle report, not just
         // the scheduler's: bring-up hands the stack over with nothing in flight.
         let scan = self.scan.wanted && !self.scan.running() && self.idle_seen;
@@ -561,6 +595,7 @@ impl Replica {
             ("map_bytes_per_replica_block", self.bytes_per_replica_block()),
             ("pending_replica_writes", self.pending.len() as u64),
             ("deferred_replica_writes", self.deferred.len() as u64),
+            ("pending_replica_bytes", self.pending_blocks * self.block()),
             ("candidates_queued", self.streams.queued_count() as u64),
             ("gate_waiting_count", self.gate.waiting_count() as u64),
         ];

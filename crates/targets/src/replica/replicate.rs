@@ -155,6 +155,7 @@ impl Replica {
 
     fn congested(&self) -> bool {
         self.pending.len() >= self.args.congestion_in_flight_max as usize
+            || self.pending_blocks * self.block() >= self.args.pending_bytes_max
     }
 
     /// Places one candidate and records its replica write (issued when the
@@ -180,7 +181,9 @@ impl Replica {
             valid: true,
             region_version: self.region.version,
             issued: false,
+            decided_at: now,
         };
+        self.pending_blocks += p.blocks;
         self.pending.insert(key, p);
         self.deferred.push_back(key);
         self.pump_region();
@@ -260,6 +263,23 @@ impl Replica {
             .flat_map(|(s, l)| outside(s, s + l, &taken))
             .filter(|&(s, l)| l >= min && !close((s, s + l), (orig, orig + blocks), close_blocks))
             .max_by_key(|&(s, l)| (l, std::cmp::Reverse(s)))
+    }
+
+    /// Idle mode with `replication_wait_max_ms`: when the oldest deferred
+    /// write not yet overdue becomes overdue (it then goes out at the next
+    /// grant, idle time or not).
+    pub(super) fn overdue_at(&self) -> Option<Instant> {
+        let max = self.args.replication_wait_max_ms;
+        if max == 0 {
+            return None;
+        }
+        // Keys are pushed in increasing order: the ones past
+        // `overdue_through` are a suffix.
+        let first = match self.overdue_through {
+            None => 0,
+            Some(o) => self.deferred.partition_point(|&k| k <= o),
+        };
+        self.deferred.get(first).map(|k| self.pending[k].decided_at.add_ms(max))
     }
 
     /// Inline mode: issues deferred replica writes, in order, whose region
@@ -369,6 +389,8 @@ impl Replica {
     /// replica if it is still valid, else give its blocks back.
     pub(super) fn replica_written(&mut self, _now: Instant, k: u64, ok: bool) {
         let p = self.pending.remove(&k).expect("a pending replica write");
+        self.pending_blocks -= p.blocks;
+        debug_assert_eq!(self.pending_blocks, self.pending.values().map(|p| p.blocks).sum::<u64>());
         let fresh = self.space.declared.free_parts(p.orig, p.blocks).is_empty();
         if ok && p.valid && fresh {
             self.map_changed();
