@@ -99,7 +99,11 @@ struct OpenSeg {
     next_hole: usize,
     /// Whether it was opened with live blocks in it (SSR / plugging).
     holey: bool,
+    /// The entries of the part not yet written (since the last partial write).
     entries: Vec<Entry>,
+    /// Where that part's summary goes: the header area (`None`, the first
+    /// part), or the slot the previous part's continue link named.
+    summary_slot: Option<u16>,
     buf: usize,
 }
 
@@ -161,10 +165,13 @@ impl SegBuf {
     }
 }
 
-/// A segment being written.
+/// A segment write in flight: a seal (its buffer is taken back when its
+/// writes complete) or a partial write (`buf` None: its bytes are copies).
+/// The writes of one location complete into its oldest entry first, so a
+/// seal's entry empties only once every earlier partial write completed.
 struct Sealed {
     loc: SegLoc,
-    buf: usize,
+    buf: Option<usize>,
     parts_left: u32,
 }
 
@@ -229,6 +236,12 @@ struct Counters {
     /// Segment buffers allocated anew: a lower write still held the old
     /// one's bytes when the buffer was needed again.
     segment_buffers_allocated_count: u64,
+    /// Partial writes of an open segment (a flush, FUA write or full
+    /// summary wrote the part filled since the last, and the segment
+    /// stays open).
+    partial_writes_count: u64,
+    /// Slots taken by the summaries of partial writes' next parts.
+    summary_slots_count: u64,
 }
 
 enum Phase {
@@ -850,6 +863,8 @@ impl Target for Log {
             ("resequence_passes_count", c.resequence_passes_count),
             ("groups_to_check_count", self.group_dirty_count),
             ("segment_buffers_allocated_count", c.segment_buffers_allocated_count),
+            ("partial_writes_count", c.partial_writes_count),
+            ("summary_slots_count", c.summary_slots_count),
             ("lower_retries_count", self.counters.lower_retries_count),
             ("lower_read_errors_count", self.counters.lower_read_errors_count),
             ("epoch", self.epoch),
