@@ -370,4 +370,96 @@ mod tests {
         assert_eq!(w.offer(Ok(header(4, 3, &p)), Some(&torn)), ReplayStep::Stop(StopReason::Payload));
         assert_eq!(w.next_location(&geo), None);
     }
+
+    /// A segment written in three parts: the header (slot 0, continue to
+    /// slot 1), a summary in slot 1 (slot 2, continue to slot 3), the last
+    /// in slot 3 (slot 4, next segment 1); `geo` has 8 slots of 512 bytes.
+    fn three_parts(geo: &Geometry, seq: u64, boot: u64) -> Vec<u8> {
+        let (hb, sb) = (geo.header_bytes as usize, geo.slot_bytes as usize);
+        let mut seg = vec![0u8; hb + 8 * sb];
+        let parts: [(Option<u16>, u16, Entry); 3] = [
+            (None, 0, Entry::Continue { slot: 1 }),
+            (Some(1), 2, Entry::Continue { slot: 3 }),
+            (Some(3), 4, Entry::Next { loc: Some(SegLoc(1)) }),
+        ];
+        for (at, data, link) in parts {
+            let d = hb + data as usize * sb;
+            seg[d..d + sb].fill(data as u8 + 1);
+            let h = SegmentHeader {
+                seq: Seq(seq),
+                boot,
+                slots_used: 1,
+                payload_crc: Some(SegmentHeader::payload_crc_of(&seg[d..d + sb])),
+                entries: vec![
+                    Entry::Slot { start_sector: u64::from(data), sector_count: 1, slot: data },
+                    link,
+                ],
+            };
+            match at {
+                None => seg[..hb].copy_from_slice(&h.encode(geo)),
+                Some(s) => {
+                    let o = hb + s as usize * sb;
+                    seg[o..o + sb].copy_from_slice(&h.encode_slot(geo));
+                }
+            }
+        }
+        seg
+    }
+
+    #[test]
+    fn the_chain_walk_follows_a_segments_parts_and_stops_at_the_first_torn_one() {
+        let geo = Geometry::new(0, 1 << 20, 512, 8).expect("valid");
+        let ck = crate::seglog::ChainCheckpoint {
+            generation: 1,
+            boot: 2,
+            next_seq: Seq(5),
+            next_loc: Some(SegLoc(0)),
+        };
+        let slots_of = |hs: &[SegmentHeader]| -> Vec<u16> {
+            hs.iter()
+                .flat_map(|h| h.entries.iter())
+                .filter_map(|e| if let Entry::Slot { slot, .. } = *e { Some(slot) } else { None })
+                .collect()
+        };
+        let mut w = ChainWalk::new(&ck, &geo);
+        let applied = w.offer_segment(&three_parts(&geo, 5, 2), &geo);
+        assert_eq!(slots_of(&applied), vec![0, 2, 4]);
+        assert_eq!(w.next(), Some((SegLoc(1), Seq(6))));
+        // A torn summary in the middle (slot 1): the first part only, the
+        // walk stops there (the segment counts as replayed).
+        let hb = geo.header_bytes as usize;
+        for (damage, why) in [(hb + 512 + 40, "summary"), (hb + 2 * 512 + 7, "payload")] {
+            let mut seg = three_parts(&geo, 5, 2);
+            seg[damage] ^= 1;
+            let mut w = ChainWalk::new(&ck, &geo);
+            assert_eq!(slots_of(&w.offer_segment(&seg, &geo)), vec![0], "{why}");
+            assert_eq!(w.next(), None);
+            assert_eq!(w.applied_count(), 1);
+            assert_eq!(w.stopped_in_slot(), Some(1), "{why}");
+            let want =
+                if why == "payload" { StopReason::Payload } else { StopReason::Header(HeaderError::BadCrc) };
+            assert_eq!(w.stopped(), Some(&want));
+        }
+        // A part of another seq (a leftover of an earlier pass) in the
+        // named slot ends the walk too.
+        let mut seg = three_parts(&geo, 5, 2);
+        let old = three_parts(&geo, 4, 2);
+        seg[hb + 3 * 512..hb + 4 * 512].copy_from_slice(&old[hb + 3 * 512..hb + 4 * 512]);
+        let mut w = ChainWalk::new(&ck, &geo);
+        assert_eq!(slots_of(&w.offer_segment(&seg, &geo)), vec![0, 2]);
+        assert_eq!(w.stopped(), Some(&StopReason::Seq(Seq(4))));
+        // A continue link back to an earlier slot is refused (no loop).
+        let h = SegmentHeader {
+            seq: Seq(5),
+            boot: 2,
+            slots_used: 0,
+            payload_crc: None,
+            entries: vec![Entry::Continue { slot: 1 }],
+        };
+        let mut seg = three_parts(&geo, 5, 2);
+        seg[hb + 3 * 512..hb + 4 * 512].copy_from_slice(&h.encode_slot(&geo));
+        let (got, stop) = segment_summaries(&seg, &geo, |h, _| Ok(h));
+        assert_eq!(got.len(), 3);
+        assert!(matches!(stop, Some((StopReason::Header(HeaderError::Malformed(_)), Some(1)))), "{stop:?}");
+    }
 }
