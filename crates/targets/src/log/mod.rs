@@ -12,7 +12,9 @@
 //!   pages written only at checkpoints ([`map`]).
 //! - *summary*: a segment's header: the blocks its newly written slots
 //!   hold, the blocks trimmed meanwhile, and the location of the segment
-//!   written after it (a chained header: [`crate::seglog::ChainWalk`]).
+//!   written after it (a chained header: [`crate::seglog::ChainWalk`]). A
+//!   segment written in parts (at flushes) has one summary per part: the
+//!   header, then summaries in slots, each named by the one before.
 //! - *hole*: a slot of a used segment that holds no live block. *SSR*:
 //!   user writes go into holes; *plugging*: the cleaner's copies do;
 //!   *cleaning*: copy a victim's live blocks elsewhere, so it comes free.
@@ -35,13 +37,17 @@
 //! flushes and the log's own work run one at a time, in arrival order (a
 //! stack of works: a write short of space runs a cleaning pass or a
 //! checkpoint above itself, then resumes). Writes land in the open
-//! segment's RAM buffer and complete; the buffer is written when full, at a
-//! flush, or at a checkpoint. Flush = write the open segment, wait for
-//! every segment write, flush below, record a flush mark.
+//! segment's RAM buffer and complete; the segment is sealed (written with
+//! its last summary) when full or at a checkpoint. Flush = write the part
+//! of the open segment filled since its last write, with a summary of its
+//! own, and keep the segment open (partial segments: each later part's
+//! summary sits in the slot the part before named), wait for every segment
+//! write, flush below, record a flush mark (the first flush of a segment).
 //!
 //! Recovery: the newest valid checkpoint, the map pages as of it, then the
-//! chain of segments written after it, each checked by seq, boot and
-//! payload crc; the first that fails ends the log (a torn tail). If the
+//! chain of segments written after it, each summary (every part of a
+//! segment) checked by seq, boot and payload crc; the first that fails
+//! ends the log (a torn tail). If the
 //! flush mark says a client was told a later segment was durable, that is
 //! damage, and the open is refused (unless `--accept-loss`).
 
