@@ -640,3 +640,25 @@ fn idle_resequencing_lays_scattered_groups_out_in_logical_order() {
     let (scattered, _) = group_reads_after_idle(false);
     assert!(scattered.iter().sum::<u64>() > 3 * reads.iter().sum::<u64>(), "{scattered:?} against {reads:?}");
 }
+
+#[test]
+fn a_segment_open_across_partial_writes_is_never_a_cleaning_victim() {
+    // Segment 0 holds two live blocks of eight after two partial writes:
+    // greedy's best victim, were it not open.
+    let (_dev, mut h) = formatted(&cfg("greedy", "resequence = false\n"));
+    for b in 0..2u64 {
+        assert_eq!(h.write(b * 4096, block_bytes(1, b)).result, Ok(()));
+        assert_eq!(h.flush().result, Ok(()));
+    }
+    h.stack.message(h.now, "clean").expect("clean");
+    assert_eq!(h.flush().result, Ok(()));
+    assert_eq!(h.write(2 * 4096, block_bytes(1, 2)).result, Ok(()));
+    assert_eq!(h.flush().result, Ok(()));
+    let status = h.stack.status().to_string();
+    assert_eq!(counter(&*h.stack, "cleaning_passes_count"), 0, "{status}");
+    assert_eq!(counter(&*h.stack, "segments_written_count"), 0, "still one open segment: {status}");
+    assert_eq!(counter(&*h.stack, "partial_writes_count"), 3, "{status}");
+    for b in 0..3u64 {
+        assert_eq!(h.read(b * 4096, 4096).data.expect("data"), block_bytes(1, b));
+    }
+}
