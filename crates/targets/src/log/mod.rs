@@ -598,7 +598,16 @@ impl Log {
     /// Whether idle cleaning wants a pass (the policy's decision, cached
     /// until the census changes).
     fn wants_idle_cleaning(&self) -> bool {
-        let fresh = || self.policy.clean_when_idle(&self.census(false), self.args.free_segments_target);
+        // The policy's wish, and only while two victims of at most half
+        // live blocks exist (the census classes the cache follows): a pass
+        // over them frees two segments and fills at most one, so idle work
+        // ends even when the target is out of reach.
+        let fresh = || {
+            let c = self.census(false);
+            let half_empty =
+                c.segs.iter().filter(|s| !s.busy && s.valid > 0 && s.valid * 2 <= c.slot_count).count();
+            self.policy.clean_when_idle(&c, self.args.free_segments_target) && half_empty >= 2
+        };
         match self.idle_offer.get() {
             Some(cached) => {
                 debug_assert_eq!(cached, fresh(), "a census change was not noted");

@@ -966,9 +966,8 @@ impl Log {
         if c.segs.iter().any(|s| s.valid == 0 && !s.eligible && !s.busy) {
             return true;
         }
-        let victims = self.clean_victims();
-        let live: u64 = victims.iter().map(|v| u64::from(c.segs[v.0 as usize].valid)).sum();
-        victims.len() >= 2 && live <= (victims.len() as u64 - 1) * u64::from(c.slot_count)
+        let victims: Vec<u32> = self.clean_victims().iter().map(|v| v.0).collect();
+        c.pass_gains(&victims)
     }
 
     /// Space for re-sequencing: a checkpoint if one would turn emptied
