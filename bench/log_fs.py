@@ -73,9 +73,10 @@ def replay(l, fs, stack, trace):
 
 
 def wa(c):
-    """Slots written for any cause over slots of user data (the whole replay)."""
+    """Slots written for any cause (the summaries of partial writes included)
+    over slots of user data (the whole replay)."""
     user = c["slots_user_count"] + c["slots_ssr_count"]
-    total = user + c["slots_cleaning_count"] + c["slots_plugging_count"]
+    total = user + c["slots_cleaning_count"] + c["slots_plugging_count"] + c.get("summary_slots_count", 0)
     return total / user if user else float("nan")
 
 
@@ -106,11 +107,13 @@ def report(res, fss, cmd):
         tot = {s: sum(p["busy_s"] for p in r[s]["phases"].values()) for s in STACKS}
         L.append("| **all phases** | **{:.1f}** | ".format(tot["linear"]) + " | ".join(
             f"**{tot[s]:.1f} ({tot[s] / tot['linear']:.2f}x)**" for s in logs) + " |")
-        L += ["", "Whole replay, per policy: write amplification (slots cleaned or plugged / SSR slots):", "",
+        L += ["", "Whole replay, per policy: write amplification, partial writes' summary slots included (slots "
+              "cleaned or plugged / SSR slots / partial writes):", "",
               "| " + " | ".join(logs) + " |", "| " + " | ".join("---:" for _ in logs) + " |",
               "| " + " | ".join(
                   f"{wa(r[s]['log']):.2f} ({r[s]['log']['slots_cleaning_count'] + r[s]['log']['slots_plugging_count']}"
-                  f"/{r[s]['log']['slots_ssr_count']})" for s in logs) + " |", ""]
+                  f"/{r[s]['log']['slots_ssr_count']}/{r[s]['log'].get('partial_writes_count', 0)})"
+                  for s in logs) + " |", ""]
     readme.write_keeping_notes(os.path.join(OUT, "README.md"), L + [MARKER], MARKER)
     print("\n".join(L))
 
@@ -122,15 +125,20 @@ def main():
     tracefile.use(l)
     fss = capreplay.captures(a, "log_fs", capture, lambda fs: os.path.join(OUT, f"capture-{fs}"))
     traces = {fs: one_stream(fs) for fs in fss}
-    res = {}
+    # File systems not replayed now keep their figures from the last run.
+    summary = os.path.join(OUT, "summary.json")
+    res = json.load(open(summary))["runs"] if os.path.exists(summary) else {}
+    for fs in fss:
+        res.pop(fs, None)
     with concurrent.futures.ThreadPoolExecutor(a.jobs) as ex:
         for fs, stack, r in ex.map(lambda fs_s: replay(l, *fs_s, traces[fs_s[0]]),
                                    [(f, s) for f in fss for s in STACKS]):
             res.setdefault(fs, {})[stack] = r
             busy = sum(p["busy_s"] for p in r["phases"].values())
             print(f"{fs:6} {stack:14} busy {busy:9.1f} s", file=sys.stderr)
-    with open(os.path.join(OUT, "summary.json"), "w") as fh:
+    with open(summary, "w") as fh:
         json.dump({"disk": DISK, "runs": res}, fh, indent=1)
+    fss = [f for f in ("ext4", "btrfs") if f in res] + [f for f in res if f not in ("ext4", "btrfs")]
     cmd = "sudo bench/log_fs.py" + ("" if a.fs == "ext4,btrfs" else f" --fs {a.fs}") + \
         (" -- " + " ".join(a.run_args) if a.run_args else "")
     report(res, fss, cmd)

@@ -87,6 +87,37 @@ fn every_policy_keeps_flushed_data_at_any_crash_point_at_90_pct() {
     }
 }
 
+/// Random block writes with a flush after nearly every one (ext4's
+/// synchronous writes): each flush writes a part of the open segment, so
+/// the crash cuts fall inside chains of partial writes.
+fn sync_writes(volume_bytes: u64, fill_pct: u64, writes: usize, seed: u64) -> Vec<OpSpec> {
+    let blocks = volume_bytes / 4096 * fill_pct / 100;
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut ops = Vec::new();
+    for _ in 0..writes {
+        let b = rng.gen_range(0..blocks);
+        let (sector, sectors) = if rng.gen_bool(0.1) { (b * 8 + 2, 3) } else { (b * 8, 8) };
+        ops.push(OpSpec { op: Op::Write, sector, sectors, fua: rng.gen_bool(0.1), stream: 1 });
+        if rng.gen_bool(0.9) {
+            ops.push(OpSpec { op: Op::Flush, sector: 0, sectors: 0, fua: false, stream: 0 });
+        }
+    }
+    ops
+}
+
+#[test]
+fn flushed_data_survives_a_crash_inside_a_chain_of_partial_writes() {
+    for policy in ["greedy", "ssr", "adaptive"] {
+        let ops = sync_writes(volume_bytes(policy), 90, 300, 11);
+        let h = oracle_check(&cfg(policy, ""), DEVICE_BYTES, 11, &ops, 2);
+        let parts = counter(&*h.stack, "partial_writes_count");
+        assert!(parts > 100, "{policy}: {parts} partial writes");
+        let cuts = crash_check(&cfg(policy, ""), DEVICE_BYTES, 11, &ops, 2, 40);
+        eprintln!("{policy}: {parts} partial writes, {cuts} cut points");
+        assert!(cuts > 200, "{policy}: {cuts}");
+    }
+}
+
 mod tagged;
 use tagged::{tag_of, tagged};
 
@@ -205,6 +236,15 @@ fn ssr_never_reuses_a_slot_freed_since_the_last_durable_checkpoint() {
     assert!(e.contains("holds"), "{e}");
 }
 
+/// A log formatted with `cfg` on a memory device, brought up.
+fn formatted(cfg: &str) -> (Arc<MemDevice>, Harness<ZeroLatency>) {
+    let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+    let stack = stack_from_toml(cfg, DEVICE_BYTES, OpenMode::Format);
+    let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
+    bring_up(&mut h);
+    (dev, h)
+}
+
 /// A formatted device after `blocks` block writes and a flush, then
 /// `unflushed` more writes (version 2) left unflushed; the image and the
 /// config.
@@ -213,10 +253,7 @@ fn written_image(blocks: u64, unflushed: u64) -> (MemDevice, String) {
     // the `unflushed` writes), not with segments idle work wrote after them.
     let cfg = cfg("greedy", "resequence = false\n")
         .replace("checkpoint_segments = 6", "checkpoint_segments = 1000");
-    let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
-    let stack = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::Format);
-    let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
-    bring_up(&mut h);
+    let (dev, mut h) = formatted(&cfg);
     for b in 0..blocks {
         assert_eq!(h.write(b * 4096, block_bytes(1, b)).result, Ok(()));
         if b == blocks / 2 {
@@ -256,8 +293,11 @@ fn reopen(image: MemDevice, cfg: &str, blocks: u64, unflushed: u64) -> Result<()
     Ok(())
 }
 
-/// Offsets of the segment headers written, newest last.
-fn header_offsets(image: &MemDevice) -> Vec<(u64, u64)> {
+/// The summaries on the device as (seq, lower offset), newest last: the
+/// segment headers (`in_slots` false), or those and the summaries of later
+/// parts, which sit in slots (a later part of a segment lies further into
+/// it, so (seq, offset) is the order they were written in).
+fn summary_offsets(image: &MemDevice, in_slots: bool) -> Vec<(u64, u64)> {
     let cfg = cfg("greedy", "");
     let probe = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::Format);
     let segs = counter(&*probe, "segment_count");
@@ -265,10 +305,13 @@ fn header_offsets(image: &MemDevice) -> Vec<(u64, u64)> {
     let mut found = Vec::new();
     for l in 0..segs {
         let off = 8192 + l * stride;
-        let mut b = vec![0u8; 512];
-        image.read_at(&mut b, off).expect("read");
-        if &b[0..8] == b"LDSEGHD1" {
-            found.push((u64::from_le_bytes(b[16..24].try_into().expect("8")), off));
+        let slots = if in_slots { 0..8 } else { 0..0 };
+        for at in std::iter::once(off).chain(slots.map(|s| off + 512 + s * 4096)) {
+            let mut b = vec![0u8; 512];
+            image.read_at(&mut b, at).expect("read");
+            if &b[0..8] == b"LDSEGHD1" {
+                found.push((u64::from_le_bytes(b[16..24].try_into().expect("8")), at));
+            }
         }
     }
     found.sort_unstable();
@@ -302,19 +345,136 @@ fn bad_input_is_refused_with_one_clear_line_and_never_read_as_data() {
     let e = reopen(image, &cfg, blocks, unflushed).expect_err("no checkpoint");
     assert!(e.contains("no valid checkpoint") && e.contains("offsets 0 and 4096"), "{e}");
 
-    // A torn summary at the unflushed tail: cut off, flushed data intact.
+    // A torn summary at the unflushed tail (the seal of the segment the
+    // flush wrote a part of): cut off, flushed data intact.
     let (image, cfg) = written_image(blocks, unflushed);
-    let newest = *header_offsets(&image).last().expect("headers");
+    let newest = *summary_offsets(&image, true).last().expect("summaries");
+    assert!(!summary_offsets(&image, false).contains(&newest), "the tail is a later part's summary");
     image.write_at(&[0xAB; 16], newest.1 + 100).expect("damage");
     reopen(image, &cfg, blocks, unflushed).expect("a torn tail is cut off");
 
     // A torn summary of a flushed segment after the checkpoint: refused,
     // naming the segment, not read as a shorter log.
     let (image, cfg) = written_image(blocks, 0);
-    let newest = *header_offsets(&image).last().expect("headers");
+    let newest = *summary_offsets(&image, false).last().expect("headers");
     image.write_at(&[0xAB; 16], newest.1 + 100).expect("damage");
     let e = reopen(image, &cfg, blocks, 0).expect_err("flushed data would be lost");
     assert!(e.contains("log damaged") && e.contains(&format!("lower offset {}", newest.1)), "{e}");
+
+    // A log of the format before partial segments (checkpoint version 2):
+    // refused in one line naming the version.
+    let (image, cfg) = written_image(blocks, 0);
+    for copy in [0u64, 1] {
+        let mut b = vec![0u8; 512];
+        image.read_at(&mut b, copy * 4096).expect("read");
+        b[8..12].copy_from_slice(&2u32.to_le_bytes());
+        b[28..32].fill(0);
+        let crc = crc32c::crc32c(&b);
+        b[28..32].copy_from_slice(&crc.to_le_bytes());
+        image.write_at(&b, copy * 4096).expect("write");
+    }
+    let e = reopen(image, &cfg, blocks, 0).expect_err("an old format");
+    assert!(e.contains("format version 2") && e.contains("older layoutd") && !e.contains('\n'), "{e}");
+}
+
+/// Lower bytes written and the segments written into by `syncs` single
+/// block writes each followed by a flush, on a fresh log.
+fn sync_write_footprint(partial: bool, syncs: u64) -> (Vec<u64>, Vec<u64>, u64) {
+    let cfg = cfg("greedy", &format!("resequence = false\npartial_segments = {partial}\n"));
+    let rec = Arc::new(Recorder::new(MemDevice::new(DEVICE_BYTES)));
+    let stack = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::Format);
+    let mut h = Harness::new(stack, rec.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
+    bring_up(&mut h);
+    let stride = 512 + 8 * 4096;
+    let (mut bytes, mut segments) = (Vec::new(), Vec::new());
+    for b in 0..syncs {
+        let from = rec.log().len();
+        assert_eq!(h.write(b * 4096, block_bytes(1, b)).result, Ok(()));
+        assert_eq!(h.flush().result, Ok(()));
+        let mut n = 0;
+        for e in &rec.log().entries()[from..] {
+            if let LogOp::Write { offset_bytes, data } = &e.op {
+                n += data.len() as u64;
+                if data.chunks(512).any(|c| c == tagged(1, b * 8)) {
+                    segments.push((offset_bytes - 8192) / stride);
+                }
+            }
+        }
+        bytes.push(n);
+    }
+    (bytes, segments, counter(&*h.stack, "partial_writes_count"))
+}
+
+#[test]
+fn a_flush_writes_the_new_part_and_the_next_write_goes_on_in_the_same_segment() {
+    // 8-slot segments: 512 bytes of header, 32 KiB of slots.
+    let (bytes, segments, parts) = sync_write_footprint(true, 3);
+    // The first flush: header, the block's slot, the flush mark; each later
+    // one: the part's summary slot and the block's slot (no mark: the
+    // segment's seq was already marked durable).
+    assert_eq!(bytes, vec![512 + 4096 + 512, 2 * 4096, 2 * 4096], "lower bytes per synchronous write");
+    assert_eq!(segments, vec![0, 0, 0], "the blocks' segments");
+    assert_eq!(parts, 3);
+    // Negative control: with partial writes off each flush seals, and the
+    // next write opens another segment.
+    let (bytes, segments, parts) = sync_write_footprint(false, 3);
+    assert_eq!(parts, 0);
+    assert_eq!(segments.len(), 3);
+    assert!(segments[0] != segments[1] && segments[1] != segments[2], "{segments:?} ({bytes:?})");
+}
+
+/// A fresh log after four single-block writes, each flushed (one segment:
+/// the header's part, then three parts with their summaries in slots 1, 3
+/// and 5); the image and the config.
+fn four_parts() -> (MemDevice, String) {
+    let cfg = cfg("greedy", "resequence = false\n");
+    let (dev, mut h) = formatted(&cfg);
+    for b in 0..4u64 {
+        assert_eq!(h.write(b * 4096, block_bytes(1, b)).result, Ok(()));
+        assert_eq!(h.flush().result, Ok(()));
+    }
+    assert_eq!(counter(&*h.stack, "partial_writes_count"), 3, "{}", h.stack.status());
+    let image = MemDevice::new(DEVICE_BYTES);
+    dev.copy_to(&image).expect("copy");
+    (image, cfg)
+}
+
+/// Which of blocks 0..4 read version 1 after reopening `image` (the
+/// others must read zeroes: never written).
+fn blocks_recovered(image: MemDevice, cfg: &str) -> Vec<u64> {
+    let stack = stack_from_toml(cfg, DEVICE_BYTES, OpenMode::Open { clean: false, accept_loss: false });
+    let mut h = Harness::new(stack, Arc::new(image) as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
+    h.bring_up().expect("opens");
+    let mut kept = Vec::new();
+    for b in 0..4u64 {
+        let data = h.read(b * 4096, 4096).data.expect("data");
+        if data == block_bytes(1, b) {
+            kept.push(b);
+        } else {
+            assert!(data.iter().all(|&x| x == 0), "block {b} reads neither its bytes nor zeroes");
+        }
+    }
+    kept
+}
+
+#[test]
+fn a_torn_partial_summary_mid_chain_ends_recovery_there_keeping_the_parts_before() {
+    let (image, cfg) = four_parts();
+    let slot = |s: u64| 8192 + 512 + s * 4096;
+    // The segment's summaries: the header, then slots 1, 3 and 5 (each
+    // part's summary is the slot its predecessor named, before its data).
+    let summaries = summary_offsets(&image, true);
+    assert_eq!(summaries.iter().map(|s| s.1).collect::<Vec<_>>(), vec![8192, slot(1), slot(3), slot(5)]);
+    assert_eq!(blocks_recovered(image, &cfg), vec![0, 1, 2, 3], "an intact chain recovers every part");
+    // Tear the third part's summary (slot 3): the first two parts stay,
+    // the walk stops there though the parts after it are intact.
+    let (image, cfg) = four_parts();
+    image.write_at(&[0xAB; 16], slot(3) + 100).expect("damage");
+    assert_eq!(blocks_recovered(image, &cfg), vec![0, 1]);
+    // A torn data slot of a part: its payload crc fails, the same cut.
+    let (image, cfg) = four_parts();
+    image.write_at(&[0xAB; 16], slot(4) + 100).expect("damage");
+    assert_eq!(blocks_recovered(image, &cfg), vec![0, 1]);
 }
 
 /// The blocks each segment header written from log entry `from` on lists
@@ -479,4 +639,26 @@ fn idle_resequencing_lays_scattered_groups_out_in_logical_order() {
     // Negative control: without it, the groups stay scattered.
     let (scattered, _) = group_reads_after_idle(false);
     assert!(scattered.iter().sum::<u64>() > 3 * reads.iter().sum::<u64>(), "{scattered:?} against {reads:?}");
+}
+
+#[test]
+fn a_segment_open_across_partial_writes_is_never_a_cleaning_victim() {
+    // Segment 0 holds two live blocks of eight after two partial writes:
+    // greedy's best victim, were it not open.
+    let (_dev, mut h) = formatted(&cfg("greedy", "resequence = false\n"));
+    for b in 0..2u64 {
+        assert_eq!(h.write(b * 4096, block_bytes(1, b)).result, Ok(()));
+        assert_eq!(h.flush().result, Ok(()));
+    }
+    h.stack.message(h.now, "clean").expect("clean");
+    assert_eq!(h.flush().result, Ok(()));
+    assert_eq!(h.write(2 * 4096, block_bytes(1, 2)).result, Ok(()));
+    assert_eq!(h.flush().result, Ok(()));
+    let status = h.stack.status().to_string();
+    assert_eq!(counter(&*h.stack, "cleaning_passes_count"), 0, "{status}");
+    assert_eq!(counter(&*h.stack, "segments_written_count"), 0, "still one open segment: {status}");
+    assert_eq!(counter(&*h.stack, "partial_writes_count"), 3, "{status}");
+    for b in 0..3u64 {
+        assert_eq!(h.read(b * 4096, 4096).data.expect("data"), block_bytes(1, b));
+    }
 }

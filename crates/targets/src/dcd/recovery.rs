@@ -279,7 +279,9 @@ impl Dcd {
             let (start, count) = match *e {
                 Entry::Slot { start_sector, sector_count, .. }
                 | Entry::Invalidate { start_sector, sector_count } => (start_sector, u64::from(sector_count)),
-                Entry::Next { .. } => return Err("a chain link in a ring log's header".into()),
+                Entry::Next { .. } | Entry::Continue { .. } => {
+                    return Err("a chain link in a ring log's header".into())
+                }
             };
             if start + count > sectors_total {
                 return Err(format!("entry {e:?} lies past the data region ({sectors_total} sectors)"));
@@ -319,7 +321,7 @@ impl Dcd {
                 }
                 self.lookup.clear_visible(start_sector, u64::from(sector_count));
             }
-            Entry::Next { .. } => unreachable!("refused by apply_replayed"),
+            Entry::Next { .. } | Entry::Continue { .. } => unreachable!("refused by apply_replayed"),
         }
     }
 }

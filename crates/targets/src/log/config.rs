@@ -71,6 +71,9 @@ pub struct Args {
     pub buffer_count: u32,
     /// Whether the cleaner writes the live blocks it moves in logical order.
     pub clean_sorted: bool,
+    /// Whether a flush writes the open segment's new part and keeps the
+    /// segment open (partial segments), instead of sealing it.
+    pub partial_segments: bool,
     /// Whether idle time re-sequences fragmented groups of blocks (see
     /// `request::Log::resequence_step`).
     pub resequence: bool,
@@ -122,6 +125,7 @@ impl Args {
         let checkpoint_segments = bounded(&mut a, "checkpoint_segments", 64, 1, 1 << 20)?;
         let buffer_count = bounded(&mut a, "buffer_count", 4, 2, 64)?;
         let clean_sorted = a.bool_opt("clean_sorted")?.unwrap_or(true);
+        let partial_segments = a.bool_opt("partial_segments")?.unwrap_or(true);
         let resequence = a.bool_opt("resequence")?.unwrap_or(true);
         let resequence_idle_ms = a.u64_opt("resequence_idle_ms")?.unwrap_or(100);
         let unsafe_reuse = a.bool_opt("test_unsafe_reuse_before_checkpoint")?.unwrap_or(false);
@@ -140,6 +144,7 @@ impl Args {
             checkpoint_segments,
             buffer_count,
             clean_sorted,
+            partial_segments,
             resequence,
             resequence_idle_ms,
             unsafe_reuse,
@@ -183,6 +188,7 @@ impl Args {
             ("checkpoint_segments", self.checkpoint_segments.to_string()),
             ("buffer_count", self.buffer_count.to_string()),
             ("clean_sorted", self.clean_sorted.to_string()),
+            ("partial_segments", self.partial_segments.to_string()),
             ("resequence", self.resequence.to_string()),
             ("resequence_idle_ms", self.resequence_idle_ms.to_string()),
         ]

@@ -12,7 +12,9 @@
 //!   pages written only at checkpoints ([`map`]).
 //! - *summary*: a segment's header: the blocks its newly written slots
 //!   hold, the blocks trimmed meanwhile, and the location of the segment
-//!   written after it (a chained header: [`crate::seglog::ChainWalk`]).
+//!   written after it (a chained header: [`crate::seglog::ChainWalk`]). A
+//!   segment written in parts (at flushes) has one summary per part: the
+//!   header, then summaries in slots, each named by the one before.
 //! - *hole*: a slot of a used segment that holds no live block. *SSR*:
 //!   user writes go into holes; *plugging*: the cleaner's copies do;
 //!   *cleaning*: copy a victim's live blocks elsewhere, so it comes free.
@@ -35,13 +37,17 @@
 //! flushes and the log's own work run one at a time, in arrival order (a
 //! stack of works: a write short of space runs a cleaning pass or a
 //! checkpoint above itself, then resumes). Writes land in the open
-//! segment's RAM buffer and complete; the buffer is written when full, at a
-//! flush, or at a checkpoint. Flush = write the open segment, wait for
-//! every segment write, flush below, record a flush mark.
+//! segment's RAM buffer and complete; the segment is sealed (written with
+//! its last summary) when full or at a checkpoint. Flush = write the part
+//! of the open segment filled since its last write, with a summary of its
+//! own, and keep the segment open (partial segments: each later part's
+//! summary sits in the slot the part before named), wait for every segment
+//! write, flush below, record a flush mark (the first flush of a segment).
 //!
 //! Recovery: the newest valid checkpoint, the map pages as of it, then the
-//! chain of segments written after it, each checked by seq, boot and
-//! payload crc; the first that fails ends the log (a torn tail). If the
+//! chain of segments written after it, each summary (every part of a
+//! segment) checked by seq, boot and payload crc; the first that fails
+//! ends the log (a torn tail). If the
 //! flush mark says a client was told a later segment was durable, that is
 //! damage, and the open is refused (unless `--accept-loss`).
 
@@ -99,7 +105,11 @@ struct OpenSeg {
     next_hole: usize,
     /// Whether it was opened with live blocks in it (SSR / plugging).
     holey: bool,
+    /// The entries of the part not yet written (since the last partial write).
     entries: Vec<Entry>,
+    /// Where that part's summary goes: the header area (`None`, the first
+    /// part), or the slot the previous part's continue link named.
+    summary_slot: Option<u16>,
     buf: usize,
 }
 
@@ -161,10 +171,13 @@ impl SegBuf {
     }
 }
 
-/// A segment being written.
+/// A segment write in flight: a seal (its buffer is taken back when its
+/// writes complete) or a partial write (`buf` None: its bytes are copies).
+/// The writes of one location complete into its oldest entry first, so a
+/// seal's entry empties only once every earlier partial write completed.
 struct Sealed {
     loc: SegLoc,
-    buf: usize,
+    buf: Option<usize>,
     parts_left: u32,
 }
 
@@ -229,6 +242,12 @@ struct Counters {
     /// Segment buffers allocated anew: a lower write still held the old
     /// one's bytes when the buffer was needed again.
     segment_buffers_allocated_count: u64,
+    /// Partial writes of an open segment (a flush, FUA write or full
+    /// summary wrote the part filled since the last, and the segment
+    /// stays open).
+    partial_writes_count: u64,
+    /// Slots taken by the summaries of partial writes' next parts.
+    summary_slots_count: u64,
 }
 
 enum Phase {
@@ -585,7 +604,16 @@ impl Log {
     /// Whether idle cleaning wants a pass (the policy's decision, cached
     /// until the census changes).
     fn wants_idle_cleaning(&self) -> bool {
-        let fresh = || self.policy.clean_when_idle(&self.census(false), self.args.free_segments_target);
+        // The policy's wish, and only while two victims of at most half
+        // live blocks exist (the census classes the cache follows): a pass
+        // over them frees two segments and fills at most one, so idle work
+        // ends even when the target is out of reach.
+        let fresh = || {
+            let c = self.census(false);
+            let half_empty =
+                c.segs.iter().filter(|s| !s.busy && s.valid > 0 && s.valid * 2 <= c.slot_count).count();
+            self.policy.clean_when_idle(&c, self.args.free_segments_target) && half_empty >= 2
+        };
         match self.idle_offer.get() {
             Some(cached) => {
                 debug_assert_eq!(cached, fresh(), "a census change was not noted");
@@ -858,6 +886,8 @@ impl Target for Log {
             ("resequence_passes_count", c.resequence_passes_count),
             ("groups_to_check_count", self.group_dirty_count),
             ("segment_buffers_allocated_count", c.segment_buffers_allocated_count),
+            ("partial_writes_count", c.partial_writes_count),
+            ("summary_slots_count", c.summary_slots_count),
             ("lower_retries_count", self.counters.lower_retries_count),
             ("lower_read_errors_count", self.counters.lower_read_errors_count),
             ("epoch", self.epoch),

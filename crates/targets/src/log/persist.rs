@@ -25,7 +25,7 @@
 use super::{map::UNMAPPED, Blocked, Log, LowerOp, Phase};
 use crate::alloc::SegmentUsage;
 use crate::seglog::{
-    ChainCheckpoint, ChainWalk, Entry, FlushMark, ReplayStep, SegLoc, SegmentHeader, Seq,
+    ChainCheckpoint, ChainWalk, Entry, FlushMark, SegLoc, SegmentHeader, Seq, StopReason,
     CHECKPOINT_AREA_BYTES,
 };
 use bytes::Bytes;
@@ -251,28 +251,25 @@ impl Log {
         at: SegLoc,
     ) -> Result<Option<Bringup>, String> {
         let data = data.ok_or("log recovery needs the device's bytes")?;
-        let hb = self.geo.header_bytes as usize;
-        let header = SegmentHeader::decode(&data[..hb], &self.geo);
-        match walk.offer(header, &data[hb..]) {
-            ReplayStep::Apply(h) => {
-                self.apply_summary(&h, at).map_err(|e| {
-                    format!(
-                        "log segment {} (seq {}) at lower offset {}: {e}",
-                        at.0,
-                        h.seq.0,
-                        self.geo.segment_offset_bytes(at)
-                    )
-                })?;
-                self.counters.recovered_segments_count += 1;
-                match walk.next() {
-                    Some((next, _)) => {
-                        self.read_segment(next);
-                        Ok(Some(Bringup::Walk { found, walk, at: next }))
-                    }
-                    None => self.recover_finish(found, walk, None),
-                }
+        let applied = walk.offer_segment(&data, &self.geo);
+        for h in &applied {
+            self.apply_summary(h, at).map_err(|e| {
+                format!(
+                    "log segment {} (seq {}) at lower offset {}: {e}",
+                    at.0,
+                    h.seq.0,
+                    self.geo.segment_offset_bytes(at)
+                )
+            })?;
+        }
+        self.counters.recovered_segments_count += u64::from(!applied.is_empty());
+        match walk.next() {
+            Some((next, _)) => {
+                self.read_segment(next);
+                Ok(Some(Bringup::Walk { found, walk, at: next }))
             }
-            ReplayStep::Stop(_) => self.recover_finish(found, walk, Some(at)),
+            None if walk.stopped() == Some(&StopReason::End) => self.recover_finish(found, walk, None),
+            None => self.recover_finish(found, walk, Some(at)),
         }
     }
 
@@ -304,7 +301,7 @@ impl Log {
                         self.dirty_pages[Self::page_of(b)] = true;
                     }
                 }
-                Entry::Next { .. } => {}
+                Entry::Next { .. } | Entry::Continue { .. } => {}
             }
         }
         Ok(())
@@ -323,7 +320,13 @@ impl Log {
         let flushed_upto = found.mark.as_ref().map_or(Seq(0), |m| m.durable_upto);
         if flushed_upto > end {
             let at = stopped_at.map_or("the chain's end".to_string(), |l| {
-                format!("segment {} at lower offset {}", l.0, self.geo.segment_offset_bytes(l))
+                let part = walk.stopped_in_slot().map_or(String::new(), |s| {
+                    format!(
+                        ", its part's summary in slot {s} at lower offset {}",
+                        self.geo.slot_offset_bytes(l, u32::from(s))
+                    )
+                });
+                format!("segment {} at lower offset {}{part}", l.0, self.geo.segment_offset_bytes(l))
             });
             let stop = walk.stopped().map_or("?".to_string(), |s| s.to_string());
             let lost = flushed_upto.0 - end.0;

@@ -104,6 +104,16 @@ impl Census {
             .map(|(l, _)| l)
     }
 
+    /// Whether a cleaning pass over `victims` gains free space whatever the
+    /// destination: at least two victims whose live blocks fill at least
+    /// one segment less than their count. (A single victim's blocks may
+    /// fill a fresh segment that the pass's checkpoint seals as empty as
+    /// the victim was.)
+    pub fn pass_gains(&self, victims: &[u32]) -> bool {
+        let live: u64 = victims.iter().map(|&v| u64::from(self.segs[v as usize].valid)).sum();
+        victims.len() >= 2 && live <= (victims.len() as u64 - 1) * u64::from(self.slot_count)
+    }
+
     /// Cleaning candidates: not busy, some live blocks, some holes.
     fn candidates(&self) -> impl Iterator<Item = &SegInfo> {
         self.segs.iter().filter(|s| !s.busy && s.valid > 0 && s.valid < self.slot_count)

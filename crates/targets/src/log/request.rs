@@ -4,7 +4,7 @@
 
 use super::policy::Cause;
 use super::{Blocked, Log, LowerOp, OpenSeg, Phase, Sealed, Work};
-use crate::seglog::{Entry, SegLoc, SegmentHeader};
+use crate::seglog::{segment_summaries, Entry, SegLoc, SegmentHeader};
 use bytes::Bytes;
 use layoutd_core::{Completion, Op, ReqId, Request};
 
@@ -26,7 +26,7 @@ enum Stage {
     Reading,
     /// Blocks being applied from `next_block` on.
     Applying,
-    /// Flush or FUA: write the open segment.
+    /// Flush or FUA: write the open segment's new part (or seal it).
     Sealing,
     /// Waiting for every segment write.
     Draining,
@@ -214,9 +214,7 @@ impl Log {
                     u.stage = Stage::Sealing;
                 }
                 Stage::Sealing => {
-                    if self.open.is_some() {
-                        self.seal(Cause::User, false);
-                    }
+                    self.write_open_part();
                     u.stage = Stage::Draining;
                 }
                 Stage::Draining => {
@@ -416,15 +414,30 @@ impl Log {
         Some(out)
     }
 
-    /// Makes sure the open segment can take a slot (or an entry).
+    /// Entries the summary of the open segment's current part holds.
+    fn part_entry_max(&self, o: &OpenSeg) -> usize {
+        match o.summary_slot {
+            None => self.geo.entry_count_max as usize,
+            Some(_) => SegmentHeader::slot_entry_max(&self.geo) as usize,
+        }
+    }
+
+    /// Makes sure the open segment can take a slot (or an entry): a part
+    /// whose summary is full is written (the segment goes on), a full
+    /// segment is sealed and the next one opened.
     pub(super) fn ensure_open(&mut self, cause: Cause, need_slot: bool, forced: bool) -> Result<(), Blocked> {
         if let Some(o) = &self.open {
             let has_slot = o.next_hole < o.holes.len();
-            let has_entry = o.entries.len() + 2 <= self.geo.entry_count_max as usize;
+            let has_entry = o.entries.len() + 2 <= self.part_entry_max(o);
             if has_entry && (has_slot || !need_slot) {
                 return Ok(());
             }
-            self.seal(cause, false);
+            if has_entry || !self.part_possible(o) {
+                self.seal(cause, false);
+            } else {
+                self.write_part();
+                return Ok(());
+            }
         }
         let Some(loc) = self.chain_next else { return Err(Blocked::Checkpoint) };
         if cause == Cause::User && need_slot && !forced && !self.user_may_open(loc) {
@@ -470,8 +483,16 @@ impl Log {
         self.written_now.set(u64::from(loc.0), 1);
         assert!(self.seg_buf.insert(loc.0, buf).is_none());
         assert!(self.buf_filled[buf].iter().all(|f| !f));
-        self.open =
-            Some(OpenSeg { loc, seq: self.next_seq, holes, next_hole: 0, holey, entries: Vec::new(), buf });
+        self.open = Some(OpenSeg {
+            loc,
+            seq: self.next_seq,
+            holes,
+            next_hole: 0,
+            holey,
+            entries: Vec::new(),
+            summary_slot: None,
+            buf,
+        });
         self.next_seq.0 += 1;
         self.head = loc;
     }
@@ -524,9 +545,46 @@ impl Log {
         o.entries.push(Entry::Invalidate { start_sector: block * bsec, sector_count: bsec as u32 });
     }
 
-    /// Writes the open segment: its new slots and its summary, naming the
-    /// segment that goes next (chosen now; as it will be after the
-    /// checkpoint when `after_checkpoint`).
+    /// Whether the open segment can be written in part now: partial
+    /// writes on, and two holes left (one for the next part's summary, one
+    /// for its data; with fewer the seal is as cheap).
+    fn part_possible(&self, o: &OpenSeg) -> bool {
+        self.args.partial_segments && o.holes.len() - o.next_hole >= 2
+    }
+
+    /// A flush or FUA write: the open segment's new part reaches the disk,
+    /// as a partial write if the segment can go on, else sealed.
+    fn write_open_part(&mut self) {
+        let Some(o) = &self.open else { return };
+        if o.entries.is_empty() && o.summary_slot.is_some() {
+            return; // nothing since the last partial write
+        }
+        if self.part_possible(o) {
+            self.write_part();
+        } else {
+            self.seal(Cause::User, false);
+        }
+    }
+
+    /// Writes the open segment's part filled since its last write, with a
+    /// summary ending in a continue link to the next hole (taken now: the
+    /// next part's summary goes there); the segment stays open.
+    fn write_part(&mut self) {
+        let o = self.open.as_mut().expect("an open segment");
+        let next = o.holes[o.next_hole];
+        o.next_hole += 1;
+        let mut entries = std::mem::take(&mut o.entries);
+        entries.push(Entry::Continue { slot: next });
+        let summary_at = o.summary_slot.replace(next);
+        let (loc, seq, buf) = (o.loc, o.seq, o.buf);
+        self.write_summary(loc, seq, buf, summary_at, entries, false);
+        self.counters.partial_writes_count += 1;
+        self.counters.summary_slots_count += 1;
+    }
+
+    /// Writes the open segment's last part and closes it: its new slots and
+    /// its summary, naming the segment that goes next (chosen now; as it
+    /// will be after the checkpoint when `after_checkpoint`).
     pub(super) fn seal(&mut self, cause: Cause, after_checkpoint: bool) {
         let o = self.open.take().expect("an open segment");
         let census = self.census(after_checkpoint);
@@ -534,59 +592,86 @@ impl Log {
         self.census_changed();
         let mut entries = o.entries;
         entries.push(Entry::Next { loc: self.chain_next });
+        self.write_summary(o.loc, o.seq, o.buf, o.summary_slot, entries, true);
+        self.counters.segments_written_count += 1;
+        self.segments_since_checkpoint += 1;
+    }
+
+    /// Writes a part of segment `loc`: the slots its `entries` name and its
+    /// summary (in the header area, or in slot `summary_at`). A seal sends
+    /// slices of the buffer (its last use in this pass); a partial write
+    /// copies its bytes, so the buffer keeps taking writes.
+    fn write_summary(
+        &mut self,
+        loc: SegLoc,
+        seq: crate::seglog::Seq,
+        buf: usize,
+        summary_at: Option<u16>,
+        entries: Vec<Entry>,
+        seal: bool,
+    ) {
         let filled: Vec<u16> = entries
             .iter()
             .filter_map(|e| if let Entry::Slot { slot, .. } = *e { Some(slot) } else { None })
             .collect();
         let mut header = SegmentHeader {
-            seq: o.seq,
+            seq,
             boot: self.boot,
             slots_used: filled.len() as u32,
             payload_crc: None,
             entries,
         };
+        let hb = self.geo.header_bytes as usize;
         if !self.timing_only && !filled.is_empty() {
-            let payload = &self.buffers[o.buf].bytes()[self.geo.header_bytes as usize..];
+            let payload = &self.buffers[buf].bytes()[hb..];
             header.payload_crc = header.covered_crc(payload, self.geo.slot_bytes as usize);
         }
-        let encoded = header.encode(&self.geo);
-        assert_eq!(encoded.len(), self.geo.header_bytes as usize, "a summary fills its header");
-        self.buffers[o.buf].open_mut()[..encoded.len()].copy_from_slice(&encoded);
-        let whole = self.buffers[o.buf].freeze();
-        let parts = self.segment_parts(o.loc, &whole, filled);
+        let (at, encoded) = match summary_at {
+            None => (0, header.encode(&self.geo)),
+            Some(s) => (hb + s as usize * self.geo.slot_bytes as usize, header.encode_slot(&self.geo)),
+        };
+        let summary = (at, at + encoded.len());
+        self.buffers[buf].open_mut()[summary.0..summary.1].copy_from_slice(&encoded);
+        let ranges = self.segment_ranges(summary, filled);
+        let base = self.geo.segment_offset_bytes(loc);
+        let parts: Vec<(u64, Bytes)> = if seal {
+            let whole = self.buffers[buf].freeze();
+            ranges.into_iter().map(|(a, b)| (base + a as u64, whole.slice(a..b))).collect()
+        } else {
+            let bytes = self.buffers[buf].bytes();
+            ranges.into_iter().map(|(a, b)| (base + a as u64, Bytes::copy_from_slice(&bytes[a..b]))).collect()
+        };
         let parts_left = parts.len() as u32;
         for (offset_bytes, data) in parts {
             let range = (offset_bytes, offset_bytes + data.len() as u64);
-            if let Some(p) = self.gate.submit(range, super::GatedPart { loc: o.loc, offset_bytes, data }) {
+            if let Some(p) = self.gate.submit(range, super::GatedPart { loc, offset_bytes, data }) {
                 self.emit_part(p);
             }
         }
-        self.sealed.push(Sealed { loc: o.loc, buf: o.buf, parts_left });
-        self.counters.segments_written_count += 1;
-        self.counters.summary_bytes_written += u64::from(self.geo.header_bytes);
-        self.segments_since_checkpoint += 1;
+        self.sealed.push(Sealed { loc, buf: seal.then_some(buf), parts_left });
+        self.counters.summary_bytes_written += encoded.len() as u64;
     }
 
-    /// The writes of a segment, slices of its buffer (`whole`, as on
-    /// disk): the header joined with the runs of new slots (a fresh
-    /// segment is one write).
-    fn segment_parts(&self, loc: SegLoc, whole: &Bytes, mut filled: Vec<u16>) -> Vec<(u64, Bytes)> {
+    /// The byte ranges (within the segment) of a segment write: the
+    /// summary's joined with the runs of new slots (a fresh segment's part
+    /// is one write).
+    fn segment_ranges(&self, summary: (usize, usize), filled: Vec<u16>) -> Vec<(usize, usize)> {
         let bs = self.geo.slot_bytes as usize;
         let hb = self.geo.header_bytes as usize;
-        filled.sort_unstable();
-        // Byte ranges within the segment.
-        let mut parts: Vec<(usize, usize)> = vec![(0, hb)];
-        for s in filled {
-            let at = hb + s as usize * bs;
-            let last = parts.last_mut().expect("the header");
-            if last.1 == at && last.1 - last.0 + bs <= layoutd_core::REQUEST_BYTES_MAX as usize {
-                last.1 += bs;
-            } else {
-                parts.push((at, at + bs));
+        let mut ranges: Vec<(usize, usize)> =
+            filled.into_iter().map(|s| (hb + s as usize * bs, hb + (s as usize + 1) * bs)).collect();
+        ranges.push(summary);
+        ranges.sort_unstable();
+        let mut parts: Vec<(usize, usize)> = Vec::with_capacity(ranges.len());
+        for r in ranges {
+            match parts.last_mut() {
+                Some(last) if last.1 == r.0 && r.1 - last.0 <= layoutd_core::REQUEST_BYTES_MAX as usize => {
+                    last.1 = r.1
+                }
+                _ => parts.push(r),
             }
         }
-        let base = self.geo.segment_offset_bytes(loc);
-        parts.into_iter().map(|(a, b)| (base + a as u64, whole.slice(a..b))).collect()
+        parts
     }
 
     /// Sends a segment write the gate let go.
@@ -662,11 +747,12 @@ impl Log {
         if self.sealed[i].parts_left > 0 {
             return;
         }
-        let s = self.sealed.swap_remove(i);
-        assert_eq!(self.seg_buf.remove(&loc.0), Some(s.buf));
+        let s = self.sealed.remove(i);
+        let Some(buf) = s.buf else { return }; // a partial write: the segment is still open
+        assert_eq!(self.seg_buf.remove(&loc.0), Some(buf));
         self.census_changed();
-        self.buf_filled[s.buf].fill(false);
-        self.buffers_free.push(s.buf);
+        self.buf_filled[buf].fill(false);
+        self.buffers_free.push(buf);
     }
 
     /// Queues a cleaning pass on the work stack: victims whose live blocks
@@ -799,8 +885,19 @@ impl Log {
         let mut unexplained: Vec<(SegLoc, Option<Bytes>)> = Vec::new();
         for (v, comp) in c.victims.iter().zip(done) {
             let before = c.live.len();
-            let header = comp.data.as_ref().and_then(|d| SegmentHeader::decode(&d[..hb], &self.geo).ok());
-            for e in header.iter().flat_map(|h| h.entries.iter()) {
+            // The summaries of the segment's last pass, every part of it.
+            let summaries = comp.data.as_ref().map_or(Vec::new(), |d| {
+                let mut seq = None;
+                let same_pass = |h: SegmentHeader, _: &[u8]| match seq {
+                    Some(s) if h.seq != s => Err(crate::seglog::StopReason::Seq(h.seq)),
+                    _ => {
+                        seq = Some(h.seq);
+                        Ok(h)
+                    }
+                };
+                segment_summaries(d, &self.geo, same_pass).0
+            });
+            for e in summaries.iter().flat_map(|h| h.entries.iter()) {
                 let Entry::Slot { start_sector, slot, .. } = *e else { continue };
                 let (block, sid) = (start_sector / bsec, self.slot_id(*v, u32::from(slot)));
                 if block < self.map.len() && self.live.get(u64::from(sid)) == 1 && self.map.get(block) == sid
@@ -869,9 +966,8 @@ impl Log {
         if c.segs.iter().any(|s| s.valid == 0 && !s.eligible && !s.busy) {
             return true;
         }
-        let victims = self.clean_victims();
-        let live: u64 = victims.iter().map(|v| u64::from(c.segs[v.0 as usize].valid)).sum();
-        victims.len() >= 2 && live <= (victims.len() as u64 - 1) * u64::from(c.slot_count)
+        let victims: Vec<u32> = self.clean_victims().iter().map(|v| v.0).collect();
+        c.pass_gains(&victims)
     }
 
     /// Space for re-sequencing: a checkpoint if one would turn emptied

@@ -15,12 +15,19 @@
 //!    kind 2 = sectors [start, start+count) were overwritten outside the log
 //!    kind 3 = chain link (the `log` target): the next segment of the log is
 //!             at location `start` (`u32::MAX`: none named), count 1, slot 0
+//!    kind 4 = continue link (the `log`'s partial segments): this segment
+//!             goes on, its next summary is in slot `start`, count 1, slot 0
 //! ```
-//! A header with a chain link (exactly one, the last entry) is *chained*:
-//! its slots are any of the segment's (filled out of order, into the holes
-//! of a used segment), `slots_used` counts its slot entries, and the
-//! payload crc covers those slots in entry order. Without one, the slots
-//! are the prefix `0..slots_used` and the crc covers that prefix (`dcd`).
+//! A header with a link (exactly one, kind 3 or 4, the last entry) is
+//! *chained*: its slots are any of the segment's (filled out of order, into
+//! the holes of a used segment), `slots_used` counts its slot entries, and
+//! the payload crc covers those slots in entry order. Without one, the
+//! slots are the prefix `0..slots_used` and the crc covers that prefix
+//! (`dcd`). A chained segment pass may be written in parts (partial
+//! segments): the first part's summary is the header, each later part's
+//! summary sits in a slot (a block of `slot_bytes`, same codec, fewer
+//! entries: [`SegmentHeader::slot_entry_max`]) that the part before named
+//! with its continue link; see [`super::replay::segment_summaries`].
 //! Checkpoint (one 512-byte block per copy; generation picks the copy):
 //! ```text
 //! 0  boot u64               8  replay_from_seq u64   16 resume_seq u64
@@ -46,7 +53,9 @@
 //! Every decoded number is range-checked: sequence numbers, generations and
 //! boot counters above [`SEQ_MAX`] are refused as malformed, so that no
 //! arithmetic on them can overflow. Format version 1 (before the shared
-//! codec) is refused as another version.
+//! codec) is refused as another version. The chain checkpoint (the `log`
+//! target's) is version [`CHAIN_FORMAT_VERSION`] since partial segments; a
+//! `log` volume of version 2 is refused with a line saying so.
 
 use super::{Geometry, Seq, ENTRY_BYTES, HEADER_FIXED_BYTES};
 use layoutd_core::metablock::{MetaBlockCodec, MetaError, Reader, GENERATION_MAX, HEADER_BYTES};
@@ -69,6 +78,7 @@ const FLAG_PAYLOAD_CRC: u32 = 1;
 const KIND_SLOT: u16 = 1;
 const KIND_INVALIDATE: u16 = 2;
 const KIND_NEXT: u16 = 3;
+const KIND_CONTINUE: u16 = 4;
 /// The chain link's location when no successor is named.
 const NEXT_NONE: u64 = u32::MAX as u64;
 /// Payload bytes of a segment header before its entries.
@@ -84,6 +94,14 @@ pub enum HeaderError {
     BadCrc,
     /// Written by another format version.
     Version(u32),
+    /// Written by another format version than `reads`, the one this build
+    /// reads for this kind of block.
+    OtherVersion {
+        /// The version on disk.
+        found: u32,
+        /// The version this build reads.
+        reads: u32,
+    },
     /// Written with another geometry than the one configured.
     Geometry(String),
     /// A field is out of range.
@@ -96,6 +114,14 @@ impl std::fmt::Display for HeaderError {
             HeaderError::NoMagic => write!(f, "no magic (never written or not a layoutd segment log)"),
             HeaderError::BadCrc => write!(f, "crc32c mismatch (torn or corrupt)"),
             HeaderError::Version(v) => write!(f, "format version {v}, this build reads {FORMAT_VERSION}"),
+            HeaderError::OtherVersion { found, reads } if found < reads => write!(
+                f,
+                "format version {found}, written by an older layoutd (this build reads {reads}): copy the \
+                 data off with that build, then format the device"
+            ),
+            HeaderError::OtherVersion { found, reads } => {
+                write!(f, "format version {found}, this build reads {reads}: upgrade layoutd")
+            }
             HeaderError::Geometry(s) => write!(f, "geometry differs from the config: {s}"),
             HeaderError::Malformed(s) => write!(f, "malformed: {s}"),
         }
@@ -139,6 +165,13 @@ pub enum Entry {
         /// Its location.
         loc: Option<super::SegLoc>,
     },
+    /// The continue link of a chained header written as a part of its
+    /// segment (a partial segment): the segment's next summary is in slot
+    /// `slot` (a later slot than this summary's).
+    Continue {
+        /// The slot holding the next summary.
+        slot: u16,
+    },
 }
 
 /// A segment header.
@@ -156,8 +189,13 @@ pub struct SegmentHeader {
     pub entries: Vec<Entry>,
 }
 
-fn header_codec(geo: &Geometry) -> MetaBlockCodec {
-    MetaBlockCodec { magic: HEADER_MAGIC, version: FORMAT_VERSION, block_bytes: geo.header_bytes as usize }
+fn header_codec(block_bytes: u32) -> MetaBlockCodec {
+    MetaBlockCodec { magic: HEADER_MAGIC, version: FORMAT_VERSION, block_bytes: block_bytes as usize }
+}
+
+/// Entries a summary block of `block_bytes` holds.
+fn entry_max_in(block_bytes: u32) -> u32 {
+    (block_bytes - HEADER_FIXED_BYTES) / ENTRY_BYTES
 }
 
 fn seq_in_range(name: &str, v: u64) -> Result<u64, HeaderError> {
@@ -171,7 +209,27 @@ impl SegmentHeader {
     /// Encodes into `geo.header_bytes`; re-decodes the result so a bad
     /// header can never reach the disk.
     pub fn encode(&self, geo: &Geometry) -> Vec<u8> {
-        assert!(self.entries.len() <= geo.entry_count_max as usize, "too many entries");
+        self.encode_in(geo, geo.header_bytes, geo.entry_count_max)
+    }
+
+    /// Entries a summary in a slot holds (a part of a segment after its
+    /// first: see the module docs).
+    pub fn slot_entry_max(geo: &Geometry) -> u32 {
+        entry_max_in(geo.slot_bytes).min(geo.entry_count_max)
+    }
+
+    /// Encodes a summary that sits in a slot (`geo.slot_bytes`).
+    pub fn encode_slot(&self, geo: &Geometry) -> Vec<u8> {
+        self.encode_in(geo, geo.slot_bytes, SegmentHeader::slot_entry_max(geo))
+    }
+
+    /// Decodes a summary read from a slot.
+    pub fn decode_slot(b: &[u8], geo: &Geometry) -> Result<SegmentHeader, HeaderError> {
+        SegmentHeader::decode_in(b, geo, geo.slot_bytes, SegmentHeader::slot_entry_max(geo))
+    }
+
+    fn encode_in(&self, geo: &Geometry, block_bytes: u32, entry_max: u32) -> Vec<u8> {
+        assert!(self.entries.len() <= entry_max as usize, "too many entries");
         assert!(self.slots_used <= geo.slot_count, "more slots used than exist");
         let mut p =
             Vec::with_capacity(HEADER_PAYLOAD_FIXED_BYTES + self.entries.len() * ENTRY_BYTES as usize);
@@ -192,21 +250,32 @@ impl SegmentHeader {
                     (start_sector, sector_count, KIND_INVALIDATE, 0)
                 }
                 Entry::Next { loc } => (loc.map_or(NEXT_NONE, |l| u64::from(l.0)), 1, KIND_NEXT, 0),
+                Entry::Continue { slot } => (u64::from(slot), 1, KIND_CONTINUE, 0),
             };
             p.extend(start.to_le_bytes());
             p.extend(count.to_le_bytes());
             p.extend(kind.to_le_bytes());
             p.extend(slot.to_le_bytes());
         }
-        let b = header_codec(geo).encode(self.seq.0, &p).expect("a header fits its geometry");
-        assert_eq!(SegmentHeader::decode(&b, geo).as_ref(), Ok(self), "header round trip");
+        let b = header_codec(block_bytes).encode(self.seq.0, &p).expect("a header fits its geometry");
+        let back = SegmentHeader::decode_in(&b, geo, block_bytes, entry_max);
+        assert_eq!(back.as_ref(), Ok(self), "header round trip");
         b
     }
 
     /// Decodes and checks a header read from disk.
     pub fn decode(b: &[u8], geo: &Geometry) -> Result<SegmentHeader, HeaderError> {
-        assert!(b.len() >= geo.header_bytes as usize, "caller reads a whole header");
-        let block = header_codec(geo).decode(b)?;
+        SegmentHeader::decode_in(b, geo, geo.header_bytes, geo.entry_count_max)
+    }
+
+    fn decode_in(
+        b: &[u8],
+        geo: &Geometry,
+        block_bytes: u32,
+        entry_max: u32,
+    ) -> Result<SegmentHeader, HeaderError> {
+        assert!(b.len() >= block_bytes as usize, "caller reads a whole header");
+        let block = header_codec(block_bytes).decode(&b[..block_bytes as usize])?;
         let mut r = Reader::new(&block.payload);
         let boot = seq_in_range("boot", r.u64()?)?;
         let (slot_bytes, slot_count) = (r.u32()?, r.u32()?);
@@ -218,7 +287,7 @@ impl SegmentHeader {
         }
         let entry_count = r.u32()?;
         let slots_used = r.u32()?;
-        if entry_count > geo.entry_count_max || slots_used > geo.slot_count {
+        if entry_count > entry_max || slots_used > geo.slot_count {
             return Err(HeaderError::Malformed(format!("{entry_count} entries, {slots_used} slots used")));
         }
         let (crc, flags) = (r.u32()?, r.u32()?);
@@ -249,9 +318,18 @@ impl SegmentHeader {
         crc32c::crc32c(payload)
     }
 
-    /// Whether this is a chained header (it ends with a chain link).
+    /// Whether this is a chained header (it ends with a chain or continue link).
     pub fn is_chained(&self) -> bool {
-        matches!(self.entries.last(), Some(Entry::Next { .. }))
+        matches!(self.entries.last(), Some(Entry::Next { .. } | Entry::Continue { .. }))
+    }
+
+    /// The slot of the segment's next summary, if this one was written as
+    /// a part of its segment.
+    pub fn continue_slot(&self) -> Option<u16> {
+        match self.entries.last() {
+            Some(Entry::Continue { slot }) => Some(*slot),
+            _ => None,
+        }
     }
 
     /// The location a chained header names for the next segment.
@@ -285,7 +363,8 @@ impl SegmentHeader {
 /// The slot rules: in a plain header every slot is below `slots_used`; a
 /// chained one has one link, last, and `slots_used` distinct slots.
 fn check_slots(entries: &[Entry], slots_used: u32) -> Result<(), HeaderError> {
-    let links = entries.iter().filter(|e| matches!(e, Entry::Next { .. })).count();
+    let is_link = |e: &Entry| matches!(e, Entry::Next { .. } | Entry::Continue { .. });
+    let links = entries.iter().filter(|e| is_link(e)).count();
     let slots = entries.iter().filter_map(|e| match *e {
         Entry::Slot { slot, .. } => Some(slot),
         _ => None,
@@ -296,7 +375,7 @@ fn check_slots(entries: &[Entry], slots_used: u32) -> Result<(), HeaderError> {
             None => Ok(()),
         };
     }
-    if links > 1 || !matches!(entries.last(), Some(Entry::Next { .. })) {
+    if links > 1 || !entries.last().is_some_and(is_link) {
         return Err(HeaderError::Malformed("a chain link that is not the one last entry".into()));
     }
     let mut seen: Vec<u16> = slots.collect();
@@ -331,6 +410,10 @@ fn decode_entry(r: &mut Reader<'_>, i: u32, geo: &Geometry) -> Result<Entry, Hea
             Ok(Entry::Next { loc: Some(super::SegLoc(start_sector as u32)) })
         }
         KIND_NEXT => Err(bad("chain link to a location outside the log")),
+        KIND_CONTINUE if start_sector < u64::from(geo.slot_count) && sector_count == 1 => {
+            Ok(Entry::Continue { slot: start_sector as u16 })
+        }
+        KIND_CONTINUE => Err(bad("continue link to a slot outside the segment")),
         _ => Err(bad("unknown kind")),
     }
 }
@@ -407,8 +490,12 @@ impl Checkpoint {
     }
 }
 
+/// Format version of the chain checkpoint (the `log` target's format):
+/// 3 since partial segments (continue links); a version-2 `log` volume is
+/// refused (the old build reads it).
+pub const CHAIN_FORMAT_VERSION: u32 = 3;
 const CHAIN_CHECKPOINT_CODEC: MetaBlockCodec =
-    MetaBlockCodec { magic: *b"LDSEGCC1", version: FORMAT_VERSION, block_bytes: CHECKPOINT_BYTES };
+    MetaBlockCodec { magic: *b"LDSEGCC1", version: CHAIN_FORMAT_VERSION, block_bytes: CHECKPOINT_BYTES };
 
 /// The checkpoint of a chained log (the `log` target): segments are not
 /// written in ring order but wherever the allocator puts them, each
@@ -455,7 +542,10 @@ impl ChainCheckpoint {
     /// Decodes one copy and checks it against the configured geometry.
     pub fn decode(b: &[u8], geo: &Geometry) -> Result<ChainCheckpoint, HeaderError> {
         assert!(b.len() >= CHECKPOINT_BYTES, "caller reads a whole checkpoint");
-        let block = CHAIN_CHECKPOINT_CODEC.decode(b)?;
+        let block = CHAIN_CHECKPOINT_CODEC.decode(b).map_err(|e| match e {
+            MetaError::Version(found) => HeaderError::OtherVersion { found, reads: CHAIN_FORMAT_VERSION },
+            e => HeaderError::from(e),
+        })?;
         let mut r = Reader::new(&block.payload);
         let boot = seq_in_range("boot", r.u64()?)?;
         let next_seq = Seq(seq_in_range("next_seq", r.u64()?)?);

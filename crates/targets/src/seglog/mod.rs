@@ -34,8 +34,10 @@
 pub mod header;
 pub mod replay;
 
-pub use header::{ChainCheckpoint, Checkpoint, Entry, FlushMark, HeaderError, SegmentHeader, SEQ_MAX};
-pub use replay::{ChainWalk, ReplayStep, ReplayWalk, StopReason};
+pub use header::{
+    ChainCheckpoint, Checkpoint, Entry, FlushMark, HeaderError, SegmentHeader, CHAIN_FORMAT_VERSION, SEQ_MAX,
+};
+pub use replay::{segment_summaries, ChainWalk, ReplayStep, ReplayWalk, StopReason};
 
 use layoutd_core::SECTOR_BYTES;
 

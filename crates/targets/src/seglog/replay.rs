@@ -173,14 +173,59 @@ fn payload_holds(h: &SegmentHeader, payload: Option<&[u8]>, slot_bytes: usize) -
     }
 }
 
+/// The summaries of one pass of a chained segment, read whole (`seg`: the
+/// header area, then the slots), in the order they were written: the
+/// header, then each summary the one before names with its continue link
+/// (partial segments, see [`super::header`]). Each is offered to `judge`
+/// with the slots (`seg` after the header area), which accepts it or says
+/// why it does not belong. The walk ends at a summary without a continue
+/// link (the segment's last), or at the first refused, undecodable or out
+/// of order one (a continue link must name a later slot than the summary
+/// holding it, so a walk never loops): then with the reason and the slot
+/// it was in (`None`: the header area).
+pub fn segment_summaries(
+    seg: &[u8],
+    geo: &Geometry,
+    mut judge: impl FnMut(SegmentHeader, &[u8]) -> Result<SegmentHeader, StopReason>,
+) -> (Vec<SegmentHeader>, Option<(StopReason, Option<u16>)>) {
+    let hb = geo.header_bytes as usize;
+    let sb = geo.slot_bytes as usize;
+    let payload = &seg[hb..];
+    let mut out: Vec<SegmentHeader> = Vec::new();
+    let mut at: Option<u16> = None;
+    loop {
+        let decoded = match at {
+            None => SegmentHeader::decode(&seg[..hb], geo),
+            Some(s) => SegmentHeader::decode_slot(&payload[s as usize * sb..(s as usize + 1) * sb], geo),
+        };
+        let judged = decoded.map_err(StopReason::Header).and_then(|h| judge(h, payload));
+        let h = match judged {
+            Ok(h) => h,
+            Err(r) => return (out, Some((r, at))),
+        };
+        let next = h.continue_slot();
+        out.push(h);
+        match next {
+            None => return (out, None),
+            Some(n) if at.is_some_and(|a| n <= a) => {
+                let why = format!("continue link to slot {n}, not after its own");
+                return (out, Some((StopReason::Header(HeaderError::Malformed(why)), Some(n))));
+            }
+            Some(n) => at = Some(n),
+        }
+    }
+}
+
 /// Replay of a chained log (the `log` target): from the checkpoint's
-/// `(next_loc, next_seq)`, each applied header names the location of the
-/// next (see [`super::ChainCheckpoint`]). A header is applied only if it
-/// has the expected seq, the checkpoint's boot (the run that wrote the
-/// checkpoint wrote everything after it; a recovery writes a checkpoint
+/// `(next_loc, next_seq)`, each segment's last summary names the location
+/// of the next (see [`super::ChainCheckpoint`]). A summary is applied only
+/// if it has the segment's seq, the checkpoint's boot (the run that wrote
+/// the checkpoint wrote everything after it; a recovery writes a checkpoint
 /// with a new boot before writing anything) and a matching payload crc.
-/// The walk stops at the first that fails, or at a header naming no
-/// successor: what is replayed is a prefix of the write order.
+/// Within a segment the summaries of its parts are walked in order
+/// ([`segment_summaries`]). The walk stops at the first that fails, or at
+/// a segment naming no successor: what is replayed is a prefix of the
+/// write order.
 pub struct ChainWalk {
     boot: u64,
     next: Option<(SegLoc, Seq)>,
@@ -188,6 +233,7 @@ pub struct ChainWalk {
     applied_count: u64,
     segment_count: u64,
     stopped: Option<StopReason>,
+    stopped_in_slot: Option<u16>,
 }
 
 impl ChainWalk {
@@ -201,6 +247,7 @@ impl ChainWalk {
             applied_count: 0,
             segment_count: u64::from(geo.segment_count),
             stopped: if next.is_none() { Some(StopReason::End) } else { None },
+            stopped_in_slot: None,
         }
     }
 
@@ -217,40 +264,52 @@ impl ChainWalk {
         self.stopped.as_ref()
     }
 
-    /// Headers applied so far.
+    /// The slot whose summary stopped the walk, if it was a later part's
+    /// (`None`: the header area, or not stopped by a summary).
+    pub fn stopped_in_slot(&self) -> Option<u16> {
+        self.stopped_in_slot
+    }
+
+    /// Segments of which at least the first summary was applied.
     pub fn applied_count(&self) -> u64 {
         self.applied_count
     }
 
-    /// Judges the header read at `next()` with the segment's slots.
-    pub fn offer(&mut self, header: Result<SegmentHeader, HeaderError>, payload: &[u8]) -> ReplayStep {
+    /// Judges the segment read whole at `next()`; returns the summaries to
+    /// apply, in order (a prefix of its parts).
+    pub fn offer_segment(&mut self, seg: &[u8], geo: &Geometry) -> Vec<SegmentHeader> {
         let (_, seq) = self.next().expect("offer while the walk is running");
-        let step = match header {
-            Err(e) => ReplayStep::Stop(StopReason::Header(e)),
-            Ok(h) if h.seq != seq => ReplayStep::Stop(StopReason::Seq(h.seq)),
-            Ok(h) if h.boot != self.boot => ReplayStep::Stop(StopReason::Boot(h.boot)),
-            Ok(h) if !h.is_chained() => ReplayStep::Stop(StopReason::Header(HeaderError::Malformed(
+        let (boot, slot_bytes) = (self.boot, self.slot_bytes);
+        let judge = |h: SegmentHeader, payload: &[u8]| match h {
+            h if h.seq != seq => Err(StopReason::Seq(h.seq)),
+            h if h.boot != boot => Err(StopReason::Boot(h.boot)),
+            h if !h.is_chained() => Err(StopReason::Header(HeaderError::Malformed(
                 "a ring header where a chained one belongs".into(),
             ))),
-            Ok(h) if !payload_holds(&h, Some(payload), self.slot_bytes) => {
-                ReplayStep::Stop(StopReason::Payload)
-            }
-            Ok(h) => ReplayStep::Apply(h),
+            h if !payload_holds(&h, Some(payload), slot_bytes) => Err(StopReason::Payload),
+            h => Ok(h),
         };
-        match &step {
-            ReplayStep::Apply(h) => {
-                // Seqs only grow and each location holds one header, so a
-                // chain longer than the log would have to revisit one.
-                self.applied_count += 1;
-                assert!(self.applied_count <= self.segment_count, "a chain longer than the log");
-                self.next = h.next_location().map(|l| (l, Seq(seq.0 + 1)));
+        let (applied, stop) = segment_summaries(seg, geo, judge);
+        if !applied.is_empty() {
+            // Seqs only grow and each location holds one pass, so a chain
+            // longer than the log would have to revisit one.
+            self.applied_count += 1;
+            assert!(self.applied_count <= self.segment_count, "a chain longer than the log");
+        }
+        match stop {
+            Some((r, slot)) => {
+                self.stopped = Some(r);
+                self.stopped_in_slot = slot;
+            }
+            None => {
+                let last = applied.last().expect("a walk that did not stop applied a summary");
+                self.next = last.next_location().map(|l| (l, Seq(seq.0 + 1)));
                 if self.next.is_none() {
                     self.stopped = Some(StopReason::End);
                 }
             }
-            ReplayStep::Stop(r) => self.stopped = Some(r.clone()),
         }
-        step
+        applied
     }
 }
 
@@ -310,5 +369,97 @@ mod tests {
         let torn = vec![8u8; 512];
         assert_eq!(w.offer(Ok(header(4, 3, &p)), Some(&torn)), ReplayStep::Stop(StopReason::Payload));
         assert_eq!(w.next_location(&geo), None);
+    }
+
+    /// A segment written in three parts: the header (slot 0, continue to
+    /// slot 1), a summary in slot 1 (slot 2, continue to slot 3), the last
+    /// in slot 3 (slot 4, next segment 1); `geo` has 8 slots of 512 bytes.
+    fn three_parts(geo: &Geometry, seq: u64, boot: u64) -> Vec<u8> {
+        let (hb, sb) = (geo.header_bytes as usize, geo.slot_bytes as usize);
+        let mut seg = vec![0u8; hb + 8 * sb];
+        let parts: [(Option<u16>, u16, Entry); 3] = [
+            (None, 0, Entry::Continue { slot: 1 }),
+            (Some(1), 2, Entry::Continue { slot: 3 }),
+            (Some(3), 4, Entry::Next { loc: Some(SegLoc(1)) }),
+        ];
+        for (at, data, link) in parts {
+            let d = hb + data as usize * sb;
+            seg[d..d + sb].fill(data as u8 + 1);
+            let h = SegmentHeader {
+                seq: Seq(seq),
+                boot,
+                slots_used: 1,
+                payload_crc: Some(SegmentHeader::payload_crc_of(&seg[d..d + sb])),
+                entries: vec![
+                    Entry::Slot { start_sector: u64::from(data), sector_count: 1, slot: data },
+                    link,
+                ],
+            };
+            match at {
+                None => seg[..hb].copy_from_slice(&h.encode(geo)),
+                Some(s) => {
+                    let o = hb + s as usize * sb;
+                    seg[o..o + sb].copy_from_slice(&h.encode_slot(geo));
+                }
+            }
+        }
+        seg
+    }
+
+    #[test]
+    fn the_chain_walk_follows_a_segments_parts_and_stops_at_the_first_torn_one() {
+        let geo = Geometry::new(0, 1 << 20, 512, 8).expect("valid");
+        let ck = crate::seglog::ChainCheckpoint {
+            generation: 1,
+            boot: 2,
+            next_seq: Seq(5),
+            next_loc: Some(SegLoc(0)),
+        };
+        let slots_of = |hs: &[SegmentHeader]| -> Vec<u16> {
+            hs.iter()
+                .flat_map(|h| h.entries.iter())
+                .filter_map(|e| if let Entry::Slot { slot, .. } = *e { Some(slot) } else { None })
+                .collect()
+        };
+        let mut w = ChainWalk::new(&ck, &geo);
+        let applied = w.offer_segment(&three_parts(&geo, 5, 2), &geo);
+        assert_eq!(slots_of(&applied), vec![0, 2, 4]);
+        assert_eq!(w.next(), Some((SegLoc(1), Seq(6))));
+        // A torn summary in the middle (slot 1): the first part only, the
+        // walk stops there (the segment counts as replayed).
+        let hb = geo.header_bytes as usize;
+        for (damage, why) in [(hb + 512 + 40, "summary"), (hb + 2 * 512 + 7, "payload")] {
+            let mut seg = three_parts(&geo, 5, 2);
+            seg[damage] ^= 1;
+            let mut w = ChainWalk::new(&ck, &geo);
+            assert_eq!(slots_of(&w.offer_segment(&seg, &geo)), vec![0], "{why}");
+            assert_eq!(w.next(), None);
+            assert_eq!(w.applied_count(), 1);
+            assert_eq!(w.stopped_in_slot(), Some(1), "{why}");
+            let want =
+                if why == "payload" { StopReason::Payload } else { StopReason::Header(HeaderError::BadCrc) };
+            assert_eq!(w.stopped(), Some(&want));
+        }
+        // A part of another seq (a leftover of an earlier pass) in the
+        // named slot ends the walk too.
+        let mut seg = three_parts(&geo, 5, 2);
+        let old = three_parts(&geo, 4, 2);
+        seg[hb + 3 * 512..hb + 4 * 512].copy_from_slice(&old[hb + 3 * 512..hb + 4 * 512]);
+        let mut w = ChainWalk::new(&ck, &geo);
+        assert_eq!(slots_of(&w.offer_segment(&seg, &geo)), vec![0, 2]);
+        assert_eq!(w.stopped(), Some(&StopReason::Seq(Seq(4))));
+        // A continue link back to an earlier slot is refused (no loop).
+        let h = SegmentHeader {
+            seq: Seq(5),
+            boot: 2,
+            slots_used: 0,
+            payload_crc: None,
+            entries: vec![Entry::Continue { slot: 1 }],
+        };
+        let mut seg = three_parts(&geo, 5, 2);
+        seg[hb + 3 * 512..hb + 4 * 512].copy_from_slice(&h.encode_slot(&geo));
+        let (got, stop) = segment_summaries(&seg, &geo, |h, _| Ok(h));
+        assert_eq!(got.len(), 3);
+        assert!(matches!(stop, Some((StopReason::Header(HeaderError::Malformed(_)), Some(1)))), "{stop:?}");
     }
 }
