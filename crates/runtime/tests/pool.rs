@@ -673,3 +673,48 @@ fn the_volume_oracle_catches_a_stale_read() {
         );
     }
 }
+
+/// Lower requests `(op, offset, length)` the pool sent since the last
+/// call, less the metadata commits (FUA journal writes, flushes).
+fn lower_data_requests(h: &mut Harness) -> Vec<(Op, u64, u32)> {
+    h.take_records()
+        .iter()
+        .filter(|r| !r.fua && r.op != Op::Flush)
+        .map(|r| (r.op, r.offset_bytes, r.length_bytes))
+        .collect()
+}
+
+#[test]
+fn a_write_over_fresh_chunks_in_a_row_below_goes_down_as_one_request() {
+    // 64 KiB chunks, a 1 MiB origin. `contiguous` puts the origin's
+    // chunks in a row: a 256 KiB write over 4 fresh chunks is one lower
+    // write, and reading them back one lower read. `sliced` with 8 slices
+    // puts 2 origin chunks in each slice, with a gap after them: the same
+    // write is 2 lower writes of 2 chunks each (the negative control:
+    // pieces not in a row below stay apart).
+    const C: u64 = 64 << 10;
+    for (placement, extra, runs) in [("contiguous", "", 1usize), ("sliced", "slices = 8\n", 2)] {
+        let c = format!(
+            "version = 1\n[[layer]]\ntarget = \"pool\"\nchunk_size = \"64K\"\nvolume_size = \"1M\"\n\
+             volumes_max = 2\njournal_blocks = 8\nplacement = \"{placement}\"\n{extra}\
+             [[layer]]\ntarget = \"trace\"\n"
+        );
+        let (mut h, dev) = harness(&c, 8 << 20);
+        lower_data_requests(&mut h);
+        let data: Vec<u8> = (0..4 * C).map(|i| (i / 512) as u8).collect();
+        assert_eq!(h.write(0, data.clone()).result, Ok(()));
+        let writes = lower_data_requests(&mut h);
+        assert_eq!(writes.len(), runs, "{placement}: {writes:?}");
+        assert!(writes.iter().all(|&(op, _, n)| op == Op::Write && u64::from(n) == 4 * C / runs as u64));
+        assert_eq!(read(&mut h, 0, data.len()), data, "{placement}");
+        let reads = lower_data_requests(&mut h);
+        assert_eq!(reads.len(), runs, "{placement}: {reads:?}");
+        assert_eq!(counter(&h, "joined_pieces_count"), 2 * 4, "{placement}");
+        assert_eq!(counter(&h, "joined_requests_count"), 2 * runs as u64, "{placement}");
+        // Flushed and reopened, the chunks hold the same bytes.
+        assert_eq!(h.flush().result, Ok(()));
+        let mut h2 = reopen(&c, &dev);
+        bring_up(&mut h2);
+        assert_eq!(read(&mut h2, 0, data.len()), data, "{placement} reopened");
+    }
+}
