@@ -20,7 +20,12 @@ fn cfg(placement: &str, extra: &str) -> String {
 }
 
 fn policies() -> Vec<String> {
-    vec![cfg("contiguous", ""), cfg("sliced", "slices = 6\n"), cfg("nearest", "")]
+    vec![
+        cfg("contiguous", ""),
+        cfg("sliced", "slices = 6\n"),
+        cfg("nearest", ""),
+        cfg("contiguous", "zero_new_chunks_with = \"write\"\n"),
+    ]
 }
 
 #[test]
@@ -682,6 +687,36 @@ fn lower_data_requests(h: &mut Harness) -> Vec<(Op, u64, u32)> {
         .filter(|r| !r.fua && r.op != Op::Flush)
         .map(|r| (r.op, r.offset_bytes, r.length_bytes))
         .collect()
+}
+
+#[test]
+fn zero_new_chunks_with_write_sends_a_run_of_fresh_chunks_zeroes_included_as_one_write() {
+    // 16 KiB at 4 KiB on a `contiguous` pool of 8 KiB chunks: the rest of
+    // chunk 0 whole chunk 1, the start of chunk 2, all fresh. By default
+    // one joined data write and write-zeroes over the head of chunk 0 and
+    // the tail of chunk 2; with `zero_new_chunks_with = "write"` one write
+    // of the 3 chunks, zeroes included. Either way the rest reads zeroes.
+    let four = 4096usize;
+    for (with, want) in [
+        (
+            "write-zeroes",
+            vec![(Op::Write, four as u32 * 4), (Op::WriteZeroes, 4096), (Op::WriteZeroes, 4096)],
+        ),
+        ("write", vec![(Op::Write, 3 * CHUNK as u32)]),
+    ] {
+        let c =
+            cfg("contiguous", &format!("zero_new_chunks_with = \"{with}\"\n[[layer]]\ntarget = \"trace\"\n"));
+        let (mut h, _) = harness(&c, DEVICE_BYTES);
+        lower_data_requests(&mut h);
+        let data: Vec<u8> = (0..4 * four).map(|i| (i / 512) as u8 + 1).collect();
+        assert_eq!(h.write(four as u64, data.clone()).result, Ok(()));
+        let mut got: Vec<(Op, u32)> = lower_data_requests(&mut h).iter().map(|&(op, _, n)| (op, n)).collect();
+        got.sort_by_key(|&(op, n)| (op != Op::Write, n));
+        assert_eq!(got, want, "zero_new_chunks_with = {with}");
+        let mut all = vec![0u8; 3 * CHUNK];
+        all[four..5 * four].copy_from_slice(&data);
+        assert_eq!(read(&mut h, 0, 3 * CHUNK), all, "zero_new_chunks_with = {with}");
+    }
 }
 
 #[test]

@@ -992,6 +992,9 @@ impl Pool {
             let at = self.cfg.chunk_at(q);
             return Ok(if full || !self.cfg.zero_new_chunks {
                 vec![Step::WriteUpper { at: at + coff }, Step::Apply(Change::Map { slot, lc, q })]
+            } else if self.cfg.zero_in_write {
+                // The data in a zeroed chunk, written whole.
+                vec![Step::Patch, Step::WriteBuf { q, n: 1 }, Step::Apply(Change::Map { slot, lc, q })]
             } else {
                 vec![Step::WriteFresh { q }, Step::Apply(Change::Map { slot, lc, q })]
             });
@@ -1818,6 +1821,10 @@ impl Target for Pool {
             ("placement".into(), self.place.name().to_string()),
             ("defrag".into(), self.cfg.defrag.to_string()),
             ("zero_new_chunks".into(), self.cfg.zero_new_chunks.to_string()),
+            (
+                "zero_new_chunks_with".into(),
+                (if self.cfg.zero_in_write { "write" } else { "write-zeroes" }).to_string(),
+            ),
             ("journal_blocks".into(), self.cfg.journal_blocks.to_string()),
         ];
         if self.cfg.placement == PlacementKind::Sliced {
