@@ -20,7 +20,12 @@ fn cfg(placement: &str, extra: &str) -> String {
 }
 
 fn policies() -> Vec<String> {
-    vec![cfg("contiguous", ""), cfg("sliced", "slices = 6\n"), cfg("nearest", "")]
+    vec![
+        cfg("contiguous", ""),
+        cfg("sliced", "slices = 6\n"),
+        cfg("nearest", ""),
+        cfg("contiguous", "zero_new_chunks_with = \"write\"\n"),
+    ]
 }
 
 #[test]
@@ -671,5 +676,80 @@ fn the_volume_oracle_catches_a_stale_read() {
             seed,
             Workload { count: 400, depth: 6, snapshot_every: 25, reads: true },
         );
+    }
+}
+
+/// Lower requests `(op, offset, length)` the pool sent since the last
+/// call, less the metadata commits (FUA journal writes, flushes).
+fn lower_data_requests(h: &mut Harness) -> Vec<(Op, u64, u32)> {
+    h.take_records()
+        .iter()
+        .filter(|r| !r.fua && r.op != Op::Flush)
+        .map(|r| (r.op, r.offset_bytes, r.length_bytes))
+        .collect()
+}
+
+#[test]
+fn zero_new_chunks_with_write_sends_a_run_of_fresh_chunks_zeroes_included_as_one_write() {
+    // 16 KiB at 4 KiB on a `contiguous` pool of 8 KiB chunks: the rest of
+    // chunk 0 whole chunk 1, the start of chunk 2, all fresh. By default
+    // one joined data write and write-zeroes over the head of chunk 0 and
+    // the tail of chunk 2; with `zero_new_chunks_with = "write"` one write
+    // of the 3 chunks, zeroes included. Either way the rest reads zeroes.
+    let four = 4096usize;
+    for (with, want) in [
+        (
+            "write-zeroes",
+            vec![(Op::Write, four as u32 * 4), (Op::WriteZeroes, 4096), (Op::WriteZeroes, 4096)],
+        ),
+        ("write", vec![(Op::Write, 3 * CHUNK as u32)]),
+    ] {
+        let c =
+            cfg("contiguous", &format!("zero_new_chunks_with = \"{with}\"\n[[layer]]\ntarget = \"trace\"\n"));
+        let (mut h, _) = harness(&c, DEVICE_BYTES);
+        lower_data_requests(&mut h);
+        let data: Vec<u8> = (0..4 * four).map(|i| (i / 512) as u8 + 1).collect();
+        assert_eq!(h.write(four as u64, data.clone()).result, Ok(()));
+        let mut got: Vec<(Op, u32)> = lower_data_requests(&mut h).iter().map(|&(op, _, n)| (op, n)).collect();
+        got.sort_by_key(|&(op, n)| (op != Op::Write, n));
+        assert_eq!(got, want, "zero_new_chunks_with = {with}");
+        let mut all = vec![0u8; 3 * CHUNK];
+        all[four..5 * four].copy_from_slice(&data);
+        assert_eq!(read(&mut h, 0, 3 * CHUNK), all, "zero_new_chunks_with = {with}");
+    }
+}
+
+#[test]
+fn a_write_over_fresh_chunks_in_a_row_below_goes_down_as_one_request() {
+    // 64 KiB chunks, a 1 MiB origin. `contiguous` puts the origin's
+    // chunks in a row: a 256 KiB write over 4 fresh chunks is one lower
+    // write, and reading them back one lower read. `sliced` with 8 slices
+    // puts 2 origin chunks in each slice, with a gap after them: the same
+    // write is 2 lower writes of 2 chunks each (the negative control:
+    // pieces not in a row below stay apart).
+    const C: u64 = 64 << 10;
+    for (placement, extra, runs) in [("contiguous", "", 1usize), ("sliced", "slices = 8\n", 2)] {
+        let c = format!(
+            "version = 1\n[[layer]]\ntarget = \"pool\"\nchunk_size = \"64K\"\nvolume_size = \"1M\"\n\
+             volumes_max = 2\njournal_blocks = 8\nplacement = \"{placement}\"\n{extra}\
+             [[layer]]\ntarget = \"trace\"\n"
+        );
+        let (mut h, dev) = harness(&c, 8 << 20);
+        lower_data_requests(&mut h);
+        let data: Vec<u8> = (0..4 * C).map(|i| (i / 512) as u8).collect();
+        assert_eq!(h.write(0, data.clone()).result, Ok(()));
+        let writes = lower_data_requests(&mut h);
+        assert_eq!(writes.len(), runs, "{placement}: {writes:?}");
+        assert!(writes.iter().all(|&(op, _, n)| op == Op::Write && u64::from(n) == 4 * C / runs as u64));
+        assert_eq!(read(&mut h, 0, data.len()), data, "{placement}");
+        let reads = lower_data_requests(&mut h);
+        assert_eq!(reads.len(), runs, "{placement}: {reads:?}");
+        assert_eq!(counter(&h, "joined_pieces_count"), 2 * 4, "{placement}");
+        assert_eq!(counter(&h, "joined_requests_count"), 2 * runs as u64, "{placement}");
+        // Flushed and reopened, the chunks hold the same bytes.
+        assert_eq!(h.flush().result, Ok(()));
+        let mut h2 = reopen(&c, &dev);
+        bring_up(&mut h2);
+        assert_eq!(read(&mut h2, 0, data.len()), data, "{placement} reopened");
     }
 }

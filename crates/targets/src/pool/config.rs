@@ -52,6 +52,12 @@ pub struct PoolConfig {
     /// (partial) write (dm-thin's default; `false` is its
     /// `skip_block_zeroing`: the rest reads what the device held).
     pub zero_new_chunks: bool,
+    /// Whether that zeroing goes as zero bytes in the chunk's data write
+    /// (`zero_new_chunks_with = "write"`: one lower request for the chunk,
+    /// joined with its neighbours'; the bytes are written) rather than as
+    /// write-zeroes requests beside it (`"write-zeroes"`, the default: a
+    /// file or thin device may punch or zero-range them without writing).
+    pub zero_in_write: bool,
     /// Journal blocks in the ring.
     pub journal_blocks: u64,
     /// Checkpoint body blocks per copy.
@@ -105,6 +111,14 @@ impl PoolConfig {
         let volume_size = args.size_opt("volume_size")?;
         let defrag = args.bool_opt("defrag")?.unwrap_or(placement == PlacementKind::Nearest);
         let zero_new_chunks = args.bool_opt("zero_new_chunks")?.unwrap_or(true);
+        let zero_in_write = match args.str_opt("zero_new_chunks_with")?.unwrap_or("write-zeroes") {
+            "write-zeroes" => false,
+            "write" => true,
+            other => {
+                return Err(args
+                    .error(format!("key `zero_new_chunks_with`: unknown `{other}` (write-zeroes, write)")))
+            }
+        };
         // The layout: two checkpoint copies, the journal ring, then data.
         let chunks_bound = (lower_bytes / chunk_bytes).min(DATA_CHUNKS_MAX + 1);
         let body_blocks = (chunks_bound * extents_per_chunk + volumes_max).div_ceil(EXTENTS_PER_BLOCK);
@@ -170,6 +184,7 @@ impl PoolConfig {
             copy_share_percent: copy_share.unwrap_or(20),
             defrag,
             zero_new_chunks,
+            zero_in_write,
             journal_blocks,
             body_blocks,
             data_chunks,
@@ -249,6 +264,10 @@ mod tests {
             ("chunk_size = \"96K\"", "key `chunk_size`"),
             ("placement = \"best\"", "unknown policy `best` (contiguous, sliced, nearest)"),
             ("slices = 8", "only the `sliced` placement takes it"),
+            (
+                "zero_new_chunks_with = \"punch\"",
+                "key `zero_new_chunks_with`: unknown `punch` (write-zeroes, write)",
+            ),
             ("placement = \"sliced\"\nslices = 0", "`slices` = 0"),
             ("volumes_max = 0", "key `volumes_max`: 0; from 1 to 40"),
             ("journal_blocks = 2", "key `journal_blocks`"),

@@ -39,7 +39,7 @@ pub use meta::VolumeEntry;
 use crate::alloc::{FreeSpace, Nearest, Placement};
 use crate::blockmap::{BlockMap, Extent};
 use crate::split::Assembly;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use chunks::ChunkTable;
 use config::META_BLOCK_BYTES;
 use layoutd_core::config::{ArgReader, ConfigError};
@@ -179,6 +179,9 @@ enum Owner {
     Commit,
     /// Bring-up I/O, by lower offset.
     Bring(u64),
+    /// Several queued job requests sent as one ([`Pool::join_queued`]);
+    /// its pieces are in `Pool::joined`.
+    Joined,
 }
 
 enum CommitStage {
@@ -228,6 +231,8 @@ struct Counters {
     reads: u64,
     writes: u64,
     read_through_bytes: u64,
+    joined_pieces: u64,
+    joined_requests: u64,
 }
 
 /// The pool target; see the module docs.
@@ -245,6 +250,11 @@ pub struct Pool {
     format_stage: u8,
     bring_reads: FxHashMap<u64, Bytes>,
     lower_q: VecDeque<Request>,
+    /// A job request was queued since `lower_q` was last joined.
+    join_due: bool,
+    /// The pieces of each joined request in flight, by its id: `(id the
+    /// piece was queued under, offset within the joined request, length)`.
+    joined: FxHashMap<u64, Vec<(u64, u32, u32)>>,
     upper_q: VecDeque<Completion>,
     waiting: VecDeque<Request>,
     locked: FxHashSet<u64>,
@@ -295,6 +305,8 @@ impl Pool {
             format_stage: 0,
             bring_reads: FxHashMap::default(),
             lower_q: VecDeque::new(),
+            join_due: false,
+            joined: FxHashMap::default(),
             upper_q: VecDeque::new(),
             waiting: VecDeque::new(),
             locked: FxHashSet::default(),
@@ -334,7 +346,86 @@ impl Pool {
         req.id = ReqId(self.next_lower_id);
         self.next_lower_id += 1;
         self.owners.insert(req.id.0, owner);
+        self.join_due |= matches!(owner, Owner::Job(_));
         self.lower_q.push_back(req);
+    }
+
+    /// What a queued request may be joined with: requests of the same
+    /// upper request's jobs with the same op and background mark.
+    fn join_key(&self, r: &Request) -> Option<(u64, Op, bool, bool)> {
+        let Some(&Owner::Job(jid)) = self.owners.get(&r.id.0) else { return None };
+        let upper = self.jobs.get(&jid)?.upper?;
+        let joinable = matches!(r.op, Op::Read | Op::Write | Op::WriteZeroes) && !r.fua;
+        joinable.then_some((upper, r.op, r.background, r.data.is_some()))
+    }
+
+    /// Sends the queued requests of one upper request's jobs that continue
+    /// each other below (one starts where another ends, same op) as one
+    /// request, up to `REQUEST_BYTES_MAX`: a write over several fresh
+    /// chunks placed in a row, the chunk-by-chunk reads of a run, the
+    /// copies of a run of shared chunks. Everything in the queue was
+    /// issued together, none waiting for another (a write that must follow
+    /// a copy or a commit is issued only once that is done), so joining
+    /// them changes no order the crash rules depend on. A joined request's
+    /// completion is handed to each piece as its own ([`Pool::split_joined`]).
+    fn join_queued(&mut self) {
+        let queue = std::mem::take(&mut self.lower_q);
+        let mut out: Vec<Request> = Vec::with_capacity(queue.len());
+        // (key, end offset) -> the request in `out` ending there.
+        let mut ends: FxHashMap<((u64, Op, bool, bool), u64), usize> = FxHashMap::default();
+        // The pieces of each request of `out` that got joined: (id, within, length, data).
+        let mut pieces: FxHashMap<usize, Vec<(u64, u32, u32, Option<Bytes>)>> = FxHashMap::default();
+        for r in queue {
+            let Some(key) = self.join_key(&r) else {
+                out.push(r);
+                continue;
+            };
+            let end = r.offset_bytes + u64::from(r.length_bytes);
+            if let Some(i) = ends.remove(&(key, r.offset_bytes)) {
+                let head = &mut out[i];
+                if u64::from(head.length_bytes) + u64::from(r.length_bytes) <= u64::from(REQUEST_BYTES_MAX) {
+                    let list = pieces
+                        .entry(i)
+                        .or_insert_with(|| vec![(head.id.0, 0, head.length_bytes, head.data.take())]);
+                    list.push((r.id.0, head.length_bytes, r.length_bytes, r.data));
+                    head.length_bytes += r.length_bytes;
+                    ends.insert((key, end), i);
+                    continue;
+                }
+            }
+            ends.insert((key, end), out.len());
+            out.push(r);
+        }
+        for (i, list) in pieces {
+            let r = &mut out[i];
+            if r.op == Op::Write && list[0].3.is_some() {
+                let mut data = BytesMut::with_capacity(r.length_bytes as usize);
+                for (_, _, _, d) in &list {
+                    data.extend_from_slice(d.as_ref().expect("joined with its kind"));
+                }
+                r.data = Some(data.freeze());
+            }
+            r.id = ReqId(self.next_lower_id);
+            self.next_lower_id += 1;
+            self.owners.insert(r.id.0, Owner::Joined);
+            self.counters.joined_pieces += list.len() as u64;
+            self.counters.joined_requests += 1;
+            self.joined.insert(r.id.0, list.into_iter().map(|(id, within, n, _)| (id, within, n)).collect());
+        }
+        self.lower_q = out.into();
+    }
+
+    /// A joined request completed: each piece's completion, as if it had
+    /// been sent alone.
+    fn split_joined(&mut self, c: Completion) -> Vec<Completion> {
+        let list = self.joined.remove(&c.id.0).expect("pieces of a joined request");
+        list.into_iter()
+            .map(|(id, within, n)| Completion {
+                id: ReqId(id),
+                result: c.result,
+                data: c.data.as_ref().map(|d| d.slice(within as usize..(within + n) as usize)),
+            })
+            .collect()
     }
 
     fn bring(&mut self, reqs: Vec<Request>) {
@@ -903,6 +994,9 @@ impl Pool {
             let at = self.cfg.chunk_at(q);
             return Ok(if full || !self.cfg.zero_new_chunks {
                 vec![Step::WriteUpper { at: at + coff }, Step::Apply(Change::Map { slot, lc, q })]
+            } else if self.cfg.zero_in_write {
+                // The data in a zeroed chunk, written whole.
+                vec![Step::Patch, Step::WriteBuf { q, n: 1 }, Step::Apply(Change::Map { slot, lc, q })]
             } else {
                 vec![Step::WriteFresh { q }, Step::Apply(Change::Map { slot, lc, q })]
             });
@@ -1609,6 +1703,8 @@ impl Pool {
             ("reads_count".into(), k.reads),
             ("writes_count".into(), k.writes),
             ("read_through_bytes".into(), k.read_through_bytes),
+            ("joined_pieces_count".into(), k.joined_pieces),
+            ("joined_requests_count".into(), k.joined_requests),
         ];
         for vol in self.vols.iter().flatten() {
             v.push((format!("volume_{}_allocated_bytes", vol.entry.name), vol.map.mapped_blocks() * c));
@@ -1640,7 +1736,7 @@ impl Target for Pool {
         self.pump();
     }
 
-    fn handle_completion(&mut self, _now: Instant, c: Completion) {
+    fn handle_completion(&mut self, now: Instant, c: Completion) {
         let owner = self.owners.remove(&c.id.0).expect("completion of a request the pool sent");
         match owner {
             Owner::Bring(at) => {
@@ -1656,6 +1752,11 @@ impl Target for Pool {
                 }
             }
             Owner::Commit => self.commit_io_done(c.result),
+            Owner::Joined => {
+                for piece in self.split_joined(c) {
+                    self.handle_completion(now, piece);
+                }
+            }
             Owner::Job(jid) => {
                 let job = self.jobs.get_mut(&jid).expect("live job");
                 if job.in_flight > 1 {
@@ -1689,6 +1790,9 @@ impl Target for Pool {
     }
 
     fn poll_lower(&mut self) -> Option<Request> {
+        if std::mem::take(&mut self.join_due) {
+            self.join_queued();
+        }
         self.lower_q.pop_front()
     }
 
@@ -1721,6 +1825,10 @@ impl Target for Pool {
             ("placement".into(), self.place.name().to_string()),
             ("defrag".into(), self.cfg.defrag.to_string()),
             ("zero_new_chunks".into(), self.cfg.zero_new_chunks.to_string()),
+            (
+                "zero_new_chunks_with".into(),
+                (if self.cfg.zero_in_write { "write" } else { "write-zeroes" }).to_string(),
+            ),
             ("journal_blocks".into(), self.cfg.journal_blocks.to_string()),
         ];
         if self.cfg.placement == PlacementKind::Sliced {
