@@ -160,6 +160,14 @@ def git_head():
     return p.stdout.strip() or "unknown"
 
 
+def repo_relative(path):
+    """`path` relative to the checkout when it lies inside it (results never
+    name a path of the machine they were made on), else as given."""
+    if path and os.path.abspath(path).startswith(ROOT + os.sep):
+        return os.path.relpath(path, ROOT)
+    return path
+
+
 def main(argv=None):
     a = parse(sys.argv[1:] if argv is None else argv)
     mod = WORKLOADS[a.name]
@@ -292,7 +300,7 @@ def analyze(a, wl, rig, phases, trace_path, out, work, sim, rigsettings, started
     if sim:
         seeds = [int(x) for x in a.sim_seeds.split(",") if x.strip()]
         sim_info = {"command": sim, "scheduler": a.sim_scheduler, "queue_depth": a.sim_queue_depth,
-                    "seed": seeds[0], "seeds": seeds, "disk": rigsettings["emulate"], "config": rigsettings["config"]}
+                    "seed": seeds[0], "seeds": seeds, "disk": rigsettings["emulate"], "config": repo_relative(rigsettings["config"])}
         simdir = os.path.join(out, "sim")
         os.makedirs(simdir, exist_ok=True)
         for p in phases:
@@ -323,7 +331,8 @@ def analyze(a, wl, rig, phases, trace_path, out, work, sim, rigsettings, started
         "machine": {"cpus": os.cpu_count(), "kernel": platform.release(),
                     "cpu": cpu_model(), "loadavg_at_start": rigsettings.pop("loadavg_at_start"),
                     "loadavg_at_end": [round(x, 2) for x in os.getloadavg()]},
-        "rig": {**rigsettings, **rig.facts, "export_bytes": rig.export_bytes},
+        "rig": {**rigsettings, **rig.facts, "export_bytes": rig.export_bytes,
+                "config": repo_relative(rigsettings["config"])},
         "phases": phases,
         "whole_trace": whole,
         "markers": [{"index": k, "offset": off, "label": lab} for k, off, lab in rig.markers],
