@@ -25,6 +25,13 @@ pub struct Loc {
     pub within: u8,
 }
 
+/// A [`Loc`] as the table stores it (never 0): destage keeps a run's
+/// locations in this form (4 bytes a sector) and compares them with the
+/// table's without unpacking. The sectors of one slot have consecutive
+/// values (the sector within the slot is the low field).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PackedLoc(u32);
+
 /// How a [`Loc`] packs into 32 bits (0: none): segment, slot and sector
 /// fields of the widths the geometry needs, plus one.
 #[derive(Copy, Clone, Debug)]
@@ -75,8 +82,16 @@ struct Line {
 
 impl Line {
     fn is_empty(&self) -> bool {
-        self.locs.iter().chain(&self.visible).all(|&x| x == 0)
+        self.locs.iter().zip(&self.visible).fold(0, |acc, (&l, &v)| acc | l | v) == 0
     }
+}
+
+/// The indexes within line `key` of the sectors of `[start, end)` (the
+/// line must overlap the range).
+fn span(key: u64, start: u64, end: u64) -> std::ops::Range<usize> {
+    let base = key * LINE_SECTORS;
+    debug_assert!(base < end && start < base + LINE_SECTORS);
+    (start.max(base) - base) as usize..(end.min(base + LINE_SECTORS) - base) as usize
 }
 
 /// Hashes a line key to itself in the low bits, so neighbouring lines sit
@@ -157,6 +172,16 @@ impl Lookup {
         self.mapped_count
     }
 
+    /// `loc` as the table stores it.
+    pub fn pack(&self, loc: Loc) -> PackedLoc {
+        PackedLoc(self.packing.pack(loc))
+    }
+
+    /// The location `p` stands for.
+    pub fn unpack(&self, p: PackedLoc) -> Loc {
+        self.packing.unpack(p.0).expect("a packed location is never 0")
+    }
+
     /// Where `sector` lives, if in the log.
     pub fn get(&self, sector: u64) -> Option<Loc> {
         let line = self.lines.get(&(sector / LINE_SECTORS))?;
@@ -166,13 +191,12 @@ impl Lookup {
     /// The locations of `count` sectors from `start` (one lookup per line).
     pub fn get_range(&self, start: u64, count: u64) -> Vec<Option<Loc>> {
         let mut out = vec![None; count as usize];
-        for key in line_keys(&self.lines, start / LINE_SECTORS, (start + count - 1) / LINE_SECTORS) {
+        let end = start + count;
+        for key in line_keys(&self.lines, start / LINE_SECTORS, (end - 1) / LINE_SECTORS) {
             let Some(line) = self.lines.get(&key) else { continue };
-            for (i, &v) in line.locs.iter().enumerate() {
-                let s = key * LINE_SECTORS + i as u64;
-                if s >= start && s < start + count {
-                    out[(s - start) as usize] = self.packing.unpack(v);
-                }
+            let at = key * LINE_SECTORS;
+            for i in span(key, start, end) {
+                out[(at + i as u64 - start) as usize] = self.packing.unpack(line.locs[i]);
             }
         }
         out
@@ -189,10 +213,7 @@ impl Lookup {
         let Some(end) = start.checked_add(count).filter(|_| count > 0) else { return false };
         line_keys(&self.lines, start / LINE_SECTORS, (end - 1) / LINE_SECTORS).any(|key| {
             let Some(line) = self.lines.get(&key) else { return false };
-            (0..LINE_SECTORS).any(|i| {
-                let s = key * LINE_SECTORS + i;
-                s >= start && s < end && pred(line, i as usize)
-            })
+            span(key, start, end).any(|i| pred(line, i))
         })
     }
 
@@ -203,11 +224,8 @@ impl Lookup {
         let Some(end) = start.checked_add(count).filter(|_| count > 0) else { return out };
         for key in line_keys(&self.lines, start / LINE_SECTORS, (end - 1) / LINE_SECTORS) {
             let Some(line) = self.lines.get(&key) else { continue };
-            for (i, &v) in line.locs.iter().enumerate() {
+            for i in span(key, start, end).filter(|&i| line.locs[i] != 0) {
                 let s = key * LINE_SECTORS + i as u64;
-                if s < start || s >= end || v == 0 {
-                    continue;
-                }
                 match out.last_mut() {
                     Some((a, n)) if *a + *n == s => *n += 1,
                     _ => out.push((s, 1)),
@@ -220,59 +238,89 @@ impl Lookup {
     /// Maps `sector` to `loc`; returns the location it replaces.
     #[cfg(test)]
     pub fn set(&mut self, sector: u64, loc: Loc) -> Option<Loc> {
-        self.set_run(sector, 1, |_| loc, Seq(0)).pop()
+        let mut old = None;
+        self.set_run(sector, 1, loc, Seq(0), |l| old = Some(l));
+        old
     }
 
-    /// Maps the `n` sectors from `start` to `loc_of(0..n)`, written to the
-    /// log in segment `seq` (which they are now replay-visible in), one map
-    /// lookup per line; returns the locations replaced.
-    pub fn set_run(&mut self, start: u64, n: u32, loc_of: impl Fn(u32) -> Loc, seq: Seq) -> Vec<Loc> {
-        let mut replaced = Vec::new();
+    /// Maps the `n` sectors from `start` to the consecutive sectors of one
+    /// slot from `first` (`first.within + w` for sector `start + w`),
+    /// written to the log in segment `seq` (which they are now
+    /// replay-visible in), one map lookup per line; each location replaced
+    /// is passed to `replaced`, in sector order.
+    pub fn set_run(&mut self, start: u64, n: u32, first: Loc, seq: Seq, mut replaced: impl FnMut(Loc)) {
+        assert!(u32::from(first.within) + n <= 1 << self.packing.within_bits, "one slot's sectors");
         let (packing, visible) = (self.packing, visible_of(seq));
-        let mut w = 0u32;
-        while w < n {
-            let key = (start + u64::from(w)) / LINE_SECTORS;
+        let end = start + u64::from(n);
+        let mut v = packing.pack(first);
+        let mut added = 0u64;
+        let mut key = start / LINE_SECTORS;
+        while key * LINE_SECTORS < end {
             let line = self.lines.entry(key).or_default();
-            while w < n && (start + u64::from(w)) / LINE_SECTORS == key {
-                let i = ((start + u64::from(w)) % LINE_SECTORS) as usize;
+            for i in span(key, start, end) {
                 line.visible[i] = visible;
-                match packing.unpack(std::mem::replace(&mut line.locs[i], packing.pack(loc_of(w)))) {
-                    Some(old) => replaced.push(old),
-                    None => self.mapped_count += 1,
+                match packing.unpack(std::mem::replace(&mut line.locs[i], v)) {
+                    Some(old) => replaced(old),
+                    None => added += 1,
                 }
-                w += 1;
+                v += 1;
+            }
+            key += 1;
+        }
+        self.mapped_count += added;
+        debug_assert!(
+            (0..n)
+                .all(|w| self.get(start + u64::from(w))
+                    == Some(Loc { within: first.within + w as u8, ..first }))
+        );
+    }
+
+    /// Calls `f(i, j)` for each maximal run `locs[i..j]` of the sectors
+    /// from `first` (sector `first + k` at `locs[k]`) that still map to
+    /// their location, in order; one map lookup per line.
+    pub fn current_runs(&self, first: u64, locs: &[PackedLoc], mut f: impl FnMut(usize, usize)) {
+        let end = first + locs.len() as u64;
+        let mut run: Option<usize> = None;
+        for key in first / LINE_SECTORS..end.div_ceil(LINE_SECTORS) {
+            let line = self.lines.get(&key);
+            let at = key * LINE_SECTORS;
+            for i in span(key, first, end) {
+                let k = (at + i as u64 - first) as usize;
+                match (line.is_some_and(|l| l.locs[i] == locs[k].0), run) {
+                    (true, None) => run = Some(k),
+                    (false, Some(r)) => {
+                        f(r, k);
+                        run = None;
+                    }
+                    _ => {}
+                }
             }
         }
-        debug_assert!((0..n).all(|w| self.get(start + u64::from(w)) == Some(loc_of(w))));
-        replaced
+        if let Some(r) = run {
+            f(r, locs.len());
+        }
     }
 
-    /// Unmaps each `(sector, loc)` of `items` (sorted by sector) whose
-    /// sector still points at `loc`, one map lookup per line; returns the
-    /// locations removed, each passed to `removed`.
-    pub fn remove_if_many(&mut self, items: &[(u64, Loc)], mut removed: impl FnMut(Loc)) {
+    /// Unmaps each sector from `first` (sector `first + k` at `locs[k]`)
+    /// that still points at its location, one map lookup per line; each
+    /// location removed is passed to `removed`, in sector order.
+    pub fn remove_if_run(&mut self, first: u64, locs: &[PackedLoc], mut removed: impl FnMut(Loc)) {
+        let end = first + locs.len() as u64;
         let mut count = 0u64;
-        let mut i = 0;
-        while i < items.len() {
-            let key = items[i].0 / LINE_SECTORS;
-            let mut j = i;
-            while j < items.len() && items[j].0 / LINE_SECTORS == key {
-                j += 1;
-            }
-            if let Some(line) = self.lines.get_mut(&key) {
-                for &(sector, loc) in &items[i..j] {
-                    let v = &mut line.locs[(sector % LINE_SECTORS) as usize];
-                    if *v == self.packing.pack(loc) {
-                        *v = 0;
-                        count += 1;
-                        removed(loc);
-                    }
-                }
-                if line.is_empty() {
-                    self.lines.remove(&key);
+        for key in first / LINE_SECTORS..end.div_ceil(LINE_SECTORS) {
+            let Some(line) = self.lines.get_mut(&key) else { continue };
+            let at = key * LINE_SECTORS;
+            for i in span(key, first, end) {
+                let p = locs[(at + i as u64 - first) as usize];
+                if line.locs[i] == p.0 {
+                    line.locs[i] = 0;
+                    count += 1;
+                    removed(self.packing.unpack(p.0).expect("never 0"));
                 }
             }
-            i = j;
+            if line.is_empty() {
+                self.lines.remove(&key);
+            }
         }
         self.mapped_count -= count;
     }
@@ -283,11 +331,8 @@ impl Lookup {
         let Some(end) = start.checked_add(count).filter(|_| count > 0) else { return };
         for key in line_keys(&self.lines, start / LINE_SECTORS, (end - 1) / LINE_SECTORS) {
             let Some(line) = self.lines.get_mut(&key) else { continue };
-            for i in 0..LINE_SECTORS {
-                let s = key * LINE_SECTORS + i;
-                if s >= start && s < end {
-                    f(line, i as usize, s);
-                }
+            for i in span(key, start, end) {
+                f(line, i, key * LINE_SECTORS + i as u64);
             }
             if line.is_empty() {
                 self.lines.remove(&key);
@@ -348,15 +393,39 @@ mod tests {
         assert_eq!(t.set(7, l(9, 0, 0)), Some(l(1, 2, 3)));
         assert_eq!(t.mapped_count(), 2);
         assert_eq!(t.get_range(6, 4), vec![None, Some(l(9, 0, 0)), Some(l(1, 2, 4)), None]);
-        let mut gone = Vec::new();
-        t.remove_if_many(&[(7, l(1, 2, 3))], |l| gone.push(l));
+        let (mut gone, stale) = (Vec::new(), t.pack(l(1, 2, 3)));
+        t.remove_if_run(7, &[stale], |l| gone.push(l));
         assert!(gone.is_empty());
         let gone = t.remove_range(0, 100, |loc| loc.seg == SegLoc(9));
         assert_eq!(gone, vec![(8, l(1, 2, 4))]);
-        let mut gone = Vec::new();
-        t.remove_if_many(&[(7, l(9, 0, 0))], |l| gone.push(l));
+        let (mut gone, current) = (Vec::new(), t.pack(l(9, 0, 0)));
+        t.remove_if_run(7, &[current], |l| gone.push(l));
         assert_eq!(gone, vec![l(9, 0, 0)]);
         assert_eq!(t.mapped_count(), 0);
         assert_eq!(t.get(7), None);
+    }
+
+    #[test]
+    fn runs_across_lines_replace_compare_and_remove_in_sector_order() {
+        let mut t = Lookup::new(16, 64, 64).unwrap();
+        let l = |seg, slot, within| Loc { seg: SegLoc(seg), slot, within };
+        // Sectors 5..25: lines 0 to 3, the first and last partly.
+        let mut old = Vec::new();
+        t.set_run(5, 20, l(1, 0, 0), Seq(1), |o| old.push(o));
+        assert!(old.is_empty());
+        t.set_run(10, 3, l(2, 3, 4), Seq(2), |o| old.push(o));
+        assert_eq!(old, vec![l(1, 0, 5), l(1, 0, 6), l(1, 0, 7)]);
+        assert_eq!(t.mapped_count(), 20);
+        let locs: Vec<PackedLoc> = (0..20).map(|w| t.pack(l(1, 0, w))).collect();
+        let mut runs = Vec::new();
+        t.current_runs(5, &locs, |i, j| runs.push((i, j)));
+        assert_eq!(runs, vec![(0, 5), (8, 20)]);
+        let mut gone = Vec::new();
+        t.remove_if_run(5, &locs, |o| gone.push(o.within));
+        assert_eq!(gone, (0..5).chain(8..20).collect::<Vec<u8>>());
+        assert_eq!(t.mapped_count(), 3);
+        assert_eq!(t.get_range(9, 5), vec![None, Some(l(2, 3, 4)), Some(l(2, 3, 5)), Some(l(2, 3, 6)), None]);
+        t.current_runs(5, &locs, |i, j| panic!("{i}..{j} was removed"));
+        assert_eq!(t.mapped_runs(0, 64), vec![(10, 3)]);
     }
 }
