@@ -280,7 +280,7 @@ impl Dcd {
             return;
         }
         let mut home = Invalidation::new(&mut self.log.segs, None);
-        self.lookup.remove_if_run(first, &locs, |loc| home.add(loc));
+        self.lookup.remove_if_run(first, &locs, |loc, n| home.add(loc, n));
         self.counters.destaged_bytes += home.finish() * S;
     }
 
@@ -416,10 +416,23 @@ impl Dcd {
             let loc = self.geo.location(Seq(s));
             let seg = std::mem::replace(&mut self.log.segs[loc.0 as usize], SegMeta::free());
             assert!(seg.valid_sectors == 0 && seg.pins == 0);
+            // Slots of consecutive sectors (a sequential write) in one pass.
+            let mut run: Option<(u64, u64)> = None;
             for e in &seg.entries {
                 if let crate::seglog::Entry::Slot { start_sector, sector_count, .. } = *e {
-                    self.lookup.clear_visible_in(start_sector, u64::from(sector_count), seg.seq);
+                    match &mut run {
+                        Some((a, n)) if *a + *n == start_sector => *n += u64::from(sector_count),
+                        _ => {
+                            if let Some((a, n)) = run {
+                                self.lookup.clear_visible_in(a, n, seg.seq);
+                            }
+                            run = Some((start_sector, u64::from(sector_count)));
+                        }
+                    }
                 }
+            }
+            if let Some((a, n)) = run {
+                self.lookup.clear_visible_in(a, n, seg.seq);
             }
         }
         self.log.ring.segments.release_below(tail.0);

@@ -63,6 +63,44 @@ impl Packing {
     }
 }
 
+/// Runs of consecutive locations of one slot, gathered from values met in
+/// sector order and handed on a run at a time (`f(first location, count)`):
+/// a destage or an overwrite usually drops whole slots, and the caller
+/// then does one step per run instead of one per sector.
+struct SlotRuns {
+    /// The run's first stored value and length (length 0: none yet).
+    first: u32,
+    n: u32,
+}
+
+impl SlotRuns {
+    fn new() -> SlotRuns {
+        SlotRuns { first: 0, n: 0 }
+    }
+
+    /// Adds stored value `v` (not 0).
+    #[inline]
+    fn add(&mut self, packing: Packing, v: u32, f: &mut impl FnMut(Loc, u32)) {
+        let within_mask = (1u32 << packing.within_bits) - 1;
+        // Consecutive values are consecutive sectors of one slot unless the
+        // sector within the slot wraps to 0 (the next slot).
+        if self.n > 0 && self.first + self.n == v && (v - 1) & within_mask != 0 {
+            self.n += 1;
+            return;
+        }
+        self.finish(packing, f);
+        (self.first, self.n) = (v, 1);
+    }
+
+    /// Hands on the run being gathered, if any.
+    fn finish(&mut self, packing: Packing, f: &mut impl FnMut(Loc, u32)) {
+        if self.n > 0 {
+            f(packing.unpack(self.first).expect("never 0"), self.n);
+            self.n = 0;
+        }
+    }
+}
+
 /// A segment seq as a line stores it (0: none). Distinct for any two seqs
 /// fewer than 2^32 - 1 apart, and the live part of the ring is far shorter.
 fn visible_of(seq: Seq) -> u32 {
@@ -239,34 +277,37 @@ impl Lookup {
     #[cfg(test)]
     pub fn set(&mut self, sector: u64, loc: Loc) -> Option<Loc> {
         let mut old = None;
-        self.set_run(sector, 1, loc, Seq(0), |l| old = Some(l));
+        self.set_run(sector, 1, loc, Seq(0), |l, n| old = Some(l).filter(|_| n == 1));
         old
     }
 
     /// Maps the `n` sectors from `start` to the consecutive sectors of one
     /// slot from `first` (`first.within + w` for sector `start + w`),
     /// written to the log in segment `seq` (which they are now
-    /// replay-visible in), one map lookup per line; each location replaced
-    /// is passed to `replaced`, in sector order.
-    pub fn set_run(&mut self, start: u64, n: u32, first: Loc, seq: Seq, mut replaced: impl FnMut(Loc)) {
+    /// replay-visible in), one map lookup per line; the locations replaced
+    /// are passed to `replaced(first, count)` in runs of one slot, in
+    /// sector order.
+    pub fn set_run(&mut self, start: u64, n: u32, first: Loc, seq: Seq, mut replaced: impl FnMut(Loc, u32)) {
         assert!(u32::from(first.within) + n <= 1 << self.packing.within_bits, "one slot's sectors");
         let (packing, visible) = (self.packing, visible_of(seq));
         let end = start + u64::from(n);
         let mut v = packing.pack(first);
         let mut added = 0u64;
         let mut key = start / LINE_SECTORS;
+        let mut runs = SlotRuns::new();
         while key * LINE_SECTORS < end {
             let line = self.lines.entry(key).or_default();
             for i in span(key, start, end) {
                 line.visible[i] = visible;
-                match packing.unpack(std::mem::replace(&mut line.locs[i], v)) {
-                    Some(old) => replaced(old),
-                    None => added += 1,
+                match std::mem::replace(&mut line.locs[i], v) {
+                    0 => added += 1,
+                    old => runs.add(packing, old, &mut replaced),
                 }
                 v += 1;
             }
             key += 1;
         }
+        runs.finish(packing, &mut replaced);
         self.mapped_count += added;
         debug_assert!(
             (0..n)
@@ -280,21 +321,32 @@ impl Lookup {
     /// their location, in order; one map lookup per line.
     pub fn current_runs(&self, first: u64, locs: &[PackedLoc], mut f: impl FnMut(usize, usize)) {
         let end = first + locs.len() as u64;
+        let (mut k, mut key) = (0, first / LINE_SECTORS);
         let mut run: Option<usize> = None;
-        for key in first / LINE_SECTORS..end.div_ceil(LINE_SECTORS) {
-            let line = self.lines.get(&key);
-            let at = key * LINE_SECTORS;
-            for i in span(key, first, end) {
-                let k = (at + i as u64 - first) as usize;
-                match (line.is_some_and(|l| l.locs[i] == locs[k].0), run) {
-                    (true, None) => run = Some(k),
+        while k < locs.len() {
+            let span = span(key, first, end);
+            let n = span.len();
+            let want = &locs[k..k + n];
+            // Bit w set: sector k + w still maps to its location.
+            let same = self.lines.get(&key).map_or(0u32, |line| {
+                line.locs[span]
+                    .iter()
+                    .zip(want)
+                    .enumerate()
+                    .fold(0, |m, (w, (&v, p))| m | (u32::from(v == p.0) << w))
+            });
+            for w in 0..n {
+                match (same >> w & 1 != 0, run) {
+                    (true, None) => run = Some(k + w),
                     (false, Some(r)) => {
-                        f(r, k);
+                        f(r, k + w);
                         run = None;
                     }
                     _ => {}
                 }
             }
+            k += n;
+            key += 1;
         }
         if let Some(r) = run {
             f(r, locs.len());
@@ -302,26 +354,34 @@ impl Lookup {
     }
 
     /// Unmaps each sector from `first` (sector `first + k` at `locs[k]`)
-    /// that still points at its location, one map lookup per line; each
-    /// location removed is passed to `removed`, in sector order.
-    pub fn remove_if_run(&mut self, first: u64, locs: &[PackedLoc], mut removed: impl FnMut(Loc)) {
+    /// that still points at its location, one map lookup per line; the
+    /// locations removed are passed to `removed(first, count)` in runs of
+    /// one slot, in sector order.
+    pub fn remove_if_run(&mut self, first: u64, locs: &[PackedLoc], mut removed: impl FnMut(Loc, u32)) {
         let end = first + locs.len() as u64;
+        let packing = self.packing;
+        let (mut k, mut key) = (0, first / LINE_SECTORS);
         let mut count = 0u64;
-        for key in first / LINE_SECTORS..end.div_ceil(LINE_SECTORS) {
-            let Some(line) = self.lines.get_mut(&key) else { continue };
-            let at = key * LINE_SECTORS;
-            for i in span(key, first, end) {
-                let p = locs[(at + i as u64 - first) as usize];
-                if line.locs[i] == p.0 {
-                    line.locs[i] = 0;
-                    count += 1;
-                    removed(self.packing.unpack(p.0).expect("never 0"));
+        let mut runs = SlotRuns::new();
+        while k < locs.len() {
+            let span = span(key, first, end);
+            let n = span.len();
+            if let Some(line) = self.lines.get_mut(&key) {
+                for (v, p) in line.locs[span].iter_mut().zip(&locs[k..k + n]) {
+                    if *v == p.0 {
+                        *v = 0;
+                        count += 1;
+                        runs.add(packing, p.0, &mut removed);
+                    }
+                }
+                if line.is_empty() {
+                    self.lines.remove(&key);
                 }
             }
-            if line.is_empty() {
-                self.lines.remove(&key);
-            }
+            k += n;
+            key += 1;
         }
+        runs.finish(packing, &mut removed);
         self.mapped_count -= count;
     }
 
@@ -394,13 +454,13 @@ mod tests {
         assert_eq!(t.mapped_count(), 2);
         assert_eq!(t.get_range(6, 4), vec![None, Some(l(9, 0, 0)), Some(l(1, 2, 4)), None]);
         let (mut gone, stale) = (Vec::new(), t.pack(l(1, 2, 3)));
-        t.remove_if_run(7, &[stale], |l| gone.push(l));
+        t.remove_if_run(7, &[stale], |l, n| gone.push((l, n)));
         assert!(gone.is_empty());
         let gone = t.remove_range(0, 100, |loc| loc.seg == SegLoc(9));
         assert_eq!(gone, vec![(8, l(1, 2, 4))]);
         let (mut gone, current) = (Vec::new(), t.pack(l(9, 0, 0)));
-        t.remove_if_run(7, &[current], |l| gone.push(l));
-        assert_eq!(gone, vec![l(9, 0, 0)]);
+        t.remove_if_run(7, &[current], |l, n| gone.push((l, n)));
+        assert_eq!(gone, vec![(l(9, 0, 0), 1)]);
         assert_eq!(t.mapped_count(), 0);
         assert_eq!(t.get(7), None);
     }
@@ -411,21 +471,33 @@ mod tests {
         let l = |seg, slot, within| Loc { seg: SegLoc(seg), slot, within };
         // Sectors 5..25: lines 0 to 3, the first and last partly.
         let mut old = Vec::new();
-        t.set_run(5, 20, l(1, 0, 0), Seq(1), |o| old.push(o));
+        t.set_run(5, 20, l(1, 0, 0), Seq(1), |o, n| old.push((o, n)));
         assert!(old.is_empty());
-        t.set_run(10, 3, l(2, 3, 4), Seq(2), |o| old.push(o));
-        assert_eq!(old, vec![l(1, 0, 5), l(1, 0, 6), l(1, 0, 7)]);
+        t.set_run(10, 3, l(2, 3, 4), Seq(2), |o, n| old.push((o, n)));
+        assert_eq!(old, vec![(l(1, 0, 5), 3)]);
         assert_eq!(t.mapped_count(), 20);
         let locs: Vec<PackedLoc> = (0..20).map(|w| t.pack(l(1, 0, w))).collect();
         let mut runs = Vec::new();
         t.current_runs(5, &locs, |i, j| runs.push((i, j)));
         assert_eq!(runs, vec![(0, 5), (8, 20)]);
         let mut gone = Vec::new();
-        t.remove_if_run(5, &locs, |o| gone.push(o.within));
-        assert_eq!(gone, (0..5).chain(8..20).collect::<Vec<u8>>());
+        t.remove_if_run(5, &locs, |o, n| gone.push((o, n)));
+        assert_eq!(gone, vec![(l(1, 0, 0), 5), (l(1, 0, 8), 12)]);
         assert_eq!(t.mapped_count(), 3);
         assert_eq!(t.get_range(9, 5), vec![None, Some(l(2, 3, 4)), Some(l(2, 3, 5)), Some(l(2, 3, 6)), None]);
         t.current_runs(5, &locs, |i, j| panic!("{i}..{j} was removed"));
         assert_eq!(t.mapped_runs(0, 64), vec![(10, 3)]);
+    }
+
+    #[test]
+    fn a_run_of_replaced_locations_ends_where_the_next_slot_starts() {
+        // 8 sectors a slot: slot 1's first value follows slot 0's last.
+        let mut t = Lookup::new(16, 64, 8).unwrap();
+        let l = |seg, slot, within| Loc { seg: SegLoc(seg), slot, within };
+        t.set_run(0, 8, l(1, 0, 0), Seq(1), |_, _| panic!("nothing to replace"));
+        t.set_run(8, 8, l(1, 1, 0), Seq(1), |_, _| panic!("nothing to replace"));
+        let mut old = Vec::new();
+        t.set_run(4, 8, l(2, 0, 0), Seq(2), |o, n| old.push((o, n)));
+        assert_eq!(old, vec![(l(1, 0, 4), 4), (l(1, 1, 0), 4)]);
     }
 }

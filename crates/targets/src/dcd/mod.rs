@@ -594,7 +594,7 @@ impl Dcd {
     /// supersedes; returns how many it did.
     fn map_slot(&mut self, loc: SegLoc, slot: u16, start: u64, n: u32, seq: Seq) -> u64 {
         let mut dropped = Invalidation::new(&mut self.log.segs, Some(seq));
-        self.lookup.set_run(start, n, Loc { seg: loc, slot, within: 0 }, seq, |old| dropped.add(old));
+        self.lookup.set_run(start, n, Loc { seg: loc, slot, within: 0 }, seq, |old, n| dropped.add(old, n));
         dropped.finish()
     }
 
@@ -821,9 +821,9 @@ fn invalidate_mask(segs: &mut [SegMeta], seg: SegLoc, slot: u16, mask: u64, supe
 }
 
 /// Locations to invalidate, gathered a slot at a time: a lookup update
-/// hands back the copies it drops one sector at a time, mostly in runs of
-/// one slot, and each run clears its bits in one step. [`Self::finish`]
-/// applies the last run.
+/// hands back the copies it drops in runs of one slot, and the runs of
+/// one slot clear their bits in one step. [`Self::finish`] applies the
+/// last slot's.
 struct Invalidation<'a> {
     segs: &'a mut [SegMeta],
     superseder: Option<Seq>,
@@ -837,16 +837,17 @@ impl<'a> Invalidation<'a> {
         Invalidation { segs, superseder, slot: (SegLoc(0), 0), mask: 0, count: 0 }
     }
 
-    #[inline]
-    fn add(&mut self, loc: Loc) {
+    /// Adds the `n` locations of one slot from `loc`.
+    fn add(&mut self, loc: Loc, n: u32) {
         if (loc.seg, loc.slot) != self.slot {
             self.apply();
             self.slot = (loc.seg, loc.slot);
         }
-        let bit = 1u64 << loc.within;
-        assert!(self.mask & bit == 0, "each location is dropped once");
-        self.mask |= bit;
-        self.count += 1;
+        assert!(n >= 1 && u32::from(loc.within) + n <= 64);
+        let bits = (u64::MAX >> (64 - n)) << loc.within;
+        assert!(self.mask & bits == 0, "each location is dropped once");
+        self.mask |= bits;
+        self.count += u64::from(n);
     }
 
     fn apply(&mut self) {
