@@ -205,12 +205,12 @@ impl Dcd {
         order.sort_by_key(|&i| seg.slots[i as usize].start_sector);
         for slot in order {
             let meta = &seg.slots[usize::from(slot)];
+            let base = self.lookup.pack(Loc { seg: loc, slot, within: 0 });
             let mut valid = meta.valid_mask;
             while valid != 0 {
                 let w = valid.trailing_zeros();
                 valid &= valid - 1;
-                let at = self.lookup.pack(Loc { seg: loc, slot, within: w as u8 });
-                sectors.push((meta.start_sector + u64::from(w), at));
+                sectors.push((meta.start_sector + u64::from(w), base.within_plus(w)));
             }
         }
         assert_eq!(sectors.len(), seg.valid_sectors as usize);

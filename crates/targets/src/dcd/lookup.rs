@@ -9,6 +9,7 @@
 //! order and deterministic.
 
 use crate::seglog::{SegLoc, Seq};
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -31,6 +32,14 @@ pub struct Loc {
 /// values (the sector within the slot is the low field).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct PackedLoc(u32);
+
+impl PackedLoc {
+    /// The location `w` sectors further on in the same slot (the slot
+    /// must have that sector).
+    pub fn within_plus(self, w: u32) -> PackedLoc {
+        PackedLoc(self.0 + w)
+    }
+}
 
 /// How a [`Loc`] packs into 32 bits (0: none): segment, slot and sector
 /// fields of the widths the geometry needs, plus one.
@@ -390,12 +399,13 @@ impl Lookup {
     fn each_in_range(&mut self, start: u64, count: u64, mut f: impl FnMut(&mut Line, usize, u64)) {
         let Some(end) = start.checked_add(count).filter(|_| count > 0) else { return };
         for key in line_keys(&self.lines, start / LINE_SECTORS, (end - 1) / LINE_SECTORS) {
-            let Some(line) = self.lines.get_mut(&key) else { continue };
+            // One probe for the update and the removal.
+            let Entry::Occupied(mut line) = self.lines.entry(key) else { continue };
             for i in span(key, start, end) {
-                f(line, i, key * LINE_SECTORS + i as u64);
+                f(line.get_mut(), i, key * LINE_SECTORS + i as u64);
             }
-            if line.is_empty() {
-                self.lines.remove(&key);
+            if line.get().is_empty() {
+                line.remove();
             }
         }
     }
