@@ -90,15 +90,21 @@ impl SlotRuns {
     /// Adds stored value `v` (not 0).
     #[inline]
     fn add(&mut self, packing: Packing, v: u32, f: &mut impl FnMut(Loc, u32)) {
+        self.add_n(packing, v, 1, f);
+    }
+
+    /// Adds the `n` consecutive stored values from `v` (not 0), all of one slot.
+    #[inline]
+    fn add_n(&mut self, packing: Packing, v: u32, n: u32, f: &mut impl FnMut(Loc, u32)) {
         let within_mask = (1u32 << packing.within_bits) - 1;
         // Consecutive values are consecutive sectors of one slot unless the
         // sector within the slot wraps to 0 (the next slot).
         if self.n > 0 && self.first + self.n == v && (v - 1) & within_mask != 0 {
-            self.n += 1;
+            self.n += n;
             return;
         }
         self.finish(packing, f);
-        (self.first, self.n) = (v, 1);
+        (self.first, self.n) = (v, n);
     }
 
     /// Hands on the run being gathered, if any.
@@ -344,6 +350,13 @@ impl Lookup {
                     .enumerate()
                     .fold(0, |m, (w, (&v, p))| m | (u32::from(v == p.0) << w))
             });
+            // The common case, the whole span still there: no per-sector step.
+            if same == (1 << n) - 1 {
+                run.get_or_insert(k);
+                k += n;
+                key += 1;
+                continue;
+            }
             for w in 0..n {
                 match (same >> w & 1 != 0, run) {
                     (true, None) => run = Some(k + w),
@@ -372,11 +385,30 @@ impl Lookup {
         let (mut k, mut key) = (0, first / LINE_SECTORS);
         let mut count = 0u64;
         let mut runs = SlotRuns::new();
+        let within_mask = (1u32 << packing.within_bits) - 1;
         while k < locs.len() {
             let span = span(key, first, end);
             let n = span.len();
             if let Some(line) = self.lines.get_mut(&key) {
-                for (v, p) in line.locs[span].iter_mut().zip(&locs[k..k + n]) {
+                let (have, want) = (&mut line.locs[span], &locs[k..k + n]);
+                // The common case: the span is one slot's consecutive
+                // sectors, all still mapped there; removed in one step.
+                let p0 = want[0].0;
+                let one_slot = ((p0 - 1) & within_mask) as usize + n <= within_mask as usize + 1;
+                let whole =
+                    have.iter().zip(want).enumerate().all(|(w, (&v, p))| v == p.0 && p.0 == p0 + w as u32);
+                if one_slot && whole {
+                    have.fill(0);
+                    count += n as u64;
+                    runs.add_n(packing, p0, n as u32, &mut removed);
+                    if line.is_empty() {
+                        self.lines.remove(&key);
+                    }
+                    k += n;
+                    key += 1;
+                    continue;
+                }
+                for (v, p) in have.iter_mut().zip(want) {
                     if *v == p.0 {
                         *v = 0;
                         count += 1;
