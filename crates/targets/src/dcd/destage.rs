@@ -220,11 +220,8 @@ impl Dcd {
         let seq = seg.seq;
         let mut i = 0;
         while i < sectors.len() {
-            let mut j = i + 1;
-            while j < sectors.len() && sectors[j].0 == sectors[j - 1].0 + 1 && j - i < DESTAGE_RUN_SECTORS_MAX
-            {
-                j += 1;
-            }
+            let limit = sectors.len().min(i + DESTAGE_RUN_SECTORS_MAX);
+            let j = i + 1 + sectors[i..limit].windows(2).take_while(|w| w[1].0 == w[0].0 + 1).count();
             let data = c.data.as_ref().map(|d| {
                 let mut v = Vec::with_capacity((j - i) * S as usize);
                 for &(_, p) in &sectors[i..j] {

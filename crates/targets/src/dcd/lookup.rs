@@ -426,16 +426,20 @@ impl Lookup {
         self.mapped_count -= count;
     }
 
-    /// Applies `f(line, index within the line, sector)` to each sector of
-    /// `[start, start + count)` that has a line, dropping lines left empty.
-    fn each_in_range(&mut self, start: u64, count: u64, mut f: impl FnMut(&mut Line, usize, u64)) {
+    /// Applies `f(line, indexes within the line, line's first sector)` to
+    /// each line of `[start, start + count)` that exists (with the indexes
+    /// of the range's sectors in it), dropping lines left empty.
+    fn each_in_range(
+        &mut self,
+        start: u64,
+        count: u64,
+        mut f: impl FnMut(&mut Line, std::ops::Range<usize>, u64),
+    ) {
         let Some(end) = start.checked_add(count).filter(|_| count > 0) else { return };
         for key in line_keys(&self.lines, start / LINE_SECTORS, (end - 1) / LINE_SECTORS) {
             // One probe for the update and the removal.
             let Entry::Occupied(mut line) = self.lines.entry(key) else { continue };
-            for i in span(key, start, end) {
-                f(line.get_mut(), i, key * LINE_SECTORS + i as u64);
-            }
+            f(line.get_mut(), span(key, start, end), key * LINE_SECTORS);
             if line.get().is_empty() {
                 line.remove();
             }
@@ -450,16 +454,18 @@ impl Lookup {
     /// No sector of `[start, start + count)` is replay-visible any more (an
     /// invalidation record for them was logged).
     pub fn clear_visible(&mut self, start: u64, count: u64) {
-        self.each_in_range(start, count, |line, i, _| line.visible[i] = 0);
+        self.each_in_range(start, count, |line, span, _| line.visible[span].fill(0));
     }
 
     /// The sectors of `[start, start + count)` replay-visible in segment
     /// `seq` are not any more (the tail passed it).
     pub fn clear_visible_in(&mut self, start: u64, count: u64, seq: Seq) {
         let visible = visible_of(seq);
-        self.each_in_range(start, count, |line, i, _| {
-            if line.visible[i] == visible {
-                line.visible[i] = 0;
+        self.each_in_range(start, count, |line, span, _| {
+            for v in &mut line.visible[span] {
+                if *v == visible {
+                    *v = 0;
+                }
             }
         });
     }
@@ -470,10 +476,12 @@ impl Lookup {
         assert!(count > 0);
         let mut removed = Vec::new();
         let packing = self.packing;
-        self.each_in_range(start, count, |line, i, s| {
-            if let Some(loc) = packing.unpack(line.locs[i]).filter(|&l| !keep(l)) {
-                line.locs[i] = 0;
-                removed.push((s, loc));
+        self.each_in_range(start, count, |line, span, at| {
+            for i in span {
+                if let Some(loc) = packing.unpack(line.locs[i]).filter(|&l| !keep(l)) {
+                    line.locs[i] = 0;
+                    removed.push((at + i as u64, loc));
+                }
             }
         });
         self.mapped_count -= removed.len() as u64;
