@@ -14,8 +14,11 @@
 //! and walks seqs in order, so every superseded copy it meets is followed
 //! by the entry or record that supersedes it.
 
-use super::policy::Candidate;
-use super::{Dcd, HomeDestageWrite, HomeOp, HomeUpperWrite, Job, Loc, LowerOp, SegMeta, SegState, Waiter};
+use super::policy::{Candidate, Scope};
+use super::{
+    Dcd, HomeDestageWrite, HomeOp, HomeUpperWrite, Invalidation, Job, Loc, LowerOp, PackedLoc, SegMeta,
+    SegState, Waiter,
+};
 use crate::seglog::{Checkpoint, FlushMark, SegLoc, Seq};
 use bytes::Bytes;
 use layoutd_core::{Completion, Instant, Op, ReqId, Request, SECTOR_BYTES};
@@ -81,29 +84,30 @@ impl Dcd {
         self.log.retry.backoff.failed(now, format!("{what}: {err}"));
     }
 
-    /// Dirty segments on disk with sectors still to move home.
-    fn candidates(&self) -> Vec<Candidate> {
+    /// Dirty segments on disk with sectors still to move home, into
+    /// `out`: all of them, or only the first from the end `scope` names.
+    fn candidates(&self, scope: Scope, out: &mut Vec<Candidate>) {
         // Destaging a segment before every older one is durable could put
         // a write home whose predecessors a crash then loses.
         let (tail, end) = (self.log.ring.tail(), self.log.ring.head().min(self.log.ring.durable_upto));
         let count = u64::from(self.geo.segment_count);
         // Ring locations step by one and wrap (no division per segment).
         let first = u64::from(self.geo.location(tail).0);
-        (tail.0..end.0.max(tail.0))
-            .map(|s| {
+        let candidate =
+            |s: u64| {
                 let at = first + (s - tail.0);
-                (s, SegLoc(if at >= count { at - count } else { at } as u32))
-            })
-            .filter(|&(_, loc)| {
+                let loc = SegLoc(if at >= count { at - count } else { at } as u32);
                 let seg = &self.log.segs[loc.0 as usize];
-                seg.state == SegState::Dirty && seg.valid_sectors > 0 && !seg.destaging
-            })
-            .map(|(s, loc)| Candidate {
-                seq: Seq(s),
-                loc,
-                valid_sectors: self.log.segs[loc.0 as usize].valid_sectors,
-            })
-            .collect()
+                (seg.state == SegState::Dirty && seg.valid_sectors > 0 && !seg.destaging)
+                    .then_some(Candidate { seq: Seq(s), loc, valid_sectors: seg.valid_sectors })
+            };
+        let seqs = tail.0..end.0.max(tail.0);
+        out.clear();
+        match scope {
+            Scope::All => out.extend(seqs.filter_map(candidate)),
+            Scope::Oldest => out.extend(seqs.filter_map(candidate).next()),
+            Scope::Newest => out.extend(seqs.rev().filter_map(candidate).next()),
+        }
     }
 
     /// Whether a destage step should start now.
@@ -118,20 +122,24 @@ impl Dcd {
     /// (then idle destage ends until the next idle threshold has passed).
     pub fn step_destage(&mut self, now: Instant) -> bool {
         assert!(self.should_destage(now));
-        let candidates = self.candidates();
-        if candidates.is_empty() {
+        // Forced: the oldest. The previous step's buffer: no allocation per step.
+        let forced = !self.destage.idle.is_idle(now);
+        let scope = if forced { Scope::Oldest } else { self.policy.scope() };
+        let mut candidates = std::mem::take(&mut self.destage.candidates);
+        self.candidates(scope, &mut candidates);
+        let pick = match candidates[..] {
+            [] => None,
+            _ if forced => candidates.iter().min_by_key(|c| c.seq).copied(),
+            _ => Some(self.policy.pick(&candidates)),
+        };
+        self.destage.candidates = candidates;
+        let Some(pick) = pick else {
             if self.log.ring.durable_upto < self.log.ring.written_upto {
                 self.flush_for_durability();
             } else {
                 self.destage.idle.finish();
             }
             return false;
-        }
-        let forced = !self.destage.idle.is_idle(now);
-        let pick = if forced {
-            *candidates.iter().min_by_key(|c| c.seq).expect("non-empty")
-        } else {
-            self.policy.pick(&candidates)
         };
         self.start_job(pick.loc, forced);
         true
@@ -191,22 +199,19 @@ impl Dcd {
             return;
         }
         let seg = &self.log.segs[loc.0 as usize];
-        let mut sectors: Vec<(u64, Loc, usize)> = Vec::with_capacity(seg.valid_sectors as usize);
+        let mut sectors: Vec<(u64, PackedLoc)> = Vec::with_capacity(seg.valid_sectors as usize);
         // Slots in data-address order, so the sectors usually come out
         // sorted already (the sort below then only checks).
         let mut order: Vec<u16> = (0..seg.slots.len() as u16).collect();
         order.sort_by_key(|&i| seg.slots[i as usize].start_sector);
-        for i in order.into_iter().map(usize::from) {
-            let slot = &seg.slots[i];
-            for w in 0..slot.sector_count {
-                if slot.valid_mask & (1 << w) != 0 {
-                    let at = i * self.geo.slot_bytes as usize + (u64::from(w) * S) as usize;
-                    sectors.push((
-                        slot.start_sector + u64::from(w),
-                        Loc { seg: loc, slot: i as u16, within: w as u8 },
-                        at,
-                    ));
-                }
+        for slot in order {
+            let meta = &seg.slots[usize::from(slot)];
+            let base = self.lookup.pack(Loc { seg: loc, slot, within: 0 });
+            let mut valid = meta.valid_mask;
+            while valid != 0 {
+                let w = valid.trailing_zeros();
+                valid &= valid - 1;
+                sectors.push((meta.start_sector + u64::from(w), base.within_plus(w)));
             }
         }
         assert_eq!(sectors.len(), seg.valid_sectors as usize);
@@ -216,66 +221,55 @@ impl Dcd {
         let seq = seg.seq;
         let mut i = 0;
         while i < sectors.len() {
-            let mut j = i + 1;
-            while j < sectors.len() && sectors[j].0 == sectors[j - 1].0 + 1 && j - i < DESTAGE_RUN_SECTORS_MAX
-            {
-                j += 1;
-            }
+            let limit = sectors.len().min(i + DESTAGE_RUN_SECTORS_MAX);
+            let j = i + 1 + sectors[i..limit].windows(2).take_while(|w| w[1].0 == w[0].0 + 1).count();
             let data = c.data.as_ref().map(|d| {
                 let mut v = Vec::with_capacity((j - i) * S as usize);
-                sectors[i..j].iter().for_each(|s| v.extend_from_slice(&d[s.2..s.2 + S as usize]));
+                for &(_, p) in &sectors[i..j] {
+                    let l = self.lookup.unpack(p);
+                    let at = usize::from(l.slot) * self.geo.slot_bytes as usize
+                        + usize::from(l.within) * S as usize;
+                    v.extend_from_slice(&d[at..at + S as usize]);
+                }
                 Bytes::from(v)
             });
-            let run = sectors[i..j].iter().map(|s| (s.0, s.1)).collect();
+            let locs = sectors[i..j].iter().map(|s| s.1).collect();
             self.destage.job.as_mut().expect("running").runs_left += 1;
-            self.home_submit(HomeOp::Destage { seq, sectors: run, data });
+            self.home_submit(HomeOp::Destage { seq, first: sectors[i].0, locs, data });
             i = j;
         }
     }
 
     /// Issues a destage run, skipping sectors overwritten since it was read.
-    pub(super) fn destage_issue(&mut self, seq: Seq, mut sectors: Vec<(u64, Loc)>, data: Option<Bytes>) {
+    pub(super) fn destage_issue(
+        &mut self,
+        seq: Seq,
+        first: u64,
+        mut locs: Vec<PackedLoc>,
+        data: Option<Bytes>,
+    ) {
         let job = self.destage.job.as_mut().expect("destage runs belong to the running job");
         assert!(job.runs_left > 0 && job.seq == seq);
+        assert!(!locs.is_empty());
         job.runs_left -= 1;
-        let first = sectors[0].0;
-        // The run is contiguous: its current locations in one pass.
-        assert_eq!(
-            sectors[sectors.len() - 1].0 - first + 1,
-            sectors.len() as u64,
-            "a destage run is contiguous"
-        );
-        let current = self.lookup.get_range(first, sectors.len() as u64);
-        let still: Vec<bool> = current.iter().zip(&sectors).map(|(c, s)| *c == Some(s.1)).collect();
-        let mut i = 0;
-        while i < still.len() {
-            if !still[i] {
-                i += 1;
-                continue;
-            }
-            let mut j = i + 1;
-            while j < still.len() && still[j] {
-                j += 1;
-            }
-            let (a, b) = (sectors[i].0, sectors[j - 1].0 + 1);
-            let slice =
-                data.as_ref().map(|d| d.slice(((a - first) * S) as usize..((b - first) * S) as usize));
+        let mut runs = Vec::new();
+        self.lookup.current_runs(first, &locs, |i, j| runs.push((i, j)));
+        let whole = runs[..] == [(0, locs.len())];
+        for (i, j) in runs {
+            let (a, b) = (first + i as u64, first + j as u64);
+            let slice = data.as_ref().map(|d| d.slice((i as u64 * S) as usize..(j as u64 * S) as usize));
             let mut req =
                 Request::new(ReqId(0), Op::Write, self.args.data_offset_bytes + a * S, ((b - a) * S) as u32);
             req.data = slice;
-            let piece = if i == 0 && j == sectors.len() {
-                std::mem::take(&mut sectors)
-            } else {
-                sectors[i..j].to_vec()
-            };
-            let id = self.emit(LowerOp::HomeDestage(Box::new(HomeDestageWrite { seq, sectors: piece })), req);
+            let piece = if whole { std::mem::take(&mut locs) } else { locs[i..j].to_vec() };
+            let id = self
+                .emit(LowerOp::HomeDestage(Box::new(HomeDestageWrite { seq, first: a, locs: piece })), req);
             self.home.gate.issued(id, (a, b));
             self.destage.job.as_mut().expect("running").writes_in_flight += 1;
-            i = j;
         }
     }
 
-    fn destage_write_done(&mut self, sectors: Vec<(u64, Loc)>, c: Completion) {
+    fn destage_write_done(&mut self, first: u64, locs: Vec<PackedLoc>, c: Completion) {
         let job = self.destage.job.as_mut().expect("a job is running");
         assert!(job.writes_in_flight > 0);
         job.writes_in_flight -= 1;
@@ -283,11 +277,9 @@ impl Dcd {
             job.failed = true;
             return;
         }
-        let (segs, counters) = (&mut self.log.segs, &mut self.counters);
-        self.lookup.remove_if_many(&sectors, |loc| {
-            super::invalidate(segs, loc, None);
-            counters.destaged_bytes += S;
-        });
+        let mut home = Invalidation::new(&mut self.log.segs, None);
+        self.lookup.remove_if_run(first, &locs, |loc, n| home.add(loc, n));
+        self.counters.destaged_bytes += home.finish() * S;
     }
 
     fn maybe_finish_job(&mut self) {
@@ -422,10 +414,23 @@ impl Dcd {
             let loc = self.geo.location(Seq(s));
             let seg = std::mem::replace(&mut self.log.segs[loc.0 as usize], SegMeta::free());
             assert!(seg.valid_sectors == 0 && seg.pins == 0);
+            // Slots of consecutive sectors (a sequential write) in one pass.
+            let mut run: Option<(u64, u64)> = None;
             for e in &seg.entries {
                 if let crate::seglog::Entry::Slot { start_sector, sector_count, .. } = *e {
-                    self.lookup.clear_visible_in(start_sector, u64::from(sector_count), seg.seq);
+                    match &mut run {
+                        Some((a, n)) if *a + *n == start_sector => *n += u64::from(sector_count),
+                        _ => {
+                            if let Some((a, n)) = run {
+                                self.lookup.clear_visible_in(a, n, seg.seq);
+                            }
+                            run = Some((start_sector, u64::from(sector_count)));
+                        }
+                    }
                 }
+            }
+            if let Some((a, n)) = run {
+                self.lookup.clear_visible_in(a, n, seg.seq);
             }
         }
         self.log.ring.segments.release_below(tail.0);
@@ -481,14 +486,14 @@ impl Dcd {
                 self.home_retry();
             }
             LowerOp::HomeDestage(d) => {
-                let HomeDestageWrite { seq, sectors } = *d;
+                let HomeDestageWrite { seq, first, locs } = *d;
                 assert!(self.home.gate.completed(c.id.0));
                 assert_eq!(
                     self.destage.job.as_ref().map(|j| j.seq),
                     Some(seq),
                     "destage writes belong to the job"
                 );
-                self.destage_write_done(sectors, c);
+                self.destage_write_done(first, locs, c);
                 self.home_retry();
             }
             LowerOp::DestageRead { loc } => self.destage_read_done(loc, c),

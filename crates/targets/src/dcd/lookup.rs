@@ -9,6 +9,7 @@
 //! order and deterministic.
 
 use crate::seglog::{SegLoc, Seq};
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -23,6 +24,21 @@ pub struct Loc {
     pub slot: u16,
     /// The sector within the slot.
     pub within: u8,
+}
+
+/// A [`Loc`] as the table stores it (never 0): destage keeps a run's
+/// locations in this form (4 bytes a sector) and compares them with the
+/// table's without unpacking. The sectors of one slot have consecutive
+/// values (the sector within the slot is the low field).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PackedLoc(u32);
+
+impl PackedLoc {
+    /// The location `w` sectors further on in the same slot (the slot
+    /// must have that sector).
+    pub fn within_plus(self, w: u32) -> PackedLoc {
+        PackedLoc(self.0 + w)
+    }
 }
 
 /// How a [`Loc`] packs into 32 bits (0: none): segment, slot and sector
@@ -56,6 +72,50 @@ impl Packing {
     }
 }
 
+/// Runs of consecutive locations of one slot, gathered from values met in
+/// sector order and handed on a run at a time (`f(first location, count)`):
+/// a destage or an overwrite usually drops whole slots, and the caller
+/// then does one step per run instead of one per sector.
+struct SlotRuns {
+    /// The run's first stored value and length (length 0: none yet).
+    first: u32,
+    n: u32,
+}
+
+impl SlotRuns {
+    fn new() -> SlotRuns {
+        SlotRuns { first: 0, n: 0 }
+    }
+
+    /// Adds stored value `v` (not 0).
+    #[inline]
+    fn add(&mut self, packing: Packing, v: u32, f: &mut impl FnMut(Loc, u32)) {
+        self.add_n(packing, v, 1, f);
+    }
+
+    /// Adds the `n` consecutive stored values from `v` (not 0), all of one slot.
+    #[inline]
+    fn add_n(&mut self, packing: Packing, v: u32, n: u32, f: &mut impl FnMut(Loc, u32)) {
+        let within_mask = (1u32 << packing.within_bits) - 1;
+        // Consecutive values are consecutive sectors of one slot unless the
+        // sector within the slot wraps to 0 (the next slot).
+        if self.n > 0 && self.first + self.n == v && (v - 1) & within_mask != 0 {
+            self.n += n;
+            return;
+        }
+        self.finish(packing, f);
+        (self.first, self.n) = (v, n);
+    }
+
+    /// Hands on the run being gathered, if any.
+    fn finish(&mut self, packing: Packing, f: &mut impl FnMut(Loc, u32)) {
+        if self.n > 0 {
+            f(packing.unpack(self.first).expect("never 0"), self.n);
+            self.n = 0;
+        }
+    }
+}
+
 /// A segment seq as a line stores it (0: none). Distinct for any two seqs
 /// fewer than 2^32 - 1 apart, and the live part of the ring is far shorter.
 fn visible_of(seq: Seq) -> u32 {
@@ -75,8 +135,16 @@ struct Line {
 
 impl Line {
     fn is_empty(&self) -> bool {
-        self.locs.iter().chain(&self.visible).all(|&x| x == 0)
+        self.locs.iter().zip(&self.visible).fold(0, |acc, (&l, &v)| acc | l | v) == 0
     }
+}
+
+/// The indexes within line `key` of the sectors of `[start, end)` (the
+/// line must overlap the range).
+fn span(key: u64, start: u64, end: u64) -> std::ops::Range<usize> {
+    let base = key * LINE_SECTORS;
+    debug_assert!(base < end && start < base + LINE_SECTORS);
+    (start.max(base) - base) as usize..(end.min(base + LINE_SECTORS) - base) as usize
 }
 
 /// Hashes a line key to itself in the low bits, so neighbouring lines sit
@@ -157,6 +225,16 @@ impl Lookup {
         self.mapped_count
     }
 
+    /// `loc` as the table stores it.
+    pub fn pack(&self, loc: Loc) -> PackedLoc {
+        PackedLoc(self.packing.pack(loc))
+    }
+
+    /// The location `p` stands for.
+    pub fn unpack(&self, p: PackedLoc) -> Loc {
+        self.packing.unpack(p.0).expect("a packed location is never 0")
+    }
+
     /// Where `sector` lives, if in the log.
     pub fn get(&self, sector: u64) -> Option<Loc> {
         let line = self.lines.get(&(sector / LINE_SECTORS))?;
@@ -166,13 +244,12 @@ impl Lookup {
     /// The locations of `count` sectors from `start` (one lookup per line).
     pub fn get_range(&self, start: u64, count: u64) -> Vec<Option<Loc>> {
         let mut out = vec![None; count as usize];
-        for key in line_keys(&self.lines, start / LINE_SECTORS, (start + count - 1) / LINE_SECTORS) {
+        let end = start + count;
+        for key in line_keys(&self.lines, start / LINE_SECTORS, (end - 1) / LINE_SECTORS) {
             let Some(line) = self.lines.get(&key) else { continue };
-            for (i, &v) in line.locs.iter().enumerate() {
-                let s = key * LINE_SECTORS + i as u64;
-                if s >= start && s < start + count {
-                    out[(s - start) as usize] = self.packing.unpack(v);
-                }
+            let at = key * LINE_SECTORS;
+            for i in span(key, start, end) {
+                out[(at + i as u64 - start) as usize] = self.packing.unpack(line.locs[i]);
             }
         }
         out
@@ -189,10 +266,7 @@ impl Lookup {
         let Some(end) = start.checked_add(count).filter(|_| count > 0) else { return false };
         line_keys(&self.lines, start / LINE_SECTORS, (end - 1) / LINE_SECTORS).any(|key| {
             let Some(line) = self.lines.get(&key) else { return false };
-            (0..LINE_SECTORS).any(|i| {
-                let s = key * LINE_SECTORS + i;
-                s >= start && s < end && pred(line, i as usize)
-            })
+            span(key, start, end).any(|i| pred(line, i))
         })
     }
 
@@ -203,11 +277,8 @@ impl Lookup {
         let Some(end) = start.checked_add(count).filter(|_| count > 0) else { return out };
         for key in line_keys(&self.lines, start / LINE_SECTORS, (end - 1) / LINE_SECTORS) {
             let Some(line) = self.lines.get(&key) else { continue };
-            for (i, &v) in line.locs.iter().enumerate() {
+            for i in span(key, start, end).filter(|&i| line.locs[i] != 0) {
                 let s = key * LINE_SECTORS + i as u64;
-                if s < start || s >= end || v == 0 {
-                    continue;
-                }
                 match out.last_mut() {
                     Some((a, n)) if *a + *n == s => *n += 1,
                     _ => out.push((s, 1)),
@@ -220,77 +291,157 @@ impl Lookup {
     /// Maps `sector` to `loc`; returns the location it replaces.
     #[cfg(test)]
     pub fn set(&mut self, sector: u64, loc: Loc) -> Option<Loc> {
-        self.set_run(sector, 1, |_| loc, Seq(0)).pop()
+        let mut old = None;
+        self.set_run(sector, 1, loc, Seq(0), |l, n| old = Some(l).filter(|_| n == 1));
+        old
     }
 
-    /// Maps the `n` sectors from `start` to `loc_of(0..n)`, written to the
-    /// log in segment `seq` (which they are now replay-visible in), one map
-    /// lookup per line; returns the locations replaced.
-    pub fn set_run(&mut self, start: u64, n: u32, loc_of: impl Fn(u32) -> Loc, seq: Seq) -> Vec<Loc> {
-        let mut replaced = Vec::new();
+    /// Maps the `n` sectors from `start` to the consecutive sectors of one
+    /// slot from `first` (`first.within + w` for sector `start + w`),
+    /// written to the log in segment `seq` (which they are now
+    /// replay-visible in), one map lookup per line; the locations replaced
+    /// are passed to `replaced(first, count)` in runs of one slot, in
+    /// sector order.
+    pub fn set_run(&mut self, start: u64, n: u32, first: Loc, seq: Seq, mut replaced: impl FnMut(Loc, u32)) {
+        assert!(u32::from(first.within) + n <= 1 << self.packing.within_bits, "one slot's sectors");
         let (packing, visible) = (self.packing, visible_of(seq));
-        let mut w = 0u32;
-        while w < n {
-            let key = (start + u64::from(w)) / LINE_SECTORS;
+        let end = start + u64::from(n);
+        let mut v = packing.pack(first);
+        let mut added = 0u64;
+        let mut key = start / LINE_SECTORS;
+        let mut runs = SlotRuns::new();
+        while key * LINE_SECTORS < end {
             let line = self.lines.entry(key).or_default();
-            while w < n && (start + u64::from(w)) / LINE_SECTORS == key {
-                let i = ((start + u64::from(w)) % LINE_SECTORS) as usize;
+            for i in span(key, start, end) {
                 line.visible[i] = visible;
-                match packing.unpack(std::mem::replace(&mut line.locs[i], packing.pack(loc_of(w)))) {
-                    Some(old) => replaced.push(old),
-                    None => self.mapped_count += 1,
+                match std::mem::replace(&mut line.locs[i], v) {
+                    0 => added += 1,
+                    old => runs.add(packing, old, &mut replaced),
                 }
-                w += 1;
+                v += 1;
             }
+            key += 1;
         }
-        debug_assert!((0..n).all(|w| self.get(start + u64::from(w)) == Some(loc_of(w))));
-        replaced
+        runs.finish(packing, &mut replaced);
+        self.mapped_count += added;
+        debug_assert!(
+            (0..n)
+                .all(|w| self.get(start + u64::from(w))
+                    == Some(Loc { within: first.within + w as u8, ..first }))
+        );
     }
 
-    /// Unmaps each `(sector, loc)` of `items` (sorted by sector) whose
-    /// sector still points at `loc`, one map lookup per line; returns the
-    /// locations removed, each passed to `removed`.
-    pub fn remove_if_many(&mut self, items: &[(u64, Loc)], mut removed: impl FnMut(Loc)) {
-        let mut count = 0u64;
-        let mut i = 0;
-        while i < items.len() {
-            let key = items[i].0 / LINE_SECTORS;
-            let mut j = i;
-            while j < items.len() && items[j].0 / LINE_SECTORS == key {
-                j += 1;
+    /// Calls `f(i, j)` for each maximal run `locs[i..j]` of the sectors
+    /// from `first` (sector `first + k` at `locs[k]`) that still map to
+    /// their location, in order; one map lookup per line.
+    pub fn current_runs(&self, first: u64, locs: &[PackedLoc], mut f: impl FnMut(usize, usize)) {
+        let end = first + locs.len() as u64;
+        let (mut k, mut key) = (0, first / LINE_SECTORS);
+        let mut run: Option<usize> = None;
+        while k < locs.len() {
+            let span = span(key, first, end);
+            let n = span.len();
+            let want = &locs[k..k + n];
+            // Bit w set: sector k + w still maps to its location.
+            let same = self.lines.get(&key).map_or(0u32, |line| {
+                line.locs[span]
+                    .iter()
+                    .zip(want)
+                    .enumerate()
+                    .fold(0, |m, (w, (&v, p))| m | (u32::from(v == p.0) << w))
+            });
+            // The common case, the whole span still there: no per-sector step.
+            if same == (1 << n) - 1 {
+                run.get_or_insert(k);
+                k += n;
+                key += 1;
+                continue;
             }
+            for w in 0..n {
+                match (same >> w & 1 != 0, run) {
+                    (true, None) => run = Some(k + w),
+                    (false, Some(r)) => {
+                        f(r, k + w);
+                        run = None;
+                    }
+                    _ => {}
+                }
+            }
+            k += n;
+            key += 1;
+        }
+        if let Some(r) = run {
+            f(r, locs.len());
+        }
+    }
+
+    /// Unmaps each sector from `first` (sector `first + k` at `locs[k]`)
+    /// that still points at its location, one map lookup per line; the
+    /// locations removed are passed to `removed(first, count)` in runs of
+    /// one slot, in sector order.
+    pub fn remove_if_run(&mut self, first: u64, locs: &[PackedLoc], mut removed: impl FnMut(Loc, u32)) {
+        let end = first + locs.len() as u64;
+        let packing = self.packing;
+        let (mut k, mut key) = (0, first / LINE_SECTORS);
+        let mut count = 0u64;
+        let mut runs = SlotRuns::new();
+        let within_mask = (1u32 << packing.within_bits) - 1;
+        while k < locs.len() {
+            let span = span(key, first, end);
+            let n = span.len();
             if let Some(line) = self.lines.get_mut(&key) {
-                for &(sector, loc) in &items[i..j] {
-                    let v = &mut line.locs[(sector % LINE_SECTORS) as usize];
-                    if *v == self.packing.pack(loc) {
+                let (have, want) = (&mut line.locs[span], &locs[k..k + n]);
+                // The common case: the span is one slot's consecutive
+                // sectors, all still mapped there; removed in one step.
+                let p0 = want[0].0;
+                let one_slot = ((p0 - 1) & within_mask) as usize + n <= within_mask as usize + 1;
+                let whole =
+                    have.iter().zip(want).enumerate().all(|(w, (&v, p))| v == p.0 && p.0 == p0 + w as u32);
+                if one_slot && whole {
+                    have.fill(0);
+                    count += n as u64;
+                    runs.add_n(packing, p0, n as u32, &mut removed);
+                    if line.is_empty() {
+                        self.lines.remove(&key);
+                    }
+                    k += n;
+                    key += 1;
+                    continue;
+                }
+                for (v, p) in have.iter_mut().zip(want) {
+                    if *v == p.0 {
                         *v = 0;
                         count += 1;
-                        removed(loc);
+                        runs.add(packing, p.0, &mut removed);
                     }
                 }
                 if line.is_empty() {
                     self.lines.remove(&key);
                 }
             }
-            i = j;
+            k += n;
+            key += 1;
         }
+        runs.finish(packing, &mut removed);
         self.mapped_count -= count;
     }
 
-    /// Applies `f(line, index within the line, sector)` to each sector of
-    /// `[start, start + count)` that has a line, dropping lines left empty.
-    fn each_in_range(&mut self, start: u64, count: u64, mut f: impl FnMut(&mut Line, usize, u64)) {
+    /// Applies `f(line, indexes within the line, line's first sector)` to
+    /// each line of `[start, start + count)` that exists (with the indexes
+    /// of the range's sectors in it), dropping lines left empty.
+    fn each_in_range(
+        &mut self,
+        start: u64,
+        count: u64,
+        mut f: impl FnMut(&mut Line, std::ops::Range<usize>, u64),
+    ) {
         let Some(end) = start.checked_add(count).filter(|_| count > 0) else { return };
         for key in line_keys(&self.lines, start / LINE_SECTORS, (end - 1) / LINE_SECTORS) {
-            let Some(line) = self.lines.get_mut(&key) else { continue };
-            for i in 0..LINE_SECTORS {
-                let s = key * LINE_SECTORS + i;
-                if s >= start && s < end {
-                    f(line, i as usize, s);
-                }
-            }
-            if line.is_empty() {
-                self.lines.remove(&key);
+            // One probe for the update and the removal.
+            let Entry::Occupied(mut line) = self.lines.entry(key) else { continue };
+            f(line.get_mut(), span(key, start, end), key * LINE_SECTORS);
+            if line.get().is_empty() {
+                line.remove();
             }
         }
     }
@@ -303,16 +454,18 @@ impl Lookup {
     /// No sector of `[start, start + count)` is replay-visible any more (an
     /// invalidation record for them was logged).
     pub fn clear_visible(&mut self, start: u64, count: u64) {
-        self.each_in_range(start, count, |line, i, _| line.visible[i] = 0);
+        self.each_in_range(start, count, |line, span, _| line.visible[span].fill(0));
     }
 
     /// The sectors of `[start, start + count)` replay-visible in segment
     /// `seq` are not any more (the tail passed it).
     pub fn clear_visible_in(&mut self, start: u64, count: u64, seq: Seq) {
         let visible = visible_of(seq);
-        self.each_in_range(start, count, |line, i, _| {
-            if line.visible[i] == visible {
-                line.visible[i] = 0;
+        self.each_in_range(start, count, |line, span, _| {
+            for v in &mut line.visible[span] {
+                if *v == visible {
+                    *v = 0;
+                }
             }
         });
     }
@@ -323,10 +476,12 @@ impl Lookup {
         assert!(count > 0);
         let mut removed = Vec::new();
         let packing = self.packing;
-        self.each_in_range(start, count, |line, i, s| {
-            if let Some(loc) = packing.unpack(line.locs[i]).filter(|&l| !keep(l)) {
-                line.locs[i] = 0;
-                removed.push((s, loc));
+        self.each_in_range(start, count, |line, span, at| {
+            for i in span {
+                if let Some(loc) = packing.unpack(line.locs[i]).filter(|&l| !keep(l)) {
+                    line.locs[i] = 0;
+                    removed.push((at + i as u64, loc));
+                }
             }
         });
         self.mapped_count -= removed.len() as u64;
@@ -348,15 +503,51 @@ mod tests {
         assert_eq!(t.set(7, l(9, 0, 0)), Some(l(1, 2, 3)));
         assert_eq!(t.mapped_count(), 2);
         assert_eq!(t.get_range(6, 4), vec![None, Some(l(9, 0, 0)), Some(l(1, 2, 4)), None]);
-        let mut gone = Vec::new();
-        t.remove_if_many(&[(7, l(1, 2, 3))], |l| gone.push(l));
+        let (mut gone, stale) = (Vec::new(), t.pack(l(1, 2, 3)));
+        t.remove_if_run(7, &[stale], |l, n| gone.push((l, n)));
         assert!(gone.is_empty());
         let gone = t.remove_range(0, 100, |loc| loc.seg == SegLoc(9));
         assert_eq!(gone, vec![(8, l(1, 2, 4))]);
-        let mut gone = Vec::new();
-        t.remove_if_many(&[(7, l(9, 0, 0))], |l| gone.push(l));
-        assert_eq!(gone, vec![l(9, 0, 0)]);
+        let (mut gone, current) = (Vec::new(), t.pack(l(9, 0, 0)));
+        t.remove_if_run(7, &[current], |l, n| gone.push((l, n)));
+        assert_eq!(gone, vec![(l(9, 0, 0), 1)]);
         assert_eq!(t.mapped_count(), 0);
         assert_eq!(t.get(7), None);
+    }
+
+    #[test]
+    fn runs_across_lines_replace_compare_and_remove_in_sector_order() {
+        let mut t = Lookup::new(16, 64, 64).unwrap();
+        let l = |seg, slot, within| Loc { seg: SegLoc(seg), slot, within };
+        // Sectors 5..25: lines 0 to 3, the first and last partly.
+        let mut old = Vec::new();
+        t.set_run(5, 20, l(1, 0, 0), Seq(1), |o, n| old.push((o, n)));
+        assert!(old.is_empty());
+        t.set_run(10, 3, l(2, 3, 4), Seq(2), |o, n| old.push((o, n)));
+        assert_eq!(old, vec![(l(1, 0, 5), 3)]);
+        assert_eq!(t.mapped_count(), 20);
+        let locs: Vec<PackedLoc> = (0..20).map(|w| t.pack(l(1, 0, w))).collect();
+        let mut runs = Vec::new();
+        t.current_runs(5, &locs, |i, j| runs.push((i, j)));
+        assert_eq!(runs, vec![(0, 5), (8, 20)]);
+        let mut gone = Vec::new();
+        t.remove_if_run(5, &locs, |o, n| gone.push((o, n)));
+        assert_eq!(gone, vec![(l(1, 0, 0), 5), (l(1, 0, 8), 12)]);
+        assert_eq!(t.mapped_count(), 3);
+        assert_eq!(t.get_range(9, 5), vec![None, Some(l(2, 3, 4)), Some(l(2, 3, 5)), Some(l(2, 3, 6)), None]);
+        t.current_runs(5, &locs, |i, j| panic!("{i}..{j} was removed"));
+        assert_eq!(t.mapped_runs(0, 64), vec![(10, 3)]);
+    }
+
+    #[test]
+    fn a_run_of_replaced_locations_ends_where_the_next_slot_starts() {
+        // 8 sectors a slot: slot 1's first value follows slot 0's last.
+        let mut t = Lookup::new(16, 64, 8).unwrap();
+        let l = |seg, slot, within| Loc { seg: SegLoc(seg), slot, within };
+        t.set_run(0, 8, l(1, 0, 0), Seq(1), |_, _| panic!("nothing to replace"));
+        t.set_run(8, 8, l(1, 1, 0), Seq(1), |_, _| panic!("nothing to replace"));
+        let mut old = Vec::new();
+        t.set_run(4, 8, l(2, 0, 0), Seq(2), |o, n| old.push((o, n)));
+        assert_eq!(old, vec![(l(1, 0, 4), 4), (l(1, 1, 0), 4)]);
     }
 }

@@ -70,7 +70,7 @@ use bytes::Bytes;
 use layoutd_core::config::{ArgReader, ConfigError};
 use layoutd_core::idle::{IdleOptions, IdleTimer};
 use layoutd_core::{Completion, Instant, OpenMode, ReqId, Request, Status, Target, SECTOR_BYTES};
-use lookup::{Loc, Lookup};
+use lookup::{Loc, Lookup, PackedLoc};
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 
@@ -242,12 +242,13 @@ struct HomeUpperWrite {
     arrival: (Seq, u32),
 }
 
-/// A destage write of the job destaging segment `seq`: `sectors` and where
-/// each was in the log.
+/// A destage write of the job destaging segment `seq`: the sectors from
+/// `first`, sector `first + k` read from log location `locs[k]`.
 #[derive(Clone, Debug)]
 struct HomeDestageWrite {
     seq: Seq,
-    sectors: Vec<(u64, Loc)>,
+    first: u64,
+    locs: Vec<PackedLoc>,
 }
 
 // The common read path's ops (and every other op not boxed) fit in three
@@ -282,7 +283,7 @@ impl LowerOp {
 /// A write home waiting for an overlapping one to finish.
 enum HomeOp {
     Upper { req: Request, arrival: (Seq, u32) },
-    Destage { seq: Seq, sectors: Vec<(u64, Loc)>, data: Option<Bytes> },
+    Destage { seq: Seq, first: u64, locs: Vec<PackedLoc>, data: Option<Bytes> },
 }
 
 /// An invalidation record not yet placed in a segment.
@@ -323,6 +324,9 @@ struct DestageState {
     job: Option<Job>,
     /// Reads waiting for a destage (`read_fragmented = "destage"`).
     reads_waiting: VecDeque<Request>,
+    /// The candidates of the last step, kept for its allocation (at most
+    /// one per segment).
+    candidates: Vec<policy::Candidate>,
 }
 
 /// One segment being destaged.
@@ -569,6 +573,7 @@ impl Dcd {
                 forced: false,
                 job: None,
                 reads_waiting: VecDeque::new(),
+                candidates: Vec::new(),
             },
             counters: Counters::default(),
         };
@@ -589,7 +594,16 @@ impl Dcd {
     /// Marks one sector of `loc` as no longer current. `superseder` is the
     /// segment whose record replaces it (None when it went home by destage).
     fn invalidate(&mut self, loc: Loc, superseder: Option<Seq>) {
-        invalidate(&mut self.log.segs, loc, superseder);
+        invalidate_mask(&mut self.log.segs, loc.seg, loc.slot, 1 << loc.within, superseder);
+    }
+
+    /// Maps slot `slot` of segment `loc`, holding sectors `start..start +
+    /// n` logged in segment `seq`, and invalidates the copies it
+    /// supersedes; returns how many it did.
+    fn map_slot(&mut self, loc: SegLoc, slot: u16, start: u64, n: u32, seq: Seq) -> u64 {
+        let mut dropped = Invalidation::new(&mut self.log.segs, Some(seq));
+        self.lookup.set_run(start, n, Loc { seg: loc, slot, within: 0 }, seq, |old, n| dropped.add(old, n));
+        dropped.finish()
     }
 
     /// Share of the ring between tail and head, in percent.
@@ -659,10 +673,15 @@ impl Target for Dcd {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        [self.log.buffer_deadline, self.destage.idle.poll_timeout(), self.log.retry.backoff.at()]
-            .into_iter()
-            .flatten()
-            .min()
+        // Asked several times per event: no iterator chain.
+        let earlier = |a: Option<Instant>, b: Option<Instant>| match (a, b) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, None) | (None, x) => x,
+        };
+        earlier(
+            earlier(self.log.buffer_deadline, self.destage.idle.poll_timeout()),
+            self.log.retry.backoff.at(),
+        )
     }
 
     fn is_ready(&self) -> bool {
@@ -797,19 +816,64 @@ impl Target for Dcd {
     }
 }
 
-/// [`Dcd::invalidate`] on the segment table alone (for callers that hold
-/// the lookup table at the same time).
-fn invalidate(segs: &mut [SegMeta], loc: Loc, superseder: Option<Seq>) {
-    let seg = &mut segs[loc.seg.0 as usize];
+/// Marks the sectors `mask` of slot `slot` of segment `seg` as no longer
+/// current, on the segment table alone (for callers that hold the lookup
+/// table at the same time). `superseder` as in [`Dcd::invalidate`].
+fn invalidate_mask(segs: &mut [SegMeta], seg: SegLoc, slot: u16, mask: u64, superseder: Option<Seq>) {
+    let seg = &mut segs[seg.0 as usize];
     assert_ne!(seg.state, SegState::Free, "a mapped sector lives in a live segment");
-    let slot = &mut seg.slots[loc.slot as usize];
-    let bit = 1u64 << loc.within;
-    assert!(slot.valid_mask & bit != 0, "invalidating a sector that is not valid");
-    slot.valid_mask &= !bit;
-    assert!(seg.valid_sectors > 0);
-    seg.valid_sectors -= 1;
+    let slot = &mut seg.slots[usize::from(slot)];
+    assert!(mask != 0 && slot.valid_mask & mask == mask, "invalidating a sector that is not valid");
+    slot.valid_mask &= !mask;
+    let n = mask.count_ones();
+    assert!(seg.valid_sectors >= n);
+    seg.valid_sectors -= n;
     if let Some(s) = superseder {
         assert!(s >= seg.seq, "a superseder is never older");
         seg.superseded_seq_max = seg.superseded_seq_max.max(Some(s));
+    }
+}
+
+/// Locations to invalidate, gathered a slot at a time: a lookup update
+/// hands back the copies it drops in runs of one slot, and the runs of
+/// one slot clear their bits in one step. [`Self::finish`] applies the
+/// last slot's.
+struct Invalidation<'a> {
+    segs: &'a mut [SegMeta],
+    superseder: Option<Seq>,
+    slot: (SegLoc, u16),
+    mask: u64,
+    count: u64,
+}
+
+impl<'a> Invalidation<'a> {
+    fn new(segs: &'a mut [SegMeta], superseder: Option<Seq>) -> Invalidation<'a> {
+        Invalidation { segs, superseder, slot: (SegLoc(0), 0), mask: 0, count: 0 }
+    }
+
+    /// Adds the `n` locations of one slot from `loc`.
+    fn add(&mut self, loc: Loc, n: u32) {
+        if (loc.seg, loc.slot) != self.slot {
+            self.apply();
+            self.slot = (loc.seg, loc.slot);
+        }
+        assert!(n >= 1 && u32::from(loc.within) + n <= 64);
+        let bits = (u64::MAX >> (64 - n)) << loc.within;
+        assert!(self.mask & bits == 0, "each location is dropped once");
+        self.mask |= bits;
+        self.count += u64::from(n);
+    }
+
+    fn apply(&mut self) {
+        if self.mask != 0 {
+            invalidate_mask(self.segs, self.slot.0, self.slot.1, self.mask, self.superseder);
+            self.mask = 0;
+        }
+    }
+
+    /// Applies what is gathered; returns the sectors invalidated.
+    fn finish(mut self) -> u64 {
+        self.apply();
+        self.count
     }
 }

@@ -20,10 +20,27 @@ pub struct Candidate {
     pub valid_sectors: u32,
 }
 
+/// Which candidates a policy ranks.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Every candidate.
+    All,
+    /// Only the newest (it picks the newest): the target looks from the
+    /// head and stops at the first candidate.
+    Newest,
+    /// Only the oldest (it picks the oldest): the target looks from the
+    /// tail and stops at the first candidate.
+    Oldest,
+}
+
 /// Ranks destage candidates.
 pub trait DestagePolicy: Send {
     /// The policy's config name.
     fn name(&self) -> &'static str;
+    /// The candidates [`Self::pick`] needs to see.
+    fn scope(&self) -> Scope {
+        Scope::All
+    }
     /// The candidate to destage next (`candidates` is non-empty).
     fn pick(&mut self, candidates: &[Candidate]) -> Candidate;
     /// The destage of `seq` finished (`success` false on a lower error).
@@ -42,6 +59,9 @@ pub struct OldestFirst;
 impl DestagePolicy for LastWrittenFirst {
     fn name(&self) -> &'static str {
         "last-written-first"
+    }
+    fn scope(&self) -> Scope {
+        Scope::Newest
     }
     fn pick(&mut self, candidates: &[Candidate]) -> Candidate {
         assert!(!candidates.is_empty());
@@ -62,6 +82,9 @@ impl DestagePolicy for FewestValidFirst {
 impl DestagePolicy for OldestFirst {
     fn name(&self) -> &'static str {
         "oldest-first"
+    }
+    fn scope(&self) -> Scope {
+        Scope::Oldest
     }
     fn pick(&mut self, candidates: &[Candidate]) -> Candidate {
         assert!(!candidates.is_empty());
@@ -90,5 +113,15 @@ mod tests {
         assert_eq!(make(PolicyKind::OldestFirst).pick(&cs).seq, Seq(3));
         assert_eq!(make(PolicyKind::FewestValidFirst).pick(&cs).seq, Seq(5));
         assert_eq!(make(PolicyKind::FewestValidFirst).pick(&[c(3, 1), c(5, 1)]).seq, Seq(3));
+        // A policy that looks at one end only picks that end's candidate.
+        for kind in [PolicyKind::LastWrittenFirst, PolicyKind::OldestFirst, PolicyKind::FewestValidFirst] {
+            let mut p = make(kind);
+            let end = match p.scope() {
+                Scope::All => continue,
+                Scope::Newest => cs.iter().max_by_key(|c| c.seq),
+                Scope::Oldest => cs.iter().min_by_key(|c| c.seq),
+            };
+            assert_eq!(Some(&p.pick(&cs)), end, "{}", p.name());
+        }
     }
 }

@@ -27,7 +27,7 @@
 //! belong to a run one newer, whose segments the walk may not reach (a torn
 //! first segment), so the new boot skips one.
 
-use super::{Dcd, Loc, LowerOp, Phase, SegMeta, SegState, SlotMeta};
+use super::{Dcd, LowerOp, Phase, SegMeta, SegState, SlotMeta};
 use crate::seglog::{
     Checkpoint, Entry, FlushMark, ReplayStep, ReplayWalk, SegLoc, SegmentHeader, Seq, StopReason,
     CHECKPOINT_AREA_BYTES,
@@ -310,10 +310,7 @@ impl Dcd {
     fn replay_entry(&mut self, loc: SegLoc, seq: Seq, e: Entry) {
         match e {
             Entry::Slot { start_sector, sector_count, slot } => {
-                let loc_of = |w: u32| Loc { seg: loc, slot, within: w as u8 };
-                for old in self.lookup.set_run(start_sector, sector_count, loc_of, seq) {
-                    self.invalidate(old, Some(seq));
-                }
+                self.map_slot(loc, slot, start_sector, sector_count, seq);
             }
             Entry::Invalidate { start_sector, sector_count } => {
                 for (_, old) in self.lookup.remove_range(start_sector, u64::from(sector_count), |_| false) {

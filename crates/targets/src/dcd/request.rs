@@ -111,7 +111,17 @@ impl Dcd {
         let (seq, loc) = (Seq(seq), SegLoc(unit as u32));
         debug_assert_eq!(loc, self.geo.location(seq));
         assert_eq!(self.log.segs[loc.0 as usize].state, SegState::Free, "ring location reused while live");
-        self.log.segs[loc.0 as usize] = SegMeta { seq, state: SegState::Open { buf }, ..SegMeta::free() };
+        // Room for a full segment's slots and their entries up front: most
+        // segments fill, and growing both a push at a time cost several
+        // reallocations per segment.
+        let full = self.geo.slot_count as usize;
+        self.log.segs[loc.0 as usize] = SegMeta {
+            seq,
+            state: SegState::Open { buf },
+            slots: Vec::with_capacity(full),
+            entries: Vec::with_capacity(full),
+            ..SegMeta::free()
+        };
         self.log.open = Some(loc);
         self.place_pending_invalidations(now);
         true
@@ -229,10 +239,7 @@ impl Dcd {
         seg.entries.push(Entry::Slot { start_sector: start, sector_count: n, slot });
         seg.valid_sectors += n;
         let seq = seg.seq;
-        for old in self.lookup.set_run(start, n, |w| Loc { seg: loc, slot, within: w as u8 }, seq) {
-            self.invalidate(old, Some(seq));
-            self.counters.overwritten_before_destage_bytes += S;
-        }
+        self.counters.overwritten_before_destage_bytes += self.map_slot(loc, slot, start, n, seq) * S;
     }
 
     /// FLUSH: seal the open buffer and complete once the log is durable up to it.
@@ -302,7 +309,7 @@ impl Dcd {
     fn home_range(op: &HomeOp) -> (u64, u64) {
         match op {
             HomeOp::Upper { req, .. } => (req.offset_bytes / S, req.end_bytes() / S),
-            HomeOp::Destage { sectors, .. } => (sectors[0].0, sectors[sectors.len() - 1].0 + 1),
+            HomeOp::Destage { first, locs, .. } => (*first, first + locs.len() as u64),
         }
     }
 
@@ -336,7 +343,7 @@ impl Dcd {
                 let lower_id = self.emit(op, lower);
                 self.home.gate.issued(lower_id, (start, end));
             }
-            HomeOp::Destage { seq, sectors, data } => self.destage_issue(seq, sectors, data),
+            HomeOp::Destage { seq, first, locs, data } => self.destage_issue(seq, first, locs, data),
         }
     }
 
@@ -441,10 +448,6 @@ impl Dcd {
         let start = req.offset_bytes / S;
         let count = u64::from(req.length_bytes) / S;
         let mut runs: Vec<(u64, u64, Source)> = Vec::new();
-        if !self.lookup.any_mapped(start, count) {
-            runs.push((0, count, Source::Home));
-            return runs;
-        }
         for (i, loc) in self.lookup.get_range(start, count).into_iter().enumerate() {
             let src = self.source(start + i as u64, loc);
             if let Some(last) = runs.last_mut() {
@@ -471,6 +474,12 @@ impl Dcd {
 
     /// A read: copy what is in RAM, read the rest from log and data region.
     pub(super) fn read(&mut self, now: Instant, req: Request) {
+        let count = u64::from(req.length_bytes) / S;
+        // The common case, nothing of it in the log: one read home.
+        if !self.lookup.any_mapped(req.offset_bytes / S, count) {
+            self.read_whole(&req, count, Source::Home);
+            return;
+        }
         let runs = self.read_runs(&req);
         let fragmented = runs.len() > 1 && runs.iter().any(|r| matches!(r.2, Source::Log { .. }));
         if fragmented {
@@ -484,9 +493,7 @@ impl Dcd {
         // One lower read covers it all: its completion is the answer, with
         // no assembly kept while it is queued below.
         if let [(0, n, src @ (Source::Home | Source::Log { .. }))] = runs[..] {
-            let (lower_offset, pin) = self.read_source(req.offset_bytes, 0, n, src);
-            let lower = Request::new(ReqId(0), Op::Read, lower_offset, req.length_bytes);
-            self.emit(LowerOp::ReadWhole { id: req.id, pin }, lower);
+            self.read_whole(&req, n, src);
             return;
         }
         let key = self.reads.new_key();
@@ -512,6 +519,13 @@ impl Dcd {
         }
         self.reads.asms.insert(key, asm);
         self.read_piece_done(key, 0, None, Ok(()));
+    }
+
+    /// Serves read `req` (`n` sectors) with one lower read from `src`.
+    fn read_whole(&mut self, req: &Request, n: u64, src: Source) {
+        let (lower_offset, pin) = self.read_source(req.offset_bytes, 0, n, src);
+        let lower = Request::new(ReqId(0), Op::Read, lower_offset, req.length_bytes);
+        self.emit(LowerOp::ReadWhole { id: req.id, pin }, lower);
     }
 
     fn read_piece(&mut self, key: u64, offset_bytes: u64, first: u64, n: u64, src: Source) {
