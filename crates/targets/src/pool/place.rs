@@ -73,7 +73,9 @@ impl ChunkPlacement for Contiguous {
 /// See the module docs.
 pub struct Sliced {
     slices: u64,
-    /// Chunks of one slice, origin part and gap together.
+    /// Chunks of the shortest slice, origin part and gap together (slice
+    /// `k` starts at `k * data_chunks / slices`: lengths differ by at most
+    /// one chunk, so no slice's gap takes the remainder).
     slice_chunks: u64,
     /// Origin chunks per slice.
     origin_part: u64,
@@ -98,10 +100,24 @@ impl Sliced {
         Ok(Sliced { slices, slice_chunks, origin_part, data_chunks })
     }
 
+    /// The first chunk of slice `k` (`k == slices`: the end).
+    fn start(&self, k: u64) -> u64 {
+        (u128::from(k) * u128::from(self.data_chunks) / u128::from(self.slices)) as u64
+    }
+
+    /// The slice holding chunk `c`.
+    fn slice_of(&self, c: u64) -> u64 {
+        let c = c.min(self.data_chunks - 1);
+        let mut k = (u128::from(c) * u128::from(self.slices) / u128::from(self.data_chunks)) as u64;
+        while self.start(k + 1) <= c {
+            k += 1;
+        }
+        assert!(self.start(k) <= c && c < self.start(k + 1) && k < self.slices);
+        k
+    }
+
     fn gap(&self, k: u64) -> (u64, u64) {
-        let start = k * self.slice_chunks + self.origin_part;
-        let end = if k + 1 == self.slices { self.data_chunks } else { (k + 1) * self.slice_chunks };
-        (start, end)
+        (self.start(k) + self.origin_part, self.start(k + 1))
     }
 }
 
@@ -110,10 +126,10 @@ impl ChunkPlacement for Sliced {
         "sliced"
     }
     fn home(&self, lc: u64) -> u64 {
-        (lc / self.origin_part) * self.slice_chunks + lc % self.origin_part
+        self.start(lc / self.origin_part) + lc % self.origin_part
     }
     fn place_copy(&mut self, free: &FreeSpace, near: u64) -> Option<u64> {
-        let k = (near / self.slice_chunks).min(self.slices - 1);
+        let k = self.slice_of(near);
         // Gaps outward from the copy's own slice; the first distance that
         // finds room wins (the closer of the two sides).
         for d in 0..self.slices {
@@ -187,6 +203,13 @@ mod tests {
         free.take(20, 5);
         assert_eq!(s.place_copy(&free, 15), Some(45), "the next gap");
         assert!(Sliced::new(4, 100, 100).is_err(), "no gap");
+        // 103 chunks in 4 slices: starts 0, 25, 51, 77; the remainder is
+        // spread, not left in the last gap ([97, 103) holds 6, not 8).
+        let s = Sliced::new(4, 103, 80).unwrap();
+        assert_eq!((s.home(20), s.home(40), s.home(60)), (25, 51, 77));
+        let gaps: Vec<u64> = (0..4).map(|k| s.gap(k).1 - s.gap(k).0).collect();
+        assert_eq!(gaps, vec![5, 6, 6, 6]);
+        assert_eq!((s.slice_of(24), s.slice_of(25), s.slice_of(102)), (0, 1, 3));
         let mut n = NearestFree::new(100, 80);
         assert_eq!((n.home(0), n.home(4), n.home(79)), (0, 5, 98));
         free.take(40, 3);
