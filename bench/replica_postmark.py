@@ -96,6 +96,22 @@ def sim(layoutd, trace, cfg_text, tmp, name, streams=False):
     return summary, records
 
 
+def stack_row(layoutd, trace, name, extra, markers, names, tmp):
+    """One stack replayed on `trace`: per-phase span and disk-busy seconds,
+    simulated seconds, counters, and for BREAKDOWN stacks the lower
+    requests by kind."""
+    summary, records = sim(layoutd, trace, config(extra), tmp, name)
+    row = {
+        "phases_s": dict(phase_spans(records, markers, names)),
+        "phases_busy_s": dict(phase_busy(records, markers, names)),
+        "simulated_s": summary["simulated_seconds"],
+        "counters": counters(summary),
+    }
+    if name in BREAKDOWN:
+        row["lower_by_kind"] = breakdown(layoutd, trace, extra, records, markers, names, tmp, name)
+    return row
+
+
 def breakdown(layoutd, trace, extra, upper, markers, names, tmp, name):
     """Lower requests of each phase by kind, with the disk-busy seconds
     each kind took: the same stack with the trace layer below the replica
@@ -414,15 +430,7 @@ def main():
             ("replica-95pct-full-tuned", TUNED, full95),
         ]
         for name, extra, trace in runs:
-            summary, records = sim(a.layoutd, trace, config(extra), tmp, name)
-            rows[name] = {
-                "phases_s": dict(phase_spans(records, markers, names)),
-                "phases_busy_s": dict(phase_busy(records, markers, names)),
-                "simulated_s": summary["simulated_seconds"],
-                "counters": counters(summary),
-            }
-            if name in BREAKDOWN:
-                rows[name]["lower_by_kind"] = breakdown(a.layoutd, trace, extra, records, markers, names, tmp, name)
+            rows[name] = stack_row(a.layoutd, trace, name, extra, markers, names, tmp)
             if "free" in name:
                 c = rows[name]["counters"]
                 print(name, {k: c.get(k) for k in ["replicas_reclaimed_blocks", "reclaim_attempts_count",
@@ -571,16 +579,7 @@ def phases_only(a, trace_gz, meta, markers, names):
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in wanted:
-            summary, records = sim(a.layoutd, trace_gz, config(known[name]), tmp, name)
-            rows[name] = {
-                "phases_s": dict(phase_spans(records, markers, names)),
-                "phases_busy_s": dict(phase_busy(records, markers, names)),
-                "simulated_s": summary["simulated_seconds"],
-                "counters": counters(summary),
-            }
-            if name in BREAKDOWN:
-                rows[name]["lower_by_kind"] = breakdown(a.layoutd, trace_gz, known[name], records, markers, names,
-                                                        tmp, name)
+            rows[name] = stack_row(a.layoutd, trace_gz, name, known[name], markers, names, tmp)
             print(name, rows[name]["phases_s"], file=sys.stderr)
         # The last phase's reads in their own requests laid end to end: what
         # a perfect layout would still cost on the disk.
