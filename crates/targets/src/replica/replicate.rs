@@ -30,14 +30,17 @@ impl Replica {
 
     /// The replica chain a read of `[ba, ba + n)` uses, if any: one close
     /// to the stream's history, else (when the read seeks anyway, close to
-    /// nothing) any; among several, by `replica_choice`.
+    /// nothing) any; among several, by `replica_choice`. Also whether the
+    /// chain picked is close to the stream's most recent read: the stream
+    /// is *following* a chain, not jumping into one (with a long history a
+    /// random read is close to some entry by chance).
     pub(super) fn choose_chain(
         &mut self,
         stream: StreamId,
         ba: u64,
         n: u64,
         close_count: u32,
-    ) -> Option<u64> {
+    ) -> Option<(u64, bool)> {
         let chains = self.space.chains(ba, n);
         if chains.is_empty() {
             return None;
@@ -66,7 +69,8 @@ impl Replica {
             }),
         };
         assert!(pick.is_none_or(|l| pool.contains(&l)));
-        pick
+        let last = self.streams.get(stream).history.back().copied();
+        pick.map(|l| (l, last.is_some_and(|h| close(h, (l, l + n), close_blocks))))
     }
 
     /// Replica blocks in a row from `loc`, at most `max`; with `whole`,
