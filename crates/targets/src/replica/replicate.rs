@@ -269,21 +269,16 @@ impl Replica {
             .max_by_key(|&(s, l)| (l, std::cmp::Reverse(s)))
     }
 
-    /// Idle mode with `replication_wait_max_ms`: when the oldest deferred
-    /// write not yet overdue becomes overdue (it then goes out at the next
-    /// grant, idle time or not).
-    pub(super) fn overdue_at(&self) -> Option<Instant> {
-        let max = self.args.replication_wait_max_ms;
-        if max == 0 {
-            return None;
-        }
+    /// Since when the oldest deferred replica write not yet overdue waits
+    /// (the idle timer's maximum wait counts from there).
+    pub(super) fn waiting_since(&self) -> Option<Instant> {
         // Keys are pushed in increasing order: the ones past
         // `overdue_through` are a suffix.
         let first = match self.overdue_through {
             None => 0,
             Some(o) => self.deferred.partition_point(|&k| k <= o),
         };
-        self.deferred.get(first).map(|k| self.pending[k].decided_at.add_ms(max))
+        self.deferred.get(first).map(|k| self.pending[k].decided_at)
     }
 
     /// Inline mode: issues deferred replica writes, in order, whose region
