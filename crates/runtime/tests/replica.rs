@@ -579,13 +579,19 @@ fn impossible_constants_fail_naming_the_key() {
 }
 
 #[test]
-fn the_example_config_formats_and_serves() {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/replica.toml"))
-        .expect("example");
-    let mut rng = ChaCha8Rng::seed_from_u64(3);
-    let ops = pattern_ops(&mut rng, 2);
-    let h = oracle_check(&text, 16 << 20, 3, &ops, 4);
-    assert_eq!(counter(&h, "replica_blocks"), 0, "512-byte reads: below the 4 KiB block, never replicated");
+fn the_example_configs_format_and_serve() {
+    for name in ["replica.toml", "replica-all-goals.toml"] {
+        let path = format!("{}/../../examples/{name}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(path).expect("example");
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let ops = pattern_ops(&mut rng, 2);
+        let h = oracle_check(&text, 16 << 20, 3, &ops, 4);
+        assert_eq!(
+            counter(&h, "replica_blocks"),
+            0,
+            "512-byte reads: below the 4 KiB block, never replicated"
+        );
+    }
 }
 
 /// Opens `image` (unclean) and returns the open's error, if it failed.
