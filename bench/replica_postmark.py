@@ -49,6 +49,25 @@ TUNED = "close_blocks = 128\nwrite_batch_count = 64\nreadahead_blocks = 128\n"
 # (holding up to 4096 writes, at most 64 MiB, meanwhile).
 RECENT_IDLE = TUNED + ("history_count = 1\npass_through_close_count = 1\nreplication = \"idle\"\n"
                        "replication_idle_ms = 100\nreplication_wait_max_ms = 10000\ncongestion_in_flight_max = 4096\n")
+# The thesis's future work for reclamation: gradual bottom share, thrash guard.
+GROWTH_GUARD = "reclaim_growth = true\nthrash_guard = true\n"
+
+
+def example_keys(name):
+    """The replica layer's keys of examples/NAME, one `key = value` a line
+    (comments dropped)."""
+    with open(os.path.join(HERE, "..", "examples", name)) as f:
+        text = f.read().split('target = "replica"', 1)[1]
+    lines = [line.split("#", 1)[0].strip() for line in text.splitlines()]
+    return "".join(line + "\n" for line in lines if line)
+
+
+# The one set measured against every goal row (the table "Against every
+# goal" in the README): examples/replica-all-goals.toml, which is
+# RECENT_IDLE + GROWTH_GUARD.
+ALL_GOALS = example_keys("replica-all-goals.toml")
+assert sorted(ALL_GOALS.splitlines()) == sorted((RECENT_IDLE + GROWTH_GUARD).splitlines()), ALL_GOALS
+GOAL_STACK = "replica-all-goals"
 
 STACKS = [
     ("linear", "version = 1\n[[layer]]\ntarget = \"trace\"\n[[layer]]\ntarget = \"linear\"\n"),
@@ -64,9 +83,10 @@ STACKS = [
     ("replica-close128", "close_blocks = 128\n"),
     ("replica-tuned", TUNED),
     ("replica-recent-idle", RECENT_IDLE),
+    (GOAL_STACK, ALL_GOALS),
 ]
 # Where the time of a phase goes (lower requests by kind) is shown for these.
-BREAKDOWN = ["replica", "replica-tuned", "replica-recent-idle"]
+BREAKDOWN = ["replica", "replica-tuned", "replica-recent-idle", GOAL_STACK]
 
 
 def config(extra):
@@ -248,7 +268,8 @@ def noise(layoutd, trace_gz, markers, names, tmp):
     path = os.path.join(tmp, "noise.trace")
     noise_trace(trace_gz, markers, path)
     out = {}
-    for name, extra in [("linear", None), ("replica", ""), ("replica-tuned", TUNED), ("replica-recent-idle", RECENT_IDLE)]:
+    for name, extra in [("linear", None), ("replica", ""), ("replica-tuned", TUNED), ("replica-recent-idle", RECENT_IDLE),
+                        (GOAL_STACK, ALL_GOALS)]:
         cfg = STACKS[0][1] if extra is None else config(extra)
         summary, with_streams = sim(layoutd, path, cfg, tmp, "noise-" + name, streams=True)
         records = [r[:5] for r in with_streams]
@@ -258,13 +279,14 @@ def noise(layoutd, trace_gz, markers, names, tmp):
         first = next(r[5] for r in with_streams if r[2] == "R" and r[3] == markers[0])
         others = collections.Counter(r[5] for r in with_streams if r[2] == "R" and r[5] != first)
         second = others.most_common(1)[0][0]
-        p2 = {}
+        p2, p2_count = {}, {}
         for i, phase in enumerate(names):
             lo, hi = at[markers[2 * i]][1], at[markers[2 * i + 1]][0]
             resp = [(c - a) / 1e6 for a, c, _, _, _, st in with_streams if st == second and lo <= a < hi]
             p2[phase] = sum(resp) / len(resp) if resp else 0.0
+            p2_count[phase] = len(resp)
         out[name] = {"process_1_s": dict(phase_spans(records, markers, names)), "process_2_mean_ms": p2,
-                     "counters": counters(summary)}
+                     "process_2_requests": p2_count, "counters": counters(summary)}
         print("noise", name, out[name]["process_1_s"], p2, file=sys.stderr)
     return out
 
@@ -277,7 +299,8 @@ def two_processes(layoutd, trace_gz, markers, names, tmp):
     shifted = [m + SECOND_PROCESS_SHIFT for m in markers]
     out = {}
     for name, extra in [("linear", None), ("replica", ""), ("replica-extent-per-stream", "extent_per_stream = true\n"),
-                        ("replica-tuned", TUNED), ("replica-recent-idle", RECENT_IDLE), ("replica-tuned-extent-per-stream", TUNED + "extent_per_stream = true\n")]:
+                        ("replica-tuned", TUNED), ("replica-recent-idle", RECENT_IDLE), (GOAL_STACK, ALL_GOALS),
+                        ("replica-tuned-extent-per-stream", TUNED + "extent_per_stream = true\n")]:
         cfg = STACKS[0][1] if extra is None else config(extra)
         summary, records = sim(layoutd, path, cfg, tmp, "two-" + name)
         out[name] = {
@@ -423,11 +446,12 @@ def main():
         small_free_trace(trace_gz, full95, FULL_95_FREE_BYTES)
         runs = [(n, e, trace_gz) for n, e in STACKS] + [
             (f"replica-{SMALL_FREE_BYTES >> 20}MiB-free", "", small),
-            (f"replica-{SMALL_FREE_BYTES >> 20}MiB-free-growth-guard", "reclaim_growth = true\nthrash_guard = true\n", small),
-            (f"replica-{SMALL_FREE_BYTES >> 20}MiB-free-tuned-growth-guard",
-             TUNED + "reclaim_growth = true\nthrash_guard = true\n", small),
+            (f"replica-{SMALL_FREE_BYTES >> 20}MiB-free-growth-guard", GROWTH_GUARD, small),
+            (f"replica-{SMALL_FREE_BYTES >> 20}MiB-free-tuned-growth-guard", TUNED + GROWTH_GUARD, small),
+            (f"replica-{SMALL_FREE_BYTES >> 20}MiB-free-all-goals", ALL_GOALS, small),
             ("replica-95pct-full", "", full95),
             ("replica-95pct-full-tuned", TUNED, full95),
+            ("replica-95pct-full-all-goals", ALL_GOALS, full95),
         ]
         for name, extra, trace in runs:
             rows[name] = stack_row(a.layoutd, trace, name, extra, markers, names, tmp)
@@ -445,11 +469,14 @@ def main():
             rep, _ = sim(a.layoutd, path, config(""), tmp, kind + "-replica")
             quota, _ = sim(a.layoutd, path, config("stream_quota_blocks = 1024\n"), tmp, kind + "-quota")
             tuned, _ = sim(a.layoutd, path, config(TUNED), tmp, kind + "-tuned")
+            goal, _ = sim(a.layoutd, path, config(ALL_GOALS), tmp, kind + "-all-goals")
             overhead[kind] = {"linear_s": plain["simulated_seconds"], "replica_s": rep["simulated_seconds"],
                               "replicas_created_blocks": counters(rep).get("replicas_created_blocks"),
                               "replica_quota_1024_s": quota["simulated_seconds"],
                               "quota_replicas_created_blocks": counters(quota).get("replicas_created_blocks"),
-                              "replica_tuned_s": tuned["simulated_seconds"]}
+                              "replica_tuned_s": tuned["simulated_seconds"],
+                              "replica_all_goals_s": goal["simulated_seconds"],
+                              "all_goals_replicas_created_blocks": counters(goal).get("replicas_created_blocks")}
             print(kind, overhead[kind], file=sys.stderr)
         two = two_processes(a.layoutd, trace_gz, markers, names, tmp)
         noisy = noise(a.layoutd, trace_gz, markers, names, tmp)
@@ -507,14 +534,16 @@ def write_readme(out, names, rows, bound, bound_same, seq_bytes, overhead, two, 
     lines += breakdown_lines(rows, names)
     lines += [
               "Overhead without patterns (fio-like synthetic traces, 2 GiB declared free first):", "",
-              "| workload | linear s | replica s | overhead | replicas created (blocks) | with stream_quota_blocks = 1024 | overhead | created | replica-tuned s | overhead |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+              "| workload | linear s | replica s | overhead | replicas created (blocks) | with stream_quota_blocks = 1024 | overhead | created | replica-tuned s | overhead | " + GOAL_STACK + " s | overhead | created |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for kind, o in overhead.items():
         pct = (o["replica_s"] / o["linear_s"] - 1) * 100
         qpct = (o["replica_quota_1024_s"] / o["linear_s"] - 1) * 100
         lines.append(f"| {kind} | {o['linear_s']:.2f} | {o['replica_s']:.2f} | {pct:+.2f}% | {o['replicas_created_blocks']} "
                      f"| {o['replica_quota_1024_s']:.2f} | {qpct:+.2f}% | {o['quota_replicas_created_blocks']} "
-                     f"| {o['replica_tuned_s']:.2f} | {(o['replica_tuned_s'] / o['linear_s'] - 1) * 100:+.2f}% |")
+                     f"| {o['replica_tuned_s']:.2f} | {(o['replica_tuned_s'] / o['linear_s'] - 1) * 100:+.2f}% "
+                     f"| {o['replica_all_goals_s']:.2f} | {(o['replica_all_goals_s'] / o['linear_s'] - 1) * 100:+.2f}% "
+                     f"| {o['all_goals_replicas_created_blocks']} |")
     lines += ["", f"Two processes at once (thesis Figure 5.3): the capture as process 1 and a copy "
               f"{SECOND_PROCESS_SHIFT >> 20} MiB higher as process 2, at the same recorded instants, closed-loop per "
               "process; span seconds per phase of each, and the disk-busy seconds in process 1's phases:", "",
@@ -529,9 +558,93 @@ def write_readme(out, names, rows, bound, bound_same, seq_bytes, overhead, two, 
     for name, r in noisy.items():
         lines.append(f"| {name} | 1 (s) | " + " | ".join(f"{r['process_1_s'][n]:.2f}" for n in names) + " |")
         lines.append(f"| {name} | 2 (ms) | " + " | ".join(f"{r['process_2_mean_ms'][n]:.2f}" for n in names) + " |")
+        lines.append(f"| {name} | 2 (requests) | " + " | ".join(str(r['process_2_requests'][n]) for n in names) + " |")
     lines += ["", f"Rerun: `cargo build -p layoutd && bench/replica_postmark.py --layoutd target/debug/layoutd --capture {capture} --out {os.path.relpath(out, os.path.join(HERE, '..'))}` "
               "(simulated time: the build profile does not change the numbers).", ""]
+    lines += goals_lines(out, rows, overhead, two, noisy)
     write_keeping_notes(os.path.join(out, "README.md"), lines)
+
+
+def load_sibling(out, *parts):
+    """A result.json written by another run of this script into a
+    directory under `out` (None if that run was not made)."""
+    path = os.path.join(out, *parts, "result.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def goals_lines(out, rows, overhead, two, noisy):
+    """Issue 12's goal rows for plain, the thesis's defaults and
+    GOAL_STACK, side by side; the noatime and git-status rows come from
+    their own runs' result.json under `out` (run those first: see the
+    rerun commands). Empty when `out` has no git-status run under it."""
+    noatime, git = load_sibling(out, "noatime"), load_sibling(out, "git-status")
+    if git is None:
+        return []
+    stacks = ["replica", GOAL_STACK]
+    pct = lambda a, b: f"{(a / b - 1) * 100:+.1f} %"
+    span = lambda name: rows[name]["phases_s"]
+    busy = lambda name: rows[name]["phases_busy_s"]
+    lin, lin_busy = span("linear"), busy("linear")
+    table = []
+
+    def row(goal, target, cells, met):
+        table.append(f"| {goal} | {target} | " + " | ".join(cells) + f" | {'yes' if met else '**no**'} |")
+
+    cells = [pct(span(n)["read-1"], lin["read-1"]) for n in stacks]
+    row("5.1 atime on, iteration 1", "≤ 10 % slower", cells, span(GOAL_STACK)["read-1"] <= 1.10 * lin["read-1"])
+    cells = [f"{lin['read-3'] / span(n)['read-3']:.1f}x span, {lin_busy['read-3'] / busy(n)['read-3']:.1f}x busy"
+             for n in stacks]
+    row("5.1 atime on, iteration 3", "≥ 19x (span capped near 14x by the recorded think time)", cells,
+        lin_busy["read-3"] / busy(GOAL_STACK)["read-3"] >= 19)
+    if noatime:
+        bound = noatime["sequential_bound_s"]
+        nb = lambda n: max(noatime["stacks"][n]["phases_busy_s"][p] for p in ["read-2", "read-3", "read-4"])
+        cells = [f"{nb(n) / bound:.2f}x" for n in stacks if n in noatime["stacks"]]
+        row("5.2 noatime, iterations 2-4 (busy, worst)", f"≤ 1.5x a sequential read ({bound:.2f} s)", cells,
+            GOAL_STACK in noatime["stacks"] and nb(GOAL_STACK) <= 1.5 * bound)
+    one = lambda n: lin["read-4"] / span(n)["read-4"]
+    tp = lambda n, k: two["linear"][k]["read-4"] / two[n][k]["read-4"]
+    cells = [f"{min(tp(n, 'process_1_s'), tp(n, 'process_2_s')):.1f}x (one process {one(n):.1f}x)" for n in stacks]
+    row("5.3 two processes, iteration 4 (the capture has 4)", "full speed: the one-process speed-up", cells,
+        min(tp(GOAL_STACK, "process_1_s"), tp(GOAL_STACK, "process_2_s")) >= one(GOAL_STACK))
+    full = {"replica": "replica-95pct-full", GOAL_STACK: "replica-95pct-full-all-goals"}
+    cells = [f"{span(full[n])['read-4'] / span(n)['read-4']:.2f}x" for n in stacks]
+    row("5.4 95 % full vs empty, iteration 4", "≤ 1.1x slower", cells,
+        span(full[GOAL_STACK])["read-4"] <= 1.1 * span(GOAL_STACK)["read-4"])
+    for label, res in [("", noisy), (" (noatime capture)", noatime and noatime.get("noise"))]:
+        if not res or GOAL_STACK not in res:
+            continue
+        reads = [p for p in res["linear"]["process_2_mean_ms"] if p.startswith("read-")]
+        ms = lambda n, p: res[n]["process_2_mean_ms"][p]
+        worst_phase = lambda n: max(reads, key=lambda p: ms(n, p) / ms("linear", p))
+        worst = lambda n: ms(n, worst_phase(n)) / ms("linear", worst_phase(n))
+        cells = [f"{pct(worst(n), 1)} ({worst_phase(n)}: {ms(n, worst_phase(n)):.2f} vs "
+                 f"{ms('linear', worst_phase(n)):.2f} ms, the worst read phase)" for n in stacks]
+        row(f"5.5 noise, process 2's mean response{label}", "no worse than plain", cells, worst(GOAL_STACK) <= 1.0)
+    for kind, key, limit in [("sequential", "replica_s", 0.5), ("random", "replica_s", 2.0)]:
+        o = overhead[kind]
+        cells = [pct(o["replica_s"], o["linear_s"]), pct(o["replica_all_goals_s"], o["linear_s"])]
+        row(f"5.6/5.7 {kind} overhead", f"< {limit} %", cells,
+            (o["replica_all_goals_s"] / o["linear_s"] - 1) * 100 < limit)
+    for label, res in [("no preload, thesis's git", git), ("second capture", load_sibling(out, "git-status", "no-preload-2")),
+                       ("preload index (git default)", load_sibling(out, "git-status", "preload"))]:
+        if res is None or GOAL_STACK not in res["stacks"]:
+            continue
+        g = lambda n, p: res["stacks"][n]["phases_s"][p]
+        cells = [f"{pct(g(n, 'status-1'), g('linear', 'status-1'))} / {pct(g(n, 'status-3'), g('linear', 'status-3'))}"
+                 for n in stacks]
+        met = g(GOAL_STACK, "status-1") <= 1.10 * g("linear", "status-1") and \
+            g(GOAL_STACK, "status-3") <= 0.55 * g("linear", "status-3")
+        row(f"5.8 git status, run 1 / run 3 ({label})", "≤ +10 % / ≤ -45 %", cells, met)
+    return ["## Against every goal (issue 12), one configuration", "",
+            f"`{GOAL_STACK}` = " + ", ".join(f"`{line}`" for line in ALL_GOALS.strip().split("\n")) +
+            ". Figures from the tables above, `noatime/` and `git-status/` (span unless marked; + slower, - faster "
+            "than plain linear; met: the goal holds for " + GOAL_STACK + ").", "",
+            "| experiment (thesis figure) | goal | thesis defaults | " + GOAL_STACK + " | met |",
+            "| --- | --- | ---: | ---: | --- |"] + table + [""]
 
 
 def breakdown_lines(rows, names):

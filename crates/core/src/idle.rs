@@ -35,6 +35,12 @@
 //!   [`IdleTimer::progressed`]) waits only `threshold / divisor`: a client
 //!   that never leaves a threshold of quiet (a trickle) gives up its gaps to
 //!   it, but a burst's gaps stay shorter than the shortened threshold.
+//! - **Maximum wait** ([`IdleOptions::wait_ns_max`]): work that has waited
+//!   that long for idle time is *due* anyway ([`IdleTimer::is_due`]), so a
+//!   client that never pauses still gets it done, at the cost of the
+//!   seeks it then causes. The caller says since when its oldest waiting
+//!   work waits ([`IdleTimer::due_at`]): which items go out with it (all
+//!   of a queue at once, in one sweep, or one by one) is its choice.
 //!
 //! Pure computation on the virtual clock ([`Instant`]): deterministic in the
 //! simulator.
@@ -52,6 +58,9 @@ pub struct IdleOptions {
     pub restart_while_in_flight: bool,
     /// Shorter waits for starved work; `None`: off.
     pub starvation: Option<Starvation>,
+    /// Work waiting this long (ns) is due whether idle or not; `None`: off
+    /// (it waits for idle time however long that takes).
+    pub wait_ns_max: Option<u64>,
 }
 
 /// The starvation rule: waiting work that made no progress for
@@ -86,6 +95,7 @@ impl IdleTimer {
             assert!(s.after_thresholds >= 1, "starved after at least one threshold");
             assert!(s.divisor >= 1, "a starved wait is at most the threshold");
         }
+        assert!(options.wait_ns_max != Some(0), "a maximum wait of zero is no wait: use None or arm with 0");
         let timer =
             IdleTimer { options, deadline: None, idle: options.idle_at_start, wait_ns: 0, progress_at: None };
         timer.check();
@@ -189,8 +199,26 @@ impl IdleTimer {
     }
 
     /// When the caller's `handle_timeout` must run (`None`: not waiting).
+    /// With the maximum-wait rule the caller also wakes at
+    /// [`IdleTimer::due_at`] of its oldest waiting work.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.deadline
+    }
+
+    /// Maximum wait: when work waiting for idle time since `waiting_since`
+    /// (the oldest item the caller holds back) becomes due whether idle or
+    /// not; `None` without the rule or without waiting work.
+    pub fn due_at(&self, waiting_since: Option<Instant>) -> Option<Instant> {
+        let max = self.options.wait_ns_max?;
+        let at = waiting_since?.add_ns(max);
+        assert!(Some(at) > waiting_since, "a maximum wait lies ahead of the wait's start");
+        Some(at)
+    }
+
+    /// Whether work waiting since `waiting_since` may go at `now`: it is
+    /// idle time, or the work has waited [`IdleOptions::wait_ns_max`].
+    pub fn is_due(&self, now: Instant, waiting_since: Option<Instant>) -> bool {
+        self.is_idle(now) || self.due_at(waiting_since).is_some_and(|at| at <= now)
     }
 
     /// The work waiting for idle time started or made progress at `now`
@@ -355,6 +383,26 @@ mod tests {
         let mut off = IdleTimer::new(IdleOptions { starvation: None, ..rule });
         off.progressed(at_ms(0));
         assert_eq!(arm(&mut off, 60_000), 100, "without the rule, never shortened");
+    }
+
+    #[test]
+    fn work_that_waited_the_maximum_is_due_without_idle_time() {
+        let rule = IdleOptions { wait_ns_max: Some(1000 * MS), ..Default::default() };
+        let mut t = IdleTimer::new(rule);
+        t.arm(at_ms(0), 100 * MS);
+        let since = Some(at_ms(50));
+        assert_eq!(t.due_at(since), Some(at_ms(1050)));
+        assert_eq!(t.due_at(None), None, "nothing waits: never due");
+        assert!(!t.is_due(at_ms(60), since), "neither idle nor waited long enough");
+        assert!(t.is_due(at_ms(100), since), "idle time");
+        t.request();
+        assert!(!t.is_due(at_ms(1049), since), "a request ended idle time");
+        assert!(t.is_due(at_ms(1050), since), "waited the maximum: due though a request came");
+        assert!(!t.is_idle(at_ms(1050)), "due is not idle time");
+        assert!(!t.is_due(at_ms(1050), Some(at_ms(51))), "younger work waits on");
+        let off = IdleTimer::new(IdleOptions::default());
+        assert_eq!(off.due_at(since), None);
+        assert!(!off.is_due(at_ms(1_000_000), since), "without the rule, only idle time");
     }
 
     #[test]

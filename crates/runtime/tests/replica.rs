@@ -579,13 +579,19 @@ fn impossible_constants_fail_naming_the_key() {
 }
 
 #[test]
-fn the_example_config_formats_and_serves() {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/replica.toml"))
-        .expect("example");
-    let mut rng = ChaCha8Rng::seed_from_u64(3);
-    let ops = pattern_ops(&mut rng, 2);
-    let h = oracle_check(&text, 16 << 20, 3, &ops, 4);
-    assert_eq!(counter(&h, "replica_blocks"), 0, "512-byte reads: below the 4 KiB block, never replicated");
+fn the_example_configs_format_and_serve() {
+    for name in ["replica.toml", "replica-all-goals.toml"] {
+        let path = format!("{}/../../examples/{name}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(path).expect("example");
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let ops = pattern_ops(&mut rng, 2);
+        let h = oracle_check(&text, 16 << 20, 3, &ops, 4);
+        assert_eq!(
+            counter(&h, "replica_blocks"),
+            0,
+            "512-byte reads: below the 4 KiB block, never replicated"
+        );
+    }
 }
 
 /// Opens `image` (unclean) and returns the open's error, if it failed.
@@ -919,35 +925,66 @@ fn readahead_answers_a_chain_from_memory_and_the_baseline_reads_each_block() {
     assert_eq!(reads, [(128, 1), (129, 1), (130, 1), (131, 1), (132, 1), (133, 1)]);
     assert_eq!(counter(&h, "reads_readahead_count"), 0);
     let (h, _, reads) = replayed("readahead_blocks = 3", &SIX);
-    // 128 and the 3 replicas after it; 132 and the one after it (the chain ends).
-    assert_eq!(reads, [(128, 4), (132, 2)]);
-    assert_eq!(counter(&h, "reads_readahead_count"), 4);
+    // 128 jumps into the chain (no read-ahead); 129 follows it: it and the
+    // 3 replicas after it; 133 and nothing after it (the chain ends).
+    assert_eq!(reads, [(128, 1), (129, 4), (133, 1)]);
+    assert_eq!(counter(&h, "reads_readahead_count"), 3);
     assert_eq!(counter(&h, "reads_replica_count"), 6);
-    assert_eq!(counter(&h, "readahead_read_blocks"), 4);
+    assert_eq!(counter(&h, "readahead_read_blocks"), 3);
     // A read-ahead ends where a replicated read ends, not inside it: 3
-    // blocks after 128 would split 100+2 (at 131..133), so it stops at 130.
-    let (h, m, reads) = replayed("readahead_blocks = 3", &[(10, 1), (40, 1), (70, 1), (100, 2), (20, 1)]);
-    assert_eq!(m, "replica blocks 6: 128+1->10 129+1->40 130+1->70 131+2->100 133+1->20");
-    assert_eq!(reads, [(128, 3), (131, 3)]);
+    // blocks after 129 would split 100+2 (at 132..134), so it stops at 131.
+    let (h, m, reads) =
+        replayed("readahead_blocks = 3", &[(5, 1), (10, 1), (40, 1), (70, 1), (100, 2), (20, 1)]);
+    assert_eq!(m, "replica blocks 7: 128+1->5 129+1->10 130+1->40 131+1->70 132+2->100 134+1->20");
+    assert_eq!(reads, [(128, 1), (129, 3), (132, 3)]);
     assert_eq!(counter(&h, "reads_readahead_count"), 3);
 }
 
 #[test]
+fn a_read_that_jumps_into_a_chain_reads_nothing_ahead_and_one_that_follows_it_does() {
+    // Stream 3 reads single blocks that have replicas, in no chain order
+    // (a random reader, or a noise process): each read is close to nothing
+    // it read before, so it takes a replica but reads only its own block;
+    // a read-ahead would cost a transfer nobody uses, and the next request
+    // of every stream would wait behind it. Then it follows the chain.
+    let (mut h, _, _) = replayed("readahead_blocks = 8", &SIX);
+    h.take_records();
+    let before = counter(&h, "readahead_read_blocks");
+    for blk in [100, 10, 50, 70] {
+        assert_eq!(fill_of(&h.call(read(blk, 3))), fill(blk));
+    }
+    let lower = |h: &mut Harness<Scripted>| -> Vec<(u64, u64)> {
+        h.take_records()
+            .iter()
+            .filter(|r| r.op == Op::Read)
+            .map(|r| (r.offset_bytes / B, r.length_bytes as u64 / B))
+            .collect()
+    };
+    assert_eq!(lower(&mut h), [(131, 1), (128, 1), (133, 1), (130, 1)], "jumps: each replica alone");
+    assert_eq!(counter(&h, "readahead_read_blocks"), before);
+    // 20's replica (132) follows 70's (130): read on to the chain's end.
+    assert_eq!(fill_of(&h.call(read(20, 3))), fill(20));
+    assert_eq!(lower(&mut h), [(132, 2)]);
+    assert_eq!(counter(&h, "readahead_read_blocks"), before + 1);
+}
+
+#[test]
 fn a_lower_write_over_read_ahead_blocks_drops_them_so_nothing_stale_is_served() {
-    // Propagation keeps 40's replica (129) valid and rewrites it: the bytes
-    // read ahead at 129 are old and must not answer the next read.
+    // Propagation keeps 70's replica (130) valid and rewrites it: the bytes
+    // read ahead at 130 are old and must not answer the next read.
     let (mut h, _, _) = replayed("readahead_blocks = 8\npropagate_bytes_max = \"4KiB\"", &SIX);
-    assert_eq!(fill_of(&h.call(read(10, 3))), fill(10), "reads 128 and 129..134 ahead");
-    assert_eq!(h.call(write(40, 0xAB, false)).result, Ok(()));
+    assert_eq!(fill_of(&h.call(read(10, 3))), fill(10), "reads 128 (jumping into the chain)");
+    assert_eq!(fill_of(&h.call(read(40, 3))), fill(40), "reads 129 and 130..134 ahead");
+    assert_eq!(h.call(write(70, 0xAB, false)).result, Ok(()));
     assert_eq!(counter(&h, "replicas_propagated_blocks"), 1);
     assert!(counter(&h, "readahead_dropped_count") >= 1);
     h.take_records();
-    assert_eq!(fill_of(&h.call(read(40, 3))), 0xAB);
+    assert_eq!(fill_of(&h.call(read(70, 3))), 0xAB);
     let lower: Vec<u64> =
         h.take_records().iter().filter(|r| r.op == Op::Read).map(|r| r.offset_bytes / B).collect();
-    assert_eq!(lower, [129], "read again from the replica, which holds the new bytes");
+    assert_eq!(lower, [130], "read again from the replica, which holds the new bytes");
     // The drop took the whole read-ahead: the next read reads on again.
-    assert_eq!(fill_of(&h.call(read(70, 3))), fill(70));
+    assert_eq!(fill_of(&h.call(read(100, 3))), fill(100));
 }
 
 #[test]

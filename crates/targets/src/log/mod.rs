@@ -417,6 +417,7 @@ impl Log {
                 idle_at_start: true,
                 restart_while_in_flight: true,
                 starvation: None,
+                wait_ns_max: None,
             }),
             phase: Phase::Failed(String::new()),
             args,

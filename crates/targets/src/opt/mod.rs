@@ -64,6 +64,7 @@ const IDLE: IdleOptions = IdleOptions {
     idle_at_start: true,
     restart_while_in_flight: false,
     starvation: Some(Starvation { after_thresholds: 10, divisor: 10 }),
+    wait_ns_max: None,
 };
 
 /// Streams whose last read position is kept (`Opt::read_last`); past it

@@ -235,10 +235,12 @@ pub struct Replica {
     /// The runtime reported idle since bring-up.
     idle_seen: bool,
     /// Deferred replica writes' idle time: `replication_idle_ms` without a
-    /// request (counted from each request; idle before the first).
+    /// request (counted from each request; idle before the first), or
+    /// `replication_wait_max_ms` of waiting (the timer's maximum wait).
     replication_idle: layoutd_core::idle::IdleTimer,
-    /// Deferred replica writes with keys up to this one have waited
-    /// `replication_wait_max_ms` and no longer wait for idle time.
+    /// Deferred replica writes with keys up to this one were deferred when
+    /// the oldest of them became due (maximum wait): they go out together,
+    /// one sweep of the replica extent, idle time or not.
     overdue_through: Option<u64>,
     /// Lower writes in flight, by id: their blocks (kept only with
     /// `readahead_blocks`, whose bytes they make stale).
@@ -256,6 +258,13 @@ impl Replica {
     }
 
     fn new(args: Args, mode: OpenMode) -> Replica {
+        let replication_idle = layoutd_core::idle::IdleTimer::new(layoutd_core::idle::IdleOptions {
+            idle_at_start: true,
+            restart_while_in_flight: false,
+            starvation: None,
+            wait_ns_max: (args.replication_wait_max_ms > 0)
+                .then(|| args.replication_wait_max_ms.saturating_mul(1_000_000)),
+        });
         let phase = match mode {
             OpenMode::Format => Phase::Format { writes_left: 3 },
             OpenMode::Open { clean, .. } => Phase::Recover { copies: [None, None], reads_left: 2, clean },
@@ -281,11 +290,7 @@ impl Replica {
             tick: 0,
             held: VecDeque::new(),
             idle_seen: false,
-            replication_idle: layoutd_core::idle::IdleTimer::new(layoutd_core::idle::IdleOptions {
-                idle_at_start: true,
-                restart_while_in_flight: false,
-                starvation: None,
-            }),
+            replication_idle,
             overdue_through: None,
             region_drops: FxHashMap::default(),
             writes_in_flight: FxHashMap::default(),
@@ -393,7 +398,7 @@ impl Target for Replica {
 
     fn handle_timeout(&mut self, now: Instant) {
         self.replication_idle.timeout(now, false);
-        if self.overdue_at().is_some_and(|t| t <= now) {
+        if self.replication_idle.due_at(self.waiting_since()).is_some_and(|t| t <= now) {
             self.overdue_through = self.deferred.back().copied();
         }
         self.timeout(now);
@@ -415,10 +420,8 @@ impl Target for Replica {
     fn poll_timeout(&self) -> Option<Instant> {
         // The idle wait matters only while replica writes wait for it.
         let idle = self.replication_idle.poll_timeout().filter(|_| !self.deferred.is_empty());
-        [self.streams.deadline(self.args.queue_timeout_ms), idle, self.overdue_at()]
-            .into_iter()
-            .flatten()
-            .min()
+        let due = self.replication_idle.due_at(self.waiting_since());
+        [self.streams.deadline(self.args.queue_timeout_ms), idle, due].into_iter().flatten().min()
     }
 
     fn is_ready(&self) -> bool {
@@ -430,10 +433,9 @@ impl Target for Replica {
     fn background_offer(&self, now: Instant) -> Option<layoutd_core::background::Offer> {
         use layoutd_core::background::{JobClass, Offer};
         let ready = self.deferred.iter().any(|k| self.pending[k].region_version <= self.region.durable);
-        let overdue = self.deferred.front().is_some_and(|&k| self.overdue_through.is_some_and(|o| k <= o))
-            || self.overdue_at().is_some_and(|t| t <= now);
-        let ready =
-            ready && self.args.replication == When::Idle && (self.replication_idle.is_idle(now) || overdue);
+        let overdue = self.deferred.front().is_some_and(|&k| self.overdue_through.is_some_and(|o| k <= o));
+        let due = overdue || self.replication_idle.is_due(now, self.waiting_since());
+        let ready = ready && self.args.replication == When::Idle && due;
         // The first scan waits for the runtime's first idle report, not just
         // the scheduler's: bring-up hands the stack over with nothing in flight.
         let scan = self.scan.wanted && !self.scan.running() && self.idle_seen;

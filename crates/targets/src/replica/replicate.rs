@@ -30,14 +30,17 @@ impl Replica {
 
     /// The replica chain a read of `[ba, ba + n)` uses, if any: one close
     /// to the stream's history, else (when the read seeks anyway, close to
-    /// nothing) any; among several, by `replica_choice`.
+    /// nothing) any; among several, by `replica_choice`. Also whether the
+    /// chain picked is close to the stream's most recent read: the stream
+    /// is *following* a chain, not jumping into one (with a long history a
+    /// random read is close to some entry by chance).
     pub(super) fn choose_chain(
         &mut self,
         stream: StreamId,
         ba: u64,
         n: u64,
         close_count: u32,
-    ) -> Option<u64> {
+    ) -> Option<(u64, bool)> {
         let chains = self.space.chains(ba, n);
         if chains.is_empty() {
             return None;
@@ -66,7 +69,8 @@ impl Replica {
             }),
         };
         assert!(pick.is_none_or(|l| pool.contains(&l)));
-        pick
+        let last = self.streams.get(stream).history.back().copied();
+        pick.map(|l| (l, last.is_some_and(|h| close(h, (l, l + n), close_blocks))))
     }
 
     /// Replica blocks in a row from `loc`, at most `max`; with `whole`,
@@ -265,21 +269,16 @@ impl Replica {
             .max_by_key(|&(s, l)| (l, std::cmp::Reverse(s)))
     }
 
-    /// Idle mode with `replication_wait_max_ms`: when the oldest deferred
-    /// write not yet overdue becomes overdue (it then goes out at the next
-    /// grant, idle time or not).
-    pub(super) fn overdue_at(&self) -> Option<Instant> {
-        let max = self.args.replication_wait_max_ms;
-        if max == 0 {
-            return None;
-        }
+    /// Since when the oldest deferred replica write not yet overdue waits
+    /// (the idle timer's maximum wait counts from there).
+    pub(super) fn waiting_since(&self) -> Option<Instant> {
         // Keys are pushed in increasing order: the ones past
         // `overdue_through` are a suffix.
         let first = match self.overdue_through {
             None => 0,
             Some(o) => self.deferred.partition_point(|&k| k <= o),
         };
-        self.deferred.get(first).map(|k| self.pending[k].decided_at.add_ms(max))
+        self.deferred.get(first).map(|k| self.pending[k].decided_at)
     }
 
     /// Inline mode: issues deferred replica writes, in order, whose region

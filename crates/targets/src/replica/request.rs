@@ -191,7 +191,7 @@ impl Replica {
             self.emit(LowerOp::Piece { key, within: 0, gate_range: None }, lower);
             return;
         }
-        if let Some(loc) = self.choose_chain(req.stream, ba, n, close_count) {
+        if let Some((loc, following)) = self.choose_chain(req.stream, ba, n, close_count) {
             self.counters.reads_replica_count += 1;
             self.counters.reads_replica_bytes += n * b;
             self.counters.replicas_used_blocks += n;
@@ -204,8 +204,12 @@ impl Replica {
                 self.piece_done(key, 0, data, Ok(()));
                 return;
             }
+            // Read ahead only along a chain the stream follows: a read that
+            // jumps into one (a random read that happens to hit a replica)
+            // would pay for blocks nobody reads next, and every other
+            // stream's request would wait behind that transfer.
             let max = self.args.readahead_blocks.min(u64::from(layoutd_core::REQUEST_BYTES_MAX) / b - n);
-            let extra = if max == 0 { 0 } else { self.chain_length(loc + n, max, true) };
+            let extra = if max == 0 || !following { 0 } else { self.chain_length(loc + n, max, true) };
             self.counters.readahead_read_blocks += extra;
             let lower = Request {
                 stream: req.stream,
