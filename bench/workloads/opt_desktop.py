@@ -7,7 +7,7 @@ fixed list of files in a fixed order: shared libraries (a third of the
 files, drawn from one pool of 60 files in one library area, so programs
 share them) and files scattered over the whole used area, as on an aged
 file system; each file read in one to four partial reads, not always in
-file order. Every day runs the daily programs (0-5) and each other one with
+file order. Every day runs the daily programs (0-5 by default) and each other one with
 probability one half, each a second time with probability one half, in a
 random order, with an idle gap of 1-4 s between runs; every run skips 10%
 of its reads, adds 5% of reads of files it has never read (variation from
@@ -28,8 +28,18 @@ Besides the trace, OUT.plan-times gets one line per day: the time of the
 day's last request in ms after the trace's first request, where a
 `layoutd sim --message TIME:plan` trains on that day (and those before).
 
+Day-to-day variation (what a plan trained on day 1 cannot know) has
+three sources, each a parameter: `--skip` (the share of a program's reads
+a run leaves out), `--new` (the share of reads of files never read before,
+anywhere on the volume) and `--occasional` (how many of the twelve programs
+run only on some days, each with probability one half; the others run
+every day). `--variation S` scales all three from the defaults (S = 1:
+skip 0.10, new 0.05, 6 occasional programs; S = 0: every day runs every
+program's full list, only the order and the repeats vary); an explicit
+`--skip`, `--new` or `--occasional` overrides its share.
+
     opt_desktop.py OUT.trace [--days 4] [--seed 1] [--volume-gib 40] [--same-days] [--cold-runs]
-                   [--skip 0.10] [--new 0.05] [--shared 0.35]
+                   [--variation 1] [--skip 0.10] [--new 0.05] [--occasional 6] [--shared 0.35]
 """
 import argparse
 import random
@@ -116,8 +126,14 @@ def main():
     ap.add_argument("--days", type=int, default=4)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--volume-gib", type=int, default=40)
-    ap.add_argument("--skip", type=float, default=0.10, help="share of a program's reads a run skips")
-    ap.add_argument("--new", type=float, default=0.05, help="share of reads of never-read files added")
+    ap.add_argument(
+        "--variation", type=float, default=1.0, help="scale of skip, new and occasional (1: 0.10, 0.05, 6)"
+    )
+    ap.add_argument("--skip", type=float, help="share of a program's reads a run skips (0.10 x variation)")
+    ap.add_argument("--new", type=float, help="share of reads of never-read files added (0.05 x variation)")
+    ap.add_argument(
+        "--occasional", type=int, help="programs (of 12) run only on some days (6 x variation, rounded)"
+    )
     ap.add_argument(
         "--shared", type=float, default=0.35, help="share of a program's files drawn from the shared library pool"
     )
@@ -126,6 +142,10 @@ def main():
         "--cold-runs", action="store_true", help="drop the page cache before every run (cold start-ups)"
     )
     a = ap.parse_args()
+    a.skip = 0.10 * a.variation if a.skip is None else a.skip
+    a.new = 0.05 * a.variation if a.new is None else a.new
+    a.occasional = round(6 * a.variation) if a.occasional is None else a.occasional
+    assert 0 <= a.occasional <= 12, "--occasional: 0 to 12 programs"
     rng = random.Random(a.seed)
     volume = a.volume_gib * GIB
     lib_base = rng.randrange(2 * GIB, volume - 2 * GIB) // BLOCK * BLOCK
@@ -143,7 +163,8 @@ def main():
         if a.same_days:
             today = list(progs)
         else:
-            today = [p for p in progs if p["index"] < 6 or rng.random() < 0.5]
+            daily = 12 - a.occasional
+            today = [p for p in progs if p["index"] < daily or rng.random() < 0.5]
             today += [p for p in today if rng.random() < 0.5]  # run twice
             rng.shuffle(today)
         for p in today:
