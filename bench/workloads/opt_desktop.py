@@ -40,6 +40,7 @@ program's full list, only the order and the repeats vary); an explicit
 
     opt_desktop.py OUT.trace [--days 4] [--seed 1] [--volume-gib 40] [--same-days] [--cold-runs]
                    [--variation 1] [--skip 0.10] [--new 0.05] [--occasional 6] [--shared 0.35]
+                   [--tags OUT.tags]
 """
 import argparse
 import random
@@ -104,18 +105,18 @@ def run(rng, prog, volume, t_ns, stream, out, skip, new, cache):
             extra = rng.randrange(0, volume - (64 << 10)) // BLOCK * BLOCK
             req = through_cache(cache, extra, 16, 0, rng.choice([1, 2, 4]))
             if req:
-                out.append((t_ns, stream, "R") + req)
+                out.append((t_ns, stream, "R") + req + ("new", prog["index"]))
             t_ns += rng.randrange(200_000, 2_000_000)
         req = through_cache(cache, start, blocks, o, n)
         if req:
-            out.append((t_ns, stream, "R") + req)
+            out.append((t_ns, stream, "R") + req + ("program", prog["index"]))
         t_ns += rng.randrange(200_000, 2_000_000)
     if prog["writes"]:
         for _ in range(rng.randrange(20, 60)):
             off = (prog["home"] + rng.randrange(0, 64 << 20)) // BLOCK * BLOCK
-            out.append((t_ns, stream, "W", off, rng.choice([4096, 8192, 32768])))
+            out.append((t_ns, stream, "W", off, rng.choice([4096, 8192, 32768]), "write", prog["index"]))
             t_ns += rng.randrange(200_000, 1_000_000)
-        out.append((t_ns, stream, "F", 0, 0))
+        out.append((t_ns, stream, "F", 0, 0, "write", prog["index"]))
         t_ns += 1_000_000
     return t_ns
 
@@ -137,6 +138,7 @@ def main():
     ap.add_argument(
         "--shared", type=float, default=0.35, help="share of a program's files drawn from the shared library pool"
     )
+    ap.add_argument("--tags", help="also write each request's kind and program here, one line each")
     ap.add_argument("--same-days", action="store_true", help="every day runs every program once, in one order")
     ap.add_argument(
         "--cold-runs", action="store_true", help="drop the page cache before every run (cold start-ups)"
@@ -183,8 +185,13 @@ def main():
             f.write(f"{(last - first) // 1_000_000}\n")
     with open(a.out, "w") as f:
         f.write("# layoutd-trace v1: submit_ns complete_ns stream op offset_bytes length_bytes flags\n")
-        for t, s, op, off, n in out:
+        for t, s, op, off, n, _, _ in out:
             f.write(f"{t} {t} {s} {op} {off} {n} -\n")
+    if a.tags:
+        with open(a.tags, "w") as f:
+            f.write("# per request of the trace, in its order: kind (program, new, write) and program index\n")
+            for r in out:
+                f.write(f"{r[5]} {r[6]}\n")
 
 
 if __name__ == "__main__":

@@ -15,11 +15,21 @@ every day, as bench/opt_sim.sh does. Per S, the medians over the seeds of:
   plans' gain that one plan after day 1 gives.
 
     opt_variation.py CONFIG [LAYOUTD] [--variations 0 0.25 0.5 0.75 1] [--seeds 1 2 3 4]
+                     [--plain bench/results/opt/plain.toml]
+    opt_variation.py --kinds [--variations ...] [--seeds ...]
+
+`--kinds`: what the held-out reads day 1 never read are (the generator's
+own tags, `opt_desktop.py --tags`, of the same trace made again): reads of
+files never read before (`--new`), reads of programs day 1 did not run,
+and reads of programs it ran (a part a run skipped on day 1; of which
+within 4 blocks of a block day 1 read: what `plan_pad_blocks = 4` places),
+each as a share of all held-out reads; medians over the seeds.
 """
 import argparse
 import json
 import os
 import subprocess
+import sys
 import tempfile
 
 import opt_phases
@@ -59,12 +69,12 @@ def shares(trace, up):
     return unseen / total, writes / total
 
 
-def one(layoutd, config, s, seed, out):
+def one(layoutd, config, plain, s, seed, out):
     """(reads seen on day 1, (u, w), one-plan speedup, daily speedup) of one trace."""
     d = trace_dir(s, seed)
     trace = f"{d}/desktop-4days.trace.gz"
     plans = open(f"{d}/desktop-4days.plan-times").read().split()
-    (up,) = opt_phases.run(layoutd, "bench/results/opt/plain.toml", trace, None, out, ("up",))
+    (up,) = opt_phases.run(layoutd, plain, trace, None, out, ("up",))
     base = opt_report.held_out(json.load(open(os.path.join(out, "up.json"))))
 
     def held_out(messages):
@@ -79,6 +89,37 @@ def one(layoutd, config, s, seed, out):
             base / held_out(plans[:3]))
 
 
+def kinds(s, seed, out):
+    """Shares of the held-out reads that day 1 never read, by kind: new
+    file, program not run on day 1, program run on day 1 (and of those,
+    within 4 blocks of a block day 1 read)."""
+    trace = f"{trace_dir(s, seed)}/desktop-4days.trace.gz"
+    subprocess.run(["python3", "bench/workloads/opt_desktop.py", f"{out}/t.trace", "--days", "4", "--seed",
+                    str(seed), "--variation", f"{s:g}", "--tags", f"{out}/t.tags"], check=True)
+    tags = [l.split() for l in open(f"{out}/t.tags") if not l.startswith("#")]
+    rows = opt_phases.load(trace)
+    assert len(rows) == len(tags), f"{trace}: not the trace of its seed and variation"
+    seen, ran = set(), set()
+    for (t, _, op, off, n), (kind, prog) in zip(rows, tags):
+        if op == "R" and t < opt_phases.DAY_NS:
+            seen.update(opt_phases.blocks(off, n))
+            ran.add(prog)
+    counts = [0, 0, 0, 0]
+    reads = 0
+    for (t, _, op, off, n), (kind, prog) in zip(rows, tags):
+        if op != "R" or t < opt_phases.DAY_NS:
+            continue
+        reads += 1
+        bs = opt_phases.blocks(off, n)
+        if all(b in seen for b in bs):
+            continue
+        k = 0 if kind == "new" else 1 if prog not in ran else 2
+        counts[k] += 1
+        near = all(any(x in seen for x in range(b - 4, b + 5)) for b in bs)
+        counts[3] += k == 2 and near
+    return [c / reads for c in counts]
+
+
 def median(xs):
     xs = sorted(xs)
     return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
@@ -90,6 +131,21 @@ def main():
     ap.add_argument("layoutd", nargs="?", default="target/release/layoutd")
     ap.add_argument("--variations", type=float, nargs="+", default=[0, 0.25, 0.5, 0.75, 1])
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4])
+    ap.add_argument("--plain", default="bench/results/opt/plain.toml", help="the baseline's config")
+    if len(sys.argv) > 1 and sys.argv[1] == "--kinds":
+        sys.argv[1:2] = ["-"]
+        a = ap.parse_args()
+        print("Held-out reads of blocks day 1 never read, by kind (share of all held-out reads; medians of seeds "
+              f"{' '.join(map(str, a.seeds))}):")
+        print()
+        print("| variation | new files | programs day 1 did not run | programs day 1 ran "
+              "| of which within 4 blocks of day 1's |")
+        print("| --- | --- | --- | --- | --- |")
+        for s in a.variations:
+            with tempfile.TemporaryDirectory() as out:
+                cols = list(zip(*[kinds(s, seed, out) for seed in a.seeds]))
+            print(f"| {s:g} | " + " | ".join(f"{100 * median(c):.1f}%" for c in cols) + " |")
+        return
     a = ap.parse_args()
     print(f"Held-out days 2-4 against the generator's variation ({a.config}; medians of seeds "
           f"{' '.join(map(str, a.seeds))}, the range in brackets):")
@@ -102,7 +158,7 @@ def main():
         rows = []
         for seed in a.seeds:
             with tempfile.TemporaryDirectory() as out:
-                cov, (u, w), one_plan, daily = one(a.layoutd, a.config, s, seed, out)
+                cov, (u, w), one_plan, daily = one(a.layoutd, a.config, a.plain, s, seed, out)
             share = (one_plan - 1) / (daily - 1) if daily > 1 else float("nan")
             rows.append((cov, u, w, 1 / (u + w), one_plan, daily, share))
         cols = list(zip(*rows))
