@@ -39,6 +39,7 @@ fn main() {
             blocks: ((r.offset_bytes + u64::from(r.length_bytes)).div_ceil(4096) - r.offset_bytes / 4096)
                 as u32,
             stream: r.stream.0,
+            read: r.op == layoutd_core::Op::Read,
         })
         .collect();
     let limits = Limits { think_ns: 100_000_000, vertices_max: 65_536, edges_max: 262_144 };

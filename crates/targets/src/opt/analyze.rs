@@ -2,7 +2,7 @@
 //! in *work units* (profile entries taken, vertices and edges visited)
 //! rather than time, so the simulator and a live run do the same work.
 //!
-//! - [`Profile`]: the bounded buffer of [`ProfileEntry`]s (24 bytes each;
+//! - [`Profile`]: the bounded buffer of [`ProfileEntry`]s (32 bytes each;
 //!   the paper's entries averaged 40).
 //! - [`Analyzer`]: one directed access graph per stream. A vertex is a
 //!   block range as requested; an edge `u -> v` counts transitions from one
@@ -38,6 +38,9 @@ pub struct ProfileEntry {
     pub blocks: u32,
     /// Its stream.
     pub stream: u32,
+    /// A read (else a write, trim or write-zeroes): only reads' home
+    /// neighbours pad a plan (`plan_streams`' `pad_blocks`).
+    pub read: bool,
 }
 const _: () = assert!(std::mem::size_of::<ProfileEntry>() <= 40);
 
@@ -105,6 +108,11 @@ struct StreamGraph {
     /// edge leads on: a stream that reads a block placed elsewhere (a
     /// library another program's sequence took) goes on after it.
     skips: BTreeMap<(Range, Range), u64>,
+    /// The ranges a write of the stream touched (a subset of `vertices`):
+    /// the plan pads none of them with their neighbours, where the next
+    /// writes go (mapped, each first write to a clean copy waits for a
+    /// journal block and goes to the region, apart from the rest).
+    written: BTreeSet<Range>,
 }
 
 /// Limits of the analyzer.
@@ -169,6 +177,9 @@ impl Analyzer {
         let fresh = g.vertices.insert(range, 0).is_none();
         *g.vertices.get_mut(&range).expect("inserted") += WEIGHT_UNIT;
         self.vertex_count += usize::from(fresh);
+        if !e.read {
+            g.written.insert(range);
+        }
         // A request repeating the last one changes neither edge.
         if g.last.is_some_and(|(prev, _)| prev == range) {
             g.last = Some((range, e.time_ns));
@@ -217,6 +228,7 @@ impl Analyzer {
                     *w > 0 && g.vertices.contains_key(a) && g.vertices.contains_key(b)
                 });
             }
+            g.written.retain(|r| g.vertices.contains_key(r));
             vertices += g.vertices.len();
             edges += g.edges.len() + g.skips.len();
         }
@@ -483,9 +495,10 @@ pub const FOLLOW_AHEAD_BLOCKS: u64 = 64;
 /// request that would need more is not copied and the stream goes on from
 /// where it lies). Requests and edges below `weight_min` are left out.
 ///
-/// With `pad_blocks > 0` the home neighbours of every request laid out,
-/// up to `pad_blocks` before and after it, that no copy holds are laid
-/// out too, after every stream's sequence, in home order: on a file
+/// With `pad_blocks > 0` the home neighbours of every request the plan
+/// takes (laid out or found laid out) that the stream did not write, up
+/// to `pad_blocks` before and after it, that no copy holds are laid out
+/// too, after every stream's sequence, in home order: on a file
 /// system that keeps a file's blocks together they are the rest of the
 /// file, so a later read of a part the profile never saw (a run that
 /// skipped it) is served from the region, a short seek from the stream's
@@ -522,6 +535,13 @@ pub fn plan_streams(
             if pos >= capacity_blocks {
                 return out;
             }
+            // A read's neighbours wait for the end (below), whether its
+            // blocks are laid out here or found laid out already.
+            if pad_blocks > 0 && !g.written.contains(&r) {
+                neighbours
+                    .extend((r.0.saturating_sub(pad_blocks)..r.0).chain(r.1..r.1.saturating_add(pad_blocks)));
+                *units += 2 * pad_blocks;
+            }
             let near = |s: u64| cursor.is_some_and(|c| s >= c && s - c <= FOLLOW_AHEAD_BLOCKS);
             let found = in_row(&at, r, &near)
                 .or_else(|| cursor.is_none().then(|| in_row(&at, r, &|_| true)).flatten());
@@ -533,10 +553,6 @@ pub fn plan_streams(
                 cursor = in_row(&at, r, &|_| true).map(|s| s + (r.1 - r.0));
                 continue;
             }
-            // Its neighbours wait for the end (below).
-            neighbours
-                .extend((r.0.saturating_sub(pad_blocks)..r.0).chain(r.1..r.1.saturating_add(pad_blocks)));
-            *units += 2 * pad_blocks;
             let take = (r.1 - r.0).min(capacity_blocks - pos);
             append(&mut out, &mut at, &mut pos, (r.0, r.0 + take));
             cursor = Some(pos);
@@ -718,7 +734,7 @@ mod tests {
     }
 
     fn e(t_ms: u64, block: u64, blocks: u32, stream: u32) -> ProfileEntry {
-        ProfileEntry { time_ns: t_ms * 1_000_000, block, blocks, stream }
+        ProfileEntry { time_ns: t_ms * 1_000_000, block, blocks, stream, read: true }
     }
 
     fn plan_of(a: &Analyzer, capacity: u64, weight_min: u64) -> Vec<Range> {
@@ -948,6 +964,15 @@ mod tests {
         );
         // A stream's own reads are never displaced by padding.
         assert_eq!(plan_streams(&a, 6, WEIGHT_UNIT, 4, 2, &mut 0), unpadded);
+        // A written range is placed, its neighbours are not (where the
+        // next writes go); a read of the same range by another stream pads.
+        a.add(ProfileEntry { read: false, ..e(20, 80, 2, 3) });
+        let p = plan_streams(&a, 100, WEIGHT_UNIT, 4, 2, &mut 0);
+        assert_eq!(p[..5], [(10, 12), (15, 16), (50, 52), (17, 18), (80, 82)]);
+        assert_eq!(p[5..], want[4..], "no neighbour of the written 80..82");
+        a.add(e(30, 80, 2, 4));
+        let p = plan_streams(&a, 100, WEIGHT_UNIT, 4, 2, &mut 0);
+        assert_eq!(p[p.len() - 2..], [(78, 80), (82, 84)]);
     }
 
     #[test]
