@@ -25,8 +25,9 @@
 #                       bench/traces/opt/variation/, made if missing) with
 #                       opt.toml, opt-padded.toml (plan_pad_blocks = 4) and
 #                       opt-region20.toml (the region in the middle of the
-#                       used area), and what the reads day 1 never read are
-#                       (variation.md)
+#                       used area), dcd.toml and opt-dcd.toml (opt over a
+#                       Disk Caching Disk that takes the writes), and what
+#                       the reads day 1 never read are (variation.md)
 #
 # Environment: LAYOUTD (default target/release/layoutd); SEEDS (default
 # "2 3 4", the seeds besides 1).
@@ -111,7 +112,7 @@ for s in 1 $SEEDS; do
 done > $R/phases.md
 # The held-out experiment across the generator's variation, seeds 1-4.
 {
-    for c in opt opt-padded; do
+    for c in opt opt-padded dcd opt-dcd; do
         python3 bench/workloads/opt_variation.py $R/$c.toml "$LAYOUTD"
         echo
     done
