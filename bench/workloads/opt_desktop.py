@@ -36,7 +36,10 @@ run only on some days, each with probability one half; the others run
 every day). `--variation S` scales all three from the defaults (S = 1:
 skip 0.10, new 0.05, 6 occasional programs; S = 0: every day runs every
 program's full list, only the order and the repeats vary); an explicit
-`--skip`, `--new` or `--occasional` overrides its share.
+`--skip`, `--new` or `--occasional` overrides its share. The occasional
+programs are the last ones, so the two that write (6 and 9) turn daily
+as fewer are occasional (6 with 3-5 occasional, both with 2 or fewer):
+a low variation writes more.
 
     opt_desktop.py OUT.trace [--days 4] [--seed 1] [--volume-gib 40] [--same-days] [--cold-runs]
                    [--variation 1] [--skip 0.10] [--new 0.05] [--occasional 6] [--shared 0.35]
