@@ -19,7 +19,15 @@
 #                       (bench/traces/opt/seedN/, generated if missing;
 #                       results under seeds/seedN/) and a table of every
 #                       seed with the medians; then where each seed's
-#                       held-out I/O time goes (opt_phases.py, phases.md)
+#                       held-out I/O time goes (opt_phases.py, phases.md);
+#                       then the held-out experiment across the generator's
+#                       day-to-day variation (opt_variation.py, traces under
+#                       bench/traces/opt/variation/, made if missing) with
+#                       opt.toml, opt-padded.toml (plan_pad_blocks = 4) and
+#                       opt-region20.toml (the region in the middle of the
+#                       used area), dcd.toml and opt-dcd.toml (opt over a
+#                       Disk Caching Disk that takes the writes), and what
+#                       the reads day 1 never read are (variation.md)
 #
 # Environment: LAYOUTD (default target/release/layoutd); SEEDS (default
 # "2 3 4", the seeds besides 1).
@@ -102,4 +110,14 @@ for s in 1 $SEEDS; do
     python3 bench/workloads/opt_phases.py $R/opt.toml $t "$LAYOUTD"
     echo
 done > $R/phases.md
+# The held-out experiment across the generator's variation, seeds 1-4.
+{
+    for c in opt opt-padded dcd opt-dcd; do
+        python3 bench/workloads/opt_variation.py $R/$c.toml "$LAYOUTD"
+        echo
+    done
+    python3 bench/workloads/opt_variation.py $R/opt-region20.toml "$LAYOUTD" --plain $R/plain-region20.toml
+    echo
+    python3 bench/workloads/opt_variation.py --kinds
+} > $R/variation.md
 cat $R/tables.md

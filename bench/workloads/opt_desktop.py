@@ -7,7 +7,7 @@ fixed list of files in a fixed order: shared libraries (a third of the
 files, drawn from one pool of 60 files in one library area, so programs
 share them) and files scattered over the whole used area, as on an aged
 file system; each file read in one to four partial reads, not always in
-file order. Every day runs the daily programs (0-5) and each other one with
+file order. Every day runs the daily programs (0-5 by default) and each other one with
 probability one half, each a second time with probability one half, in a
 random order, with an idle gap of 1-4 s between runs; every run skips 10%
 of its reads, adds 5% of reads of files it has never read (variation from
@@ -28,8 +28,22 @@ Besides the trace, OUT.plan-times gets one line per day: the time of the
 day's last request in ms after the trace's first request, where a
 `layoutd sim --message TIME:plan` trains on that day (and those before).
 
+Day-to-day variation (what a plan trained on day 1 cannot know) has
+three sources, each a parameter: `--skip` (the share of a program's reads
+a run leaves out), `--new` (the share of reads of files never read before,
+anywhere on the volume) and `--occasional` (how many of the twelve programs
+run only on some days, each with probability one half; the others run
+every day). `--variation S` scales all three from the defaults (S = 1:
+skip 0.10, new 0.05, 6 occasional programs; S = 0: every day runs every
+program's full list, only the order and the repeats vary); an explicit
+`--skip`, `--new` or `--occasional` overrides its share. The occasional
+programs are the last ones, so the two that write (6 and 9) turn daily
+as fewer are occasional (6 with 3-5 occasional, both with 2 or fewer):
+a low variation writes more.
+
     opt_desktop.py OUT.trace [--days 4] [--seed 1] [--volume-gib 40] [--same-days] [--cold-runs]
-                   [--skip 0.10] [--new 0.05] [--shared 0.35]
+                   [--variation 1] [--skip 0.10] [--new 0.05] [--occasional 6] [--shared 0.35]
+                   [--tags OUT.tags]
 """
 import argparse
 import random
@@ -94,18 +108,18 @@ def run(rng, prog, volume, t_ns, stream, out, skip, new, cache):
             extra = rng.randrange(0, volume - (64 << 10)) // BLOCK * BLOCK
             req = through_cache(cache, extra, 16, 0, rng.choice([1, 2, 4]))
             if req:
-                out.append((t_ns, stream, "R") + req)
+                out.append((t_ns, stream, "R") + req + ("new", prog["index"]))
             t_ns += rng.randrange(200_000, 2_000_000)
         req = through_cache(cache, start, blocks, o, n)
         if req:
-            out.append((t_ns, stream, "R") + req)
+            out.append((t_ns, stream, "R") + req + ("program", prog["index"]))
         t_ns += rng.randrange(200_000, 2_000_000)
     if prog["writes"]:
         for _ in range(rng.randrange(20, 60)):
             off = (prog["home"] + rng.randrange(0, 64 << 20)) // BLOCK * BLOCK
-            out.append((t_ns, stream, "W", off, rng.choice([4096, 8192, 32768])))
+            out.append((t_ns, stream, "W", off, rng.choice([4096, 8192, 32768]), "write", prog["index"]))
             t_ns += rng.randrange(200_000, 1_000_000)
-        out.append((t_ns, stream, "F", 0, 0))
+        out.append((t_ns, stream, "F", 0, 0, "write", prog["index"]))
         t_ns += 1_000_000
     return t_ns
 
@@ -116,16 +130,27 @@ def main():
     ap.add_argument("--days", type=int, default=4)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--volume-gib", type=int, default=40)
-    ap.add_argument("--skip", type=float, default=0.10, help="share of a program's reads a run skips")
-    ap.add_argument("--new", type=float, default=0.05, help="share of reads of never-read files added")
+    ap.add_argument(
+        "--variation", type=float, default=1.0, help="scale of skip, new and occasional (1: 0.10, 0.05, 6)"
+    )
+    ap.add_argument("--skip", type=float, help="share of a program's reads a run skips (0.10 x variation)")
+    ap.add_argument("--new", type=float, help="share of reads of never-read files added (0.05 x variation)")
+    ap.add_argument(
+        "--occasional", type=int, help="programs (of 12) run only on some days (6 x variation, rounded)"
+    )
     ap.add_argument(
         "--shared", type=float, default=0.35, help="share of a program's files drawn from the shared library pool"
     )
+    ap.add_argument("--tags", help="also write each request's kind and program here, one line each")
     ap.add_argument("--same-days", action="store_true", help="every day runs every program once, in one order")
     ap.add_argument(
         "--cold-runs", action="store_true", help="drop the page cache before every run (cold start-ups)"
     )
     a = ap.parse_args()
+    a.skip = 0.10 * a.variation if a.skip is None else a.skip
+    a.new = 0.05 * a.variation if a.new is None else a.new
+    a.occasional = round(6 * a.variation) if a.occasional is None else a.occasional
+    assert 0 <= a.occasional <= 12, "--occasional: 0 to 12 programs"
     rng = random.Random(a.seed)
     volume = a.volume_gib * GIB
     lib_base = rng.randrange(2 * GIB, volume - 2 * GIB) // BLOCK * BLOCK
@@ -143,7 +168,8 @@ def main():
         if a.same_days:
             today = list(progs)
         else:
-            today = [p for p in progs if p["index"] < 6 or rng.random() < 0.5]
+            daily = 12 - a.occasional
+            today = [p for p in progs if p["index"] < daily or rng.random() < 0.5]
             today += [p for p in today if rng.random() < 0.5]  # run twice
             rng.shuffle(today)
         for p in today:
@@ -162,8 +188,13 @@ def main():
             f.write(f"{(last - first) // 1_000_000}\n")
     with open(a.out, "w") as f:
         f.write("# layoutd-trace v1: submit_ns complete_ns stream op offset_bytes length_bytes flags\n")
-        for t, s, op, off, n in out:
+        for t, s, op, off, n, _, _ in out:
             f.write(f"{t} {t} {s} {op} {off} {n} -\n")
+    if a.tags:
+        with open(a.tags, "w") as f:
+            f.write("# per request of the trace, in its order: kind (program, new, write) and program index\n")
+            for r in out:
+                f.write(f"{r[5]} {r[6]}\n")
 
 
 if __name__ == "__main__":

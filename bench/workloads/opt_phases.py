@@ -35,12 +35,14 @@ def blocks(off, n):
     return range(off // 4096, (off + n + 4095) // 4096)
 
 
-def run(layoutd, config, trace, plan_ms, out):
-    """Replays `trace` with `config`'s opt layer plus a trace layer above
-    (`up`) or below (`down`); returns the recorded trace files."""
+def run(layoutd, config, trace, plan_ms, out, wheres=("up", "down")):
+    """Replays `trace` with `config`'s layer plus a trace layer above
+    (`up`) or below (`down`), planning at `plan_ms` (none if None);
+    returns the recorded trace files, in the order of `wheres`."""
     body = [l for l in open(config).read().splitlines() if not l.startswith("#") and not l.startswith("version")]
     files = {}
-    for where in ["up", "down"]:
+    plan = [] if plan_ms is None else ["--message", f"{plan_ms}ms:plan"]
+    for where in wheres:
         stack = "version = 1\n"
         stack += '[[layer]]\ntarget = "trace"\n' if where == "up" else ""
         stack += "\n".join(body) + "\n"
@@ -51,9 +53,9 @@ def run(layoutd, config, trace, plan_ms, out):
         subprocess.run(
             [layoutd, "sim", "--trace", trace, "--format", "layoutd", "--closed-loop", "--disk", "wd800",
              "--seed", "1", "--no-progress", "--json", os.path.join(out, f"{where}.json"), "--config", toml,
-             "--message", f"{plan_ms}ms:plan", "--record-trace", files[where]],
+             "--record-trace", files[where]] + plan,
             check=True, capture_output=True)
-    return files["up"], files["down"]
+    return [files[w] for w in wheres]
 
 
 def classes(trace, up, down):

@@ -99,10 +99,13 @@ fn opt_crash_at_every_flush_and_random_points_keeps_flushed_data() {
     }
 }
 
-/// The tiny region with extra copies, stream-sequence plans and partial
-/// reads from home.
-fn tiny_copies(every: u64) -> String {
-    tiny(every) + "copies_max = 3\nplan_streams = true\npartial_reads_home = true\n"
+/// The tiny region with extra copies, stream-sequence plans (padded with
+/// `pad` home neighbours each side) and partial reads from home.
+fn tiny_copies(every: u64, pad: u32) -> String {
+    tiny(every)
+        + &format!(
+            "copies_max = 3\nplan_streams = true\nplan_pad_blocks = {pad}\npartial_reads_home = true\n"
+        )
 }
 
 /// Three streams, each reading its own sequence of six places, two of
@@ -156,7 +159,7 @@ fn opt_with_extra_copies_reads_back_what_a_byte_array_would() {
     for seed in 0..12u64 {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let ops = shared_ops(&mut rng, 800);
-        let cfg = tiny_copies(6 + seed % 5);
+        let cfg = tiny_copies(6 + seed % 5, 0);
         let make = |mode| stack_from_toml(&cfg, DEVICE_BYTES, mode);
         let h = oracle_check_idle_with(&make, DEVICE_BYTES, seed, &ops, 1 + seed as usize % 4, 3);
         assert_eq!(h.upper_outstanding_count(), 0);
@@ -180,7 +183,8 @@ fn opt_with_extra_copies_crash_at_every_flush_and_random_points_keeps_flushed_da
     for seed in 0..4u64 {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let ops = shared_ops(&mut rng, 200);
-        let make = |mode| stack_from_toml(&tiny_copies(6), DEVICE_BYTES, mode);
+        // Odd seeds pad the plans with home neighbours.
+        let make = |mode| stack_from_toml(&tiny_copies(6, 2 * (seed % 2) as u32), DEVICE_BYTES, mode);
         let cuts = crash_check_idle_with(&make, DEVICE_BYTES, seed, &ops, 1 + seed as usize % 3, 30, 3);
         assert!(cuts > 20, "too few cut points: {cuts}");
     }
@@ -540,6 +544,7 @@ fn bad_configs_say_what_is_wrong() {
         ("block_bytes = 3000\n", "power of two"),
         ("journal_blocks = 0\n", "journal_blocks"),
         ("opt_lenght = \"96K\"\n", "unknown key"),
+        ("plan_pad_blocks = 4\n", "needs `plan_streams = true`"),
     ];
     for (keys, want) in cases {
         let text = format!("version = 1\n[[layer]]\ntarget = \"opt\"\n{keys}");

@@ -78,7 +78,7 @@ follow_streams = true
 "#,
     ),
     (
-        "opt-stream-plans-extra-copies-partial-reads-home",
+        "opt-padded-stream-plans-extra-copies-partial-reads-home",
         r#"version = 1
 [[layer]]
 target = "opt"
@@ -91,6 +91,7 @@ copy_blocks_per_step = 4
 idle_ms = 0
 copies_max = 4
 plan_streams = true
+plan_pad_blocks = 3
 partial_reads_home = true
 "#,
     ),

@@ -39,6 +39,7 @@ fn main() {
             blocks: ((r.offset_bytes + u64::from(r.length_bytes)).div_ceil(4096) - r.offset_bytes / 4096)
                 as u32,
             stream: r.stream.0,
+            read: r.op == layoutd_core::Op::Read,
         })
         .collect();
     let limits = Limits { think_ns: 100_000_000, vertices_max: 65_536, edges_max: 262_144 };
@@ -55,7 +56,7 @@ fn main() {
         let t = Instant::now();
         let mut planning = 0;
         ranges = if copies > 1 {
-            plan_streams(&a, capacity, WEIGHT_UNIT, copies, &mut planning)
+            plan_streams(&a, capacity, WEIGHT_UNIT, copies, 0, &mut planning)
         } else {
             let m = master_graph(&a, &mut planning);
             plan(&m, capacity, WEIGHT_UNIT, 1, false, &mut planning)

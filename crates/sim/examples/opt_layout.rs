@@ -32,6 +32,7 @@ fn main() {
                 block,
                 blocks: (end - block) as u32,
                 stream: r.stream.0,
+                read: r.op == layoutd_core::Op::Read,
             };
             (r.op == layoutd_core::Op::Read, e)
         })

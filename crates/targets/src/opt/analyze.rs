@@ -2,7 +2,7 @@
 //! in *work units* (profile entries taken, vertices and edges visited)
 //! rather than time, so the simulator and a live run do the same work.
 //!
-//! - [`Profile`]: the bounded buffer of [`ProfileEntry`]s (24 bytes each;
+//! - [`Profile`]: the bounded buffer of [`ProfileEntry`]s (32 bytes each;
 //!   the paper's entries averaged 40).
 //! - [`Analyzer`]: one directed access graph per stream. A vertex is a
 //!   block range as requested; an edge `u -> v` counts transitions from one
@@ -19,7 +19,7 @@
 //! - [`plan`]: the paper's greedy placement over the master graph.
 
 use rustc_hash::{FxHashMap, FxHashSet};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// The weight of one transition within the think time.
 pub const WEIGHT_UNIT: u64 = 1000;
@@ -38,6 +38,9 @@ pub struct ProfileEntry {
     pub blocks: u32,
     /// Its stream.
     pub stream: u32,
+    /// A read (else a write, trim or write-zeroes): only reads' home
+    /// neighbours pad a plan (`plan_streams`' `pad_blocks`).
+    pub read: bool,
 }
 const _: () = assert!(std::mem::size_of::<ProfileEntry>() <= 40);
 
@@ -105,6 +108,11 @@ struct StreamGraph {
     /// edge leads on: a stream that reads a block placed elsewhere (a
     /// library another program's sequence took) goes on after it.
     skips: BTreeMap<(Range, Range), u64>,
+    /// The ranges a write of the stream touched (a subset of `vertices`):
+    /// the plan pads none of them with their neighbours, where the next
+    /// writes go (mapped, each first write to a clean copy waits for a
+    /// journal block and goes to the region, apart from the rest).
+    written: BTreeSet<Range>,
 }
 
 /// Limits of the analyzer.
@@ -169,6 +177,9 @@ impl Analyzer {
         let fresh = g.vertices.insert(range, 0).is_none();
         *g.vertices.get_mut(&range).expect("inserted") += WEIGHT_UNIT;
         self.vertex_count += usize::from(fresh);
+        if !e.read {
+            g.written.insert(range);
+        }
         // A request repeating the last one changes neither edge.
         if g.last.is_some_and(|(prev, _)| prev == range) {
             g.last = Some((range, e.time_ns));
@@ -217,6 +228,7 @@ impl Analyzer {
                     *w > 0 && g.vertices.contains_key(a) && g.vertices.contains_key(b)
                 });
             }
+            g.written.retain(|r| g.vertices.contains_key(r));
             vertices += g.vertices.len();
             edges += g.edges.len() + g.skips.len();
         }
@@ -482,18 +494,30 @@ pub const FOLLOW_AHEAD_BLOCKS: u64 = 64;
 /// of blocks already placed (at most `copies_max` copies of a block; a
 /// request that would need more is not copied and the stream goes on from
 /// where it lies). Requests and edges below `weight_min` are left out.
+///
+/// With `pad_blocks > 0` the home neighbours of every request the plan
+/// takes (laid out or found laid out) that the stream did not write, up
+/// to `pad_blocks` before and after it, that no copy holds are laid out
+/// too, after every stream's sequence, in home order: on a file
+/// system that keeps a file's blocks together they are the rest of the
+/// file, so a later read of a part the profile never saw (a run that
+/// skipped it) is served from the region, a short seek from the stream's
+/// sequence instead of one out to home and back.
 /// Returns block ranges in region order, cut at `capacity_blocks`.
 pub fn plan_streams(
     a: &Analyzer,
     capacity_blocks: u64,
     weight_min: u64,
     copies_max: u32,
+    pad_blocks: u64,
     units: &mut u64,
 ) -> Vec<Range> {
     // Where each placed block is (its slots, in placement order).
     let mut at: FxHashMap<u64, Vec<u64>> = FxHashMap::default();
     let mut out: Vec<Range> = Vec::new();
     let mut pos = 0u64;
+    // Home neighbours of the requests laid out (`pad_blocks`).
+    let mut neighbours: BTreeSet<u64> = BTreeSet::new();
     // The first slot from which all of `r`'s blocks lie in a row, among
     // the copies of its first block that `ok` accepts.
     let in_row = |at: &FxHashMap<u64, Vec<u64>>, (b, e): Range, ok: &dyn Fn(u64) -> bool| {
@@ -511,6 +535,13 @@ pub fn plan_streams(
             if pos >= capacity_blocks {
                 return out;
             }
+            // A read's neighbours wait for the end (below), whether its
+            // blocks are laid out here or found laid out already.
+            if pad_blocks > 0 && !g.written.contains(&r) {
+                neighbours
+                    .extend((r.0.saturating_sub(pad_blocks)..r.0).chain(r.1..r.1.saturating_add(pad_blocks)));
+                *units += 2 * pad_blocks;
+            }
             let near = |s: u64| cursor.is_some_and(|c| s >= c && s - c <= FOLLOW_AHEAD_BLOCKS);
             let found = in_row(&at, r, &near)
                 .or_else(|| cursor.is_none().then(|| in_row(&at, r, &|_| true)).flatten());
@@ -523,18 +554,37 @@ pub fn plan_streams(
                 continue;
             }
             let take = (r.1 - r.0).min(capacity_blocks - pos);
-            for x in 0..take {
-                at.entry(r.0 + x).or_default().push(pos + x);
-            }
-            match out.last_mut() {
-                Some(l) if l.1 == r.0 => l.1 += take,
-                _ => out.push((r.0, r.0 + take)),
-            }
-            pos += take;
+            append(&mut out, &mut at, &mut pos, (r.0, r.0 + take));
             cursor = Some(pos);
         }
     }
+    // The neighbours no copy holds, after every stream's sequence, in home
+    // order: a stream reading on pays nothing for them, a read of one seeks
+    // within the region instead of out to home and back.
+    for x in neighbours {
+        *units += 1;
+        if pos == capacity_blocks {
+            break;
+        }
+        if !at.contains_key(&x) {
+            append(&mut out, &mut at, &mut pos, (x, x + 1));
+        }
+    }
     out
+}
+
+/// Lays out `r`'s blocks at `pos` on (the plan `out`, where each block is
+/// `at`).
+fn append(out: &mut Vec<Range>, at: &mut FxHashMap<u64, Vec<u64>>, pos: &mut u64, r: Range) {
+    assert!(r.0 < r.1);
+    for x in r.0..r.1 {
+        at.entry(x).or_default().push(*pos + (x - r.0));
+    }
+    match out.last_mut() {
+        Some(l) if l.1 == r.0 => l.1 = r.1,
+        _ => out.push(r),
+    }
+    *pos += r.1 - r.0;
 }
 
 /// A stream's requests in the order its graph says: from a request no
@@ -684,7 +734,7 @@ mod tests {
     }
 
     fn e(t_ms: u64, block: u64, blocks: u32, stream: u32) -> ProfileEntry {
-        ProfileEntry { time_ns: t_ms * 1_000_000, block, blocks, stream }
+        ProfileEntry { time_ns: t_ms * 1_000_000, block, blocks, stream, read: true }
     }
 
     fn plan_of(a: &Analyzer, capacity: u64, weight_min: u64) -> Vec<Range> {
@@ -861,7 +911,7 @@ mod tests {
         for (i, b) in [100, 26, 300].into_iter().enumerate() {
             a.add(e(20 + i as u64, b, 1 + u32::from(b == 26), 3));
         }
-        let p = plan_streams(&a, 100, WEIGHT_UNIT, 4, &mut 0);
+        let p = plan_streams(&a, 100, WEIGHT_UNIT, 4, 0, &mut 0);
         assert_eq!(
             p,
             vec![(27, 28), (26, 28), (25, 28), (100, 101), (26, 28), (200, 201), (300, 301)],
@@ -869,10 +919,60 @@ mod tests {
         );
         // Three copies at most: stream 1 made three of 27, so stream 2 finds
         // none left for 26..28 and goes on from where it lies.
-        let p = plan_streams(&a, 100, WEIGHT_UNIT, 3, &mut 0);
+        let p = plan_streams(&a, 100, WEIGHT_UNIT, 3, 0, &mut 0);
         assert_eq!(p, vec![(27, 28), (26, 28), (25, 28), (100, 101), (200, 201), (300, 301)]);
         // The region's capacity cuts the plan.
-        assert_eq!(plan_streams(&a, 4, WEIGHT_UNIT, 4, &mut 0), vec![(27, 28), (26, 28), (25, 26)]);
+        assert_eq!(plan_streams(&a, 4, WEIGHT_UNIT, 4, 0, &mut 0), vec![(27, 28), (26, 28), (25, 26)]);
+    }
+
+    #[test]
+    fn padded_stream_plans_add_each_requests_unplaced_home_neighbours_after_every_sequence() {
+        let mut a = analyzer();
+        // Stream 1 reads two pieces of a file (10..12 and 15..16: 12..15
+        // between them, a piece it skipped) and one elsewhere; stream 2
+        // reads 17..18, a neighbour of stream 1's piece.
+        for (i, (b, n)) in [(10, 2), (15, 1), (50, 2)].into_iter().enumerate() {
+            a.add(e(i as u64, b, n, 1));
+        }
+        a.add(e(10, 17, 1, 2));
+        let unpadded = plan_streams(&a, 100, WEIGHT_UNIT, 4, 0, &mut 0);
+        assert_eq!(unpadded, vec![(10, 12), (15, 16), (50, 52), (17, 18)]);
+        // Two blocks each side: the sequences as before, then the
+        // neighbours no request placed (17 is stream 2's), in home order,
+        // so the skipped piece 12..15 is in the region.
+        let p = plan_streams(&a, 100, WEIGHT_UNIT, 4, 2, &mut 0);
+        let want = [
+            (10, 12),
+            (15, 16),
+            (50, 52),
+            (17, 18),
+            (8, 10),
+            (12, 15),
+            (16, 17),
+            (18, 20),
+            (48, 50),
+            (52, 54),
+        ];
+        assert_eq!(p, want);
+        let placed = |b: u64| p.iter().filter(|r| r.0 <= b && b < r.1).count();
+        assert!((8..20).chain(48..54).all(|b| placed(b) == 1), "each block once: {p:?}");
+        assert_eq!(placed(7) + placed(20) + placed(47) + placed(54), 0);
+        // The neighbours come last: the capacity cuts them first.
+        assert_eq!(
+            plan_streams(&a, 8, WEIGHT_UNIT, 4, 2, &mut 0),
+            vec![(10, 12), (15, 16), (50, 52), (17, 18), (8, 10)]
+        );
+        // A stream's own reads are never displaced by padding.
+        assert_eq!(plan_streams(&a, 6, WEIGHT_UNIT, 4, 2, &mut 0), unpadded);
+        // A written range is placed, its neighbours are not (where the
+        // next writes go); a read of the same range by another stream pads.
+        a.add(ProfileEntry { read: false, ..e(20, 80, 2, 3) });
+        let p = plan_streams(&a, 100, WEIGHT_UNIT, 4, 2, &mut 0);
+        assert_eq!(p[..5], [(10, 12), (15, 16), (50, 52), (17, 18), (80, 82)]);
+        assert_eq!(p[5..], want[4..], "no neighbour of the written 80..82");
+        a.add(e(30, 80, 2, 4));
+        let p = plan_streams(&a, 100, WEIGHT_UNIT, 4, 2, &mut 0);
+        assert_eq!(p[p.len() - 2..], [(78, 80), (82, 84)]);
     }
 
     #[test]

@@ -49,6 +49,11 @@ pub struct Args {
     /// on along it (`analyze::plan_streams`), instead of the paper's greedy
     /// over the merged graph; blocks repeat up to `copies_max` times.
     pub plan_streams: bool,
+    /// With `plan_streams`: a request laid out takes along up to this many
+    /// of its home neighbours on each side that no copy holds yet (the rest
+    /// of its file, on a file system that keeps files together), so a read
+    /// the profile never saw next to ones it saw is served from the region.
+    pub plan_pad_blocks: u32,
     /// A read partly in OPT, partly home goes wholly home when its OPT
     /// blocks are clean (one seek instead of two).
     pub partial_reads_home: bool,
@@ -219,6 +224,7 @@ impl Args {
             copies_max: u32_key(&mut a, "copies_max", 1, 1, 16)?,
             follow_streams: a.bool_opt("follow_streams")?.unwrap_or(false),
             plan_streams: a.bool_opt("plan_streams")?.unwrap_or(false),
+            plan_pad_blocks: u32_key(&mut a, "plan_pad_blocks", 0, 0, 1024)?,
             partial_reads_home: a.bool_opt("partial_reads_home")?.unwrap_or(false),
             copy_blocks_per_step: u32_key(&mut a, "copy_blocks_per_step", 64, 1, 8192)?,
             copies_in_flight: u32_key(&mut a, "copies_in_flight", 4, 1, 64)?,
@@ -228,6 +234,9 @@ impl Args {
             auto_apply: a.bool_opt("auto_apply")?.unwrap_or(true),
             idle_ms: a.u64_opt("idle_ms")?.unwrap_or(100),
         };
+        if args.plan_pad_blocks > 0 && !args.plan_streams {
+            return Err(a.error("key `plan_pad_blocks` pads the stream plan: it needs `plan_streams = true`"));
+        }
         a.finish()?;
         let geo = Geometry::new(opt_offset_bytes, opt_length_bytes, lower_bytes, block_bytes, journal_blocks)
             .map_err(|e| ConfigError(format!("layer (opt): {e}")))?;
@@ -250,6 +259,7 @@ impl Args {
             ("copies_max", self.copies_max.to_string()),
             ("follow_streams", self.follow_streams.to_string()),
             ("plan_streams", self.plan_streams.to_string()),
+            ("plan_pad_blocks", self.plan_pad_blocks.to_string()),
             ("partial_reads_home", self.partial_reads_home.to_string()),
             ("copy_blocks_per_step", self.copy_blocks_per_step.to_string()),
             ("copies_in_flight", self.copies_in_flight.to_string()),

@@ -510,6 +510,7 @@ impl Opt {
                 block: first,
                 blocks: (end - first) as u32,
                 stream: req.stream.0,
+                read: req.op == Op::Read,
             });
             self.requests_since_plan += 1;
         }
@@ -530,7 +531,7 @@ impl Opt {
         }
     }
 
-    /// `profile TIME_NS STREAM OFFSET_BYTES LENGTH_BYTES`: a request seen
+    /// `profile TIME_NS STREAM OFFSET_BYTES LENGTH_BYTES`: a read seen
     /// elsewhere (a captured trace), profiled as if it had come here.
     fn profile_message(&mut self, rest: &str) -> Result<String, String> {
         let f: Vec<u64> = rest
@@ -546,7 +547,7 @@ impl Opt {
         let (first, end) = self.blocks_of(offset, length);
         let stream = u32::try_from(stream).map_err(|_| "opt: profile: stream past 2^32".to_string())?;
         let blocks = u32::try_from(end - first).map_err(|_| "opt: profile: too long".to_string())?;
-        self.profile.record(ProfileEntry { time_ns, block: first, blocks, stream });
+        self.profile.record(ProfileEntry { time_ns, block: first, blocks, stream, read: true });
         self.requests_since_plan += 1;
         Ok(String::new())
     }

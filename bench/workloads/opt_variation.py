@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""The held-out desktop experiment of bench/results/opt/README.md across the
+generator's day-to-day variation (`opt_desktop.py --variation S`): for each
+S and seed, the 4-day trace (committed under bench/traces/opt/variation/S/
+seedN, S = 1 being the benchmark's own traces; made if missing) replayed
+through plain, opt with one plan after day 1 and opt with a plan after
+every day, as bench/opt_sim.sh does. Per S, the medians over the seeds of:
+
+- the share of the held-out days' reads whose blocks day 1 read;
+- the share of plain's held-out I/O time spent in reads of blocks day 1
+  never read (u) and in writes and flushes (w: a plan moves neither), and
+  1/(u + w): the speedup a plan trained on day 1 would give if every read
+  it could place were free (the ceiling);
+- the speedups (plain held-out mean / run's), the share of the daily
+  plans' gain that one plan after day 1 gives, and the one plan's speedup
+  of the held-out reads alone (writes and flushes left out of both
+  means).
+
+    opt_variation.py CONFIG [LAYOUTD] [--variations 0 0.25 0.5 0.75 1] [--seeds 1 2 3 4]
+                     [--plain bench/results/opt/plain.toml]
+    opt_variation.py --kinds [--variations ...] [--seeds ...]
+
+`--kinds`: what the held-out reads day 1 never read are (the generator's
+own tags, `opt_desktop.py --tags`, of the same trace made again): reads of
+files never read before (`--new`), reads of programs day 1 did not run,
+and reads of programs it ran (a part a run skipped on day 1; of which
+within 4 blocks of a block day 1 read: what `plan_pad_blocks = 4` places),
+each as a share of all held-out reads; medians over the seeds.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import opt_phases
+import opt_report
+
+
+def trace_dir(s, seed):
+    """Where the trace of variation `s`, seed `seed` lives (made if missing)."""
+    if s == 1.0:
+        return "bench/traces/opt" if seed == 1 else f"bench/traces/opt/seed{seed}"
+    d = f"bench/traces/opt/variation/{s:g}/seed{seed}"
+    if not os.path.exists(f"{d}/desktop-4days.trace.gz"):
+        os.makedirs(d, exist_ok=True)
+        subprocess.run(["python3", "bench/workloads/opt_desktop.py", f"{d}/desktop-4days.trace", "--days", "4",
+                        "--seed", str(seed), "--variation", f"{s:g}"], check=True)
+        subprocess.run(["gzip", "-9n", f"{d}/desktop-4days.trace"], check=True)
+    return d
+
+
+def shares(trace, up):
+    """Shares of the held-out days' I/O time (`up`: the per-request record
+    of a run) in reads of blocks day 1 never read, and in writes and
+    flushes."""
+    seen = set()
+    for t, _, op, off, n in opt_phases.load(trace):
+        if op == "R" and t < opt_phases.DAY_NS:
+            seen.update(opt_phases.blocks(off, n))
+    total = unseen = writes = 0.0
+    for t, done, op, off, n in opt_phases.load(up):
+        if t < opt_phases.DAY_NS:
+            continue
+        total += done - t
+        if op != "R":
+            writes += done - t
+        elif not all(b in seen for b in opt_phases.blocks(off, n)):
+            unseen += done - t
+    return unseen / total, writes / total
+
+
+def read_mean(up):
+    """Mean response (ns) of the held-out days' reads in `up`."""
+    rs = [done - t for t, done, op, _, _ in opt_phases.load(up) if op == "R" and t >= opt_phases.DAY_NS]
+    return sum(rs) / len(rs)
+
+
+def one(layoutd, config, plain, s, seed, out):
+    """(reads seen on day 1, (u, w), one-plan speedup, daily speedup, one-plan
+    speedup of the reads alone) of one trace."""
+    d = trace_dir(s, seed)
+    trace = f"{d}/desktop-4days.trace.gz"
+    plans = open(f"{d}/desktop-4days.plan-times").read().split()
+    (up,) = opt_phases.run(layoutd, plain, trace, None, out, ("up",))
+    base = opt_report.held_out(json.load(open(os.path.join(out, "up.json"))))
+
+    # A stack without opt (a baseline) is told of no plan.
+    has_opt = 'target = "opt"' in open(config).read()
+
+    def held_out(messages):
+        cmd = [layoutd, "sim", "--trace", trace, "--format", "layoutd", "--closed-loop", "--disk", "wd800",
+               "--seed", "1", "--no-progress", "--json", os.path.join(out, "opt.json"), "--config", config]
+        for m in messages if has_opt else []:
+            cmd += ["--message", f"{m}ms:plan"]
+        subprocess.run(cmd, check=True, capture_output=True)
+        return opt_report.held_out(json.load(open(os.path.join(out, "opt.json"))))
+
+    os.makedirs(f"{out}/opt")
+    (opt_up,) = opt_phases.run(layoutd, config, trace, plans[0] if has_opt else None, f"{out}/opt", ("up",))
+    return (opt_report.day1_coverage(trace), shares(trace, up), base / held_out(plans[:1]),
+            base / held_out(plans[:3]), read_mean(up) / read_mean(opt_up))
+
+
+def kinds(s, seed, out):
+    """Shares of the held-out reads that day 1 never read, by kind: new
+    file, program not run on day 1, program run on day 1 (and of those,
+    within 4 blocks of a block day 1 read)."""
+    trace = f"{trace_dir(s, seed)}/desktop-4days.trace.gz"
+    subprocess.run(["python3", "bench/workloads/opt_desktop.py", f"{out}/t.trace", "--days", "4", "--seed",
+                    str(seed), "--variation", f"{s:g}", "--tags", f"{out}/t.tags"], check=True)
+    tags = [l.split() for l in open(f"{out}/t.tags") if not l.startswith("#")]
+    rows = opt_phases.load(trace)
+    assert len(rows) == len(tags), f"{trace}: not the trace of its seed and variation"
+    seen, ran = set(), set()
+    for (t, _, op, off, n), (kind, prog) in zip(rows, tags):
+        if op == "R" and t < opt_phases.DAY_NS:
+            seen.update(opt_phases.blocks(off, n))
+            ran.add(prog)
+    counts = [0, 0, 0, 0]
+    reads = 0
+    for (t, _, op, off, n), (kind, prog) in zip(rows, tags):
+        if op != "R" or t < opt_phases.DAY_NS:
+            continue
+        reads += 1
+        bs = opt_phases.blocks(off, n)
+        if all(b in seen for b in bs):
+            continue
+        k = 0 if kind == "new" else 1 if prog not in ran else 2
+        counts[k] += 1
+        near = all(any(x in seen for x in range(b - 4, b + 5)) for b in bs)
+        counts[3] += k == 2 and near
+    return [c / reads for c in counts]
+
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("config")
+    ap.add_argument("layoutd", nargs="?", default="target/release/layoutd")
+    ap.add_argument("--variations", type=float, nargs="+", default=[0, 0.25, 0.5, 0.75, 1])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4])
+    ap.add_argument("--plain", default="bench/results/opt/plain.toml", help="the baseline's config")
+    if len(sys.argv) > 1 and sys.argv[1] == "--kinds":
+        sys.argv[1:2] = ["-"]
+        a = ap.parse_args()
+        print("Held-out reads of blocks day 1 never read, by kind (share of all held-out reads; medians of seeds "
+              f"{' '.join(map(str, a.seeds))}):")
+        print()
+        print("| variation | new files | programs day 1 did not run | programs day 1 ran "
+              "| of which within 4 blocks of day 1's |")
+        print("| --- | --- | --- | --- | --- |")
+        for s in a.variations:
+            with tempfile.TemporaryDirectory() as out:
+                cols = list(zip(*[kinds(s, seed, out) for seed in a.seeds]))
+            print(f"| {s:g} | " + " | ".join(f"{100 * median(c):.1f}%" for c in cols) + " |")
+        return
+    a = ap.parse_args()
+    print(f"Held-out days 2-4 against the generator's variation ({a.config}; medians of seeds "
+          f"{' '.join(map(str, a.seeds))}, the range in brackets):")
+    print()
+    print("| variation | held-out reads seen on day 1 | plain I/O time in reads day 1 never read (u) "
+          "| in writes and flushes (w) | ceiling 1/(u + w) | one plan after day 1 | a plan every day "
+          "| share of the daily gain after day 1 | reads alone, one plan |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for s in a.variations:
+        rows = []
+        for seed in a.seeds:
+            with tempfile.TemporaryDirectory() as out:
+                cov, (u, w), one_plan, daily, reads = one(a.layoutd, a.config, a.plain, s, seed, out)
+            share = (one_plan - 1) / (daily - 1) if daily > 1 else float("nan")
+            rows.append((cov, u, w, 1 / (u + w), one_plan, daily, share, reads))
+        cols = list(zip(*rows))
+        rng = lambda c, f: f"{f(median(c))} ({f(min(c))}-{f(max(c))})"
+        pct = lambda x: f"{100 * x:.0f}%"
+        times = lambda x: f"{x:.2f}x"
+        print(f"| {s:g} | {rng(cols[0], pct)} | {rng(cols[1], pct)} | {rng(cols[2], pct)} | {rng(cols[3], times)} "
+              f"| {rng(cols[4], times)} | {rng(cols[5], times)} | {rng(cols[6], pct)} | {rng(cols[7], times)} |")
+
+
+if __name__ == "__main__":
+    main()
