@@ -667,17 +667,21 @@ impl Disk {
         let first_sector_ns = on_track_ns + self.rotation_wait(on_track_ns, pbn.angle);
         let distance_cyl = u64::from(pbn.cylinder.abs_diff(self.head_cylinder));
         let (mut now_ns, mut next_lba, mut remaining) = (first_sector_ns, lba, sectors);
-        // Zero-latency read ("Immediate buffer read"): landing `inside`
-        // sectors past the first requested one on this track, the drive
-        // reads from there to the run's end, then from its first sector
-        // back to the landing point. The first sector in LBA order comes
-        // when it would anyway; the track's run ends `inside` sectors after it.
+        // Zero-latency read ("Immediate buffer read"): landing in the
+        // request's sectors on its first track, the drive reads from the next
+        // sector boundary to the run's end, then from its first sector up to
+        // that boundary: one revolution from the boundary (DiskSim's
+        // `dm_latency_g1` and `g1_access_block`, which round the landing
+        // angle up to a sector start). `inside` counts the requested sectors
+        // that start before that boundary, the one the head lands in
+        // included; landing in the first sector already pays off, landing in
+        // the last one does not.
         let mut early_sectors = 0;
         if !write && self.params.interface.zero_latency_read {
             let first_run = pbn.run_sectors.min(remaining);
             let sector_ns = self.sector_ns(pbn.zone_index);
             let spt = u64::from(self.params.zones[pbn.zone_index as usize].sectors_per_track);
-            let inside = spt.saturating_sub((first_sector_ns - on_track_ns).div_ceil(sector_ns));
+            let inside = spt.saturating_sub((first_sector_ns - on_track_ns) / sector_ns);
             if inside > 0 && inside < first_run {
                 now_ns -= (first_run - inside) * sector_ns;
                 early_sectors = first_run - inside;

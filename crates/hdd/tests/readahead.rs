@@ -4,7 +4,7 @@
 //! one, and zero-latency reads.
 
 use layoutd_hdd::{
-    Disk, DiskCompletion, DiskOp, DiskParams, DiskRequest, ReadAheadScope, RequestData, Scheduler,
+    Disk, DiskCompletion, DiskOp, DiskParams, DiskRequest, Interface, ReadAheadScope, RequestData, Scheduler,
 };
 
 fn read(id: u64, lba: u64, sectors: u32) -> DiskRequest {
@@ -157,4 +157,32 @@ fn a_zero_latency_read_never_takes_longer_and_sometimes_less() {
     let zero_latency = total(&params);
     assert!(plain.iter().zip(&zero_latency).all(|(p, z)| z <= p));
     assert!(plain.iter().zip(&zero_latency).any(|(p, z)| z < p));
+}
+
+#[test]
+fn a_zero_latency_read_still_needs_a_revolution_for_a_whole_track() {
+    // Every sector of a whole-track read passes under the head after it
+    // lands, so the media takes at least one revolution from landing
+    // (DiskSim rounds the landing point up to the next sector start; the
+    // sector the head lands in is read on the next pass).
+    let mut params = drive(512, 0);
+    params.cache.read_ahead_scope = ReadAheadScope::None;
+    // No bus time or bus overheads: the completion is the media's end.
+    params.bus_sector_ns = 0;
+    params.interface = Interface { zero_latency_read: true, ..Interface::default() };
+    let spt = params.zones[0].sectors_per_track;
+    // One revolution in whole sector times (the model rounds a sector's
+    // time down to the nanosecond).
+    let revolution_ns = params.revolution_ns() / u64::from(spt) * u64::from(spt);
+    let floor_ns = params.overheads.pick(false, false, false) + revolution_ns;
+    for id in 0..300u64 {
+        let mut disk = Disk::new(params.clone(), Scheduler::Fifo, 1, id);
+        let now_ns = id * 7_919;
+        let done = serve(&mut disk, now_ns, read(id, 0, spt));
+        assert!(
+            done.complete_ns - now_ns >= floor_ns,
+            "arrival {now_ns}: {} ns, under {floor_ns}",
+            done.complete_ns - now_ns
+        );
+    }
 }
