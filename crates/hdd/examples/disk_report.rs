@@ -1,5 +1,5 @@
 //! Quick manual run: `cargo run --release -p layoutd-hdd --example disk_report -- show wd800`
-//! or `... -- validate FILE.diskspecs FILE.trace [PLOT.svg]`,
+//! or `... -- validate FILE.diskspecs FILE.trace [PLOT.svg] [--json]`,
 //! or `... -- requests FILE.diskspecs FILE.trace` (every request, measured
 //! beside model, then the median residual per request pair class).
 
@@ -27,14 +27,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some("validate") if args.len() >= 3 => {
             let params = DiskParams::from_diskspecs(Path::new(&args[1]))?;
             let report = validate(&params, Path::new(&args[2]))?;
+            if let Some(plot) = args.get(3).filter(|arg| *arg != "--json") {
+                write_cdf_svg(&report, Path::new(plot))?;
+            }
+            if args.iter().any(|arg| arg == "--json") {
+                // What `layoutd disk validate --json` prints.
+                println!("{}", serde_json::to_string_pretty(&report)?);
+                return Ok(());
+            }
             print!("{report}");
             println!("  mapped sectors {} of {}", params.mapped_sector_count(), params.sector_count);
             for percent in [5usize, 10, 25, 40, 50, 60, 75, 90, 95, 99] {
                 let at = |v: &[f64]| v[(percent * v.len()).div_ceil(100) - 1];
                 println!("  p{percent:<3} measured {:>7.3}  model {:>7.3}", at(&report.measured_sorted_ms), at(&report.model_sorted_ms));
-            }
-            if let Some(plot) = args.get(3) {
-                write_cdf_svg(&report, Path::new(plot))?;
             }
         }
         Some("requests") if args.len() >= 3 => {
@@ -56,7 +61,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             print_pair_residuals(&report.requests, params.revolution_ns() as f64 / 1.0e6);
         }
         _ => eprintln!(
-            "usage: disk_report show PRESET|FILE.diskspecs [--json] | validate FILE.diskspecs FILE.trace [PLOT.svg] \
+            "usage: disk_report show PRESET|FILE.diskspecs [--json] | validate FILE.diskspecs FILE.trace [PLOT.svg] [--json] \
              | requests FILE.diskspecs FILE.trace"
         ),
     }
