@@ -666,29 +666,17 @@ impl Disk {
         let on_track_ns = (start_ns + seek).max(first_sector_min_ns);
         let first_sector_ns = on_track_ns + self.rotation_wait(on_track_ns, pbn.angle);
         let distance_cyl = u64::from(pbn.cylinder.abs_diff(self.head_cylinder));
-        let (mut now_ns, mut next_lba, mut remaining) = (first_sector_ns, lba, sectors);
-        // Zero-latency read ("Immediate buffer read"): landing in the
-        // request's sectors on its first track, the drive reads from the next
-        // sector boundary to the run's end, then from its first sector up to
-        // that boundary: one revolution from the boundary (DiskSim's
-        // `dm_latency_g1` and `g1_access_block`, which round the landing
-        // angle up to a sector start). `inside` counts the requested sectors
-        // that start before that boundary, the one the head lands in
-        // included; landing in the first sector already pays off, landing in
-        // the last one does not.
-        let mut early_sectors = 0;
-        if !write && self.params.interface.zero_latency_read {
-            let first_run = pbn.run_sectors.min(remaining);
-            let sector_ns = self.sector_ns(pbn.zone_index);
-            let spt = u64::from(self.params.zones[pbn.zone_index as usize].sectors_per_track);
-            let inside = spt.saturating_sub((first_sector_ns - on_track_ns) / sector_ns);
-            if inside > 0 && inside < first_run {
-                now_ns -= (first_run - inside) * sector_ns;
-                early_sectors = first_run - inside;
-            }
-        }
+        let (mut next_lba, mut remaining) = (lba, sectors);
+        // Each track's part of the request starts with its first sector at
+        // `run_first_ns`, or, for a zero-latency read, earlier
+        // (`zero_latency_start`); `early_sectors` is what the last track read
+        // ahead of that first sector.
+        let (mut run_on_track_ns, mut run_first_ns) = (on_track_ns, first_sector_ns);
+        let (mut now_ns, mut early_sectors);
         loop {
             let run = pbn.run_sectors.min(remaining);
+            (now_ns, early_sectors) =
+                self.zero_latency_start(write, &pbn, run, run_on_track_ns, run_first_ns);
             now_ns += run * self.sector_ns(pbn.zone_index);
             remaining -= run;
             next_lba += run;
@@ -707,8 +695,11 @@ impl Disk {
             if write && switch_ns > 0 {
                 switch_ns = switch_ns.saturating_add_signed(self.params.write_settle_ns);
             }
-            now_ns += switch_ns;
-            now_ns += self.rotation_wait(now_ns, next.angle);
+            // A run that ends at a slip goes on along the same track: no
+            // new landing, so no new zero-latency start.
+            let same_track = (next.cylinder, next.surface) == (pbn.cylinder, pbn.surface);
+            run_on_track_ns = if same_track { u64::MAX } else { now_ns + switch_ns };
+            run_first_ns = now_ns + switch_ns + self.rotation_wait(now_ns + switch_ns, next.angle);
             pbn = next;
         }
         self.head_cylinder = pbn.cylinder;
@@ -721,6 +712,39 @@ impl Disk {
             distance_cyl,
             end_zone_index: pbn.zone_index,
             early_sectors,
+        }
+    }
+
+    /// When a track's run of `run` sectors, whose first sector comes under
+    /// the head at `first_ns` after the head lands on the track at
+    /// `on_track_ns`, starts reading, and how many of its sectors are read
+    /// ahead of the first. A zero-latency read ("Immediate buffer read")
+    /// landing in the run reads from the next sector boundary to the run's
+    /// end, then from its first sector up to that boundary: one revolution
+    /// from the boundary. DiskSim does this on every track of a read: its
+    /// `disk_buffer_seekdone` asks `dm_latency_g1` and `g1_access_block`,
+    /// which round the landing angle up to a sector start, at each landing.
+    /// `inside` counts the run's sectors that start before that boundary,
+    /// the one the head lands in included; landing in the first sector
+    /// already pays off, landing in the last one does not.
+    fn zero_latency_start(
+        &self,
+        write: bool,
+        pbn: &Pbn,
+        run: u64,
+        on_track_ns: u64,
+        first_ns: u64,
+    ) -> (u64, u64) {
+        if write || !self.params.interface.zero_latency_read || on_track_ns > first_ns {
+            return (first_ns, 0);
+        }
+        let sector_ns = self.sector_ns(pbn.zone_index);
+        let spt = u64::from(self.params.zones[pbn.zone_index as usize].sectors_per_track);
+        let inside = spt.saturating_sub((first_ns - on_track_ns) / sector_ns);
+        if inside > 0 && inside < run {
+            (first_ns - (run - inside) * sector_ns, run - inside)
+        } else {
+            (first_ns, 0)
         }
     }
 }

@@ -27,6 +27,16 @@ fn drive(segment: u32, max: u32) -> DiskParams {
     params
 }
 
+/// A zero-latency drive without read-ahead, bus time or bus overheads: a
+/// read's completion is its media's end plus the command overhead.
+fn zero_latency_drive() -> DiskParams {
+    let mut params = drive(512, 0);
+    params.cache.read_ahead_scope = ReadAheadScope::None;
+    params.bus_sector_ns = 0;
+    params.interface = Interface { zero_latency_read: true, ..Interface::default() };
+    params
+}
+
 /// Read `first`, wait 50 ms (the read-ahead runs to its limit), then read
 /// `then`: was it a buffer hit?
 fn second_hits(params: &DiskParams, first: (u64, u32), then: (u64, u32)) -> bool {
@@ -165,11 +175,7 @@ fn a_zero_latency_read_still_needs_a_revolution_for_a_whole_track() {
     // lands, so the media takes at least one revolution from landing
     // (DiskSim rounds the landing point up to the next sector start; the
     // sector the head lands in is read on the next pass).
-    let mut params = drive(512, 0);
-    params.cache.read_ahead_scope = ReadAheadScope::None;
-    // No bus time or bus overheads: the completion is the media's end.
-    params.bus_sector_ns = 0;
-    params.interface = Interface { zero_latency_read: true, ..Interface::default() };
+    let params = zero_latency_drive();
     let spt = params.zones[0].sectors_per_track;
     // One revolution in whole sector times (the model rounds a sector's
     // time down to the nanosecond).
@@ -182,6 +188,34 @@ fn a_zero_latency_read_still_needs_a_revolution_for_a_whole_track() {
         assert!(
             done.complete_ns - now_ns >= floor_ns,
             "arrival {now_ns}: {} ns, under {floor_ns}",
+            done.complete_ns - now_ns
+        );
+    }
+}
+
+#[test]
+fn a_zero_latency_read_starts_at_once_on_every_track_it_covers() {
+    // DiskSim decides zero latency at each landing (`disk_buffer_seekdone`
+    // runs after every seek and head switch of a read), not only the first:
+    // a read of two whole tracks takes one revolution on each from its
+    // landing there, whatever the platter's phase when the head reaches the
+    // second track.
+    let params = zero_latency_drive();
+    let spt = params.zones[0].sectors_per_track;
+    assert!(params.surface_count >= 2, "lba 0 .. 2 tracks stays on cylinder 0");
+    let sector_ns = params.revolution_ns() / u64::from(spt);
+    // Up to a sector to the first boundary on each track, one revolution
+    // on each, and the head switch between them.
+    let ceiling_ns = params.overheads.pick(false, false, false)
+        + 2 * (params.revolution_ns() + sector_ns)
+        + params.head_switch_ns;
+    for id in 0..300u64 {
+        let mut disk = Disk::new(params.clone(), Scheduler::Fifo, 1, id);
+        let now_ns = id * 7_919;
+        let done = serve(&mut disk, now_ns, read(id, 0, 2 * spt));
+        assert!(
+            done.complete_ns - now_ns <= ceiling_ns,
+            "arrival {now_ns}: {} ns, over {ceiling_ns}",
             done.complete_ns - now_ns
         );
     }
