@@ -285,14 +285,16 @@ impl Disk {
         let hit =
             matches!(lookup, ReadLookup::Hit | ReadLookup::Streaming { .. } | ReadLookup::Partial { .. });
         let command_ns = self.params.overheads.pick(false, hit, self.last_was_write);
+        // DiskSim holds back any media access, a prefetch or the rest of a
+        // partial hit, until the read-miss overhead has passed, hit or not
+        // (`disk_read_arrive` sets `overhead_done`, `disk_check_hda` waits
+        // for it before `disk_initiate_seek`).
+        let mechanism_ready_ns = now_ns + self.params.overheads.pick(false, false, self.last_was_write);
         completion.cache_hit = hit;
         let end = lba + sectors;
         let (out_end_ns, segment) = match (lookup, segment) {
             (ReadLookup::Hit, Some(index)) => {
-                // DiskSim holds back any prefetch until the read-miss
-                // overhead has passed, hit or not (`disk_read_arrive`).
-                let miss_ns = self.params.overheads.pick(false, false, self.last_was_write);
-                self.read_ahead_after_hit(index, now_ns + miss_ns, lba, end);
+                self.read_ahead_after_hit(index, mechanism_ready_ns, lba, end);
                 (now_ns + command_ns + prep_ns + sectors * bus_ns, Some(index))
             }
             (
@@ -306,20 +308,19 @@ impl Disk {
             (ReadLookup::Partial { cached_end_lba }, Some(_)) => {
                 // The cached sectors leave at once; the media reads the rest
                 // from where the buffer ends (DiskSim BUFFER_PARTIAL with
-                // "Immed transfer partial hit").
-                let mechanism_ready_ns = now_ns + command_ns;
+                // "Immed transfer partial hit"), after the read-miss
+                // overhead.
                 let rest = end - cached_end_lba;
                 let first = map(&self.params, cached_end_lba);
                 let access = self.take_arm(mechanism_ready_ns, cached_end_lba, rest, false, &first, 0);
                 fill_access(completion, &access);
                 let segment =
                     self.fill_after_read(now_ns, lba, cached_end_lba, end, &access, cached_end_lba - lba);
-                let cached_out_ns = mechanism_ready_ns + prep_ns + (sectors - rest) * bus_ns;
+                let cached_out_ns = now_ns + command_ns + prep_ns + (sectors - rest) * bus_ns;
                 let tail_ns = (1 + access.early_sectors) * bus_ns;
                 ((cached_out_ns + rest * bus_ns).max(access.end_ns + tail_ns), segment)
             }
             _ => {
-                let mechanism_ready_ns = now_ns + command_ns;
                 let access = self.take_arm(mechanism_ready_ns, lba, sectors, false, pbn, 0);
                 fill_access(completion, &access);
                 // "Read any free blocks": the sectors before the first

@@ -4,7 +4,8 @@
 //! one, and zero-latency reads.
 
 use layoutd_hdd::{
-    Disk, DiskCompletion, DiskOp, DiskParams, DiskRequest, Interface, ReadAheadScope, RequestData, Scheduler,
+    Disk, DiskCompletion, DiskOp, DiskParams, DiskRequest, Interface, Overheads, ReadAheadScope, RequestData,
+    Scheduler,
 };
 
 fn read(id: u64, lba: u64, sectors: u32) -> DiskRequest {
@@ -219,4 +220,24 @@ fn a_zero_latency_read_starts_at_once_on_every_track_it_covers() {
             done.complete_ns - now_ns
         );
     }
+}
+
+#[test]
+fn a_partial_hit_reads_the_rest_only_after_the_read_miss_overhead() {
+    // DiskSim sets `overhead_done` to the read-miss overhead for every read,
+    // hit or not (`disk_read_arrive`), and `disk_check_hda` holds the seek
+    // until then: the buffered sectors leave after the (here shorter) hit
+    // overhead, the rest is read no earlier than the miss overhead.
+    let mut params = drive(512, 0);
+    params.cache.read_ahead_scope = ReadAheadScope::None;
+    params.cache.partial_hits = true;
+    let miss_ns = 3 * params.revolution_ns();
+    params.overheads = Overheads { read_miss_after_read_ns: miss_ns, ..Overheads::uniform(0) };
+    let mut disk = Disk::new(params.clone(), Scheduler::Fifo, 1, 1);
+    let first = serve(&mut disk, 0, read(0, 0, 8));
+    assert!(!first.cache_hit);
+    let now_ns = first.complete_ns + 1_000_000;
+    let partial = serve(&mut disk, now_ns, read(1, 0, 16));
+    assert!(partial.cache_hit);
+    assert!(partial.complete_ns - now_ns >= miss_ns, "{} ns", partial.complete_ns - now_ns);
 }
