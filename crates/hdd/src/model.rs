@@ -22,16 +22,23 @@ const DESTAGE_SLOTS_MAX: usize = 64;
 /// What one media access cost.
 #[derive(Clone, Copy, Debug, Default)]
 struct Access {
-    first_sector_ns: u64,
     end_ns: u64,
     seek_ns: u64,
     rotation_ns: u64,
     distance_cyl: u64,
     /// Zone of the last sector transferred.
     end_zone_index: u32,
-    /// Sectors a zero-latency read took in before its first one: they are
-    /// in the buffer at the end but still go to the host after the rest.
-    early_sectors: u64,
+    /// When the first `watermark` sectors of a read (as asked of
+    /// `media_access`) are in the buffer in order.
+    watermark_ns: u64,
+    /// The earliest a read's data can all be on the bus if the bus were
+    /// free from the start: each sector leaves one bus time after the later
+    /// of its arrival in order and the previous sector's departure
+    /// (DiskSim's held bus resumes as each sector is read,
+    /// `disk_buffer_request_complete` requeues `outwait`). Sectors a
+    /// zero-latency read took in ahead of the track's first one are in
+    /// order only once the track's run ends.
+    bus_floor_ns: u64,
 }
 
 /// A hard disk: model, on-board cache and request queue.
@@ -312,16 +319,15 @@ impl Disk {
                 // overhead.
                 let rest = end - cached_end_lba;
                 let first = map(&self.params, cached_end_lba);
-                let access = self.take_arm(mechanism_ready_ns, cached_end_lba, rest, false, &first, 0);
+                let access = self.take_arm(mechanism_ready_ns, cached_end_lba, rest, false, &first, 0, 0);
                 fill_access(completion, &access);
                 let segment =
                     self.fill_after_read(now_ns, lba, cached_end_lba, end, &access, cached_end_lba - lba);
                 let cached_out_ns = now_ns + command_ns + prep_ns + (sectors - rest) * bus_ns;
-                let tail_ns = (1 + access.early_sectors) * bus_ns;
-                ((cached_out_ns + rest * bus_ns).max(access.end_ns + tail_ns), segment)
+                ((cached_out_ns + rest * bus_ns).max(access.bus_floor_ns), segment)
             }
             _ => {
-                let access = self.take_arm(mechanism_ready_ns, lba, sectors, false, pbn, 0);
+                let access = self.take_arm(mechanism_ready_ns, lba, sectors, false, pbn, 0, watermark);
                 fill_access(completion, &access);
                 // "Read any free blocks": the sectors before the first
                 // requested one that passed under the head while it waited.
@@ -332,17 +338,12 @@ impl Disk {
                     0
                 };
                 let segment = self.fill_after_read(now_ns, lba, lba, end, &access, before);
-                // Sectors reach the buffer evenly between the first sector's
-                // start and the access's end (switches spread over the run).
-                let media_ns = access.end_ns - access.first_sector_ns;
-                let watermark_ns = access.first_sector_ns + watermark * media_ns / sectors;
+                // The drive reselects once the watermark's sectors are in the
+                // buffer, in order, head switches and all; the bus then holds
+                // on, each sector leaving at the bus rate once it is read.
                 let reselected_ns =
-                    (mechanism_ready_ns + disconnect_ns).max(watermark_ns) + reselect_ns + prep_ns;
-                // The bus holds on until the last sector: it leaves at the bus
-                // rate, and no earlier than one bus time after it is read
-                // (after a zero-latency read, the sectors read early follow it).
-                let tail_ns = (1 + access.early_sectors) * bus_ns;
-                ((reselected_ns + sectors * bus_ns).max(access.end_ns + tail_ns), segment)
+                    (mechanism_ready_ns + disconnect_ns).max(access.watermark_ns) + reselect_ns + prep_ns;
+                ((reselected_ns + sectors * bus_ns).max(access.bus_floor_ns), segment)
             }
         };
         if let (Some(index), RequestData::Dropped) = (segment, self.params.cache.request_data) {
@@ -524,7 +525,7 @@ impl Disk {
         };
         let media_gate_ns = streaming_gate_ns.max(data_start_ns + buffered_first * bus_ns);
         if !write_cache {
-            let access = self.take_arm(mechanism_ready_ns, lba, sectors, true, pbn, media_gate_ns);
+            let access = self.take_arm(mechanism_ready_ns, lba, sectors, true, pbn, media_gate_ns, 0);
             fill_access(completion, &access);
             let end_ns = if access.end_ns <= data_in_ns {
                 data_in_ns
@@ -538,7 +539,7 @@ impl Disk {
         // Write-back: acknowledge once the data is in the buffer and a write
         // slot is free; the destage takes the arm in its turn.
         let data_in_ns = data_in_ns.max(self.write_slot_free_ns(data_in_ns));
-        let access = self.take_arm(mechanism_ready_ns, lba, sectors, true, pbn, media_gate_ns);
+        let access = self.take_arm(mechanism_ready_ns, lba, sectors, true, pbn, media_gate_ns, 0);
         self.push_destage(access.end_ns);
         self.cache.store_write(now_ns, lba, sectors, access.end_ns);
         completion.cache_hit = true;
@@ -572,7 +573,8 @@ impl Disk {
 
     /// Take the arm no earlier than `ready_ns`: stop any read-ahead there,
     /// then position and transfer, starting the first sector no earlier
-    /// than `first_sector_min_ns`.
+    /// than `first_sector_min_ns` (`watermark` as for `media_access`).
+    #[allow(clippy::too_many_arguments)]
     fn take_arm(
         &mut self,
         ready_ns: u64,
@@ -581,13 +583,14 @@ impl Disk {
         write: bool,
         first: &Pbn,
         first_sector_min_ns: u64,
+        watermark: u64,
     ) -> Access {
         let mut start_ns = ready_ns.max(self.mechanism_free_ns);
         if let Some(stopped) = self.cache.stop_prefetch(start_ns, self.params.cache.stop_prefetch_in_sector) {
             self.place_head(stopped.frontier_lba);
             start_ns = start_ns.max(stopped.free_ns);
         }
-        let access = self.media_access(start_ns, lba, sectors, write, first, first_sector_min_ns);
+        let access = self.media_access(start_ns, lba, sectors, write, first, first_sector_min_ns, watermark);
         self.mechanism_free_ns = access.end_ns;
         access
     }
@@ -651,7 +654,10 @@ impl Disk {
     /// Position on `lba` from the head's place at `start_ns` and transfer
     /// `sectors`, paying head and cylinder switches with the zone's skew
     /// (and the write settle after each, as DiskSim does for writes). The
-    /// first sector starts no earlier than `first_sector_min_ns`.
+    /// first sector starts no earlier than `first_sector_min_ns`. For a
+    /// read, also when its first `watermark` sectors are in the buffer and
+    /// how early the bus could have sent them all (`Access`).
+    #[allow(clippy::too_many_arguments)]
     fn media_access(
         &mut self,
         start_ns: u64,
@@ -660,6 +666,7 @@ impl Disk {
         write: bool,
         first: &Pbn,
         first_sector_min_ns: u64,
+        watermark: u64,
     ) -> Access {
         assert!(sectors >= 1);
         let mut pbn = *first;
@@ -670,15 +677,31 @@ impl Disk {
         let (mut next_lba, mut remaining) = (lba, sectors);
         // Each track's part of the request starts with its first sector at
         // `run_first_ns`, or, for a zero-latency read, earlier
-        // (`zero_latency_start`); `early_sectors` is what the last track read
-        // ahead of that first sector.
+        // (`zero_latency_start`).
         let (mut run_on_track_ns, mut run_first_ns) = (on_track_ns, first_sector_ns);
-        let (mut now_ns, mut early_sectors);
+        let bus_ns = if write { 0 } else { self.params.bus_sector_ns };
+        let (mut watermark_ns, mut bus_floor_ns) = (0, 0);
+        let mut now_ns;
         loop {
             let run = pbn.run_sectors.min(remaining);
+            let early_sectors;
             (now_ns, early_sectors) =
                 self.zero_latency_start(write, &pbn, run, run_on_track_ns, run_first_ns);
-            now_ns += run * self.sector_ns(pbn.zone_index);
+            let sector_ns = self.sector_ns(pbn.zone_index);
+            // The run's sectors in order: the first `in_order` arrive one
+            // sector time apart from `first_ns`, the early ones with the
+            // last of them. A sector's departure is bounded by its arrival
+            // plus the bus times of it and every later sector; within a run
+            // the bound is largest at its first or its last in-order sector.
+            let (first_ns, in_order) = (now_ns + early_sectors * sector_ns, run - early_sectors);
+            let done = sectors - remaining;
+            bus_floor_ns = bus_floor_ns
+                .max(first_ns + sector_ns + (sectors - done) * bus_ns)
+                .max(first_ns + in_order * sector_ns + (sectors - done - in_order + 1) * bus_ns);
+            if (done + 1..=done + run).contains(&watermark) {
+                watermark_ns = first_ns + (watermark - done).min(in_order) * sector_ns;
+            }
+            now_ns += run * sector_ns;
             remaining -= run;
             next_lba += run;
             if remaining == 0 {
@@ -706,13 +729,13 @@ impl Disk {
         self.head_cylinder = pbn.cylinder;
         self.head_surface = pbn.surface;
         Access {
-            first_sector_ns,
             end_ns: now_ns,
             seek_ns: seek,
             rotation_ns: first_sector_ns - (start_ns + seek),
             distance_cyl,
             end_zone_index: pbn.zone_index,
-            early_sectors,
+            watermark_ns,
+            bus_floor_ns,
         }
     }
 

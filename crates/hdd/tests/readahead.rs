@@ -146,11 +146,12 @@ fn read_any_free_blocks_keeps_what_passed_before_the_first_sector() {
 
 #[test]
 fn a_zero_latency_read_never_takes_longer_and_sometimes_less() {
-    // (The bus is faster than the media: the sectors read early cost less
-    // to send than the revolution they save.)
     let mut params = drive(512, 0);
     params.cache.read_ahead_scope = ReadAheadScope::None;
     let spt = params.zones[0].sectors_per_track;
+    // A bus four times the media rate: the data goes out in order, so the
+    // early sectors only help once the bus has caught up with the media.
+    params.bus_sector_ns = params.revolution_ns() / u64::from(spt) / 4;
     // Half-track reads at track starts, each on an idle disk, arriving at
     // different platter phases.
     let total = |params: &DiskParams| -> Vec<u64> {
@@ -240,4 +241,30 @@ fn a_partial_hit_reads_the_rest_only_after_the_read_miss_overhead() {
     let partial = serve(&mut disk, now_ns, read(1, 0, 16));
     assert!(partial.cache_hit);
     assert!(partial.complete_ns - now_ns >= miss_ns, "{} ns", partial.complete_ns - now_ns);
+}
+
+#[test]
+fn a_read_reselects_when_its_watermark_is_in_the_buffer_not_after_an_average_sector() {
+    // DiskSim reconnects once `watermark` sectors are in the buffer, in
+    // order, and its held bus then sends each sector as it is read. With a
+    // bus of 1/16 revolution a sector, a read whose watermark lies
+    // before its head switch ends the bus time of all its sectors after
+    // that watermark sector, however long the switch (the second track's
+    // data is in long before the bus wants it).
+    let mut params = drive(512, 0);
+    params.cache.read_ahead_scope = ReadAheadScope::None;
+    assert!(params.surface_count >= 2);
+    let spt = params.zones[0].sectors_per_track;
+    params.bus_sector_ns = params.revolution_ns() / 16;
+    params.interface = Interface { read_watermark: 0.75, ..Interface::default() };
+    // The last 40 sectors of track 0, then 10 on track 1: the watermark
+    // (37 sectors) is on track 0.
+    let request = read(0, u64::from(spt) - 40, 50);
+    let took = |head_switch_ns: u64| -> u64 {
+        let mut params = params.clone();
+        params.head_switch_ns = head_switch_ns;
+        let mut disk = Disk::new(params, Scheduler::Fifo, 1, 4);
+        serve(&mut disk, 0, request).complete_ns
+    };
+    assert_eq!(took(500_000), took(2_000_000));
 }
