@@ -41,6 +41,30 @@ struct Access {
     bus_floor_ns: u64,
 }
 
+/// What a media access feeds or is fed by besides the platter.
+#[derive(Clone, Copy, Debug)]
+enum Feed {
+    /// A read: report when its first `watermark` sectors are in the
+    /// buffer (0: not wanted).
+    Read { watermark: u64 },
+    /// A write: sector `i` (from 0) can be written once its data and the
+    /// `buffered` first sectors' are in, the bus bringing one sector every
+    /// `bus_ns` from `data_start_ns`.
+    Write { data_start_ns: u64, bus_ns: u64, buffered: u64 },
+}
+
+impl Feed {
+    /// When the data of sector `index` of a write is in the buffer.
+    fn data_in_ns(self, index: u64) -> u64 {
+        match self {
+            Feed::Read { .. } => 0,
+            Feed::Write { data_start_ns, bus_ns, buffered } => {
+                data_start_ns + (index + 1).max(buffered) * bus_ns
+            }
+        }
+    }
+}
+
 /// A hard disk: model, on-board cache and request queue.
 pub struct Disk {
     params: DiskParams,
@@ -319,7 +343,13 @@ impl Disk {
                 // overhead.
                 let rest = end - cached_end_lba;
                 let first = map(&self.params, cached_end_lba);
-                let access = self.take_arm(mechanism_ready_ns, cached_end_lba, rest, false, &first, 0, 0);
+                let access = self.take_arm(
+                    mechanism_ready_ns,
+                    cached_end_lba,
+                    rest,
+                    &first,
+                    Feed::Read { watermark: 0 },
+                );
                 fill_access(completion, &access);
                 let segment =
                     self.fill_after_read(now_ns, lba, cached_end_lba, end, &access, cached_end_lba - lba);
@@ -327,7 +357,7 @@ impl Disk {
                 ((cached_out_ns + rest * bus_ns).max(access.bus_floor_ns), segment)
             }
             _ => {
-                let access = self.take_arm(mechanism_ready_ns, lba, sectors, false, pbn, 0, watermark);
+                let access = self.take_arm(mechanism_ready_ns, lba, sectors, pbn, Feed::Read { watermark });
                 fill_access(completion, &access);
                 // "Read any free blocks": the sectors before the first
                 // requested one that passed under the head while it waited.
@@ -511,21 +541,18 @@ impl Disk {
         self.last_write_end_lba = lba + sectors;
         let bus_ns = self.params.bus_write_sector_ns;
         let data_in_ns = data_start_ns + sectors * bus_ns;
-        // Sector i (from 0) goes to the media no earlier than its data is in:
-        // the first sector may start no earlier than this.
-        let sector_ns = self.sector_ns(pbn.zone_index);
-        let streaming_gate_ns = data_start_ns + bus_ns + (sectors - 1) * bus_ns.saturating_sub(sector_ns);
-        // A drive with extra write disconnects also holds the media back
-        // until min(request, 10) sectors are buffered (15 for a request of
-        // 45 or more): DiskSim's `disk_buffer_block_available`.
-        let buffered_first = match (interface.extra_write_disconnect, sectors) {
+        // Each sector goes to the media only once its data is in; a drive
+        // with extra write disconnects also holds the media back until
+        // min(request, 10) sectors are buffered (15 for a request of 45 or
+        // more): DiskSim's `disk_buffer_block_available`.
+        let buffered = match (interface.extra_write_disconnect, sectors) {
             (false, _) => 1,
             (true, 0..45) => sectors.min(10),
             (true, _) => 15,
         };
-        let media_gate_ns = streaming_gate_ns.max(data_start_ns + buffered_first * bus_ns);
+        let feed = Feed::Write { data_start_ns, bus_ns, buffered };
         if !write_cache {
-            let access = self.take_arm(mechanism_ready_ns, lba, sectors, true, pbn, media_gate_ns, 0);
+            let access = self.take_arm(mechanism_ready_ns, lba, sectors, pbn, feed);
             fill_access(completion, &access);
             let end_ns = if access.end_ns <= data_in_ns {
                 data_in_ns
@@ -539,7 +566,7 @@ impl Disk {
         // Write-back: acknowledge once the data is in the buffer and a write
         // slot is free; the destage takes the arm in its turn.
         let data_in_ns = data_in_ns.max(self.write_slot_free_ns(data_in_ns));
-        let access = self.take_arm(mechanism_ready_ns, lba, sectors, true, pbn, media_gate_ns, 0);
+        let access = self.take_arm(mechanism_ready_ns, lba, sectors, pbn, feed);
         self.push_destage(access.end_ns);
         self.cache.store_write(now_ns, lba, sectors, access.end_ns);
         completion.cache_hit = true;
@@ -572,25 +599,14 @@ impl Disk {
     }
 
     /// Take the arm no earlier than `ready_ns`: stop any read-ahead there,
-    /// then position and transfer, starting the first sector no earlier
-    /// than `first_sector_min_ns` (`watermark` as for `media_access`).
-    #[allow(clippy::too_many_arguments)]
-    fn take_arm(
-        &mut self,
-        ready_ns: u64,
-        lba: u64,
-        sectors: u64,
-        write: bool,
-        first: &Pbn,
-        first_sector_min_ns: u64,
-        watermark: u64,
-    ) -> Access {
+    /// then position and transfer (`media_access`).
+    fn take_arm(&mut self, ready_ns: u64, lba: u64, sectors: u64, first: &Pbn, feed: Feed) -> Access {
         let mut start_ns = ready_ns.max(self.mechanism_free_ns);
         if let Some(stopped) = self.cache.stop_prefetch(start_ns, self.params.cache.stop_prefetch_in_sector) {
             self.place_head(stopped.frontier_lba);
             start_ns = start_ns.max(stopped.free_ns);
         }
-        let access = self.media_access(start_ns, lba, sectors, write, first, first_sector_min_ns, watermark);
+        let access = self.media_access(start_ns, lba, sectors, first, feed);
         self.mechanism_free_ns = access.end_ns;
         access
     }
@@ -653,25 +669,23 @@ impl Disk {
 
     /// Position on `lba` from the head's place at `start_ns` and transfer
     /// `sectors`, paying head and cylinder switches with the zone's skew
-    /// (and the write settle after each, as DiskSim does for writes). The
-    /// first sector starts no earlier than `first_sector_min_ns`. For a
-    /// read, also when its first `watermark` sectors are in the buffer and
-    /// how early the bus could have sent them all (`Access`).
-    #[allow(clippy::too_many_arguments)]
-    fn media_access(
-        &mut self,
-        start_ns: u64,
-        lba: u64,
-        sectors: u64,
-        write: bool,
-        first: &Pbn,
-        first_sector_min_ns: u64,
-        watermark: u64,
-    ) -> Access {
+    /// (and the write settle after each, as DiskSim does for writes). A
+    /// write's sector is written when it passes under the head with its data
+    /// in the buffer (`Feed::Write`); one whose data is not in yet is
+    /// missed, and the rest of the run waits a revolution for it (DiskSim's
+    /// `disk_buffer_sector_done` checks `disk_buffer_block_available` at
+    /// each sector). For a read, also when its first `watermark` sectors
+    /// are in the buffer and how early the bus could have sent them all
+    /// (`Access`).
+    fn media_access(&mut self, start_ns: u64, lba: u64, sectors: u64, first: &Pbn, feed: Feed) -> Access {
         assert!(sectors >= 1);
+        let (write, watermark) = match feed {
+            Feed::Read { watermark } => (false, watermark),
+            Feed::Write { .. } => (true, 0),
+        };
         let mut pbn = *first;
         let seek = self.reposition_ns(pbn.cylinder, pbn.surface, write);
-        let on_track_ns = (start_ns + seek).max(first_sector_min_ns);
+        let on_track_ns = (start_ns + seek).max(feed.data_in_ns(0));
         let first_sector_ns = on_track_ns + self.rotation_wait(on_track_ns, pbn.angle);
         let distance_cyl = u64::from(pbn.cylinder.abs_diff(self.head_cylinder));
         let (mut next_lba, mut remaining) = (lba, sectors);
@@ -693,8 +707,15 @@ impl Disk {
             // last of them. A sector's departure is bounded by its arrival
             // plus the bus times of it and every later sector; within a run
             // the bound is largest at its first or its last in-order sector.
-            let (first_ns, in_order) = (now_ns + early_sectors * sector_ns, run - early_sectors);
             let done = sectors - remaining;
+            if write {
+                for index in 0..run {
+                    let passes_ns = now_ns + index * sector_ns;
+                    let missed_ns = feed.data_in_ns(done + index).saturating_sub(passes_ns);
+                    now_ns += missed_ns.div_ceil(self.revolution_ns) * self.revolution_ns;
+                }
+            }
+            let (first_ns, in_order) = (now_ns + early_sectors * sector_ns, run - early_sectors);
             bus_floor_ns = bus_floor_ns
                 .max(first_ns + sector_ns + (sectors - done) * bus_ns)
                 .max(first_ns + in_order * sector_ns + (sectors - done - in_order + 1) * bus_ns);

@@ -268,3 +268,30 @@ fn a_read_reselects_when_its_watermark_is_in_the_buffer_not_after_an_average_sec
     };
     assert_eq!(took(500_000), took(2_000_000));
 }
+
+#[test]
+fn a_write_starts_once_its_first_sector_is_in_even_when_the_bus_is_slower_than_the_media() {
+    // DiskSim writes each sector as it passes under the head if its data
+    // is in the buffer (`disk_buffer_block_available` at every sector) and
+    // loses a revolution where the media overtakes the bus; it does not
+    // hold the media back until the rest could stream behind it.
+    let mut params = drive(512, 0);
+    params.cache.write_cache = false;
+    params.overheads = Overheads::uniform(0);
+    params.interface = Interface::default();
+    let spt = params.zones[0].sectors_per_track;
+    let revolution_ns = params.revolution_ns();
+    params.bus_write_sector_ns = 2 * revolution_ns / u64::from(spt);
+    for id in 0..50u64 {
+        let mut disk = Disk::new(params.clone(), Scheduler::Fifo, 1, id);
+        let now_ns = id * 7_919;
+        let done =
+            serve(&mut disk, now_ns, DiskRequest { id, op: DiskOp::Write, lba: 0, sectors: 3 * spt / 2 });
+        let first_in_ns = now_ns + params.bus_write_sector_ns;
+        let first_sector_ns = now_ns + done.seek_ns + done.rotation_ns;
+        assert!(
+            first_sector_ns < first_in_ns + revolution_ns,
+            "arrival {now_ns}: first sector at {first_sector_ns}"
+        );
+    }
+}
