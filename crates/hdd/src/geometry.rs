@@ -2,7 +2,9 @@
 //!
 //! Within a zone, LBAs fill sparing ranges in order: a range is
 //! `spare_range_tracks` tracks whose last (or, with `spares_at_front`,
-//! first) `spare_sectors_per_range` sectors are spares. A slipped sector
+//! first) `spare_sectors_per_range` sectors are spares. The zone's front
+//! empty space is counted in LBAs, as DiskSim's `deadspace`: with ranges
+//! it covers whole ranges, their spares included. A slipped sector
 //! pushes every later LBA of its range one sector on (into the spares). Track `t` of a zone starts at angle
 //! `offset + track_skew * switches + cylinder_skew * cylinders` (in sectors),
 //! where `switches` counts head switches since the zone's first track, as in
@@ -44,8 +46,16 @@ fn map_in_zone(zone: &Zone, surface_count: u32, zone_lba: u64, zone_index: u32) 
     let range_physical = zone.range_physical_sectors(surface_count);
     let range_usable = zone.range_usable_sectors(surface_count);
     assert!(range_usable > 0);
-    let range_start = zone.front_empty_sectors + (zone_lba / range_usable) * range_physical;
-    let within = zone_lba % range_usable;
+    // DiskSim counts the front empty space in LBAs (`g1_ltop_*` add
+    // `deadspace` to the LBA before dividing by the LBAs per range): with
+    // spares in every range it covers whole ranges, spares included.
+    let (range_start, within) =
+        if zone.spare_range_tracks == 0 || zone.spare_range_tracks >= zone.track_count(surface_count) {
+            (zone.front_empty_sectors, zone_lba)
+        } else {
+            let shifted = zone_lba + zone.front_empty_sectors;
+            ((shifted / range_usable) * range_physical, shifted % range_usable)
+        };
     let front_spares = if zone.spares_at_front { zone.spare_sectors_per_range } else { 0 };
     let mut physical = range_start + front_spares + within;
     let first_slip = zone.slips.partition_point(|slip| *slip < range_start);
@@ -102,6 +112,27 @@ pub fn rotation_wait_ns(revolution_ns: u64, now_ns: u64, angle: f64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_front_empty_space_is_counted_in_lbas_when_every_track_has_spares() {
+        // DiskSim's `g1_ltop_sectpertrackspare` adds the empty space to the
+        // LBA before dividing by the LBAs per track: with one spare per
+        // track, an empty space of three tracks' LBAs puts LBA 0 at the
+        // start of track 3, not three sectors before its end.
+        let mut params = DiskParams::preset("wd800").unwrap();
+        let surfaces = u64::from(params.surface_count);
+        let track = |pbn: Pbn| u64::from(pbn.cylinder) * surfaces + u64::from(pbn.surface);
+        let zone = &mut params.zones[0];
+        zone.spare_range_tracks = 1;
+        zone.spare_sectors_per_range = 1;
+        let usable = u64::from(zone.sectors_per_track) - 1;
+        zone.front_empty_sectors = 3 * usable;
+        params.finalize().unwrap();
+        let first = map(&params, 0);
+        assert_eq!((track(first), first.sector, first.run_sectors), (3, 0, usable));
+        let next = map(&params, usable);
+        assert_eq!((track(next), next.sector), (4, 0));
+    }
 
     #[test]
     fn spares_at_the_front_of_a_range_push_its_first_lba_past_them() {

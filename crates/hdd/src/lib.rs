@@ -66,7 +66,7 @@ pub use plot::write_cdf_svg;
 pub use queue::Scheduler;
 pub use report::{
     demerit_disksim_ms, demerit_ms, random_read_mean_ms, seek_curve_ms, sequential_read_mb_s, show_report,
-    validate, ShowReport, ValidateReport, ZoneRate,
+    validate, ReplayedRequest, ShowReport, ValidateReport, ZoneRate,
 };
 
 use std::path::PathBuf;

@@ -22,16 +22,47 @@ const DESTAGE_SLOTS_MAX: usize = 64;
 /// What one media access cost.
 #[derive(Clone, Copy, Debug, Default)]
 struct Access {
-    first_sector_ns: u64,
     end_ns: u64,
     seek_ns: u64,
     rotation_ns: u64,
     distance_cyl: u64,
     /// Zone of the last sector transferred.
     end_zone_index: u32,
-    /// Sectors a zero-latency read took in before its first one: they are
-    /// in the buffer at the end but still go to the host after the rest.
-    early_sectors: u64,
+    /// When the first `watermark` sectors of a read (as asked of
+    /// `media_access`) are in the buffer in order.
+    watermark_ns: u64,
+    /// The earliest a read's data can all be on the bus if the bus were
+    /// free from the start: each sector leaves one bus time after the later
+    /// of its arrival in order and the previous sector's departure
+    /// (DiskSim's held bus resumes as each sector is read,
+    /// `disk_buffer_request_complete` requeues `outwait`). Sectors a
+    /// zero-latency read took in ahead of the track's first one are in
+    /// order only once the track's run ends.
+    bus_floor_ns: u64,
+}
+
+/// What a media access feeds or is fed by besides the platter.
+#[derive(Clone, Copy, Debug)]
+enum Feed {
+    /// A read: report when its first `watermark` sectors are in the
+    /// buffer (0: not wanted).
+    Read { watermark: u64 },
+    /// A write: sector `i` (from 0) can be written once its data and the
+    /// `buffered` first sectors' are in, the bus bringing one sector every
+    /// `bus_ns` from `data_start_ns`.
+    Write { data_start_ns: u64, bus_ns: u64, buffered: u64 },
+}
+
+impl Feed {
+    /// When the data of sector `index` of a write is in the buffer.
+    fn data_in_ns(self, index: u64) -> u64 {
+        match self {
+            Feed::Read { .. } => 0,
+            Feed::Write { data_start_ns, bus_ns, buffered } => {
+                data_start_ns + (index + 1).max(buffered) * bus_ns
+            }
+        }
+    }
 }
 
 /// A hard disk: model, on-board cache and request queue.
@@ -285,14 +316,16 @@ impl Disk {
         let hit =
             matches!(lookup, ReadLookup::Hit | ReadLookup::Streaming { .. } | ReadLookup::Partial { .. });
         let command_ns = self.params.overheads.pick(false, hit, self.last_was_write);
+        // DiskSim holds back any media access, a prefetch or the rest of a
+        // partial hit, until the read-miss overhead has passed, hit or not
+        // (`disk_read_arrive` sets `overhead_done`, `disk_check_hda` waits
+        // for it before `disk_initiate_seek`).
+        let mechanism_ready_ns = now_ns + self.params.overheads.pick(false, false, self.last_was_write);
         completion.cache_hit = hit;
         let end = lba + sectors;
         let (out_end_ns, segment) = match (lookup, segment) {
             (ReadLookup::Hit, Some(index)) => {
-                // DiskSim holds back any prefetch until the read-miss
-                // overhead has passed, hit or not (`disk_read_arrive`).
-                let miss_ns = self.params.overheads.pick(false, false, self.last_was_write);
-                self.read_ahead_after_hit(index, now_ns + miss_ns, lba, end);
+                self.read_ahead_after_hit(index, mechanism_ready_ns, lba, end);
                 (now_ns + command_ns + prep_ns + sectors * bus_ns, Some(index))
             }
             (
@@ -306,21 +339,25 @@ impl Disk {
             (ReadLookup::Partial { cached_end_lba }, Some(_)) => {
                 // The cached sectors leave at once; the media reads the rest
                 // from where the buffer ends (DiskSim BUFFER_PARTIAL with
-                // "Immed transfer partial hit").
-                let mechanism_ready_ns = now_ns + command_ns;
+                // "Immed transfer partial hit"), after the read-miss
+                // overhead.
                 let rest = end - cached_end_lba;
                 let first = map(&self.params, cached_end_lba);
-                let access = self.take_arm(mechanism_ready_ns, cached_end_lba, rest, false, &first, 0);
+                let access = self.take_arm(
+                    mechanism_ready_ns,
+                    cached_end_lba,
+                    rest,
+                    &first,
+                    Feed::Read { watermark: 0 },
+                );
                 fill_access(completion, &access);
                 let segment =
                     self.fill_after_read(now_ns, lba, cached_end_lba, end, &access, cached_end_lba - lba);
-                let cached_out_ns = mechanism_ready_ns + prep_ns + (sectors - rest) * bus_ns;
-                let tail_ns = (1 + access.early_sectors) * bus_ns;
-                ((cached_out_ns + rest * bus_ns).max(access.end_ns + tail_ns), segment)
+                let cached_out_ns = now_ns + command_ns + prep_ns + (sectors - rest) * bus_ns;
+                ((cached_out_ns + rest * bus_ns).max(access.bus_floor_ns), segment)
             }
             _ => {
-                let mechanism_ready_ns = now_ns + command_ns;
-                let access = self.take_arm(mechanism_ready_ns, lba, sectors, false, pbn, 0);
+                let access = self.take_arm(mechanism_ready_ns, lba, sectors, pbn, Feed::Read { watermark });
                 fill_access(completion, &access);
                 // "Read any free blocks": the sectors before the first
                 // requested one that passed under the head while it waited.
@@ -331,17 +368,12 @@ impl Disk {
                     0
                 };
                 let segment = self.fill_after_read(now_ns, lba, lba, end, &access, before);
-                // Sectors reach the buffer evenly between the first sector's
-                // start and the access's end (switches spread over the run).
-                let media_ns = access.end_ns - access.first_sector_ns;
-                let watermark_ns = access.first_sector_ns + watermark * media_ns / sectors;
+                // The drive reselects once the watermark's sectors are in the
+                // buffer, in order, head switches and all; the bus then holds
+                // on, each sector leaving at the bus rate once it is read.
                 let reselected_ns =
-                    (mechanism_ready_ns + disconnect_ns).max(watermark_ns) + reselect_ns + prep_ns;
-                // The bus holds on until the last sector: it leaves at the bus
-                // rate, and no earlier than one bus time after it is read
-                // (after a zero-latency read, the sectors read early follow it).
-                let tail_ns = (1 + access.early_sectors) * bus_ns;
-                ((reselected_ns + sectors * bus_ns).max(access.end_ns + tail_ns), segment)
+                    (mechanism_ready_ns + disconnect_ns).max(access.watermark_ns) + reselect_ns + prep_ns;
+                ((reselected_ns + sectors * bus_ns).max(access.bus_floor_ns), segment)
             }
         };
         if let (Some(index), RequestData::Dropped) = (segment, self.params.cache.request_data) {
@@ -509,21 +541,18 @@ impl Disk {
         self.last_write_end_lba = lba + sectors;
         let bus_ns = self.params.bus_write_sector_ns;
         let data_in_ns = data_start_ns + sectors * bus_ns;
-        // Sector i (from 0) goes to the media no earlier than its data is in:
-        // the first sector may start no earlier than this.
-        let sector_ns = self.sector_ns(pbn.zone_index);
-        let streaming_gate_ns = data_start_ns + bus_ns + (sectors - 1) * bus_ns.saturating_sub(sector_ns);
-        // A drive with extra write disconnects also holds the media back
-        // until min(request, 10) sectors are buffered (15 for a request of
-        // 45 or more): DiskSim's `disk_buffer_block_available`.
-        let buffered_first = match (interface.extra_write_disconnect, sectors) {
+        // Each sector goes to the media only once its data is in; a drive
+        // with extra write disconnects also holds the media back until
+        // min(request, 10) sectors are buffered (15 for a request of 45 or
+        // more): DiskSim's `disk_buffer_block_available`.
+        let buffered = match (interface.extra_write_disconnect, sectors) {
             (false, _) => 1,
             (true, 0..45) => sectors.min(10),
             (true, _) => 15,
         };
-        let media_gate_ns = streaming_gate_ns.max(data_start_ns + buffered_first * bus_ns);
+        let feed = Feed::Write { data_start_ns, bus_ns, buffered };
         if !write_cache {
-            let access = self.take_arm(mechanism_ready_ns, lba, sectors, true, pbn, media_gate_ns);
+            let access = self.take_arm(mechanism_ready_ns, lba, sectors, pbn, feed);
             fill_access(completion, &access);
             let end_ns = if access.end_ns <= data_in_ns {
                 data_in_ns
@@ -537,7 +566,7 @@ impl Disk {
         // Write-back: acknowledge once the data is in the buffer and a write
         // slot is free; the destage takes the arm in its turn.
         let data_in_ns = data_in_ns.max(self.write_slot_free_ns(data_in_ns));
-        let access = self.take_arm(mechanism_ready_ns, lba, sectors, true, pbn, media_gate_ns);
+        let access = self.take_arm(mechanism_ready_ns, lba, sectors, pbn, feed);
         self.push_destage(access.end_ns);
         self.cache.store_write(now_ns, lba, sectors, access.end_ns);
         completion.cache_hit = true;
@@ -570,23 +599,14 @@ impl Disk {
     }
 
     /// Take the arm no earlier than `ready_ns`: stop any read-ahead there,
-    /// then position and transfer, starting the first sector no earlier
-    /// than `first_sector_min_ns`.
-    fn take_arm(
-        &mut self,
-        ready_ns: u64,
-        lba: u64,
-        sectors: u64,
-        write: bool,
-        first: &Pbn,
-        first_sector_min_ns: u64,
-    ) -> Access {
+    /// then position and transfer (`media_access`).
+    fn take_arm(&mut self, ready_ns: u64, lba: u64, sectors: u64, first: &Pbn, feed: Feed) -> Access {
         let mut start_ns = ready_ns.max(self.mechanism_free_ns);
         if let Some(stopped) = self.cache.stop_prefetch(start_ns, self.params.cache.stop_prefetch_in_sector) {
             self.place_head(stopped.frontier_lba);
             start_ns = start_ns.max(stopped.free_ns);
         }
-        let access = self.media_access(start_ns, lba, sectors, write, first, first_sector_min_ns);
+        let access = self.media_access(start_ns, lba, sectors, first, feed);
         self.mechanism_free_ns = access.end_ns;
         access
     }
@@ -649,43 +669,60 @@ impl Disk {
 
     /// Position on `lba` from the head's place at `start_ns` and transfer
     /// `sectors`, paying head and cylinder switches with the zone's skew
-    /// (and the write settle after each, as DiskSim does for writes). The
-    /// first sector starts no earlier than `first_sector_min_ns`.
-    fn media_access(
-        &mut self,
-        start_ns: u64,
-        lba: u64,
-        sectors: u64,
-        write: bool,
-        first: &Pbn,
-        first_sector_min_ns: u64,
-    ) -> Access {
+    /// (and the write settle after each, as DiskSim does for writes). A
+    /// write's sector is written when it passes under the head with its data
+    /// in the buffer (`Feed::Write`); one whose data is not in yet is
+    /// missed, and the rest of the run waits a revolution for it (DiskSim's
+    /// `disk_buffer_sector_done` checks `disk_buffer_block_available` at
+    /// each sector). For a read, also when its first `watermark` sectors
+    /// are in the buffer and how early the bus could have sent them all
+    /// (`Access`).
+    fn media_access(&mut self, start_ns: u64, lba: u64, sectors: u64, first: &Pbn, feed: Feed) -> Access {
         assert!(sectors >= 1);
+        let (write, watermark) = match feed {
+            Feed::Read { watermark } => (false, watermark),
+            Feed::Write { .. } => (true, 0),
+        };
         let mut pbn = *first;
         let seek = self.reposition_ns(pbn.cylinder, pbn.surface, write);
-        let on_track_ns = (start_ns + seek).max(first_sector_min_ns);
+        let on_track_ns = (start_ns + seek).max(feed.data_in_ns(0));
         let first_sector_ns = on_track_ns + self.rotation_wait(on_track_ns, pbn.angle);
         let distance_cyl = u64::from(pbn.cylinder.abs_diff(self.head_cylinder));
-        let (mut now_ns, mut next_lba, mut remaining) = (first_sector_ns, lba, sectors);
-        // Zero-latency read ("Immediate buffer read"): landing `inside`
-        // sectors past the first requested one on this track, the drive
-        // reads from there to the run's end, then from its first sector
-        // back to the landing point. The first sector in LBA order comes
-        // when it would anyway; the track's run ends `inside` sectors after it.
-        let mut early_sectors = 0;
-        if !write && self.params.interface.zero_latency_read {
-            let first_run = pbn.run_sectors.min(remaining);
-            let sector_ns = self.sector_ns(pbn.zone_index);
-            let spt = u64::from(self.params.zones[pbn.zone_index as usize].sectors_per_track);
-            let inside = spt.saturating_sub((first_sector_ns - on_track_ns).div_ceil(sector_ns));
-            if inside > 0 && inside < first_run {
-                now_ns -= (first_run - inside) * sector_ns;
-                early_sectors = first_run - inside;
-            }
-        }
+        let (mut next_lba, mut remaining) = (lba, sectors);
+        // Each track's part of the request starts with its first sector at
+        // `run_first_ns`, or, for a zero-latency read, earlier
+        // (`zero_latency_start`).
+        let (mut run_on_track_ns, mut run_first_ns) = (on_track_ns, first_sector_ns);
+        let bus_ns = if write { 0 } else { self.params.bus_sector_ns };
+        let (mut watermark_ns, mut bus_floor_ns) = (0, 0);
+        let mut now_ns;
         loop {
             let run = pbn.run_sectors.min(remaining);
-            now_ns += run * self.sector_ns(pbn.zone_index);
+            let early_sectors;
+            (now_ns, early_sectors) =
+                self.zero_latency_start(write, &pbn, run, run_on_track_ns, run_first_ns);
+            let sector_ns = self.sector_ns(pbn.zone_index);
+            // The run's sectors in order: the first `in_order` arrive one
+            // sector time apart from `first_ns`, the early ones with the
+            // last of them. A sector's departure is bounded by its arrival
+            // plus the bus times of it and every later sector; within a run
+            // the bound is largest at its first or its last in-order sector.
+            let done = sectors - remaining;
+            if write {
+                for index in 0..run {
+                    let passes_ns = now_ns + index * sector_ns;
+                    let missed_ns = feed.data_in_ns(done + index).saturating_sub(passes_ns);
+                    now_ns += missed_ns.div_ceil(self.revolution_ns) * self.revolution_ns;
+                }
+            }
+            let (first_ns, in_order) = (now_ns + early_sectors * sector_ns, run - early_sectors);
+            bus_floor_ns = bus_floor_ns
+                .max(first_ns + sector_ns + (sectors - done) * bus_ns)
+                .max(first_ns + in_order * sector_ns + (sectors - done - in_order + 1) * bus_ns);
+            if (done + 1..=done + run).contains(&watermark) {
+                watermark_ns = first_ns + (watermark - done).min(in_order) * sector_ns;
+            }
+            now_ns += run * sector_ns;
             remaining -= run;
             next_lba += run;
             if remaining == 0 {
@@ -703,20 +740,56 @@ impl Disk {
             if write && switch_ns > 0 {
                 switch_ns = switch_ns.saturating_add_signed(self.params.write_settle_ns);
             }
-            now_ns += switch_ns;
-            now_ns += self.rotation_wait(now_ns, next.angle);
+            // A run that ends at a slip goes on along the same track: no
+            // new landing, so no new zero-latency start.
+            let same_track = (next.cylinder, next.surface) == (pbn.cylinder, pbn.surface);
+            run_on_track_ns = if same_track { u64::MAX } else { now_ns + switch_ns };
+            run_first_ns = now_ns + switch_ns + self.rotation_wait(now_ns + switch_ns, next.angle);
             pbn = next;
         }
         self.head_cylinder = pbn.cylinder;
         self.head_surface = pbn.surface;
         Access {
-            first_sector_ns,
             end_ns: now_ns,
             seek_ns: seek,
             rotation_ns: first_sector_ns - (start_ns + seek),
             distance_cyl,
             end_zone_index: pbn.zone_index,
-            early_sectors,
+            watermark_ns,
+            bus_floor_ns,
+        }
+    }
+
+    /// When a track's run of `run` sectors, whose first sector comes under
+    /// the head at `first_ns` after the head lands on the track at
+    /// `on_track_ns`, starts reading, and how many of its sectors are read
+    /// ahead of the first. A zero-latency read ("Immediate buffer read")
+    /// landing in the run reads from the next sector boundary to the run's
+    /// end, then from its first sector up to that boundary: one revolution
+    /// from the boundary. DiskSim does this on every track of a read: its
+    /// `disk_buffer_seekdone` asks `dm_latency_g1` and `g1_access_block`,
+    /// which round the landing angle up to a sector start, at each landing.
+    /// `inside` counts the run's sectors that start before that boundary,
+    /// the one the head lands in included; landing in the first sector
+    /// already pays off, landing in the last one does not.
+    fn zero_latency_start(
+        &self,
+        write: bool,
+        pbn: &Pbn,
+        run: u64,
+        on_track_ns: u64,
+        first_ns: u64,
+    ) -> (u64, u64) {
+        if write || !self.params.interface.zero_latency_read || on_track_ns > first_ns {
+            return (first_ns, 0);
+        }
+        let sector_ns = self.sector_ns(pbn.zone_index);
+        let spt = u64::from(self.params.zones[pbn.zone_index as usize].sectors_per_track);
+        let inside = spt.saturating_sub((first_ns - on_track_ns) / sector_ns);
+        if inside > 0 && inside < run {
+            (first_ns - (run - inside) * sector_ns, run - inside)
+        } else {
+            (first_ns, 0)
         }
     }
 }

@@ -22,7 +22,9 @@ pub struct Zone {
     pub cylinder_skew_sectors: f64,
     /// Angular offset of the zone's first sector, in sectors.
     pub first_sector_offset_sectors: f64,
-    /// Unused physical sectors at the zone's front.
+    /// Unused space at the zone's front ("Empty space at zone front",
+    /// DiskSim's `deadspace`), in LBAs: with spares in every range it
+    /// covers whole ranges, spares included (`g1_ltop_sectpertrackspare`).
     pub front_empty_sectors: u64,
     /// Tracks per sparing range (0: no spares). A range covering the whole
     /// zone starts after the zone's front empty space.

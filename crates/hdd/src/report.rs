@@ -286,6 +286,29 @@ pub struct ValidateReport {
     /// Model service times, sorted (for the plot).
     #[serde(skip)]
     pub model_sorted_ms: Vec<f64>,
+    /// Every request in trace order, measured beside model (for per-request
+    /// analysis; `disk_report requests` prints them).
+    #[serde(skip)]
+    pub requests: Vec<ReplayedRequest>,
+}
+
+/// One replayed trace request: what the trace measured and what the model gave.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ReplayedRequest {
+    /// A write (else a read).
+    pub write: bool,
+    /// First block.
+    pub lba: u64,
+    /// Blocks.
+    pub sectors: u32,
+    /// The drive's service time.
+    pub measured_ms: f64,
+    /// The model's service time.
+    pub model_ms: f64,
+    /// The model served it from its buffer.
+    pub model_hit: bool,
+    /// The model's seek distance.
+    pub seek_distance_cyl: u64,
 }
 
 /// One trace line.
@@ -356,6 +379,7 @@ pub fn validate(params: &DiskParams, trace: &Path) -> Result<ValidateReport, Hdd
     let records = parse_trace(trace)?;
     let mut disk = Disk::new(params.clone(), Scheduler::Fifo, 1, 0);
     let (mut now_ns, mut model_ms) = (0u64, Vec::with_capacity(records.len()));
+    let mut requests = Vec::with_capacity(records.len());
     let mut hits = [0u64; 2];
     for (id, record) in records.iter().enumerate() {
         if record.lba + u64::from(record.sectors) > params.sector_count {
@@ -374,7 +398,17 @@ pub fn validate(params: &DiskParams, trace: &Path) -> Result<ValidateReport, Hdd
             now_ns,
             DiskRequest { id: id as u64, op, lba: record.lba, sectors: record.sectors },
         );
-        model_ms.push((completion.complete_ns - now_ns) as f64 / 1.0e6);
+        let service_ms = (completion.complete_ns - now_ns) as f64 / 1.0e6;
+        model_ms.push(service_ms);
+        requests.push(ReplayedRequest {
+            write: record.write,
+            lba: record.lba,
+            sectors: record.sectors,
+            measured_ms: record.service_us / 1.0e3,
+            model_ms: service_ms,
+            model_hit: completion.cache_hit,
+            seek_distance_cyl: completion.seek_distance_cyl,
+        });
         hits[usize::from(record.write)] += u64::from(completion.cache_hit);
         now_ns = completion.complete_ns + (record.gap_us * 1.0e3).round() as u64;
     }
@@ -411,6 +445,7 @@ pub fn validate(params: &DiskParams, trace: &Path) -> Result<ValidateReport, Hdd
         model_write_hit_rate: hits[1] as f64 / write_count,
         measured_sorted_ms: sorted(measured_ms),
         model_sorted_ms: sorted(model_ms),
+        requests,
     };
     report.demerit_ms = demerit_ms(&report.measured_sorted_ms, &report.model_sorted_ms);
     report.demerit_relative = report.demerit_ms / report.measured_mean_ms.max(f64::MIN_POSITIVE);

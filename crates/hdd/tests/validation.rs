@@ -38,6 +38,15 @@ fn validation_drives_load_and_replay() {
         // Loose sanity bound, not the goal (the goal is a benchmark).
         assert!(report.demerit_relative < 0.25, "{specs}: {report}");
         assert!((report.model_mean_ms / report.measured_mean_ms - 1.0).abs() < 0.25, "{specs}: {report}");
+        // The per-request records are the trace in order, beside the model.
+        assert_eq!(report.requests.len() as u64, report.request_count);
+        let first = std::fs::read_to_string(dir.join(trace)).unwrap();
+        let fields: Vec<&str> = first.lines().next().unwrap().split_whitespace().collect();
+        assert_eq!(report.requests[0].write, fields[0] == "W");
+        assert_eq!(report.requests[0].lba, fields[2].parse::<u64>().unwrap());
+        let mut model: Vec<f64> = report.requests.iter().map(|request| request.model_ms).collect();
+        model.sort_by(f64::total_cmp);
+        assert_eq!(model, report.model_sorted_ms);
     }
 }
 
