@@ -248,6 +248,14 @@ struct Counters {
     partial_writes_count: u64,
     /// Slots taken by the summaries of partial writes' next parts.
     summary_slots_count: u64,
+    /// Sliding compaction: home segments emptied for their group (a
+    /// cleaning pass of that one segment).
+    compact_evictions_count: u64,
+    /// Sliding compaction: groups re-sequenced into their home segment.
+    compact_groups_home_count: u64,
+    /// Sliding compaction: checkpoints that sealed an empty segment so that
+    /// the chain goes on at the home (the segment named next was another).
+    compact_redirects_count: u64,
 }
 
 enum Phase {
@@ -342,6 +350,14 @@ pub struct Log {
     /// flight when the wait ends (else it restarts then, so a long request
     /// is not taken for idle time).
     resequence_idle: layoutd_core::idle::IdleTimer,
+    /// Sliding compaction is running (idle, `resequence_sliding`): segments
+    /// go to `compact_home` or to the far end. Ends at the next request.
+    compacting: bool,
+    /// The home segment sliding compaction prepares or fills.
+    compact_home: Option<SegLoc>,
+    /// The group whose home is being prepared, and the preparation steps
+    /// taken for it (bounded: then it is re-sequenced wherever it fits).
+    compact_group: Option<(u64, u32)>,
 }
 
 /// Attempts at a lower write or flush before the target stops (a write
@@ -418,6 +434,9 @@ impl Log {
                 restart_while_in_flight: true,
                 starvation: None,
             }),
+            compacting: false,
+            compact_home: None,
+            compact_group: None,
             phase: Phase::Failed(String::new()),
             args,
             geo,
@@ -562,6 +581,8 @@ impl Log {
             head: self.head.0,
             now_seq: self.next_seq.0,
             free_segments_min: self.args.free_segments_min,
+            compacting: self.compacting,
+            home: self.compact_home.map(|h| h.0),
         }
     }
 
@@ -663,6 +684,7 @@ impl Target for Log {
         assert!(req.validate(self.size_bytes()).is_ok(), "stack validated it");
         self.resequence_idle.request();
         self.resequence_idle.arm(now, self.args.resequence_idle_ms.saturating_mul(1_000_000));
+        self.compacting = false;
         if let Phase::Failed(_) = self.phase {
             self.lower_io.upper_q.push_back(Completion::err(req.id, layoutd_core::IoError::Io));
             return;
@@ -888,6 +910,9 @@ impl Target for Log {
             ("segment_buffers_allocated_count", c.segment_buffers_allocated_count),
             ("partial_writes_count", c.partial_writes_count),
             ("summary_slots_count", c.summary_slots_count),
+            ("compact_evictions_count", c.compact_evictions_count),
+            ("compact_groups_home_count", c.compact_groups_home_count),
+            ("compact_redirects_count", c.compact_redirects_count),
             ("lower_retries_count", self.counters.lower_retries_count),
             ("lower_read_errors_count", self.counters.lower_read_errors_count),
             ("epoch", self.epoch),
