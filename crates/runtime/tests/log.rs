@@ -703,10 +703,12 @@ impl BlockDevice for ReadLog {
 /// Writes every block of 90% of the volume in a random order, updates a
 /// third of them at random, flushes, idles for a second, then reads the
 /// written blocks in order, one group (8 blocks) a request. Returns how
-/// many lower reads of that sweep did not start at most one segment
-/// header (1 KiB) after the previous one ended (seeks), and the harness.
-fn sweep_seeks_after_idle(sliding: bool) -> (usize, Harness<ZeroLatency>) {
-    let extra = format!("resequence_idle_ms = 10\nresequence_sliding = {sliding}\n");
+/// many lower reads of that sweep did not start where the previous one
+/// ended (seeks), and the harness.
+fn sweep_seeks_after_idle(sliding: bool, read_through: bool) -> (usize, Harness<ZeroLatency>) {
+    let extra = format!(
+        "resequence_idle_ms = 10\nresequence_sliding = {sliding}\nread_through_headers = {read_through}\n"
+    );
     let cfg = cfg("adaptive", &extra).replace("over_provision_pct = 20", "over_provision_pct = 30");
     let stack = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::Format);
     let dev = Arc::new(ReadLog { inner: MemDevice::new(DEVICE_BYTES), reads: Default::default() });
@@ -728,25 +730,30 @@ fn sweep_seeks_after_idle(sliding: bool) -> (usize, Harness<ZeroLatency>) {
         assert_eq!(got.to_vec(), want, "group {g}");
     }
     let reads = dev.reads.lock().expect("lock").clone();
-    let seeks =
-        reads.windows(2).filter(|w| w[1].0 < w[0].0 + w[0].1 || w[1].0 > w[0].0 + w[0].1 + 1024).count();
+    let seeks = reads.windows(2).filter(|w| w[1].0 != w[0].0 + w[0].1).count();
     (seeks, h)
 }
 
 #[test]
-fn sliding_compaction_lays_each_group_in_its_home_segment_so_a_sweep_reads_without_seeks() {
-    let (seeks, h) = sweep_seeks_after_idle(true);
+fn sliding_compaction_lays_each_group_in_its_home_segment_so_a_sweep_reads_without_a_jump() {
+    let (seeks, h) = sweep_seeks_after_idle(true, true);
     let status = h.stack.status().to_string();
     eprintln!("sliding: {seeks} seeks; {status}");
     assert!(counter(&*h.stack, "compact_evictions_count") > 0, "{status}");
-    assert!(counter(&*h.stack, "compact_groups_home_count") > 10, "{status}");
+    let groups = counter(&*h.stack, "compact_groups_home_count");
+    assert!(groups > 10, "{status}");
     assert_eq!(counter(&*h.stack, "groups_to_check_count"), 0, "{status}");
+    // Each read of a group's last slot went on through the next header.
+    assert!(counter(&*h.stack, "read_throughs_count") >= groups, "{status}");
     assert_eq!(seeks, 0, "{status}");
-    // Negative control: re-sequencing without it leaves the groups in
-    // segments that do not follow each other.
-    let (scattered, h) = sweep_seeks_after_idle(false);
+    // Negative controls: re-sequencing without sliding leaves the groups
+    // in segments that do not follow each other; without reading through,
+    // every next group starts a header further on.
+    let (scattered, h) = sweep_seeks_after_idle(false, true);
     assert!(counter(&*h.stack, "resequence_passes_count") > 0);
     assert!(scattered > 5, "{scattered} seeks without sliding compaction");
+    let (skips, _) = sweep_seeks_after_idle(true, false);
+    assert!(skips as u64 >= groups - 1, "{skips} seeks without reading through headers, {groups} groups");
 }
 
 /// Fills 90% of the volume and updates it at random with idle gaps (every

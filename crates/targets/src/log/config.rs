@@ -84,6 +84,9 @@ pub struct Args {
     /// consecutive groups lie in consecutive segments (see
     /// `request::Log::prepare_home`).
     pub resequence_sliding: bool,
+    /// Whether a read that ends at a segment's last slot reads on through
+    /// the next segment's header (see `request::Log::read_through_bytes`).
+    pub read_through_headers: bool,
     /// TEST ONLY: let SSR reuse slots freed since the last durable
     /// checkpoint (breaks crash safety; exists so a test can show the rule
     /// matters).
@@ -134,6 +137,7 @@ impl Args {
         let resequence = a.bool_opt("resequence")?.unwrap_or(true);
         let resequence_idle_ms = a.u64_opt("resequence_idle_ms")?.unwrap_or(100);
         let resequence_sliding = a.bool_opt("resequence_sliding")?.unwrap_or(false);
+        let read_through_headers = a.bool_opt("read_through_headers")?.unwrap_or(true);
         let unsafe_reuse = a.bool_opt("test_unsafe_reuse_before_checkpoint")?.unwrap_or(false);
         let (geo, map, volume_blocks) =
             cut(&a, lower_bytes, block_bytes, slot_count as u32, over_provision_pct)?;
@@ -154,6 +158,7 @@ impl Args {
             resequence,
             resequence_idle_ms,
             resequence_sliding,
+            read_through_headers,
             unsafe_reuse,
             volume_blocks,
             map,
@@ -199,6 +204,7 @@ impl Args {
             ("resequence", self.resequence.to_string()),
             ("resequence_idle_ms", self.resequence_idle_ms.to_string()),
             ("resequence_sliding", self.resequence_sliding.to_string()),
+            ("read_through_headers", self.read_through_headers.to_string()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))

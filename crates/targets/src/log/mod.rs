@@ -79,8 +79,10 @@ enum LowerOp {
     /// its completion lands in `io[slot]`.
     Work { slot: usize },
     /// A piece of a read served beside the work stack (`request::DirectRead`):
-    /// the read `key`, at `within` bytes of it.
-    Read { key: u64, within: u32 },
+    /// the read `key`, at `within` bytes of it; the lower read went on
+    /// `through` bytes past the piece (the next segment's header, see
+    /// `request::Log::read_through_bytes`), cut off on completion.
+    Read { key: u64, within: u32, through: u32 },
 }
 
 impl LowerOp {
@@ -253,6 +255,8 @@ struct Counters {
     compact_evictions_count: u64,
     /// Sliding compaction: groups re-sequenced into their home segment.
     compact_groups_home_count: u64,
+    /// Direct reads that went on through the next segment's header.
+    read_throughs_count: u64,
     /// Sliding compaction: checkpoints that sealed an empty segment so that
     /// the chain goes on at the home (the segment named next was another).
     compact_redirects_count: u64,
@@ -703,9 +707,11 @@ impl Target for Log {
             self.release_gated();
         }
         let retry = self.retryable.remove(&c.id.0);
-        if let LowerOp::Read { key, within } = op {
+        if let LowerOp::Read { key, within, through } = op {
             // A failed read fails its request only.
             self.counters.lower_read_errors_count += u64::from(c.result.is_err());
+            let mut c = c;
+            c.data = c.data.map(|d| d.slice(..d.len() - through as usize));
             self.direct_read_done(key, within, c);
             return;
         }
@@ -913,6 +919,7 @@ impl Target for Log {
             ("compact_evictions_count", c.compact_evictions_count),
             ("compact_groups_home_count", c.compact_groups_home_count),
             ("compact_redirects_count", c.compact_redirects_count),
+            ("read_throughs_count", c.read_throughs_count),
             ("lower_retries_count", self.counters.lower_retries_count),
             ("lower_read_errors_count", self.counters.lower_read_errors_count),
             ("epoch", self.epoch),

@@ -711,11 +711,35 @@ impl Log {
         }
         self.reads.insert(key, asm);
         for (off, n, out) in runs {
-            let op = LowerOp::Read { key, within: out as u32 };
-            let id = self.lower_io.emit(op, false, Request::new(ReqId(0), Op::Read, off, n as u32));
-            self.gate.issued(id, (off, off + n));
+            let through = self.read_through_bytes(off + n);
+            self.counters.read_throughs_count += u64::from(through > 0);
+            let op = LowerOp::Read { key, within: out as u32, through: through as u32 };
+            let id =
+                self.lower_io.emit(op, false, Request::new(ReqId(0), Op::Read, off, (n + through) as u32));
+            self.gate.issued(id, (off, off + n + through));
         }
         Ok(())
+    }
+
+    /// Bytes a direct read whose run ends at lower offset `end` reads on
+    /// past it (`read_through_headers`): the next segment's header when
+    /// the run ends at a segment's last slot. The next request of a
+    /// sequential reader then starts where this one ended, instead of a
+    /// header further on: a disk at queue depth one streams on instead of
+    /// missing the sectors while the command turns around (one jump per
+    /// segment otherwise, a lost rotation on some; ZFS reads through small
+    /// gaps for the same reason, `zfs_vdev_read_gap_limit`).
+    fn read_through_bytes(&self, end: u64) -> u64 {
+        let first = self.geo.segment_offset_bytes(SegLoc(0));
+        let stride = self.geo.stride_bytes();
+        if !self.args.read_through_headers || end <= first || (end - first) % stride != 0 {
+            return 0;
+        }
+        let next = (end - first) / stride;
+        if next >= u64::from(self.geo.segment_count) {
+            return 0;
+        }
+        u64::from(self.geo.header_bytes)
     }
 
     /// Whether an upper write, trim or write-zeroes queued or running
