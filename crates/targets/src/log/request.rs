@@ -732,7 +732,7 @@ impl Log {
     fn read_through_bytes(&self, end: u64) -> u64 {
         let first = self.geo.segment_offset_bytes(SegLoc(0));
         let stride = self.geo.stride_bytes();
-        if !self.args.read_through_headers || end <= first || (end - first) % stride != 0 {
+        if !self.args.read_through_headers || end <= first || !(end - first).is_multiple_of(stride) {
             return 0;
         }
         let next = (end - first) / stride;
