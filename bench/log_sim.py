@@ -20,8 +20,15 @@ phase (which runs alone at queue depth 1: its disk time is its span).
 Writes bench/results/log/README.md (table above the analysis marker, which
 is kept) and summary-DISK.json. Runs and traces go to bench/results/log/tmp/.
 
+With --variant NAME --set KEY=VALUE..., only the idle runs of the `log`
+stacks, with those keys added to the `log` layer (e.g. `--variant sliding
+--set resequence_sliding=true`: sliding compaction, docs/log.md), against
+the last full run's summary (its runs without idle, and its idle runs as
+"before"): writes bench/results/log/variant-NAME-DISK.md and .json.
+
 Usage: bench/log_sim.py [--disk st3160815as] [--utils 10,20,...,90,95]
                         [--update-mib 512] [--idle-s 3600] [--jobs 2]
+                        [--variant NAME --set KEY=VALUE ...]
 Needs target/release/layoutd (or target/debug/layoutd).
 """
 import argparse, concurrent.futures, json, os, subprocess, sys
@@ -66,11 +73,27 @@ def phases(rec):
     return {k: (hi - lo) / 1e9 for k, (lo, hi) in spans.items()}
 
 
-def run(l, disk, util, stack, idle):
+def stack_config(stack, variant=None):
+    """The stack's config file; with a `variant` (name, [KEY=VALUE]), a copy
+    in TMP whose `log` layer has those keys."""
+    path = os.path.join(ROOT, "bench/workloads/log", stack + ".toml")
+    if not variant:
+        return path
+    name, sets = variant
+    text = open(path).read()
+    assert 'target = "log"\n' in text, path
+    keys = "".join(f"{k.strip()} = {v.strip()}\n" for k, v in (kv.split("=", 1) for kv in sets))
+    out = os.path.join(TMP, f"{stack}-{name}.toml")
+    with open(out, "w") as fh:
+        fh.write(text.replace('target = "log"\n', 'target = "log"\n' + keys, 1))
+    return out
+
+
+def run(l, disk, util, stack, idle, variant=None):
     trace = os.path.join(TMP, f"iotest-{util}{'-idle' if idle else ''}.trace")
-    base = os.path.join(TMP, f"{disk}-{util}-{stack}{'-idle' if idle else ''}")
+    base = os.path.join(TMP, f"{disk}-{util}-{stack}{'-idle' if idle else ''}{'-' + variant[0] if variant else ''}")
     cmd = [l, "sim", "--trace", trace, "--format", "layoutd", "--config",
-           os.path.join(ROOT, "bench/workloads/log", stack + ".toml"), "--disk", disk, "--closed-loop",
+           stack_config(stack, variant), "--disk", disk, "--closed-loop",
            "--no-progress", "--record-trace", base + ".rec", "--json", base + ".json"]
     subprocess.run(cmd, check=True, capture_output=True)
     j = json.load(open(base + ".json"))
@@ -87,6 +110,8 @@ def main():
     ap.add_argument("--update-mib", type=int, default=512)
     ap.add_argument("--idle-s", type=int, default=3600)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--variant", help="name of a variant of the log stacks (with --set)")
+    ap.add_argument("--set", action="append", default=[], help="KEY=VALUE added to the log layer")
     a = ap.parse_args()
     utils = [int(u) for u in a.utils.split(",")]
     os.makedirs(TMP, exist_ok=True)
@@ -96,6 +121,8 @@ def main():
             subprocess.run([sys.executable, os.path.join(ROOT, "bench/workloads/log_iotest.py"),
                             os.path.join(TMP, f"iotest-{u}{suffix}.trace"), str(VOLUME), str(u),
                             str(a.update_mib), "1", str(idle)], check=True)
+    if a.variant:
+        return variant_main(l, a, utils)
     res = {}
     jobs = [(u, s, False) for u in utils for s in STACKS] + [(u, s, True) for u in utils for s in STACKS[1:]]
     with concurrent.futures.ThreadPoolExecutor(a.jobs) as ex:
@@ -107,6 +134,61 @@ def main():
         json.dump({"disk": a.disk, "volume_bytes": VOLUME, "update_mib": a.update_mib, "idle_s": a.idle_s,
                    "runs": res}, fh, indent=1)
     report(res, a, utils)
+
+
+def idle_cell(base, idle, lin):
+    """An idle run's read (x linear without idle) and its idle work: slots
+    re-sequenced + slots cleaned, disk busy seconds (see the README)."""
+    t = idle["phases_s"]["read"]
+    moved = idle["log"]["slots_resequence_count"] - base["log"]["slots_resequence_count"]
+    cleaned = sum(idle["log"][k] - base["log"][k] for k in ("slots_cleaning_count", "slots_plugging_count"))
+    # The read phase runs alone at queue depth 1: its disk time is its span.
+    busy = idle["disk_busy_s"] - base["disk_busy_s"] + base["phases_s"]["read"] - t
+    return f"{t:.1f} ({t / lin:.2f}x; {moved}+{cleaned}, {busy:.0f} s)"
+
+
+def variant_main(l, a, utils):
+    """The idle runs again with the variant's keys, against the last full
+    run (bench/results/log/summary-DISK.json)."""
+    before = json.load(open(os.path.join(OUT, f"summary-{a.disk}.json")))["runs"]
+    logs = STACKS[1:]
+    variant = (a.variant, a.set)
+    res = {}
+    with concurrent.futures.ThreadPoolExecutor(a.jobs) as ex:
+        for util, stack, _idle, r in ex.map(lambda j: run(l, a.disk, *j, variant=variant),
+                                            [(u, s, True) for u in utils for s in logs]):
+            res.setdefault(str(util), {})[stack] = r
+            print(f"{util:3}% {stack:14} {a.variant} read {r['phases_s'].get('read', 0):9.2f} s", file=sys.stderr)
+    name = f"variant-{a.variant}-{a.disk}"
+    with open(os.path.join(OUT, name + ".json"), "w") as fh:
+        json.dump({"disk": a.disk, "idle_s": a.idle_s, "set": a.set, "runs": res}, fh, indent=1)
+    keys = ", ".join(f"`{kv}`" for kv in a.set)
+    sets = " ".join(f"--set {kv}" for kv in a.set)
+    lines = [f"# `log`: sequential read after {a.idle_s} s idle, variant `{a.variant}` ({a.disk})", "",
+             f"The IO TEST of README.md, its idle runs again with {keys} in the `log` layer. Reproduce: "
+             f"`cargo build --release -p layoutd && bench/log_sim.py --variant {a.variant} {sets} --utils {a.utils}` "
+             "(after a full `bench/log_sim.py`, whose summary gives the runs without idle and the \"before\" "
+             "cells).", "",
+             "Cells: read seconds (x linear without idle; slots re-sequenced + slots cleaned by the idle work, "
+             "its disk busy seconds), README.md's idle run -> the variant's.", "",
+             "| util | linear | " + " | ".join(logs) + " |", "| ---: | ---: | " + " | ".join("---:" for _ in logs) + " |"]
+    for u in utils:
+        b = before[str(u)]
+        lin = b["linear"]["phases_s"]["read"]
+        cells = [idle_cell(b[s], b[s + "-idle"], lin) + " -> " + idle_cell(b[s], res[str(u)][s], lin) for s in logs]
+        lines.append(f"| {u}% | {lin:.1f} | " + " | ".join(cells) + " |")
+    lines += ["", "Counters of the variant's runs (whole run): compact_evictions / compact_groups_home / "
+              "compact_redirects / checkpoints", "", "| util | " + " | ".join(logs) + " |",
+              "| ---: | " + " | ".join("---:" for _ in logs) + " |"]
+    for u in utils:
+        cells = []
+        for s in logs:
+            c = res[str(u)][s]["log"]
+            cells.append(f"{c['compact_evictions_count']} / {c['compact_groups_home_count']} / "
+                         f"{c['compact_redirects_count']} / {c['checkpoints_count']}")
+        lines.append(f"| {u}% | " + " | ".join(cells) + " |")
+    readme.write_keeping_notes(os.path.join(OUT, name + ".md"), lines + ["", MARKER], MARKER)
+    print("\n".join(lines))
 
 
 def update_wa(c, util):
@@ -162,15 +244,7 @@ def report(res, a, utils):
     for u in utils:
         r = res[str(u)]
         lin = r["linear"]["phases_s"]["read"]
-        cells = []
-        for s in logs:
-            b, i = r[s], r[s + "-idle"]
-            t = i["phases_s"]["read"]
-            moved = i["log"]["slots_resequence_count"] - b["log"]["slots_resequence_count"]
-            cleaned = sum(i["log"][k] - b["log"][k] for k in ("slots_cleaning_count", "slots_plugging_count"))
-            # The read phase runs alone at queue depth 1: its disk time is its span.
-            busy = i["disk_busy_s"] - b["disk_busy_s"] + b["phases_s"]["read"] - t
-            cells.append(f"{t:.1f} ({t / lin:.2f}x; {moved}+{cleaned}, {busy:.0f} s)")
+        cells = [idle_cell(r[s], r[s + "-idle"], lin) for s in logs]
         lines.append(f"| {u}% | {lin:.1f} | " + " | ".join(cells) + " |")
     readme.write_keeping_notes(os.path.join(OUT, "README.md"), lines + ["", MARKER], MARKER)
     print("\n".join(lines))

@@ -8,7 +8,10 @@
 use layoutd_core::{Op, OpenMode, Target};
 use layoutd_disk::{BlockDevice, LogOp, MemDevice, Recorder};
 use layoutd_runtime::det::{Harness, ZeroLatency};
-use layoutd_runtime::testkit::{bring_up, crash_check, oracle_check, stack_from_toml, OpSpec};
+use layoutd_runtime::testkit::{
+    bring_up, crash_check, crash_check_idle_with, oracle_check, oracle_check_idle_with, stack_from_toml,
+    OpSpec,
+};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
@@ -586,6 +589,16 @@ fn a_lower_read_error_fails_only_its_request_and_failed_writes_are_retried() {
     assert!(error.contains("write of segment") && error.contains("3 times"), "{error}");
 }
 
+/// Blocks 0..n in a random order (seeded), and the generator for more.
+fn shuffled(n: u64, seed: u64) -> (Vec<u64>, ChaCha8Rng) {
+    let mut order: Vec<u64> = (0..n).collect();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    for i in (1..order.len()).rev() {
+        order.swap(i, rng.gen_range(0..=i));
+    }
+    (order, rng)
+}
+
 /// Writes every block of 90% of the volume in a random order (so each
 /// group of 8 blocks, one segment's worth, lies in up to 8 segments),
 /// flushes, lets the volume idle for a second, then reads each group
@@ -597,11 +610,7 @@ fn group_reads_after_idle(resequence: bool) -> (Vec<u64>, Harness<ZeroLatency>) 
     let mut h = Harness::new(stack, Arc::new(MemDevice::new(DEVICE_BYTES)), ZeroLatency::default(), 1);
     bring_up(&mut h);
     let groups = counter(&*h.stack, "volume_blocks_count") * 9 / 10 / 8;
-    let mut order: Vec<u64> = (0..groups * 8).collect();
-    let mut rng = ChaCha8Rng::seed_from_u64(9);
-    for i in (1..order.len()).rev() {
-        order.swap(i, rng.gen_range(0..=i));
-    }
+    let (order, _) = shuffled(groups * 8, 9);
     for &b in &order {
         assert_eq!(h.write(b * 4096, block_bytes(1, b)).result, Ok(()));
     }
@@ -660,5 +669,113 @@ fn a_segment_open_across_partial_writes_is_never_a_cleaning_victim() {
     assert_eq!(counter(&*h.stack, "partial_writes_count"), 3, "{status}");
     for b in 0..3u64 {
         assert_eq!(h.read(b * 4096, 4096).data.expect("data"), block_bytes(1, b));
+    }
+}
+
+/// A memory device that remembers the offset and length of every read.
+struct ReadLog {
+    inner: MemDevice,
+    reads: std::sync::Mutex<Vec<(u64, u64)>>,
+}
+
+impl BlockDevice for ReadLog {
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> std::io::Result<()> {
+        self.reads.lock().expect("lock").push((offset_bytes, buf.len() as u64));
+        self.inner.read_at(buf, offset_bytes)
+    }
+    fn write_at(&self, buf: &[u8], offset_bytes: u64) -> std::io::Result<()> {
+        self.inner.write_at(buf, offset_bytes)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn trim(&self, offset_bytes: u64, length_bytes: u64) -> std::io::Result<()> {
+        self.inner.trim(offset_bytes, length_bytes)
+    }
+    fn write_zeroes(&self, offset_bytes: u64, length_bytes: u64) -> std::io::Result<()> {
+        self.inner.write_zeroes(offset_bytes, length_bytes)
+    }
+}
+
+/// Writes every block of 90% of the volume in a random order, updates a
+/// third of them at random, flushes, idles for a second, then reads the
+/// written blocks in order, one group (8 blocks) a request. Returns how
+/// many lower reads of that sweep did not start where the previous one
+/// ended (seeks), and the harness.
+fn sweep_seeks_after_idle(sliding: bool, read_through: bool) -> (usize, Harness<ZeroLatency>) {
+    let extra = format!(
+        "resequence_idle_ms = 10\nresequence_sliding = {sliding}\nread_through_headers = {read_through}\n"
+    );
+    let cfg = cfg("adaptive", &extra).replace("over_provision_pct = 20", "over_provision_pct = 30");
+    let stack = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::Format);
+    let dev = Arc::new(ReadLog { inner: MemDevice::new(DEVICE_BYTES), reads: Default::default() });
+    let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
+    bring_up(&mut h);
+    let groups = counter(&*h.stack, "volume_blocks_count") * 9 / 10 / 8;
+    let (order, mut rng) = shuffled(groups * 8, 5);
+    let updates: Vec<u64> = (0..groups * 8 / 3).map(|_| rng.gen_range(0..groups * 8)).collect();
+    for &b in order.iter().chain(&updates) {
+        assert_eq!(h.write(b * 4096, block_bytes(1, b)).result, Ok(()));
+    }
+    assert_eq!(h.flush().result, Ok(()));
+    h.run_until(h.now.add_ms(1000));
+    h.settle();
+    dev.reads.lock().expect("lock").clear();
+    for g in 0..groups {
+        let got = h.read(g * 8 * 4096, 8 * 4096).data.expect("data");
+        let want: Vec<u8> = (g * 8..g * 8 + 8).flat_map(|b| block_bytes(1, b)).collect();
+        assert_eq!(got.to_vec(), want, "group {g}");
+    }
+    let reads = dev.reads.lock().expect("lock").clone();
+    let seeks = reads.windows(2).filter(|w| w[1].0 != w[0].0 + w[0].1).count();
+    (seeks, h)
+}
+
+#[test]
+fn sliding_compaction_lays_each_group_in_its_home_segment_so_a_sweep_reads_without_a_jump() {
+    let (seeks, h) = sweep_seeks_after_idle(true, true);
+    let status = h.stack.status().to_string();
+    eprintln!("sliding: {seeks} seeks; {status}");
+    assert!(counter(&*h.stack, "compact_evictions_count") > 0, "{status}");
+    let groups = counter(&*h.stack, "compact_groups_home_count");
+    assert!(groups > 10, "{status}");
+    assert_eq!(counter(&*h.stack, "groups_to_check_count"), 0, "{status}");
+    // Each read of a group's last slot went on through the next header.
+    assert!(counter(&*h.stack, "read_throughs_count") >= groups, "{status}");
+    assert_eq!(seeks, 0, "{status}");
+    // Negative controls: re-sequencing without sliding leaves the groups
+    // in segments that do not follow each other; without reading through,
+    // every next group starts a header further on.
+    let (scattered, h) = sweep_seeks_after_idle(false, true);
+    assert!(counter(&*h.stack, "resequence_passes_count") > 0);
+    assert!(scattered > 5, "{scattered} seeks without sliding compaction");
+    let (skips, _) = sweep_seeks_after_idle(true, false);
+    assert!(skips as u64 >= groups - 1, "{skips} seeks without reading through headers, {groups} groups");
+}
+
+/// Fills 90% of the volume and updates it at random with idle gaps (every
+/// 5th op), so sliding compaction (evictions from homes, checkpoints that
+/// redirect the chain, groups moved home) runs between the requests and
+/// the crash cuts fall inside it.
+#[test]
+fn flushed_data_survives_a_crash_at_any_point_of_sliding_compaction() {
+    for policy in ["greedy", "ssr", "adaptive"] {
+        let cfg = cfg(policy, "resequence_sliding = true\nresequence_idle_ms = 0\n")
+            .replace("over_provision_pct = 20", "over_provision_pct = 30")
+            .replace("free_segments_target = 3", "free_segments_target = 6");
+        let make = |mode| stack_from_toml(&cfg, DEVICE_BYTES, mode);
+        let volume_bytes = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::Format).size_bytes();
+        let ops = fill_then_update(volume_bytes, 90, 300, 13);
+        let h = oracle_check_idle_with(&make, DEVICE_BYTES, 13, &ops, 2, 5);
+        let status = h.stack.status().to_string();
+        eprintln!("{policy}: {status}");
+        assert!(counter(&*h.stack, "compact_evictions_count") > 5, "{policy}: {status}");
+        assert!(counter(&*h.stack, "compact_groups_home_count") > 5, "{policy}: {status}");
+        let cuts = crash_check_idle_with(&make, DEVICE_BYTES, 13, &ops, 2, 40, 5);
+        eprintln!("{policy}: {cuts} cut points");
+        assert!(cuts > 40, "{policy}: {cuts}");
     }
 }

@@ -158,6 +158,12 @@ target = "linear"
         "version = 1\n[[layer]]\ntarget = \"log\"\nblock_bytes = 1024\nsegment_bytes = \"8KiB\"\nover_provision_pct = 15\n\
          clean_batch_segments = 2\nfree_segments_min = 1\ncheckpoint_segments = 16\n",
     ),
+    (
+        "log-ssr-sliding-compaction",
+        "version = 1\n[[layer]]\ntarget = \"log\"\nsegment_bytes = \"16KiB\"\nover_provision_pct = 25\npolicy = \"ssr\"\n\
+         clean_batch_segments = 2\nfree_segments_min = 1\ncheckpoint_segments = 8\nresequence_sliding = true\n\
+         resequence_idle_ms = 0\n",
+    ),
 ];
 
 fn op_strategy() -> impl Strategy<Value = OpSpec> {

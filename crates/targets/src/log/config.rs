@@ -79,6 +79,14 @@ pub struct Args {
     pub resequence: bool,
     /// Re-sequencing waits for this long without a request.
     pub resequence_idle_ms: u64,
+    /// Whether re-sequencing slides each group into its home segment
+    /// (group g into segment g, its live blocks moved out first), so that
+    /// consecutive groups lie in consecutive segments (see
+    /// `request::Log::prepare_home`).
+    pub resequence_sliding: bool,
+    /// Whether a read that ends at a segment's last slot reads on through
+    /// the next segment's header (see `request::Log::read_through_bytes`).
+    pub read_through_headers: bool,
     /// TEST ONLY: let SSR reuse slots freed since the last durable
     /// checkpoint (breaks crash safety; exists so a test can show the rule
     /// matters).
@@ -128,6 +136,8 @@ impl Args {
         let partial_segments = a.bool_opt("partial_segments")?.unwrap_or(true);
         let resequence = a.bool_opt("resequence")?.unwrap_or(true);
         let resequence_idle_ms = a.u64_opt("resequence_idle_ms")?.unwrap_or(100);
+        let resequence_sliding = a.bool_opt("resequence_sliding")?.unwrap_or(false);
+        let read_through_headers = a.bool_opt("read_through_headers")?.unwrap_or(true);
         let unsafe_reuse = a.bool_opt("test_unsafe_reuse_before_checkpoint")?.unwrap_or(false);
         let (geo, map, volume_blocks) =
             cut(&a, lower_bytes, block_bytes, slot_count as u32, over_provision_pct)?;
@@ -147,6 +157,8 @@ impl Args {
             partial_segments,
             resequence,
             resequence_idle_ms,
+            resequence_sliding,
+            read_through_headers,
             unsafe_reuse,
             volume_blocks,
             map,
@@ -191,6 +203,8 @@ impl Args {
             ("partial_segments", self.partial_segments.to_string()),
             ("resequence", self.resequence.to_string()),
             ("resequence_idle_ms", self.resequence_idle_ms.to_string()),
+            ("resequence_sliding", self.resequence_sliding.to_string()),
+            ("read_through_headers", self.read_through_headers.to_string()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))

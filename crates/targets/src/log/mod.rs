@@ -79,8 +79,10 @@ enum LowerOp {
     /// its completion lands in `io[slot]`.
     Work { slot: usize },
     /// A piece of a read served beside the work stack (`request::DirectRead`):
-    /// the read `key`, at `within` bytes of it.
-    Read { key: u64, within: u32 },
+    /// the read `key`, at `within` bytes of it; the lower read went on
+    /// `through` bytes past the piece (the next segment's header, see
+    /// `request::Log::read_through_bytes`), cut off on completion.
+    Read { key: u64, within: u32, through: u32 },
 }
 
 impl LowerOp {
@@ -248,6 +250,16 @@ struct Counters {
     partial_writes_count: u64,
     /// Slots taken by the summaries of partial writes' next parts.
     summary_slots_count: u64,
+    /// Sliding compaction: home segments emptied for their group (a
+    /// cleaning pass of that one segment).
+    compact_evictions_count: u64,
+    /// Sliding compaction: groups re-sequenced into their home segment.
+    compact_groups_home_count: u64,
+    /// Direct reads that went on through the next segment's header.
+    read_throughs_count: u64,
+    /// Sliding compaction: checkpoints that sealed an empty segment so that
+    /// the chain goes on at the home (the segment named next was another).
+    compact_redirects_count: u64,
 }
 
 enum Phase {
@@ -342,6 +354,14 @@ pub struct Log {
     /// flight when the wait ends (else it restarts then, so a long request
     /// is not taken for idle time).
     resequence_idle: layoutd_core::idle::IdleTimer,
+    /// Sliding compaction is running (idle, `resequence_sliding`): segments
+    /// go to `compact_home` or to the far end. Ends at the next request.
+    compacting: bool,
+    /// The home segment sliding compaction prepares or fills.
+    compact_home: Option<SegLoc>,
+    /// The group whose home is being prepared, and the preparation steps
+    /// taken for it (bounded: then it is re-sequenced wherever it fits).
+    compact_group: Option<(u64, u32)>,
 }
 
 /// Attempts at a lower write or flush before the target stops (a write
@@ -419,6 +439,9 @@ impl Log {
                 starvation: None,
                 wait_ns_max: None,
             }),
+            compacting: false,
+            compact_home: None,
+            compact_group: None,
             phase: Phase::Failed(String::new()),
             args,
             geo,
@@ -563,6 +586,8 @@ impl Log {
             head: self.head.0,
             now_seq: self.next_seq.0,
             free_segments_min: self.args.free_segments_min,
+            compacting: self.compacting,
+            home: self.compact_home.map(|h| h.0),
         }
     }
 
@@ -664,6 +689,7 @@ impl Target for Log {
         assert!(req.validate(self.size_bytes()).is_ok(), "stack validated it");
         self.resequence_idle.request();
         self.resequence_idle.arm(now, self.args.resequence_idle_ms.saturating_mul(1_000_000));
+        self.compacting = false;
         if let Phase::Failed(_) = self.phase {
             self.lower_io.upper_q.push_back(Completion::err(req.id, layoutd_core::IoError::Io));
             return;
@@ -682,9 +708,11 @@ impl Target for Log {
             self.release_gated();
         }
         let retry = self.retryable.remove(&c.id.0);
-        if let LowerOp::Read { key, within } = op {
+        if let LowerOp::Read { key, within, through } = op {
             // A failed read fails its request only.
             self.counters.lower_read_errors_count += u64::from(c.result.is_err());
+            let mut c = c;
+            c.data = c.data.map(|d| d.slice(..d.len() - through as usize));
             self.direct_read_done(key, within, c);
             return;
         }
@@ -889,6 +917,10 @@ impl Target for Log {
             ("segment_buffers_allocated_count", c.segment_buffers_allocated_count),
             ("partial_writes_count", c.partial_writes_count),
             ("summary_slots_count", c.summary_slots_count),
+            ("compact_evictions_count", c.compact_evictions_count),
+            ("compact_groups_home_count", c.compact_groups_home_count),
+            ("compact_redirects_count", c.compact_redirects_count),
+            ("read_throughs_count", c.read_throughs_count),
             ("lower_retries_count", self.counters.lower_retries_count),
             ("lower_read_errors_count", self.counters.lower_read_errors_count),
             ("epoch", self.epoch),

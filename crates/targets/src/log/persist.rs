@@ -390,6 +390,12 @@ impl Log {
         loop {
             match k.stage {
                 CkStage::Seal => {
+                    if self.compact_redirect_wanted() {
+                        // The segment the chain names is sealed empty, naming
+                        // the home next (sliding compaction).
+                        self.ensure_open(super::policy::Cause::Resequence, false, true)?;
+                        self.counters.compact_redirects_count += 1;
+                    }
                     if self.open.is_some() {
                         self.seal(super::policy::Cause::User, true);
                     }

@@ -35,6 +35,12 @@ pub struct Census {
     pub now_seq: u64,
     /// Free segments the cleaner keeps.
     pub free_segments_min: u32,
+    /// Sliding compaction runs (idle re-sequencing into home segments):
+    /// every segment goes to `home` when it is free, else to the far end
+    /// (the highest free segment), away from the homes still to fill.
+    pub compacting: bool,
+    /// The home segment sliding compaction fills next.
+    pub home: Option<u32>,
 }
 
 impl Census {
@@ -51,6 +57,24 @@ impl Census {
         }
         let holes: u64 = used.iter().map(|s| u64::from(self.slot_count - s.valid)).sum();
         holes * 100 / (used.len() as u64 * u64::from(self.slot_count))
+    }
+
+    /// Whether segment `l` is free: eligible, empty, not busy.
+    pub fn is_free(&self, l: u32) -> bool {
+        let s = &self.segs[l as usize];
+        s.eligible && s.valid == 0 && !s.busy
+    }
+
+    /// The free segment at the far end (the highest), if any.
+    pub fn last_free(&self) -> Option<u32> {
+        (0..self.segs.len() as u32).rev().find(|&l| self.is_free(l))
+    }
+
+    /// Where sliding compaction writes next: the home when free, else the
+    /// far end (what is moved out of a home goes where no home is, as long
+    /// as free segments are there), else holes.
+    pub fn compaction_next(&self) -> Option<u32> {
+        self.home.filter(|&h| self.is_free(h)).or_else(|| self.last_free()).or_else(|| self.best_holes())
     }
 
     /// The free segment nearest after the head (a log's next-fit), if any.
@@ -220,7 +244,9 @@ impl Reclaim for Policy {
             }
             _ => false,
         };
-        if cause == Cause::Resequence {
+        if c.compacting {
+            c.compaction_next()
+        } else if cause == Cause::Resequence {
             c.next_free_run().or_else(|| c.best_holes())
         } else if holes_first {
             c.best_holes().or_else(|| c.next_free())
@@ -270,7 +296,15 @@ mod tests {
                 busy: false,
             })
             .collect();
-        Census { segs, slot_count: 8, head: 0, now_seq: 10_000, free_segments_min: 1 }
+        Census {
+            segs,
+            slot_count: 8,
+            head: 0,
+            now_seq: 10_000,
+            free_segments_min: 1,
+            compacting: false,
+            home: None,
+        }
     }
 
     #[test]
@@ -298,5 +332,15 @@ mod tests {
         assert_eq!(after.next_free_run(), Some(3), "the longest run: 3..=5");
         assert_eq!(c.next_free_run(), Some(3), "runs of one (3 and 6): the first");
         assert!(c.slack_pct() > 0);
+        // Sliding compaction: the home when free, else the far end.
+        let greedy = make(PolicyKind::Greedy, 0, 10);
+        let mut slide = census(&[8, 0, 7, 0, 0, 5, 0, 8]);
+        slide.compacting = true;
+        slide.home = Some(3);
+        assert_eq!(greedy.choose_next(&slide, Cause::Cleaner), Some(3));
+        slide.home = Some(2);
+        assert_eq!(greedy.choose_next(&slide, Cause::User), Some(6), "home 2 is not free: the far end");
+        slide.compacting = false;
+        assert_eq!(greedy.choose_next(&slide, Cause::User), Some(1), "not compacting: next-fit");
     }
 }

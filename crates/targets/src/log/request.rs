@@ -711,11 +711,35 @@ impl Log {
         }
         self.reads.insert(key, asm);
         for (off, n, out) in runs {
-            let op = LowerOp::Read { key, within: out as u32 };
-            let id = self.lower_io.emit(op, false, Request::new(ReqId(0), Op::Read, off, n as u32));
-            self.gate.issued(id, (off, off + n));
+            let through = self.read_through_bytes(off + n);
+            self.counters.read_throughs_count += u64::from(through > 0);
+            let op = LowerOp::Read { key, within: out as u32, through: through as u32 };
+            let id =
+                self.lower_io.emit(op, false, Request::new(ReqId(0), Op::Read, off, (n + through) as u32));
+            self.gate.issued(id, (off, off + n + through));
         }
         Ok(())
+    }
+
+    /// Bytes a direct read whose run ends at lower offset `end` reads on
+    /// past it (`read_through_headers`): the next segment's header when
+    /// the run ends at a segment's last slot. The next request of a
+    /// sequential reader then starts where this one ended, instead of a
+    /// header further on: a disk at queue depth one streams on instead of
+    /// missing the sectors while the command turns around (one jump per
+    /// segment otherwise, a lost rotation on some; ZFS reads through small
+    /// gaps for the same reason, `zfs_vdev_read_gap_limit`).
+    fn read_through_bytes(&self, end: u64) -> u64 {
+        let first = self.geo.segment_offset_bytes(SegLoc(0));
+        let stride = self.geo.stride_bytes();
+        if !self.args.read_through_headers || end <= first || !(end - first).is_multiple_of(stride) {
+            return 0;
+        }
+        let next = (end - first) / stride;
+        if next >= u64::from(self.geo.segment_count) {
+            return 0;
+        }
+        u64::from(self.geo.header_bytes)
     }
 
     /// Whether an upper write, trim or write-zeroes queued or running
@@ -758,7 +782,15 @@ impl Log {
     /// Queues a cleaning pass on the work stack: victims whose live blocks
     /// fit the space the cleaner may write. Returns the victim count.
     pub(super) fn push_clean(&mut self, on_demand: bool) -> Option<u64> {
-        let victims = self.clean_victims();
+        let c = self.census(false);
+        let victims =
+            self.fitting_victims(&c, self.policy.victims(&c, self.args.clean_batch_segments as usize));
+        self.push_victims(victims, on_demand)
+    }
+
+    /// Queues a cleaning pass over `victims` (none: nothing queued).
+    /// Returns the victim count.
+    fn push_victims(&mut self, victims: Vec<SegLoc>, on_demand: bool) -> Option<u64> {
         if victims.is_empty() {
             return None;
         }
@@ -778,10 +810,9 @@ impl Log {
         Some(n)
     }
 
-    /// The victims of the next cleaning pass: the policy's, as many as
-    /// their live blocks fit the space the cleaner may write.
-    fn clean_victims(&self) -> Vec<SegLoc> {
-        let c = self.census(false);
+    /// The first of `candidates`, as many as their live blocks fit the
+    /// space the cleaner may write.
+    fn fitting_victims(&self, c: &super::policy::Census, candidates: Vec<u32>) -> Vec<SegLoc> {
         let room_of =
             |s: &super::policy::SegInfo| if s.eligible && !s.busy { c.slot_count - s.valid } else { 0 };
         let mut room: u64 = c.segs.iter().map(|s| u64::from(room_of(s))).sum();
@@ -792,7 +823,7 @@ impl Log {
             room += u64::from(c.slot_count - self.usage.valid(n.0 as usize));
         }
         let mut victims = Vec::new();
-        for v in self.policy.victims(&c, self.args.clean_batch_segments as usize) {
+        for v in candidates {
             let live = u64::from(c.segs[v as usize].valid);
             // A victim's own holes stop counting as room once it is one.
             let own = u64::from(room_of(&c.segs[v as usize]));
@@ -857,6 +888,9 @@ impl Log {
         if let Some(g) = c.group {
             self.counters.resequence_passes_count += 1;
             self.group_checked(g);
+            if self.compacting {
+                self.compact_pass_done(g);
+            }
             return Ok(());
         }
         self.counters.cleaning_passes_count += 1;
@@ -966,7 +1000,8 @@ impl Log {
         if c.segs.iter().any(|s| s.valid == 0 && !s.eligible && !s.busy) {
             return true;
         }
-        let victims: Vec<u32> = self.clean_victims().iter().map(|v| v.0).collect();
+        let candidates = self.policy.victims(&c, self.args.clean_batch_segments as usize);
+        let victims: Vec<u32> = self.fitting_victims(&c, candidates).iter().map(|v| v.0).collect();
         c.pass_gains(&victims)
     }
 
@@ -999,11 +1034,12 @@ impl Log {
     /// [`RESEQUENCE_RUN_BYTES`] is read and written again in logical order,
     /// into free segments first: a file that random updates scattered over
     /// many segments reads in one run again. Groups found in order are
-    /// passed over. Returns the bytes it will move, or `None` if no group
-    /// needs it.
+    /// passed over. With `resequence_sliding`, every group not in its home
+    /// segment in order is rewritten there, once [`Log::prepare_home`] has
+    /// made the home ready. Returns the bytes it will move, or `None` if no
+    /// group needs it.
     pub(super) fn resequence_step(&mut self) -> Option<u64> {
         let groups = self.group_dirty.len();
-        let sc = u64::from(self.geo.slot_count);
         let run_blocks = (RESEQUENCE_RUN_BYTES / u64::from(self.args.block_bytes)).max(2) as usize;
         for _ in 0..groups {
             if self.group_dirty_count == 0 {
@@ -1014,13 +1050,7 @@ impl Log {
             if self.group_dirty.get(g) == 0 {
                 continue;
             }
-            let blocks = g * sc..((g + 1) * sc).min(self.map.len());
-            let live: Vec<(u64, u32, Option<Bytes>)> = blocks
-                .filter_map(|b| {
-                    let sid = self.map.get(b);
-                    (sid != super::map::UNMAPPED).then_some((b, sid, None))
-                })
-                .collect();
+            let live = self.group_live(g);
             let mut runs: Vec<(usize, usize)> = Vec::new();
             for (i, l) in live.iter().enumerate() {
                 match runs.last_mut() {
@@ -1028,7 +1058,17 @@ impl Log {
                     _ => runs.push((i, 1)),
                 }
             }
-            if runs.len() < 2 || live.len() >= runs.len() * run_blocks {
+            if self.args.resequence_sliding && !live.is_empty() {
+                if self.group_at_home(g, &live) {
+                    self.group_checked(g);
+                    continue;
+                }
+                if let Some(bytes) = self.prepare_home(g) {
+                    // This group again, once its home is ready.
+                    self.group_cursor = g;
+                    return Some(bytes);
+                }
+            } else if runs.len() < 2 || live.len() >= runs.len() * run_blocks {
                 self.group_checked(g);
                 continue;
             }
@@ -1048,10 +1088,107 @@ impl Log {
         None
     }
 
+    /// Group `g`'s live blocks in logical order: (block, slot id, no bytes).
+    fn group_live(&self, g: u64) -> Vec<(u64, u32, Option<Bytes>)> {
+        let sc = u64::from(self.geo.slot_count);
+        (g * sc..((g + 1) * sc).min(self.map.len()))
+            .filter_map(|b| {
+                let sid = self.map.get(b);
+                (sid != super::map::UNMAPPED).then_some((b, sid, None))
+            })
+            .collect()
+    }
+
+    /// Whether group `g`'s `live` blocks all lie in its home segment
+    /// (segment `g`), in logical order.
+    fn group_at_home(&self, g: u64, live: &[(u64, u32, Option<Bytes>)]) -> bool {
+        let sc = u64::from(self.geo.slot_count);
+        live.iter().all(|l| u64::from(l.1) / sc == g) && live.windows(2).all(|w| w[0].1 < w[1].1)
+    }
+
+    /// Sliding compaction (`resequence_sliding`): group `g` goes to its
+    /// home, segment `g` (groups are fewer than segments: the spare
+    /// segments at the far end are no group's home), so that consecutive
+    /// groups lie in consecutive segments and a sequential read is one
+    /// sweep. One step towards the home being ready, each an existing
+    /// mechanism: the home holds live blocks: a cleaning pass of it alone
+    /// (its blocks go to the far end: `Census::compaction_next`), followed
+    /// as every idle pass by a checkpoint; the home is empty but not
+    /// eligible (the crash rule), or the chain names another segment next:
+    /// a checkpoint (its seal names the home, see `step_checkpoint`).
+    /// Returns the bytes of the work queued; `None` when the home is ready,
+    /// or busy, or after [`COMPACT_PREPARE_STEPS_MAX`] steps for the group
+    /// (it is then re-sequenced wherever the next segment is).
+    fn prepare_home(&mut self, g: u64) -> Option<u64> {
+        let h = SegLoc(u32::try_from(g).expect("a group index is a segment id"));
+        assert!(h.0 < self.geo.segment_count, "groups are fewer than segments");
+        let steps = match self.compact_group {
+            Some((cg, n)) if cg == g => n,
+            _ => 0,
+        };
+        self.compact_group = Some((g, steps + 1));
+        self.compacting = true;
+        self.compact_home = Some(h);
+        let valid = self.usage.valid(h.0 as usize);
+        let busy = self.open.as_ref().is_some_and(|o| o.loc == h)
+            || self.seg_buf.contains_key(&h.0)
+            || self.cleaning.contains(&h.0)
+            || (valid > 0 && self.chain_next == Some(h));
+        if busy || steps >= COMPACT_PREPARE_STEPS_MAX {
+            return None;
+        }
+        if valid > 0 {
+            let c = self.census(false);
+            let victims = self.fitting_victims(&c, vec![h.0]);
+            self.push_victims(victims, false)?;
+            self.counters.compact_evictions_count += 1;
+            return Some(self.geo.stride_bytes());
+        }
+        if self.eligible(h.0) && (self.open.is_some() || self.chain_next == Some(h)) {
+            return None;
+        }
+        self.works.push(Work::Checkpoint(Default::default()));
+        Some(0)
+    }
+
+    /// Whether a checkpoint's seal should first open and seal the segment
+    /// the chain names next, empty, so that the chain goes on at the home
+    /// (sliding compaction, nothing open, the home empty).
+    pub(super) fn compact_redirect_wanted(&self) -> bool {
+        let Some(h) = self.compact_home else { return false };
+        self.compacting
+            && self.open.is_none()
+            && self.chain_next.is_some_and(|n| n != h)
+            && self.usage.valid(h.0 as usize) == 0
+            && !self.seg_buf.contains_key(&h.0)
+            && !self.cleaning.contains(&h.0)
+    }
+
+    /// A sliding compaction pass of group `g` placed its blocks: counted if
+    /// they are home; the home is sealed (the next group does not share
+    /// it), naming the next dirty group's home if it is free.
+    fn compact_pass_done(&mut self, g: u64) {
+        if self.group_at_home(g, &self.group_live(g)) {
+            self.counters.compact_groups_home_count += 1;
+        }
+        self.compact_group = None;
+        if self.open.as_ref().is_some_and(|o| Some(o.loc) == self.compact_home) {
+            let groups = self.group_dirty.len();
+            let next = (g + 1..groups).find(|&n| self.group_dirty.get(n) == 1);
+            self.compact_home = next.map(|n| SegLoc(n as u32));
+            self.seal(Cause::Resequence, false);
+        }
+    }
+
     /// Re-sequencing: once none of the group's blocks is in a RAM buffer
     /// (the open segment is written first), one read per run of slots.
     fn issue_group_reads(&mut self, c: &mut CleanWork) -> Result<(), Blocked> {
         let sc = self.geo.slot_count;
+        if self.compacting && self.open.as_ref().is_some_and(|o| Some(o.loc) != self.compact_home) {
+            // Sliding compaction: the group starts at its home (the seal
+            // names it next when it is free).
+            self.seal(Cause::Resequence, false);
+        }
         let in_ram = |log: &Log, sid: u32| log.seg_buf.contains_key(&(sid / sc));
         if c.live.iter().any(|l| in_ram(self, l.1)) {
             if self.open.as_ref().is_some_and(|o| c.live.iter().any(|l| l.1 / sc == o.loc.0)) {
@@ -1074,6 +1211,11 @@ impl Log {
 /// adjacent slots shorter than this on average (a 64 KiB read is about
 /// where a disk's positioning time stops dominating).
 pub(super) const RESEQUENCE_RUN_BYTES: u64 = 64 << 10;
+
+/// Preparation steps for one group's home (a cleaning pass, a checkpoint,
+/// a checkpoint that redirects the chain) before sliding compaction
+/// re-sequences the group wherever the next segment is.
+const COMPACT_PREPARE_STEPS_MAX: u32 = 3;
 
 /// Whether slot `b` follows slot `a` on disk (same segment, next slot).
 fn adjacent(a: u32, b: u32, slot_count: u32) -> bool {
