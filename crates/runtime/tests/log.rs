@@ -812,11 +812,14 @@ fn auto_sliding_packs_below_the_utilisation_threshold_and_slides_above() {
 /// Fills 90% of the volume and updates it at random with idle gaps (every
 /// 5th op), so sliding compaction (evictions from homes, checkpoints that
 /// redirect the chain, groups moved home) runs between the requests and
-/// the crash cuts fall inside it.
+/// the crash cuts fall inside it. With `"auto"`, the idle gaps of the
+/// fill pack until the volume reaches the threshold and slide after.
 #[test]
 fn flushed_data_survives_a_crash_at_any_point_of_sliding_compaction() {
-    for policy in ["greedy", "ssr", "adaptive"] {
-        let cfg = cfg(policy, "resequence_sliding = true\nresequence_idle_ms = 0\n")
+    for (policy, sliding) in
+        [("greedy", "true"), ("ssr", "true"), ("adaptive", "true"), ("adaptive", "\"auto\"")]
+    {
+        let cfg = cfg(policy, &format!("resequence_sliding = {sliding}\nresequence_idle_ms = 0\n"))
             .replace("over_provision_pct = 20", "over_provision_pct = 30")
             .replace("free_segments_target = 3", "free_segments_target = 6");
         let make = |mode| stack_from_toml(&cfg, DEVICE_BYTES, mode);
@@ -824,11 +827,11 @@ fn flushed_data_survives_a_crash_at_any_point_of_sliding_compaction() {
         let ops = fill_then_update(volume_bytes, 90, 300, 13);
         let h = oracle_check_idle_with(&make, DEVICE_BYTES, 13, &ops, 2, 5);
         let status = h.stack.status().to_string();
-        eprintln!("{policy}: {status}");
+        eprintln!("{policy}, sliding {sliding}: {status}");
         assert!(counter(&*h.stack, "compact_evictions_count") > 5, "{policy}: {status}");
         assert!(counter(&*h.stack, "compact_groups_home_count") > 5, "{policy}: {status}");
         let cuts = crash_check_idle_with(&make, DEVICE_BYTES, 13, &ops, 2, 40, 5);
-        eprintln!("{policy}: {cuts} cut points");
+        eprintln!("{policy}, sliding {sliding}: {cuts} cut points");
         assert!(cuts > 40, "{policy}: {cuts}");
     }
 }
