@@ -756,14 +756,70 @@ fn sliding_compaction_lays_each_group_in_its_home_segment_so_a_sweep_reads_witho
     assert!(skips as u64 >= groups - 1, "{skips} seeks without reading through headers, {groups} groups");
 }
 
+/// Writes blocks `from..to` in a random order, flushes and idles for a
+/// second; returns the groups sliding compaction moved home in that idle
+/// period.
+fn groups_home_after_idle(h: &mut Harness<ZeroLatency>, from: u64, to: u64, seed: u64) -> u64 {
+    let before = counter(&*h.stack, "compact_groups_home_count");
+    let passes = counter(&*h.stack, "resequence_passes_count");
+    let (order, _) = shuffled(to - from, seed);
+    for b in order.into_iter().map(|i| from + i) {
+        assert_eq!(h.write(b * 4096, block_bytes(1, b)).result, Ok(()));
+    }
+    assert_eq!(h.flush().result, Ok(()));
+    h.run_until(h.now.add_ms(1000));
+    h.settle();
+    let status = h.stack.status().to_string();
+    assert!(counter(&*h.stack, "resequence_passes_count") > passes, "re-sequencing ran: {status}");
+    assert_eq!(counter(&*h.stack, "groups_to_check_count"), 0, "{status}");
+    for b in from..to {
+        assert_eq!(h.read(b * 4096, 4096).data.expect("data"), block_bytes(1, b), "block {b}");
+    }
+    counter(&*h.stack, "compact_groups_home_count") - before
+}
+
+/// The volume filled at random to 30%, idle, then on to 90%, idle (with
+/// `extra` keys): the groups moved home in each idle period.
+fn groups_home_at_30_then_90_pct(extra: &str) -> (u64, u64) {
+    let cfg = cfg("adaptive", &format!("resequence_idle_ms = 10\n{extra}"))
+        .replace("over_provision_pct = 20", "over_provision_pct = 30");
+    let (_dev, mut h) = formatted(&cfg);
+    let blocks = counter(&*h.stack, "volume_blocks_count");
+    let (low, high) = (blocks * 30 / 100, blocks * 90 / 100);
+    let at_low = groups_home_after_idle(&mut h, 0, low, 21);
+    assert_eq!(counter(&*h.stack, "utilization_pct"), low * 100 / blocks);
+    let at_high = groups_home_after_idle(&mut h, low, high, 22);
+    assert_eq!(counter(&*h.stack, "utilization_pct"), high * 100 / blocks);
+    (at_low, at_high)
+}
+
+#[test]
+fn auto_sliding_packs_below_the_utilisation_threshold_and_slides_above() {
+    // The default (`resequence_sliding = "auto"`, from 55%): packing at
+    // 30%, sliding once the same volume is 90% full.
+    let (low, high) = groups_home_at_30_then_90_pct("");
+    eprintln!("auto: {low} groups home at 30%, {high} at 90%");
+    assert_eq!(low, 0, "packed at 30%");
+    assert!(high > 10, "slid at 90%: {high} groups home");
+    // Negative controls: sliding always moves groups home at 30% too; a
+    // threshold above 90% keeps packing at 90%.
+    let (always, _) = groups_home_at_30_then_90_pct("resequence_sliding = true\n");
+    assert!(always > 5, "{always} groups home at 30% with sliding on");
+    let (_, above) = groups_home_at_30_then_90_pct("sliding_utilisation_min_percent = 95\n");
+    assert_eq!(above, 0, "packed at 90% below a 95% threshold");
+}
+
 /// Fills 90% of the volume and updates it at random with idle gaps (every
 /// 5th op), so sliding compaction (evictions from homes, checkpoints that
 /// redirect the chain, groups moved home) runs between the requests and
-/// the crash cuts fall inside it.
+/// the crash cuts fall inside it. With `"auto"`, the idle gaps of the
+/// fill pack until the volume reaches the threshold and slide after.
 #[test]
 fn flushed_data_survives_a_crash_at_any_point_of_sliding_compaction() {
-    for policy in ["greedy", "ssr", "adaptive"] {
-        let cfg = cfg(policy, "resequence_sliding = true\nresequence_idle_ms = 0\n")
+    for (policy, sliding) in
+        [("greedy", "true"), ("ssr", "true"), ("adaptive", "true"), ("adaptive", "\"auto\"")]
+    {
+        let cfg = cfg(policy, &format!("resequence_sliding = {sliding}\nresequence_idle_ms = 0\n"))
             .replace("over_provision_pct = 20", "over_provision_pct = 30")
             .replace("free_segments_target = 3", "free_segments_target = 6");
         let make = |mode| stack_from_toml(&cfg, DEVICE_BYTES, mode);
@@ -771,11 +827,11 @@ fn flushed_data_survives_a_crash_at_any_point_of_sliding_compaction() {
         let ops = fill_then_update(volume_bytes, 90, 300, 13);
         let h = oracle_check_idle_with(&make, DEVICE_BYTES, 13, &ops, 2, 5);
         let status = h.stack.status().to_string();
-        eprintln!("{policy}: {status}");
+        eprintln!("{policy}, sliding {sliding}: {status}");
         assert!(counter(&*h.stack, "compact_evictions_count") > 5, "{policy}: {status}");
         assert!(counter(&*h.stack, "compact_groups_home_count") > 5, "{policy}: {status}");
         let cuts = crash_check_idle_with(&make, DEVICE_BYTES, 13, &ops, 2, 40, 5);
-        eprintln!("{policy}: {cuts} cut points");
+        eprintln!("{policy}, sliding {sliding}: {cuts} cut points");
         assert!(cuts > 40, "{policy}: {cuts}");
     }
 }

@@ -43,6 +43,31 @@ impl PolicyKind {
     }
 }
 
+/// Whether idle re-sequencing slides groups into their home segments
+/// (`resequence_sliding`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Sliding {
+    /// Never: groups are packed into the next free segments.
+    Off,
+    /// Always.
+    On,
+    /// Decided at the start of each idle period: slides while utilisation
+    /// (live blocks over volume blocks) is at least
+    /// `sliding_utilisation_min_percent`, packs below.
+    Auto,
+}
+
+impl Sliding {
+    /// The config value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Sliding::Off => "false",
+            Sliding::On => "true",
+            Sliding::Auto => "auto",
+        }
+    }
+}
+
 /// The parsed configuration.
 #[derive(Clone, Debug)]
 pub struct Args {
@@ -82,8 +107,11 @@ pub struct Args {
     /// Whether re-sequencing slides each group into its home segment
     /// (group g into segment g, its live blocks moved out first), so that
     /// consecutive groups lie in consecutive segments (see
-    /// `request::Log::prepare_home`).
-    pub resequence_sliding: bool,
+    /// `request::Log::prepare_home`): always, never, or by utilisation.
+    pub resequence_sliding: Sliding,
+    /// `resequence_sliding = "auto"` slides at this utilisation (percent
+    /// of the volume's blocks live) and above.
+    pub sliding_utilisation_min_percent: u64,
     /// Whether a read that ends at a segment's last slot reads on through
     /// the next segment's header (see `request::Log::read_through_bytes`).
     pub read_through_headers: bool,
@@ -136,7 +164,13 @@ impl Args {
         let partial_segments = a.bool_opt("partial_segments")?.unwrap_or(true);
         let resequence = a.bool_opt("resequence")?.unwrap_or(true);
         let resequence_idle_ms = a.u64_opt("resequence_idle_ms")?.unwrap_or(100);
-        let resequence_sliding = a.bool_opt("resequence_sliding")?.unwrap_or(false);
+        let resequence_sliding = parse_sliding(&mut a)?;
+        let sliding_utilisation_min_percent = a.u64_opt("sliding_utilisation_min_percent")?.unwrap_or(55);
+        if sliding_utilisation_min_percent > 100 {
+            return Err(a.error(format!(
+                "key `sliding_utilisation_min_percent`: {sliding_utilisation_min_percent} is not within 0..=100"
+            )));
+        }
         let read_through_headers = a.bool_opt("read_through_headers")?.unwrap_or(true);
         let unsafe_reuse = a.bool_opt("test_unsafe_reuse_before_checkpoint")?.unwrap_or(false);
         let (geo, map, volume_blocks) =
@@ -158,6 +192,7 @@ impl Args {
             resequence,
             resequence_idle_ms,
             resequence_sliding,
+            sliding_utilisation_min_percent,
             read_through_headers,
             unsafe_reuse,
             volume_blocks,
@@ -203,7 +238,8 @@ impl Args {
             ("partial_segments", self.partial_segments.to_string()),
             ("resequence", self.resequence.to_string()),
             ("resequence_idle_ms", self.resequence_idle_ms.to_string()),
-            ("resequence_sliding", self.resequence_sliding.to_string()),
+            ("resequence_sliding", self.resequence_sliding.name().to_string()),
+            ("sliding_utilisation_min_percent", self.sliding_utilisation_min_percent.to_string()),
             ("read_through_headers", self.read_through_headers.to_string()),
         ]
         .into_iter()
@@ -222,6 +258,23 @@ fn parse_policy(a: &mut ArgReader<'_>) -> Result<PolicyKind, ConfigError> {
         let known: Vec<&str> = PolicyKind::NAMES.iter().map(|(n, _)| *n).collect();
         a.error(format!("key `policy`: unknown policy `{name}` (known: {})", known.join(", ")))
     })
+}
+
+/// `resequence_sliding`: `true`, `false` or `"auto"` (the default).
+fn parse_sliding(a: &mut ArgReader<'_>) -> Result<Sliding, ConfigError> {
+    const KEY: &str = "resequence_sliding";
+    let wrong = |a: &ArgReader<'_>, found: &str| {
+        a.error(format!("key `{KEY}`: expected true, false or \"auto\", found {found}"))
+    };
+    match a.str_opt(KEY) {
+        Ok(None) | Ok(Some("auto")) => Ok(Sliding::Auto),
+        Ok(Some(s)) => Err(wrong(a, &format!("\"{s}\""))),
+        Err(_) => match a.bool_opt(KEY) {
+            Ok(Some(true)) => Ok(Sliding::On),
+            Ok(Some(false)) => Ok(Sliding::Off),
+            Ok(None) | Err(_) => Err(wrong(a, "neither a string nor a boolean")),
+        },
+    }
 }
 
 fn bounded(a: &mut ArgReader<'_>, key: &str, default: u32, min: u32, max: u32) -> Result<u32, ConfigError> {

@@ -357,6 +357,10 @@ pub struct Log {
     /// Sliding compaction is running (idle, `resequence_sliding`): segments
     /// go to `compact_home` or to the far end. Ends at the next request.
     compacting: bool,
+    /// `resequence_sliding = "auto"`: whether this idle period's
+    /// re-sequencing slides, decided at its first step from the
+    /// utilisation (`Log::resequence_slides`). Cleared by each request.
+    slides_this_idle: Option<bool>,
     /// The home segment sliding compaction prepares or fills.
     compact_home: Option<SegLoc>,
     /// The group whose home is being prepared, and the preparation steps
@@ -440,6 +444,7 @@ impl Log {
                 wait_ns_max: None,
             }),
             compacting: false,
+            slides_this_idle: None,
             compact_home: None,
             compact_group: None,
             phase: Phase::Failed(String::new()),
@@ -690,6 +695,7 @@ impl Target for Log {
         self.resequence_idle.request();
         self.resequence_idle.arm(now, self.args.resequence_idle_ms.saturating_mul(1_000_000));
         self.compacting = false;
+        self.slides_this_idle = None;
         if let Phase::Failed(_) = self.phase {
             self.lower_io.upper_q.push_back(Completion::err(req.id, layoutd_core::IoError::Io));
             return;

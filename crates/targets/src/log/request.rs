@@ -2,6 +2,7 @@
 //! read-modify-write of partial blocks), trims, flushes, the open segment
 //! and its sealing, and the cleaning pass.
 
+use super::config::Sliding;
 use super::policy::Cause;
 use super::{Blocked, Log, LowerOp, OpenSeg, Phase, Sealed, Work};
 use crate::seglog::{segment_summaries, Entry, SegLoc, SegmentHeader};
@@ -1034,7 +1035,7 @@ impl Log {
     /// [`RESEQUENCE_RUN_BYTES`] is read and written again in logical order,
     /// into free segments first: a file that random updates scattered over
     /// many segments reads in one run again. Groups found in order are
-    /// passed over. With `resequence_sliding`, every group not in its home
+    /// passed over. When sliding ([`Log::resequence_slides`]), every group not in its home
     /// segment in order is rewritten there, once [`Log::prepare_home`] has
     /// made the home ready. Returns the bytes it will move, or `None` if no
     /// group needs it.
@@ -1058,7 +1059,7 @@ impl Log {
                     _ => runs.push((i, 1)),
                 }
             }
-            if self.args.resequence_sliding && !live.is_empty() {
+            if !live.is_empty() && self.resequence_slides() {
                 if self.group_at_home(g, &live) {
                     self.group_checked(g);
                     continue;
@@ -1086,6 +1087,31 @@ impl Log {
             return Some(bytes);
         }
         None
+    }
+
+    /// Whether re-sequencing slides groups into their homes (sliding
+    /// compaction) or packs them into the next free segments. With
+    /// `resequence_sliding = "auto"`, decided once per idle period, at its
+    /// first step: sliding while the utilisation (live blocks over the
+    /// volume's blocks) is at least `sliding_utilisation_min_percent`.
+    /// Packing reads faster at low utilisation (the remaining files end up
+    /// together), sliding above (groups in logical order, one sweep).
+    /// Live blocks change only with requests, so a volume that fills up
+    /// switches at its next idle period.
+    fn resequence_slides(&mut self) -> bool {
+        match self.args.resequence_sliding {
+            Sliding::On => true,
+            Sliding::Off => false,
+            Sliding::Auto => {
+                if self.slides_this_idle.is_none() {
+                    let live_pct_x_volume = u128::from(self.live_blocks()) * 100;
+                    let min = u128::from(self.args.sliding_utilisation_min_percent)
+                        * u128::from(self.args.volume_blocks);
+                    self.slides_this_idle = Some(live_pct_x_volume >= min);
+                }
+                self.slides_this_idle == Some(true)
+            }
+        }
     }
 
     /// Group `g`'s live blocks in logical order: (block, slot id, no bytes).
