@@ -369,6 +369,9 @@ impl Pool {
     /// them changes no order the crash rules depend on. A joined request's
     /// completion is handed to each piece as its own ([`Pool::split_joined`]).
     fn join_queued(&mut self) {
+        if !self.queue_may_join() {
+            return;
+        }
         let queue = std::mem::take(&mut self.lower_q);
         let mut out: Vec<Request> = Vec::with_capacity(queue.len());
         // (key, end offset) -> the request in `out` ending there.
@@ -413,6 +416,20 @@ impl Pool {
             self.joined.insert(r.id.0, list.into_iter().map(|(id, within, n, _)| (id, within, n)).collect());
         }
         self.lower_q = out.into();
+    }
+
+    /// Whether two queued requests continue each other (same op, one
+    /// starting where the other ends): the cheap test that spares
+    /// [`Pool::join_queued`]'s maps on the common queue of one request, or
+    /// of a fresh chunk's data write and its two zero-fills around it.
+    /// Past a few requests, the join decides.
+    fn queue_may_join(&self) -> bool {
+        let q = &self.lower_q;
+        match q.len() {
+            0 | 1 => false,
+            2..=8 => q.iter().any(|a| q.iter().any(|b| a.op == b.op && a.end_bytes() == b.offset_bytes)),
+            _ => true,
+        }
     }
 
     /// A joined request completed: each piece's completion, as if it had
