@@ -707,15 +707,17 @@ impl Pool {
         out
     }
 
-    fn lcs_of(&self, req: &Request) -> Vec<u64> {
+    /// A request's pieces (a flush: one empty piece) and the lcs they
+    /// touch, sorted, once each.
+    fn pieces_and_lcs(&self, req: &Request) -> (Vec<(u32, u64, u64, u64)>, Vec<u64>) {
         if req.op == Op::Flush {
-            return Vec::new();
+            return (vec![(0, 0, 0, 0)], Vec::new());
         }
-        let mut l: Vec<u64> =
-            self.pieces(req.offset_bytes, u64::from(req.length_bytes)).iter().map(|p| p.1).collect();
+        let pieces = self.pieces(req.offset_bytes, u64::from(req.length_bytes));
+        let mut l: Vec<u64> = pieces.iter().map(|p| p.1).collect();
         l.sort_unstable();
         l.dedup();
-        l
+        (pieces, l)
     }
 
     fn admit(&mut self) {
@@ -733,28 +735,23 @@ impl Pool {
             if self.structural.is_some() {
                 break;
             }
-            let lcs = self.lcs_of(&self.waiting[i]);
+            let (pieces, lcs) = self.pieces_and_lcs(&self.waiting[i]);
             if lcs.iter().any(|lc| self.locked.contains(lc) || claimed.contains(lc)) {
                 claimed.extend(lcs);
                 i += 1;
                 continue;
             }
             let req = self.waiting.remove(i).expect("in range");
-            self.start(req, lcs);
+            self.start(req, pieces, lcs);
         }
     }
 
-    fn start(&mut self, req: Request, lcs: Vec<u64>) {
+    fn start(&mut self, req: Request, pieces: Vec<(u32, u64, u64, u64)>, lcs: Vec<u64>) {
         if req.validate(self.size_bytes()).is_err() {
             self.upper_q.push_back(Completion::err(req.id, IoError::Invalid));
             return;
         }
         self.locked.extend(lcs.iter().copied());
-        let pieces = if req.op == Op::Flush {
-            vec![(0, 0, 0, 0)]
-        } else {
-            self.pieces(req.offset_bytes, u64::from(req.length_bytes))
-        };
         match req.op {
             Op::Read => self.counters.reads += 1,
             Op::Flush => {}
@@ -766,7 +763,7 @@ impl Pool {
             Upper { asm: Assembly::new(req.id, req.op, req.length_bytes, pieces.len() as u32), lcs },
         );
         let mut within = 0u64;
-        let mut jids = Vec::new();
+        let first_jid = self.next_job;
         for (slot, lc, coff, len) in pieces {
             let data = match (req.op, &req.data) {
                 (Op::Write, Some(d)) => Some(d.slice(within as usize..(within + len) as usize)),
@@ -778,7 +775,7 @@ impl Pool {
             if req.fua && req.op.is_modify() {
                 steps.push_back(Step::Commit);
             }
-            let jid = self.new_job(Job {
+            self.new_job(Job {
                 upper: Some(uid),
                 within: within as u32,
                 slot,
@@ -796,10 +793,10 @@ impl Pool {
                 in_flight: 0,
                 failed: None,
             });
-            jids.push(jid);
             within += len;
         }
-        for jid in jids {
+        // The jobs just made have consecutive ids.
+        for jid in first_jid..self.next_job {
             self.run_job(jid);
         }
     }
@@ -845,15 +842,16 @@ impl Pool {
                     let (at, coff, len) = (self.cfg.chunk_at(q), job.coff, job.len);
                     let mut w = Request::new(ReqId(0), Op::Write, at + coff, len as u32);
                     w.data = job.data.clone();
-                    let mut reqs = vec![w];
-                    for (o, n) in [(0, coff), (coff + len, c - coff - len)] {
+                    let zeroes = [(0, coff), (coff + len, c - coff - len)];
+                    job.in_flight = 1 + zeroes.iter().filter(|z| z.1 > 0).count() as u32;
+                    self.lower(Owner::Job(jid), w);
+                    for (o, n) in zeroes {
                         if n > 0 {
-                            reqs.push(Request::new(ReqId(0), Op::WriteZeroes, at + o, n as u32));
+                            self.lower(
+                                Owner::Job(jid),
+                                Request::new(ReqId(0), Op::WriteZeroes, at + o, n as u32),
+                            );
                         }
-                    }
-                    job.in_flight = reqs.len() as u32;
-                    for r in reqs {
-                        self.lower(Owner::Job(jid), r);
                     }
                     return;
                 }
