@@ -40,4 +40,5 @@ wait "$vp" || true
 writes=$(( $(numfmt --from=iec "$io") / 4096 ))
 total=$(callgrind_annotate "$out.$vp" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
 echo "$s writes=$writes instructions=$total per_write=$(( total / writes ))"
-rm -f "$img" "$sock" "$sock.ctl" "$out".*
+[ -n "${KEEP_CALLGRIND:-}" ] && echo "profile: $out.$vp" || rm -f "$out".*
+rm -f "$img" "$sock" "$sock.ctl"

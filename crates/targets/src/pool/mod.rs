@@ -746,7 +746,7 @@ impl Pool {
         }
     }
 
-    fn start(&mut self, req: Request, pieces: Vec<(u32, u64, u64, u64)>, lcs: Vec<u64>) {
+    fn start(&mut self, mut req: Request, pieces: Vec<(u32, u64, u64, u64)>, lcs: Vec<u64>) {
         if req.validate(self.size_bytes()).is_err() {
             self.upper_q.push_back(Completion::err(req.id, IoError::Invalid));
             return;
@@ -764,8 +764,12 @@ impl Pool {
         );
         let mut within = 0u64;
         let first_jid = self.next_job;
+        // A request in one piece hands its payload over whole: no shared
+        // `Bytes` made, no reference count per piece.
+        let mut whole = if pieces.len() == 1 { req.data.take() } else { None };
         for (slot, lc, coff, len) in pieces {
             let data = match (req.op, &req.data) {
+                (Op::Write, _) if whole.is_some() => whole.take(),
                 (Op::Write, Some(d)) => Some(d.slice(within as usize..(within + len) as usize)),
                 (Op::WriteZeroes | Op::Trim, _) => Some(Bytes::from_static(&ZEROES[..len as usize])),
                 _ => None,
@@ -835,13 +839,13 @@ impl Pool {
                 }
                 Step::WriteUpper { at } => {
                     let mut r = Request::new(ReqId(0), Op::Write, at, job.len as u32);
-                    r.data = job.data.clone();
+                    r.data = job.data.take(); // its last use: no step after it patches
                     return self.lower(Owner::Job(jid), r);
                 }
                 Step::WriteFresh { q } => {
                     let (at, coff, len) = (self.cfg.chunk_at(q), job.coff, job.len);
                     let mut w = Request::new(ReqId(0), Op::Write, at + coff, len as u32);
-                    w.data = job.data.clone();
+                    w.data = job.data.take();
                     let zeroes = [(0, coff), (coff + len, c - coff - len)];
                     job.in_flight = 1 + zeroes.iter().filter(|z| z.1 > 0).count() as u32;
                     self.lower(Owner::Job(jid), w);
