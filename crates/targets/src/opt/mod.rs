@@ -628,13 +628,9 @@ impl Opt {
         }
         self.mark_copies_stale(blocks);
         let (key, pieces) = self.begin(&req);
-        // One piece takes the payload by move (no shared `Bytes`).
         let mut req = req;
-        let mut whole = if pieces.len() == 1 { req.data.take() } else { None };
         for (lower, within, len, _) in pieces {
-            let data = whole.take().or_else(|| {
-                req.data.as_ref().map(|d| d.slice(within as usize..within as usize + len as usize))
-            });
+            let data = req.take_data_piece(within as usize, len as usize);
             let r = Request {
                 fua: req.fua,
                 stream: req.stream,

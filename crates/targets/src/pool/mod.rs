@@ -764,14 +764,10 @@ impl Pool {
         );
         let mut within = 0u64;
         let first_jid = self.next_job;
-        // A request in one piece hands its payload over whole: no shared
-        // `Bytes` made, no reference count per piece.
-        let mut whole = if pieces.len() == 1 { req.data.take() } else { None };
         for (slot, lc, coff, len) in pieces {
-            let data = match (req.op, &req.data) {
-                (Op::Write, _) if whole.is_some() => whole.take(),
-                (Op::Write, Some(d)) => Some(d.slice(within as usize..(within + len) as usize)),
-                (Op::WriteZeroes | Op::Trim, _) => Some(Bytes::from_static(&ZEROES[..len as usize])),
+            let data = match req.op {
+                Op::Write => req.take_data_piece(within as usize, len as usize),
+                Op::WriteZeroes | Op::Trim => Some(Bytes::from_static(&ZEROES[..len as usize])),
                 _ => None,
             };
             let mut steps = VecDeque::new();
