@@ -53,6 +53,9 @@ use place::ChunkPlacement;
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::VecDeque;
 
+/// A request's piece in one chunk: `(slot, lc, offset in chunk, length)`.
+type Piece = (u32, u64, u64, u64);
+
 /// The bytes `[start, start + length)` from bring-up reads keyed by their
 /// offset; zeroes where a read brought no data (timing-only mode).
 fn gather(reads: &FxHashMap<u64, Bytes>, start: u64, length: u64) -> Vec<u8> {
@@ -692,8 +695,8 @@ impl Pool {
         matches!(self.phase, Phase::Serving)
     }
 
-    /// `(slot, lc, offset in chunk, length)` pieces of a byte range.
-    fn pieces(&self, offset: u64, length: u64) -> Vec<(u32, u64, u64, u64)> {
+    /// The [`Piece`]s of a byte range.
+    fn pieces(&self, offset: u64, length: u64) -> Vec<Piece> {
         let (vb, c) = (self.cfg.volume_bytes(), self.cfg.chunk_bytes);
         let mut out = Vec::new();
         let mut o = offset;
@@ -709,7 +712,7 @@ impl Pool {
 
     /// A request's pieces (a flush: one empty piece) and the lcs they
     /// touch, sorted, once each.
-    fn pieces_and_lcs(&self, req: &Request) -> (Vec<(u32, u64, u64, u64)>, Vec<u64>) {
+    fn pieces_and_lcs(&self, req: &Request) -> (Vec<Piece>, Vec<u64>) {
         if req.op == Op::Flush {
             return (vec![(0, 0, 0, 0)], Vec::new());
         }
@@ -746,7 +749,7 @@ impl Pool {
         }
     }
 
-    fn start(&mut self, mut req: Request, pieces: Vec<(u32, u64, u64, u64)>, lcs: Vec<u64>) {
+    fn start(&mut self, mut req: Request, pieces: Vec<Piece>, lcs: Vec<u64>) {
         if req.validate(self.size_bytes()).is_err() {
             self.upper_q.push_back(Completion::err(req.id, IoError::Invalid));
             return;
