@@ -149,6 +149,17 @@ impl Request {
         self.offset_bytes + u64::from(self.length_bytes)
     }
 
+    /// The payload bytes `[within, within + length)` for a lower request:
+    /// the whole payload, moved out, when that is all of it (slicing or
+    /// cloning a fresh `Bytes` makes it shared: an allocation and
+    /// reference counts per write), else a slice (the payload stays).
+    pub fn take_data_piece(&mut self, within: usize, length: usize) -> Option<Bytes> {
+        if within == 0 && self.data.as_ref().is_some_and(|d| d.len() == length) {
+            return self.data.take();
+        }
+        self.data.as_ref().map(|d| d.slice(within..within + length))
+    }
+
     /// Checks alignment, size and range against a device of `size_bytes`.
     /// A flush must have offset and length zero.
     pub fn validate(&self, size_bytes: u64) -> Result<(), IoError> {
@@ -224,6 +235,20 @@ mod tests {
         let short =
             Request { data: Some(Bytes::from(vec![0; 512])), ..Request::new(ReqId(1), Op::Write, 0, 1024) };
         assert_eq!(short.validate(size), Err(IoError::Invalid));
+    }
+
+    #[test]
+    fn a_data_piece_is_a_slice_unless_it_is_the_whole_payload() {
+        let payload: Vec<u8> = (0..=255u8).cycle().take(1024).collect();
+        let mut r = Request {
+            data: Some(Bytes::from(payload.clone())),
+            ..Request::new(ReqId(1), Op::Write, 0, 1024)
+        };
+        assert_eq!(r.take_data_piece(512, 512).as_deref(), Some(&payload[512..]));
+        assert!(r.data.is_some(), "a part leaves the payload in place");
+        assert_eq!(r.take_data_piece(0, 1024).as_deref(), Some(&payload[..]));
+        assert!(r.data.is_none(), "the whole payload is moved out");
+        assert_eq!(r.take_data_piece(0, 1024), None);
     }
 
     #[test]

@@ -99,17 +99,22 @@ impl FreeSpace {
     }
 
     /// Marks `[start, start + length)` used; it must be free (recovery
-    /// rebuilding the map, or a policy's choice).
+    /// rebuilding the map, or a policy's choice). Two map searches at most:
+    /// the extent holding it is shortened in place, the rest after it
+    /// inserted.
     pub fn take(&mut self, start: u64, length: u64) {
-        let (&s, &n) = self
-            .free
-            .range(..=start)
-            .next_back()
-            .filter(|(&s, &n)| start + length <= s + n)
-            .unwrap_or_else(|| panic!("allocating [{start}, +{length}), which is not free"));
-        self.free.remove(&s);
-        if s < start {
-            self.free.insert(s, start - s);
+        let (s, n) = match self.free.range_mut(..=start).next_back() {
+            Some((&s, n)) if start + length <= s + *n => {
+                let whole = *n;
+                if s < start {
+                    *n = start - s;
+                }
+                (s, whole)
+            }
+            _ => panic!("allocating [{start}, +{length}), which is not free"),
+        };
+        if s == start {
+            self.free.remove(&s);
         }
         if start + length < s + n {
             self.free.insert(start + length, s + n - (start + length));
@@ -117,35 +122,66 @@ impl FreeSpace {
         self.free_units -= length;
     }
 
-    /// Gives `[start, start + length)` back; it must be in use.
+    /// Gives `[start, start + length)` back; it must be in use. Merges with
+    /// the free extents either side.
     pub fn release(&mut self, start: u64, length: u64) {
+        assert!(self.release_if_used(start, length), "releasing [{start}, +{length}), which is partly free");
+    }
+
+    /// [`FreeSpace::release`] if no unit of the range is free (true); else
+    /// changes nothing (false). The last extent starting at or before the
+    /// range's end decides it in one search: before the range and not
+    /// reaching it (insert; one more search), ending where it starts (grown
+    /// in place), or starting at its end (merged with what precedes).
+    fn release_if_used(&mut self, start: u64, length: u64) -> bool {
         assert!(
             length > 0 && start + length <= self.total_units,
             "releasing [{start}, +{length}) outside the space"
         );
-        let (mut s, mut n) = (start, length);
-        if let Some((&ps, &pn)) = self.free.range(..start).next_back() {
-            assert!(ps + pn <= start, "releasing [{start}, +{length}), which is partly free");
-            if ps + pn == start {
-                self.free.remove(&ps);
-                (s, n) = (ps, pn + n);
+        let end = start + length;
+        match self.free.range_mut(..=end).next_back() {
+            Some((&s, n)) if s < start => {
+                if s + *n > start {
+                    return false;
+                }
+                if s + *n == start {
+                    *n += length;
+                } else {
+                    self.free.insert(start, length);
+                }
+            }
+            Some((&s, _)) if s == end => {
+                let before = self.free.range(..end).next_back().map(|(&ps, &pn)| (ps, pn));
+                if before.is_some_and(|(ps, pn)| ps >= start || ps + pn > start) {
+                    return false;
+                }
+                let n = length + self.free.remove(&end).expect("just found");
+                match before {
+                    Some((ps, pn)) if ps + pn == start => {
+                        *self.free.get_mut(&ps).expect("just found") += n;
+                    }
+                    _ => {
+                        self.free.insert(start, n);
+                    }
+                }
+            }
+            Some(_) => return false,
+            None => {
+                self.free.insert(start, length);
             }
         }
-        if let Some((&ns, &nn)) = self.free.range(start..).next() {
-            assert!(ns >= start + length, "releasing [{start}, +{length}), which is partly free");
-            if ns == start + length {
-                self.free.remove(&ns);
-                n += nn;
-            }
-        }
-        self.free.insert(s, n);
         self.free_units += length;
         assert!(self.free_units <= self.total_units);
+        true
     }
+
     /// The free parts of `[start, start + length)`, in order.
     pub fn free_parts(&self, start: u64, length: u64) -> Vec<(u64, u64)> {
         let end = start.saturating_add(length);
         let mut out = Vec::new();
+        if end <= start {
+            return out;
+        }
         let first = self.free.range(..=start).next_back().map(|(&s, &n)| (s, n));
         for (s, n) in first.into_iter().chain(self.free.range(start + 1..end).map(|(&s, &n)| (s, n))) {
             let (a, b) = (s.max(start), (s + n).min(end));
@@ -169,12 +205,20 @@ impl FreeSpace {
     }
 
     /// Marks every unit of `[start, start + length)` free, whatever was
-    /// used of it; returns the units that were used.
+    /// used of it; returns the units that were used. When none of it was
+    /// free (a block written for the first time, in a set of written
+    /// blocks) this is one [`FreeSpace::release`]: one or two searches.
     pub fn release_range(&mut self, start: u64, length: u64) -> u64 {
         let end = (start + length).min(self.total_units);
+        if start >= end {
+            return 0;
+        }
+        if self.release_if_used(start, end - start) {
+            return end - start;
+        }
         let mut pos = start;
         let mut n = 0;
-        for (s, l) in self.free_parts(start, end.saturating_sub(start)) {
+        for (s, l) in self.free_parts(start, end - start) {
             if s > pos {
                 self.release(pos, s - pos);
                 n += s - pos;

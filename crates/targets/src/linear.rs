@@ -227,7 +227,7 @@ impl Target for Linear {
         let slot = self.joiner.begin(req.id, req.op, req.length_bytes, pieces.len() as u32);
         for (lower_offset, within, length) in pieces {
             let id = self.joiner.piece(slot, within);
-            let data = req.data.as_ref().map(|d| d.slice(within as usize..(within + length) as usize));
+            let data = req.take_data_piece(within as usize, length as usize);
             self.lower_q.push_back(Request {
                 id,
                 op: req.op,

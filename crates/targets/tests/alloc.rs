@@ -2,7 +2,9 @@
 //! each placement policy, against a per-unit model: no unit is ever handed
 //! out twice, the free count and free extents always match the model, what
 //! a policy returns is free and of the asked length, and releasing
-//! everything leaves one whole free extent (no leak).
+//! everything leaves one whole free extent (no leak). The range operations
+//! (`take_range`, `release_range`: whatever part is free or used) against
+//! the same model.
 
 use layoutd_targets::alloc::{FreeSpace, Largest, Nearest, NextFit, Placement, SegmentRing};
 use proptest::prelude::*;
@@ -93,6 +95,38 @@ proptest! {
             f.release(start, length);
         }
         prop_assert_eq!(f.extents().collect::<Vec<_>>(), vec![(0, UNITS)]);
+    }
+
+    /// `take_range` / `release_range` over ranges that may be partly free,
+    /// wholly free or wholly used, from an all-used or all-free start:
+    /// each returns the units it changed, and the free extents stay the
+    /// model's maximal free runs (merged, never adjacent).
+    #[test]
+    fn range_operations_match_a_per_unit_model(
+        start_free in any::<bool>(),
+        ops in prop::collection::vec((any::<bool>(), 0..UNITS + 20, 0..40u64), 1..120),
+    ) {
+        let mut f = if start_free { FreeSpace::new(UNITS) } else { FreeSpace::all_used(UNITS) };
+        let mut free = vec![start_free; UNITS as usize];
+        for (release, start, length) in ops {
+            let end = (start + length).min(UNITS);
+            let changed = (start.min(end)..end).filter(|&u| free[u as usize] != release).count() as u64;
+            let got = if release { f.release_range(start, length) } else { f.take_range(start, length.min(UNITS.saturating_sub(start))) };
+            prop_assert_eq!(got, changed);
+            for u in start.min(end)..end {
+                free[u as usize] = release;
+            }
+            prop_assert_eq!(f.free_units(), free.iter().filter(|&&u| u).count() as u64);
+            let mut runs = Vec::new();
+            let mut u = 0u64;
+            while u < UNITS {
+                if !free[u as usize] { u += 1; continue; }
+                let s = u;
+                while u < UNITS && free[u as usize] { u += 1; }
+                runs.push((s, u - s));
+            }
+            prop_assert_eq!(f.extents().collect::<Vec<_>>(), runs);
+        }
     }
 
     /// The ring (dcd's allocator) against a queue of live units: every

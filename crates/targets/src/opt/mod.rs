@@ -630,8 +630,9 @@ impl Opt {
         }
         self.mark_copies_stale(blocks);
         let (key, pieces) = self.begin(&req);
+        let mut req = req;
         for (lower, within, len, _) in pieces {
-            let data = req.data.as_ref().map(|d| d.slice(within as usize..within as usize + len as usize));
+            let data = req.take_data_piece(within as usize, len as usize);
             let r = Request {
                 fua: req.fua,
                 stream: req.stream,

@@ -53,6 +53,9 @@ use place::ChunkPlacement;
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::VecDeque;
 
+/// A request's piece in one chunk: `(slot, lc, offset in chunk, length)`.
+type Piece = (u32, u64, u64, u64);
+
 /// The bytes `[start, start + length)` from bring-up reads keyed by their
 /// offset; zeroes where a read brought no data (timing-only mode).
 fn gather(reads: &FxHashMap<u64, Bytes>, start: u64, length: u64) -> Vec<u8> {
@@ -369,6 +372,9 @@ impl Pool {
     /// them changes no order the crash rules depend on. A joined request's
     /// completion is handed to each piece as its own ([`Pool::split_joined`]).
     fn join_queued(&mut self) {
+        if !self.queue_may_join() {
+            return;
+        }
         let queue = std::mem::take(&mut self.lower_q);
         let mut out: Vec<Request> = Vec::with_capacity(queue.len());
         // (key, end offset) -> the request in `out` ending there.
@@ -413,6 +419,20 @@ impl Pool {
             self.joined.insert(r.id.0, list.into_iter().map(|(id, within, n, _)| (id, within, n)).collect());
         }
         self.lower_q = out.into();
+    }
+
+    /// Whether two queued requests continue each other (same op, one
+    /// starting where the other ends): the cheap test that spares
+    /// [`Pool::join_queued`]'s maps on the common queue of one request, or
+    /// of a fresh chunk's data write and its two zero-fills around it.
+    /// Past a few requests, the join decides.
+    fn queue_may_join(&self) -> bool {
+        let q = &self.lower_q;
+        match q.len() {
+            0 | 1 => false,
+            2..=8 => q.iter().any(|a| q.iter().any(|b| a.op == b.op && a.end_bytes() == b.offset_bytes)),
+            _ => true,
+        }
     }
 
     /// A joined request completed: each piece's completion, as if it had
@@ -675,8 +695,8 @@ impl Pool {
         matches!(self.phase, Phase::Serving)
     }
 
-    /// `(slot, lc, offset in chunk, length)` pieces of a byte range.
-    fn pieces(&self, offset: u64, length: u64) -> Vec<(u32, u64, u64, u64)> {
+    /// The [`Piece`]s of a byte range.
+    fn pieces(&self, offset: u64, length: u64) -> Vec<Piece> {
         let (vb, c) = (self.cfg.volume_bytes(), self.cfg.chunk_bytes);
         let mut out = Vec::new();
         let mut o = offset;
@@ -690,15 +710,17 @@ impl Pool {
         out
     }
 
-    fn lcs_of(&self, req: &Request) -> Vec<u64> {
+    /// A request's pieces (a flush: one empty piece) and the lcs they
+    /// touch, sorted, once each.
+    fn pieces_and_lcs(&self, req: &Request) -> (Vec<Piece>, Vec<u64>) {
         if req.op == Op::Flush {
-            return Vec::new();
+            return (vec![(0, 0, 0, 0)], Vec::new());
         }
-        let mut l: Vec<u64> =
-            self.pieces(req.offset_bytes, u64::from(req.length_bytes)).iter().map(|p| p.1).collect();
+        let pieces = self.pieces(req.offset_bytes, u64::from(req.length_bytes));
+        let mut l: Vec<u64> = pieces.iter().map(|p| p.1).collect();
         l.sort_unstable();
         l.dedup();
-        l
+        (pieces, l)
     }
 
     fn admit(&mut self) {
@@ -716,28 +738,23 @@ impl Pool {
             if self.structural.is_some() {
                 break;
             }
-            let lcs = self.lcs_of(&self.waiting[i]);
+            let (pieces, lcs) = self.pieces_and_lcs(&self.waiting[i]);
             if lcs.iter().any(|lc| self.locked.contains(lc) || claimed.contains(lc)) {
                 claimed.extend(lcs);
                 i += 1;
                 continue;
             }
             let req = self.waiting.remove(i).expect("in range");
-            self.start(req, lcs);
+            self.start(req, pieces, lcs);
         }
     }
 
-    fn start(&mut self, req: Request, lcs: Vec<u64>) {
+    fn start(&mut self, mut req: Request, pieces: Vec<Piece>, lcs: Vec<u64>) {
         if req.validate(self.size_bytes()).is_err() {
             self.upper_q.push_back(Completion::err(req.id, IoError::Invalid));
             return;
         }
         self.locked.extend(lcs.iter().copied());
-        let pieces = if req.op == Op::Flush {
-            vec![(0, 0, 0, 0)]
-        } else {
-            self.pieces(req.offset_bytes, u64::from(req.length_bytes))
-        };
         match req.op {
             Op::Read => self.counters.reads += 1,
             Op::Flush => {}
@@ -749,11 +766,11 @@ impl Pool {
             Upper { asm: Assembly::new(req.id, req.op, req.length_bytes, pieces.len() as u32), lcs },
         );
         let mut within = 0u64;
-        let mut jids = Vec::new();
+        let first_jid = self.next_job;
         for (slot, lc, coff, len) in pieces {
-            let data = match (req.op, &req.data) {
-                (Op::Write, Some(d)) => Some(d.slice(within as usize..(within + len) as usize)),
-                (Op::WriteZeroes | Op::Trim, _) => Some(Bytes::from_static(&ZEROES[..len as usize])),
+            let data = match req.op {
+                Op::Write => req.take_data_piece(within as usize, len as usize),
+                Op::WriteZeroes | Op::Trim => Some(Bytes::from_static(&ZEROES[..len as usize])),
                 _ => None,
             };
             let mut steps = VecDeque::new();
@@ -761,7 +778,7 @@ impl Pool {
             if req.fua && req.op.is_modify() {
                 steps.push_back(Step::Commit);
             }
-            let jid = self.new_job(Job {
+            self.new_job(Job {
                 upper: Some(uid),
                 within: within as u32,
                 slot,
@@ -779,10 +796,10 @@ impl Pool {
                 in_flight: 0,
                 failed: None,
             });
-            jids.push(jid);
             within += len;
         }
-        for jid in jids {
+        // The jobs just made have consecutive ids.
+        for jid in first_jid..self.next_job {
             self.run_job(jid);
         }
     }
@@ -821,22 +838,23 @@ impl Pool {
                 }
                 Step::WriteUpper { at } => {
                     let mut r = Request::new(ReqId(0), Op::Write, at, job.len as u32);
-                    r.data = job.data.clone();
+                    r.data = job.data.take(); // its last use: no step after it patches
                     return self.lower(Owner::Job(jid), r);
                 }
                 Step::WriteFresh { q } => {
                     let (at, coff, len) = (self.cfg.chunk_at(q), job.coff, job.len);
                     let mut w = Request::new(ReqId(0), Op::Write, at + coff, len as u32);
-                    w.data = job.data.clone();
-                    let mut reqs = vec![w];
-                    for (o, n) in [(0, coff), (coff + len, c - coff - len)] {
+                    w.data = job.data.take();
+                    let zeroes = [(0, coff), (coff + len, c - coff - len)];
+                    job.in_flight = 1 + zeroes.iter().filter(|z| z.1 > 0).count() as u32;
+                    self.lower(Owner::Job(jid), w);
+                    for (o, n) in zeroes {
                         if n > 0 {
-                            reqs.push(Request::new(ReqId(0), Op::WriteZeroes, at + o, n as u32));
+                            self.lower(
+                                Owner::Job(jid),
+                                Request::new(ReqId(0), Op::WriteZeroes, at + o, n as u32),
+                            );
                         }
-                    }
-                    job.in_flight = reqs.len() as u32;
-                    for r in reqs {
-                        self.lower(Owner::Job(jid), r);
                     }
                     return;
                 }

@@ -252,22 +252,26 @@ impl Replica {
             _ => self.counters.zeroes_count += 1,
         }
         let observed = self.note_conflicts(ba, n);
-        let mut lower = vec![Request { background: false, ..req.clone() }];
-        lower.extend(self.update_maps(&req, ba, n));
+        let extra = self.update_maps(&req, ba, n);
+        let (id, op, length_bytes, fua) = (req.id, req.op, req.length_bytes, req.fua);
+        // The request itself goes below (its payload moved, not shared).
+        let mut lower = Vec::with_capacity(1 + extra.len());
+        lower.push(Request { background: false, ..req });
+        lower.extend(extra);
         let key = self.new_key();
         let mut pieces = lower.len() as u32;
         // A write into the region leaves it once it has landed (before, a
         // crash must still find those blocks zeroed); a FUA write then
         // waits for the record that says so.
-        let hits_region = req.op == Op::Write && !self.space.region.free_parts(ba, n).is_empty();
+        let hits_region = op == Op::Write && !self.space.region.free_parts(ba, n).is_empty();
         if hits_region {
-            self.region_drops.insert(key, (lower.len() as u32, (ba, n), req.fua));
-            pieces += u32::from(req.fua);
-        } else if req.fua && self.region.version > self.region.durable {
+            self.region_drops.insert(key, (lower.len() as u32, (ba, n), fua));
+            pieces += u32::from(fua);
+        } else if fua && self.region.version > self.region.durable {
             self.region.waiters.push((key, self.region.version));
             pieces += 1;
         }
-        self.asm.insert(key, Assembly::new(req.id, req.op, req.length_bytes, pieces));
+        self.asm.insert(key, Assembly::new(id, op, length_bytes, pieces));
         let _ = b;
         if !self.args.conflict_checks {
             self.issue_upper(key, lower);
