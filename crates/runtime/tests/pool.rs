@@ -25,6 +25,8 @@ fn policies() -> Vec<String> {
         cfg("sliced", "slices = 6\n"),
         cfg("nearest", ""),
         cfg("contiguous", "zero_new_chunks_with = \"write\"\n"),
+        cfg("nearest", "origin_shared_write = \"redirect\"\n"),
+        cfg("sliced", "slices = 6\norigin_shared_write = \"redirect\"\n"),
     ]
 }
 
@@ -141,7 +143,12 @@ fn the_volume_crash_check_catches_metadata_durable_before_its_copies() {
     // No reads, so that the oracle cannot see it first: only a crash cut
     // between a copy and the metadata naming it (or the origin write it
     // protects) shows it.
-    let make = early_ack_pool(cfg("nearest", "defrag = false\n"));
+    crash_check_early_acked(cfg("nearest", "defrag = false\n"));
+}
+
+/// The volume crash check on a pool over [`EarlyAck`], reads left out.
+fn crash_check_early_acked(c: String) {
+    let make = early_ack_pool(c);
     for seed in 0..10u64 {
         volumes_crash_check(
             &make,
@@ -373,6 +380,47 @@ fn a_full_chunk_overwrite_skips_the_read_only_when_no_snapshot_needs_it() {
     let s2 = volume_offset(&mut h, "s2");
     assert_eq!(h.write(s2, vec![4; 512]).result, Ok(()));
     assert_eq!(counter(&h, "copy_read_bytes"), 2 * CHUNK as u64);
+}
+
+#[test]
+fn a_redirected_origin_write_leaves_the_old_chunk_to_the_snapshots_and_waits_for_no_commit() {
+    let c = cfg("nearest", "defrag = false\norigin_shared_write = \"redirect\"\n");
+    let (mut h, _) = harness(&c, DEVICE_BYTES);
+    assert_eq!(h.write(0, vec![1; 2 * CHUNK]).result, Ok(()));
+    ok(&mut h, "snapshot create s1");
+    ok(&mut h, "snapshot create s2");
+    assert_eq!(h.flush().result, Ok(()));
+    h.settle();
+    let commits = counter(&h, "commits_count");
+    // A partial write: the old chunk is read for the rest of the new one.
+    assert_eq!(h.write(512, vec![2; 512]).result, Ok(()));
+    // A whole-chunk write: nothing to read.
+    assert_eq!(h.write(CHUNK as u64, vec![3; CHUNK]).result, Ok(()));
+    assert_eq!(counter(&h, "commits_count"), commits, "no commit before the writes complete");
+    assert_eq!(counter(&h, "origin_redirected_chunks_count"), 2);
+    assert_eq!(counter(&h, "chunks_copied_count"), 0, "nothing copied out");
+    assert_eq!(counter(&h, "copy_read_bytes"), CHUNK as u64, "only the partial write read");
+    assert_eq!(counter(&h, "full_overwrite_read_skipped_count"), 1);
+    let mut want = vec![1; 2 * CHUNK];
+    want[512..1024].fill(2);
+    want[CHUNK..].fill(3);
+    assert_eq!(read(&mut h, 0, 2 * CHUNK), want);
+    for s in ["s1", "s2"] {
+        let at = volume_offset(&mut h, s);
+        assert_eq!(read(&mut h, at, 2 * CHUNK), vec![1; 2 * CHUNK], "{s} keeps the old chunks");
+    }
+    assert_eq!(counter(&h, "chunks_shared_count"), 2, "the snapshots still share the old chunks");
+    // The origin's chunks are its own now: written in place.
+    let allocated = counter(&h, "data_allocated_bytes");
+    assert_eq!(h.write(0, vec![4; 512]).result, Ok(()));
+    assert_eq!(counter(&h, "data_allocated_bytes"), allocated);
+    assert_eq!(counter(&h, "origin_redirected_chunks_count"), 2);
+}
+
+#[test]
+#[should_panic(expected = "after a crash")]
+fn the_volume_crash_check_catches_a_redirected_origin_write_durable_before_its_data() {
+    crash_check_early_acked(cfg("nearest", "defrag = false\norigin_shared_write = \"redirect\"\n"));
 }
 
 #[test]

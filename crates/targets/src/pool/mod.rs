@@ -221,6 +221,7 @@ struct Counters {
     copy_distance_sum: u64,
     copies_placed: u64,
     private_chunks: u64,
+    origin_redirected: u64,
     full_overwrite_read_skipped: u64,
     allocated_chunks: u64,
     defrag_moves: u64,
@@ -1019,7 +1020,7 @@ impl Pool {
         self.counters.copies_placed += 1;
         self.counters.copy_distance_sum += q.abs_diff(p);
         self.placed(q, p);
-        if slot == 0 {
+        if slot == 0 && !self.cfg.redirect_origin {
             // Copy out once for every sharer, make it durable, then write in place.
             self.counters.chunks_copied += 1;
             self.counters.copy_read_bytes += c;
@@ -1032,7 +1033,12 @@ impl Pool {
                 Step::WriteUpper { at: self.cfg.chunk_at(p) + coff },
             ]);
         }
-        self.counters.private_chunks += 1;
+        // A snapshot's own chunk, or the origin's redirected one: the new
+        // data goes to `q`, the sharers stay on `p` (nothing to wait for).
+        match slot {
+            0 => self.counters.origin_redirected += 1,
+            _ => self.counters.private_chunks += 1,
+        }
         let change = Step::Apply(Change::Private { slot, lc, q });
         Ok(if full {
             self.counters.full_overwrite_read_skipped += 1;
@@ -1686,6 +1692,7 @@ impl Pool {
             ("copy_written_bytes".into(), k.copy_written_bytes),
             ("chunks_shared_count".into(), shared),
             ("snapshot_private_chunks_count".into(), k.private_chunks),
+            ("origin_redirected_chunks_count".into(), k.origin_redirected),
             ("full_overwrite_read_skipped_count".into(), k.full_overwrite_read_skipped),
             ("chunks_allocated_count".into(), k.allocated_chunks),
             (
@@ -1828,6 +1835,10 @@ impl Target for Pool {
             (
                 "zero_new_chunks_with".into(),
                 (if self.cfg.zero_in_write { "write" } else { "write-zeroes" }).to_string(),
+            ),
+            (
+                "origin_shared_write".into(),
+                (if self.cfg.redirect_origin { "redirect" } else { "copy-out" }).to_string(),
             ),
             ("journal_blocks".into(), self.cfg.journal_blocks.to_string()),
         ];
