@@ -81,6 +81,7 @@ def main():
     ap.add_argument("--phase", default="build")
     ap.add_argument("--disk", default="wd800")
     ap.add_argument("--set", action="append", default=[], help="KEY=VALUE pool key")
+    ap.add_argument("--keep", action="store_true", help="keep the two record files (TMP/breakdown-*.rec)")
     a = ap.parse_args()
     sets = [s.split("=", 1) for s in a.set]
     os.makedirs(pool_kernel.TMP, exist_ok=True)
@@ -179,7 +180,7 @@ def main():
     keys = ["chunks_copied_count", "commits_count", "journal_blocks_written_count", "checkpoints_count",
             "full_overwrite_read_skipped_count"]
     print("\ncounters (whole run): " + ", ".join(f"{k}={pool.get(k)}" for k in keys))
-    for ext in ("-above.rec", "-under.rec"):
+    for ext in () if a.keep else ("-above.rec", "-under.rec"):
         os.unlink(base + ext)
 
 

@@ -418,6 +418,24 @@ fn a_redirected_origin_write_leaves_the_old_chunk_to_the_snapshots_and_waits_for
 }
 
 #[test]
+fn the_defragmenter_leaves_a_snapshot_chunk_at_home_when_the_origin_was_redirected() {
+    // Every other chunk rewritten with redirects: the origin's new chunks
+    // land where there is room, some far; the snapshot keeps the old ones,
+    // in the origin's old layout. The defragmenter must not move those
+    // after the origin's (the snapshot would leave its line too).
+    let (_, mut h, _) = spread_pool_with_copies("origin_shared_write = \"redirect\"\n", 48, 0, 2);
+    assert_eq!(counter(&h, "origin_redirected_chunks_count"), 24);
+    assert!(counter(&h, "copy_distance_mean_chunks_milli") > 1000, "{}", h.stack.status());
+    let mut steps = 0u64;
+    while h.step() {
+        steps += 1;
+        assert!(steps < 10_000_000, "the defragmenter never settles");
+    }
+    assert_eq!(counter(&h, "defrag_moves_count"), 0, "{}", h.stack.status());
+    check_spread_pool(&mut h, 48, 0, 2);
+}
+
+#[test]
 #[should_panic(expected = "after a crash")]
 fn the_volume_crash_check_catches_a_redirected_origin_write_durable_before_its_data() {
     crash_check_early_acked(cfg("nearest", "defrag = false\norigin_shared_write = \"redirect\"\n"));

@@ -1471,6 +1471,13 @@ impl Pool {
                 if self.locked.contains(&l) || self.held.contains_key(&p) {
                     continue;
                 }
+                // A snapshot's chunk at its lc's home is where the origin's
+                // layout put it (the origin's write was redirected away
+                // from it): moving it after the origin's would take the
+                // snapshot out of line too.
+                if s != 0 && p == self.place.home(l) {
+                    continue;
+                }
                 let target = if s == 0 { self.place.home(l) } else { self.origin_ref(l) };
                 let d = p.abs_diff(target);
                 if d <= 1 || (s == 0 && (!self.free.is_free(target, 1) || self.has_copy(l, p))) {
