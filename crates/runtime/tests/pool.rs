@@ -426,6 +426,8 @@ fn the_defragmenter_leaves_a_snapshot_chunk_at_home_when_the_origin_was_redirect
     let (_, mut h, _) = spread_pool_with_copies("origin_shared_write = \"redirect\"\n", 48, 0, 2);
     assert_eq!(counter(&h, "origin_redirected_chunks_count"), 24);
     assert!(counter(&h, "copy_distance_mean_chunks_milli") > 1000, "{}", h.stack.status());
+    // Durable: the old chunks are no longer held back from moves.
+    assert_eq!(h.flush().result, Ok(()));
     let mut steps = 0u64;
     while h.step() {
         steps += 1;
