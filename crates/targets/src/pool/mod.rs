@@ -1480,6 +1480,17 @@ impl Pool {
                 }
                 let target = if s == 0 { self.place.home(l) } else { self.origin_ref(l) };
                 let d = p.abs_diff(target);
+                if s == 0 && d > 1 && self.chunks.lc(target) == Some(l) {
+                    // Snapshots hold the origin's home (a redirected write).
+                    if !quiet {
+                        self.line_up_deferred = true;
+                    } else if let Some(plan) = self.restore_home(l, p, target) {
+                        self.defrag_cursor = (s, l + 1);
+                        self.defrag_plan = plan;
+                        return self.next_planned_stage().ok().flatten();
+                    }
+                    continue;
+                }
                 if d <= 1 || (s == 0 && (!self.free.is_free(target, 1) || self.has_copy(l, p))) {
                     continue;
                 }
@@ -1508,6 +1519,44 @@ impl Pool {
         self.defrag_pending = false;
         self.defrag_cursor = (0, 0);
         None
+    }
+
+    /// The stages that put the origin's chunk `p` of `lc` back at its home
+    /// `h`, which snapshots map at the same `lc` (a redirected write left
+    /// the old chunk to them there): their chunk first to where the
+    /// placement puts a copy of `h`, then the origin's home, the first
+    /// durable before the second overwrites the chunk it freed. The
+    /// origin's layout is then the one a copy-out keeps, the copy made in
+    /// idle time instead of in front of the write. `None`: `h` is held
+    /// (its change of sharers not durable yet) or there is no room.
+    fn restore_home(&mut self, lc: u64, p: u64, h: u64) -> Option<VecDeque<Vec<(u64, u64, u64)>>> {
+        assert_ne!(p, h, "the origin's chunk is away from its home");
+        assert_eq!(self.chunks.lc(h), Some(lc), "snapshots map the home at the same lc");
+        if self.held.contains_key(&h) || self.locked.contains(&lc) {
+            return None;
+        }
+        let aside = self.place.place_copy(&self.free, h)?;
+        Some(VecDeque::from([vec![(lc, h, aside)], vec![(lc, p, h)]]))
+    }
+
+    /// Where a sequential read of the origin jumps: next lcs both mapped
+    /// whose chunks are not in order within a read-through's gap
+    /// ([`READ_THROUGH_CHUNKS_MAX`]). Redirected writes not put back yet
+    /// make them; a copy-out or a line-up does not.
+    fn origin_jumps_count(&self) -> u64 {
+        let Some(origin) = self.vols[0].as_ref() else { return 0 };
+        let mut jumps = 0;
+        let mut last: Option<(u64, u64)> = None; // (lc, chunk) of the previous extent's end
+        for e in origin.map.iter() {
+            if let Some((lc, p)) = last {
+                let q = e.value;
+                if lc + 1 == e.start && (q <= p || q - p - 1 > READ_THROUGH_CHUNKS_MAX) {
+                    jumps += 1;
+                }
+            }
+            last = Some((e.start + e.length - 1, e.value + e.length - 1));
+        }
+        jumps
     }
 
     /// Whether a snapshot maps `lc` to a chunk of its own, not the
@@ -1707,6 +1756,7 @@ impl Pool {
                 (k.copy_distance_sum * 1000).checked_div(k.copies_placed).unwrap_or(0),
             ),
             ("copies_distance_now_mean_chunks_milli".into(), self.copies_distance_now_milli()),
+            ("origin_jumps_count".into(), self.origin_jumps_count()),
             ("defrag_moves_count".into(), k.defrag_moves),
             ("commits_count".into(), k.commits),
             ("checkpoints_count".into(), k.checkpoints),
