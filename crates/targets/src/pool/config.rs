@@ -285,6 +285,10 @@ mod tests {
                 "zero_new_chunks_with = \"punch\"",
                 "key `zero_new_chunks_with`: unknown `punch` (write-zeroes, write)",
             ),
+            (
+                "origin_shared_write = \"in-place\"",
+                "key `origin_shared_write`: unknown `in-place` (copy-out, redirect)",
+            ),
             ("placement = \"sliced\"\nslices = 0", "`slices` = 0"),
             ("volumes_max = 0", "key `volumes_max`: 0; from 1 to 40"),
             ("journal_blocks = 2", "key `journal_blocks`"),
