@@ -438,6 +438,24 @@ fn once_quiet_the_defragmenter_puts_redirected_origin_chunks_back_home() {
 }
 
 #[test]
+fn redirected_origin_chunks_go_back_home_when_quiet_even_with_no_flush() {
+    // No flush: the pool commits the redirects itself once quiet (the old
+    // chunks are held until then), then puts the origin's chunks back.
+    let redirect = "origin_shared_write = \"redirect\"\n";
+    let (_, mut h, _) = spread_pool_with_copies(redirect, 48, 0, 2);
+    assert!(counter(&h, "origin_jumps_count") > 0, "{}", h.stack.status());
+    let commits = counter(&h, "commits_count");
+    let mut steps = 0u64;
+    while h.step() {
+        steps += 1;
+        assert!(steps < 10_000_000, "the defragmenter never settles");
+    }
+    assert!(counter(&h, "commits_count") > commits);
+    assert_eq!(counter(&h, "origin_jumps_count"), 0, "{}", h.stack.status());
+    check_spread_pool(&mut h, 48, 0, 2);
+}
+
+#[test]
 #[should_panic(expected = "after a crash")]
 fn the_volume_crash_check_catches_a_redirected_origin_write_durable_before_its_data() {
     crash_check_early_acked(cfg("nearest", "defrag = false\norigin_shared_write = \"redirect\"\n"));

@@ -270,6 +270,9 @@ pub struct Pool {
     held: FxHashMap<u64, u64>,
     frees: Vec<(u64, u64)>,
     want_checkpoint: bool,
+    /// A commit wanted with nobody waiting for it (the defragmenter's,
+    /// to make redirected writes durable when no flush comes).
+    want_commit: bool,
     checkpoint_gen: u64,
     journal_start: u64,
     journal_seq: u64,
@@ -322,6 +325,7 @@ impl Pool {
             held: FxHashMap::default(),
             frees: Vec::new(),
             want_checkpoint: false,
+            want_commit: false,
             checkpoint_gen: 0,
             journal_start: 0,
             journal_seq: 0,
@@ -1150,11 +1154,13 @@ impl Pool {
         if self.commit.is_some() || !self.serving() {
             return;
         }
-        let wanted =
-            self.want_checkpoint || self.commit_waiters.iter().any(|&(need, _)| need > self.durable_no);
+        let wanted = self.want_checkpoint
+            || self.want_commit
+            || self.commit_waiters.iter().any(|&(need, _)| need > self.durable_no);
         if !wanted {
             return;
         }
+        self.want_commit = false;
         let no = self.batch_no;
         self.batch_no += 1;
         let records = std::mem::take(&mut self.batch);
@@ -1244,7 +1250,10 @@ impl Pool {
         }
         let no = commit.no;
         self.durable_no = no;
+        let held_count = self.held.len();
         self.held.retain(|_, b| *b > no);
+        // Chunks no longer held may be put back (`restore_home`).
+        self.defrag_pending |= self.cfg.defrag && self.held.len() < held_count;
         let (ready, later): (Vec<_>, Vec<_>) = self.frees.drain(..).partition(|&(b, _)| b <= no);
         self.frees = later;
         // Freed space may let the defragmenter move copies nearer.
@@ -1484,6 +1493,10 @@ impl Pool {
                     // Snapshots hold the origin's home (a redirected write).
                     if !quiet {
                         self.line_up_deferred = true;
+                    } else if self.held.contains_key(&target) {
+                        // Its redirect not durable yet (no flush came):
+                        // commit now, idle, rather than wait for one.
+                        self.want_commit = true;
                     } else if let Some(plan) = self.restore_home(l, p, target) {
                         self.defrag_cursor = (s, l + 1);
                         self.defrag_plan = plan;
@@ -1532,9 +1545,10 @@ impl Pool {
     fn restore_home(&mut self, lc: u64, p: u64, h: u64) -> Option<VecDeque<Vec<(u64, u64, u64)>>> {
         assert_ne!(p, h, "the origin's chunk is away from its home");
         assert_eq!(self.chunks.lc(h), Some(lc), "snapshots map the home at the same lc");
-        if self.held.contains_key(&h) || self.locked.contains(&lc) {
+        if self.locked.contains(&lc) {
             return None;
         }
+        assert!(!self.held.contains_key(&h), "the home's sharers changed durably");
         let aside = self.place.place_copy(&self.free, h)?;
         Some(VecDeque::from([vec![(lc, h, aside)], vec![(lc, p, h)]]))
     }
@@ -1935,7 +1949,9 @@ impl Target for Pool {
             Err(()) => return None,
             Ok(Some(m)) => (m, true),
             Ok(None) => {
-                let m = self.defrag_candidate(self.quiet.is_idle(now))?;
+                let found = self.defrag_candidate(self.quiet.is_idle(now));
+                self.maybe_commit();
+                let m = found?;
                 (m, !self.defrag_plan.is_empty())
             }
         };
