@@ -1477,50 +1477,8 @@ impl Pool {
             for i in 0..e.length.min(budget) {
                 let (l, p) = (e.start + i, e.value + i);
                 budget -= 1;
-                if self.locked.contains(&l) || self.held.contains_key(&p) {
-                    continue;
-                }
-                // A snapshot's chunk at its lc's home is where the origin's
-                // layout put it (the origin's write was redirected away
-                // from it): moving it after the origin's would take the
-                // snapshot out of line too.
-                if s != 0 && p == self.place.home(l) {
-                    continue;
-                }
-                let target = if s == 0 { self.place.home(l) } else { self.origin_ref(l) };
-                let d = p.abs_diff(target);
-                if s == 0 && d > 1 && self.chunks.lc(target) == Some(l) {
-                    // Snapshots hold the origin's home (a redirected write).
-                    if !quiet {
-                        self.line_up_deferred = true;
-                    } else if self.held.contains_key(&target) {
-                        // Its redirect not durable yet (no flush came):
-                        // commit now, idle, rather than wait for one.
-                        self.want_commit = true;
-                    } else if let Some(plan) = self.restore_home(l, p, target) {
-                        self.defrag_cursor = (s, l + 1);
-                        self.defrag_plan = plan;
-                        return self.next_planned_stage().ok().flatten();
-                    }
-                    continue;
-                }
-                if d <= 1 || (s == 0 && (!self.free.is_free(target, 1) || self.has_copy(l, p))) {
-                    continue;
-                }
-                if let Some(q) = self.free.nearest_unit(target, 0, self.cfg.data_chunks) {
-                    if q.abs_diff(target) + 1 < d && (s != 0 || q == target) {
-                        self.defrag_cursor = (s, l + 1);
-                        return Some(vec![(l, p, q)]);
-                    }
-                }
-                if s != 0 && !quiet {
-                    self.line_up_deferred = true;
-                } else if s != 0 {
-                    if let Some(plan) = self.line_up(l, p, target).and_then(|u| self.line_up_stages(u)) {
-                        self.defrag_cursor = (s, l + 1);
-                        self.defrag_plan = plan;
-                        return self.next_planned_stage().ok().flatten();
-                    }
+                if let Some(found) = self.defrag_chunk(quiet, s, l, p) {
+                    return found;
                 }
             }
             lc = e.start + e.length;
@@ -1531,6 +1489,59 @@ impl Pool {
         }
         self.defrag_pending = false;
         self.defrag_cursor = (0, 0);
+        None
+    }
+
+    /// What the defragmenter does with `s`'s chunk `p` at `l`:
+    /// `Some(moves)` ends the scan with them (`Some(None)`: a plan was
+    /// made but its first stage must wait), `None` goes on to the next.
+    #[allow(clippy::option_option)]
+    fn defrag_chunk(&mut self, quiet: bool, s: u32, l: u64, p: u64) -> Option<Option<Vec<(u64, u64, u64)>>> {
+        if self.locked.contains(&l) || self.held.contains_key(&p) {
+            return None;
+        }
+        // A snapshot's chunk at its lc's home is where the origin's
+        // layout put it (the origin's write was redirected away
+        // from it): moving it after the origin's would take the
+        // snapshot out of line too.
+        if s != 0 && p == self.place.home(l) {
+            return None;
+        }
+        let target = if s == 0 { self.place.home(l) } else { self.origin_ref(l) };
+        let d = p.abs_diff(target);
+        if s == 0 && d > 1 && self.chunks.lc(target) == Some(l) {
+            // Snapshots hold the origin's home (a redirected write).
+            if !quiet {
+                self.line_up_deferred = true;
+            } else if self.held.contains_key(&target) {
+                // Its redirect not durable yet (no flush came):
+                // commit now, idle, rather than wait for one.
+                self.want_commit = true;
+            } else if let Some(plan) = self.restore_home(l, p, target) {
+                self.defrag_cursor = (s, l + 1);
+                self.defrag_plan = plan;
+                return Some(self.next_planned_stage().ok().flatten());
+            }
+            return None;
+        }
+        if d <= 1 || (s == 0 && (!self.free.is_free(target, 1) || self.has_copy(l, p))) {
+            return None;
+        }
+        if let Some(q) = self.free.nearest_unit(target, 0, self.cfg.data_chunks) {
+            if q.abs_diff(target) + 1 < d && (s != 0 || q == target) {
+                self.defrag_cursor = (s, l + 1);
+                return Some(Some(vec![(l, p, q)]));
+            }
+        }
+        if s != 0 && !quiet {
+            self.line_up_deferred = true;
+        } else if s != 0 {
+            if let Some(plan) = self.line_up(l, p, target).and_then(|u| self.line_up_stages(u)) {
+                self.defrag_cursor = (s, l + 1);
+                self.defrag_plan = plan;
+                return Some(self.next_planned_stage().ok().flatten());
+            }
+        }
         None
     }
 
