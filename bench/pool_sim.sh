@@ -27,7 +27,7 @@ else
     TRACE=bench/traces/pool/partial_rewrite_64m.trace
     AT=$(python3 bench/workloads/pool_trace.py "$TRACE" 64 $VOLUME 1)
 fi
-NAMES="plain contiguous sliced-30 sliced-4096 nearest"
+NAMES="plain contiguous sliced-30 sliced-4096 nearest contiguous-redirect nearest-redirect"
 for n in $NAMES; do
     msg=""
     [ "$n" = plain ] || msg="--message=@$AT:snapshot create snap"

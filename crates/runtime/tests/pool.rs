@@ -25,6 +25,8 @@ fn policies() -> Vec<String> {
         cfg("sliced", "slices = 6\n"),
         cfg("nearest", ""),
         cfg("contiguous", "zero_new_chunks_with = \"write\"\n"),
+        cfg("nearest", "origin_shared_write = \"redirect\"\n"),
+        cfg("sliced", "slices = 6\norigin_shared_write = \"redirect\"\n"),
     ]
 }
 
@@ -141,7 +143,12 @@ fn the_volume_crash_check_catches_metadata_durable_before_its_copies() {
     // No reads, so that the oracle cannot see it first: only a crash cut
     // between a copy and the metadata naming it (or the origin write it
     // protects) shows it.
-    let make = early_ack_pool(cfg("nearest", "defrag = false\n"));
+    crash_check_early_acked(cfg("nearest", "defrag = false\n"));
+}
+
+/// The volume crash check on a pool over [`EarlyAck`], reads left out.
+fn crash_check_early_acked(c: String) {
+    let make = early_ack_pool(c);
     for seed in 0..10u64 {
         volumes_crash_check(
             &make,
@@ -242,14 +249,17 @@ fn whole_chunk_reads_read_through_short_gaps_and_return_only_their_own_bytes() {
     assert_eq!(counter(&h, "read_through_bytes"), before);
 }
 
-/// [`spread_pool_with_copies`], then quiet until the defragmenter is done:
-/// every copy must end next to its origin chunk, every byte read back the
-/// same, and so from crash images taken every few steps on the way and at
-/// the end (no flush: every move, and every stage of a line-up, was made
-/// durable before the chunks it freed were reused). Returns the mean copy
-/// distance at placement (chunks x1000).
-fn copies_end_next_to_their_origin_chunk(n: u64, first: u64, step: u64) -> u64 {
-    let (c, mut h, dev) = spread_pool_with_copies("", n, first, step as usize);
+/// [`spread_pool_with_copies`], flushed, then quiet until the
+/// defragmenter is done: every byte must read back the same, and so from
+/// crash images taken every few steps on the way and at the end (no flush
+/// after the writes': every move, and every stage of a line-up or of
+/// putting an origin chunk back home, was made durable before the chunks
+/// it freed were reused). Returns the mean copy distance at placement and
+/// after (chunks x1000) and the jumps a sequential read of the origin makes.
+fn defragment_spread_pool(extra: &str, n: u64, first: u64, step: u64) -> (u64, u64, u64) {
+    let (c, mut h, dev) = spread_pool_with_copies(extra, n, first, step as usize);
+    // The writes durable (a redirected one is, only once committed).
+    assert_eq!(h.flush().result, Ok(()));
     let placed = counter(&h, "copy_distance_mean_chunks_milli");
     let mut images = 0;
     for i in 0u64.. {
@@ -269,12 +279,11 @@ fn copies_end_next_to_their_origin_chunk(n: u64, first: u64, step: u64) -> u64 {
     let now = counter(&h, "copies_distance_now_mean_chunks_milli");
     eprintln!("copy distance placed {placed}, after line-ups {now} (chunks x1000)");
     assert!(counter(&h, "defrag_moves_count") > 0, "{}", h.stack.status());
-    assert_eq!(now, 1000, "every copy next to its origin chunk (placed: {placed})");
     check_spread_pool(&mut h, n, first, step);
     let mut h2 = reopen(&c, &dev);
     bring_up(&mut h2);
     check_spread_pool(&mut h2, n, first, step);
-    placed
+    (placed, now, counter(&h, "origin_jumps_count"))
 }
 
 #[test]
@@ -283,7 +292,8 @@ fn line_ups_put_copies_next_to_their_origin_chunk_once_quiet_and_keep_every_byte
     // away. Once no request has come for a while, the defragmenter shifts
     // the origin chunks between by one and brings each copy next to its
     // origin chunk.
-    let placed = copies_end_next_to_their_origin_chunk(48, 2, 8);
+    let (placed, now, _) = defragment_spread_pool("", 48, 2, 8);
+    assert_eq!(now, 1000, "every copy next to its origin chunk (placed: {placed})");
     assert!(placed > 1000, "some copies land away from their origin chunk: {placed}");
 }
 
@@ -294,7 +304,9 @@ fn line_ups_shift_whatever_lies_between_a_far_copy_and_its_origin_chunk() {
     // shift the chunks between (origin chunks and other copies alike,
     // named by the reverse map), the longer runs in two stages through a
     // free run.
-    let placed = copies_end_next_to_their_origin_chunk(48, 0, 2);
+    let (placed, now, jumps) = defragment_spread_pool("", 48, 0, 2);
+    assert_eq!(jumps, 0, "the origin reads in line");
+    assert_eq!(now, 1000, "every copy next to its origin chunk (placed: {placed})");
     assert!(placed > 3000, "copies land far: {placed}");
 }
 
@@ -373,6 +385,80 @@ fn a_full_chunk_overwrite_skips_the_read_only_when_no_snapshot_needs_it() {
     let s2 = volume_offset(&mut h, "s2");
     assert_eq!(h.write(s2, vec![4; 512]).result, Ok(()));
     assert_eq!(counter(&h, "copy_read_bytes"), 2 * CHUNK as u64);
+}
+
+#[test]
+fn a_redirected_origin_write_leaves_the_old_chunk_to_the_snapshots_and_waits_for_no_commit() {
+    let c = cfg("nearest", "defrag = false\norigin_shared_write = \"redirect\"\n");
+    let (mut h, _) = harness(&c, DEVICE_BYTES);
+    assert_eq!(h.write(0, vec![1; 2 * CHUNK]).result, Ok(()));
+    ok(&mut h, "snapshot create s1");
+    ok(&mut h, "snapshot create s2");
+    assert_eq!(h.flush().result, Ok(()));
+    h.settle();
+    let commits = counter(&h, "commits_count");
+    // A partial write: the old chunk is read for the rest of the new one.
+    assert_eq!(h.write(512, vec![2; 512]).result, Ok(()));
+    // A whole-chunk write: nothing to read.
+    assert_eq!(h.write(CHUNK as u64, vec![3; CHUNK]).result, Ok(()));
+    assert_eq!(counter(&h, "commits_count"), commits, "no commit before the writes complete");
+    assert_eq!(counter(&h, "origin_redirected_chunks_count"), 2);
+    assert_eq!(counter(&h, "chunks_copied_count"), 0, "nothing copied out");
+    assert_eq!(counter(&h, "copy_read_bytes"), CHUNK as u64, "only the partial write read");
+    assert_eq!(counter(&h, "full_overwrite_read_skipped_count"), 1);
+    let mut want = vec![1; 2 * CHUNK];
+    want[512..1024].fill(2);
+    want[CHUNK..].fill(3);
+    assert_eq!(read(&mut h, 0, 2 * CHUNK), want);
+    for s in ["s1", "s2"] {
+        let at = volume_offset(&mut h, s);
+        assert_eq!(read(&mut h, at, 2 * CHUNK), vec![1; 2 * CHUNK], "{s} keeps the old chunks");
+    }
+    assert_eq!(counter(&h, "chunks_shared_count"), 2, "the snapshots still share the old chunks");
+    // The origin's chunks are its own now: written in place.
+    let allocated = counter(&h, "data_allocated_bytes");
+    assert_eq!(h.write(0, vec![4; 512]).result, Ok(()));
+    assert_eq!(counter(&h, "data_allocated_bytes"), allocated);
+    assert_eq!(counter(&h, "origin_redirected_chunks_count"), 2);
+}
+
+#[test]
+fn once_quiet_the_defragmenter_puts_redirected_origin_chunks_back_home() {
+    // Every other chunk rewritten with redirects: the origin's new chunks
+    // land where there is room, some far, and the snapshot keeps the old
+    // ones at the origin's homes. Once quiet, each snapshot chunk goes
+    // aside and the origin's chunk home (a copy-out's layout, the copy
+    // made in idle time), then line-ups bring copies nearer; every byte is
+    // kept, at crash images on the way too.
+    let redirect = "origin_shared_write = \"redirect\"\n";
+    let (placed, now, away) = defragment_spread_pool(redirect, 48, 0, 2);
+    assert!(placed > 1000, "some of the origin's new chunks land away: {placed}");
+    assert_eq!(away, 0, "the origin reads in line again");
+    assert!(now < placed, "copies nearer than the origin's new chunks were: {now} vs {placed}");
+}
+
+#[test]
+fn redirected_origin_chunks_go_back_home_when_quiet_even_with_no_flush() {
+    // No flush: the pool commits the redirects itself once quiet (the old
+    // chunks are held until then), then puts the origin's chunks back.
+    let redirect = "origin_shared_write = \"redirect\"\n";
+    let (_, mut h, _) = spread_pool_with_copies(redirect, 48, 0, 2);
+    assert!(counter(&h, "origin_jumps_count") > 0, "{}", h.stack.status());
+    let commits = counter(&h, "commits_count");
+    let mut steps = 0u64;
+    while h.step() {
+        steps += 1;
+        assert!(steps < 10_000_000, "the defragmenter never settles");
+    }
+    assert!(counter(&h, "commits_count") > commits);
+    assert_eq!(counter(&h, "origin_jumps_count"), 0, "{}", h.stack.status());
+    check_spread_pool(&mut h, 48, 0, 2);
+}
+
+#[test]
+#[should_panic(expected = "after a crash")]
+fn the_volume_crash_check_catches_a_redirected_origin_write_durable_before_its_data() {
+    crash_check_early_acked(cfg("nearest", "defrag = false\norigin_shared_write = \"redirect\"\n"));
 }
 
 #[test]

@@ -58,6 +58,13 @@ pub struct PoolConfig {
     /// write-zeroes requests beside it (`"write-zeroes"`, the default: a
     /// file or thin device may punch or zero-range them without writing).
     pub zero_in_write: bool,
+    /// Whether the origin's first write to a shared chunk goes to a new
+    /// chunk near it, leaving the old one to the snapshots
+    /// (`origin_shared_write = "redirect"`, as dm-thin: no commit to wait
+    /// for, no read for a whole chunk) rather than copying the old data out
+    /// and writing in place once that is durable (`"copy-out"`, classic
+    /// LVM2 and the thesis: the origin keeps its layout).
+    pub redirect_origin: bool,
     /// Journal blocks in the ring.
     pub journal_blocks: u64,
     /// Checkpoint body blocks per copy.
@@ -117,6 +124,15 @@ impl PoolConfig {
             other => {
                 return Err(args
                     .error(format!("key `zero_new_chunks_with`: unknown `{other}` (write-zeroes, write)")))
+            }
+        };
+        let redirect_origin = match args.str_opt("origin_shared_write")?.unwrap_or("copy-out") {
+            "copy-out" => false,
+            "redirect" => true,
+            other => {
+                return Err(
+                    args.error(format!("key `origin_shared_write`: unknown `{other}` (copy-out, redirect)"))
+                )
             }
         };
         // The layout: two checkpoint copies, the journal ring, then data.
@@ -185,6 +201,7 @@ impl PoolConfig {
             defrag,
             zero_new_chunks,
             zero_in_write,
+            redirect_origin,
             journal_blocks,
             body_blocks,
             data_chunks,
@@ -267,6 +284,10 @@ mod tests {
             (
                 "zero_new_chunks_with = \"punch\"",
                 "key `zero_new_chunks_with`: unknown `punch` (write-zeroes, write)",
+            ),
+            (
+                "origin_shared_write = \"in-place\"",
+                "key `origin_shared_write`: unknown `in-place` (copy-out, redirect)",
             ),
             ("placement = \"sliced\"\nslices = 0", "`slices` = 0"),
             ("volumes_max = 0", "key `volumes_max`: 0; from 1 to 40"),

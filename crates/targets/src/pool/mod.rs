@@ -224,6 +224,7 @@ struct Counters {
     copy_distance_sum: u64,
     copies_placed: u64,
     private_chunks: u64,
+    origin_redirected: u64,
     full_overwrite_read_skipped: u64,
     allocated_chunks: u64,
     defrag_moves: u64,
@@ -272,6 +273,9 @@ pub struct Pool {
     held: FxHashMap<u64, u64>,
     frees: Vec<(u64, u64)>,
     want_checkpoint: bool,
+    /// A commit wanted with nobody waiting for it (the defragmenter's,
+    /// to make redirected writes durable when no flush comes).
+    want_commit: bool,
     checkpoint_gen: u64,
     journal_start: u64,
     journal_seq: u64,
@@ -324,6 +328,7 @@ impl Pool {
             held: FxHashMap::default(),
             frees: Vec::new(),
             want_checkpoint: false,
+            want_commit: false,
             checkpoint_gen: 0,
             journal_start: 0,
             journal_seq: 0,
@@ -1037,7 +1042,7 @@ impl Pool {
         self.counters.copies_placed += 1;
         self.counters.copy_distance_sum += q.abs_diff(p);
         self.placed(q, p);
-        if slot == 0 {
+        if slot == 0 && !self.cfg.redirect_origin {
             // Copy out once for every sharer, make it durable, then write in place.
             self.counters.chunks_copied += 1;
             self.counters.copy_read_bytes += c;
@@ -1050,7 +1055,12 @@ impl Pool {
                 Step::WriteUpper { at: self.cfg.chunk_at(p) + coff },
             ]);
         }
-        self.counters.private_chunks += 1;
+        // A snapshot's own chunk, or the origin's redirected one: the new
+        // data goes to `q`, the sharers stay on `p` (nothing to wait for).
+        match slot {
+            0 => self.counters.origin_redirected += 1,
+            _ => self.counters.private_chunks += 1,
+        }
         let change = Step::Apply(Change::Private { slot, lc, q });
         Ok(if full {
             self.counters.full_overwrite_read_skipped += 1;
@@ -1162,11 +1172,13 @@ impl Pool {
         if self.commit.is_some() || !self.serving() {
             return;
         }
-        let wanted =
-            self.want_checkpoint || self.commit_waiters.iter().any(|&(need, _)| need > self.durable_no);
+        let wanted = self.want_checkpoint
+            || self.want_commit
+            || self.commit_waiters.iter().any(|&(need, _)| need > self.durable_no);
         if !wanted {
             return;
         }
+        self.want_commit = false;
         let no = self.batch_no;
         self.batch_no += 1;
         let records = std::mem::take(&mut self.batch);
@@ -1256,7 +1268,10 @@ impl Pool {
         }
         let no = commit.no;
         self.durable_no = no;
+        let held_count = self.held.len();
         self.held.retain(|_, b| *b > no);
+        // Chunks no longer held may be put back (`restore_home`).
+        self.defrag_pending |= self.cfg.defrag && self.held.len() < held_count;
         let (ready, later): (Vec<_>, Vec<_>) = self.frees.drain(..).partition(|&(b, _)| b <= no);
         self.frees = later;
         // Freed space may let the defragmenter move copies nearer.
@@ -1480,28 +1495,8 @@ impl Pool {
             for i in 0..e.length.min(budget) {
                 let (l, p) = (e.start + i, e.value + i);
                 budget -= 1;
-                if self.locked.contains(&l) || self.held.contains_key(&p) {
-                    continue;
-                }
-                let target = if s == 0 { self.place.home(l) } else { self.origin_ref(l) };
-                let d = p.abs_diff(target);
-                if d <= 1 || (s == 0 && (!self.free.is_free(target, 1) || self.has_copy(l, p))) {
-                    continue;
-                }
-                if let Some(q) = self.free.nearest_unit(target, 0, self.cfg.data_chunks) {
-                    if q.abs_diff(target) + 1 < d && (s != 0 || q == target) {
-                        self.defrag_cursor = (s, l + 1);
-                        return Some(vec![(l, p, q)]);
-                    }
-                }
-                if s != 0 && !quiet {
-                    self.line_up_deferred = true;
-                } else if s != 0 {
-                    if let Some(plan) = self.line_up(l, p, target).and_then(|u| self.line_up_stages(u)) {
-                        self.defrag_cursor = (s, l + 1);
-                        self.defrag_plan = plan;
-                        return self.next_planned_stage().ok().flatten();
-                    }
+                if let Some(found) = self.defrag_chunk(quiet, s, l, p) {
+                    return found;
                 }
             }
             lc = e.start + e.length;
@@ -1513,6 +1508,98 @@ impl Pool {
         self.defrag_pending = false;
         self.defrag_cursor = (0, 0);
         None
+    }
+
+    /// What the defragmenter does with `s`'s chunk `p` at `l`:
+    /// `Some(moves)` ends the scan with them (`Some(None)`: a plan was
+    /// made but its first stage must wait), `None` goes on to the next.
+    #[allow(clippy::option_option)]
+    fn defrag_chunk(&mut self, quiet: bool, s: u32, l: u64, p: u64) -> Option<Option<Vec<(u64, u64, u64)>>> {
+        if self.locked.contains(&l) || self.held.contains_key(&p) {
+            return None;
+        }
+        // A snapshot's chunk at its lc's home is where the origin's
+        // layout put it (the origin's write was redirected away
+        // from it): moving it after the origin's would take the
+        // snapshot out of line too.
+        if s != 0 && p == self.place.home(l) {
+            return None;
+        }
+        let target = if s == 0 { self.place.home(l) } else { self.origin_ref(l) };
+        let d = p.abs_diff(target);
+        if s == 0 && d > 1 && self.chunks.lc(target) == Some(l) {
+            // Snapshots hold the origin's home (a redirected write).
+            if !quiet {
+                self.line_up_deferred = true;
+            } else if self.held.contains_key(&target) {
+                // Its redirect not durable yet (no flush came):
+                // commit now, idle, rather than wait for one.
+                self.want_commit = true;
+            } else if let Some(plan) = self.restore_home(l, p, target) {
+                self.defrag_cursor = (s, l + 1);
+                self.defrag_plan = plan;
+                return Some(self.next_planned_stage().ok().flatten());
+            }
+            return None;
+        }
+        if d <= 1 || (s == 0 && (!self.free.is_free(target, 1) || self.has_copy(l, p))) {
+            return None;
+        }
+        if let Some(q) = self.free.nearest_unit(target, 0, self.cfg.data_chunks) {
+            if q.abs_diff(target) + 1 < d && (s != 0 || q == target) {
+                self.defrag_cursor = (s, l + 1);
+                return Some(Some(vec![(l, p, q)]));
+            }
+        }
+        if s != 0 && !quiet {
+            self.line_up_deferred = true;
+        } else if s != 0 {
+            if let Some(plan) = self.line_up(l, p, target).and_then(|u| self.line_up_stages(u)) {
+                self.defrag_cursor = (s, l + 1);
+                self.defrag_plan = plan;
+                return Some(self.next_planned_stage().ok().flatten());
+            }
+        }
+        None
+    }
+
+    /// The stages that put the origin's chunk `p` of `lc` back at its home
+    /// `h`, which snapshots map at the same `lc` (a redirected write left
+    /// the old chunk to them there): their chunk first to where the
+    /// placement puts a copy of `h`, then the origin's home, the first
+    /// durable before the second overwrites the chunk it freed. The
+    /// origin's layout is then the one a copy-out keeps, the copy made in
+    /// idle time instead of in front of the write. `None`: `h` is held
+    /// (its change of sharers not durable yet) or there is no room.
+    fn restore_home(&mut self, lc: u64, p: u64, h: u64) -> Option<VecDeque<Vec<(u64, u64, u64)>>> {
+        assert_ne!(p, h, "the origin's chunk is away from its home");
+        assert_eq!(self.chunks.lc(h), Some(lc), "snapshots map the home at the same lc");
+        if self.locked.contains(&lc) {
+            return None;
+        }
+        assert!(!self.held.contains_key(&h), "the home's sharers changed durably");
+        let aside = self.place.place_copy(&self.free, h)?;
+        Some(VecDeque::from([vec![(lc, h, aside)], vec![(lc, p, h)]]))
+    }
+
+    /// Where a sequential read of the origin jumps: next lcs both mapped
+    /// whose chunks are not in order within a read-through's gap
+    /// ([`READ_THROUGH_CHUNKS_MAX`]). Redirected writes not put back yet
+    /// make them; a copy-out or a line-up does not.
+    fn origin_jumps_count(&self) -> u64 {
+        let Some(origin) = self.vols[0].as_ref() else { return 0 };
+        let mut jumps = 0;
+        let mut last: Option<(u64, u64)> = None; // (lc, chunk) of the previous extent's end
+        for e in origin.map.iter() {
+            if let Some((lc, p)) = last {
+                let q = e.value;
+                if lc + 1 == e.start && (q <= p || q - p - 1 > READ_THROUGH_CHUNKS_MAX) {
+                    jumps += 1;
+                }
+            }
+            last = Some((e.start + e.length - 1, e.value + e.length - 1));
+        }
+        jumps
     }
 
     /// Whether a snapshot maps `lc` to a chunk of its own, not the
@@ -1704,6 +1791,7 @@ impl Pool {
             ("copy_written_bytes".into(), k.copy_written_bytes),
             ("chunks_shared_count".into(), shared),
             ("snapshot_private_chunks_count".into(), k.private_chunks),
+            ("origin_redirected_chunks_count".into(), k.origin_redirected),
             ("full_overwrite_read_skipped_count".into(), k.full_overwrite_read_skipped),
             ("chunks_allocated_count".into(), k.allocated_chunks),
             (
@@ -1711,6 +1799,7 @@ impl Pool {
                 (k.copy_distance_sum * 1000).checked_div(k.copies_placed).unwrap_or(0),
             ),
             ("copies_distance_now_mean_chunks_milli".into(), self.copies_distance_now_milli()),
+            ("origin_jumps_count".into(), self.origin_jumps_count()),
             ("defrag_moves_count".into(), k.defrag_moves),
             ("commits_count".into(), k.commits),
             ("checkpoints_count".into(), k.checkpoints),
@@ -1847,6 +1936,10 @@ impl Target for Pool {
                 "zero_new_chunks_with".into(),
                 (if self.cfg.zero_in_write { "write" } else { "write-zeroes" }).to_string(),
             ),
+            (
+                "origin_shared_write".into(),
+                (if self.cfg.redirect_origin { "redirect" } else { "copy-out" }).to_string(),
+            ),
             ("journal_blocks".into(), self.cfg.journal_blocks.to_string()),
         ];
         if self.cfg.placement == PlacementKind::Sliced {
@@ -1885,7 +1978,9 @@ impl Target for Pool {
             Err(()) => return None,
             Ok(Some(m)) => (m, true),
             Ok(None) => {
-                let m = self.defrag_candidate(self.quiet.is_idle(now))?;
+                let found = self.defrag_candidate(self.quiet.is_idle(now));
+                self.maybe_commit();
+                let m = found?;
                 (m, !self.defrag_plan.is_empty())
             }
         };

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Where a phase's disk time goes below the pool (bench/pool_kernel.py's
+replay, one stack): the same closed-loop replay twice, once with the
+`trace` layer above the pool (the phase's window, as pool_kernel.py cuts
+it) and once with it moved under the pool (every lower request). Each
+lower request of the window gets its exclusive disk time (completion
+minus the later of its submission and the previous completion: the arm
+serves one at a time) and a kind:
+
+  meta-flush    a flush (a pool commit's, or the file system's passed down)
+  meta-journal  a write to the metadata area (journal blocks, FUA)
+  meta-ckpt     a non-FUA write to the metadata area (a checkpoint)
+  copy-read     a data-area read inside an upper write (copy-on-write)
+  copy-write    a data-area write that follows a copy read in the same
+                upper write, before its commit (the copy)
+  data-write    any other data-area write (the upper write's own data)
+  zeroes        write-zeroes (the rest of a fresh chunk)
+  data-read     a data-area read inside an upper read
+  background    anything submitted while no upper request was outstanding
+
+Each upper write is also classed by what went down for it (cow: a copy
+read and a flush; fresh: write-zeroes; plain). Deterministic.
+
+Usage: bench/pool_breakdown.py STACK [--phase build] [--disk wd800] [--set KEY=VALUE ...]
+  STACK: a name in bench/workloads/pool/kernel/ (contiguous, nearest, ...)
+  --set: pool keys added to (or replacing) the stack's, e.g. --set chunk_size=16KiB
+"""
+import argparse
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench/harness"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import tracefile  # noqa: E402
+import pool_kernel  # noqa: E402
+
+CAPTURE = os.path.join(ROOT, "bench/results/pool/kernel-ext4")
+
+
+def configs(stack, sets, out):
+    """(above, under): the stack's config with the pool keys of `sets`, the
+    trace layer on top / moved under the pool."""
+    text = open(os.path.join(pool_kernel.STACK_DIR, stack + ".toml")).read()
+    layers = re.split(r"(?m)^(?=\[\[layer\]\])", text)
+    head, layers = layers[0], layers[1:]
+    for k, v in sets:
+        i = next(i for i, l in enumerate(layers) if 'target = "pool"' in l)
+        body = re.sub(rf"(?m)^{re.escape(k)} = .*\n", "", layers[i]).rstrip("\n")
+        quoted = v if re.fullmatch(r"\d+|true|false", v) else f'"{v}"'
+        layers[i] = body + f"\n{k} = {quoted}\n\n"
+    assert 'target = "trace"' in layers[0], "the stack's top layer is the trace"
+    # Under the pool (a stack with no pool: the same as above).
+    under = layers[1:2] + layers[0:1] + layers[2:] if any('"pool"' in l for l in layers) else layers
+    paths = []
+    for name, ls in (("above", layers), ("under", under)):
+        if ls is layers and name == "under":
+            return paths + paths
+        p = f"{out}-{name}.toml"
+        with open(p, "w") as f:
+            f.write(head + "".join(ls))
+        paths.append(p)
+    return paths
+
+
+def run(l, trace, config, disk, msgs, rec, js):
+    cmd = [l, "sim", "--trace", trace, "--format", "layoutd", "--no-stream-detect", "--config", config,
+           "--disk", disk, "--closed-loop", "--no-progress", "--record-trace", rec, "--json", js,
+           *[f"--message=@{n}:{t}" for n, t in msgs]]
+    subprocess.run(cmd, check=True, capture_output=True)
+    return json.load(open(js))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("stack")
+    ap.add_argument("--phase", default="build")
+    ap.add_argument("--disk", default="wd800")
+    ap.add_argument("--set", action="append", default=[], help="KEY=VALUE pool key")
+    ap.add_argument("--keep", action="store_true", help="keep the two record files (TMP/breakdown-*.rec)")
+    a = ap.parse_args()
+    sets = [s.split("=", 1) for s in a.set]
+    os.makedirs(pool_kernel.TMP, exist_ok=True)
+    l = pool_kernel.layoutd()
+    tracefile.use(l)
+    trace = tracefile.one_stream(os.path.join(CAPTURE, "trace.gz"), os.path.join(pool_kernel.TMP, "kernel-ext4.trace.gz"))
+    result = json.load(open(os.path.join(CAPTURE, "result.json")))
+    msgs = pool_kernel.messages(trace, result)
+    eb = result["rig"]["export_bytes"]
+    base = os.path.join(pool_kernel.TMP, f"breakdown-{a.stack}-{a.disk}")
+    above, under = configs(a.stack, sets, base)
+    if above == under or "pool" not in open(above).read():
+        msgs = []  # no pool: no snapshot operations (as pool_kernel.py's plain)
+    run(l, trace, above, a.disk, msgs, base + "-above.rec", base + "-above.json")
+    j = run(l, trace, under, a.disk, msgs, base + "-under.rec", base + "-under.json")
+    ph = next(p for p in result["phases"] if p["name"] == a.phase)
+    uppers = tracefile.read(base + "-above.rec", eb, ph["markers"])
+    lowers = tracefile.read(base + "-under.rec")
+    pool = next((x["counters"] for x in j["stack"]["layers"] if x["target"] == "pool"), {})
+    meta_end = pool.get("metadata_area_bytes", 0)
+    t0, t1 = min(u.submit for u in uppers), max(u.complete for u in uppers)
+    lowers = sorted((r for r in lowers if t0 <= r.submit <= t1), key=lambda r: (r.complete, r.submit))
+    excl, prev = {}, t0
+    for r in lowers:
+        excl[r.line] = max(0, r.complete - max(r.submit, prev))
+        prev = max(prev, r.complete)
+    lowers.sort(key=lambda r: (r.submit, r.line))
+    uppers.sort(key=lambda u: u.submit)
+    kinds = collections.defaultdict(lambda: [0, 0, 0])  # count, bytes, ns
+    classes = collections.defaultdict(lambda: [0, 0])  # count, ns of the upper request
+    i = 0
+    groups = []
+    for u in uppers:
+        while i < len(lowers) and lowers[i].submit < u.submit:
+            groups.append((None, [lowers[i]]))
+            i += 1
+        g = []
+        while i < len(lowers) and lowers[i].submit <= u.complete:
+            g.append(lowers[i])
+            i += 1
+        groups.append((u, g))
+    groups += [(None, [r]) for r in lowers[i:]]
+    # A copy's write is issued the instant its read completes (the pool
+    # takes no simulated time): same length, chunk-aligned, elsewhere.
+    by_submit = collections.defaultdict(list)
+    for r in lowers:
+        by_submit[r.submit].append(r)
+    copies = set()
+    for r in lowers:
+        if r.op == "R" and r.off >= meta_end:
+            w = next((w for w in by_submit[r.complete] if w.op == "W" and w.len == r.len and w.off != r.off), None)
+            if w is not None:
+                copies |= {r.line, w.line}
+    for u, g in groups:
+        for r in g:
+            meta = r.off < meta_end
+            if r.op == "F":
+                k = "meta-flush"
+            elif meta:
+                k = "meta-journal" if r.fua else "meta-ckpt"
+            elif r.line in copies:
+                k = "copy-read" if r.op == "R" else "copy-write"
+            elif u is None:
+                k = "background-" + r.op
+            elif r.op == "Z":
+                k = "zeroes"
+            elif r.op == "R":
+                k = "data-read"
+            elif r.op == "W":
+                k = "data-write"
+            else:
+                k = "other-" + r.op
+            kinds[k][0] += 1
+            kinds[k][1] += r.len
+            kinds[k][2] += excl[r.line]
+        if u is not None:
+            ops = {r.op for r in g}
+            cow = any(r.line in copies for r in g)
+            c = ("cow" if cow else "fresh" if "Z" in ops else "commit" if "F" in ops else "plain") + "-" + u.op
+            classes[c][0] += 1
+            classes[c][1] += u.complete - u.submit
+    busy = sum(u.complete - u.submit for u in uppers)
+    print(f"{a.stack} {' '.join(a.set)} phase {a.phase}: {len(uppers)} upper requests, busy {busy / 1e9:.2f} s, "
+          f"{len(lowers)} lower requests")
+    print("| kind | requests | MiB | disk s | share |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    tot = sum(v[2] for v in kinds.values())
+    for k, (n, b, ns) in sorted(kinds.items(), key=lambda kv: -kv[1][2]):
+        print(f"| {k} | {n} | {b / 2**20:.1f} | {ns / 1e9:.2f} | {ns / tot * 100:.1f}% |")
+    print(f"| total | {sum(v[0] for v in kinds.values())} | | {tot / 1e9:.2f} | |")
+    print()
+    print("| upper class | requests | busy s | mean ms |")
+    print("| --- | ---: | ---: | ---: |")
+    for c, (n, ns) in sorted(classes.items(), key=lambda kv: -kv[1][1]):
+        print(f"| {c} | {n} | {ns / 1e9:.2f} | {ns / n / 1e6:.2f} |")
+    keys = ["chunks_copied_count", "commits_count", "journal_blocks_written_count", "checkpoints_count",
+            "full_overwrite_read_skipped_count"]
+    print("\ncounters (whole run): " + ", ".join(f"{k}={pool.get(k)}" for k in keys))
+    for ext in () if a.keep else ("-above.rec", "-under.rec"):
+        os.unlink(base + ext)
+
+
+if __name__ == "__main__":
+    main()
