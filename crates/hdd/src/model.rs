@@ -708,7 +708,10 @@ impl Disk {
             // plus the bus times of it and every later sector; within a run
             // the bound is largest at its first or its last in-order sector.
             let done = sectors - remaining;
-            if write {
+            // Data that is all in before the run's first sector passes
+            // misses nothing (arrivals and passes both only grow): skip
+            // the per-sector check, the common case of a buffered write.
+            if write && feed.data_in_ns(done + run - 1) > now_ns {
                 for index in 0..run {
                     let passes_ns = now_ns + index * sector_ns;
                     let missed_ns = feed.data_in_ns(done + index).saturating_sub(passes_ns);
