@@ -50,14 +50,19 @@ args = ["--config", "examples/dcd.toml"]
 name = "wd800"
 args = ["--disk", "wd800"]
 TOML
-printf '\nmatrix_jobs\tcells\twall_s\tuser_s\tmaxrss_kib\n'
-for jobs in 1 $(nproc); do
-  rm -rf "$TMP/sim-issue11-matrix-$jobs"
-  /usr/bin/time -f '%e %U %M' -o "$TMP/sim-issue11.time" "$B/sim" --matrix "$M" --out "$TMP/sim-issue11-matrix-$jobs" --jobs "$jobs" > /dev/null 2>&1
-  read -r wall user rss < "$TMP/sim-issue11.time"
-  printf '%s\t4\t%s\t%s\t%s\n' "$jobs" "$wall" "$user" "$rss"
-done
-cmp "$TMP/sim-issue11-matrix-1/summary.json" "$TMP/sim-issue11-matrix-$(nproc)/summary.json" && echo "matrix summaries identical for 1 and $(nproc) jobs"
+# scale NAME FILE: run the matrix FILE with 1 job, then every core; print the
+# wall and CPU time of each and check that the summaries are identical.
+scale() {
+  printf '\n%s_jobs\tcells\twall_s\tuser_s\tmaxrss_kib\n' "$1"
+  for jobs in 1 $(nproc); do
+    rm -rf "$TMP/sim-issue11-$1-$jobs"
+    /usr/bin/time -f '%e %U %M' -o "$TMP/sim-issue11.time" "$B/sim" --matrix "$2" --out "$TMP/sim-issue11-$1-$jobs" --jobs "$jobs" > /dev/null 2>&1
+    read -r wall user rss < "$TMP/sim-issue11.time"
+    printf '%s\t4\t%s\t%s\t%s\n' "$jobs" "$wall" "$user" "$rss"
+  done
+  cmp "$TMP/sim-issue11-$1-1/summary.json" "$TMP/sim-issue11-$1-$(nproc)/summary.json" && echo "$1 summaries identical for 1 and $(nproc) jobs"
+}
+scale matrix "$M"
 # Balanced matrix: 4 traces of equal size x the dcd stack, so every cell costs
 # about the same and the wall time shows the scaling itself (the matrix above
 # is bounded below by its two dcd cells, about 90 % of its work).
@@ -69,11 +74,4 @@ for s in 1 2 3 4; do
   printf '[[trace]]\nname = "b%s"\nargs = ["--trace", "%s", "--format", "layoutd"]\n' "$s" "$Ts" >> "$B4"
 done
 printf '[[stack]]\nname = "dcd"\nargs = ["--config", "examples/dcd.toml"]\n[[disk]]\nname = "wd800"\nargs = ["--disk", "wd800"]\n' >> "$B4"
-printf '\nbalanced_jobs\tcells\twall_s\tuser_s\tmaxrss_kib\n'
-for jobs in 1 $(nproc); do
-  rm -rf "$TMP/sim-issue11-balanced-$jobs"
-  /usr/bin/time -f '%e %U %M' -o "$TMP/sim-issue11.time" "$B/sim" --matrix "$B4" --out "$TMP/sim-issue11-balanced-$jobs" --jobs "$jobs" > /dev/null 2>&1
-  read -r wall user rss < "$TMP/sim-issue11.time"
-  printf '%s\t4\t%s\t%s\t%s\n' "$jobs" "$wall" "$user" "$rss"
-done
-cmp "$TMP/sim-issue11-balanced-1/summary.json" "$TMP/sim-issue11-balanced-$(nproc)/summary.json" && echo "balanced matrix summaries identical for 1 and $(nproc) jobs"
+scale balanced "$B4"
