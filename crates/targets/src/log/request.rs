@@ -385,6 +385,11 @@ impl Log {
             if whole && u.req.op != Op::Write {
                 self.ensure_open(Cause::User, false, u.forced)?;
                 self.unmap_block(block);
+            } else if let (true, Op::Write, Some(d)) = (whole, u.req.op, &u.req.data) {
+                // A whole block of a write: its bytes are the request's own,
+                // placed without composing a copy.
+                self.ensure_open(Cause::User, true, u.forced)?;
+                self.place(block, Some(&d[(b0 - start) as usize..(b1 - start) as usize]), Cause::User);
             } else {
                 self.ensure_open(Cause::User, true, u.forced)?;
                 let bytes = self.compose(u, block, b0, b1);
