@@ -385,11 +385,12 @@ impl Log {
             if whole && u.req.op != Op::Write {
                 self.ensure_open(Cause::User, false, u.forced)?;
                 self.unmap_block(block);
-            } else if let (true, Op::Write, Some(d)) = (whole, u.req.op, &u.req.data) {
-                // A whole block of a write: its bytes are the request's own,
-                // placed without composing a copy.
+            } else if whole {
+                // A whole block of a write: the request's own bytes, placed
+                // without a copy (none in timing-only mode).
                 self.ensure_open(Cause::User, true, u.forced)?;
-                self.place(block, Some(&d[(b0 - start) as usize..(b1 - start) as usize]), Cause::User);
+                let data = u.req.data.as_ref().map(|d| &d[(b0 - start) as usize..(b1 - start) as usize]);
+                self.place(block, data, Cause::User);
             } else {
                 self.ensure_open(Cause::User, true, u.forced)?;
                 let bytes = self.compose(u, block, b0, b1);
@@ -400,17 +401,14 @@ impl Log {
         Ok(())
     }
 
-    /// The new bytes of one block: the request's over the old ones.
+    /// The new bytes of a block the request covers in part: the request's
+    /// over the old ones.
     fn compose(&self, u: &UpperWork, block: u64, b0: u64, b1: u64) -> Option<Vec<u8>> {
-        let bs = (b1 - b0) as usize;
         let (start, end) = (u.req.offset_bytes, u.req.end_bytes());
+        assert!(b0 < start || end < b1, "a whole block is placed from the request");
         let (lo, hi) = (start.max(b0), end.min(b1));
-        let mut out = if start <= b0 && b1 <= end {
-            vec![0u8; bs]
-        } else {
-            let old = u.old.iter().find(|o| o.0 == block).expect("partial blocks were read");
-            old.1.as_ref()?.to_vec()
-        };
+        let old = u.old.iter().find(|o| o.0 == block).expect("partial blocks were read");
+        let mut out = old.1.as_ref()?.to_vec();
         let dst = &mut out[(lo - b0) as usize..(hi - b0) as usize];
         match (&u.req.data, u.req.op) {
             (Some(d), Op::Write) => dst.copy_from_slice(&d[(lo - start) as usize..(hi - start) as usize]),
