@@ -8,6 +8,27 @@ use rand::SeedableRng;
 
 const DEVICE_BYTES: u64 = 1 << 20;
 
+/// An `opt` stack with a tiny OPT region and a plan every 8 requests,
+/// followed by `extra` keys (a string literal).
+macro_rules! opt_tiny {
+    ($extra:literal) => {
+        concat!(
+            r#"version = 1
+[[layer]]
+target = "opt"
+opt_offset = "512K"
+opt_length = "96K"
+journal_blocks = 2
+edge_weight_min = 0
+plan_interval_requests = 8
+copy_blocks_per_step = 4
+idle_ms = 0
+"#,
+            $extra
+        )
+    };
+}
+
 /// Stacks under test: (name, config). Every target appears at least once.
 const STACKS: &[(&str, &str)] = &[
     ("linear-default", "version = 1\n[[layer]]\ntarget = \"linear\"\n"),
@@ -49,51 +70,25 @@ target = "linear"
     ),
     (
         "opt-tiny-region-frequent-plans",
-        r#"version = 1
-[[layer]]
-target = "opt"
-opt_offset = "512K"
-opt_length = "96K"
-journal_blocks = 2
-edge_weight_min = 0
-plan_interval_requests = 8
-copy_blocks_per_step = 4
-idle_ms = 0
-"#,
+        opt_tiny!(""),
     ),
     (
         "opt-extra-copies-following-streams",
-        r#"version = 1
-[[layer]]
-target = "opt"
-opt_offset = "512K"
-opt_length = "96K"
-journal_blocks = 2
-edge_weight_min = 0
-plan_interval_requests = 8
-copy_blocks_per_step = 4
-idle_ms = 0
-copies_max = 3
+        opt_tiny!(
+            r#"copies_max = 3
 follow_streams = true
-"#,
+"#
+        ),
     ),
     (
         "opt-padded-stream-plans-extra-copies-partial-reads-home",
-        r#"version = 1
-[[layer]]
-target = "opt"
-opt_offset = "512K"
-opt_length = "96K"
-journal_blocks = 2
-edge_weight_min = 0
-plan_interval_requests = 8
-copy_blocks_per_step = 4
-idle_ms = 0
-copies_max = 4
+        opt_tiny!(
+            r#"copies_max = 4
 plan_streams = true
 plan_pad_blocks = 3
 partial_reads_home = true
-"#,
+"#
+        ),
     ),
     (
         "opt-1k-blocks-at-the-end-over-linear",
