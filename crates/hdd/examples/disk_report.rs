@@ -1,9 +1,11 @@
 //! Quick manual run: `cargo run --release -p layoutd-hdd --example disk_report -- show wd800`
 //! or `... -- validate FILE.diskspecs FILE.trace [PLOT.svg] [--json]`,
 //! or `... -- requests FILE.diskspecs FILE.trace` (every request, measured
-//! beside model, then the median residual per request pair class).
+//! beside model, then the median residual per request pair class),
+//! or `... -- distribution FILE.parv FILE.trace DISKSIM.outv|DIST.txt` (DiskSim's
+//! demerit of a distribution DiskSim printed, against the trace and this model).
 
-use layoutd_hdd::{show_report, validate, write_cdf_svg, DiskParams, ReplayedRequest};
+use layoutd_hdd::{demerit_disksim_ms, show_report, validate, write_cdf_svg, DiskParams, ReplayedRequest};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -61,12 +63,65 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             print_pair_residuals(&report.requests, params.revolution_ns() as f64 / 1.0e6);
             print_access_diff(&report.requests);
         }
+        Some("distribution") if args.len() >= 4 => {
+            let params = DiskParams::from_diskspecs(Path::new(&args[1]))?;
+            let report = validate(&params, Path::new(&args[2]))?;
+            let disksim = disksim_distribution_values(&std::fs::read_to_string(&args[3])?)?;
+            println!(
+                "requests: trace {}, DiskSim's distribution {}",
+                report.measured_sorted_ms.len(),
+                disksim.len()
+            );
+            println!(
+                "DiskSim's demerit, DiskSim's distribution vs the trace:  {:.4}",
+                demerit_disksim_ms(&report.measured_sorted_ms, &disksim)
+            );
+            println!("DiskSim's demerit, this model vs the trace:             {:.4}", report.demerit_disksim_ms);
+            println!(
+                "DiskSim's demerit, this model vs DiskSim's distribution: {:.4}",
+                demerit_disksim_ms(&disksim, &report.model_sorted_ms)
+            );
+        }
         _ => eprintln!(
             "usage: disk_report show PRESET|FILE.diskspecs [--json] | validate FILE.diskspecs FILE.trace [PLOT.svg] [--json] \
-             | requests FILE.diskspecs FILE.trace"
+             | requests FILE.diskspecs FILE.trace | distribution FILE.parv FILE.trace DISKSIM.outv|DIST.txt"
         ),
     }
     Ok(())
+}
+
+/// One value per request counted in a distribution DiskSim printed: the
+/// "IOdriver Physical access time distribution" of an `.outv` (what
+/// `rms.c` compares with the trace's), or, in a file without that line,
+/// `BOUND COUNT` lines (`#` lines are comments). DiskSim counts a value on
+/// the line of the first bucket bound above it, so each value is put just
+/// under its line's bound: bucketed again (`demerit_disksim_ms`), it lands
+/// on the same line, and the demerit is the one `rms.c` computes.
+fn disksim_distribution_values(text: &str) -> Result<Vec<f64>, String> {
+    const HEADER: &str = "IOdriver Physical access time distribution";
+    let (body, in_outv) = match text.find(HEADER) {
+        Some(at) => (&text[at + HEADER.len()..], true),
+        None => (text, false),
+    };
+    let mut values = Vec::new();
+    for line in body.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut fields = line.split_whitespace().map(str::parse::<f64>);
+        let (Some(Ok(bound_ms)), Some(Ok(count))) = (fields.next(), fields.next()) else {
+            if in_outv {
+                break;
+            }
+            return Err(format!("not `BOUND COUNT`: {line}"));
+        };
+        let value_ms = if bound_ms > 0.0 { bound_ms - 0.0005 } else { -1.0 };
+        values.extend(std::iter::repeat_n(value_ms, count as usize));
+    }
+    if values.is_empty() {
+        return Err("no distribution found".into());
+    }
+    Ok(values)
 }
 
 /// Measured minus model for every request, as DiskSim's validation output
