@@ -5,7 +5,10 @@
 //! or `... -- distribution FILE.parv FILE.trace DISKSIM.outv|DIST.txt` (DiskSim's
 //! demerit of a distribution DiskSim printed, against the trace and this model).
 
-use layoutd_hdd::{demerit_disksim_ms, show_report, validate, write_cdf_svg, DiskParams, ReplayedRequest};
+use layoutd_hdd::{
+    demerit_disksim_ms, read_disksim_distribution, show_report, validate, write_cdf_svg, DiskParams,
+    ReplayedRequest,
+};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -66,7 +69,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some("distribution") if args.len() >= 4 => {
             let params = DiskParams::from_diskspecs(Path::new(&args[1]))?;
             let report = validate(&params, Path::new(&args[2]))?;
-            let disksim = disksim_distribution_values(&std::fs::read_to_string(&args[3])?)?;
+            let disksim = read_disksim_distribution(Path::new(&args[3]))?;
             println!(
                 "requests: trace {}, DiskSim's distribution {}",
                 report.measured_sorted_ms.len(),
@@ -88,40 +91,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ),
     }
     Ok(())
-}
-
-/// One value per request counted in a distribution DiskSim printed: the
-/// "IOdriver Physical access time distribution" of an `.outv` (what
-/// `rms.c` compares with the trace's), or, in a file without that line,
-/// `BOUND COUNT` lines (`#` lines are comments). DiskSim counts a value on
-/// the line of the first bucket bound above it, so each value is put just
-/// under its line's bound: bucketed again (`demerit_disksim_ms`), it lands
-/// on the same line, and the demerit is the one `rms.c` computes.
-fn disksim_distribution_values(text: &str) -> Result<Vec<f64>, String> {
-    const HEADER: &str = "IOdriver Physical access time distribution";
-    let (body, in_outv) = match text.find(HEADER) {
-        Some(at) => (&text[at + HEADER.len()..], true),
-        None => (text, false),
-    };
-    let mut values = Vec::new();
-    for line in body.lines().map(str::trim) {
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let mut fields = line.split_whitespace().map(str::parse::<f64>);
-        let (Some(Ok(bound_ms)), Some(Ok(count))) = (fields.next(), fields.next()) else {
-            if in_outv {
-                break;
-            }
-            return Err(format!("not `BOUND COUNT`: {line}"));
-        };
-        let value_ms = if bound_ms > 0.0 { bound_ms - 0.0005 } else { -1.0 };
-        values.extend(std::iter::repeat_n(value_ms, count as usize));
-    }
-    if values.is_empty() {
-        return Err("no distribution found".into());
-    }
-    Ok(values)
 }
 
 /// Measured minus model for every request, as DiskSim's validation output
