@@ -1,9 +1,14 @@
 //! Quick manual run: `cargo run --release -p layoutd-hdd --example disk_report -- show wd800`
 //! or `... -- validate FILE.diskspecs FILE.trace [PLOT.svg] [--json]`,
 //! or `... -- requests FILE.diskspecs FILE.trace` (every request, measured
-//! beside model, then the median residual per request pair class).
+//! beside model, then the median residual per request pair class),
+//! or `... -- distribution FILE.parv FILE.trace DISKSIM.outv|DIST.txt` (DiskSim's
+//! demerit of a distribution DiskSim printed, against the trace and this model).
 
-use layoutd_hdd::{show_report, validate, write_cdf_svg, DiskParams, ReplayedRequest};
+use layoutd_hdd::{
+    demerit_disksim_ms, read_disksim_distribution, show_report, validate, write_cdf_svg, DiskParams,
+    ReplayedRequest,
+};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -61,9 +66,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             print_pair_residuals(&report.requests, params.revolution_ns() as f64 / 1.0e6);
             print_access_diff(&report.requests);
         }
+        Some("distribution") if args.len() >= 4 => {
+            let params = DiskParams::from_diskspecs(Path::new(&args[1]))?;
+            let report = validate(&params, Path::new(&args[2]))?;
+            let disksim = read_disksim_distribution(Path::new(&args[3]))?;
+            println!(
+                "requests: trace {}, DiskSim's distribution {}",
+                report.measured_sorted_ms.len(),
+                disksim.len()
+            );
+            println!(
+                "DiskSim's demerit, DiskSim's distribution vs the trace:  {:.4}",
+                demerit_disksim_ms(&report.measured_sorted_ms, &disksim)
+            );
+            println!("DiskSim's demerit, this model vs the trace:             {:.4}", report.demerit_disksim_ms);
+            println!(
+                "DiskSim's demerit, this model vs DiskSim's distribution: {:.4}",
+                demerit_disksim_ms(&disksim, &report.model_sorted_ms)
+            );
+        }
         _ => eprintln!(
             "usage: disk_report show PRESET|FILE.diskspecs [--json] | validate FILE.diskspecs FILE.trace [PLOT.svg] [--json] \
-             | requests FILE.diskspecs FILE.trace"
+             | requests FILE.diskspecs FILE.trace | distribution FILE.parv FILE.trace DISKSIM.outv|DIST.txt"
         ),
     }
     Ok(())

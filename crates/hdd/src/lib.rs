@@ -65,8 +65,8 @@ pub use params::{
 pub use plot::write_cdf_svg;
 pub use queue::Scheduler;
 pub use report::{
-    demerit_disksim_ms, demerit_ms, random_read_mean_ms, seek_curve_ms, sequential_read_mb_s, show_report,
-    validate, ReplayedRequest, ShowReport, ValidateReport, ZoneRate,
+    demerit_disksim_ms, demerit_ms, random_read_mean_ms, read_disksim_distribution, seek_curve_ms,
+    sequential_read_mb_s, show_report, validate, ReplayedRequest, ShowReport, ValidateReport, ZoneRate,
 };
 
 use std::path::PathBuf;

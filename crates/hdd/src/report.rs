@@ -558,6 +558,48 @@ pub fn demerit_disksim_ms(measured_ms: &[f64], model_ms: &[f64]) -> f64 {
     (squares / f64::from(count)).sqrt()
 }
 
+/// One value per request counted in a distribution DiskSim printed, read
+/// from `path`: the "IOdriver Physical access time distribution" of an
+/// `.outv` (what `rms.c` compares with the trace's), or, in a file without
+/// that line, `BOUND COUNT` lines (`#` lines are comments). DiskSim counts
+/// a value on the line of the first bucket bound above it, so each value is
+/// put just under its line's bound: [`demerit_disksim_ms`] buckets it back
+/// onto the same line, and its figure is the one `rms.c` computes from the
+/// printed distribution.
+pub fn read_disksim_distribution(path: &Path) -> Result<Vec<f64>, HddError> {
+    const HEADER: &str = "IOdriver Physical access time distribution";
+    let text =
+        std::fs::read_to_string(path).map_err(|source| HddError::Io { path: path.to_path_buf(), source })?;
+    let error = |line: usize, message: String| HddError::Parse {
+        path: path.to_path_buf(),
+        line: u32::try_from(line + 1).unwrap_or(u32::MAX),
+        message,
+    };
+    let header = text.lines().position(|line| line.trim() == HEADER);
+    let mut values = Vec::new();
+    for (number, line) in text.lines().enumerate().skip(header.map_or(0, |at| at + 1)) {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut fields = line.split_whitespace();
+        let bound_ms = fields.next().and_then(|field| field.parse::<f64>().ok());
+        let count = fields.next().and_then(|field| field.parse::<usize>().ok());
+        let (Some(bound_ms), Some(count)) = (bound_ms, count) else {
+            if header.is_some() {
+                break; // the next statistic of the .outv
+            }
+            return Err(error(number, format!("expected `BOUND_MS COUNT`, found `{line}`")));
+        };
+        let value_ms = if bound_ms > 0.0 { bound_ms - 0.0005 } else { -1.0 };
+        values.extend(std::iter::repeat_n(value_ms, count));
+    }
+    if values.is_empty() {
+        return Err(error(0, format!("no distribution (neither `{HEADER}` nor `BOUND_MS COUNT` lines)")));
+    }
+    Ok(values)
+}
+
 impl fmt::Display for ValidateReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "validate {} against {}", self.name, self.trace.display())?;

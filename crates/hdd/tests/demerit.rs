@@ -2,7 +2,7 @@
 //! DiskSim's own (`rms` over the bucketed distributions of its validation
 //! `statdefs`), which the published DiskSim figures use.
 
-use layoutd_hdd::{demerit_disksim_ms, demerit_ms};
+use layoutd_hdd::{demerit_disksim_ms, demerit_ms, read_disksim_distribution};
 
 fn sorted(mut values: Vec<f64>) -> Vec<f64> {
     values.sort_by(f64::total_cmp);
@@ -55,4 +55,38 @@ fn values_in_one_bucket_are_not_told_apart() {
     assert!(demerit_disksim_ms(&one, &next_bucket) > 0.0);
     let below = vec![0.0995; 100];
     assert!(demerit_disksim_ms(&one, &below) > 0.0);
+}
+
+/// A distribution as DiskSim prints it, read back, is the distribution of
+/// the values it was printed from: each line's count lies below its bound
+/// (1.304 ms holds 1.291 <= t < 1.304), so the read-back values are at no
+/// distance from the originals, and a value one line higher would be.
+#[test]
+fn a_printed_distribution_reads_back_onto_its_own_buckets() {
+    let original = [1.300, 1.2915, 1.303, 2.000, 2.0079, 15.0];
+    let dir = tempfile::tempdir().unwrap();
+    let listed = dir.path().join("listed.dist");
+    std::fs::write(&listed, "# BOUND_MS COUNT\n1.304 3\n2.008 2\n15.012 1\n").unwrap();
+    let values = read_disksim_distribution(&listed).unwrap();
+    assert_eq!(values.len(), original.len());
+    assert_eq!(demerit_disksim_ms(&original, &values), 0.0);
+    let one_line_up: Vec<f64> = values.iter().map(|v| v + 0.013).collect();
+    assert!(demerit_disksim_ms(&original, &one_line_up) > 0.0);
+
+    // An .outv: only the lines after the physical access time header count.
+    let outv = dir.path().join("run.outv");
+    std::fs::write(
+        &outv,
+        "VALIDATE Trace access time distribution\n 1.304  \t      9  \t1.0  \t1.0\n\
+         IOdriver Physical access time distribution\n 0.000  \t      0  \t0.000000  \t0.000000\n\
+         1.304  \t      3  \t0.5  \t0.5\n 2.008  \t      2  \t0.3  \t0.8\n15.012  \t      1  \t0.2  \t1.0\n\
+         IOdriver Physical access time average: 4.0\n 99.0  \t      7\n",
+    )
+    .unwrap();
+    assert_eq!(read_disksim_distribution(&outv).unwrap(), values);
+
+    let broken = dir.path().join("broken.dist");
+    std::fs::write(&broken, "1.304 3\nnot a line\n").unwrap();
+    let message = read_disksim_distribution(&broken).unwrap_err().to_string();
+    assert!(message.contains(":2:"), "{message}");
 }
