@@ -689,6 +689,45 @@ fn snapshots_are_taken_in_idle_time_at_most_every_interval() {
     assert!(counter(&h, "snapshot_current_generation") > 0);
 }
 
+/// Snapshots written while a request arrives every 50 ms for 500 ms after
+/// a map change (interval 100 ms), and in all once the stack settles,
+/// under `extra`.
+fn snapshots_under_a_trickle(extra: &str) -> (u64, u64) {
+    let cfg = persist_config()
+        .replace("snapshot_interval_ms = 60000", &format!("snapshot_interval_ms = 100\n{extra}"));
+    let dev = Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
+    let stack = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::Format);
+    let mut h = Harness::new(stack, dev, Scripted::new(1, 1, 1), 1);
+    bring_up(&mut h);
+    h.settle();
+    let before = counter(&h, "snapshots_written_count");
+    assert_eq!(h.call(write(A, 1, false)).result, Ok(()));
+    for _ in 0..10 {
+        let t = h.now.add_ms(50);
+        h.run_until(t);
+        assert_eq!(fill_of(&h.call(read(A, 1))), 1);
+    }
+    let during = counter(&h, "snapshots_written_count") - before;
+    h.settle();
+    (during, counter(&h, "snapshots_written_count") - before)
+}
+
+#[test]
+fn a_periodic_snapshot_waits_for_the_replica_writes_quiet() {
+    // No threshold: any gap between requests is idle time, so the
+    // trickle's gaps take the snapshot (inline replication alike).
+    assert_eq!(snapshots_under_a_trickle(""), (1, 1));
+    assert_eq!(snapshots_under_a_trickle("replication = \"idle\""), (1, 1));
+    // With replication_idle_ms the snapshot waits for that much quiet, as
+    // the replica writes do: a snapshot taken inside a burst is stale at
+    // the burst's next map change, so it would be a write for nothing.
+    assert_eq!(
+        snapshots_under_a_trickle("replication = \"idle\"\nreplication_idle_ms = 100"),
+        (0, 1),
+        "50 ms gaps are not 100 ms of quiet"
+    );
+}
+
 #[test]
 fn replicas_outlive_a_clean_restart_and_never_an_unclean_one() {
     let dev = persisted();

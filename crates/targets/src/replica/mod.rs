@@ -418,8 +418,11 @@ impl Target for Replica {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        // The idle wait matters only while replica writes wait for it.
-        let idle = self.replication_idle.poll_timeout().filter(|_| !self.deferred.is_empty());
+        // The idle wait matters only while replica writes or a snapshot wait for it.
+        let idle = self
+            .replication_idle
+            .poll_timeout()
+            .filter(|_| !self.deferred.is_empty() || self.snapshot_dirty());
         let due = self.replication_idle.due_at(self.waiting_since());
         [self.streams.deadline(self.args.queue_timeout_ms), idle, due].into_iter().flatten().min()
     }

@@ -40,17 +40,25 @@ impl Replica {
         }
     }
 
-    fn snapshot_dirty(&self) -> bool {
+    pub(super) fn snapshot_dirty(&self) -> bool {
         self.args.snapshot_bytes > 0
             && self.snap.busy.is_none()
             && self.snap.changes != self.snap.changes_at_snapshot
     }
 
-    /// Whether an idle-time snapshot is due.
+    /// Whether an idle-time snapshot is due: the maps changed, the
+    /// interval passed, and the maps are about to stay as they are — no
+    /// replica write waits or is in flight (each changes the maps when it
+    /// lands, and the snapshot would be stale at once) and the replica
+    /// writes' own quiet (`replication_idle_ms` without a request) has come.
+    /// A snapshot is only ever loaded if nothing changed after it, so one
+    /// taken in the middle of a burst is a full-stroke write for nothing.
     pub(super) fn snapshot_due(&self, now: Instant) -> bool {
         let interval_passed =
             self.snap.last_at.is_none_or(|t| now >= t.add_ms(self.args.snapshot_interval_ms));
-        self.snapshot_dirty() && interval_passed && self.idle_seen
+        let settled =
+            self.deferred.is_empty() && self.pending.is_empty() && self.replication_idle.is_idle(now);
+        self.snapshot_dirty() && interval_passed && self.idle_seen && settled
     }
 
     /// A flush: takes a snapshot (the flush waits for it) if it follows
