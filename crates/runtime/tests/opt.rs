@@ -545,6 +545,7 @@ fn bad_configs_say_what_is_wrong() {
         ("journal_blocks = 0\n", "journal_blocks"),
         ("opt_lenght = \"96K\"\n", "unknown key"),
         ("plan_pad_blocks = 4\n", "needs `plan_streams = true`"),
+        ("plan_written = false\n", "needs `plan_streams = true`"),
     ];
     for (keys, want) in cases {
         let text = format!("version = 1\n[[layer]]\ntarget = \"opt\"\n{keys}");
@@ -636,4 +637,33 @@ fn a_read_partly_in_opt_goes_wholly_home_while_its_copies_are_clean() {
     let c = h.read(13 * B, 2 * B as u32);
     assert_eq!(c.data.expect("data").to_vec(), [block(0x31), vec![0; B as usize]].concat());
     assert_eq!(counter(&*h.stack, "partial_reads_home_count"), 1);
+}
+
+#[test]
+fn a_stream_plan_without_written_ranges_leaves_them_home_and_their_writes_need_no_journal_block() {
+    for place in [true, false] {
+        let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+        let cfg = manual() + &format!("plan_streams = true\nplan_written = {place}\n");
+        let mut h = harness_with(&dev, &cfg, OpenMode::Format);
+        // One stream reads 10..14 and writes block 20 between its reads, twice.
+        for _ in 0..2 {
+            for b in 10..14u64 {
+                assert_eq!(h.read(b * B, B as u32).result, Ok(()));
+                if b == 11 {
+                    assert_eq!(h.write(20 * B, block(20)).result, Ok(()));
+                }
+            }
+        }
+        assert_eq!(h.flush().result, Ok(()));
+        message(&mut h, "apply").expect("apply");
+        h.settle();
+        let mapped = |h: &Harness, b: u64| h.stack.map_extent(b * B, B)[0].0 != Some(b * B);
+        assert!((10..14).all(|b| mapped(&h, b)), "{}", describe(&mut h));
+        assert_eq!(mapped(&h, 20), place, "plan_written = {place}: {}", describe(&mut h));
+        // A write to a clean copy waits for a journal block; one home does not.
+        let journal = counter(&*h.stack, "journal_writes_count");
+        assert_eq!(h.write(20 * B, block(0x21)).result, Ok(()));
+        assert_eq!(counter(&*h.stack, "journal_writes_count") - journal, u64::from(place));
+        assert_eq!(read_block(&mut h, 20), block(0x21));
+    }
 }
