@@ -177,8 +177,8 @@ impl Analyzer {
         self.units += 1;
         let range = (e.block, e.block + u64::from(e.blocks));
         let g = self.streams.entry(e.stream).or_default();
-        let fresh = g.vertices.insert(range, 0).is_none();
-        *g.vertices.get_mut(&range).expect("inserted") += WEIGHT_UNIT;
+        let fresh = !g.vertices.contains_key(&range);
+        *g.vertices.entry(range).or_insert(0) += WEIGHT_UNIT;
         self.vertex_count += usize::from(fresh);
         // A range both read and written (in either order: a vertex that
         // was there and not written was read).
@@ -1011,6 +1011,22 @@ mod tests {
         // read of it is laid out.
         let reads = plan_streams(&a, 100, WEIGHT_UNIT, 4, 0, false, &mut 0);
         assert_eq!(reads, vec![(10, 12), (15, 16), (40, 41)]);
+    }
+
+    #[test]
+    fn a_vertex_counts_every_access_of_its_range() {
+        let mut a = analyzer();
+        for t in 0..3 {
+            a.add(e(t, 10, 2, 1));
+        }
+        a.add(e(3, 20, 1, 1));
+        assert_eq!(
+            a.streams[&1].vertices[&(10, 12)],
+            3 * WEIGHT_UNIT,
+            "was reset to one unit by each access"
+        );
+        assert_eq!(a.streams[&1].vertices[&(20, 21)], WEIGHT_UNIT);
+        assert_eq!(a.vertex_count(), 2);
     }
 
     #[test]
