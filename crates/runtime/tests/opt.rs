@@ -667,3 +667,99 @@ fn a_stream_plan_without_written_ranges_leaves_them_home_and_their_writes_need_n
         assert_eq!(read_block(&mut h, 20), block(0x21));
     }
 }
+
+/// `ops` with every write made of whole 4 KiB blocks (what absorption takes).
+fn block_ops(rng: &mut ChaCha8Rng, count: usize) -> Vec<OpSpec> {
+    let mut ops = ops(rng, count);
+    for o in ops.iter_mut().filter(|o| o.op == Op::Write) {
+        o.sector = o.sector / 8 * 8;
+        o.sectors = 8 * (1 + o.sectors % 2);
+    }
+    ops
+}
+
+/// The tiny region absorbing writes, planning every `every` requests.
+fn tiny_absorb(every: u64) -> String {
+    tiny(every) + "absorb_writes = true\n"
+}
+
+#[test]
+fn opt_absorbing_writes_reads_back_what_a_byte_array_would() {
+    let keys = [
+        "absorbed_writes_count",
+        "absorbed_blocks_count",
+        "reconfigurations_count",
+        "copied_home_bytes",
+        "journal_writes_count",
+        "dropped_blocks_count",
+    ];
+    let mut totals = vec![0u64; keys.len()];
+    for seed in 0..12u64 {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let ops = block_ops(&mut rng, 400);
+        let cfg = tiny_absorb(6 + seed % 5);
+        let make = |mode| stack_from_toml(&cfg, DEVICE_BYTES, mode);
+        let h = oracle_check_idle_with(&make, DEVICE_BYTES, seed, &ops, 1 + seed as usize % 4, 3);
+        assert_eq!(h.upper_outstanding_count(), 0);
+        for (t, k) in totals.iter_mut().zip(keys) {
+            *t += counter(&*h.stack, k);
+        }
+    }
+    eprintln!("{:?}", keys.iter().zip(&totals).collect::<Vec<_>>());
+    // Writes were absorbed, journaled, copied home and dropped by plans.
+    for (t, k) in totals.iter().zip(keys) {
+        assert!(*t >= 12, "{k} = {t}: the workload did not exercise it");
+    }
+}
+
+#[test]
+fn opt_absorbing_writes_crash_at_every_flush_and_random_points_keeps_flushed_data() {
+    for seed in 0..4u64 {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let ops = block_ops(&mut rng, 200);
+        let make = |mode| stack_from_toml(&tiny_absorb(6), DEVICE_BYTES, mode);
+        let cuts = crash_check_idle_with(&make, DEVICE_BYTES, seed, &ops, 1 + seed as usize % 3, 30, 3);
+        assert!(cuts > 20, "too few cut points: {cuts}");
+    }
+}
+
+#[test]
+fn an_absorbed_write_goes_to_the_region_and_its_mapping_is_durable_after_the_next_flush() {
+    let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+    let cfg = manual() + "absorb_writes = true\n";
+    let unclean = OpenMode::Open { clean: false, accept_loss: false };
+    let mut h = harness_with(&dev, &cfg, OpenMode::Format);
+    assert_eq!(h.write(30 * B, block(0x30)).result, Ok(()));
+    assert_eq!(counter(&*h.stack, "absorbed_writes_count"), 1);
+    assert_ne!(h.stack.map_extent(30 * B, B)[0].0, Some(30 * B), "in the region");
+    assert_eq!(read_block(&mut h, 30), block(0x30));
+    // A crash before a flush forgets the mapping: home, as if never written.
+    drop(h);
+    let mut h = harness_with(&dev, &cfg, unclean);
+    assert_eq!(read_block(&mut h, 30), vec![0; B as usize]);
+    assert_eq!(counter(&*h.stack, "recovered_absorbed_blocks_count"), 0);
+    // Written and flushed: one journal block names it, a crash keeps it.
+    assert_eq!(h.write(30 * B, block(0x31)).result, Ok(()));
+    let journal = counter(&*h.stack, "journal_writes_count");
+    assert_eq!(h.flush().result, Ok(()));
+    assert_eq!(counter(&*h.stack, "journal_writes_count"), journal + 1);
+    // A FUA write to a block absorbed but not flushed waits for a flush
+    // and a journal block of its own; a FUA write is never absorbed.
+    assert_eq!(h.write(40 * B, block(0x40)).result, Ok(()));
+    let fua = |b: u64, tag: u8| Request { fua: true, ..Request::write(ReqId(0), b * B, block(tag).into()) };
+    assert_eq!(h.call(fua(40, 0x41)).result, Ok(()));
+    assert_eq!(counter(&*h.stack, "journal_writes_count"), journal + 2);
+    assert_eq!(h.call(fua(41, 0x42)).result, Ok(()));
+    assert_eq!(h.stack.map_extent(41 * B, B)[0].0, Some(41 * B), "home");
+    drop(h);
+    let mut h = harness_with(&dev, &cfg, unclean);
+    assert_eq!(counter(&*h.stack, "recovered_absorbed_blocks_count"), 2);
+    assert_eq!(read_block(&mut h, 30), block(0x31));
+    assert_eq!(read_block(&mut h, 40), block(0x41));
+    assert_eq!(read_block(&mut h, 41), block(0x42));
+    // Dropping the region copies it home.
+    message(&mut h, "drop").expect("drop");
+    h.settle();
+    assert_eq!(h.stack.map_extent(30 * B, B)[0].0, Some(30 * B), "home again");
+    assert_eq!(read_block(&mut h, 30), block(0x31));
+}

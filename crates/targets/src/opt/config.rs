@@ -61,6 +61,9 @@ pub struct Args {
     /// A read partly in OPT, partly home goes wholly home when its OPT
     /// blocks are clean (one seek instead of two).
     pub partial_reads_home: bool,
+    /// A write of whole blocks none of which is mapped goes to free slots
+    /// of the region, a learnt gap past the previous one (`absorb`).
+    pub absorb_writes: bool,
     /// Most blocks one copy read moves (a run of the plan; the rate is
     /// capped by `[background] rate`).
     pub copy_blocks_per_step: u32,
@@ -231,6 +234,7 @@ impl Args {
             plan_pad_blocks: u32_key(&mut a, "plan_pad_blocks", 0, 0, 1024)?,
             plan_written: a.bool_opt("plan_written")?.unwrap_or(true),
             partial_reads_home: a.bool_opt("partial_reads_home")?.unwrap_or(false),
+            absorb_writes: a.bool_opt("absorb_writes")?.unwrap_or(false),
             copy_blocks_per_step: u32_key(&mut a, "copy_blocks_per_step", 64, 1, 8192)?,
             copies_in_flight: u32_key(&mut a, "copies_in_flight", 4, 1, 64)?,
             copy_batch_blocks: u32_key(&mut a, "copy_batch_blocks", 256, 1, 1 << 16)?,
@@ -272,6 +276,7 @@ impl Args {
             ("plan_pad_blocks", self.plan_pad_blocks.to_string()),
             ("plan_written", self.plan_written.to_string()),
             ("partial_reads_home", self.partial_reads_home.to_string()),
+            ("absorb_writes", self.absorb_writes.to_string()),
             ("copy_blocks_per_step", self.copy_blocks_per_step.to_string()),
             ("copies_in_flight", self.copies_in_flight.to_string()),
             ("copy_batch_blocks", self.copy_batch_blocks.to_string()),
