@@ -55,6 +55,44 @@ fn counter(stack: &dyn Target, key: &str) -> u64 {
     st.counters.iter().find(|c| c.0 == key).map(|c| c.1).unwrap_or_else(|| panic!("no counter {key}"))
 }
 
+/// The oracle check over seeds 0..12: `count` requests of `ops` each, the
+/// stack of `cfg(seed)`; returns each counter of `keys` summed over the
+/// seeds (printed).
+fn oracle_seeds(
+    keys: &[&str],
+    ops: fn(&mut ChaCha8Rng, usize) -> Vec<OpSpec>,
+    count: usize,
+    cfg: impl Fn(u64) -> String,
+) -> Vec<u64> {
+    let mut totals = vec![0u64; keys.len()];
+    for seed in 0..12u64 {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let ops = ops(&mut rng, count);
+        let cfg = cfg(seed);
+        let make = |mode| stack_from_toml(&cfg, DEVICE_BYTES, mode);
+        let h = oracle_check_idle_with(&make, DEVICE_BYTES, seed, &ops, 1 + seed as usize % 4, 3);
+        assert_eq!(h.upper_outstanding_count(), 0);
+        for (t, k) in totals.iter_mut().zip(keys) {
+            *t += counter(&*h.stack, k);
+        }
+    }
+    eprintln!("{:?}", keys.iter().zip(&totals).collect::<Vec<_>>());
+    totals
+}
+
+/// The recorder crash check at every flush and random points over seeds
+/// 0..4: 200 requests of `ops` each, the stack of `cfg(seed)`.
+fn crash_seeds(ops: fn(&mut ChaCha8Rng, usize) -> Vec<OpSpec>, cfg: impl Fn(u64) -> String) {
+    for seed in 0..4u64 {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let ops = ops(&mut rng, 200);
+        let cfg = cfg(seed);
+        let make = |mode| stack_from_toml(&cfg, DEVICE_BYTES, mode);
+        let cuts = crash_check_idle_with(&make, DEVICE_BYTES, seed, &ops, 1 + seed as usize % 3, 30, 3);
+        assert!(cuts > 20, "too few cut points: {cuts}");
+    }
+}
+
 #[test]
 fn opt_reads_back_what_a_byte_array_would_while_reconfiguring() {
     let keys = [
@@ -68,19 +106,7 @@ fn opt_reads_back_what_a_byte_array_would_while_reconfiguring() {
         "journal_writes_count",
         "writes_held_count",
     ];
-    let mut totals = vec![0u64; keys.len()];
-    for seed in 0..12u64 {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let ops = ops(&mut rng, 400);
-        let cfg = tiny(6 + seed % 5);
-        let make = |mode| stack_from_toml(&cfg, DEVICE_BYTES, mode);
-        let h = oracle_check_idle_with(&make, DEVICE_BYTES, seed, &ops, 1 + seed as usize % 4, 3);
-        assert_eq!(h.upper_outstanding_count(), 0);
-        for (t, k) in totals.iter_mut().zip(keys) {
-            *t += counter(&*h.stack, k);
-        }
-    }
-    eprintln!("{:?}", keys.iter().zip(&totals).collect::<Vec<_>>());
+    let totals = oracle_seeds(&keys, ops, 400, |seed| tiny(6 + seed % 5));
     // Each mechanism ran many times: copy in, switch, write to a copy,
     // copy home, drop.
     for (t, k) in totals.iter().zip(keys) {
@@ -90,13 +116,7 @@ fn opt_reads_back_what_a_byte_array_would_while_reconfiguring() {
 
 #[test]
 fn opt_crash_at_every_flush_and_random_points_keeps_flushed_data() {
-    for seed in 0..4u64 {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let ops = ops(&mut rng, 200);
-        let make = |mode| stack_from_toml(&tiny(6), DEVICE_BYTES, mode);
-        let cuts = crash_check_idle_with(&make, DEVICE_BYTES, seed, &ops, 1 + seed as usize % 3, 30, 3);
-        assert!(cuts > 20, "too few cut points: {cuts}");
-    }
+    crash_seeds(ops, |_| tiny(6));
 }
 
 /// The tiny region with extra copies, stream-sequence plans (padded with
@@ -154,22 +174,8 @@ fn opt_with_extra_copies_reads_back_what_a_byte_array_would() {
         "dirty_copies_count",
         "partial_reads_home_count",
     ];
-    let mut totals = vec![0u64; keys.len()];
-    let mut extra_copies_made = 0;
-    for seed in 0..12u64 {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let ops = shared_ops(&mut rng, 800);
-        let cfg = tiny_copies(6 + seed % 5, 0);
-        let make = |mode| stack_from_toml(&cfg, DEVICE_BYTES, mode);
-        let h = oracle_check_idle_with(&make, DEVICE_BYTES, seed, &ops, 1 + seed as usize % 4, 3);
-        assert_eq!(h.upper_outstanding_count(), 0);
-        for (t, k) in totals.iter_mut().zip(keys) {
-            *t += counter(&*h.stack, k);
-        }
-        extra_copies_made +=
-            counter(&*h.stack, "extra_copies_count") + counter(&*h.stack, "extras_dropped_count");
-    }
-    eprintln!("{:?}", keys.iter().zip(&totals).collect::<Vec<_>>());
+    let totals = oracle_seeds(&keys, shared_ops, 800, |seed| tiny_copies(6 + seed % 5, 0));
+    let extra_copies_made = totals[0] + totals[2];
     // Extra copies were made, read from and dropped by writes, reads went
     // home whole, many times.
     assert!(extra_copies_made >= 12, "extra copies made: {extra_copies_made}");
@@ -180,14 +186,8 @@ fn opt_with_extra_copies_reads_back_what_a_byte_array_would() {
 
 #[test]
 fn opt_with_extra_copies_crash_at_every_flush_and_random_points_keeps_flushed_data() {
-    for seed in 0..4u64 {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let ops = shared_ops(&mut rng, 200);
-        // Odd seeds pad the plans with home neighbours.
-        let make = |mode| stack_from_toml(&tiny_copies(6, 2 * (seed % 2) as u32), DEVICE_BYTES, mode);
-        let cuts = crash_check_idle_with(&make, DEVICE_BYTES, seed, &ops, 1 + seed as usize % 3, 30, 3);
-        assert!(cuts > 20, "too few cut points: {cuts}");
-    }
+    // Odd seeds pad the plans with home neighbours.
+    crash_seeds(shared_ops, |seed| tiny_copies(6, 2 * (seed % 2) as u32));
 }
 
 /// A harness over a fresh device with the manual config, brought up.
@@ -693,19 +693,7 @@ fn opt_absorbing_writes_reads_back_what_a_byte_array_would() {
         "journal_writes_count",
         "dropped_blocks_count",
     ];
-    let mut totals = vec![0u64; keys.len()];
-    for seed in 0..12u64 {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let ops = block_ops(&mut rng, 400);
-        let cfg = tiny_absorb(6 + seed % 5);
-        let make = |mode| stack_from_toml(&cfg, DEVICE_BYTES, mode);
-        let h = oracle_check_idle_with(&make, DEVICE_BYTES, seed, &ops, 1 + seed as usize % 4, 3);
-        assert_eq!(h.upper_outstanding_count(), 0);
-        for (t, k) in totals.iter_mut().zip(keys) {
-            *t += counter(&*h.stack, k);
-        }
-    }
-    eprintln!("{:?}", keys.iter().zip(&totals).collect::<Vec<_>>());
+    let totals = oracle_seeds(&keys, block_ops, 400, |seed| tiny_absorb(6 + seed % 5));
     // Writes were absorbed, journaled, copied home and dropped by plans.
     for (t, k) in totals.iter().zip(keys) {
         assert!(*t >= 12, "{k} = {t}: the workload did not exercise it");
@@ -714,13 +702,7 @@ fn opt_absorbing_writes_reads_back_what_a_byte_array_would() {
 
 #[test]
 fn opt_absorbing_writes_crash_at_every_flush_and_random_points_keeps_flushed_data() {
-    for seed in 0..4u64 {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let ops = block_ops(&mut rng, 200);
-        let make = |mode| stack_from_toml(&tiny_absorb(6), DEVICE_BYTES, mode);
-        let cuts = crash_check_idle_with(&make, DEVICE_BYTES, seed, &ops, 1 + seed as usize % 3, 30, 3);
-        assert!(cuts > 20, "too few cut points: {cuts}");
-    }
+    crash_seeds(block_ops, |_| tiny_absorb(6));
 }
 
 #[test]
