@@ -151,6 +151,11 @@ impl Opt {
 
     /// The upper write of assembly `key` completed at `now_ns`.
     pub(super) fn absorb_done(&mut self, key: u64, now_ns: u64, ok: bool) {
+        // Every upper request's completion comes here: no lookup when
+        // nothing is absorbing.
+        if self.absorber.inflight.is_empty() {
+            return;
+        }
         let Some((t, i, (home, n, slot))) = self.absorber.inflight.remove(&key) else { return };
         if ok {
             let st = &mut self.absorber.stats[i];
