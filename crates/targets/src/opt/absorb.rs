@@ -1,5 +1,5 @@
-//! Write absorption (`absorb_writes`): a write of whole blocks none of
-//! which is mapped goes to free slots of the OPT region instead of home,
+//! Write absorption (`absorb_writes`): the unmapped blocks of a write of
+//! whole blocks go to free slots of the OPT region instead of home,
 //! mapped and dirty, a *gap* of slots past the end of the previous
 //! absorbed write. With the drive's write cache off a write costs the
 //! rotation to its sectors wherever it goes; the next slot right after the
@@ -61,9 +61,9 @@ pub(super) struct Absorber {
     /// Per gap: summed latency (ns) and writes.
     stats: [(u64, u64); GAPS.len()],
     /// The run `modify` just absorbed, and its gap, for its assembly.
-    taken: Option<(usize, Run)>,
+    taken: Option<(usize, Vec<Run>)>,
     /// Per assembly key: when it started, its gap, its run.
-    inflight: FxHashMap<u64, (u64, usize, Run)>,
+    inflight: FxHashMap<u64, (u64, usize, Vec<Run>)>,
     /// Runs written, waiting for a flush.
     written: Vec<Run>,
     /// Runs flushed, waiting for a journal block.
@@ -94,8 +94,10 @@ impl Absorber {
 }
 
 impl Opt {
-    /// Absorbs `req` (blocks `[first, end)`) if it qualifies and a free run
-    /// is found: maps its blocks to the run, dirty, mapping not on disk.
+    /// Absorbs the unmapped blocks of `req` (blocks `[first, end)`, whole
+    /// ones; it is about to go down) where free runs are found: maps them,
+    /// dirty, mapping not on disk. The first run goes a gap past the
+    /// previous absorbed write, the others of the request right after it.
     pub(super) fn absorb_try(&mut self, req: &Request, (first, end): Range) {
         let b = self.geo.block_bytes;
         if !self.args.absorb_writes
@@ -104,48 +106,65 @@ impl Opt {
             || self.job.is_some()
             || !req.offset_bytes.is_multiple_of(b)
             || !u64::from(req.length_bytes).is_multiple_of(b)
-            || !self.map.overlapping(first, end - first).is_empty()
         {
             return;
         }
-        let (n, total) = (end - first, self.slots.len() as u64);
-        let i = self.absorber.gap_index();
-        let mut s = (self.absorber.next + GAPS[i]) % total;
-        let mut looked = 0;
-        let found = loop {
-            if looked >= total {
-                break None;
+        let mut unmapped = Vec::new();
+        super::for_each_piece(&self.map, first, end - first, |start, n, slot| {
+            if slot.is_none() {
+                unmapped.push((start, n));
             }
+        });
+        if unmapped.is_empty() {
+            return;
+        }
+        let i = self.absorber.gap_index();
+        let mut from = self.absorber.next + GAPS[i];
+        let mut runs = Vec::new();
+        for (home, n) in unmapped {
+            let Some(s) = self.free_run(from, n) else { break };
+            for k in 0..n {
+                let home = Some(home + k);
+                self.slots[(s + k) as usize] =
+                    Slot { home, dirty: true, absorbed: Absorbed::Writing, ..Slot::default() };
+            }
+            self.map.insert(home, n, s);
+            self.absorber.blocks_count += n;
+            runs.push((home, n as u32, s as u32));
+            from = s + n;
+        }
+        if !runs.is_empty() {
+            self.absorber.next = from;
+            self.absorber.writes_count += 1;
+            self.absorber.taken = Some((i, runs));
+        }
+    }
+
+    /// The first run of `n` free slots at or after `from` (wrapping).
+    fn free_run(&self, from: u64, n: u64) -> Option<u64> {
+        let total = self.slots.len() as u64;
+        let (mut s, mut looked) = (from % total, 0);
+        while looked < total {
             if s + n > total {
                 looked += total - s;
                 s = 0;
                 continue;
             }
             match (s..s + n).find(|&x| self.slots[x as usize].home.is_some()) {
-                None => break Some(s),
+                None => return Some(s),
                 Some(x) => {
                     looked += x + 1 - s;
                     s = x + 1;
                 }
             }
-        };
-        let Some(s) = found else { return };
-        for k in 0..n {
-            let home = Some(first + k);
-            self.slots[(s + k) as usize] =
-                Slot { home, dirty: true, absorbed: Absorbed::Writing, ..Slot::default() };
         }
-        self.map.insert(first, n, s);
-        self.absorber.next = s + n;
-        self.absorber.writes_count += 1;
-        self.absorber.blocks_count += n;
-        self.absorber.taken = Some((i, (first, n as u32, s as u32)));
+        None
     }
 
     /// The upper write of assembly `key` started (after `absorb_try`).
     pub(super) fn absorb_started(&mut self, key: u64) {
-        if let Some((i, run)) = self.absorber.taken.take() {
-            self.absorber.inflight.insert(key, (self.now_ns, i, run));
+        if let Some((i, runs)) = self.absorber.taken.take() {
+            self.absorber.inflight.insert(key, (self.now_ns, i, runs));
         }
     }
 
@@ -156,25 +175,22 @@ impl Opt {
         if self.absorber.inflight.is_empty() {
             return;
         }
-        let Some((t, i, (home, n, slot))) = self.absorber.inflight.remove(&key) else { return };
+        let Some((t, i, runs)) = self.absorber.inflight.remove(&key) else { return };
         if ok {
             let st = &mut self.absorber.stats[i];
             st.0 += now_ns.saturating_sub(t);
             st.1 += 1;
         }
         // Written (a failed write leaves its sectors undefined, as home would).
-        let mut run: Option<Run> = None;
-        for k in 0..n {
-            let x = &mut self.slots[(slot + k) as usize];
-            if x.absorbed == Absorbed::Writing && x.home == Some(home + u64::from(k)) {
-                x.absorbed = Absorbed::Written;
-                match run.as_mut() {
-                    Some(r) => r.1 += 1,
-                    None => run = Some((home + u64::from(k), 1, slot + k)),
+        for (home, n, slot) in runs {
+            for k in 0..n {
+                let x = &mut self.slots[(slot + k) as usize];
+                if x.absorbed == Absorbed::Writing && x.home == Some(home + u64::from(k)) {
+                    x.absorbed = Absorbed::Written;
+                    push_block(&mut self.absorber.written, (home + u64::from(k), 1, slot + k));
                 }
             }
         }
-        self.absorber.written.extend(run);
         if !self.held.is_empty() {
             self.release_held();
         }
@@ -223,12 +239,8 @@ impl Opt {
                     let x = &self.slots[(slot + k) as usize];
                     x.absorbed == Absorbed::Written && x.home == Some(home + u64::from(k))
                 })
-                .map(|k| (home + u64::from(k), 1, slot + k))
-                .fold(Vec::new(), |mut v: Vec<Run>, r| {
-                    match v.last_mut() {
-                        Some(l) if l.0 + u64::from(l.1) == r.0 && l.2 + l.1 == r.2 => l.1 += 1,
-                        _ => v.push(r),
-                    }
+                .fold(Vec::new(), |mut v: Vec<Run>, k| {
+                    push_block(&mut v, (home + u64::from(k), 1, slot + k));
                     v
                 });
             let room = (0..=pieces.len()).rev().find(|&k| super::meta::journal_fits(dirty, out.len() + k));
@@ -289,5 +301,14 @@ impl Opt {
             self.absorb_flush(None);
         }
         true
+    }
+}
+
+/// Appends one block's run to `runs`, joining it to the last run when it
+/// continues it (home and slot both).
+fn push_block(runs: &mut Vec<Run>, r: Run) {
+    match runs.last_mut() {
+        Some(l) if l.0 + u64::from(l.1) == r.0 && l.2 + l.1 == r.2 => l.1 += r.1,
+        _ => runs.push(r),
     }
 }

@@ -61,8 +61,8 @@ pub struct Args {
     /// A read partly in OPT, partly home goes wholly home when its OPT
     /// blocks are clean (one seek instead of two).
     pub partial_reads_home: bool,
-    /// A write of whole blocks none of which is mapped goes to free slots
-    /// of the region, a learnt gap past the previous one (`absorb`).
+    /// The unmapped blocks of a write of whole blocks go to free slots of
+    /// the region, a learnt gap past the previous write (`absorb`).
     pub absorb_writes: bool,
     /// Most blocks one copy read moves (a run of the plan; the rate is
     /// capped by `[background] rate`).

@@ -627,7 +627,6 @@ impl Opt {
         if self.touches_changing(blocks) {
             return Err(req);
         }
-        self.absorb_try(&req, blocks);
         let mut touched = Vec::new();
         for_each_piece(&self.map, blocks.0, blocks.1 - blocks.0, |_, n, slot| {
             if let Some(s) = slot {
@@ -657,6 +656,8 @@ impl Opt {
             );
             slot.version = slot.version.wrapping_add(1);
         }
+        // The write goes down now: its unmapped blocks may go to the region.
+        self.absorb_try(&req, blocks);
         self.mark_copies_stale(blocks);
         let (key, pieces) = self.begin(&req);
         self.absorb_started(key);
