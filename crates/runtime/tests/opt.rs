@@ -55,6 +55,44 @@ fn counter(stack: &dyn Target, key: &str) -> u64 {
     st.counters.iter().find(|c| c.0 == key).map(|c| c.1).unwrap_or_else(|| panic!("no counter {key}"))
 }
 
+/// The oracle check over seeds 0..12: `count` requests of `ops` each, the
+/// stack of `cfg(seed)`; returns each counter of `keys` summed over the
+/// seeds (printed).
+fn oracle_seeds(
+    keys: &[&str],
+    ops: fn(&mut ChaCha8Rng, usize) -> Vec<OpSpec>,
+    count: usize,
+    cfg: impl Fn(u64) -> String,
+) -> Vec<u64> {
+    let mut totals = vec![0u64; keys.len()];
+    for seed in 0..12u64 {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let ops = ops(&mut rng, count);
+        let cfg = cfg(seed);
+        let make = |mode| stack_from_toml(&cfg, DEVICE_BYTES, mode);
+        let h = oracle_check_idle_with(&make, DEVICE_BYTES, seed, &ops, 1 + seed as usize % 4, 3);
+        assert_eq!(h.upper_outstanding_count(), 0);
+        for (t, k) in totals.iter_mut().zip(keys) {
+            *t += counter(&*h.stack, k);
+        }
+    }
+    eprintln!("{:?}", keys.iter().zip(&totals).collect::<Vec<_>>());
+    totals
+}
+
+/// The recorder crash check at every flush and random points over seeds
+/// 0..4: 200 requests of `ops` each, the stack of `cfg(seed)`.
+fn crash_seeds(ops: fn(&mut ChaCha8Rng, usize) -> Vec<OpSpec>, cfg: impl Fn(u64) -> String) {
+    for seed in 0..4u64 {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let ops = ops(&mut rng, 200);
+        let cfg = cfg(seed);
+        let make = |mode| stack_from_toml(&cfg, DEVICE_BYTES, mode);
+        let cuts = crash_check_idle_with(&make, DEVICE_BYTES, seed, &ops, 1 + seed as usize % 3, 30, 3);
+        assert!(cuts > 20, "too few cut points: {cuts}");
+    }
+}
+
 #[test]
 fn opt_reads_back_what_a_byte_array_would_while_reconfiguring() {
     let keys = [
@@ -68,19 +106,7 @@ fn opt_reads_back_what_a_byte_array_would_while_reconfiguring() {
         "journal_writes_count",
         "writes_held_count",
     ];
-    let mut totals = vec![0u64; keys.len()];
-    for seed in 0..12u64 {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let ops = ops(&mut rng, 400);
-        let cfg = tiny(6 + seed % 5);
-        let make = |mode| stack_from_toml(&cfg, DEVICE_BYTES, mode);
-        let h = oracle_check_idle_with(&make, DEVICE_BYTES, seed, &ops, 1 + seed as usize % 4, 3);
-        assert_eq!(h.upper_outstanding_count(), 0);
-        for (t, k) in totals.iter_mut().zip(keys) {
-            *t += counter(&*h.stack, k);
-        }
-    }
-    eprintln!("{:?}", keys.iter().zip(&totals).collect::<Vec<_>>());
+    let totals = oracle_seeds(&keys, ops, 400, |seed| tiny(6 + seed % 5));
     // Each mechanism ran many times: copy in, switch, write to a copy,
     // copy home, drop.
     for (t, k) in totals.iter().zip(keys) {
@@ -90,13 +116,7 @@ fn opt_reads_back_what_a_byte_array_would_while_reconfiguring() {
 
 #[test]
 fn opt_crash_at_every_flush_and_random_points_keeps_flushed_data() {
-    for seed in 0..4u64 {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let ops = ops(&mut rng, 200);
-        let make = |mode| stack_from_toml(&tiny(6), DEVICE_BYTES, mode);
-        let cuts = crash_check_idle_with(&make, DEVICE_BYTES, seed, &ops, 1 + seed as usize % 3, 30, 3);
-        assert!(cuts > 20, "too few cut points: {cuts}");
-    }
+    crash_seeds(ops, |_| tiny(6));
 }
 
 /// The tiny region with extra copies, stream-sequence plans (padded with
@@ -154,22 +174,8 @@ fn opt_with_extra_copies_reads_back_what_a_byte_array_would() {
         "dirty_copies_count",
         "partial_reads_home_count",
     ];
-    let mut totals = vec![0u64; keys.len()];
-    let mut extra_copies_made = 0;
-    for seed in 0..12u64 {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let ops = shared_ops(&mut rng, 800);
-        let cfg = tiny_copies(6 + seed % 5, 0);
-        let make = |mode| stack_from_toml(&cfg, DEVICE_BYTES, mode);
-        let h = oracle_check_idle_with(&make, DEVICE_BYTES, seed, &ops, 1 + seed as usize % 4, 3);
-        assert_eq!(h.upper_outstanding_count(), 0);
-        for (t, k) in totals.iter_mut().zip(keys) {
-            *t += counter(&*h.stack, k);
-        }
-        extra_copies_made +=
-            counter(&*h.stack, "extra_copies_count") + counter(&*h.stack, "extras_dropped_count");
-    }
-    eprintln!("{:?}", keys.iter().zip(&totals).collect::<Vec<_>>());
+    let totals = oracle_seeds(&keys, shared_ops, 800, |seed| tiny_copies(6 + seed % 5, 0));
+    let extra_copies_made = totals[0] + totals[2];
     // Extra copies were made, read from and dropped by writes, reads went
     // home whole, many times.
     assert!(extra_copies_made >= 12, "extra copies made: {extra_copies_made}");
@@ -180,14 +186,8 @@ fn opt_with_extra_copies_reads_back_what_a_byte_array_would() {
 
 #[test]
 fn opt_with_extra_copies_crash_at_every_flush_and_random_points_keeps_flushed_data() {
-    for seed in 0..4u64 {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let ops = shared_ops(&mut rng, 200);
-        // Odd seeds pad the plans with home neighbours.
-        let make = |mode| stack_from_toml(&tiny_copies(6, 2 * (seed % 2) as u32), DEVICE_BYTES, mode);
-        let cuts = crash_check_idle_with(&make, DEVICE_BYTES, seed, &ops, 1 + seed as usize % 3, 30, 3);
-        assert!(cuts > 20, "too few cut points: {cuts}");
-    }
+    // Odd seeds pad the plans with home neighbours.
+    crash_seeds(shared_ops, |seed| tiny_copies(6, 2 * (seed % 2) as u32));
 }
 
 /// A harness over a fresh device with the manual config, brought up.
@@ -545,6 +545,7 @@ fn bad_configs_say_what_is_wrong() {
         ("journal_blocks = 0\n", "journal_blocks"),
         ("opt_lenght = \"96K\"\n", "unknown key"),
         ("plan_pad_blocks = 4\n", "needs `plan_streams = true`"),
+        ("plan_written = false\n", "needs `plan_streams = true`"),
     ];
     for (keys, want) in cases {
         let text = format!("version = 1\n[[layer]]\ntarget = \"opt\"\n{keys}");
@@ -636,4 +637,111 @@ fn a_read_partly_in_opt_goes_wholly_home_while_its_copies_are_clean() {
     let c = h.read(13 * B, 2 * B as u32);
     assert_eq!(c.data.expect("data").to_vec(), [block(0x31), vec![0; B as usize]].concat());
     assert_eq!(counter(&*h.stack, "partial_reads_home_count"), 1);
+}
+
+#[test]
+fn a_stream_plan_without_written_ranges_leaves_them_home_and_their_writes_need_no_journal_block() {
+    for place in [true, false] {
+        let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+        let cfg = manual() + &format!("plan_streams = true\nplan_written = {place}\n");
+        let mut h = harness_with(&dev, &cfg, OpenMode::Format);
+        // One stream reads 10..14 and writes block 20 between its reads, twice.
+        for _ in 0..2 {
+            for b in 10..14u64 {
+                assert_eq!(h.read(b * B, B as u32).result, Ok(()));
+                if b == 11 {
+                    assert_eq!(h.write(20 * B, block(20)).result, Ok(()));
+                }
+            }
+        }
+        assert_eq!(h.flush().result, Ok(()));
+        message(&mut h, "apply").expect("apply");
+        h.settle();
+        let mapped = |h: &Harness, b: u64| h.stack.map_extent(b * B, B)[0].0 != Some(b * B);
+        assert!((10..14).all(|b| mapped(&h, b)), "{}", describe(&mut h));
+        assert_eq!(mapped(&h, 20), place, "plan_written = {place}: {}", describe(&mut h));
+        // A write to a clean copy waits for a journal block; one home does not.
+        let journal = counter(&*h.stack, "journal_writes_count");
+        assert_eq!(h.write(20 * B, block(0x21)).result, Ok(()));
+        assert_eq!(counter(&*h.stack, "journal_writes_count") - journal, u64::from(place));
+        assert_eq!(read_block(&mut h, 20), block(0x21));
+    }
+}
+
+/// `ops` with every write made of whole 4 KiB blocks (what absorption takes).
+fn block_ops(rng: &mut ChaCha8Rng, count: usize) -> Vec<OpSpec> {
+    let mut ops = ops(rng, count);
+    for o in ops.iter_mut().filter(|o| o.op == Op::Write) {
+        o.sector = o.sector / 8 * 8;
+        o.sectors = 8 * (1 + o.sectors % 2);
+    }
+    ops
+}
+
+/// The tiny region absorbing writes, planning every `every` requests.
+fn tiny_absorb(every: u64) -> String {
+    tiny(every) + "absorb_writes = true\n"
+}
+
+#[test]
+fn opt_absorbing_writes_reads_back_what_a_byte_array_would() {
+    let keys = [
+        "absorbed_writes_count",
+        "absorbed_blocks_count",
+        "reconfigurations_count",
+        "copied_home_bytes",
+        "journal_writes_count",
+        "dropped_blocks_count",
+    ];
+    let totals = oracle_seeds(&keys, block_ops, 400, |seed| tiny_absorb(6 + seed % 5));
+    // Writes were absorbed, journaled, copied home and dropped by plans.
+    for (t, k) in totals.iter().zip(keys) {
+        assert!(*t >= 12, "{k} = {t}: the workload did not exercise it");
+    }
+}
+
+#[test]
+fn opt_absorbing_writes_crash_at_every_flush_and_random_points_keeps_flushed_data() {
+    crash_seeds(block_ops, |_| tiny_absorb(6));
+}
+
+#[test]
+fn an_absorbed_write_goes_to_the_region_and_its_mapping_is_durable_after_the_next_flush() {
+    let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+    let cfg = manual() + "absorb_writes = true\n";
+    let unclean = OpenMode::Open { clean: false, accept_loss: false };
+    let mut h = harness_with(&dev, &cfg, OpenMode::Format);
+    assert_eq!(h.write(30 * B, block(0x30)).result, Ok(()));
+    assert_eq!(counter(&*h.stack, "absorbed_writes_count"), 1);
+    assert_ne!(h.stack.map_extent(30 * B, B)[0].0, Some(30 * B), "in the region");
+    assert_eq!(read_block(&mut h, 30), block(0x30));
+    // A crash before a flush forgets the mapping: home, as if never written.
+    drop(h);
+    let mut h = harness_with(&dev, &cfg, unclean);
+    assert_eq!(read_block(&mut h, 30), vec![0; B as usize]);
+    assert_eq!(counter(&*h.stack, "recovered_absorbed_blocks_count"), 0);
+    // Written and flushed: one journal block names it, a crash keeps it.
+    assert_eq!(h.write(30 * B, block(0x31)).result, Ok(()));
+    let journal = counter(&*h.stack, "journal_writes_count");
+    assert_eq!(h.flush().result, Ok(()));
+    assert_eq!(counter(&*h.stack, "journal_writes_count"), journal + 1);
+    // A FUA write to a block absorbed but not flushed waits for a flush
+    // and a journal block of its own; a FUA write is never absorbed.
+    assert_eq!(h.write(40 * B, block(0x40)).result, Ok(()));
+    let fua = |b: u64, tag: u8| Request { fua: true, ..Request::write(ReqId(0), b * B, block(tag).into()) };
+    assert_eq!(h.call(fua(40, 0x41)).result, Ok(()));
+    assert_eq!(counter(&*h.stack, "journal_writes_count"), journal + 2);
+    assert_eq!(h.call(fua(41, 0x42)).result, Ok(()));
+    assert_eq!(h.stack.map_extent(41 * B, B)[0].0, Some(41 * B), "home");
+    drop(h);
+    let mut h = harness_with(&dev, &cfg, unclean);
+    assert_eq!(counter(&*h.stack, "recovered_absorbed_blocks_count"), 2);
+    assert_eq!(read_block(&mut h, 30), block(0x31));
+    assert_eq!(read_block(&mut h, 40), block(0x41));
+    assert_eq!(read_block(&mut h, 41), block(0x42));
+    // Dropping the region copies it home.
+    message(&mut h, "drop").expect("drop");
+    h.settle();
+    assert_eq!(h.stack.map_extent(30 * B, B)[0].0, Some(30 * B), "home again");
+    assert_eq!(read_block(&mut h, 30), block(0x31));
 }

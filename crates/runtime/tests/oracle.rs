@@ -106,6 +106,20 @@ target = "linear"
 "#,
     ),
     (
+        "opt-1k-blocks-absorbing-writes",
+        r#"version = 1
+[[layer]]
+target = "opt"
+opt_offset = "512K"
+opt_length = "32K"
+block_bytes = 1024
+journal_blocks = 1
+edge_weight_min = 0
+plan_interval_requests = 5
+absorb_writes = true
+"#,
+    ),
+    (
         "replica-512-byte-blocks-small-constants",
         r#"version = 1
 [[layer]]

@@ -56,7 +56,7 @@ fn main() {
         let t = Instant::now();
         let mut planning = 0;
         ranges = if copies > 1 {
-            plan_streams(&a, capacity, WEIGHT_UNIT, copies, 0, &mut planning)
+            plan_streams(&a, capacity, WEIGHT_UNIT, copies, 0, true, &mut planning)
         } else {
             let m = master_graph(&a, &mut planning);
             plan(&m, capacity, WEIGHT_UNIT, 1, false, &mut planning)

@@ -152,7 +152,7 @@ proptest! {
                 b.resize(g.map_bytes as usize, 0);
                 b
             } else {
-                JournalBlock { map_generation: 3, slots: vec![1, 2, 40] }.encode(7)
+                JournalBlock { map_generation: 3, slots: vec![1, 2, 40], maps: vec![(9, 2, 5)] }.encode(7)
             };
             let n = b.len();
             for &(at, v) in &raw { b[at % n] = v; }

@@ -113,6 +113,9 @@ struct StreamGraph {
     /// writes go (mapped, each first write to a clean copy waits for a
     /// journal block and goes to the region, apart from the rest).
     written: BTreeSet<Range>,
+    /// The written ranges the stream also read (`plan_written = false`
+    /// leaves out only the others).
+    read_written: BTreeSet<Range>,
 }
 
 /// Limits of the analyzer.
@@ -174,9 +177,15 @@ impl Analyzer {
         self.units += 1;
         let range = (e.block, e.block + u64::from(e.blocks));
         let g = self.streams.entry(e.stream).or_default();
-        let fresh = g.vertices.insert(range, 0).is_none();
-        *g.vertices.get_mut(&range).expect("inserted") += WEIGHT_UNIT;
+        let fresh = !g.vertices.contains_key(&range);
+        *g.vertices.entry(range).or_insert(0) += WEIGHT_UNIT;
         self.vertex_count += usize::from(fresh);
+        // A range both read and written (in either order: a vertex that
+        // was there and not written was read).
+        let was_written = g.written.contains(&range);
+        if (e.read && was_written) || (!e.read && !was_written && !fresh) {
+            g.read_written.insert(range);
+        }
         if !e.read {
             g.written.insert(range);
         }
@@ -229,6 +238,7 @@ impl Analyzer {
                 });
             }
             g.written.retain(|r| g.vertices.contains_key(r));
+            g.read_written.retain(|r| g.vertices.contains_key(r));
             vertices += g.vertices.len();
             edges += g.edges.len() + g.skips.len();
         }
@@ -503,6 +513,10 @@ pub const FOLLOW_AHEAD_BLOCKS: u64 = 64;
 /// file, so a later read of a part the profile never saw (a run that
 /// skipped it) is served from the region, a short seek from the stream's
 /// sequence instead of one out to home and back.
+///
+/// With `place_written` false, no range the stream wrote and never read
+/// is laid out (nor found laid out): its writes go home with the rest of
+/// the stream's writes (`plan_written`, `docs/opt.md`).
 /// Returns block ranges in region order, cut at `capacity_blocks`.
 pub fn plan_streams(
     a: &Analyzer,
@@ -510,6 +524,7 @@ pub fn plan_streams(
     weight_min: u64,
     copies_max: u32,
     pad_blocks: u64,
+    place_written: bool,
     units: &mut u64,
 ) -> Vec<Range> {
     // Where each placed block is (its slots, in placement order).
@@ -534,6 +549,9 @@ pub fn plan_streams(
             *units += r.1 - r.0;
             if pos >= capacity_blocks {
                 return out;
+            }
+            if !place_written && g.written.contains(&r) && !g.read_written.contains(&r) {
+                continue;
             }
             // A read's neighbours wait for the end (below), whether its
             // blocks are laid out here or found laid out already.
@@ -911,7 +929,7 @@ mod tests {
         for (i, b) in [100, 26, 300].into_iter().enumerate() {
             a.add(e(20 + i as u64, b, 1 + u32::from(b == 26), 3));
         }
-        let p = plan_streams(&a, 100, WEIGHT_UNIT, 4, 0, &mut 0);
+        let p = plan_streams(&a, 100, WEIGHT_UNIT, 4, 0, true, &mut 0);
         assert_eq!(
             p,
             vec![(27, 28), (26, 28), (25, 28), (100, 101), (26, 28), (200, 201), (300, 301)],
@@ -919,10 +937,10 @@ mod tests {
         );
         // Three copies at most: stream 1 made three of 27, so stream 2 finds
         // none left for 26..28 and goes on from where it lies.
-        let p = plan_streams(&a, 100, WEIGHT_UNIT, 3, 0, &mut 0);
+        let p = plan_streams(&a, 100, WEIGHT_UNIT, 3, 0, true, &mut 0);
         assert_eq!(p, vec![(27, 28), (26, 28), (25, 28), (100, 101), (200, 201), (300, 301)]);
         // The region's capacity cuts the plan.
-        assert_eq!(plan_streams(&a, 4, WEIGHT_UNIT, 4, 0, &mut 0), vec![(27, 28), (26, 28), (25, 26)]);
+        assert_eq!(plan_streams(&a, 4, WEIGHT_UNIT, 4, 0, true, &mut 0), vec![(27, 28), (26, 28), (25, 26)]);
     }
 
     #[test]
@@ -935,12 +953,12 @@ mod tests {
             a.add(e(i as u64, b, n, 1));
         }
         a.add(e(10, 17, 1, 2));
-        let unpadded = plan_streams(&a, 100, WEIGHT_UNIT, 4, 0, &mut 0);
+        let unpadded = plan_streams(&a, 100, WEIGHT_UNIT, 4, 0, true, &mut 0);
         assert_eq!(unpadded, vec![(10, 12), (15, 16), (50, 52), (17, 18)]);
         // Two blocks each side: the sequences as before, then the
         // neighbours no request placed (17 is stream 2's), in home order,
         // so the skipped piece 12..15 is in the region.
-        let p = plan_streams(&a, 100, WEIGHT_UNIT, 4, 2, &mut 0);
+        let p = plan_streams(&a, 100, WEIGHT_UNIT, 4, 2, true, &mut 0);
         let want = [
             (10, 12),
             (15, 16),
@@ -959,20 +977,56 @@ mod tests {
         assert_eq!(placed(7) + placed(20) + placed(47) + placed(54), 0);
         // The neighbours come last: the capacity cuts them first.
         assert_eq!(
-            plan_streams(&a, 8, WEIGHT_UNIT, 4, 2, &mut 0),
+            plan_streams(&a, 8, WEIGHT_UNIT, 4, 2, true, &mut 0),
             vec![(10, 12), (15, 16), (50, 52), (17, 18), (8, 10)]
         );
         // A stream's own reads are never displaced by padding.
-        assert_eq!(plan_streams(&a, 6, WEIGHT_UNIT, 4, 2, &mut 0), unpadded);
+        assert_eq!(plan_streams(&a, 6, WEIGHT_UNIT, 4, 2, true, &mut 0), unpadded);
         // A written range is placed, its neighbours are not (where the
         // next writes go); a read of the same range by another stream pads.
         a.add(ProfileEntry { read: false, ..e(20, 80, 2, 3) });
-        let p = plan_streams(&a, 100, WEIGHT_UNIT, 4, 2, &mut 0);
+        let p = plan_streams(&a, 100, WEIGHT_UNIT, 4, 2, true, &mut 0);
         assert_eq!(p[..5], [(10, 12), (15, 16), (50, 52), (17, 18), (80, 82)]);
         assert_eq!(p[5..], want[4..], "no neighbour of the written 80..82");
         a.add(e(30, 80, 2, 4));
-        let p = plan_streams(&a, 100, WEIGHT_UNIT, 4, 2, &mut 0);
+        let p = plan_streams(&a, 100, WEIGHT_UNIT, 4, 2, true, &mut 0);
         assert_eq!(p[p.len() - 2..], [(78, 80), (82, 84)]);
+    }
+
+    #[test]
+    fn a_stream_plan_without_written_ranges_leaves_a_streams_writes_home() {
+        let mut a = analyzer();
+        // Stream 1 reads 10..12, writes 40..41, reads 15..16, writes 60..62
+        // and 15..16 (which it read); stream 2 reads 40..41 (the block
+        // stream 1 wrote).
+        let reqs = [(10, 2, true), (40, 1, false), (15, 1, true), (60, 2, false), (15, 1, false)];
+        for (i, (b, n, read)) in reqs.into_iter().enumerate() {
+            a.add(ProfileEntry { read, ..e(i as u64, b, n, 1) });
+        }
+        a.add(e(10, 40, 1, 2));
+        let all = plan_streams(&a, 100, WEIGHT_UNIT, 4, 0, true, &mut 0);
+        assert_eq!(all, vec![(10, 12), (40, 41), (15, 16), (60, 62)], "writes are vertices: placed in order");
+        // Without written ranges: stream 1's reads alone, in order (15..16,
+        // read and written, stays); stream 2 did not write 40..41, so its
+        // read of it is laid out.
+        let reads = plan_streams(&a, 100, WEIGHT_UNIT, 4, 0, false, &mut 0);
+        assert_eq!(reads, vec![(10, 12), (15, 16), (40, 41)]);
+    }
+
+    #[test]
+    fn a_vertex_counts_every_access_of_its_range() {
+        let mut a = analyzer();
+        for t in 0..3 {
+            a.add(e(t, 10, 2, 1));
+        }
+        a.add(e(3, 20, 1, 1));
+        assert_eq!(
+            a.streams[&1].vertices[&(10, 12)],
+            3 * WEIGHT_UNIT,
+            "was reset to one unit by each access"
+        );
+        assert_eq!(a.streams[&1].vertices[&(20, 21)], WEIGHT_UNIT);
+        assert_eq!(a.vertex_count(), 2);
     }
 
     #[test]

@@ -155,14 +155,52 @@ impl Opt {
                 }
             }
         }
-        let mut dirty = image.dirty.clone();
-        for j in &journals {
+        // The map's dirty bits, then each journal block of its generation in
+        // order: its absorbed runs (mapped, dirty), then its dirty bits (a
+        // slot an extra copy's drop freed may take a later block's run).
+        let mut batches = vec![(Vec::new(), image.dirty.clone())];
+        for j in journals {
             match j {
-                Ok(j) if j.map_generation == generation => dirty.extend(&j.slots),
+                Ok(j) if j.map_generation == generation => batches.push((j.maps, j.slots)),
                 Ok(_) | Err(MetaError::Blank) => {}
                 Err(_) => self.counters.journal_blocks_unreadable_count += 1,
             }
         }
+        for (maps, dirty) in batches {
+            for (home, count, slot) in maps {
+                let n = u64::from(count);
+                let free = (slot..slot + count).all(|s| self.slots[s as usize].home.is_none());
+                if home + n > g.volume_blocks() || !free || !self.map.overlapping(home, n).is_empty() {
+                    self.phase = Phase::Failed(format!(
+                        "opt journal at lower offset {}: an absorbed run of {count} block(s) from home block \
+                         {home} to slot {slot} overlaps the map (generation {generation}) or the volume's \
+                         end; the metadata is inconsistent",
+                        g.journal_offset_bytes(0)
+                    ));
+                    return;
+                }
+                self.map.insert(home, n, u64::from(slot));
+                for i in 0..count {
+                    let home = Some(home + u64::from(i));
+                    self.slots[(slot + i) as usize] = Slot { home, dirty: true, ..Slot::default() };
+                }
+                self.counters.recovered_absorbed_blocks_count += n;
+            }
+            if !self.recover_dirty(generation, dirty) {
+                return;
+            }
+        }
+        self.map_generation = generation;
+        r.finishing = true;
+        self.phase = Phase::Recover(r);
+        let image = self.image(&[], &[], &[]);
+        self.write_map_bringup(image);
+    }
+
+    /// Marks `dirty` slots dirty (recovery), dropping their extra copies;
+    /// `false` (the phase failed) on a bit the map cannot hold.
+    fn recover_dirty(&mut self, generation: u64, dirty: Vec<u32>) -> bool {
+        let g = self.geo;
         for s in dirty {
             let slot = &mut self.slots[s as usize];
             if slot.home.is_none() {
@@ -171,7 +209,7 @@ impl Opt {
                      {generation}) leaves empty; the metadata is inconsistent",
                     g.journal_offset_bytes(0)
                 ));
-                return;
+                return false;
             }
             if slot.extra {
                 self.phase = Phase::Failed(format!(
@@ -179,7 +217,7 @@ impl Opt {
                      clean) in the map (generation {generation}); the metadata is inconsistent",
                     g.journal_offset_bytes(0)
                 ));
-                return;
+                return false;
             }
             if !slot.dirty {
                 slot.dirty = true;
@@ -189,11 +227,7 @@ impl Opt {
                 self.drop_extras(home);
             }
         }
-        self.map_generation = generation;
-        r.finishing = true;
-        self.phase = Phase::Recover(r);
-        let image = self.image(&[], &[], &[]);
-        self.write_map_bringup(image);
+        true
     }
 
     /// The consolidated map written before serving (the journal restarts).

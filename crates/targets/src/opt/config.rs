@@ -54,9 +54,16 @@ pub struct Args {
     /// of its file, on a file system that keeps files together), so a read
     /// the profile never saw next to ones it saw is served from the region.
     pub plan_pad_blocks: u32,
+    /// With `plan_streams`: lay out the ranges the stream wrote too (the
+    /// paper profiles every request). Off: a written range stays home,
+    /// where the stream's other writes go.
+    pub plan_written: bool,
     /// A read partly in OPT, partly home goes wholly home when its OPT
     /// blocks are clean (one seek instead of two).
     pub partial_reads_home: bool,
+    /// The unmapped blocks of a write of whole blocks go to free slots of
+    /// the region, a learnt gap past the previous write (`absorb`).
+    pub absorb_writes: bool,
     /// Most blocks one copy read moves (a run of the plan; the rate is
     /// capped by `[background] rate`).
     pub copy_blocks_per_step: u32,
@@ -225,7 +232,9 @@ impl Args {
             follow_streams: a.bool_opt("follow_streams")?.unwrap_or(false),
             plan_streams: a.bool_opt("plan_streams")?.unwrap_or(false),
             plan_pad_blocks: u32_key(&mut a, "plan_pad_blocks", 0, 0, 1024)?,
+            plan_written: a.bool_opt("plan_written")?.unwrap_or(true),
             partial_reads_home: a.bool_opt("partial_reads_home")?.unwrap_or(false),
+            absorb_writes: a.bool_opt("absorb_writes")?.unwrap_or(false),
             copy_blocks_per_step: u32_key(&mut a, "copy_blocks_per_step", 64, 1, 8192)?,
             copies_in_flight: u32_key(&mut a, "copies_in_flight", 4, 1, 64)?,
             copy_batch_blocks: u32_key(&mut a, "copy_batch_blocks", 256, 1, 1 << 16)?,
@@ -236,6 +245,11 @@ impl Args {
         };
         if args.plan_pad_blocks > 0 && !args.plan_streams {
             return Err(a.error("key `plan_pad_blocks` pads the stream plan: it needs `plan_streams = true`"));
+        }
+        if !args.plan_written && !args.plan_streams {
+            return Err(
+                a.error("key `plan_written` is a stream plan's choice: it needs `plan_streams = true`")
+            );
         }
         a.finish()?;
         let geo = Geometry::new(opt_offset_bytes, opt_length_bytes, lower_bytes, block_bytes, journal_blocks)
@@ -260,7 +274,9 @@ impl Args {
             ("follow_streams", self.follow_streams.to_string()),
             ("plan_streams", self.plan_streams.to_string()),
             ("plan_pad_blocks", self.plan_pad_blocks.to_string()),
+            ("plan_written", self.plan_written.to_string()),
             ("partial_reads_home", self.partial_reads_home.to_string()),
+            ("absorb_writes", self.absorb_writes.to_string()),
             ("copy_blocks_per_step", self.copy_blocks_per_step.to_string()),
             ("copies_in_flight", self.copies_in_flight.to_string()),
             ("copy_batch_blocks", self.copy_batch_blocks.to_string()),

@@ -662,8 +662,10 @@ impl Opt {
         let mut units = 0;
         let (slots, weight_min) = (u64::from(self.geo.slot_count), self.args.edge_weight_min * WEIGHT_UNIT);
         let (p, from) = if self.args.plan_streams {
-            let (copies, pad) = (self.args.copies_max, self.args.plan_pad_blocks);
-            let p = plan_streams(&self.analyzer, slots, weight_min, copies, u64::from(pad), &mut units);
+            let (copies, pad, written) =
+                (self.args.copies_max, self.args.plan_pad_blocks, self.args.plan_written);
+            let p =
+                plan_streams(&self.analyzer, slots, weight_min, copies, u64::from(pad), written, &mut units);
             (p, format!("{} stream graph(s)", self.analyzer.stream_count()))
         } else {
             let m = master_graph(&self.analyzer, &mut units);

@@ -8,7 +8,9 @@
 //! and [`JournalRecord::Dirty`] records (`block` = slot). Journal payload:
 //! `map_generation u64`, then `Dirty` records. Every decoded number is
 //! range-checked against the geometry; a slot mapped twice, or a dirty bit
-//! on an unmapped slot, is refused.
+//! on an unmapped slot, is refused. With `absorb_writes` a journal block
+//! also carries `MapUpdate` runs: home blocks written into free slots
+//! (*absorbed*), mapped and dirty from that block on.
 //!
 //! *Extra copies* (`copies_max > 1`): the runs of a map come primaries
 //! first; a run whose home blocks are all mapped by an earlier run is an
@@ -66,6 +68,12 @@ pub const JOURNAL_CODEC: MetaBlockCodec =
 
 /// Dirty records one journal block holds.
 pub const JOURNAL_RECORDS_MAX: usize = (JOURNAL_BLOCK_BYTES as usize - 32 - 8) / 11;
+
+/// Whether a journal block holds `dirty` dirty records and `maps` map
+/// runs (11 and 22 bytes each).
+pub fn journal_fits(dirty: usize, maps: usize) -> bool {
+    8 + 11 * dirty + 22 * maps <= JOURNAL_BLOCK_BYTES as usize - 32
+}
 
 /// A map as stored: runs of home blocks in slots, and dirty slots.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -166,14 +174,20 @@ pub struct JournalBlock {
     pub map_generation: u64,
     /// Slots made dirty.
     pub slots: Vec<u32>,
+    /// Absorbed writes: `(home block, blocks, first slot)` mapped (and
+    /// dirty) from this block on; applied before `slots`.
+    pub maps: Vec<(u64, u32, u32)>,
 }
 
 impl JournalBlock {
     /// The encoded block; `seq` is its own generation.
     pub fn encode(&self, seq: u64) -> Vec<u8> {
-        assert!(self.slots.len() <= JOURNAL_RECORDS_MAX);
-        let mut p = Vec::with_capacity(8 + self.slots.len() * 11);
+        assert!(journal_fits(self.slots.len(), self.maps.len()));
+        let mut p = Vec::with_capacity(8 + self.slots.len() * 11 + self.maps.len() * 22);
         p.extend(self.map_generation.to_le_bytes());
+        for &(upper, count, lower) in &self.maps {
+            JournalRecord::MapUpdate { upper, count, lower: u64::from(lower) }.encode(&mut p);
+        }
         for &s in &self.slots {
             JournalRecord::Dirty { block: u64::from(s), dirty: true }.encode(&mut p);
         }
@@ -185,16 +199,21 @@ impl JournalBlock {
         let d = JOURNAL_CODEC.decode(b)?;
         let mut r = Reader::new(&d.payload);
         let map_generation = r.u64()?;
-        let mut slots = Vec::new();
+        let (mut slots, mut maps) = (Vec::new(), Vec::new());
         for rec in JournalRecord::decode_all(&d.payload[8..])? {
             match rec {
                 JournalRecord::Dirty { block, dirty: true } if block < u64::from(slot_count) => {
                     slots.push(block as u32)
                 }
+                JournalRecord::MapUpdate { upper, count, lower }
+                    if count > 0 && slots.is_empty() && lower + u64::from(count) <= u64::from(slot_count) =>
+                {
+                    maps.push((upper, count, lower as u32))
+                }
                 other => return Err(MetaError::Malformed(format!("journal record {other:?}"))),
             }
         }
-        Ok(JournalBlock { map_generation, slots })
+        Ok(JournalBlock { map_generation, slots, maps })
     }
 }
 
@@ -248,7 +267,15 @@ mod tests {
 
     #[test]
     fn journal_blocks_round_trip_and_a_full_one_fits() {
-        let j = JournalBlock { map_generation: 9, slots: (0..JOURNAL_RECORDS_MAX as u32).collect() };
+        let maps = vec![(7, 2, 30), (100, 1, 3)];
+        let j = JournalBlock { map_generation: 4, slots: vec![5, 30], maps };
+        assert_eq!(JournalBlock::decode(&j.encode(2), 1000), Ok(j.clone()));
+        assert!(JournalBlock::decode(&j.encode(2), 31).is_err(), "a map run past the region");
+        let j = JournalBlock {
+            map_generation: 9,
+            slots: (0..JOURNAL_RECORDS_MAX as u32).collect(),
+            maps: vec![],
+        };
         let b = j.encode(3);
         assert_eq!(b.len(), JOURNAL_BLOCK_BYTES as usize);
         assert_eq!(JournalBlock::decode(&b, 1000), Ok(j));

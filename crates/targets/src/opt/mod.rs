@@ -35,6 +35,7 @@
 //! [`config::Args`]. Status: `opt <config> <counters>` ([`Opt::status`]).
 //! Messages: `plan`, `apply`, `drop`, `status`.
 
+mod absorb;
 pub mod analyze;
 mod bringup;
 pub mod config;
@@ -172,6 +173,8 @@ struct Slot {
     /// An extra copy of `home` (its primary is in `map`): clean and
     /// read-only, valid while the primary is clean.
     extra: bool,
+    /// An absorbed write's slot whose mapping is not on disk yet.
+    absorbed: absorb::Absorbed,
 }
 
 /// Why this target sent a lower request.
@@ -188,6 +191,11 @@ enum LowerOp {
     },
     UpperFlush {
         id: ReqId,
+    },
+    /// The lower flush of an upper (or internal) flush while absorbing:
+    /// `runs` were written before it was issued.
+    AbsorbFlush {
+        runs: Vec<absorb::Run>,
     },
     CopyInRead {
         run: u32,
@@ -210,12 +218,19 @@ enum LowerOp {
     },
     JournalWrite {
         slots: Vec<u32>,
+        maps: Vec<absorb::Run>,
     },
 }
 
 impl LowerOp {
     fn is_background(&self) -> bool {
-        !matches!(self, LowerOp::Piece { .. } | LowerOp::UpperFlush { .. } | LowerOp::Bringup { .. })
+        !matches!(
+            self,
+            LowerOp::Piece { .. }
+                | LowerOp::UpperFlush { .. }
+                | LowerOp::AbsorbFlush { .. }
+                | LowerOp::Bringup { .. }
+        )
     }
 }
 
@@ -250,6 +265,7 @@ struct Counters {
     read_extra_count: u64,
     extras_dropped_count: u64,
     partial_reads_home_count: u64,
+    recovered_absorbed_blocks_count: u64,
 }
 
 /// The bring-up phase.
@@ -312,6 +328,9 @@ pub struct Opt {
     gate: OverlapGate<(LowerOp, Request)>,
     loss: Option<String>,
     counters: Counters,
+    absorber: absorb::Absorber,
+    /// The virtual time of the newest request.
+    now_ns: u64,
 }
 
 impl Opt {
@@ -359,6 +378,8 @@ impl Opt {
             gate: OverlapGate::new(),
             loss: None,
             counters: Counters::default(),
+            absorber: absorb::Absorber::default(),
+            now_ns: 0,
         };
         opt.start_bringup();
         opt
@@ -502,6 +523,7 @@ impl Opt {
             "the starvation clock runs while a job exists"
         );
         self.idle.request();
+        self.now_ns = now.as_ns();
         self.idle.arm(now, self.args.idle_ms.saturating_mul(1_000_000));
         if req.op != Op::Flush && self.phase_is_live() {
             let (first, end) = self.blocks_of(req.offset_bytes, u64::from(req.length_bytes));
@@ -518,6 +540,9 @@ impl Opt {
             Op::Flush => {
                 self.counters.flushes_count += 1;
                 let id = req.id;
+                if self.args.absorb_writes {
+                    return self.absorb_flush(Some(id));
+                }
                 self.emit(LowerOp::UpperFlush { id }, Request::new(ReqId(0), Op::Flush, 0, 0));
             }
             Op::Read => self.read(req),
@@ -608,6 +633,9 @@ impl Opt {
                 touched.extend((s..s + n).map(|s| s as u32));
             }
         });
+        if req.fua && self.absorb_holds_fua(&touched) {
+            return Err(req);
+        }
         let mut clean = touched.iter().copied().filter(|&s| !self.slots[s as usize].dirty).peekable();
         if clean.peek().is_some() {
             let clean: Vec<u32> = clean.collect();
@@ -628,8 +656,11 @@ impl Opt {
             );
             slot.version = slot.version.wrapping_add(1);
         }
+        // The write goes down now: its unmapped blocks may go to the region.
+        self.absorb_try(&req, blocks);
         self.mark_copies_stale(blocks);
         let (key, pieces) = self.begin(&req);
+        self.absorb_started(key);
         let mut req = req;
         for (lower, within, len, _) in pieces {
             let data = req.take_data_piece(within as usize, len as usize);
@@ -666,16 +697,24 @@ impl Opt {
         if self.job_wants_map_write() {
             return self.job_map_write();
         }
-        if self.journal_queue.is_empty() {
+        if self.journal_queue.is_empty() && self.absorber.journal.is_empty() {
             return;
         }
         if self.journal_next == self.geo.journal_blocks {
             let image = self.image(&[], &[], &[]);
             return self.write_map(image);
         }
-        let n = self.journal_queue.len().min(meta::JOURNAL_RECORDS_MAX);
+        let n = self
+            .journal_queue
+            .len()
+            .min(meta::JOURNAL_RECORDS_MAX - 2 * usize::from(!self.absorber.journal.is_empty()));
         let slots: Vec<u32> = self.journal_queue.drain(..n).collect();
-        let block = meta::JournalBlock { map_generation: self.map_generation, slots: slots.clone() };
+        let maps = self.absorb_journal_runs(slots.len());
+        let block = meta::JournalBlock {
+            map_generation: self.map_generation,
+            slots: slots.clone(),
+            maps: maps.clone(),
+        };
         let offset = self.geo.journal_offset_bytes(self.journal_next);
         let seq = self.map_generation * u64::from(self.geo.journal_blocks) + u64::from(self.journal_next);
         let bytes = block.encode(seq.min(layoutd_core::metablock::GENERATION_MAX));
@@ -683,7 +722,7 @@ impl Opt {
         self.meta_busy = true;
         self.counters.journal_writes_count += 1;
         let req = Request { fua: true, ..Request::write(ReqId(0), offset, bytes.into()) };
-        self.emit(LowerOp::JournalWrite { slots }, req);
+        self.emit(LowerOp::JournalWrite { slots, maps }, req);
     }
 
     /// The map as it stands, minus the slots in `drop`, plus `add` runs
@@ -695,7 +734,9 @@ impl Opt {
             for e in layer.iter() {
                 for i in 0..e.length {
                     let (home, slot) = (e.start + i, (e.value + i) as u32);
-                    if drop.binary_search(&slot).is_ok() {
+                    // A mapping not journaled yet stays off disk (its data
+                    // may not be durable).
+                    if drop.binary_search(&slot).is_ok() || self.absorb_pending(u64::from(slot)) {
                         continue;
                     }
                     match runs.last_mut() {
@@ -744,7 +785,8 @@ impl Opt {
             return;
         }
         match op {
-            LowerOp::JournalWrite { slots } => {
+            LowerOp::JournalWrite { slots, maps } => {
+                self.absorb_journaled(&maps);
                 for s in slots {
                     let slot = &mut self.slots[s as usize];
                     slot.journal_pending = false;
@@ -772,12 +814,14 @@ impl Opt {
                 let a = self.assemblies.get_mut(&key).expect("assembly of a live piece");
                 if a.piece_done(within, c.data, c.result) {
                     let done = self.assemblies.remove(&key).expect("present").finish();
+                    self.absorb_done(key, now.as_ns(), done.result.is_ok());
                     self.lower_io.upper_q.push_back(done);
                 }
             }
             LowerOp::UpperFlush { id } => {
                 self.lower_io.upper_q.push_back(Completion { id, result: c.result, data: None })
             }
+            LowerOp::AbsorbFlush { runs } => self.absorb_flush_done(runs, c.result),
             op @ (LowerOp::MapWrite { .. } | LowerOp::JournalWrite { .. }) => self.meta_done(op, c.result),
             op => self.job_completion(now, op, c),
         }
@@ -965,6 +1009,10 @@ impl Target for Opt {
             ("read_extra_count", c.read_extra_count),
             ("extras_dropped_count", c.extras_dropped_count),
             ("partial_reads_home_count", c.partial_reads_home_count),
+            ("absorbed_writes_count", self.absorber.writes_count),
+            ("absorbed_blocks_count", self.absorber.blocks_count),
+            ("absorb_gap_blocks", absorb::GAPS[self.absorber.best()]),
+            ("recovered_absorbed_blocks_count", c.recovered_absorbed_blocks_count),
             ("job_active", u64::from(self.job.is_some())),
         ];
         Status {
