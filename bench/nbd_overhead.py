@@ -7,7 +7,7 @@ each layoutd stack (`--stacks`, default `linear,dcd`; `dcd` is
 examples/dcd.toml; `linear` has no config). (Until session 22 `file` and
 `linear` shared one file across all rows, so in the write rows after the
 first they overwrote tmpfs pages earlier runs had allocated while every
-target paid for allocating its pages: worth about 16% to linear in the
+target paid for allocating its pages: worth 10-15% to linear in the
 48 MiB row; bench/results/nbd-overhead/targets.md, session 22.)
 
 Usage: bench/nbd_overhead.py [--seconds 8] [--repeats 3] [--dir /dev/shm] [--stacks linear,dcd]
