@@ -1,18 +1,25 @@
 #!/usr/bin/env python3
 """Benchmark (not a test): layoutd's stacks served by `layoutd serve` against
 nbdkit's own `file` plugin on tmpfs, same client (fio's nbd engine), same
-nbdkit thread count, interleaved, repeated. `linear` serves the same file as
-`file`; every other stack (`--stacks`, default `linear,dcd`; `dcd` is
-examples/dcd.toml) gets its own file, formatted afresh before each run.
+nbdkit thread count, interleaved, repeated. Every server gets a fresh
+file before each run: a sparse one for `file`, a freshly formatted one for
+each layoutd stack (`--stacks`, default `linear,dcd`; `dcd` is
+examples/dcd.toml; `linear` has no config). (Until session 22 `file` and
+`linear` shared one file across all rows, so in the write rows after the
+first they overwrote tmpfs pages earlier runs had allocated while every
+target paid for allocating its pages: worth 10-15% to linear in the
+48 MiB row; bench/results/nbd-overhead/targets.md, session 22.)
 
 Usage: bench/nbd_overhead.py [--seconds 8] [--repeats 3] [--dir /dev/shm] [--stacks linear,dcd]
+(LAYOUTD_BIN=PATH: serve with another build's `layoutd`, e.g. a copy of a baseline build.)
 Writes bench/results/nbd-overhead/README.md and results.json.
 Needs: a release build (cargo build --workspace --release), nbdkit, fio.
 """
 import argparse, json, os, statistics, subprocess, sys, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LAYOUTD = os.path.join(ROOT, "target/release/layoutd")
+# LAYOUTD_BIN: another build's binary (its plugin next to it), to compare builds.
+LAYOUTD = os.environ.get("LAYOUTD_BIN") or os.path.join(ROOT, "target/release/layoutd")
 OUT = os.path.join(ROOT, "bench/results/nbd-overhead")
 
 NOTES_MARKER = "<!-- analysis: kept when the table is regenerated -->"
@@ -76,31 +83,26 @@ def main():
                     help="layoutd stacks: linear, or the name of a config in examples/ (dcd, ...)")
     a = ap.parse_args()
     stacks = [x for x in a.stacks.split(",") if x]
-    image = os.path.join(a.dir, "layoutd-bench.img")
     sock = os.path.join(a.dir, "layoutd-bench.sock")
-    if os.path.exists(image):
-        os.unlink(image)
-    subprocess.run([LAYOUTD, "format", "--device", image, "--size", "1025M"], check=True, capture_output=True)
-    # The file plugin serves the whole file, superblock included, and its
-    # writes clobber it; restore layoutd's first MiB before each layoutd run.
-    with open(image, "rb") as fh:
-        header = fh.read(1 << 20)
     size = "900M"  # inside every export (dcd's log takes 64 MiB of the file)
     results = {}
     kinds = ["nbdkit-file"] + [f"layoutd-{st}" for st in stacks]
     for name, rw, bs, depth, io_size in ROWS:
         for r in range(a.repeats):
             for kind in kinds:  # interleaved
-                served = image
-                if kind == "layoutd-linear":
-                    with open(image, "r+b") as fh:
-                        fh.write(header)
-                elif kind.startswith("layoutd-"):
-                    served = os.path.join(a.dir, f"layoutd-bench-{kind}.img")
-                    if os.path.exists(served):
-                        os.unlink(served)
-                    config = os.path.join(ROOT, "examples", kind[len("layoutd-"):] + ".toml")
-                    subprocess.run([LAYOUTD, "format", "--device", served, "--size", "1025M", "--config", config],
+                # Every server gets a fresh file: on tmpfs a write to a page
+                # an earlier run allocated costs less than one that must
+                # allocate it, so a shared file would favour its servers.
+                served = os.path.join(a.dir, f"layoutd-bench-{kind}.img")
+                if os.path.exists(served):
+                    os.unlink(served)
+                if kind == "nbdkit-file":
+                    with open(served, "wb") as fh:
+                        fh.truncate(1025 << 20)
+                else:
+                    stack = kind[len("layoutd-"):]
+                    config = [] if stack == "linear" else ["--config", os.path.join(ROOT, "examples", stack + ".toml")]
+                    subprocess.run([LAYOUTD, "format", "--device", served, "--size", "1025M"] + config,
                                    check=True, capture_output=True)
                 p = start(kind, served, sock)
                 try:
@@ -108,11 +110,9 @@ def main():
                 finally:
                     p.terminate()
                     p.wait()
-                if served != image:
-                    os.unlink(served)
+                os.unlink(served)
                 results.setdefault(name, {}).setdefault(kind, []).append(res)
                 print(f"{name:32} {kind:14} run {r + 1}: {res['iops']:10.0f} IOPS {res['mib_s']:8.1f} MiB/s", file=sys.stderr)
-    os.unlink(image)
     write_report(results, a, kinds)
 
 
@@ -124,7 +124,8 @@ def write_report(results, a, kinds):
              f"(`{a.dir}`) with 16 nbdkit threads; the client is fio's nbd engine over a Unix socket "
              "(900 MiB region); "
              f"each cell is the median of {a.repeats} interleaved runs of {a.seconds} s (1 s ramp). "
-             "Stacks other than linear are formatted afresh before each run. The \"48 MiB\" row moves 48 MiB "
+             "Every server gets a fresh file before each run (sparse for `file`, freshly formatted for each "
+             "layoutd stack). The \"48 MiB\" row moves 48 MiB "
              "instead (no ramp): it fits dcd's 64 MiB log, so it measures the foreground write path alone.", "",
              f"Machine: {os.cpu_count()} cores, {cpu}. Date: {time.strftime('%Y-%m-%d')}.", "",
              "| workload | nbdkit file | " + " | ".join(f"layoutd {st}" for st in stacks) + " | linear / file | "
