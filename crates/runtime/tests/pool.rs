@@ -389,7 +389,8 @@ fn a_full_chunk_overwrite_skips_the_read_only_when_no_snapshot_needs_it() {
 
 #[test]
 fn a_redirected_origin_write_leaves_the_old_chunk_to_the_snapshots_and_waits_for_no_commit() {
-    let c = cfg("nearest", "defrag = false\norigin_shared_write = \"redirect\"\n");
+    let c =
+        cfg("nearest", "defrag = false\norigin_shared_write = \"redirect\"\n[[layer]]\ntarget = \"trace\"\n");
     let (mut h, _) = harness(&c, DEVICE_BYTES);
     assert_eq!(h.write(0, vec![1; 2 * CHUNK]).result, Ok(()));
     ok(&mut h, "snapshot create s1");
@@ -397,19 +398,36 @@ fn a_redirected_origin_write_leaves_the_old_chunk_to_the_snapshots_and_waits_for
     assert_eq!(h.flush().result, Ok(()));
     h.settle();
     let commits = counter(&h, "commits_count");
-    // A partial write: the old chunk is read for the rest of the new one.
+    // A partial write: only its own sectors go into the new chunk (no
+    // read of the old one); the rest still reads from the old chunk.
+    lower_data_requests(&mut h);
     assert_eq!(h.write(512, vec![2; 512]).result, Ok(()));
+    let lower = lower_data_requests(&mut h);
+    assert_eq!(lower.len(), 1, "one lower request, the write's own: {lower:?}");
+    assert_eq!((lower[0].0, lower[0].1 % CHUNK as u64, lower[0].2), (Op::Write, 512, 512), "{lower:?}");
+    assert_eq!(counter(&h, "partial_chunks_count"), 1);
     // A whole-chunk write: nothing to read.
     assert_eq!(h.write(CHUNK as u64, vec![3; CHUNK]).result, Ok(()));
     assert_eq!(counter(&h, "commits_count"), commits, "no commit before the writes complete");
     assert_eq!(counter(&h, "origin_redirected_chunks_count"), 2);
+    assert_eq!(counter(&h, "origin_partial_redirects_count"), 1);
     assert_eq!(counter(&h, "chunks_copied_count"), 0, "nothing copied out");
-    assert_eq!(counter(&h, "copy_read_bytes"), CHUNK as u64, "only the partial write read");
+    assert_eq!(counter(&h, "copy_read_bytes"), 0, "no write read the old chunk");
     assert_eq!(counter(&h, "full_overwrite_read_skipped_count"), 1);
     let mut want = vec![1; 2 * CHUNK];
     want[512..1024].fill(2);
     want[CHUNK..].fill(3);
+    // The partial chunk reads its written sector from itself, the rest
+    // from the old chunk: three lower reads.
+    lower_data_requests(&mut h);
+    assert_eq!(read(&mut h, 0, CHUNK), want[..CHUNK].to_vec());
+    let lower = lower_data_requests(&mut h);
+    assert_eq!(
+        lower.iter().map(|r| (r.0, r.2)).collect::<Vec<_>>(),
+        [(Op::Read, 512), (Op::Read, 512), (Op::Read, 7168)]
+    );
     assert_eq!(read(&mut h, 0, 2 * CHUNK), want);
+    assert_eq!(counter(&h, "partial_chunks_count"), 1, "not filled while requests keep coming");
     for s in ["s1", "s2"] {
         let at = volume_offset(&mut h, s);
         assert_eq!(read(&mut h, at, 2 * CHUNK), vec![1; 2 * CHUNK], "{s} keeps the old chunks");
@@ -418,8 +436,22 @@ fn a_redirected_origin_write_leaves_the_old_chunk_to_the_snapshots_and_waits_for
     // The origin's chunks are its own now: written in place.
     let allocated = counter(&h, "data_allocated_bytes");
     assert_eq!(h.write(0, vec![4; 512]).result, Ok(()));
+    want[..512].fill(4);
     assert_eq!(counter(&h, "data_allocated_bytes"), allocated);
     assert_eq!(counter(&h, "origin_redirected_chunks_count"), 2);
+    // Quiet: the partial chunk is filled from the old one (read whole,
+    // the 14 sectors not written written), then reads whole.
+    assert_eq!(counter(&h, "partial_chunks_count"), 1);
+    h.settle();
+    assert_eq!(counter(&h, "partial_chunks_count"), 0, "{}", h.stack.status());
+    assert_eq!(counter(&h, "chunks_filled_count"), 1);
+    assert_eq!(counter(&h, "copy_read_bytes"), CHUNK as u64);
+    assert_eq!(counter(&h, "copy_written_bytes"), CHUNK as u64 - 1024);
+    assert_eq!(read(&mut h, 0, 2 * CHUNK), want);
+    for s in ["s1", "s2"] {
+        let at = volume_offset(&mut h, s);
+        assert_eq!(read(&mut h, at, 2 * CHUNK), vec![1; 2 * CHUNK], "{s} keeps the old chunks");
+    }
 }
 
 #[test]
