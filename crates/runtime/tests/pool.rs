@@ -3,7 +3,7 @@
 //! volume; copy-on-write sharing, placement, thin allocation, bad input.
 
 use layoutd_core::{Completion, Instant, IoError, Op, OpenMode, ReqId, Request, Stack, Status, Target};
-use layoutd_disk::{BlockDevice, MemDevice};
+use layoutd_disk::{BlockDevice, MemDevice, Recorder};
 use layoutd_runtime::det::{Harness, ZeroLatency};
 use layoutd_runtime::testkit::{bring_up, stack_from_toml};
 use layoutd_runtime::testkit_volumes::{list_volumes, volumes_crash_check, volumes_oracle_check, Workload};
@@ -32,6 +32,7 @@ fn policies() -> Vec<String> {
 
 #[test]
 fn every_volume_reads_back_its_own_model_with_snapshots_at_random_points() {
+    let (mut partial_redirects, mut fills) = (0, 0);
     for c in policies() {
         for seed in 0..4u64 {
             let make = |mode| stack_from_toml(&c, DEVICE_BYTES, mode);
@@ -49,8 +50,15 @@ fn every_volume_reads_back_its_own_model_with_snapshots_at_random_points() {
             assert!(run.reads_checked > 50);
             let st = h.stack.status();
             eprintln!("{st}");
+            if c.contains("redirect") {
+                // The partial-chunk paths ran: redirects that wrote only
+                // their own sectors, fills (idle or before a whole read).
+                partial_redirects += counter(&h, "origin_partial_redirects_count");
+                fills += counter(&h, "chunks_filled_count");
+            }
         }
     }
+    assert!(partial_redirects > 20 && fills > 10, "partial redirects {partial_redirects}, fills {fills}");
 }
 
 #[test]
@@ -869,5 +877,66 @@ fn a_write_over_fresh_chunks_in_a_row_below_goes_down_as_one_request() {
         let mut h2 = reopen(&c, &dev);
         bring_up(&mut h2);
         assert_eq!(read(&mut h2, 0, data.len()), data, "{placement} reopened");
+    }
+}
+
+#[test]
+fn a_partial_chunk_reads_old_or_new_per_sector_at_every_crash_from_its_first_write_to_its_fill() {
+    // Origin chunk 0 of 1s shared with a snapshot; then, redirected, only
+    // sectors 1 and 5 written (partial), flushed; sector 9 written, not
+    // flushed; then quiet: the fill copies the rest from the old chunk.
+    // At every cut of the write log from the snapshot on: the snapshot
+    // reads 1s; each origin sector reads 1s or what was written to it,
+    // the written-and-flushed ones their data once the flush completed,
+    // the others 1s (never stale bytes of the new chunk).
+    let c = cfg("contiguous", "origin_shared_write = \"redirect\"\n");
+    let rec = Arc::new(Recorder::new(MemDevice::new(DEVICE_BYTES)));
+    let log = rec.log();
+    let make = |mode| stack_from_toml(&c, DEVICE_BYTES, mode);
+    let mut h =
+        Harness::new(make(OpenMode::Format), rec.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 7);
+    bring_up(&mut h);
+    assert_eq!(h.write(0, vec![1; CHUNK]).result, Ok(()));
+    ok(&mut h, "snapshot create s");
+    assert_eq!(h.flush().result, Ok(()));
+    let from = log.len();
+    assert_eq!(h.write(512, vec![2; 512]).result, Ok(()));
+    assert_eq!(h.write(5 * 512, vec![3; 512]).result, Ok(()));
+    assert_eq!(counter(&h, "partial_chunks_count"), 1);
+    assert_eq!(h.flush().result, Ok(()));
+    let flushed = log.len();
+    assert_eq!(h.write(9 * 512, vec![4; 512]).result, Ok(()));
+    h.settle();
+    assert_eq!(counter(&h, "chunks_filled_count"), 1, "{}", h.stack.status());
+    assert_eq!(counter(&h, "partial_chunks_count"), 0);
+    let snap_at = volume_offset(&mut h, "s");
+    let written = [(1usize, 2u8), (5, 3), (9, 4)];
+    let entries = log.len();
+    assert!(entries > flushed + 2, "the fill and its record are in the log");
+    for cut in from..=entries {
+        let image = Arc::new(log.image_at(cut, DEVICE_BYTES, None).expect("replay"));
+        let mut h = Harness::new(
+            make(OpenMode::Open { clean: false, accept_loss: false }),
+            image as Arc<dyn BlockDevice>,
+            ZeroLatency::default(),
+            7,
+        );
+        bring_up(&mut h);
+        assert_eq!(read(&mut h, snap_at, CHUNK), vec![1; CHUNK], "snapshot after a crash at {cut}");
+        let got = read(&mut h, 0, CHUNK);
+        for (i, sector) in got.chunks(512).enumerate() {
+            let new = written.iter().find(|w| w.0 == i).map(|w| w.1);
+            let must_be_new = cut >= flushed && i != 9;
+            let fine = match new {
+                Some(v) if must_be_new => sector.iter().all(|&b| b == v),
+                Some(v) => sector.iter().all(|&b| b == v) || sector.iter().all(|&b| b == 1),
+                None => sector.iter().all(|&b| b == 1),
+            };
+            assert!(
+                fine,
+                "origin sector {i} after a crash at log entry {cut} of {entries}: {:?}",
+                &sector[..8]
+            );
+        }
     }
 }

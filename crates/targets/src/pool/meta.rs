@@ -347,3 +347,69 @@ pub fn decode_journal(block: &[u8]) -> Result<(u64, Vec<Record>), MetaError> {
     }
     Ok((d.generation, recs))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn partial() -> Record {
+        let mut written = Sectors::default();
+        written.set(1, 3);
+        written.set(200, 1);
+        Record::Partial { chunk: 7, base: 3, written }
+    }
+
+    #[test]
+    fn records_round_trip_and_pack_into_journal_blocks_by_size() {
+        let recs: Vec<Record> = (0..400u64)
+            .map(|i| {
+                if i % 3 == 0 {
+                    partial()
+                } else {
+                    Record::Core(JournalRecord::Exception { volume: 1, chunk: i, location: i + 9 })
+                }
+            })
+            .collect();
+        assert_eq!(partial().encoded_len(), 50);
+        let payloads = pack_journal(&recs);
+        assert!(payloads.len() > 1);
+        let mut back = Vec::new();
+        for (seq, p) in payloads.iter().enumerate() {
+            let encoded = p.len();
+            assert!(encoded <= JOURNAL_CODEC.payload_bytes_max());
+            let (s, r) = decode_journal(&encode_journal(seq as u64, p)).expect("decodes");
+            assert_eq!(s, seq as u64);
+            assert_eq!(r.iter().map(Record::encoded_len).sum::<usize>(), encoded);
+            back.extend(r);
+        }
+        assert_eq!(back, recs);
+    }
+
+    #[test]
+    fn version_1_blocks_are_read_but_may_not_hold_partial_records() {
+        let v1 = MetaBlockCodec { version: 1, ..JOURNAL_CODEC };
+        let mut p = Vec::new();
+        JournalRecord::Exception { volume: 0, chunk: 4, location: 5 }.encode(&mut p);
+        let (seq, recs) = decode_journal(&v1.encode(3, &p).expect("fits")).expect("a version 1 block reads");
+        assert_eq!((seq, recs.len()), (3, 1));
+        partial().encode(&mut p);
+        let e = decode_journal(&v1.encode(3, &p).expect("fits")).expect_err("a partial record in version 1");
+        assert!(e.to_string().contains("unexpected record"), "{e}");
+        assert!(decode_journal(&JOURNAL_CODEC.encode(3, &p).expect("fits")).is_ok(), "version 2 holds both");
+        let v3 = MetaBlockCodec { version: 3, ..JOURNAL_CODEC };
+        assert_eq!(decode_journal(&v3.encode(3, &p).expect("fits")), Err(MetaError::Version(3)));
+    }
+
+    #[test]
+    fn a_partial_record_of_the_wrong_length_is_refused() {
+        let mut p = Vec::new();
+        partial().encode(&mut p);
+        p[1] -= 8;
+        p.truncate(p.len() - 8);
+        assert!(Record::decode_all(&p).is_err());
+        let mut cut = Vec::new();
+        partial().encode(&mut cut);
+        cut.truncate(30);
+        assert!(Record::decode_all(&cut).is_err());
+    }
+}
