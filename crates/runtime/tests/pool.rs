@@ -426,14 +426,13 @@ fn a_redirected_origin_write_leaves_the_old_chunk_to_the_snapshots_and_waits_for
     want[512..1024].fill(2);
     want[CHUNK..].fill(3);
     // The partial chunk reads its written sector from itself, the rest
-    // from the old chunk: three lower reads.
+    // from the old chunk: the range from each, composed.
     lower_data_requests(&mut h);
     assert_eq!(read(&mut h, 0, CHUNK), want[..CHUNK].to_vec());
     let lower = lower_data_requests(&mut h);
-    assert_eq!(
-        lower.iter().map(|r| (r.0, r.2)).collect::<Vec<_>>(),
-        [(Op::Read, 512), (Op::Read, 512), (Op::Read, 7168)]
-    );
+    // (here side by side: joined into one lower read).
+    assert!(lower.iter().all(|r| r.0 == Op::Read) && lower.len() <= 2, "{lower:?}");
+    assert_eq!(lower.iter().map(|r| r.2).sum::<u32>(), 2 * CHUNK as u32, "{lower:?}");
     assert_eq!(read(&mut h, 0, 2 * CHUNK), want);
     assert_eq!(counter(&h, "partial_chunks_count"), 1, "not filled while requests keep coming");
     for s in ["s1", "s2"] {

@@ -111,9 +111,10 @@ enum Step {
     ReadUpper { at: u64, through: u64 },
     /// Zeroes for the upper request.
     Zeroes,
-    /// Read the piece in parts `(lower offset, offset in the piece,
-    /// length)`: a partial chunk's written sectors and its base's.
-    ReadParts(Vec<(u64, u64, u64)>),
+    /// Read the piece from each lower offset given, taking from each the
+    /// ranges `(offset in the piece, length)` listed with it: a partial
+    /// chunk's written sectors from it, the rest from its base.
+    ReadParts(Vec<(u64, Vec<(u64, u64)>)>),
     /// Write the buffer's sectors that partial chunk `q` has not written
     /// into `q` (a fill; the buffer holds its base).
     WriteUnwritten { q: u64 },
@@ -181,9 +182,9 @@ struct Job {
     /// Where in the buffer (in chunks) the buffer read in flight goes.
     read_into: Option<u64>,
     read: Option<Bytes>,
-    /// The reads of a [`Step::ReadParts`] in flight: `(lower id, offset
-    /// in the piece)`.
-    parts: Vec<(u64, u64)>,
+    /// The reads of a [`Step::ReadParts`] in flight: each one's lower id
+    /// and the ranges of the piece it gives.
+    parts: Vec<(u64, Vec<(u64, u64)>)>,
     /// Lower requests of the current step still in flight, and the first
     /// error among those that completed.
     in_flight: u32,
@@ -968,11 +969,13 @@ impl Pool {
                 Step::Zeroes => job.read = Some(Bytes::from_static(&ZEROES[..job.len as usize])),
                 Step::ReadParts(parts) => {
                     // `lower` numbers them in order from `next_lower_id`.
-                    let first = self.next_lower_id;
-                    job.parts = parts.iter().zip(first..).map(|(&(_, off, _), id)| (id, off)).collect();
+                    let (first, len) = (self.next_lower_id, job.len as u32);
                     job.in_flight = parts.len() as u32;
-                    for (at, _, n) in parts {
-                        self.lower(Owner::Job(jid), Request::new(ReqId(0), Op::Read, at, n as u32));
+                    let ats: Vec<u64> = parts.iter().map(|p| p.0).collect();
+                    job.parts =
+                        parts.into_iter().zip(first..).map(|((_, ranges), id)| (id, ranges)).collect();
+                    for at in ats {
+                        self.lower(Owner::Job(jid), Request::new(ReqId(0), Op::Read, at, len));
                     }
                     return;
                 }
@@ -1286,23 +1289,25 @@ impl Pool {
     }
 
     /// The read of `[coff, coff + len)` of partial chunk `q`: its written
-    /// sectors from `q`, the rest from its base, one lower read per run.
+    /// sectors from `q`, the rest from its base. Within one run, one read;
+    /// else the range is read from both (two lower reads, each in line
+    /// with the same reads of the chunks before and after it, which the
+    /// pool joins: a sequential reader's base reads are one stream at the
+    /// origin's homes) and composed.
     fn read_partial(&self, q: u64, coff: u64, len: u64) -> Step {
         let pt = &self.partial[&q];
-        let mut parts: Vec<(u64, u64, u64)> = pt
-            .written
-            .runs(coff / SECTOR, len / SECTOR)
-            .into_iter()
-            .map(|(first, n, written)| {
-                let from = if written { q } else { pt.base };
-                (self.cfg.chunk_at(from) + first * SECTOR, first * SECTOR - coff, n * SECTOR)
-            })
-            .collect();
-        if parts.len() == 1 {
-            Step::ReadUpper { at: parts.pop().expect("one").0, through: 0 }
-        } else {
-            Step::ReadParts(parts)
+        let runs = pt.written.runs(coff / SECTOR, len / SECTOR);
+        if let [(_, _, written)] = runs[..] {
+            let from = if written { q } else { pt.base };
+            return Step::ReadUpper { at: self.cfg.chunk_at(from) + coff, through: 0 };
         }
+        let take = |w: bool| -> Vec<(u64, u64)> {
+            runs.iter().filter(|r| r.2 == w).map(|&(f, n, _)| (f * SECTOR - coff, n * SECTOR)).collect()
+        };
+        Step::ReadParts(vec![
+            (self.cfg.chunk_at(pt.base) + coff, take(false)),
+            (self.cfg.chunk_at(q) + coff, take(true)),
+        ])
     }
 
     /// Appends partial chunk `q`'s record (its state now; a chunk no
@@ -2253,12 +2258,15 @@ impl Target for Pool {
             }
             Owner::Job(jid) => {
                 let job = self.jobs.get_mut(&jid).expect("live job");
-                if let Some(&(_, off)) = job.parts.iter().find(|x| x.0 == c.id.0) {
-                    // One part of a partial chunk's read.
+                if let Some(i) = job.parts.iter().position(|x| x.0 == c.id.0) {
+                    // One part of a partial chunk's read: the ranges it gives.
                     if let Some(d) = &c.data {
-                        let (off, len) = (off as usize, job.len as usize);
+                        let len = job.len as usize;
                         let buf = job.buf.get_or_insert_with(|| vec![0; len]);
-                        buf[off..off + d.len()].copy_from_slice(d);
+                        for &(o, n) in &job.parts[i].1 {
+                            let (o, n) = (o as usize, n as usize);
+                            buf[o..o + n].copy_from_slice(&d[o..o + n]);
+                        }
                     }
                 }
                 if job.in_flight > 1 {
