@@ -939,3 +939,112 @@ fn a_partial_chunk_reads_old_or_new_per_sector_at_every_crash_from_its_first_wri
         }
     }
 }
+
+/// Chunk `i` of a volume read whole: sector 1 `one`, sector 3 `three`, the rest `rest`.
+fn chunk_with(one: u8, three: u8, rest: u8) -> Vec<u8> {
+    let mut v = vec![rest; CHUNK];
+    v[512..1024].fill(one);
+    v[3 * 512..4 * 512].fill(three);
+    v
+}
+
+#[test]
+fn partial_chunks_keep_every_volume_through_a_second_snapshot_delete_and_merge() {
+    // Five origin chunks of 7s, snapshot s1, sector 1 of each rewritten
+    // with 9s (five partial chunks reading the rest from s1's chunks).
+    let c = cfg("contiguous", "origin_shared_write = \"redirect\"\n");
+    let (mut h, dev) = harness(&c, DEVICE_BYTES);
+    assert_eq!(h.write(0, vec![7; 5 * CHUNK]).result, Ok(()));
+    ok(&mut h, "snapshot create s1");
+    for i in 0..5u64 {
+        assert_eq!(h.write(i * CHUNK as u64 + 512, vec![9; 512]).result, Ok(()));
+    }
+    assert_eq!(counter(&h, "partial_chunks_count"), 5);
+    // A second snapshot shares the partial chunks as they are.
+    ok(&mut h, "snapshot create s2");
+    let (s1, s2) = (volume_offset(&mut h, "s1"), volume_offset(&mut h, "s2"));
+    assert_eq!(counter(&h, "partial_chunks_count"), 5, "nothing filled to take a snapshot");
+    // The origin writes a shared partial chunk: it is filled first (its
+    // sharer s2 reads the same), then the write is redirected off it.
+    assert_eq!(h.write(3 * 512, vec![8; 512]).result, Ok(()));
+    assert_eq!(counter(&h, "chunks_filled_count"), 1);
+    let check = |h: &mut Harness, origin0: Vec<u8>, with_s1: bool| {
+        assert_eq!(read(h, 0, CHUNK), origin0, "origin chunk 0");
+        for i in 1..5u64 {
+            assert_eq!(read(h, i * CHUNK as u64, CHUNK), chunk_with(9, 7, 7), "origin chunk {i}");
+        }
+        if with_s1 {
+            assert_eq!(read(h, s1, 5 * CHUNK), vec![7; 5 * CHUNK], "s1");
+        }
+    };
+    check(&mut h, chunk_with(9, 8, 7), true);
+    for i in 0..5u64 {
+        assert_eq!(read(&mut h, s2 + i * CHUNK as u64, CHUNK), chunk_with(9, 7, 7), "s2 chunk {i}");
+    }
+    // s1 deleted: the partial chunks still read from its old chunks.
+    let allocated = counter(&h, "data_allocated_bytes");
+    ok(&mut h, "snapshot delete s1");
+    assert_eq!(h.flush().result, Ok(()));
+    // Chunk 0's old chunk was s1's alone (the fill made its partial chunk
+    // whole): freed. The other four are held by the partial chunks.
+    assert_eq!(counter(&h, "data_allocated_bytes"), allocated - CHUNK as u64);
+    check(&mut h, chunk_with(9, 8, 7), false);
+    let mut h2 = reopen(&c, &dev);
+    bring_up(&mut h2);
+    check(&mut h2, chunk_with(9, 8, 7), false);
+    assert_eq!(
+        counter(&h2, "partial_chunks_count"),
+        counter(&h, "partial_chunks_count"),
+        "partial after a reopen"
+    );
+    // Merge s2: the origin rolls back to it (chunk 0 without the 8s).
+    ok(&mut h, "snapshot merge s2");
+    assert_eq!(h.flush().result, Ok(()));
+    check(&mut h, chunk_with(9, 7, 7), false);
+    // Quiet: every partial chunk filled, the old chunks freed once durable.
+    h.settle();
+    assert_eq!(h.flush().result, Ok(()));
+    assert_eq!(counter(&h, "partial_chunks_count"), 0, "{}", h.stack.status());
+    assert_eq!(counter(&h, "data_allocated_bytes"), 5 * CHUNK as u64, "only the origin's chunks are left");
+    check(&mut h, chunk_with(9, 7, 7), false);
+    let mut h2 = reopen(&c, &dev);
+    bring_up(&mut h2);
+    check(&mut h2, chunk_with(9, 7, 7), false);
+}
+
+#[test]
+fn a_full_pool_fills_partial_chunks_to_free_their_old_chunks_before_failing_a_write() {
+    // Half the pool written, a snapshot, then a sector of each chunk
+    // rewritten (partial chunks, the other half of the pool): full. With
+    // the snapshot deleted, the old chunks are held only by the partial
+    // chunks reading from them: a write that needs space fills them and
+    // gets it rather than ENOSPC.
+    let c = "version = 1\n[[layer]]\ntarget = \"pool\"\nchunk_size = \"8K\"\nvolume_size = \"2M\"\nvolumes_max = 2\n\
+             journal_blocks = 8\norigin_shared_write = \"redirect\"\ndefrag = false\n";
+    let (mut h, _) = harness(c, DEVICE_BYTES);
+    let n = counter(&h, "data_bytes") / CHUNK as u64 / 2;
+    assert_eq!(h.write(0, vec![7; n as usize * CHUNK]).result.map_err(|e| (e, n)), Ok(()));
+    ok(&mut h, "snapshot create s");
+    let mut partial = 0;
+    for i in 0..n {
+        if h.write(i * CHUNK as u64 + 512, vec![9; 512]).result.is_err() {
+            break;
+        }
+        partial += 1;
+    }
+    assert!(partial + 1 >= n, "{partial} of {n}");
+    let mut far = n * CHUNK as u64;
+    while h.write(far, vec![5; 512]).result.is_ok() {
+        far += CHUNK as u64;
+        assert!(far < 2 * n * CHUNK as u64 + 4 * CHUNK as u64, "a full pool");
+    }
+    assert_eq!(h.write(far, vec![5; 512]).result, Err(IoError::NoSpace), "the snapshot holds the old chunks");
+    ok(&mut h, "snapshot delete s");
+    assert_eq!(h.write(far, vec![5; 512]).result, Ok(()), "{}", h.stack.status());
+    assert!(counter(&h, "chunks_filled_count") > 0);
+    assert_eq!(read(&mut h, far, 512), vec![5; 512]);
+    for i in 0..n {
+        let want = if i < partial { chunk_with(9, 7, 7) } else { vec![7; CHUNK] };
+        assert_eq!(read(&mut h, i * CHUNK as u64, CHUNK), want, "origin chunk {i}");
+    }
+}
