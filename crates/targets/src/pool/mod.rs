@@ -1268,10 +1268,10 @@ impl Pool {
 
     /// Whether a redirected chunk may be left partial: its chunk size has
     /// a written map, and the checkpoint has room for one more partial
-    /// chunk besides the map record.
+    /// chunk (and a spare unit) besides the map record's 2.
     fn partial_fits(&self) -> bool {
-        self.sectors_per_chunk() <= SECTORS_MAX
-            && self.meta_units() + 2 + meta::PARTIAL_EXTENT_UNITS + 1 <= self.cfg.extents_max()
+        let need = 2 + meta::PARTIAL_EXTENT_UNITS + 1;
+        self.sectors_per_chunk() <= SECTORS_MAX && self.meta_units() + need <= self.cfg.extents_max()
     }
 
     /// The checkpoint room the maps and the partial chunks take, in
