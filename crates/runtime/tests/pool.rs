@@ -3,7 +3,7 @@
 //! volume; copy-on-write sharing, placement, thin allocation, bad input.
 
 use layoutd_core::{Completion, Instant, IoError, Op, OpenMode, ReqId, Request, Stack, Status, Target};
-use layoutd_disk::{BlockDevice, MemDevice};
+use layoutd_disk::{BlockDevice, MemDevice, Recorder};
 use layoutd_runtime::det::{Harness, ZeroLatency};
 use layoutd_runtime::testkit::{bring_up, stack_from_toml};
 use layoutd_runtime::testkit_volumes::{list_volumes, volumes_crash_check, volumes_oracle_check, Workload};
@@ -32,6 +32,7 @@ fn policies() -> Vec<String> {
 
 #[test]
 fn every_volume_reads_back_its_own_model_with_snapshots_at_random_points() {
+    let (mut partial_redirects, mut fills) = (0, 0);
     for c in policies() {
         for seed in 0..4u64 {
             let make = |mode| stack_from_toml(&c, DEVICE_BYTES, mode);
@@ -49,8 +50,15 @@ fn every_volume_reads_back_its_own_model_with_snapshots_at_random_points() {
             assert!(run.reads_checked > 50);
             let st = h.stack.status();
             eprintln!("{st}");
+            if c.contains("redirect") {
+                // The partial-chunk paths ran: redirects that wrote only
+                // their own sectors, fills (idle or before a whole read).
+                partial_redirects += counter(&h, "origin_partial_redirects_count");
+                fills += counter(&h, "chunks_filled_count");
+            }
         }
     }
+    assert!(partial_redirects > 20 && fills > 10, "partial redirects {partial_redirects}, fills {fills}");
 }
 
 #[test]
@@ -389,7 +397,8 @@ fn a_full_chunk_overwrite_skips_the_read_only_when_no_snapshot_needs_it() {
 
 #[test]
 fn a_redirected_origin_write_leaves_the_old_chunk_to_the_snapshots_and_waits_for_no_commit() {
-    let c = cfg("nearest", "defrag = false\norigin_shared_write = \"redirect\"\n");
+    let c =
+        cfg("nearest", "defrag = false\norigin_shared_write = \"redirect\"\n[[layer]]\ntarget = \"trace\"\n");
     let (mut h, _) = harness(&c, DEVICE_BYTES);
     assert_eq!(h.write(0, vec![1; 2 * CHUNK]).result, Ok(()));
     ok(&mut h, "snapshot create s1");
@@ -397,19 +406,35 @@ fn a_redirected_origin_write_leaves_the_old_chunk_to_the_snapshots_and_waits_for
     assert_eq!(h.flush().result, Ok(()));
     h.settle();
     let commits = counter(&h, "commits_count");
-    // A partial write: the old chunk is read for the rest of the new one.
+    // A partial write: only its own sectors go into the new chunk (no
+    // read of the old one); the rest still reads from the old chunk.
+    lower_data_requests(&mut h);
     assert_eq!(h.write(512, vec![2; 512]).result, Ok(()));
+    let lower = lower_data_requests(&mut h);
+    assert_eq!(lower.len(), 1, "one lower request, the write's own: {lower:?}");
+    assert_eq!((lower[0].0, lower[0].1 % CHUNK as u64, lower[0].2), (Op::Write, 512, 512), "{lower:?}");
+    assert_eq!(counter(&h, "partial_chunks_count"), 1);
     // A whole-chunk write: nothing to read.
     assert_eq!(h.write(CHUNK as u64, vec![3; CHUNK]).result, Ok(()));
     assert_eq!(counter(&h, "commits_count"), commits, "no commit before the writes complete");
     assert_eq!(counter(&h, "origin_redirected_chunks_count"), 2);
+    assert_eq!(counter(&h, "origin_partial_redirects_count"), 1);
     assert_eq!(counter(&h, "chunks_copied_count"), 0, "nothing copied out");
-    assert_eq!(counter(&h, "copy_read_bytes"), CHUNK as u64, "only the partial write read");
+    assert_eq!(counter(&h, "copy_read_bytes"), 0, "no write read the old chunk");
     assert_eq!(counter(&h, "full_overwrite_read_skipped_count"), 1);
     let mut want = vec![1; 2 * CHUNK];
     want[512..1024].fill(2);
     want[CHUNK..].fill(3);
+    // The partial chunk reads its written sector from itself, the rest
+    // from the old chunk: the range from each, composed.
+    lower_data_requests(&mut h);
+    assert_eq!(read(&mut h, 0, CHUNK), want[..CHUNK].to_vec());
+    let lower = lower_data_requests(&mut h);
+    // (here side by side: joined into one lower read).
+    assert!(lower.iter().all(|r| r.0 == Op::Read) && lower.len() <= 2, "{lower:?}");
+    assert_eq!(lower.iter().map(|r| r.2).sum::<u32>(), 2 * CHUNK as u32, "{lower:?}");
     assert_eq!(read(&mut h, 0, 2 * CHUNK), want);
+    assert_eq!(counter(&h, "partial_chunks_count"), 1, "not filled while requests keep coming");
     for s in ["s1", "s2"] {
         let at = volume_offset(&mut h, s);
         assert_eq!(read(&mut h, at, 2 * CHUNK), vec![1; 2 * CHUNK], "{s} keeps the old chunks");
@@ -418,8 +443,22 @@ fn a_redirected_origin_write_leaves_the_old_chunk_to_the_snapshots_and_waits_for
     // The origin's chunks are its own now: written in place.
     let allocated = counter(&h, "data_allocated_bytes");
     assert_eq!(h.write(0, vec![4; 512]).result, Ok(()));
+    want[..512].fill(4);
     assert_eq!(counter(&h, "data_allocated_bytes"), allocated);
     assert_eq!(counter(&h, "origin_redirected_chunks_count"), 2);
+    // Quiet: the partial chunk is filled from the old one (read whole,
+    // the 14 sectors not written written), then reads whole.
+    assert_eq!(counter(&h, "partial_chunks_count"), 1);
+    h.settle();
+    assert_eq!(counter(&h, "partial_chunks_count"), 0, "{}", h.stack.status());
+    assert_eq!(counter(&h, "chunks_filled_count"), 1);
+    assert_eq!(counter(&h, "copy_read_bytes"), CHUNK as u64);
+    assert_eq!(counter(&h, "copy_written_bytes"), CHUNK as u64 - 1024);
+    assert_eq!(read(&mut h, 0, 2 * CHUNK), want);
+    for s in ["s1", "s2"] {
+        let at = volume_offset(&mut h, s);
+        assert_eq!(read(&mut h, at, 2 * CHUNK), vec![1; 2 * CHUNK], "{s} keeps the old chunks");
+    }
 }
 
 #[test]
@@ -837,5 +876,175 @@ fn a_write_over_fresh_chunks_in_a_row_below_goes_down_as_one_request() {
         let mut h2 = reopen(&c, &dev);
         bring_up(&mut h2);
         assert_eq!(read(&mut h2, 0, data.len()), data, "{placement} reopened");
+    }
+}
+
+#[test]
+fn a_partial_chunk_reads_old_or_new_per_sector_at_every_crash_from_its_first_write_to_its_fill() {
+    // Origin chunk 0 of 1s shared with a snapshot; then, redirected, only
+    // sectors 1 and 5 written (partial), flushed; sector 9 written, not
+    // flushed; then quiet: the fill copies the rest from the old chunk.
+    // At every cut of the write log from the snapshot on: the snapshot
+    // reads 1s; each origin sector reads 1s or what was written to it,
+    // the written-and-flushed ones their data once the flush completed,
+    // the others 1s (never stale bytes of the new chunk).
+    let c = cfg("contiguous", "origin_shared_write = \"redirect\"\n");
+    let rec = Arc::new(Recorder::new(MemDevice::new(DEVICE_BYTES)));
+    let log = rec.log();
+    let make = |mode| stack_from_toml(&c, DEVICE_BYTES, mode);
+    let mut h =
+        Harness::new(make(OpenMode::Format), rec.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 7);
+    bring_up(&mut h);
+    assert_eq!(h.write(0, vec![1; CHUNK]).result, Ok(()));
+    ok(&mut h, "snapshot create s");
+    assert_eq!(h.flush().result, Ok(()));
+    let from = log.len();
+    assert_eq!(h.write(512, vec![2; 512]).result, Ok(()));
+    assert_eq!(h.write(5 * 512, vec![3; 512]).result, Ok(()));
+    assert_eq!(counter(&h, "partial_chunks_count"), 1);
+    assert_eq!(h.flush().result, Ok(()));
+    let flushed = log.len();
+    assert_eq!(h.write(9 * 512, vec![4; 512]).result, Ok(()));
+    h.settle();
+    assert_eq!(counter(&h, "chunks_filled_count"), 1, "{}", h.stack.status());
+    assert_eq!(counter(&h, "partial_chunks_count"), 0);
+    let snap_at = volume_offset(&mut h, "s");
+    let written = [(1usize, 2u8), (5, 3), (9, 4)];
+    let entries = log.len();
+    assert!(entries > flushed + 2, "the fill and its record are in the log");
+    for cut in from..=entries {
+        let image = Arc::new(log.image_at(cut, DEVICE_BYTES, None).expect("replay"));
+        let mut h = Harness::new(
+            make(OpenMode::Open { clean: false, accept_loss: false }),
+            image as Arc<dyn BlockDevice>,
+            ZeroLatency::default(),
+            7,
+        );
+        bring_up(&mut h);
+        assert_eq!(read(&mut h, snap_at, CHUNK), vec![1; CHUNK], "snapshot after a crash at {cut}");
+        let got = read(&mut h, 0, CHUNK);
+        for (i, sector) in got.chunks(512).enumerate() {
+            let new = written.iter().find(|w| w.0 == i).map(|w| w.1);
+            let must_be_new = cut >= flushed && i != 9;
+            let fine = match new {
+                Some(v) if must_be_new => sector.iter().all(|&b| b == v),
+                Some(v) => sector.iter().all(|&b| b == v) || sector.iter().all(|&b| b == 1),
+                None => sector.iter().all(|&b| b == 1),
+            };
+            assert!(
+                fine,
+                "origin sector {i} after a crash at log entry {cut} of {entries}: {:?}",
+                &sector[..8]
+            );
+        }
+    }
+}
+
+/// Chunk `i` of a volume read whole: sector 1 `one`, sector 3 `three`, the rest `rest`.
+fn chunk_with(one: u8, three: u8, rest: u8) -> Vec<u8> {
+    let mut v = vec![rest; CHUNK];
+    v[512..1024].fill(one);
+    v[3 * 512..4 * 512].fill(three);
+    v
+}
+
+#[test]
+fn partial_chunks_keep_every_volume_through_a_second_snapshot_delete_and_merge() {
+    // Five origin chunks of 7s, snapshot s1, sector 1 of each rewritten
+    // with 9s (five partial chunks reading the rest from s1's chunks).
+    let c = cfg("contiguous", "origin_shared_write = \"redirect\"\n");
+    let (mut h, dev) = harness(&c, DEVICE_BYTES);
+    assert_eq!(h.write(0, vec![7; 5 * CHUNK]).result, Ok(()));
+    ok(&mut h, "snapshot create s1");
+    for i in 0..5u64 {
+        assert_eq!(h.write(i * CHUNK as u64 + 512, vec![9; 512]).result, Ok(()));
+    }
+    assert_eq!(counter(&h, "partial_chunks_count"), 5);
+    // A second snapshot shares the partial chunks as they are.
+    ok(&mut h, "snapshot create s2");
+    let (s1, s2) = (volume_offset(&mut h, "s1"), volume_offset(&mut h, "s2"));
+    assert_eq!(counter(&h, "partial_chunks_count"), 5, "nothing filled to take a snapshot");
+    // The origin writes a shared partial chunk: it is filled first (its
+    // sharer s2 reads the same), then the write is redirected off it.
+    assert_eq!(h.write(3 * 512, vec![8; 512]).result, Ok(()));
+    assert_eq!(counter(&h, "chunks_filled_count"), 1);
+    let check = |h: &mut Harness, origin0: Vec<u8>, with_s1: bool| {
+        assert_eq!(read(h, 0, CHUNK), origin0, "origin chunk 0");
+        for i in 1..5u64 {
+            assert_eq!(read(h, i * CHUNK as u64, CHUNK), chunk_with(9, 7, 7), "origin chunk {i}");
+        }
+        if with_s1 {
+            assert_eq!(read(h, s1, 5 * CHUNK), vec![7; 5 * CHUNK], "s1");
+        }
+    };
+    check(&mut h, chunk_with(9, 8, 7), true);
+    for i in 0..5u64 {
+        assert_eq!(read(&mut h, s2 + i * CHUNK as u64, CHUNK), chunk_with(9, 7, 7), "s2 chunk {i}");
+    }
+    // s1 deleted: the partial chunks still read from its old chunks.
+    let allocated = counter(&h, "data_allocated_bytes");
+    ok(&mut h, "snapshot delete s1");
+    assert_eq!(h.flush().result, Ok(()));
+    // Chunk 0's old chunk was s1's alone (the fill made its partial chunk
+    // whole): freed. The other four are held by the partial chunks.
+    assert_eq!(counter(&h, "data_allocated_bytes"), allocated - CHUNK as u64);
+    check(&mut h, chunk_with(9, 8, 7), false);
+    let mut h2 = reopen(&c, &dev);
+    bring_up(&mut h2);
+    check(&mut h2, chunk_with(9, 8, 7), false);
+    assert_eq!(
+        counter(&h2, "partial_chunks_count"),
+        counter(&h, "partial_chunks_count"),
+        "partial after a reopen"
+    );
+    // Merge s2: the origin rolls back to it (chunk 0 without the 8s).
+    ok(&mut h, "snapshot merge s2");
+    assert_eq!(h.flush().result, Ok(()));
+    check(&mut h, chunk_with(9, 7, 7), false);
+    // Quiet: every partial chunk filled, the old chunks freed once durable.
+    h.settle();
+    assert_eq!(h.flush().result, Ok(()));
+    assert_eq!(counter(&h, "partial_chunks_count"), 0, "{}", h.stack.status());
+    assert_eq!(counter(&h, "data_allocated_bytes"), 5 * CHUNK as u64, "only the origin's chunks are left");
+    check(&mut h, chunk_with(9, 7, 7), false);
+    let mut h2 = reopen(&c, &dev);
+    bring_up(&mut h2);
+    check(&mut h2, chunk_with(9, 7, 7), false);
+}
+
+#[test]
+fn a_full_pool_fills_partial_chunks_to_free_their_old_chunks_before_failing_a_write() {
+    // Half the pool written, a snapshot, then a sector of each chunk
+    // rewritten (partial chunks, the other half of the pool): full. With
+    // the snapshot deleted, the old chunks are held only by the partial
+    // chunks reading from them: a write that needs space fills them and
+    // gets it rather than ENOSPC.
+    let c = "version = 1\n[[layer]]\ntarget = \"pool\"\nchunk_size = \"8K\"\nvolume_size = \"2M\"\nvolumes_max = 2\n\
+             journal_blocks = 8\norigin_shared_write = \"redirect\"\ndefrag = false\n";
+    let (mut h, _) = harness(c, DEVICE_BYTES);
+    let n = counter(&h, "data_bytes") / CHUNK as u64 / 2;
+    assert_eq!(h.write(0, vec![7; n as usize * CHUNK]).result.map_err(|e| (e, n)), Ok(()));
+    ok(&mut h, "snapshot create s");
+    let mut partial = 0;
+    for i in 0..n {
+        if h.write(i * CHUNK as u64 + 512, vec![9; 512]).result.is_err() {
+            break;
+        }
+        partial += 1;
+    }
+    assert!(partial + 1 >= n, "{partial} of {n}");
+    let mut far = n * CHUNK as u64;
+    while h.write(far, vec![5; 512]).result.is_ok() {
+        far += CHUNK as u64;
+        assert!(far < 2 * n * CHUNK as u64 + 4 * CHUNK as u64, "a full pool");
+    }
+    assert_eq!(h.write(far, vec![5; 512]).result, Err(IoError::NoSpace), "the snapshot holds the old chunks");
+    ok(&mut h, "snapshot delete s");
+    assert_eq!(h.write(far, vec![5; 512]).result, Ok(()), "{}", h.stack.status());
+    assert!(counter(&h, "chunks_filled_count") > 0);
+    assert_eq!(read(&mut h, far, 512), vec![5; 512]);
+    for i in 0..n {
+        let want = if i < partial { chunk_with(9, 7, 7) } else { vec![7; CHUNK] };
+        assert_eq!(read(&mut h, i * CHUNK as u64, CHUNK), want, "origin chunk {i}");
     }
 }

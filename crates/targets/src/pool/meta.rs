@@ -7,20 +7,127 @@
 //!   extents), every block carrying the checkpoint's generation;
 //! - a ring of journal blocks, block `seq` at `seq % journal_blocks`, each
 //!   a metablock of generation `seq` holding [`JournalRecord::Exception`]
-//!   records (a chunk mapped, or unmapped with [`UNMAPPED`]).
+//!   records (a chunk mapped, or unmapped with [`UNMAPPED`]);
+//! - since version 2, in the body and the journal, the pool's own
+//!   [`Record::Partial`] records (kind [`PARTIAL_KIND`], the same `kind,
+//!   length, fields` framing as [`JournalRecord`]): a redirected data
+//!   chunk's written sectors and the shared chunk the rest reads from.
+//!   Version 1 blocks (no partial records) are still read.
 
-use super::config::{PoolConfig, META_BLOCK_BYTES};
-use layoutd_core::metablock::{JournalRecord, MetaBlockCodec, MetaError, Reader};
+use super::config::{PoolConfig, EXTENTS_PER_BLOCK, META_BLOCK_BYTES};
+use super::partial::{Partial, Sectors, SECTOR_WORDS};
+use layoutd_core::metablock::{Decoded, JournalRecord, MetaBlockCodec, MetaError, Reader};
 
 /// Checkpoint header blocks.
 pub const HEADER_CODEC: MetaBlockCodec =
-    MetaBlockCodec { magic: *b"LDPOOLCH", version: 1, block_bytes: META_BLOCK_BYTES as usize };
+    MetaBlockCodec { magic: *b"LDPOOLCH", version: 2, block_bytes: META_BLOCK_BYTES as usize };
 /// Checkpoint body blocks.
 pub const BODY_CODEC: MetaBlockCodec =
-    MetaBlockCodec { magic: *b"LDPOOLCB", version: 1, block_bytes: META_BLOCK_BYTES as usize };
+    MetaBlockCodec { magic: *b"LDPOOLCB", version: 2, block_bytes: META_BLOCK_BYTES as usize };
 /// Journal blocks.
 pub const JOURNAL_CODEC: MetaBlockCodec =
-    MetaBlockCodec { magic: *b"LDPOOLJN", version: 1, block_bytes: META_BLOCK_BYTES as usize };
+    MetaBlockCodec { magic: *b"LDPOOLJN", version: 2, block_bytes: META_BLOCK_BYTES as usize };
+/// The kind of a [`Record::Partial`] (past the core's record kinds).
+pub const PARTIAL_KIND: u8 = 0x50;
+/// Field bytes of a [`Record::Partial`]: chunk, base, the sector bitmap.
+const PARTIAL_FIELD_BYTES: usize = 16 + 8 * SECTOR_WORDS;
+/// A [`Record::Partial`]'s share of a checkpoint body block, in extent
+/// records' room (it takes 50 bytes, two extents 52).
+pub const PARTIAL_EXTENT_UNITS: u64 = 2;
+
+/// Decodes a block of `codec`'s kind written by this version or by
+/// version 1 (same layout, no partial records): the block and whether
+/// partial records may be in it.
+fn decode_versioned(codec: &MetaBlockCodec, block: &[u8]) -> Result<(Decoded, bool), MetaError> {
+    match codec.decode(block) {
+        Err(MetaError::Version(1)) => Ok((MetaBlockCodec { version: 1, ..*codec }.decode(block)?, false)),
+        r => Ok((r?, true)),
+    }
+}
+
+/// A record of the pool's journal or checkpoint body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Record {
+    /// A core record (journal: `Exception`; body: `ExceptionRange`).
+    Core(JournalRecord),
+    /// Data chunk `chunk` is partly written: the sectors of `written`
+    /// hold its data, the rest reads from the data chunk `base`
+    /// ([`UNMAPPED`]: `chunk` is whole again, written or filled).
+    Partial { chunk: u64, base: u64, written: Sectors },
+}
+
+impl Record {
+    /// Appends the record (`kind, length, fields`).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Record::Core(r) => r.encode(out),
+            Record::Partial { chunk, base, written } => {
+                out.push(PARTIAL_KIND);
+                out.push(PARTIAL_FIELD_BYTES as u8);
+                out.extend(chunk.to_le_bytes());
+                out.extend(base.to_le_bytes());
+                for w in written.words() {
+                    out.extend(w.to_le_bytes());
+                }
+            }
+        }
+    }
+
+    /// Encoded bytes.
+    pub fn encoded_len(&self) -> usize {
+        match self {
+            Record::Core(JournalRecord::Exception { .. }) => EXCEPTION_RECORD_BYTES,
+            Record::Core(JournalRecord::ExceptionRange { .. }) => super::config::EXTENT_RECORD_BYTES as usize,
+            Record::Core(r) => {
+                let mut v = Vec::new();
+                r.encode(&mut v);
+                v.len()
+            }
+            Record::Partial { .. } => 2 + PARTIAL_FIELD_BYTES,
+        }
+    }
+
+    /// Every record of a payload, checked as [`JournalRecord::decode_all`]
+    /// checks the core's.
+    pub fn decode_all(payload: &[u8]) -> Result<Vec<Record>, MetaError> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < payload.len() {
+            let head = payload.get(i..i + 2).ok_or_else(|| malformed("a record's header is cut".into()))?;
+            let (kind, len) = (head[0], usize::from(head[1]));
+            let body = payload
+                .get(i + 2..i + 2 + len)
+                .ok_or_else(|| malformed(format!("record of kind {kind} runs past the payload")))?;
+            if kind == PARTIAL_KIND {
+                if len != PARTIAL_FIELD_BYTES {
+                    return Err(malformed(format!(
+                        "partial record of {len} bytes, not {PARTIAL_FIELD_BYTES}"
+                    )));
+                }
+                let mut r = Reader::new(body);
+                let (chunk, base) = (r.u64()?, r.u64()?);
+                let mut words = [0u64; SECTOR_WORDS];
+                for w in &mut words {
+                    *w = r.u64()?;
+                }
+                out.push(Record::Partial { chunk, base, written: Sectors::from_words(words) });
+            } else {
+                let mut rs = JournalRecord::decode_all(&payload[i..i + 2 + len])?;
+                out.push(Record::Core(rs.pop().expect("one record framed")));
+            }
+            i += 2 + len;
+        }
+        Ok(out)
+    }
+}
+
+/// Bytes of an encoded `Exception` record.
+const EXCEPTION_RECORD_BYTES: usize = 22;
+
+/// A partial chunk `(chunk, state)` as its record.
+pub fn partial_record(chunk: u64, p: &Partial) -> Record {
+    Record::Partial { chunk, base: p.base, written: p.written }
+}
 /// The location of an unmapped chunk in a journal record.
 pub const UNMAPPED: u64 = u64::MAX;
 /// `parent` of a volume without one (the origin).
@@ -48,7 +155,7 @@ pub struct Header {
     pub journal_start: u64,
     /// Body blocks written.
     pub body_blocks: u64,
-    /// Extent records in the body.
+    /// Records in the body (extents and partial chunks).
     pub extents: u64,
     /// The volume table.
     pub volumes: Vec<VolumeEntry>,
@@ -64,9 +171,26 @@ pub fn encode_checkpoint(
     journal_start: u64,
     volumes: &[VolumeEntry],
     runs: &[Run],
+    partials: &[Record],
 ) -> Vec<u8> {
-    let per_block = super::config::EXTENTS_PER_BLOCK as usize;
-    let body: Vec<&[Run]> = runs.chunks(per_block).collect();
+    // Body blocks packed by room: an extent takes one unit, a partial
+    // record `PARTIAL_EXTENT_UNITS`.
+    let mut body: Vec<Vec<u8>> = Vec::new();
+    let mut used = EXTENTS_PER_BLOCK;
+    let records = runs
+        .iter()
+        .map(|&(volume, chunk, count, location)| {
+            (Record::Core(JournalRecord::ExceptionRange { volume, chunk, count, location }), 1)
+        })
+        .chain(partials.iter().map(|r| (r.clone(), PARTIAL_EXTENT_UNITS)));
+    for (r, units) in records {
+        if used + units > EXTENTS_PER_BLOCK {
+            body.push(Vec::new());
+            used = 0;
+        }
+        used += units;
+        r.encode(body.last_mut().expect("pushed"));
+    }
     assert!(body.len() as u64 <= cfg.body_blocks, "checked against extents_max before");
     let mut p = Vec::new();
     for v in [cfg.chunk_bytes, cfg.volume_chunks, cfg.data_chunks, cfg.volumes_max] {
@@ -74,7 +198,7 @@ pub fn encode_checkpoint(
     }
     p.extend(journal_start.to_le_bytes());
     p.extend((body.len() as u64).to_le_bytes());
-    p.extend((runs.len() as u64).to_le_bytes());
+    p.extend(((runs.len() + partials.len()) as u64).to_le_bytes());
     p.extend((volumes.len() as u32).to_le_bytes());
     for v in volumes {
         p.extend(v.slot.to_le_bytes());
@@ -84,11 +208,7 @@ pub fn encode_checkpoint(
         p.extend(v.name.as_bytes());
     }
     let mut out = HEADER_CODEC.encode(generation, &p).expect("the volume table fits a block");
-    for block in body {
-        let mut b = Vec::with_capacity(block.len() * 26);
-        for &(volume, chunk, count, location) in block {
-            JournalRecord::ExceptionRange { volume, chunk, count, location }.encode(&mut b);
-        }
+    for b in body {
         out.extend(BODY_CODEC.encode(generation, &b).expect("sized to fit"));
     }
     out
@@ -100,7 +220,7 @@ fn malformed(s: String) -> MetaError {
 
 /// Decodes and checks a checkpoint header against the config.
 pub fn decode_header(cfg: &PoolConfig, block: &[u8]) -> Result<Header, MetaError> {
-    let d = HEADER_CODEC.decode(block)?;
+    let (d, _) = decode_versioned(&HEADER_CODEC, block)?;
     let mut r = Reader::new(&d.payload);
     let geometry = [r.u64()?, r.u64()?, r.u64()?, r.u64()?];
     let want = [cfg.chunk_bytes, cfg.volume_chunks, cfg.data_chunks, cfg.volumes_max];
@@ -139,20 +259,31 @@ pub fn decode_header(cfg: &PoolConfig, block: &[u8]) -> Result<Header, MetaError
 }
 
 /// Decodes the body blocks (`bytes` from the first body block on) of a
-/// checkpoint with `header`; `Err((block index, why))`.
-pub fn decode_body(cfg: &PoolConfig, header: &Header, bytes: &[u8]) -> Result<Vec<Run>, (u64, MetaError)> {
+/// checkpoint with `header`: its runs and its partial records;
+/// `Err((block index, why))`.
+pub fn decode_body(
+    cfg: &PoolConfig,
+    header: &Header,
+    bytes: &[u8],
+) -> Result<(Vec<Run>, Vec<Record>), (u64, MetaError)> {
     let mut runs = Vec::with_capacity(header.extents as usize);
+    let mut partials = Vec::new();
     for i in 0..header.body_blocks {
         let at = (i * META_BLOCK_BYTES) as usize;
-        let d = BODY_CODEC.decode(&bytes[at..at + META_BLOCK_BYTES as usize]).map_err(|e| (i + 1, e))?;
+        let (d, v2) = decode_versioned(&BODY_CODEC, &bytes[at..at + META_BLOCK_BYTES as usize])
+            .map_err(|e| (i + 1, e))?;
         if d.generation != header.generation {
             return Err((
                 i + 1,
                 malformed(format!("generation {} in a checkpoint of {}", d.generation, header.generation)),
             ));
         }
-        for rec in JournalRecord::decode_all(&d.payload).map_err(|e| (i + 1, e))? {
-            let JournalRecord::ExceptionRange { volume, chunk, count, location } = rec else {
+        for rec in Record::decode_all(&d.payload).map_err(|e| (i + 1, e))? {
+            let Record::Core(JournalRecord::ExceptionRange { volume, chunk, count, location }) = rec else {
+                if matches!(rec, Record::Partial { .. }) && v2 {
+                    partials.push(rec);
+                    continue;
+                }
                 return Err((i + 1, malformed(format!("unexpected record {rec:?}"))));
             };
             let known = header.volumes.iter().any(|v| v.slot == volume);
@@ -169,33 +300,116 @@ pub fn decode_body(cfg: &PoolConfig, header: &Header, bytes: &[u8]) -> Result<Ve
             runs.push((volume, chunk, count, location));
         }
     }
-    if runs.len() as u64 != header.extents {
+    if (runs.len() + partials.len()) as u64 != header.extents {
         return Err((
             0,
-            malformed(format!("{} extents found, the header says {}", runs.len(), header.extents)),
+            malformed(format!(
+                "{} extents and {} partial chunks found, the header says {} records",
+                runs.len(),
+                partials.len(),
+                header.extents
+            )),
         ));
     }
-    Ok(runs)
+    Ok((runs, partials))
 }
 
-/// Encodes journal block `seq` holding `records` (at most [`journal_capacity`]).
-pub fn encode_journal(seq: u64, records: &[JournalRecord]) -> Vec<u8> {
-    let mut p = Vec::with_capacity(records.len() * 22);
-    records.iter().for_each(|r| r.encode(&mut p));
-    JOURNAL_CODEC.encode(seq, &p).expect("sized by journal_capacity")
+/// The payloads of the journal blocks that hold `records`, in order,
+/// each as full as it fits.
+pub fn pack_journal(records: &[Record]) -> Vec<Vec<u8>> {
+    let max = JOURNAL_CODEC.payload_bytes_max();
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    for r in records {
+        if out.last().is_none_or(|b| b.len() + r.encoded_len() > max) {
+            out.push(Vec::with_capacity(max));
+        }
+        r.encode(out.last_mut().expect("pushed"));
+    }
+    out
 }
 
-/// Exception records one journal block holds.
-pub const fn journal_capacity() -> usize {
-    JOURNAL_CODEC.payload_bytes_max() / 22
+/// Encodes journal block `seq` with a payload of [`pack_journal`].
+pub fn encode_journal(seq: u64, payload: &[u8]) -> Vec<u8> {
+    JOURNAL_CODEC.encode(seq, payload).expect("sized by pack_journal")
 }
 
 /// Decodes a journal block: `(seq, records)`.
-pub fn decode_journal(block: &[u8]) -> Result<(u64, Vec<JournalRecord>), MetaError> {
-    let d = JOURNAL_CODEC.decode(block)?;
-    let recs = JournalRecord::decode_all(&d.payload)?;
-    if let Some(r) = recs.iter().find(|r| !matches!(r, JournalRecord::Exception { .. })) {
+pub fn decode_journal(block: &[u8]) -> Result<(u64, Vec<Record>), MetaError> {
+    let (d, v2) = decode_versioned(&JOURNAL_CODEC, block)?;
+    let recs = Record::decode_all(&d.payload)?;
+    let allowed = |r: &Record| match r {
+        Record::Core(JournalRecord::Exception { .. }) => true,
+        Record::Partial { .. } => v2,
+        _ => false,
+    };
+    if let Some(r) = recs.iter().find(|r| !allowed(r)) {
         return Err(malformed(format!("unexpected record {r:?} in a journal block")));
     }
     Ok((d.generation, recs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn partial() -> Record {
+        let mut written = Sectors::default();
+        written.set(1, 3);
+        written.set(200, 1);
+        Record::Partial { chunk: 7, base: 3, written }
+    }
+
+    #[test]
+    fn records_round_trip_and_pack_into_journal_blocks_by_size() {
+        let recs: Vec<Record> = (0..400u64)
+            .map(|i| {
+                if i % 3 == 0 {
+                    partial()
+                } else {
+                    Record::Core(JournalRecord::Exception { volume: 1, chunk: i, location: i + 9 })
+                }
+            })
+            .collect();
+        assert_eq!(partial().encoded_len(), 50);
+        let payloads = pack_journal(&recs);
+        assert!(payloads.len() > 1);
+        let mut back = Vec::new();
+        for (seq, p) in payloads.iter().enumerate() {
+            let encoded = p.len();
+            assert!(encoded <= JOURNAL_CODEC.payload_bytes_max());
+            let (s, r) = decode_journal(&encode_journal(seq as u64, p)).expect("decodes");
+            assert_eq!(s, seq as u64);
+            assert_eq!(r.iter().map(Record::encoded_len).sum::<usize>(), encoded);
+            back.extend(r);
+        }
+        assert_eq!(back, recs);
+    }
+
+    #[test]
+    fn version_1_blocks_are_read_but_may_not_hold_partial_records() {
+        let v1 = MetaBlockCodec { version: 1, ..JOURNAL_CODEC };
+        let mut p = Vec::new();
+        JournalRecord::Exception { volume: 0, chunk: 4, location: 5 }.encode(&mut p);
+        let (seq, recs) = decode_journal(&v1.encode(3, &p).expect("fits")).expect("a version 1 block reads");
+        assert_eq!((seq, recs.len()), (3, 1));
+        partial().encode(&mut p);
+        let e = decode_journal(&v1.encode(3, &p).expect("fits")).expect_err("a partial record in version 1");
+        assert!(e.to_string().contains("unexpected record"), "{e}");
+        assert!(decode_journal(&JOURNAL_CODEC.encode(3, &p).expect("fits")).is_ok(), "version 2 holds both");
+        let v3 = MetaBlockCodec { version: 3, ..JOURNAL_CODEC };
+        assert_eq!(decode_journal(&v3.encode(3, &p).expect("fits")), Err(MetaError::Version(3)));
+    }
+
+    #[test]
+    fn a_partial_record_of_the_wrong_length_is_refused() {
+        let mut p = Vec::new();
+        partial().encode(&mut p);
+        p[1] -= 8;
+        p.truncate(p.len() - 8);
+        assert!(Record::decode_all(&p).is_err());
+        let mut cut = Vec::new();
+        partial().encode(&mut cut);
+        cut.truncate(30);
+        assert!(Record::decode_all(&cut).is_err());
+    }
 }

@@ -31,6 +31,7 @@
 mod chunks;
 mod config;
 mod meta;
+mod partial;
 pub mod place;
 
 pub use config::{PlacementKind, PoolConfig};
@@ -48,10 +49,11 @@ use layoutd_core::metablock::{JournalRecord, MetaError};
 use layoutd_core::{
     Completion, Instant, IoError, Op, OpenMode, ReqId, Request, Status, Target, REQUEST_BYTES_MAX,
 };
-use meta::{Header, Run, UNMAPPED};
+use meta::{Header, Record, Run, UNMAPPED};
+use partial::{Partial, Sectors, SECTORS_MAX};
 use place::ChunkPlacement;
 use rustc_hash::{FxHashMap, FxHashSet};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 /// A request's piece in one chunk: `(slot, lc, offset in chunk, length)`.
 type Piece = (u32, u64, u64, u64);
@@ -88,6 +90,9 @@ const LINE_UP_STAGED_MIN: u64 = 3;
 /// a closed-loop writer's next request.
 const LINE_UP_QUIET_NS: u64 = 1_000_000_000;
 
+/// Bytes of a sector, the unit of a partial chunk's written map.
+const SECTOR: u64 = 512;
+
 /// Zeroes for unmapped reads (a chunk is at most 1 MiB).
 static ZEROES: [u8; 1 << 20] = [0; 1 << 20];
 
@@ -106,6 +111,13 @@ enum Step {
     ReadUpper { at: u64, through: u64 },
     /// Zeroes for the upper request.
     Zeroes,
+    /// Read the piece from each lower offset given, taking from each the
+    /// ranges `(offset in the piece, length)` listed with it: a partial
+    /// chunk's written sectors from it, the rest from its base.
+    ReadParts(Vec<(u64, Vec<(u64, u64)>)>),
+    /// Write the buffer's sectors that partial chunk `q` has not written
+    /// into `q` (a fill; the buffer holds its base).
+    WriteUnwritten { q: u64 },
     /// Write the piece's data at `at`.
     WriteUpper { at: u64 },
     /// Write the piece's data into the fresh data chunk `q` and zeroes
@@ -137,6 +149,11 @@ enum Change {
     Unmap { slot: u32, lc: u64 },
     /// Every sharer of `p` moves to `q` (defragmentation).
     Move { lc: u64, p: u64, q: u64 },
+    /// The origin's `lc` moves off the shared `p` to `q`, where only the
+    /// piece `[coff, coff + len)` is written: `q` is partial, its base `p`.
+    Redirect { lc: u64, p: u64, q: u64, coff: u64, len: u64 },
+    /// Partial chunk `q`'s bytes `[coff, coff + len)` are written.
+    Written { q: u64, coff: u64, len: u64 },
 }
 
 /// What a line-up does ([`Pool::line_up`]): `(lc, from, to)` for each
@@ -165,6 +182,9 @@ struct Job {
     /// Where in the buffer (in chunks) the buffer read in flight goes.
     read_into: Option<u64>,
     read: Option<Bytes>,
+    /// The reads of a [`Step::ReadParts`] in flight: each one's lower id
+    /// and the ranges of the piece it gives.
+    parts: Vec<(u64, Vec<(u64, u64)>)>,
     /// Lower requests of the current step still in flight, and the first
     /// error among those that completed.
     in_flight: u32,
@@ -237,6 +257,8 @@ struct Counters {
     read_through_bytes: u64,
     joined_pieces: u64,
     joined_requests: u64,
+    partial_redirects: u64,
+    chunks_filled: u64,
 }
 
 /// The pool target; see the module docs.
@@ -265,7 +287,10 @@ pub struct Pool {
     uppers: FxHashMap<u64, Upper>,
     jobs: FxHashMap<u64, Job>,
     next_job: u64,
-    batch: Vec<JournalRecord>,
+    batch: Vec<Record>,
+    /// Where in `batch` each partial chunk's record is (one per chunk: a
+    /// later state replaces it in place).
+    batch_partial: FxHashMap<u64, usize>,
     batch_no: u64,
     durable_no: u64,
     commit: Option<Commit>,
@@ -292,6 +317,13 @@ pub struct Pool {
     quiet: IdleTimer,
     /// A line-up was passed over for want of quiet: scan again after it.
     line_up_deferred: bool,
+    /// Partly written chunks ([`partial`]) by data chunk; each holds a
+    /// share of its base.
+    partial: BTreeMap<u64, Partial>,
+    /// How many partial chunks read from each base.
+    based: FxHashMap<u64, u32>,
+    /// The lcs of partial chunks being filled.
+    filling: FxHashSet<u64>,
     counters: Counters,
 }
 
@@ -321,6 +353,7 @@ impl Pool {
             jobs: FxHashMap::default(),
             next_job: 0,
             batch: Vec::new(),
+            batch_partial: FxHashMap::default(),
             batch_no: 1,
             durable_no: 0,
             commit: None,
@@ -339,6 +372,9 @@ impl Pool {
             defrag_plan: VecDeque::new(),
             quiet: IdleTimer::new(IdleOptions::default()),
             line_up_deferred: false,
+            partial: BTreeMap::new(),
+            based: FxHashMap::default(),
+            filling: FxHashSet::default(),
             counters: Counters::default(),
             cfg,
         };
@@ -594,7 +630,7 @@ impl Pool {
         let journal = journal.clone();
         let start = self.cfg.checkpoint_at(c as u64) + META_BLOCK_BYTES;
         let body = gather(&reads, start, header.body_blocks * META_BLOCK_BYTES);
-        let runs = match meta::decode_body(&self.cfg, &header, &body) {
+        let (runs, partials) = match meta::decode_body(&self.cfg, &header, &body) {
             Ok(r) => r,
             Err((i, e)) => {
                 let at = start + (i.max(1) - 1) * META_BLOCK_BYTES;
@@ -603,7 +639,7 @@ impl Pool {
                 return self.read_next_checkpoint();
             }
         };
-        match self.rebuild(&header, &runs, &journal) {
+        match self.rebuild(&header, &runs, &partials, &journal) {
             Ok(()) => {
                 self.checkpoint_gen = header.generation;
                 self.phase = Phase::Serving;
@@ -613,10 +649,47 @@ impl Pool {
         }
     }
 
+    /// A partial record's state, checked: `Ok(None)` for a chunk whole
+    /// again.
+    fn partial_of(&self, chunk: u64, base: u64, written: Sectors) -> Result<Option<Partial>, String> {
+        let n = self.sectors_per_chunk();
+        let ok = chunk < self.cfg.data_chunks
+            && (base == UNMAPPED || (base < self.cfg.data_chunks && base != chunk))
+            && n <= SECTORS_MAX
+            && !written.any_past(n);
+        if !ok {
+            return Err(format!(
+                "partial data chunk {chunk} with base {base}: out of range or more sectors than a \
+                 chunk has"
+            ));
+        }
+        Ok((base != UNMAPPED).then_some(Partial { base, written }))
+    }
+
     /// The maps from a checkpoint and the journal after it; checks that
     /// every data chunk belongs to one lc.
-    fn rebuild(&mut self, header: &Header, runs: &[Run], journal: &[u8]) -> Result<(), String> {
+    fn rebuild(
+        &mut self,
+        header: &Header,
+        runs: &[Run],
+        partials: &[Record],
+        journal: &[u8],
+    ) -> Result<(), String> {
         self.vols = (0..self.cfg.volumes_max).map(|_| None).collect();
+        self.partial.clear();
+        for r in partials {
+            let &Record::Partial { chunk, base, written } = r else { unreachable!("decode_body") };
+            match self.partial_of(chunk, base, written) {
+                Ok(Some(pt)) => _ = self.partial.insert(chunk, pt),
+                r => {
+                    return Err(format!(
+                        "pool: checkpoint generation {}: {} (damaged metadata): refusing to open",
+                        header.generation,
+                        r.err().unwrap_or_else(|| format!("partial data chunk {chunk} marked whole"))
+                    ))
+                }
+            }
+        }
         for v in &header.volumes {
             self.vols[v.slot as usize] = Some(Volume { entry: v.clone(), map: BlockMap::new() });
         }
@@ -630,7 +703,7 @@ impl Pool {
         let cfg = self.cfg.clone();
         // Each block is written in two copies at once: either copy will do
         // (one lost to damage later is not a torn tail).
-        let mut blocks: Vec<(u64, u64, Vec<JournalRecord>)> = Vec::new();
+        let mut blocks: Vec<(u64, u64, Vec<Record>)> = Vec::new();
         for i in 0..2 * cfg.journal_blocks {
             let at = (i * META_BLOCK_BYTES) as usize;
             if let Ok((seq, recs)) = meta::decode_journal(&journal[at..at + META_BLOCK_BYTES as usize]) {
@@ -650,7 +723,20 @@ impl Pool {
                 ));
             }
             for r in recs {
-                let JournalRecord::Exception { volume, chunk, location } = *r else { unreachable!() };
+                let &Record::Core(JournalRecord::Exception { volume, chunk, location }) = r else {
+                    let &Record::Partial { chunk, base, written } = r else { unreachable!("decode_journal") };
+                    match self.partial_of(chunk, base, written) {
+                        Ok(Some(pt)) => _ = self.partial.insert(chunk, pt),
+                        Ok(None) => _ = self.partial.remove(&chunk),
+                        Err(e) => {
+                            return Err(format!(
+                                "pool: journal block {seq} at lower offset {at}: {e} (damaged metadata): \
+                                 refusing to open"
+                            ))
+                        }
+                    }
+                    continue;
+                };
                 let ok = (volume as usize) < self.vols.len()
                     && self.vols[volume as usize].is_some()
                     && chunk < cfg.volume_chunks
@@ -685,10 +771,54 @@ impl Pool {
                 )
             },
         )?;
+        // A partial chunk no volume maps: its redirect's map record was
+        // not durable (or it was unmapped since).
+        let chunks = &self.chunks;
+        self.partial.retain(|&q, _| chunks.refs(q) > 0);
+        Self::add_bases(&cfg, &mut self.chunks, &self.partial)?;
+        self.based.clear();
+        for pt in self.partial.values() {
+            *self.based.entry(pt.base).or_default() += 1;
+        }
         self.free = FreeSpace::new(cfg.data_chunks);
         for p in 0..cfg.data_chunks {
             if self.chunks.refs(p) > 0 {
                 self.free.take(p, 1);
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts each partial chunk's share of its base into `t` (a census
+    /// of the maps), checking that its base is not partial and belongs to
+    /// the same lc.
+    fn add_bases(
+        cfg: &PoolConfig,
+        t: &mut ChunkTable,
+        partial: &BTreeMap<u64, Partial>,
+    ) -> Result<(), String> {
+        for (&q, pt) in partial {
+            let lc = t.lc(q).expect("partial chunks are mapped");
+            let fault = if partial.contains_key(&pt.base) {
+                Some(format!("reads from data chunk {}, partial itself", pt.base))
+            } else if t.lc(pt.base).is_some_and(|l| l != lc) {
+                Some(format!(
+                    "at chunk {lc} reads from data chunk {}, which chunk {:?} maps",
+                    pt.base,
+                    t.lc(pt.base)
+                ))
+            } else {
+                None
+            };
+            if let Some(f) = fault {
+                return Err(format!(
+                    "pool: partial data chunk {q} (lower offset {}) {f} (damaged metadata): refusing to open",
+                    cfg.chunk_at(q)
+                ));
+            }
+            match t.lc(pt.base) {
+                None => t.map(pt.base, lc, 1),
+                Some(_) => t.share(pt.base),
             }
         }
         Ok(())
@@ -798,6 +928,7 @@ impl Pool {
                 locks: Vec::new(),
                 read_into: None,
                 read: None,
+                parts: Vec::new(),
                 in_flight: 0,
                 failed: None,
             });
@@ -836,6 +967,43 @@ impl Pool {
                     Err(e) => return self.end_job(jid, Err(e)),
                 },
                 Step::Zeroes => job.read = Some(Bytes::from_static(&ZEROES[..job.len as usize])),
+                Step::ReadParts(parts) => {
+                    // `lower` numbers them in order from `next_lower_id`.
+                    let (first, len) = (self.next_lower_id, job.len as u32);
+                    job.in_flight = parts.len() as u32;
+                    let ats: Vec<u64> = parts.iter().map(|p| p.0).collect();
+                    job.parts =
+                        parts.into_iter().zip(first..).map(|((_, ranges), id)| (id, ranges)).collect();
+                    for at in ats {
+                        self.lower(Owner::Job(jid), Request::new(ReqId(0), Op::Read, at, len));
+                    }
+                    return;
+                }
+                Step::WriteUnwritten { q } => {
+                    let buf = job.buf.take();
+                    let (at, n) = (self.cfg.chunk_at(q), c / SECTOR);
+                    let runs: Vec<(u64, u64)> = self.partial[&q]
+                        .written
+                        .runs(0, n)
+                        .into_iter()
+                        .filter(|r| !r.2)
+                        .map(|(f, k, _)| (f * SECTOR, k * SECTOR))
+                        .collect();
+                    job.in_flight = runs.len() as u32;
+                    self.counters.chunks_filled += 1;
+                    self.counters.copy_written_bytes += runs.iter().map(|r| r.1).sum::<u64>();
+                    if runs.is_empty() {
+                        continue;
+                    }
+                    for (o, k) in runs {
+                        let mut w = Request::new(ReqId(0), Op::Write, at + o, k as u32);
+                        w.data =
+                            buf.as_ref().map(|b| Bytes::copy_from_slice(&b[o as usize..(o + k) as usize]));
+                        w.background = true;
+                        self.lower(Owner::Job(jid), w);
+                    }
+                    return;
+                }
                 Step::ReadUpper { at, through } => {
                     let r = Request::new(ReqId(0), Op::Read, at, (job.len + through) as u32);
                     self.counters.read_through_bytes += through;
@@ -913,6 +1081,7 @@ impl Pool {
             None => {
                 for lc in &job.locks {
                     self.locked.remove(lc);
+                    self.filling.remove(lc);
                 }
             }
         }
@@ -948,7 +1117,7 @@ impl Pool {
     /// A free chunk for `slot`'s `lc`: `Err(None)` to wait for a commit
     /// that frees some, `Err(Some(NoSpace))` if there is none.
     fn take_chunk(&mut self, slot: u32, lc: u64, near: Option<u64>) -> Result<u64, Option<IoError>> {
-        let room = self.extents_count() + 2 <= self.cfg.extents_max();
+        let room = self.meta_units() + 2 <= self.cfg.extents_max();
         let found = if !room {
             None
         } else if let Some(n) = near {
@@ -964,7 +1133,7 @@ impl Pool {
                 self.free.take(q, 1);
                 Ok(q)
             }
-            None if !self.frees.is_empty() || self.commit.is_some() => Err(None),
+            None if !self.frees.is_empty() || self.commit.is_some() || self.fills_to_free() => Err(None),
             None => {
                 self.counters.nospace += 1;
                 Err(Some(IoError::NoSpace))
@@ -982,6 +1151,7 @@ impl Pool {
         let (mapped, read_only) = (vol.map.get(lc), vol.entry.read_only);
         if op == Op::Read {
             return Ok(vec![match mapped {
+                Some(p) if self.partial.contains_key(&p) => self.read_partial(p, coff, len),
                 Some(p) => Step::ReadUpper {
                     at: self.cfg.chunk_at(p) + coff,
                     through: if coff == 0 && len == c { self.read_through(slot, lc, p) } else { 0 },
@@ -995,7 +1165,7 @@ impl Pool {
         let full = coff == 0 && len == c;
         let zeroing = matches!(op, Op::Trim | Op::WriteZeroes);
         if zeroing && (full || mapped.is_none()) {
-            if mapped.is_some() && self.extents_count() + 1 > self.cfg.extents_max() {
+            if mapped.is_some() && self.meta_units() + 1 > self.cfg.extents_max() {
                 self.counters.nospace += 1;
                 return Err(IoError::NoSpace);
             }
@@ -1026,11 +1196,23 @@ impl Pool {
         };
         if self.chunks.refs(p) == 1 {
             let at = self.cfg.chunk_at(p) + coff;
-            return Ok(if self.held.contains_key(&p) {
+            let mut steps = if self.held.contains_key(&p) {
                 vec![Step::Commit, Step::WriteUpper { at }]
             } else {
                 vec![Step::WriteUpper { at }]
-            });
+            };
+            if self.partial.contains_key(&p) {
+                steps.push(Step::Apply(Change::Written { q: p, coff, len }));
+            }
+            return Ok(steps);
+        }
+        let needs_read = !full || (slot == 0 && !self.cfg.redirect_origin);
+        if needs_read && self.partial.contains_key(&p) {
+            // A shared partial chunk read whole: filled first (what its
+            // unwritten sectors get is what every sharer reads there now).
+            let mut steps = self.fill_steps(p);
+            steps.push(Step::Plan);
+            return Ok(steps);
         }
         // Shared.
         let q = match self.take_chunk(slot, lc, Some(p)) {
@@ -1065,11 +1247,165 @@ impl Pool {
         Ok(if full {
             self.counters.full_overwrite_read_skipped += 1;
             vec![Step::WriteUpper { at: self.cfg.chunk_at(q) }, change]
+        } else if slot == 0 && self.partial_fits() {
+            // Only the piece into `q`; the rest reads from `p` until filled.
+            self.counters.partial_redirects += 1;
+            vec![
+                Step::WriteUpper { at: self.cfg.chunk_at(q) + coff },
+                Step::Apply(Change::Redirect { lc, p, q, coff, len }),
+            ]
         } else {
             self.counters.copy_read_bytes += c;
             self.counters.copy_written_bytes += c;
             vec![Step::ReadBuf { p, n: 1, at: 0 }, Step::Patch, Step::WriteBuf { q, n: 1 }, change]
         })
+    }
+
+    /// 512-byte sectors in a chunk.
+    fn sectors_per_chunk(&self) -> u64 {
+        self.cfg.chunk_bytes / SECTOR
+    }
+
+    /// Whether a redirected chunk may be left partial: its chunk size has
+    /// a written map, and the checkpoint has room for one more partial
+    /// chunk (and a spare unit) besides the map record's 2.
+    fn partial_fits(&self) -> bool {
+        let need = 2 + meta::PARTIAL_EXTENT_UNITS + 1;
+        self.sectors_per_chunk() <= SECTORS_MAX && self.meta_units() + need <= self.cfg.extents_max()
+    }
+
+    /// The checkpoint room the maps and the partial chunks take, in
+    /// extent records (one spare for a partial record not fitting the end
+    /// of a block).
+    fn meta_units(&self) -> u64 {
+        let n = self.partial.len() as u64;
+        self.extents_count() + n * meta::PARTIAL_EXTENT_UNITS + u64::from(n > 0)
+    }
+
+    /// Whether `p` is partial or the base of one: not moved, not read
+    /// whole.
+    fn pinned(&self, p: u64) -> bool {
+        self.partial.contains_key(&p) || self.based.contains_key(&p)
+    }
+
+    /// The read of `[coff, coff + len)` of partial chunk `q`: its written
+    /// sectors from `q`, the rest from its base. Within one run, one read;
+    /// else the range is read from both (two lower reads, each in line
+    /// with the same reads of the chunks before and after it, which the
+    /// pool joins: a sequential reader's base reads are one stream at the
+    /// origin's homes) and composed.
+    fn read_partial(&self, q: u64, coff: u64, len: u64) -> Step {
+        let pt = &self.partial[&q];
+        let runs = pt.written.runs(coff / SECTOR, len / SECTOR);
+        if let [(_, _, written)] = runs[..] {
+            let from = if written { q } else { pt.base };
+            return Step::ReadUpper { at: self.cfg.chunk_at(from) + coff, through: 0 };
+        }
+        let take = |w: bool| -> Vec<(u64, u64)> {
+            runs.iter().filter(|r| r.2 == w).map(|&(f, n, _)| (f * SECTOR - coff, n * SECTOR)).collect()
+        };
+        Step::ReadParts(vec![
+            (self.cfg.chunk_at(pt.base) + coff, take(false)),
+            (self.cfg.chunk_at(q) + coff, take(true)),
+        ])
+    }
+
+    /// Appends partial chunk `q`'s record (its state now; a chunk no
+    /// longer partial: whole), replacing the one already in the batch.
+    /// A redirect's goes before its map record, so that a torn journal
+    /// never names a partial chunk as whole.
+    fn record_partial(&mut self, q: u64) {
+        let r = match self.partial.get(&q) {
+            Some(pt) => meta::partial_record(q, pt),
+            None => Record::Partial { chunk: q, base: UNMAPPED, written: Sectors::default() },
+        };
+        match self.batch_partial.get(&q) {
+            Some(&i) => self.batch[i] = r,
+            None => {
+                self.batch_partial.insert(q, self.batch.len());
+                self.batch.push(r);
+            }
+        }
+    }
+
+    /// Partial chunk `q` is whole (written or filled): its share of its
+    /// base goes.
+    fn make_whole(&mut self, q: u64) {
+        let pt = self.partial.remove(&q).expect("partial");
+        match self.based.get_mut(&pt.base) {
+            Some(n) if *n > 1 => *n -= 1,
+            _ => _ = self.based.remove(&pt.base),
+        }
+        self.record_partial(q);
+        self.unshare(pt.base);
+        // Neither is pinned any more: the defragmenter may move them.
+        self.defrag_pending |= self.cfg.defrag;
+    }
+
+    /// Starts filling partial chunk `q` (its base's data into its
+    /// unwritten sectors) unless its lc is busy; whether it started.
+    fn start_fill(&mut self, q: u64) -> bool {
+        let lc = self.chunks.lc(q).expect("a partial chunk is mapped");
+        if self.locked.contains(&lc) {
+            return false;
+        }
+        self.filling.insert(lc);
+        let steps = self.fill_steps(q);
+        self.background_job(vec![lc], steps.into(), Vec::new());
+        true
+    }
+
+    /// The steps that fill partial chunk `q`: its base read, the sectors
+    /// `q` has not written written from it, `q` whole (durable with the
+    /// next commit; until then a crash leaves `q` partial, which reads the
+    /// same).
+    fn fill_steps(&mut self, q: u64) -> Vec<Step> {
+        let (base, c) = (self.partial[&q].base, self.cfg.chunk_bytes);
+        self.counters.copy_read_bytes += c;
+        vec![
+            Step::ReadBuf { p: base, n: 1, at: 0 },
+            Step::WriteUnwritten { q },
+            Step::Apply(Change::Written { q, coff: 0, len: c }),
+        ]
+    }
+
+    /// Runs a background job (a fill or a defragmentation stage) holding
+    /// `locks` and the chunks `taken`.
+    fn background_job(&mut self, locks: Vec<u64>, steps: VecDeque<Step>, taken: Vec<u64>) {
+        self.locked.extend(locks.iter().copied());
+        let jid = self.new_job(Job {
+            upper: None,
+            within: 0,
+            slot: 0,
+            lc: locks[0],
+            coff: 0,
+            len: self.cfg.chunk_bytes,
+            op: Op::Write,
+            data: None,
+            steps,
+            buf: None,
+            taken,
+            locks,
+            read_into: None,
+            read: None,
+            parts: Vec::new(),
+            in_flight: 0,
+            failed: None,
+        });
+        self.run_job(jid);
+    }
+
+    /// Fills started or running whose base only they hold: space a commit
+    /// will free (for a write that found none).
+    fn fills_to_free(&mut self) -> bool {
+        let candidates: Vec<u64> =
+            self.partial.iter().filter(|(_, pt)| self.chunks.refs(pt.base) == 1).map(|(&q, _)| q).collect();
+        let mut any = false;
+        for q in candidates {
+            let lc = self.chunks.lc(q).expect("mapped");
+            any |= self.filling.contains(&lc) || self.start_fill(q);
+        }
+        any
     }
 
     /// A chunk was placed at `q` for a place that wants `target`: only one
@@ -1081,7 +1417,7 @@ impl Pool {
     }
 
     fn record(&mut self, slot: u32, lc: u64, location: u64) {
-        self.batch.push(JournalRecord::Exception { volume: slot, chunk: lc, location });
+        self.batch.push(Record::Core(JournalRecord::Exception { volume: slot, chunk: lc, location }));
     }
 
     /// `p` lost a sharer: freed once that is durable if none is left,
@@ -1089,6 +1425,10 @@ impl Pool {
     fn unshare(&mut self, p: u64) {
         if self.chunks.unshare(p) == 0 {
             self.frees.push((self.batch_no, p));
+            if self.partial.contains_key(&p) {
+                // Unmapped while partial: its share of its base goes too.
+                self.make_whole(p);
+            }
         } else {
             self.held.insert(p, self.batch_no);
         }
@@ -1142,6 +1482,31 @@ impl Pool {
                     self.unshare(e.value);
                 }
             }
+            Change::Redirect { lc, p, q, coff, len } => {
+                let mut written = Sectors::default();
+                written.set(coff / SECTOR, len / SECTOR);
+                self.partial.insert(q, Partial { base: p, written });
+                *self.based.entry(p).or_default() += 1;
+                self.record_partial(q);
+                let vol = self.vols[0].as_mut().expect("the origin");
+                let old = vol.map.insert(lc, 1, q);
+                debug_assert_eq!(old.first().map(|e| e.value), Some(p));
+                self.chunks.map(q, lc, 1);
+                self.record(0, lc, q);
+                // The origin's share of `p` is now `q`'s: `p`'s count stays.
+            }
+            Change::Written { q, coff, len } => {
+                let n = self.sectors_per_chunk();
+                let Some(pt) = self.partial.get_mut(&q) else { return };
+                if !pt.written.set(coff / SECTOR, len / SECTOR) {
+                    return;
+                }
+                if pt.written.all(n) {
+                    self.make_whole(q);
+                } else {
+                    self.record_partial(q);
+                }
+            }
         }
     }
 
@@ -1164,8 +1529,19 @@ impl Pool {
                 }
             }
         }
+        let partials: Vec<Record> = self.partial.iter().map(|(&q, pt)| meta::partial_record(q, pt)).collect();
         let gen = self.checkpoint_gen + 1;
-        (gen, meta::encode_checkpoint(&self.cfg, gen, self.journal_seq, &self.volume_entries(), &runs))
+        (
+            gen,
+            meta::encode_checkpoint(
+                &self.cfg,
+                gen,
+                self.journal_seq,
+                &self.volume_entries(),
+                &runs,
+                &partials,
+            ),
+        )
     }
 
     fn maybe_commit(&mut self) {
@@ -1182,8 +1558,9 @@ impl Pool {
         let no = self.batch_no;
         self.batch_no += 1;
         let records = std::mem::take(&mut self.batch);
-        let cap = meta::journal_capacity();
-        let blocks = records.len().div_ceil(cap) as u64;
+        self.batch_partial.clear();
+        let payloads = meta::pack_journal(&records);
+        let blocks = payloads.len() as u64;
         let full = self.journal_seq + blocks - self.journal_start > self.cfg.journal_blocks;
         let mut writes = VecDeque::new();
         let mut checkpoint = None;
@@ -1202,8 +1579,8 @@ impl Pool {
             writes.push_back(group);
             checkpoint = Some((gen, self.journal_seq));
         } else {
-            for chunk in records.chunks(cap) {
-                let block = meta::encode_journal(next_seq, chunk);
+            for payload in payloads {
+                let block = meta::encode_journal(next_seq, &payload);
                 writes.push_back(
                     (0..2).map(|c| (self.cfg.journal_block_at(next_seq, c), block.clone())).collect(),
                 );
@@ -1250,10 +1627,12 @@ impl Pool {
     fn commit_done(&mut self, commit: Commit) {
         // The share counts and the reverse map against a fresh census.
         #[cfg(debug_assertions)]
-        assert_eq!(
-            Ok(&self.chunks),
-            ChunkTable::census(self.cfg.data_chunks, self.vols.iter().flatten().map(|v| &v.map)).as_ref()
-        );
+        {
+            let mut t = ChunkTable::census(self.cfg.data_chunks, self.vols.iter().flatten().map(|v| &v.map))
+                .expect("one lc per data chunk");
+            Self::add_bases(&self.cfg, &mut t, &self.partial).expect("partial chunks as they should be");
+            assert_eq!(self.chunks, t);
+        }
         self.counters.commits += 1;
         match commit.checkpoint {
             Some((gen, start)) => {
@@ -1346,7 +1725,7 @@ impl Pool {
                     ));
                 }
                 let extents = self.vols[of as usize].as_ref().expect("named").map.extent_count() as u64;
-                if self.extents_count() + extents + 2 > self.cfg.extents_max() {
+                if self.meta_units() + extents + 2 > self.cfg.extents_max() {
                     return Err("pool: no room for the snapshot's map in the pool's metadata (ENOSPC)".into());
                 }
                 self.structural = Some(Structural::Create { name: name.to_string(), of, read_only });
@@ -1515,7 +1894,7 @@ impl Pool {
     /// made but its first stage must wait), `None` goes on to the next.
     #[allow(clippy::option_option)]
     fn defrag_chunk(&mut self, quiet: bool, s: u32, l: u64, p: u64) -> Option<Option<Vec<(u64, u64, u64)>>> {
-        if self.locked.contains(&l) || self.held.contains_key(&p) {
+        if self.locked.contains(&l) || self.held.contains_key(&p) || self.pinned(p) {
             return None;
         }
         // A snapshot's chunk at its lc's home is where the origin's
@@ -1526,6 +1905,9 @@ impl Pool {
             return None;
         }
         let target = if s == 0 { self.place.home(l) } else { self.origin_ref(l) };
+        if self.pinned(target) {
+            return None;
+        }
         let d = p.abs_diff(target);
         if s == 0 && d > 1 && self.chunks.lc(target) == Some(l) {
             // Snapshots hold the origin's home (a redirected write).
@@ -1738,6 +2120,7 @@ impl Pool {
                 && self.free.is_free(q, 1)
                 && !self.locked.contains(&lc)
                 && !self.held.contains_key(&p)
+                && !self.pinned(p)
         });
         if !valid {
             self.defrag_plan.clear();
@@ -1812,11 +2195,20 @@ impl Pool {
             ("read_through_bytes".into(), k.read_through_bytes),
             ("joined_pieces_count".into(), k.joined_pieces),
             ("joined_requests_count".into(), k.joined_requests),
+            ("origin_partial_redirects_count".into(), k.partial_redirects),
+            ("partial_chunks_count".into(), self.partial.len() as u64),
+            ("chunks_filled_count".into(), k.chunks_filled),
         ];
         for vol in self.vols.iter().flatten() {
             v.push((format!("volume_{}_allocated_bytes", vol.entry.name), vol.map.mapped_blocks() * c));
         }
         v
+    }
+
+    /// Whether partial chunks wait to be filled and the pool is quiet
+    /// (idle time: [`LINE_UP_QUIET_NS`] without an upper request).
+    fn fill_due(&self, now: Instant) -> bool {
+        !self.partial.is_empty() && self.quiet.is_idle(now)
     }
 
     fn pump(&mut self) {
@@ -1866,6 +2258,17 @@ impl Target for Pool {
             }
             Owner::Job(jid) => {
                 let job = self.jobs.get_mut(&jid).expect("live job");
+                if let Some(i) = job.parts.iter().position(|x| x.0 == c.id.0) {
+                    // One part of a partial chunk's read: the ranges it gives.
+                    if let Some(d) = &c.data {
+                        let len = job.len as usize;
+                        let buf = job.buf.get_or_insert_with(|| vec![0; len]);
+                        for &(o, n) in &job.parts[i].1 {
+                            let (o, n) = (o as usize, n as usize);
+                            buf[o..o + n].copy_from_slice(&d[o..o + n]);
+                        }
+                    }
+                }
                 if job.in_flight > 1 {
                     // Not the last of the step's requests.
                     job.in_flight -= 1;
@@ -1878,6 +2281,10 @@ impl Target for Pool {
                 if let Some(e) = c.result.err().or(job.failed.take()) {
                     return self.end_job(jid, Err(e));
                 }
+                if !job.parts.is_empty() {
+                    job.parts.clear();
+                    job.read = job.buf.take().map(Bytes::from);
+                }
                 match (job.read_into.take(), c.data) {
                     // A buffer read feeds the patch / write that follow.
                     (Some(at), Some(d)) => {
@@ -1887,7 +2294,7 @@ impl Target for Pool {
                         buf[o..o + d.len()].copy_from_slice(&d);
                     }
                     // An upper read, less what was read through after it.
-                    (None, Some(d)) => job.read = Some(d.slice(..job.len as usize)),
+                    (None, Some(d)) if job.read.is_none() => job.read = Some(d.slice(..job.len as usize)),
                     _ => {}
                 }
                 self.run_job(jid);
@@ -1904,7 +2311,7 @@ impl Target for Pool {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        self.line_up_deferred.then(|| self.quiet.poll_timeout()).flatten()
+        (self.line_up_deferred || !self.partial.is_empty()).then(|| self.quiet.poll_timeout()).flatten()
     }
 
     fn handle_timeout(&mut self, now: Instant) {
@@ -1964,16 +2371,30 @@ impl Target for Pool {
         }
     }
 
-    fn background_offer(&self, _now: Instant) -> Option<layoutd_core::background::Offer> {
+    fn background_offer(&self, now: Instant) -> Option<layoutd_core::background::Offer> {
         use layoutd_core::background::{JobClass, Offer};
-        (self.cfg.defrag
-            && (self.defrag_pending || !self.defrag_plan.is_empty())
-            && self.serving()
-            && self.structural.is_none())
-        .then_some(Offer { class: JobClass::Reorganisation })
+        let defrag = self.cfg.defrag && (self.defrag_pending || !self.defrag_plan.is_empty());
+        ((defrag || self.fill_due(now)) && self.serving() && self.structural.is_none())
+            .then_some(Offer { class: JobClass::Reorganisation })
     }
 
     fn background_step(&mut self, now: Instant) -> Option<u64> {
+        if self.fill_due(now) {
+            // One fill at a time, before any defragmentation (which
+            // leaves partial chunks and their bases where they are).
+            if self.jobs.values().any(|j| j.upper.is_none()) {
+                return None;
+            }
+            let q =
+                self.partial.keys().copied().find(|&q| {
+                    !self.locked.contains(&self.chunks.lc(q).expect("a partial chunk is mapped"))
+                })?;
+            self.start_fill(q);
+            return Some(2 * self.cfg.chunk_bytes);
+        }
+        if !self.cfg.defrag {
+            return None;
+        }
         let (moves, planned) = match self.next_planned_stage() {
             Err(()) => return None,
             Ok(Some(m)) => (m, true),
@@ -2007,27 +2428,7 @@ impl Target for Pool {
             steps.push_back(Step::Commit);
         }
         self.free.take(q0, n);
-        let locks: Vec<u64> = moves.iter().map(|m| m.0).collect();
-        self.locked.extend(locks.iter().copied());
-        let jid = self.new_job(Job {
-            upper: None,
-            within: 0,
-            slot: 0,
-            lc: moves[0].0,
-            coff: 0,
-            len: self.cfg.chunk_bytes,
-            op: Op::Write,
-            data: None,
-            steps,
-            buf: None,
-            taken: (q0..q0 + n).collect(),
-            locks,
-            read_into: None,
-            read: None,
-            in_flight: 0,
-            failed: None,
-        });
-        self.run_job(jid);
+        self.background_job(moves.iter().map(|m| m.0).collect(), steps, (q0..q0 + n).collect());
         Some(2 * n * self.cfg.chunk_bytes)
     }
 
