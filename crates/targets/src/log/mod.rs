@@ -787,7 +787,7 @@ impl Target for Log {
         let idle = self
             .resequence_idle
             .poll_timeout()
-            .filter(|_| self.args.resequence && self.group_dirty_count > 0);
+            .filter(|_| (self.args.resequence && self.group_dirty_count > 0) || self.wants_idle_cleaning());
         [idle, self.backoff.at()].into_iter().flatten().min()
     }
 
@@ -844,7 +844,11 @@ impl Target for Log {
         if !self.serving() || !self.works.is_empty() || !self.pending.is_empty() || !self.reads.is_empty() {
             return None;
         }
-        if self.wants_idle_cleaning() || self.resequence_needs_space(now) {
+        // Idle cleaning waits for idle time as re-sequencing does (no
+        // request for `resequence_idle_ms`): offered in the gaps between a
+        // busy client's requests, its passes delay the requests after them.
+        let idle = self.resequence_idle.is_idle(now);
+        if (idle && self.wants_idle_cleaning()) || self.resequence_needs_space(now) {
             return Some(Offer { class: JobClass::Cleaning });
         }
         self.resequence_due(now).then_some(Offer { class: JobClass::Reorganisation })
