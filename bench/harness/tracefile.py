@@ -137,20 +137,30 @@ def gzip_copy(src, dst):
         shutil.copyfileobj(a, b)
 
 
-def one_stream(src, dst):
+def one_stream(src, dst, gap_at_line=None, gap_ns=0, stop_at_line=None):
     """Writes the trace `src` (plain or .gz) to `dst` (gzip) with every
     request's stream set to 0, in recorded order. For captures made before
     the trace layer recorded the base stream (commit 9461b99): they carry
     the live stream detector's run ids, about 8 per NBD connection, and a
     closed-loop replay would pace each as a stream of its own, drifting
     apart so that one phase's requests run in another's window (and the
-    harness's marker reads no longer bracket the phases)."""
+    harness's marker reads no longer bracket the phases).
+
+    With `gap_at_line` (a line number of `src`, 1 = its first line, as
+    `stats`' markers give them) every request from that line on is moved
+    `gap_ns` later: a closed-loop replay then has that much think time more
+    before it (idle time inserted, e.g. before a read phase). With
+    `stop_at_line` the requests from that line on are left out (a prefix)."""
     opener = gzip.open if src.endswith(".gz") else open
     with opener(src, "rt") as f, gzip.open(dst, "wt") as out:
-        for line in f:
+        for n, line in enumerate(f, 1):
+            if stop_at_line is not None and n >= stop_at_line:
+                break
             if line.startswith("#") or not line.strip():
                 out.write(line)
                 continue
             p = line.split()
+            if gap_at_line is not None and n >= gap_at_line:
+                p[:2] = [str(int(t) + gap_ns) if t.isdigit() else t for t in p[:2]]
             out.write(" ".join(p[:2] + ["0"] + p[3:]) + "\n")
     return dst

@@ -835,3 +835,41 @@ fn flushed_data_survives_a_crash_at_any_point_of_sliding_compaction() {
         assert!(cuts > 40, "{policy}: {cuts}");
     }
 }
+
+/// A busy client (0.1 ms between requests) on a volume 60% full, updated
+/// at random (so adaptive, with a free-segment target of 12 of about 30
+/// segments, wants idle cleaning): the background passes run before the idle period
+/// and after it. Returns (passes while requests kept coming, after a second
+/// without requests).
+fn idle_cleaning_passes(idle_ms: u64) -> (u64, u64) {
+    let extra = format!("resequence = false\nresequence_idle_ms = {idle_ms}\n");
+    let cfg = cfg("adaptive", &extra).replace("free_segments_target = 3", "free_segments_target = 12");
+    let (_dev, mut h) = formatted(&cfg);
+    let blocks = counter(&*h.stack, "volume_blocks_count") * 6 / 10;
+    let (order, mut rng) = shuffled(blocks, 11);
+    let updates: Vec<u64> = (0..blocks).map(|_| rng.gen_range(0..blocks)).collect();
+    for &b in order.iter().chain(&updates) {
+        assert_eq!(h.write(b * 4096, block_bytes(2, b)).result, Ok(()));
+        // A client's think time: 0.1 ms between requests.
+        h.run_until(h.now.add_ns(100_000));
+    }
+    let busy = counter(&*h.stack, "background_cleanings_count");
+    h.run_until(h.now.add_ms(1000));
+    h.settle();
+    for b in 0..blocks {
+        assert_eq!(h.read(b * 4096, 4096).data.expect("data"), block_bytes(2, b), "block {b}");
+    }
+    let status = h.stack.status().to_string();
+    eprintln!("idle_ms {idle_ms}: {busy} passes while busy; {status}");
+    (busy, counter(&*h.stack, "background_cleanings_count") - busy)
+}
+
+#[test]
+fn idle_cleaning_waits_for_idle_time_not_for_the_gaps_between_requests() {
+    let (busy, idle) = idle_cleaning_passes(100);
+    assert_eq!(busy, 0, "no idle cleaning while requests keep coming");
+    assert!(idle > 0, "idle cleaning after a second without requests");
+    // Negative control: with no idle wait, it runs between the requests.
+    let (gaps, _) = idle_cleaning_passes(0);
+    assert!(gaps > 0, "{gaps} passes between requests without the idle wait");
+}

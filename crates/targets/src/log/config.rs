@@ -102,7 +102,7 @@ pub struct Args {
     /// Whether idle time re-sequences fragmented groups of blocks (see
     /// `request::Log::resequence_step`).
     pub resequence: bool,
-    /// Re-sequencing waits for this long without a request.
+    /// Re-sequencing and idle cleaning wait for this long without a request.
     pub resequence_idle_ms: u64,
     /// Whether re-sequencing slides each group into its home segment
     /// (group g into segment g, its live blocks moved out first), so that

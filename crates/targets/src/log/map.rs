@@ -92,6 +92,13 @@ impl Packed {
         }
     }
 
+    /// The words of a one-bit `Packed`: integer `i` is bit `i % 64` of
+    /// word `i / 64` (a census reads every segment's bits in one pass).
+    pub fn bit_words(&self) -> &[u64] {
+        assert_eq!(self.width, 1, "the words of a one-bit Packed");
+        &self.words
+    }
+
     /// Sets every integer to zero.
     pub fn clear(&mut self) {
         self.words.fill(0);
@@ -261,6 +268,11 @@ mod tests {
             p.set(77, 0);
             assert_eq!((p.get(76), p.get(77), p.get(78)), (val(76), 0, val(78)));
             assert_eq!(p.ram_bytes(), 8 * (n * u64::from(width)).div_ceil(64));
+            if width == 1 {
+                // `bit_words` holds the same values, bit i of word i / 64.
+                let w = p.bit_words();
+                assert!((0..n).all(|i| (w[i as usize / 64] >> (i % 64)) & 1 == p.get(i)));
+            }
         }
         let mut m = SlotMap::new(10, 8);
         assert_eq!((m.width(), m.get(3)), (4, UNMAPPED));

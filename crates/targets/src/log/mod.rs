@@ -502,7 +502,13 @@ impl Log {
     /// Whether a segment's holes may be written now (see the glossary).
     fn eligible(&self, loc: u32) -> bool {
         let i = u64::from(loc);
-        self.written_now.get(i) == 0 && (self.args.unsafe_reuse || self.freed_now.get(i) == 0)
+        self.eligible_from(self.written_now.get(i) == 1, self.freed_now.get(i) == 1)
+    }
+
+    /// The crash rule on a segment's two epoch bits: not written in this
+    /// epoch, and none of its slots freed in it.
+    fn eligible_from(&self, written_now: bool, freed_now: bool) -> bool {
+        !written_now && (self.args.unsafe_reuse || !freed_now)
     }
 
     /// Something the idle-cleaning decision depends on changed (which
@@ -565,26 +571,28 @@ impl Log {
     /// The segments as policies see them; `after_checkpoint` judges
     /// eligibility as it will be once the running checkpoint is durable.
     fn census(&self, after_checkpoint: bool) -> Census {
-        let busy = |l: u32| {
-            self.cleaning.contains(&l)
-                || self.open.as_ref().is_some_and(|o| o.loc.0 == l)
-                || self.chain_next.is_some_and(|c| c.0 == l)
-                || self.seg_buf.contains_key(&l)
-        };
-        let segs = (0..self.geo.segment_count)
-            .map(|l| {
-                let i = l as usize;
+        // One pass over the per-segment state, then the few busy segments
+        // marked: a census is made at every segment opened and sealed and
+        // after each idle-offer change, so it must be cheap per segment.
+        let (written, freed) = (self.written_now.bit_words(), self.freed_now.bit_words());
+        let bit = |words: &[u64], i: usize| (words[i / 64] >> (i % 64)) & 1 == 1;
+        let mut segs = Vec::with_capacity(self.geo.segment_count as usize);
+        for l in 0..self.geo.segment_count {
+            let i = l as usize;
+            segs.push(SegInfo {
+                loc: l,
+                valid: self.usage.valid(i),
+                written_at_seq: self.usage.written_at(i),
                 // Once the checkpoint is durable, every segment is.
-                let eligible = after_checkpoint || self.eligible(l);
-                SegInfo {
-                    loc: l,
-                    valid: self.usage.valid(i),
-                    written_at_seq: self.usage.written_at(i),
-                    eligible,
-                    busy: busy(l),
-                }
-            })
-            .collect();
+                eligible: after_checkpoint || self.eligible_from(bit(written, i), bit(freed, i)),
+                busy: false,
+            });
+        }
+        let open = self.open.as_ref().map(|o| o.loc.0);
+        let busy = self.cleaning.iter().copied().chain(open).chain(self.chain_next.map(|c| c.0));
+        for l in busy.chain(self.seg_buf.keys().copied()) {
+            segs[l as usize].busy = true;
+        }
         Census {
             segs,
             slot_count: self.geo.slot_count,
@@ -779,7 +787,7 @@ impl Target for Log {
         let idle = self
             .resequence_idle
             .poll_timeout()
-            .filter(|_| self.args.resequence && self.group_dirty_count > 0);
+            .filter(|_| (self.args.resequence && self.group_dirty_count > 0) || self.wants_idle_cleaning());
         [idle, self.backoff.at()].into_iter().flatten().min()
     }
 
@@ -836,7 +844,11 @@ impl Target for Log {
         if !self.serving() || !self.works.is_empty() || !self.pending.is_empty() || !self.reads.is_empty() {
             return None;
         }
-        if self.wants_idle_cleaning() || self.resequence_needs_space(now) {
+        // Idle cleaning waits for idle time as re-sequencing does (no
+        // request for `resequence_idle_ms`): offered in the gaps between a
+        // busy client's requests, its passes delay the requests after them.
+        let idle = self.resequence_idle.is_idle(now);
+        if (idle && self.wants_idle_cleaning()) || self.resequence_needs_space(now) {
             return Some(Offer { class: JobClass::Cleaning });
         }
         self.resequence_due(now).then_some(Offer { class: JobClass::Reorganisation })

@@ -145,9 +145,7 @@ impl Census {
 
     /// Greedy: fewest live blocks first.
     pub fn greedy(&self, max: usize) -> Vec<u32> {
-        let mut c: Vec<&SegInfo> = self.candidates().collect();
-        c.sort_by_key(|s| (s.valid, s.loc));
-        c.into_iter().take(max).map(|s| s.loc).collect()
+        fewest_live(self.candidates(), max)
     }
 
     /// Sprite cost-benefit: highest (1 - u) * age / (1 + u) first.
@@ -166,16 +164,29 @@ impl Census {
     /// Age threshold (F2FS ATGC): greedy among segments older than the
     /// threshold; greedy over all when none is.
     pub fn age_threshold(&self, max: usize, threshold_seq: u64) -> Vec<u32> {
-        let mut c: Vec<&SegInfo> = self
-            .candidates()
-            .filter(|s| self.now_seq.saturating_sub(s.written_at_seq) >= threshold_seq)
-            .collect();
-        if c.is_empty() {
-            return self.greedy(max);
+        let old =
+            self.candidates().filter(|s| self.now_seq.saturating_sub(s.written_at_seq) >= threshold_seq);
+        match fewest_live(old, max) {
+            v if v.is_empty() => self.greedy(max),
+            v => v,
         }
-        c.sort_by_key(|s| (s.valid, s.loc));
-        c.into_iter().take(max).map(|s| s.loc).collect()
     }
+}
+
+/// The `max` segments of `segs` with the fewest live blocks, fewest first
+/// (ties by location): a partial selection, so idle-cleaning offers
+/// (`greedy(1)`) do not sort every candidate.
+fn fewest_live<'a>(segs: impl Iterator<Item = &'a SegInfo>, max: usize) -> Vec<u32> {
+    let mut keys: Vec<(u32, u32)> = segs.map(|s| (s.valid, s.loc)).collect();
+    if max == 0 {
+        return Vec::new();
+    }
+    if max < keys.len() {
+        keys.select_nth_unstable(max - 1);
+        keys.truncate(max);
+    }
+    keys.sort_unstable();
+    keys.into_iter().map(|(_, l)| l).collect()
 }
 
 /// What caused a slot write.
@@ -311,6 +322,16 @@ mod tests {
     fn victims_and_targets_follow_each_rule() {
         let c = census(&[8, 6, 2, 0, 7, 3, 0]);
         assert_eq!(c.greedy(2), vec![2, 5]);
+        // The partial selection gives a full sort's prefix for every count
+        // (ties by location: 4 and 6 hold 7 live blocks each).
+        let ties = census(&[8, 6, 2, 0, 7, 3, 7, 1, 6]);
+        for max in 0..=9 {
+            let mut all: Vec<&SegInfo> = ties.candidates().collect();
+            all.sort_by_key(|s| (s.valid, s.loc));
+            let sorted: Vec<u32> = all.iter().take(max).map(|s| s.loc).collect();
+            assert_eq!(ties.greedy(max), sorted, "max {max}");
+        }
+        assert_eq!(ties.greedy(5), vec![7, 2, 5, 1, 8]);
         assert_eq!(c.next_free(), Some(3));
         assert_eq!(c.free_count(), 2);
         // Cost-benefit prefers the older of similar segments.
