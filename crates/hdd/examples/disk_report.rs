@@ -4,6 +4,10 @@
 //! beside model, then the median residual per request pair class),
 //! or `... -- distribution FILE.parv FILE.trace DISKSIM.outv|DIST.txt` (DiskSim's
 //! demerit of a distribution DiskSim printed, against the trace and this model).
+//! `--early-read-as-parameter` (validate, requests, distribution): model
+//! "Immediate buffer read" and "Read any free blocks" as the file sets them,
+//! not as the DiskSim 4.0 release runs them
+//! (`DiskParams::disksim_release_no_early_read`).
 
 use layoutd_hdd::{
     demerit_disksim_ms, read_disksim_distribution, show_report, validate, write_cdf_svg, DiskParams,
@@ -13,7 +17,14 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let all: Vec<String> = std::env::args().skip(1).collect();
+    let as_parameter = all.iter().any(|arg| arg == "--early-read-as-parameter");
+    let args: Vec<String> = all.into_iter().filter(|arg| arg != "--early-read-as-parameter").collect();
+    let load = |path: &str| -> Result<DiskParams, layoutd_hdd::HddError> {
+        let mut params = DiskParams::from_diskspecs(Path::new(path))?;
+        params.disksim_release_no_early_read = !as_parameter;
+        Ok(params)
+    };
     match args.first().map(String::as_str) {
         Some("show") => {
             let name = args.get(1).map(String::as_str).unwrap_or("wd800");
@@ -30,7 +41,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         Some("validate") if args.len() >= 3 => {
-            let params = DiskParams::from_diskspecs(Path::new(&args[1]))?;
+            let params = load(&args[1])?;
             let report = validate(&params, Path::new(&args[2]))?;
             if let Some(plot) = args.get(3).filter(|arg| *arg != "--json") {
                 write_cdf_svg(&report, Path::new(plot))?;
@@ -48,7 +59,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         Some("requests") if args.len() >= 3 => {
-            let params = DiskParams::from_diskspecs(Path::new(&args[1]))?;
+            let params = load(&args[1])?;
             let report = validate(&params, Path::new(&args[2]))?;
             println!("# index op lba sectors measured_ms model_ms model_hit seek_cyl");
             for (index, request) in report.requests.iter().enumerate() {
@@ -67,7 +78,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             print_access_diff(&report.requests);
         }
         Some("distribution") if args.len() >= 4 => {
-            let params = DiskParams::from_diskspecs(Path::new(&args[1]))?;
+            let params = load(&args[1])?;
             let report = validate(&params, Path::new(&args[2]))?;
             let disksim = read_disksim_distribution(Path::new(&args[3]))?;
             println!(
@@ -87,7 +98,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         _ => eprintln!(
             "usage: disk_report show PRESET|FILE.diskspecs [--json] | validate FILE.diskspecs FILE.trace [PLOT.svg] [--json] \
-             | requests FILE.diskspecs FILE.trace | distribution FILE.parv FILE.trace DISKSIM.outv|DIST.txt"
+             | requests FILE.diskspecs FILE.trace | distribution FILE.parv FILE.trace DISKSIM.outv|DIST.txt \
+             [--early-read-as-parameter]"
         ),
     }
     Ok(())

@@ -529,6 +529,8 @@ pub fn load_with(path: &Path, read: Reader) -> Result<DiskParams, HddError> {
         bus_write_sector_ns: 0,
         interface: interface(&disk, bus.as_ref())?,
         cache: cache(&disk, &mut warnings)?,
+        // What DiskSim's published figures come from: the 4.0 release.
+        disksim_release_no_early_read: true,
         import_warnings: Vec::new(),
     };
     let (bus_read_ms, bus_write_ms) = bus_sector_ms(&disk, bus.as_ref(), &mut warnings)?;
@@ -556,6 +558,17 @@ pub fn load_with(path: &Path, read: Reader) -> Result<DiskParams, HddError> {
             params.cylinder_count - 1,
             params.cylinder_count
         ));
+    }
+    for (set, key) in [
+        (params.interface.zero_latency_read, "Immediate buffer read"),
+        (params.cache.read_any_free_blocks, "Read any free blocks"),
+    ] {
+        if set && params.disksim_release_no_early_read {
+            warnings.push(format!(
+                "`{key} = 1` takes no effect, as in the DiskSim 4.0 release: reads start at their first sector \
+                 (`DiskParams::disksim_release_no_early_read`)"
+            ));
+        }
     }
     params.import_warnings = warnings;
     Ok(params)

@@ -360,13 +360,15 @@ impl Disk {
                 let access = self.take_arm(mechanism_ready_ns, lba, sectors, pbn, Feed::Read { watermark });
                 fill_access(completion, &access);
                 // "Read any free blocks": the sectors before the first
-                // requested one that passed under the head while it waited.
-                let before = if self.params.cache.read_any_free_blocks {
-                    let passed = access.rotation_ns / self.sector_ns(pbn.zone_index);
-                    passed.min(u64::from(pbn.sector)).min(segment_sectors.saturating_sub(sectors))
-                } else {
-                    0
-                };
+                // requested one that passed under the head while it waited
+                // (not in the DiskSim 4.0 release: `disksim_release_no_early_read`).
+                let before =
+                    if self.params.cache.read_any_free_blocks && !self.params.disksim_release_no_early_read {
+                        let passed = access.rotation_ns / self.sector_ns(pbn.zone_index);
+                        passed.min(u64::from(pbn.sector)).min(segment_sectors.saturating_sub(sectors))
+                    } else {
+                        0
+                    };
                 let segment = self.fill_after_read(now_ns, lba, lba, end, &access, before);
                 // The drive reselects once the watermark's sectors are in the
                 // buffer, in order, head switches and all; the bus then holds
@@ -774,7 +776,8 @@ impl Disk {
     /// which round the landing angle up to a sector start, at each landing.
     /// `inside` counts the run's sectors that start before that boundary,
     /// the one the head lands in included; landing in the first sector
-    /// already pays off, landing in the last one does not.
+    /// already pays off, landing in the last one does not. Never with
+    /// `disksim_release_no_early_read` (the DiskSim 4.0 release).
     fn zero_latency_start(
         &self,
         write: bool,
@@ -783,7 +786,11 @@ impl Disk {
         on_track_ns: u64,
         first_ns: u64,
     ) -> (u64, u64) {
-        if write || !self.params.interface.zero_latency_read || on_track_ns > first_ns {
+        if write
+            || !self.params.interface.zero_latency_read
+            || self.params.disksim_release_no_early_read
+            || on_track_ns > first_ns
+        {
             return (first_ns, 0);
         }
         let sector_ns = self.sector_ns(pbn.zone_index);

@@ -302,6 +302,20 @@ pub struct DiskParams {
     pub interface: Interface,
     /// On-board buffer.
     pub cache: CacheParams,
+    /// Replay reads as the DiskSim 4.0 release does: every read media
+    /// access starts at its first requested sector, so "Immediate buffer
+    /// read" (zero-latency reads, `Interface::zero_latency_read`) and "Read
+    /// any free blocks" (`CacheParams::read_any_free_blocks`) are kept as
+    /// read but take no effect. Both are DiskSim's `immed` access
+    /// (`disk_buffer_seekdone` sets `immed` for either), and the release's
+    /// validation runs show it never shortening a latency: the DEC RZ26,
+    /// the Quantum Tornado and the IBM 18ES, the drives of its validation
+    /// set that set either parameter, wait half a revolution on average with
+    /// no zero-latency access, where the DiskSim 3.0-era tree reads them
+    /// with less latency and more transfer. DiskSim's published figures are
+    /// the release's. `from_diskspecs` sets it; `false` (presets) models the
+    /// parameters (`bench/results/disk-validation/README.md`, session 22).
+    pub disksim_release_no_early_read: bool,
     /// What the importer accepted without modelling it, one line each
     /// (empty for presets).
     pub import_warnings: Vec<String>,

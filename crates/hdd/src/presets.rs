@@ -231,6 +231,7 @@ fn from_datasheet(sheet: &Datasheet) -> DiskParams {
         bus_write_sector_ns: (SECTOR_SIZE_BYTES as f64 / sheet.bus_mb_s * 1.0e3).round() as u64,
         interface: Interface::default(),
         cache: CacheParams::segmented(sheet.segment_count, segment_sectors, segment_sectors),
+        disksim_release_no_early_read: false,
         import_warnings: Vec::new(),
     }
 }

@@ -107,6 +107,12 @@ fn cache_and_prefetch_parameters_are_read_as_documented() {
     assert_eq!(dec.cache.read_ahead_scope, ReadAheadScope::TrackEnd);
     assert!(dec.cache.dedicated_write_segment && dec.cache.read_ahead_on_idle_hit);
     assert!(dec.interface.zero_latency_read);
+    // Loaded as the DiskSim 4.0 release runs it (no zero latency), and said so.
+    assert!(dec.disksim_release_no_early_read);
+    assert!(dec.import_warnings.iter().any(|w| w.contains("Immediate buffer read = 1")));
+    let hp = load(&validation_dir().join("hp_c2247a.parv"));
+    assert!(!hp.interface.zero_latency_read);
+    assert!(!hp.import_warnings.iter().any(|w| w.contains("Immediate buffer read")));
     // Negative write settle is DiskSim's: writes settle sooner.
     assert_eq!(dec.write_settle_ns, -483_000);
     for (text, expected) in

@@ -142,6 +142,10 @@ fn read_any_free_blocks_keeps_what_passed_before_the_first_sector() {
     assert_eq!(hits_before(&params), 0);
     params.cache.read_any_free_blocks = true;
     assert!(hits_before(&params) > 0);
+    // As the DiskSim 4.0 release runs it: the parameter stays, nothing
+    // before the first sector is kept.
+    params.disksim_release_no_early_read = true;
+    assert_eq!(hits_before(&params), 0);
 }
 
 #[test]
@@ -169,6 +173,10 @@ fn a_zero_latency_read_never_takes_longer_and_sometimes_less() {
     let zero_latency = total(&params);
     assert!(plain.iter().zip(&zero_latency).all(|(p, z)| z <= p));
     assert!(plain.iter().zip(&zero_latency).any(|(p, z)| z < p));
+    // As the DiskSim 4.0 release runs it: the parameter stays, every read
+    // waits for its first sector.
+    params.disksim_release_no_early_read = true;
+    assert_eq!(total(&params), plain);
 }
 
 #[test]
