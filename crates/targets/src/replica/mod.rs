@@ -596,7 +596,7 @@ impl Replica {
             ("region_blocks", self.space.region.free_units()),
             ("region_extents", self.space.region.extent_count() as u64),
             ("map_bytes", self.space.map_bytes()),
-            ("sets_bytes", self.space.sets_bytes() + self.scan.written.extent_count() as u64 * 32),
+            ("sets_bytes", self.space.sets_bytes() + self.scan.written.bytes()),
             ("map_bytes_per_replica_block", self.bytes_per_replica_block()),
             ("pending_replica_writes", self.pending.len() as u64),
             ("deferred_replica_writes", self.deferred.len() as u64),
