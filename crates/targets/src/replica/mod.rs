@@ -215,6 +215,9 @@ pub struct Replica {
     lower_io: crate::lowerio::LowerIo<LowerOp>,
     /// Upper requests being answered, by key.
     asm: FxHashMap<u64, Assembly>,
+    /// The lower-request vector of the last modify issued, kept for the
+    /// next (no allocation per write).
+    lower_buf: Vec<Request>,
     next_key: u64,
     /// Blocks of the replica writes in `pending` (their data is held in
     /// RAM until written): bounded by `pending_bytes_max`.
@@ -280,6 +283,7 @@ impl Replica {
             snap: persist::Snap::default(),
             lower_io: crate::lowerio::LowerIo::default(),
             asm: FxHashMap::default(),
+            lower_buf: Vec::new(),
             next_key: 0,
             pending: FxHashMap::default(),
             pending_blocks: 0,

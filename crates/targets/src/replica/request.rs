@@ -255,7 +255,7 @@ impl Replica {
         let extra = self.update_maps(&req, ba, n);
         let (id, op, length_bytes, fua) = (req.id, req.op, req.length_bytes, req.fua);
         // The request itself goes below (its payload moved, not shared).
-        let mut lower = Vec::with_capacity(1 + extra.len());
+        let mut lower = std::mem::take(&mut self.lower_buf);
         lower.push(Request { background: false, ..req });
         lower.extend(extra);
         let key = self.new_key();
@@ -392,13 +392,14 @@ impl Replica {
 
     /// Issues the lower requests of upper modify `key`, each registered in
     /// the gate so later replica writes wait for them.
-    fn issue_upper(&mut self, key: u64, lower: Vec<Request>) {
+    fn issue_upper(&mut self, key: u64, mut lower: Vec<Request>) {
         let b = self.block();
-        for req in lower {
+        for req in lower.drain(..) {
             let range = (req.offset_bytes / b, req.end_bytes().div_ceil(b));
             let id = self.emit(LowerOp::Piece { key, within: 0, gate_range: Some(range) }, req);
             self.gate.issued(id, range);
         }
+        self.lower_buf = lower;
     }
 
     fn flush(&mut self, now: Instant, req: Request) {
