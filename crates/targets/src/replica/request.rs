@@ -304,20 +304,19 @@ impl Replica {
                 }
             }
         }
-        let rr = self
-            .lower_io
-            .lower
-            .values()
-            .filter(
-                |op| matches!(op, LowerOp::ReplicaRead { range, ahead_end, .. } if over(range.0, ahead_end - range.0)),
-            )
-            .count() as u64;
+        // One pass over the lower requests in flight: replica reads of
+        // these blocks hold the modify (RR), candidate reads go stale.
+        let mut rr = 0;
         for op in self.lower_io.lower.values_mut() {
-            if let LowerOp::CandidateRead { orig, blocks, stale, .. } = op {
-                if over(*orig, *blocks) {
+            match op {
+                LowerOp::ReplicaRead { range, ahead_end, .. } if over(range.0, *ahead_end - range.0) => {
+                    rr += 1
+                }
+                LowerOp::CandidateRead { orig, blocks, stale, .. } if over(*orig, *blocks) => {
                     *stale = true;
                     self.counters.conflicts_rc_count += 1;
                 }
+                _ => {}
             }
         }
         self.counters.candidates_forgotten_count += self.streams.forget_candidates(ba, ba + n);
