@@ -179,7 +179,7 @@ impl FreeSpace {
     pub fn free_parts(&self, start: u64, length: u64) -> Vec<(u64, u64)> {
         let end = start.saturating_add(length);
         let mut out = Vec::new();
-        if end <= start {
+        if end <= start || self.free_units == 0 {
             return out;
         }
         let first = self.free.range(..=start).next_back().map(|(&s, &n)| (s, n));
@@ -196,6 +196,9 @@ impl FreeSpace {
     /// free of it; returns the units that were free (a file system taking
     /// back blocks it had declared free).
     pub fn take_range(&mut self, start: u64, length: u64) -> u64 {
+        if self.free_units == 0 {
+            return 0; // (the common case of a set nothing has been released to yet)
+        }
         let parts = self.free_parts(start, length);
         let n = parts.iter().map(|p| p.1).sum();
         for (s, l) in parts {

@@ -13,7 +13,7 @@
 //! overlapping item queued before it: overlapping writes reach the device
 //! in submission order.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 /// A half-open range `[start, end)`.
 pub type Range = (u64, u64);
@@ -25,13 +25,17 @@ fn overlaps((a, b): Range, (c, d): Range) -> bool {
 /// See the module docs.
 #[derive(Debug)]
 pub struct OverlapGate<T> {
-    in_flight: BTreeMap<u64, Range>,
+    /// (lower id, range) of the requests in flight, in no order: every
+    /// question asks about all of them (a few dozen at a queue depth of
+    /// dozens), so a vector beats a tree (session 22: about 250 fewer
+    /// instructions per write).
+    in_flight: Vec<(u64, Range)>,
     waiting: VecDeque<(Range, T)>,
 }
 
 impl<T> Default for OverlapGate<T> {
     fn default() -> Self {
-        OverlapGate { in_flight: BTreeMap::new(), waiting: VecDeque::new() }
+        OverlapGate { in_flight: Vec::new(), waiting: VecDeque::new() }
     }
 }
 
@@ -42,7 +46,7 @@ impl<T> OverlapGate<T> {
     }
 
     fn blocked(&self, range: Range, waiting_before: usize) -> bool {
-        self.in_flight.values().any(|&r| overlaps(r, range))
+        self.in_flight.iter().any(|&(_, r)| overlaps(r, range))
             || self.waiting.iter().take(waiting_before).any(|(r, _)| overlaps(*r, range))
     }
 
@@ -58,12 +62,19 @@ impl<T> OverlapGate<T> {
 
     /// A lower request `id` covering `range` was issued.
     pub fn issued(&mut self, id: u64, range: Range) {
-        assert!(self.in_flight.insert(id, range).is_none(), "lower id {id} issued twice");
+        assert!(self.in_flight.iter().all(|&(i, _)| i != id), "lower id {id} issued twice");
+        self.in_flight.push((id, range));
     }
 
     /// Lower request `id` completed; false if the gate did not know it.
     pub fn completed(&mut self, id: u64) -> bool {
-        self.in_flight.remove(&id).is_some()
+        match self.in_flight.iter().position(|&(i, _)| i == id) {
+            Some(at) => {
+                self.in_flight.swap_remove(at);
+                true
+            }
+            None => false,
+        }
     }
 
     /// The first queued item that no longer waits for anything, if any.

@@ -323,6 +323,9 @@ pub struct Opt {
     idle: IdleTimer,
     lower_io: crate::lowerio::LowerIo<LowerOp>,
     assemblies: FxHashMap<u64, Assembly>,
+    /// The pieces vector of the last request, kept for the next one (no
+    /// allocation per request).
+    pieces_buf: Vec<(u64, u32, u64, Option<u32>)>,
     next_key: u64,
     /// Lower writes (and background reads) on overlapping sectors, in order.
     gate: OverlapGate<(LowerOp, Request)>,
@@ -374,6 +377,7 @@ impl Opt {
             idle: IdleTimer::new(IDLE),
             lower_io: crate::lowerio::LowerIo::default(),
             assemblies: FxHashMap::default(),
+            pieces_buf: Vec::new(),
             next_key: 0,
             gate: OverlapGate::new(),
             loss: None,
@@ -420,7 +424,8 @@ impl Opt {
         let b = self.geo.block_bytes;
         let (first, end) = self.blocks_of(offset, length);
         self.counters.indirection_lookups_count += 1;
-        let mut out = Vec::with_capacity(2);
+        let mut out = std::mem::take(&mut self.pieces_buf);
+        out.clear();
         let geo = self.geo;
         let choose = reader.filter(|_| !self.extras.is_empty());
         let mut last = choose.and_then(|r| self.read_last.get(&r).copied());
@@ -609,10 +614,11 @@ impl Opt {
 
     fn read(&mut self, req: Request) {
         let (key, pieces) = self.begin(&req);
-        for (lower, within, len, _) in pieces {
+        for &(lower, within, len, _) in &pieces {
             let r = Request { stream: req.stream, ..Request::new(ReqId(0), Op::Read, lower, len as u32) };
             self.emit(LowerOp::Piece { key, within }, r);
         }
+        self.pieces_buf = pieces;
     }
 
     /// Whether `[first, end)` touches a home range a map write in flight changes.
@@ -662,7 +668,7 @@ impl Opt {
         let (key, pieces) = self.begin(&req);
         self.absorb_started(key);
         let mut req = req;
-        for (lower, within, len, _) in pieces {
+        for &(lower, within, len, _) in &pieces {
             let data = req.take_data_piece(within as usize, len as usize);
             let r = Request {
                 fua: req.fua,
@@ -672,6 +678,7 @@ impl Opt {
             };
             self.emit_gated(LowerOp::Piece { key, within }, r);
         }
+        self.pieces_buf = pieces;
         Ok(())
     }
 

@@ -215,6 +215,9 @@ pub struct Replica {
     lower_io: crate::lowerio::LowerIo<LowerOp>,
     /// Upper requests being answered, by key.
     asm: FxHashMap<u64, Assembly>,
+    /// The lower-request vector of the last modify issued, kept for the
+    /// next (no allocation per write).
+    lower_buf: Vec<Request>,
     next_key: u64,
     /// Blocks of the replica writes in `pending` (their data is held in
     /// RAM until written): bounded by `pending_bytes_max`.
@@ -280,6 +283,7 @@ impl Replica {
             snap: persist::Snap::default(),
             lower_io: crate::lowerio::LowerIo::default(),
             asm: FxHashMap::default(),
+            lower_buf: Vec::new(),
             next_key: 0,
             pending: FxHashMap::default(),
             pending_blocks: 0,
@@ -596,7 +600,7 @@ impl Replica {
             ("region_blocks", self.space.region.free_units()),
             ("region_extents", self.space.region.extent_count() as u64),
             ("map_bytes", self.space.map_bytes()),
-            ("sets_bytes", self.space.sets_bytes() + self.scan.written.extent_count() as u64 * 32),
+            ("sets_bytes", self.space.sets_bytes() + self.scan.written.bytes()),
             ("map_bytes_per_replica_block", self.bytes_per_replica_block()),
             ("pending_replica_writes", self.pending.len() as u64),
             ("deferred_replica_writes", self.deferred.len() as u64),

@@ -255,7 +255,7 @@ impl Replica {
         let extra = self.update_maps(&req, ba, n);
         let (id, op, length_bytes, fua) = (req.id, req.op, req.length_bytes, req.fua);
         // The request itself goes below (its payload moved, not shared).
-        let mut lower = Vec::with_capacity(1 + extra.len());
+        let mut lower = std::mem::take(&mut self.lower_buf);
         lower.push(Request { background: false, ..req });
         lower.extend(extra);
         let key = self.new_key();
@@ -304,20 +304,19 @@ impl Replica {
                 }
             }
         }
-        let rr = self
-            .lower_io
-            .lower
-            .values()
-            .filter(
-                |op| matches!(op, LowerOp::ReplicaRead { range, ahead_end, .. } if over(range.0, ahead_end - range.0)),
-            )
-            .count() as u64;
+        // One pass over the lower requests in flight: replica reads of
+        // these blocks hold the modify (RR), candidate reads go stale.
+        let mut rr = 0;
         for op in self.lower_io.lower.values_mut() {
-            if let LowerOp::CandidateRead { orig, blocks, stale, .. } = op {
-                if over(*orig, *blocks) {
+            match op {
+                LowerOp::ReplicaRead { range, ahead_end, .. } if over(range.0, *ahead_end - range.0) => {
+                    rr += 1
+                }
+                LowerOp::CandidateRead { orig, blocks, stale, .. } if over(*orig, *blocks) => {
                     *stale = true;
                     self.counters.conflicts_rc_count += 1;
                 }
+                _ => {}
             }
         }
         self.counters.candidates_forgotten_count += self.streams.forget_candidates(ba, ba + n);
@@ -355,7 +354,7 @@ impl Replica {
             extra.dedup_by_key(|r| r.offset_bytes);
             self.space.declared.take_range(ba, n);
             self.space.free.take_range(ba, n);
-            self.scan.written.release_range(ba, n);
+            self.scan.written.mark(ba, n);
         } else {
             let full_a = req.offset_bytes.div_ceil(b);
             let full_e = req.end_bytes() / b;
@@ -392,13 +391,14 @@ impl Replica {
 
     /// Issues the lower requests of upper modify `key`, each registered in
     /// the gate so later replica writes wait for them.
-    fn issue_upper(&mut self, key: u64, lower: Vec<Request>) {
+    fn issue_upper(&mut self, key: u64, mut lower: Vec<Request>) {
         let b = self.block();
-        for req in lower {
+        for req in lower.drain(..) {
             let range = (req.offset_bytes / b, req.end_bytes().div_ceil(b));
             let id = self.emit(LowerOp::Piece { key, within: 0, gate_range: Some(range) }, req);
             self.gate.issued(id, range);
         }
+        self.lower_buf = lower;
     }
 
     fn flush(&mut self, now: Instant, req: Request) {

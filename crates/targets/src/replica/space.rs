@@ -83,7 +83,12 @@ impl Space {
     /// `(replica block, length)` pieces (released to `free`).
     pub fn drop_replicas_of(&mut self, a: u64, n: u64) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
+        // (Empty layers are skipped: most writes meet no replica, and the
+        // layers past the first are mostly empty.)
         for layer in 0..self.reverse.len() {
+            if self.reverse[layer].mapped_blocks() == 0 {
+                continue;
+            }
             for e in self.reverse[layer].remove(a, n) {
                 let removed = self.forward.remove(e.value, e.length);
                 assert_eq!(
@@ -102,6 +107,9 @@ impl Space {
     /// dropped. The blocks are not released: the caller decides.
     pub fn drop_replicas_in(&mut self, a: u64, n: u64) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
+        if self.forward.mapped_blocks() == 0 {
+            return out;
+        }
         for e in self.forward.remove(a, n) {
             let removed = self.reverse[e.value.layer as usize].remove(e.value.orig, e.length);
             assert_eq!(removed.len(), 1, "one reverse extent per forward extent piece");
