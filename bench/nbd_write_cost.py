@@ -51,7 +51,9 @@ def run(stack, depth, d, io_size):
         cmd = ["nbdkit", "--foreground", "--threads", "16", "--unix", sock, "file", img]
     else:
         cfg = [] if stack == "linear" else ["--config", os.path.join(ROOT, "examples", stack + ".toml")]
-        subprocess.run([LAYOUTD, "format", "--device", img, "--size", "1025M"] + cfg, check=True, capture_output=True)
+        f = subprocess.run([LAYOUTD, "format", "--device", img, "--size", "1025M"] + cfg, capture_output=True, text=True)
+        if f.returncode != 0:
+            sys.exit(f"nbd_write_cost: layoutd format of {img} ({stack}) failed:\n{f.stderr.strip()}")
         cmd = [LAYOUTD, "serve", "--device", img, "--socket", sock, "--threads", "16"]
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -96,6 +98,7 @@ def main():
     ap.add_argument("--io-size", default="48M")
     ap.add_argument("--json", help="also write every run here")
     a = ap.parse_args()
+    os.makedirs(a.dir, exist_ok=True)
     stacks = a.stacks.split(",")
     res = {}
     for depth in [int(x) for x in a.depths.split(",")]:
