@@ -80,6 +80,14 @@ fn oracle_seeds(
     totals
 }
 
+/// Each counter of `keys` (totals from [`oracle_seeds`]) counted at least
+/// 12 times: the workload exercised every mechanism it names.
+fn assert_each_exercised(keys: &[&str], totals: &[u64]) {
+    for (t, k) in totals.iter().zip(keys) {
+        assert!(*t >= 12, "{k} = {t}: the workload did not exercise it");
+    }
+}
+
 /// The recorder crash check at every flush and random points over seeds
 /// 0..4: 200 requests of `ops` each, the stack of `cfg(seed)`.
 fn crash_seeds(ops: fn(&mut ChaCha8Rng, usize) -> Vec<OpSpec>, cfg: impl Fn(u64) -> String) {
@@ -109,9 +117,7 @@ fn opt_reads_back_what_a_byte_array_would_while_reconfiguring() {
     let totals = oracle_seeds(&keys, ops, 400, |seed| tiny(6 + seed % 5));
     // Each mechanism ran many times: copy in, switch, write to a copy,
     // copy home, drop.
-    for (t, k) in totals.iter().zip(keys) {
-        assert!(*t >= 12, "{k} = {t}: the workload did not exercise it");
-    }
+    assert_each_exercised(&keys, &totals);
 }
 
 #[test]
@@ -179,9 +185,7 @@ fn opt_with_extra_copies_reads_back_what_a_byte_array_would() {
     // Extra copies were made, read from and dropped by writes, reads went
     // home whole, many times.
     assert!(extra_copies_made >= 12, "extra copies made: {extra_copies_made}");
-    for (t, k) in totals.iter().zip(keys).skip(1) {
-        assert!(*t >= 12, "{k} = {t}: the workload did not exercise it");
-    }
+    assert_each_exercised(&keys[1..], &totals[1..]);
 }
 
 #[test]
@@ -695,9 +699,7 @@ fn opt_absorbing_writes_reads_back_what_a_byte_array_would() {
     ];
     let totals = oracle_seeds(&keys, block_ops, 400, |seed| tiny_absorb(6 + seed % 5));
     // Writes were absorbed, journaled, copied home and dropped by plans.
-    for (t, k) in totals.iter().zip(keys) {
-        assert!(*t >= 12, "{k} = {t}: the workload did not exercise it");
-    }
+    assert_each_exercised(&keys, &totals);
 }
 
 #[test]
