@@ -65,6 +65,12 @@ STACKS = [("plain", "bench/results/opt/plain.toml", False, False),
           ("opt-absorb", "bench/results/opt/opt-absorb.toml", True, False),
           ("replica", "examples/replica.toml", False, True),
           ("replica-all-goals", "examples/replica-all-goals.toml", False, True)]
+# How the replay gives the stacks their streams: "serve" = the capture as
+# blkparse text, so the simulator's stream detector refines the one NBD
+# connection as `serve` does live; "one" = the layoutd trace as recorded, one
+# stream (the simulator takes a layoutd trace's streams as they are).
+MODES = ("serve", "one")
+SUFFIX = {"serve": "", "one": " (one stream)"}
 LIVE = [("plain", "bench/results/opt/plain.toml"), ("opt", "bench/results/opt/opt.toml")]
 
 
@@ -141,16 +147,57 @@ def with_free(trace, result):
     return dst
 
 
-def replay(l, name, config, plans, free, cap, trace, plan_at, result):
+def to_blkparse(trace):
+    """`trace` (layoutd format) as blkparse text, one `D` event per request
+    at its submission, all of process 1: `layoutd sim` runs the stream
+    detector on such a trace (as `serve` does on an NBD connection's
+    requests), and not on a layoutd trace, whose streams it takes as
+    recorded. The completions are lost: closed loop takes the gap from one
+    submission to the next as think time (at the capture's tmpfs speed the
+    service time in it is small)."""
+    dst = trace.replace(".trace.gz", ".blkparse.gz")
+    rwbs = {"R": "R", "W": "W", "F": "F", "T": "D"}
+    with gzip.open(trace, "rt") as src, gzip.open(dst, "wt") as out:
+        seq = 0
+        for line in src:
+            if line.startswith("#") or not line.strip():
+                continue
+            t, _, _, op, off, n, flags = line.split()[:7]
+            kind = rwbs[op] + ("F" if op == "W" and "F" in flags else "")
+            seq += 1
+            out.write(f"8,0 0 {seq} {int(t) / 1e9:.9f} 1 D {kind} {int(off) // 512} + {int(n) // 512} [opt]\n")
+    return dst
+
+
+def replay(l, name, config, plans, free, cap, trace, plan_at, result, mode="one"):
+    """`free`: the trace to replay instead (the discards first)."""
     extra = ["--message", f"@{plan_at}:plan"] if plans else []
-    if free:
-        trace = with_free(trace, result)
-    base = os.path.join(TMP, f"{os.path.basename(cap)}-{name}")
-    j, phases = capreplay.replay(l, trace, with_trace(config), DISK, base, cap, extra)
+    trace = free or trace
+    base = os.path.join(TMP, f"{os.path.basename(cap)}-{name}-{mode}")
+    if mode == "serve":
+        j, phases = replay_blkparse(l, to_blkparse(trace), with_trace(config), base, cap, extra)
+    else:
+        j, phases = capreplay.replay(l, trace, with_trace(config), DISK, base, cap, extra)
     layers = {x["target"]: x.get("counters", {}) for x in j["stack"]["layers"]}
-    return (os.path.basename(cap), name), {"busy_s": {k: v["busy_s"] for k, v in phases.items()},
+    return (os.path.basename(cap), mode, name), {"busy_s": {k: v["busy_s"] for k, v in phases.items()},
                   "requests": {k: v["requests"] for k, v in phases.items()},
                   "counters": layers.get("opt") or layers.get("replica") or {}}
+
+
+def replay_blkparse(l, trace, config, base, cap, extra):
+    """capreplay.replay for a blkparse trace, the stream detector on."""
+    cmd = [l, "sim", "--trace", trace, "--format", "blkparse", "--config", config, "--disk", DISK, "--closed-loop",
+           "--no-progress", "--record-trace", base + ".rec", "--json", base + ".json", *extra]
+    subprocess.run(cmd, check=True, capture_output=True)
+    j = json.load(open(base + ".json"))
+    result = json.load(open(os.path.join(cap, "result.json")))
+    eb = result["rig"]["export_bytes"]
+    phases = {}
+    for ph in result["phases"]:
+        st = tracefile.stats(base + ".rec", eb, ph["markers"])
+        phases[ph["name"]] = {"span_s": st["span_seconds"], "busy_s": st["busy_seconds"], "requests": st["requests"]}
+    os.unlink(base + ".rec")
+    return j, phases
 
 
 def load(path):
@@ -164,16 +211,19 @@ def blocks(off, n):
     return range(off // 4096, (off + n + 4095) // 4096)
 
 
-def breakdown(l, config, trace, plan_at, eb, result):
+def breakdown(l, config, trace, plan_at, eb, result, mode):
     """Where run 2's time goes under `config` (an opt stack, planned at
     request plan_at): the same replay with the trace layer on top and one
     right below opt, each upper request joined to its lower pieces by
     submit time (the replay is deterministic). Returns {program: {class:
     [requests, sum of response ms]}}."""
     recs = {}
+    fmt = ["--format", "layoutd", "--no-stream-detect"] if mode == "one" else ["--format", "blkparse"]
+    if mode == "serve":
+        trace = to_blkparse(trace)
     for where, cfg in (("up", with_trace(config)), ("down", with_trace(config, below="opt"))):
         rec = os.path.join(TMP, f"bd-{where}.trace")
-        subprocess.run([l, "sim", "--trace", trace, "--format", "layoutd", "--no-stream-detect", "--config", cfg,
+        subprocess.run([l, "sim", "--trace", trace, *fmt, "--config", cfg,
                         "--disk", DISK, "--closed-loop", "--no-progress", "--record-trace", rec,
                         "--json", os.path.join(TMP, f"bd-{where}.json"), "--message", f"@{plan_at}:plan"],
                        check=True, capture_output=True)
@@ -184,18 +234,29 @@ def breakdown(l, config, trace, plan_at, eb, result):
         pieces[r[0]].append(r)
     marks = {m["index"]: m["submit_ns"] for m in tracefile.stats(recs["up"], eb)["markers"]}
     phases = [(p["name"], marks[p["markers"][0]], marks[p["markers"][1]]) for p in result["phases"]]
-    seen = set()  # blocks run 1 read
+    seen = {}  # block -> (index in run 1's reads, program) of its first read in run 1
+    pos = {}  # (program, offset, length) -> index in run 1's reads of the request's first time
+    succ = set()  # (program, (offset, length), (offset, length)): one read right after the other in run 1
+    i = 0
     for name, a, b in phases:
         if name.startswith("run1-"):
+            prev = None
             for t, _, op, off, n in up:
                 if a < t < b and op == "R":
-                    seen.update(blocks(off, n))
+                    for x in blocks(off, n):
+                        seen.setdefault(x, (i, name[5:]))
+                    pos.setdefault((name[5:], off, n), i)
+                    if prev:
+                        succ.add((name[5:], prev, (off, n)))
+                    prev = (off, n)
+                    i += 1
     out = {}
     for name, a, b in phases:
         if not name.startswith("run2-"):
             continue
         c = collections.defaultdict(lambda: [0, 0.0])
-        last = None
+        last = prev = None
+        prog = name[5:]
         for t, done, op, off, n in up:
             if not a < t < b:
                 continue
@@ -208,8 +269,22 @@ def breakdown(l, config, trace, plan_at, eb, result):
                 if ps and all(in_opt):
                     if from_opt and abs(ps[0][3] - last) <= 1 << 20:
                         k = "mapped: going on (within 1 MiB)"
+                    elif not from_opt:
+                        k = "mapped: seek in from home"
                     else:
-                        k = "mapped: seek within the region" if from_opt else "mapped: seek in from home"
+                        # Why not right after the previous read: run 1 read the
+                        # same pair in the same order, its blocks for the first
+                        # time (a layout that could go on); or an earlier
+                        # program of run 1 read them first (a shared file); or
+                        # run 1 had another order.
+                        i = pos.get((prog, off, n))
+                        first = seen.get(off // 4096)
+                        if i is not None and first and first[0] < i and first[1] != prog:
+                            k = "mapped: seek within the region, an earlier program read it first"
+                        elif (prog, prev, (off, n)) in succ:
+                            k = "mapped: seek within the region, after the same read as in run 1"
+                        else:
+                            k = "mapped: seek within the region, another order than run 1"
                 elif not any(in_opt):
                     trained = all(x in seen for x in blocks(off, n))
                     k = "home: " + ("run 1 read them" if trained else "run 1 never read them")
@@ -219,7 +294,8 @@ def breakdown(l, config, trace, plan_at, eb, result):
             c[k][1] += (done - t) / 1e6
             if ps:
                 last = ps[-1][3] + ps[-1][4]
-        out[name[5:]] = dict(c)
+            prev = (off, n) if op == "R" else None
+        out[prog] = dict(c)
     for f in recs.values():
         os.unlink(f)
     return out
@@ -275,15 +351,18 @@ def main():
         cap = cap_dir(k)
         trace, plan_at, eb, result = replay_trace(cap, a.gap_s)
         meta[f"cap{k}"] = (trace, plan_at, eb, result)
-        jobs += [(*st, cap, trace, plan_at, result) for st in STACKS]
+        free = with_free(trace, result)
+        jobs += [(n, c, p, free if f else None, cap, trace, plan_at, result, mode)
+                 for mode in MODES for n, c, p, f in STACKS]
     with concurrent.futures.ThreadPoolExecutor(a.jobs) as ex:
         runs = dict(ex.map(lambda j: replay(l, *j), jobs))
-    bd = {c: breakdown(l, "bench/results/opt/opt.toml", m[0], m[1], m[2], m[3]) for c, m in meta.items()}
+    bd = {mode: {c: breakdown(l, "bench/results/opt/opt.toml", m[0], m[1], m[2], m[3], mode) for c, m in meta.items()}
+          for mode in MODES}
     first = meta["cap1"][3]
     progs = [p["name"][5:] for p in first["phases"] if p["name"].startswith("run2-")]
     lives = {s: live_busy(s) for s, _ in LIVE}
     summary = {"disk": DISK, "gap_s": a.gap_s, "plan_at_request": {c: m[1] for c, m in meta.items()},
-               "runs": {f"{c}/{n}": v for (c, n), v in runs.items()}, "breakdown_opt": bd,
+               "runs": {f"{c}/{m}/{n}": v for (c, m, n), v in runs.items()}, "breakdown_opt": bd,
                "live": {s: v[1] for s, v in lives.items() if v}}
     json.dump(summary, open(os.path.join(OUT, "summary.json"), "w"), indent=1)
     report(runs, bd, progs, lives, a, meta)
@@ -292,105 +371,124 @@ def main():
 def report(runs, bd, progs, lives, a, meta):
     names = [n for n, _, _, _ in STACKS]
     caps = sorted(meta)
+    tot = {(c, m, n): sum(runs[c, m, n]["busy_s"][f"run2-{p}"] for p in progs)
+           for c in caps for m in MODES for n in names}
+
+    def val(c, m, n, p):
+        return tot[c, m, n] if p == "all six" else runs[c, m, n]["busy_s"][f"run2-{p}"]
+
     L = ["# `opt`: cold start-ups of real programs, captured and replayed (issue 15, start-up row)", "",
          "A benchmark, not a test. Six programs of this machine, installed on the volume as a copy of the "
          "needed parts of /usr (1.4 GiB) on ext4 and run through `chroot` "
          "(bench/workloads/opt_startup.py), each from cold caches (umount, drop_caches, mount), run 1 then "
          f"run 2; captured {len(caps)} times at tmpfs speed on `bench/results/opt/plain.toml` "
          "(bench/traces/opt/real/capK/: each capture populates a fresh volume, so ext4 places the files "
-         "anew), then each replayed closed-loop in `layoutd sim` on `wd800` as one stream, with the stacks side "
-         "by side. The opt stacks plan once, at the reconfigure phase's first marker read (trained on run 1 "
-         f"alone), and {a.gap_s:.0f} s of idle time are inserted before run 2 for the copies. Deterministic.", "",
+         "anew), then each replayed closed-loop in `layoutd sim` on `wd800`, the stacks side by side. The opt "
+         "stacks plan once, at the reconfigure phase's first marker read (trained on run 1 alone), and "
+         f"{a.gap_s:.0f} s of idle time are inserted before run 2 for the copies. A program's figure is its "
+         "disk-busy seconds (a request outstanding at the top of the stack, between its marker reads). "
+         "Deterministic.", "",
+         "Two ways to give the stacks their streams: **as `serve` does** (the headline: the capture replayed "
+         "as blkparse text, so the simulator's stream detector splits the one NBD connection's interleaved "
+         "sequential runs, as `serve` does live; think time from submission to submission) and **one stream** "
+         "(the layoutd trace as recorded: the simulator does not run the detector on layoutd traces).", "",
          "Reproduce: `cargo build --workspace --release && bench/opt_real.py` (the replay of the committed "
-         "captures, seconds; `sudo bench/opt_real.py --capture K` captures capK again, `--live` runs the live "
-         "confirmation too).", "",
-         "## Run 2 (held out): speed-up over plain per program, median of the captures (range)", "",
-         "| program | plain s (median) | " + " | ".join(names[1:]) + " |",
-         "| --- | ---: | " + " | ".join("---:" for _ in names[1:]) + " |"]
-    tot = {(c, n): sum(runs[c, n]["busy_s"][f"run2-{p}"] for p in progs) for c in caps for n in names}
-    for p in progs + ["all six"]:
-        def val(c, n):
-            return tot[c, n] if p == "all six" else runs[c, n]["busy_s"][f"run2-{p}"]
-        cells = [f"{median([val(c, 'plain') for c in caps]):.3f}"]
-        for n in names[1:]:
-            sp = [val(c, "plain") / val(c, n) for c in caps]
-            cells.append(f"{median(sp):.2f}x ({min(sp):.2f}-{max(sp):.2f})")
-        b = "**" if p == "all six" else ""
-        L.append(f"| {b}{p}{b} | " + " | ".join(f"{b}{x}{b}" for x in cells) + " |")
+         "captures, under a minute; `sudo bench/opt_real.py --capture K` captures capK again, `--live` runs "
+         "the live confirmation too).", ""]
+    for m in MODES:
+        L += [f"## Run 2 (held out), streams {'as `serve` gives them' if m == 'serve' else 'as one'}: speed-up "
+              "over plain, median of the captures (range)", "",
+              "| program | plain s (median) | " + " | ".join(names[1:]) + " |",
+              "| --- | ---: | " + " | ".join("---:" for _ in names[1:]) + " |"]
+        for p in progs + ["all six"]:
+            cells = [f"{median([val(c, m, 'plain', p) for c in caps]):.3f}"]
+            for n in names[1:]:
+                sp = [val(c, m, "plain", p) / val(c, m, n, p) for c in caps]
+                cells.append(f"{median(sp):.2f}x ({min(sp):.2f}-{max(sp):.2f})")
+            b = "**" if p == "all six" else ""
+            L.append(f"| {b}{p}{b} | " + " | ".join(f"{b}{x}{b}" for x in cells) + " |")
+        L.append("")
     for c in caps:
-        L += ["", f"## {c}: disk-busy seconds per program, run 2 (run 1, training, in brackets)", "",
+        L += [f"## {c}: run 2 disk-busy seconds per program, as `serve` / one stream (speed-up over plain)", "",
               "| program | " + " | ".join(names) + " |", "| --- | " + " | ".join("---:" for _ in names) + " |"]
-        pl = runs[c, "plain"]["busy_s"]
-        for p in progs:
-            k = f"run2-{p}"
-            cells = [f"{runs[c, n]['busy_s'][k]:.3f}" + ("" if n == "plain" else
-                                                          f" {pl[k] / runs[c, n]['busy_s'][k]:.2f}x")
-                     + f" ({runs[c, n]['busy_s']['run1-' + p]:.3f})" for n in names]
-            L.append(f"| {p} | " + " | ".join(cells) + " |")
-        L.append("| **all six** | " + " | ".join(
-            f"**{tot[c, n]:.3f}" + ("" if n == "plain" else f" {tot[c, 'plain'] / tot[c, n]:.2f}x") + "**"
-            for n in names) + " |")
-        co = runs[c, "opt"]["counters"]
-        L += ["", f"Requests (run 1 / run 2): " +
-              ", ".join(f"{p} {runs[c, 'plain']['requests']['run1-' + p]} / {runs[c, 'plain']['requests']['run2-' + p]}"
-                        for p in progs) + f". opt: {co.get('copies_count')} copies, {co.get('copied_bytes', 0) >> 20} "
-              f"MiB copied, {co.get('reconfigurations_count')} reconfiguration."]
-    L += ["", "## Where run 2's time goes under `opt` (all captures together)", "",
+        for p in progs + ["all six"]:
+            cells = []
+            for n in names:
+                cells.append(" / ".join(f"{val(c, m, n, p):.3f}" + ("" if n == "plain" else
+                                                                      f" ({val(c, m, 'plain', p) / val(c, m, n, p):.2f}x)")
+                                        for m in MODES))
+            b = "**" if p == "all six" else ""
+            L.append(f"| {b}{p}{b} | " + " | ".join(cells) + " |")
+        L += ["", "Run 1 (training, not a result), plain / opt as `serve`: " + ", ".join(
+            f"{p} {runs[c, 'serve', 'plain']['busy_s']['run1-' + p]:.3f} / "
+            f"{runs[c, 'serve', 'opt']['busy_s']['run1-' + p]:.3f}" for p in progs) + ". Requests (run 1 / run 2): " +
+            ", ".join(f"{p} {runs[c, 'one', 'plain']['requests']['run1-' + p]} / "
+                      f"{runs[c, 'one', 'plain']['requests']['run2-' + p]}" for p in progs) + ". opt: " +
+            "; ".join(f"{'as `serve`' if m == 'serve' else 'one stream'} {co.get('copies_count')} copies, "
+                      f"{co.get('copied_bytes', 0) >> 20} MiB copied, {co.get('extra_copies_count')} extra copies, "
+                      f"{co.get('reconfigurations_count')} reconfiguration"
+                      for m in MODES for co in [runs[c, m, 'opt']['counters']]) + ".", ""]
+    L += ["## Where run 2's time goes under `opt` (all captures together)", "",
           "Each upper request of run 2 classed by its lower pieces (the same replay with a `trace` layer below "
           "`opt`, joined by submit time): all in the OPT region (mapped), none (home) or split; a mapped read by "
           "where the head came from (the previous request's last piece: within 1 MiB before it in the region, "
-          "elsewhere in the region, or home); a home read by whether run 1 read its blocks. Cells: requests, "
-          "sum of response times in ms, and its share of the program's sum (response times overlap when "
-          "more than one request is outstanding, so the sums exceed the disk-busy time).", ""]
-    agg = {p: collections.defaultdict(lambda: [0, 0.0]) for p in progs}
-    for c in caps:
-        for p in progs:
-            for k, (n, ms) in bd[c][p].items():
-                agg[p][k][0] += n
-                agg[p][k][1] += ms
-    classes = sorted({k for p in progs for k in agg[p]})
-    L += ["| class | " + " | ".join(progs) + " |", "| --- | " + " | ".join("---:" for _ in progs) + " |"]
-    for k in classes:
-        cells = []
-        for p in progs:
-            tot_ms = sum(v[1] for v in agg[p].values()) or 1
-            cnt, ms = agg[p].get(k, [0, 0.0])
-            cells.append(f"{cnt}, {ms:.0f} ({100 * ms / tot_ms:.0f}%)" if cnt else "-")
-        L.append(f"| {k} | " + " | ".join(cells) + " |")
-    L.append("")
+          "elsewhere in the region, or home), and a seek within the region by why the read is not where the "
+          "previous one ended: run 1 read the same pair in the same order (the layout could have gone on), an "
+          "earlier program read its blocks first (a shared file), or run 1 read in another order; a home read "
+          "by whether run 1 read its blocks. Cells: requests, sum of response times in ms, and its share of "
+          "the program's sum (response times overlap when more than one request is outstanding, so the sums "
+          "exceed the disk-busy time).", ""]
+    for m in MODES:
+        agg = {p: collections.defaultdict(lambda: [0, 0.0]) for p in progs}
+        for c in caps:
+            for p in progs:
+                for k, (n, ms) in bd[m][c][p].items():
+                    agg[p][k][0] += n
+                    agg[p][k][1] += ms
+        classes = sorted({k for p in progs for k in agg[p]})
+        L += [f"Streams {'as `serve` gives them' if m == 'serve' else 'as one'}:", "",
+              "| class | " + " | ".join(progs) + " |", "| --- | " + " | ".join("---:" for _ in progs) + " |"]
+        for k in classes:
+            cells = []
+            for p in progs:
+                tot_ms = sum(v[1] for v in agg[p].values()) or 1
+                cnt, ms = agg[p].get(k, [0, 0.0])
+                cells.append(f"{cnt}, {ms:.0f} ({100 * ms / tot_ms:.0f}%)" if cnt else "-")
+            L.append(f"| {k} | " + " | ".join(cells) + " |")
+        L.append("")
     if any(lives.values()):
         L += ["## Live under `--emulate wd800` against the replay: run 2 disk-busy seconds", "",
               "Live: the trace layer `serve --record-trace` puts on top, between the program's marker reads "
-              "(`live-STACK/result.json`, each live run populating its own volume); replay: the median "
-              "of the captures above.", "",
+              "(`live-STACK/result.json`; each live run populates its own volume, so its files lie elsewhere "
+              "than in any capture); replay: the median of the captures, as `serve` / one stream.", "",
               "| program | plain live | plain replay | opt live | opt replay | opt speed-up live | replay |",
               "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-        lt = collections.Counter()
-        for p in progs:
+        for p in progs + ["all six"]:
             k = f"run2-{p}"
             row = [p]
             vals = {}
-            for s in ("plain", "opt"):
-                lv = lives.get(s)
-                vals[s] = lv[1][k] if lv else None
-                r = median([runs[c, s]["busy_s"][k] for c in caps])
-                row += [f"{vals[s]:.3f}" if vals[s] is not None else "-", f"{r:.3f}"]
-                lt[s] += vals[s] or 0
-                lt[s + "r"] += r
+            for st in ("plain", "opt"):
+                lv = lives.get(st)
+                vals[st] = (sum(v for kk, v in lv[1].items() if kk.startswith("run2-")) if p == "all six"
+                            else lv[1][k]) if lv else None
+                row += [f"{vals[st]:.3f}" if vals[st] is not None else "-",
+                        " / ".join(f"{median([val(c, m, st, p) for c in caps]):.3f}" for m in MODES)]
             sp = f"{vals['plain'] / vals['opt']:.2f}x" if vals["plain"] and vals["opt"] else "-"
-            rs = median([runs[c, "plain"]["busy_s"][k] / runs[c, "opt"]["busy_s"][k] for c in caps])
-            L.append("| " + " | ".join(row + [sp, f"{rs:.2f}x"]) + " |")
-        rs = median([tot[c, "plain"] / tot[c, "opt"] for c in caps])
-        L.append(f"| **all six** | {lt['plain']:.3f} | {lt['plainr']:.3f} | {lt['opt']:.3f} | {lt['optr']:.3f} | "
-                 + (f"{lt['plain'] / lt['opt']:.2f}x" if lt["opt"] else "-") + f" | {rs:.2f}x |")
-        for s, v in lives.items():
+            rs = " / ".join(f"{median([val(c, m, 'plain', p) / val(c, m, 'opt', p) for c in caps]):.2f}x"
+                            for m in MODES)
+            b = "**" if p == "all six" else ""
+            L.append("| " + " | ".join(f"{b}{x}{b}" for x in row + [sp, rs]) + " |")
+        for st, v in lives.items():
             if v:
-                m = v[0]["machine"]
+                mach = v[0]["machine"]
                 rec = next((ph for ph in v[0]["phases"] if ph["name"] == "reconfigure"), {})
-                L += ["", f"`live-{s}/`: `{v[0]['command']}`, {v[0]['started']}, git {v[0]['git_head']}, load "
-                      f"average {m['loadavg_at_start'][0]} at the start, {m['loadavg_at_end'][0]} at the end"
-                      + (f"; the reconfiguration took {rec['reconfigure_seconds']} s live" if
-                         "reconfigure_seconds" in rec else "") + "."]
+                L += ["", f"`live-{st}/`: `{v[0]['command']}`, {v[0]['started']}, git {v[0]['git_head']}, load "
+                      f"average {mach['loadavg_at_start'][0]} at the start, {mach['loadavg_at_end'][0]} at the end"
+                      + (f"; the reconfiguration took {rec['reconfigure_seconds']} s live (`opt plan` to "
+                         "job_active=0); its status: " + " ".join(
+                             f"{x}" for x in rec["status"].split() if x.split("=")[0] in (
+                                 "copies_count", "copied_bytes", "extra_copies_count", "mapped_blocks_count"))
+                         + ", " + rec["plan_output"].split(";")[0] if "reconfigure_seconds" in rec else "") + "."]
         L.append("")
     L.append(MARK)
     readme.write_keeping_notes(os.path.join(OUT, "README.md"), L, MARK)
