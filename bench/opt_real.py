@@ -70,7 +70,7 @@ STACKS = [("plain", "bench/results/opt/plain.toml", False, False),
 # connection as `serve` does live; "one" = the layoutd trace as recorded, one
 # stream (the simulator takes a layoutd trace's streams as they are).
 MODES = ("serve", "one")
-SUFFIX = {"serve": "", "one": " (one stream)"}
+FORMAT = {"serve": ("--format", "blkparse"), "one": capreplay.ONE_STREAM}
 LIVE = [("plain", "bench/results/opt/plain.toml"), ("opt", "bench/results/opt/opt.toml")]
 
 
@@ -169,35 +169,15 @@ def to_blkparse(trace):
     return dst
 
 
-def replay(l, name, config, plans, free, cap, trace, plan_at, result, mode="one"):
-    """`free`: the trace to replay instead (the discards first)."""
+def replay(l, name, config, plans, cap, trace, plan_at, mode):
+    """One stack on the capture `cap`'s `trace` (made for `mode`)."""
     extra = ["--message", f"@{plan_at}:plan"] if plans else []
-    trace = free or trace
     base = os.path.join(TMP, f"{os.path.basename(cap)}-{name}-{mode}")
-    if mode == "serve":
-        j, phases = replay_blkparse(l, to_blkparse(trace), with_trace(config), base, cap, extra)
-    else:
-        j, phases = capreplay.replay(l, trace, with_trace(config), DISK, base, cap, extra)
+    j, phases = capreplay.replay(l, trace, with_trace(config), DISK, base, cap, extra, fmt=FORMAT[mode])
     layers = {x["target"]: x.get("counters", {}) for x in j["stack"]["layers"]}
     return (os.path.basename(cap), mode, name), {"busy_s": {k: v["busy_s"] for k, v in phases.items()},
                   "requests": {k: v["requests"] for k, v in phases.items()},
                   "counters": layers.get("opt") or layers.get("replica") or {}}
-
-
-def replay_blkparse(l, trace, config, base, cap, extra):
-    """capreplay.replay for a blkparse trace, the stream detector on."""
-    cmd = [l, "sim", "--trace", trace, "--format", "blkparse", "--config", config, "--disk", DISK, "--closed-loop",
-           "--no-progress", "--record-trace", base + ".rec", "--json", base + ".json", *extra]
-    subprocess.run(cmd, check=True, capture_output=True)
-    j = json.load(open(base + ".json"))
-    result = json.load(open(os.path.join(cap, "result.json")))
-    eb = result["rig"]["export_bytes"]
-    phases = {}
-    for ph in result["phases"]:
-        st = tracefile.stats(base + ".rec", eb, ph["markers"])
-        phases[ph["name"]] = {"span_s": st["span_seconds"], "busy_s": st["busy_seconds"], "requests": st["requests"]}
-    os.unlink(base + ".rec")
-    return j, phases
 
 
 def load(path):
@@ -218,9 +198,7 @@ def breakdown(l, config, trace, plan_at, eb, result, mode):
     submit time (the replay is deterministic). Returns {program: {class:
     [requests, sum of response ms]}}."""
     recs = {}
-    fmt = ["--format", "layoutd", "--no-stream-detect"] if mode == "one" else ["--format", "blkparse"]
-    if mode == "serve":
-        trace = to_blkparse(trace)
+    fmt = FORMAT[mode]
     for where, cfg in (("up", with_trace(config)), ("down", with_trace(config, below="opt"))):
         rec = os.path.join(TMP, f"bd-{where}.trace")
         subprocess.run([l, "sim", "--trace", trace, *fmt, "--config", cfg,
@@ -350,14 +328,16 @@ def main():
     for k in caps:
         cap = cap_dir(k)
         trace, plan_at, eb, result = replay_trace(cap, a.gap_s)
-        meta[f"cap{k}"] = (trace, plan_at, eb, result)
         free = with_free(trace, result)
-        jobs += [(n, c, p, free if f else None, cap, trace, plan_at, result, mode)
-                 for mode in MODES for n, c, p, f in STACKS]
+        # The trace each (mode, free space declared?) replays, made once.
+        traces = {("one", False): trace, ("one", True): free,
+                  ("serve", False): to_blkparse(trace), ("serve", True): to_blkparse(free)}
+        meta[f"cap{k}"] = (traces, plan_at, eb, result)
+        jobs += [(n, c, p, cap, traces[mode, f], plan_at, mode) for mode in MODES for n, c, p, f in STACKS]
     with concurrent.futures.ThreadPoolExecutor(a.jobs) as ex:
         runs = dict(ex.map(lambda j: replay(l, *j), jobs))
-    bd = {mode: {c: breakdown(l, "bench/results/opt/opt.toml", m[0], m[1], m[2], m[3], mode) for c, m in meta.items()}
-          for mode in MODES}
+    bd = {mode: {c: breakdown(l, "bench/results/opt/opt.toml", m[0][mode, False], m[1], m[2], m[3], mode)
+                 for c, m in meta.items()} for mode in MODES}
     first = meta["cap1"][3]
     progs = [p["name"][5:] for p in first["phases"] if p["name"].startswith("run2-")]
     lives = {s: live_busy(s) for s, _ in LIVE}

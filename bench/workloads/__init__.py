@@ -2,7 +2,9 @@
 DESCRIPTION, DEFAULTS (rig settings it prefers: size, config, emulate,
 mount_opts, optionally mkfs_opts), add_args(argparse group) and
 Workload(args) with params() and phases() -> [(name, kind, drop caches
-before?, fn(mount point) -> dict)]. Register it in WORKLOADS below."""
+before?, fn(mount point) -> dict)]; optionally attach(rig) and setup(mount
+point) -> dict (run served without emulation, with its own trace, before
+the rig restarts the server for the phases). Register it in WORKLOADS below."""
 
 from . import dcd_users, git_status, log_fs, log_iotest_fs, opt_startup, pool_kernel, postmark_repeat
 

@@ -29,11 +29,11 @@ access time once (an artefact of the fresh install, which a desktop's
 programs installed long ago do not show) and run 2 would not.
 """
 
-import glob
 import os
 import subprocess
 import time
 
+import linux_source
 from log import log
 from rig import sh
 
@@ -88,8 +88,7 @@ PROGRAMS = [
 
 def add_args(ap):
     g = ap.add_argument_group("opt-startup workload")
-    g.add_argument("--tarball", default=None,
-                   help="the kernel source tarball (default: the newest /usr/src/linux-source-*.tar.xz)")
+    linux_source.add_arg(g)
     g.add_argument("--repo-dirs", default="init,kernel,ipc,lib",
                    help="top-level directories of the tree in the git repository (default: %(default)s)")
     g.add_argument("--idle", type=float, default=10.0,
@@ -109,11 +108,7 @@ def chroot(root, argv):
 class Workload:
     def __init__(self, args):
         self.a = args
-        tb = args.tarball or max(glob.glob("/usr/src/linux-source-*.tar.xz"), default=None)
-        if not tb or not os.path.exists(tb):
-            raise SystemExit("opt-startup: no kernel tarball (apt-get install linux-source, or give --tarball)")
-        self.tarball = tb
-        self.top = os.path.basename(tb).split(".tar")[0]
+        self.tarball, self.top = linux_source.tarball(args.tarball, "opt-startup")
         self.rig = None
         self.opt = bool(args.config) and 'target = "opt"' in open(args.config).read()
 
