@@ -7,31 +7,35 @@ through plain, opt and replica side by side, and optionally confirmed live
 under `--emulate wd800`. bench/results/opt/real/README.md.
 
 Steps:
-  1. capture (only with --capture, or when bench/traces/opt/real/trace.gz is
-     missing; needs root): `bench/run opt-startup --config
-     bench/results/opt/plain.toml --out bench/traces/opt/real` (tmpfs speed:
-     the disk time comes from the replay). Run 1 = training, run 2 =
-     held-out evaluation, a marker read before and after each program.
-  2. replay (always; deterministic, about a minute): the capture with
-     --gap-s seconds of think time inserted before run 2 (idle time for
-     opt's copies; plain and replica have nothing to do in it), as one
-     stream, closed loop, on wd800, through each stack of STACKS (a `trace`
-     layer on top); the opt stacks get `plan` at the reconfigure phase's
-     first marker read (trained on run 1 alone). A program's figure is its
+  1. capture (`--capture K ...`: capK again; `--capture` alone: each
+     missing capK, K = 1 .. --captures; needs root): `bench/run
+     opt-startup --config bench/results/opt/plain.toml --out
+     bench/traces/opt/real/capK` (tmpfs speed: the disk time comes from the
+     replay). Run 1 = training, run 2 = held-out evaluation, a marker read
+     before and after each program.
+  2. replay (always; deterministic, seconds): each capture with --gap-s
+     seconds of think time inserted before run 2 (idle time for opt's
+     copies; plain and replica have nothing to do in it), closed loop, on
+     wd800, through each stack of STACKS (a `trace` layer on top), in two
+     ways (MODES): as blkparse text, so the simulator's stream detector
+     refines the stream as `serve` does live, and as the layoutd trace, one
+     stream. The opt stacks get `plan` at the reconfigure phase's first
+     marker read (trained on run 1 alone); the replica stacks get the
+     setup's free extents as discards first. A program's figure is its
      disk-busy seconds (time with a request outstanding at the top of the
-     stack between its marker reads). Then, for opt, where run 2's time goes
-     (a `trace` layer below opt: each request's pieces in the region or
-     home).
+     stack between its marker reads). Then where opt's run 2 time goes (a
+     `trace` layer below opt: each request's pieces in the region or home).
   3. live (with --live; needs root; minutes of wall time): `bench/run
      opt-startup --emulate wd800` on plain.toml and on opt.toml (there the
      reconfigure phase runs `layoutd opt plan --socket` and waits for
-     job_active=0), each into bench/results/opt/real/live-STACK; the table
-     compares their run 2 with the replay's.
+     job_active=0), into bench/results/opt/real/NAME-STACK (--live-name,
+     default live); every NAME-plain / NAME-opt pair found there is compared
+     with the replay.
 
 Writes bench/results/opt/real/README.md (tables above the notes marker; the
 notes below it are kept) and summary.json.
 
-Usage: bench/opt_real.py [--capture] [--live] [--gap-s 600] [--jobs 2]
+Usage: bench/opt_real.py [--capture [K ...]] [--captures 3] [--live [--live-name NAME]] [--gap-s 600] [--jobs 2]
 """
 import argparse
 import collections
@@ -279,20 +283,25 @@ def breakdown(l, config, trace, plan_at, eb, result, mode):
     return out
 
 
-def live(stack, config):
-    d = os.path.join(OUT, f"live-{stack}")
+def live(name, stack, config):
+    d = os.path.join(OUT, f"{name}-{stack}")
     cmd = [os.path.join(ROOT, "bench/run"), "opt-startup", "--config", config, "--emulate", DISK,
            "--out", os.path.relpath(d, ROOT)]
     print(f"live: {' '.join(cmd)}", file=sys.stderr)
     subprocess.run(cmd, check=True, cwd=ROOT)
 
 
-def live_busy(stack):
-    p = os.path.join(OUT, f"live-{stack}", "result.json")
-    if not os.path.exists(p):
-        return None
-    r = json.load(open(p))
-    return r, {ph["name"]: ph["trace"]["busy_seconds"] for ph in r["phases"]}
+def live_runs():
+    """{NAME: {stack: (result.json, {phase: busy seconds})}} of every
+    NAME-STACK live run in OUT (NAME: live, live2, ...)."""
+    out = {}
+    for d in sorted(os.listdir(OUT)):
+        name, _, stack = d.rpartition("-")
+        p = os.path.join(OUT, d, "result.json")
+        if name.startswith("live") and stack in dict(LIVE) and os.path.exists(p):
+            r = json.load(open(p))
+            out.setdefault(name, {})[stack] = (r, {ph["name"]: ph["trace"]["busy_seconds"] for ph in r["phases"]})
+    return out
 
 
 def median(xs):
@@ -307,6 +316,8 @@ def main():
                     help="capture capK again for each K given (root); without K: the missing of 1..--captures")
     ap.add_argument("--captures", type=int, default=3, help="captures replayed (default: %(default)s)")
     ap.add_argument("--live", action="store_true", help="run the live confirmation under --emulate (root)")
+    ap.add_argument("--live-name", default="live",
+                    help="the live runs go to NAME-plain and NAME-opt (default: %(default)s)")
     ap.add_argument("--gap-s", type=float, default=600.0, help="idle seconds before run 2 (default: %(default)s)")
     ap.add_argument("--jobs", type=int, default=2)
     a = ap.parse_args()
@@ -323,7 +334,7 @@ def main():
                      f"--capture {k}`")
     if a.live:
         for stack, config in LIVE:
-            live(stack, config)
+            live(a.live_name, stack, config)
     jobs, meta = [], {}
     for k in caps:
         cap = cap_dir(k)
@@ -340,10 +351,10 @@ def main():
                  for c, m in meta.items()} for mode in MODES}
     first = meta["cap1"][3]
     progs = [p["name"][5:] for p in first["phases"] if p["name"].startswith("run2-")]
-    lives = {s: live_busy(s) for s, _ in LIVE}
+    lives = live_runs()
     summary = {"disk": DISK, "gap_s": a.gap_s, "plan_at_request": {c: m[1] for c, m in meta.items()},
                "runs": {f"{c}/{m}/{n}": v for (c, m, n), v in runs.items()}, "breakdown_opt": bd,
-               "live": {s: v[1] for s, v in lives.items() if v}}
+               "live": {f"{n}-{st}": v[1] for n, runs_ in lives.items() for st, v in runs_.items()}}
     json.dump(summary, open(os.path.join(OUT, "summary.json"), "w"), indent=1)
     report(runs, bd, progs, lives, a, meta)
 
@@ -436,10 +447,10 @@ def report(runs, bd, progs, lives, a, meta):
                 cells.append(f"{cnt}, {ms:.0f} ({100 * ms / tot_ms:.0f}%)" if cnt else "-")
             L.append(f"| {k} | " + " | ".join(cells) + " |")
         L.append("")
-    if any(lives.values()):
-        L += ["## Live under `--emulate wd800` against the replay: run 2 disk-busy seconds", "",
+    for name, lv in lives.items():
+        L += [f"## Live under `--emulate wd800` against the replay (`{name}-*`): run 2 disk-busy seconds", "",
               "Live: the trace layer `serve --record-trace` puts on top, between the program's marker reads "
-              "(`live-STACK/result.json`; each live run populates its own volume, so its files lie elsewhere "
+              f"(`{name}-STACK/result.json`; each live run populates its own volume, so its files lie elsewhere "
               "than in any capture); replay: the median of the captures, as `serve` / one stream.", "",
               "| program | plain live | plain replay | opt live | opt replay | opt speed-up live | replay |",
               "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -448,9 +459,9 @@ def report(runs, bd, progs, lives, a, meta):
             row = [p]
             vals = {}
             for st in ("plain", "opt"):
-                lv = lives.get(st)
-                vals[st] = (sum(v for kk, v in lv[1].items() if kk.startswith("run2-")) if p == "all six"
-                            else lv[1][k]) if lv else None
+                v = lv.get(st)
+                vals[st] = (sum(x for kk, x in v[1].items() if kk.startswith("run2-")) if p == "all six"
+                            else v[1][k]) if v else None
                 row += [f"{vals[st]:.3f}" if vals[st] is not None else "-",
                         " / ".join(f"{median([val(c, m, st, p) for c in caps]):.3f}" for m in MODES)]
             sp = f"{vals['plain'] / vals['opt']:.2f}x" if vals["plain"] and vals["opt"] else "-"
@@ -458,17 +469,16 @@ def report(runs, bd, progs, lives, a, meta):
                             for m in MODES)
             b = "**" if p == "all six" else ""
             L.append("| " + " | ".join(f"{b}{x}{b}" for x in row + [sp, rs]) + " |")
-        for st, v in lives.items():
-            if v:
-                mach = v[0]["machine"]
-                rec = next((ph for ph in v[0]["phases"] if ph["name"] == "reconfigure"), {})
-                L += ["", f"`live-{st}/`: `{v[0]['command']}`, {v[0]['started']}, git {v[0]['git_head']}, load "
-                      f"average {mach['loadavg_at_start'][0]} at the start, {mach['loadavg_at_end'][0]} at the end"
-                      + (f"; the reconfiguration took {rec['reconfigure_seconds']} s live (`opt plan` to "
-                         "job_active=0); its status: " + " ".join(
-                             f"{x}" for x in rec["status"].split() if x.split("=")[0] in (
-                                 "copies_count", "copied_bytes", "extra_copies_count", "mapped_blocks_count"))
-                         + ", " + rec["plan_output"].split(";")[0] if "reconfigure_seconds" in rec else "") + "."]
+        for st, v in lv.items():
+            mach = v[0]["machine"]
+            rec = next((ph for ph in v[0]["phases"] if ph["name"] == "reconfigure"), {})
+            L += ["", f"`{name}-{st}/`: `{v[0]['command']}`, {v[0]['started']}, git {v[0]['git_head']}, load "
+                  f"average {mach['loadavg_at_start'][0]} at the start, {mach['loadavg_at_end'][0]} at the end"
+                  + (f"; the reconfiguration took {rec['reconfigure_seconds']} s live (`opt plan` to "
+                     "job_active=0); its status: " + " ".join(
+                         f"{x}" for x in rec["status"].split() if x.split("=")[0] in (
+                             "copies_count", "copied_bytes", "extra_copies_count", "mapped_blocks_count"))
+                     + ", " + rec["plan_output"].split(";")[0] if "reconfigure_seconds" in rec else "") + "."]
         L.append("")
     L.append(MARK)
     readme.write_keeping_notes(os.path.join(OUT, "README.md"), L, MARK)
