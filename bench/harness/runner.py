@@ -211,10 +211,10 @@ def main(argv=None):
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, on_signal)
 
-    # A workload with a `setup(mnt)` populates the volume first, served
+    # A workload with a `populate(mnt)` fills the volume first, served
     # without emulation and recorded to its own trace; then the rig restarts
     # (a fresh server, `emulate`, trace_path) and the phases run.
-    staged = hasattr(wl, "setup")
+    staged = hasattr(wl, "populate")
     rig = Rig(a.layoutd, work, size, config, None if staged else emulate,
               os.path.join(work, "setup.trace") if staged else trace_path, a.connections, not a.no_direct_io,
               mkfs_opts, mount_opts, a.threads, a.fs)
@@ -228,7 +228,7 @@ def main(argv=None):
             wl.attach(rig)
         if staged:
             t = time.monotonic()
-            rig.facts["setup"] = wl.setup(rig.mnt)
+            rig.facts["setup"] = wl.populate(rig.mnt)
             rig.facts["setup_seconds"] = round(time.monotonic() - t, 3)
             rig.restart(emulate, trace_path)
         for name, kind, cold, fn in wl.phases():

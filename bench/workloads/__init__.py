@@ -2,7 +2,7 @@
 DESCRIPTION, DEFAULTS (rig settings it prefers: size, config, emulate,
 mount_opts, optionally mkfs_opts), add_args(argparse group) and
 Workload(args) with params() and phases() -> [(name, kind, drop caches
-before?, fn(mount point) -> dict)]; optionally attach(rig) and setup(mount
+before?, fn(mount point) -> dict)]; optionally attach(rig) and populate(mount
 point) -> dict (run served without emulation, with its own trace, before
 the rig restarts the server for the phases). Register it in WORKLOADS below."""
 

@@ -131,7 +131,7 @@ class Workload:
                 out.append(("reconfigure", "idle", False, self.reconfigure))
         return out
 
-    def setup(self, mnt):
+    def populate(self, mnt):
         root = os.path.join(mnt, "root")
         t = time.monotonic()
         for d in USR:
