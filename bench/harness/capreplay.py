@@ -33,12 +33,15 @@ def captures(a, who, capture, capture_dir):
     return fss
 
 
-def replay(l, trace, config, disk, base, capture_dir, extra=()):
+ONE_STREAM = ("--format", "layoutd", "--no-stream-detect")
+
+
+def replay(l, trace, config, disk, base, capture_dir, extra=(), fmt=ONE_STREAM):
     """`layoutd sim` of `trace` closed-loop through `config` on `disk`, as one
-    stream, recording to base.rec; returns (the simulator's JSON, {phase:
-    {"span_s", "busy_s", "requests"}}) with the phases cut at the capture's
-    marker reads (capture_dir/result.json)."""
-    cmd = [l, "sim", "--trace", trace, "--format", "layoutd", "--no-stream-detect", "--config", config,
+    stream (or as `fmt`'s flags say), recording to base.rec; returns (the
+    simulator's JSON, {phase: {"span_s", "busy_s", "requests"}}) with the
+    phases cut at the capture's marker reads (capture_dir/result.json)."""
+    cmd = [l, "sim", "--trace", trace, *fmt, "--config", config,
            "--disk", disk, "--closed-loop", "--no-progress", "--record-trace", base + ".rec", "--json", base + ".json",
            *extra]
     p = subprocess.run(cmd, capture_output=True, text=True)

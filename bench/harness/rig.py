@@ -138,6 +138,25 @@ class Rig:
         self.mount()
         log(f"mounted {self.fs} at {self.mnt} ({self.mount_opts or 'defaults'}), mkfs took {self.facts['mkfs_seconds']} s")
 
+    def restart(self, emulate, trace_path):
+        """Everything down (umount, loop, nbdfuse, server: a clean stop) and
+        up again on the same volume file, without format or mkfs, serving
+        with `emulate` and recording to `trace_path`: a volume populated at
+        tmpfs speed (and with its own trace) is then measured from a fresh
+        server, whose in-memory state (an `opt` profile, caches) starts
+        empty, as after a reboot."""
+        failures = self.down()
+        if failures:
+            raise RuntimeError("restart: " + "; ".join(failures))
+        self.teardown = Teardown()
+        self.emulate = emulate
+        self.trace_path = trace_path
+        self._start_server()
+        self._start_fuse()
+        self._attach_loop()
+        self.mount()
+        log(f"restarted: serve {'--emulate ' + emulate if emulate else 'without emulation'}, mounted at {self.mnt}")
+
     def _start_server(self):
         if os.path.exists(self.sock):
             os.unlink(self.sock)

@@ -23,11 +23,11 @@ Here the repository is the Linux kernel tree of the Debian package
              output must be empty, the tree is clean
 """
 
-import glob
 import os
 import subprocess
 import time
 
+import linux_source
 from log import log
 
 NAME = "git-status"
@@ -44,8 +44,7 @@ DEFAULTS = {
 
 def add_args(ap):
     g = ap.add_argument_group("git-status workload")
-    g.add_argument("--tarball", default=None,
-                   help="the kernel source tarball (default: the newest /usr/src/linux-source-*.tar.xz)")
+    linux_source.add_arg(g)
     g.add_argument("--dirs", default="all",
                    help="comma-separated top-level directories of the tree to unpack, or `all` "
                         "(default: %(default)s)")
@@ -66,12 +65,7 @@ def git(mnt, *args):
 class Workload:
     def __init__(self, args):
         self.a = args
-        tb = args.tarball or max(glob.glob("/usr/src/linux-source-*.tar.xz"), default=None)
-        if not tb or not os.path.exists(tb):
-            raise SystemExit("git-status: no kernel tarball (apt-get install linux-source, or give --tarball)")
-        self.tarball = tb
-        # linux-source-6.1.tar.xz holds linux-source-6.1/...
-        self.top = os.path.basename(tb).split(".tar")[0]
+        self.tarball, self.top = linux_source.tarball(args.tarball, "git-status")
         self.dirs = [] if args.dirs == "all" else [d.strip("/ ") for d in args.dirs.split(",") if d.strip()]
 
     def params(self):

@@ -37,6 +37,7 @@ import random
 import subprocess
 import time
 
+import linux_source
 from log import log
 from rig import sh
 
@@ -56,8 +57,7 @@ NOWHERE = "layoutd-pool-kernel-no-such-string"
 
 def add_args(ap):
     g = ap.add_argument_group("pool-kernel workload")
-    g.add_argument("--tarball", default=None,
-                   help="the kernel source tarball (default: the newest /usr/src/linux-source-*.tar.xz)")
+    linux_source.add_arg(g)
     g.add_argument("--build-targets", default="init/ kernel/", help="make targets after tinyconfig (default: %(default)s)")
     g.add_argument("--build-jobs", type=int, default=2, help="make -j (default: %(default)s)")
     g.add_argument("--build-seconds", type=int, default=600, help="the build is cut here (default: %(default)s)")
@@ -73,10 +73,7 @@ class Workload:
         if args.fs == "ext4" and not args.config:
             raise SystemExit("pool-kernel: ext4 needs a pool stack for online snapshots (--config, e.g. "
                              "bench/workloads/pool/kernel/capture.toml); btrfs snapshots itself on linear")
-        tb = args.tarball or max(glob.glob("/usr/src/linux-source-*.tar.xz"), default=None)
-        if not tb or not os.path.exists(tb):
-            raise SystemExit("pool-kernel: no kernel tarball (apt-get install linux-source, or give --tarball)")
-        self.tarball = tb
+        self.tarball, _ = linux_source.tarball(args.tarball, "pool-kernel")
         self.rig = None
         self.snap = None  # the mounted snapshot's tree
 
