@@ -32,7 +32,7 @@ fn policies() -> Vec<String> {
 
 #[test]
 fn every_volume_reads_back_its_own_model_with_snapshots_at_random_points() {
-    let (mut partial_redirects, mut fills) = (0, 0);
+    let (mut partial_redirects, mut fills, mut fill_runs) = (0, 0, 0);
     for c in policies() {
         for seed in 0..4u64 {
             let make = |mode| stack_from_toml(&c, DEVICE_BYTES, mode);
@@ -52,13 +52,18 @@ fn every_volume_reads_back_its_own_model_with_snapshots_at_random_points() {
             eprintln!("{st}");
             if c.contains("redirect") {
                 // The partial-chunk paths ran: redirects that wrote only
-                // their own sectors, fills (idle or before a whole read).
+                // their own sectors, fills (idle or before a whole read),
+                // some of runs of chunks.
                 partial_redirects += counter(&h, "origin_partial_redirects_count");
                 fills += counter(&h, "chunks_filled_count");
+                fill_runs += counter(&h, "fill_runs_count");
             }
         }
     }
-    assert!(partial_redirects > 20 && fills > 10, "partial redirects {partial_redirects}, fills {fills}");
+    assert!(
+        partial_redirects > 20 && fills > 10 && fill_runs > 0,
+        "partial redirects {partial_redirects}, fills {fills} ({fill_runs} runs of chunks)"
+    );
 }
 
 #[test]
@@ -881,13 +886,22 @@ fn a_write_over_fresh_chunks_in_a_row_below_goes_down_as_one_request() {
 
 #[test]
 fn a_partial_chunk_reads_old_or_new_per_sector_at_every_crash_from_its_first_write_to_its_fill() {
-    // Origin chunk 0 of 1s shared with a snapshot; then, redirected, only
-    // sectors 1 and 5 written (partial), flushed; sector 9 written, not
-    // flushed; then quiet: the fill copies the rest from the old chunk.
-    // At every cut of the write log from the snapshot on: the snapshot
-    // reads 1s; each origin sector reads 1s or what was written to it,
-    // the written-and-flushed ones their data once the flush completed,
-    // the others 1s (never stale bytes of the new chunk).
+    // One partial chunk (a fill of its own), then a run of four next to
+    // each other over bases next to each other (one run fill: the run and
+    // its bases read, composed, the run written whole).
+    for n in [1usize, 4] {
+        partial_chunks_crash_from_first_write_to_fill(n);
+    }
+}
+
+/// Origin chunks `0..n` of 1s shared with a snapshot; then, redirected,
+/// only sectors 1 and 5 of each written (partial), flushed; sector 9 of
+/// each written, not flushed; then quiet: the fill copies the rest from
+/// the old chunks. At every cut of the write log from the snapshot on: the
+/// snapshot reads 1s; each origin sector reads 1s or what was written to
+/// it, the written-and-flushed ones their data once the flush completed,
+/// the others 1s (never stale bytes of the new chunk).
+fn partial_chunks_crash_from_first_write_to_fill(n: usize) {
     let c = cfg("contiguous", "origin_shared_write = \"redirect\"\n");
     let rec = Arc::new(Recorder::new(MemDevice::new(DEVICE_BYTES)));
     let log = rec.log();
@@ -895,21 +909,27 @@ fn a_partial_chunk_reads_old_or_new_per_sector_at_every_crash_from_its_first_wri
     let mut h =
         Harness::new(make(OpenMode::Format), rec.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 7);
     bring_up(&mut h);
-    assert_eq!(h.write(0, vec![1; CHUNK]).result, Ok(()));
+    assert_eq!(h.write(0, vec![1; n * CHUNK]).result, Ok(()));
     ok(&mut h, "snapshot create s");
     assert_eq!(h.flush().result, Ok(()));
     let from = log.len();
-    assert_eq!(h.write(512, vec![2; 512]).result, Ok(()));
-    assert_eq!(h.write(5 * 512, vec![3; 512]).result, Ok(()));
-    assert_eq!(counter(&h, "partial_chunks_count"), 1);
+    let value = |i: usize, v: u8| v + 3 * i as u8;
+    for i in 0..n {
+        let at = (i * CHUNK) as u64;
+        assert_eq!(h.write(at + 512, vec![value(i, 2); 512]).result, Ok(()));
+        assert_eq!(h.write(at + 5 * 512, vec![value(i, 3); 512]).result, Ok(()));
+    }
+    assert_eq!(counter(&h, "partial_chunks_count"), n as u64);
     assert_eq!(h.flush().result, Ok(()));
     let flushed = log.len();
-    assert_eq!(h.write(9 * 512, vec![4; 512]).result, Ok(()));
+    for i in 0..n {
+        assert_eq!(h.write((i * CHUNK) as u64 + 9 * 512, vec![value(i, 4); 512]).result, Ok(()));
+    }
     h.settle();
-    assert_eq!(counter(&h, "chunks_filled_count"), 1, "{}", h.stack.status());
+    assert_eq!(counter(&h, "chunks_filled_count"), n as u64, "{}", h.stack.status());
+    assert_eq!(counter(&h, "fill_runs_count"), u64::from(n > 1), "{}", h.stack.status());
     assert_eq!(counter(&h, "partial_chunks_count"), 0);
     let snap_at = volume_offset(&mut h, "s");
-    let written = [(1usize, 2u8), (5, 3), (9, 4)];
     let entries = log.len();
     assert!(entries > flushed + 2, "the fill and its record are in the log");
     for cut in from..=entries {
@@ -921,9 +941,11 @@ fn a_partial_chunk_reads_old_or_new_per_sector_at_every_crash_from_its_first_wri
             7,
         );
         bring_up(&mut h);
-        assert_eq!(read(&mut h, snap_at, CHUNK), vec![1; CHUNK], "snapshot after a crash at {cut}");
-        let got = read(&mut h, 0, CHUNK);
-        for (i, sector) in got.chunks(512).enumerate() {
+        assert_eq!(read(&mut h, snap_at, n * CHUNK), vec![1; n * CHUNK], "snapshot after a crash at {cut}");
+        let got = read(&mut h, 0, n * CHUNK);
+        for (k, sector) in got.chunks(512).enumerate() {
+            let (ci, i) = (k / (CHUNK / 512), k % (CHUNK / 512));
+            let written = [(1usize, value(ci, 2)), (5, value(ci, 3)), (9, value(ci, 4))];
             let new = written.iter().find(|w| w.0 == i).map(|w| w.1);
             let must_be_new = cut >= flushed && i != 9;
             let fine = match new {
@@ -933,7 +955,7 @@ fn a_partial_chunk_reads_old_or_new_per_sector_at_every_crash_from_its_first_wri
             };
             assert!(
                 fine,
-                "origin sector {i} after a crash at log entry {cut} of {entries}: {:?}",
+                "{n} chunks: origin chunk {ci} sector {i} after a crash at log entry {cut} of {entries}: {:?}",
                 &sector[..8]
             );
         }
