@@ -12,7 +12,17 @@ use std::sync::Arc;
 
 const DEVICE_BYTES: u64 = 2 << 20;
 
+/// A small pool with `extra` keys; the origin's shared writes copy out
+/// unless `extra` says otherwise (the tests written for copy-out name it,
+/// since the default is redirect).
 fn cfg(placement: &str, extra: &str) -> String {
+    let mode =
+        if extra.contains("origin_shared_write") { "" } else { "origin_shared_write = \"copy-out\"\n" };
+    cfg_default(placement, &format!("{mode}{extra}"))
+}
+
+/// A small pool with `extra` keys and the defaults for the rest.
+fn cfg_default(placement: &str, extra: &str) -> String {
     format!(
         "version = 1\n[[layer]]\ntarget = \"pool\"\nchunk_size = \"8K\"\nvolume_size = \"384K\"\nvolumes_max = 4\n\
          journal_blocks = 8\nplacement = \"{placement}\"\n{extra}"
@@ -25,7 +35,8 @@ fn policies() -> Vec<String> {
         cfg("sliced", "slices = 6\n"),
         cfg("nearest", ""),
         cfg("contiguous", "zero_new_chunks_with = \"write\"\n"),
-        cfg("nearest", "origin_shared_write = \"redirect\"\n"),
+        // The default: redirect.
+        cfg_default("nearest", ""),
         cfg("sliced", "slices = 6\norigin_shared_write = \"redirect\"\n"),
     ]
 }
@@ -50,7 +61,7 @@ fn every_volume_reads_back_its_own_model_with_snapshots_at_random_points() {
             assert!(run.reads_checked > 50);
             let st = h.stack.status();
             eprintln!("{st}");
-            if c.contains("redirect") {
+            if !c.contains("copy-out") {
                 // The partial-chunk paths ran: redirects that wrote only
                 // their own sectors, fills (idle or before a whole read),
                 // some of runs of chunks.
@@ -567,7 +578,7 @@ fn bad_snapshot_commands_say_why_in_one_line_and_change_nothing() {
 fn a_full_pool_fails_only_the_write_that_needs_space_with_enospc() {
     // Volumes of 2 MiB over a pool of well under 2 MiB of data: overcommitted.
     let c = "version = 1\n[[layer]]\ntarget = \"pool\"\nchunk_size = \"8K\"\nvolume_size = \"2M\"\nvolumes_max = 2\n\
-             journal_blocks = 8\n";
+             journal_blocks = 8\norigin_shared_write = \"copy-out\"\n";
     let (mut h, _) = harness(c, DEVICE_BYTES);
     let data = counter(&h, "data_bytes");
     let mut written = 0u64;
@@ -684,7 +695,7 @@ fn copies_land_nearer_their_origin_with_each_policy_and_defrag_moves_them_closer
     // defragmenter moves the copies back next to their origin.
     // The origin dense (no space kept out of its layout).
     let c = "version = 1\n[[layer]]\ntarget = \"pool\"\nchunk_size = \"8K\"\ncopy_share_percent = 0\n\
-             volumes_max = 4\njournal_blocks = 8\nplacement = \"nearest\"\n";
+             volumes_max = 4\njournal_blocks = 8\nplacement = \"nearest\"\norigin_shared_write = \"copy-out\"\n";
     let (mut h, _) = harness(c, DEVICE_BYTES);
     assert_eq!(h.write(0, vec![1; 48 * CHUNK]).result, Ok(()));
     ok(&mut h, "snapshot create scratch");
@@ -960,6 +971,66 @@ fn partial_chunks_crash_from_first_write_to_fill(n: usize) {
             );
         }
     }
+}
+
+#[test]
+fn a_pool_switches_between_copy_out_and_redirect_across_opens_keeping_every_volume() {
+    // The mode is read at each open (a pool formatted without the key
+    // before redirect became the default opens as redirect): copy-outs,
+    // then partial chunks, then copy-outs over shared partial chunks, and
+    // every volume reads its own bytes after each switch.
+    let copy_out = cfg("contiguous", "");
+    let redirect = cfg("contiguous", "origin_shared_write = \"redirect\"\n");
+    let (mut h, dev) = harness(&copy_out, DEVICE_BYTES);
+    let open = |c: &str| {
+        let stack = stack_from_toml(c, DEVICE_BYTES, OpenMode::Open { clean: false, accept_loss: false });
+        let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 3);
+        bring_up(&mut h);
+        h
+    };
+    let n = 6;
+    let mut origin = vec![1u8; n * CHUNK];
+    let mut write =
+        |h: &mut Harness, origin: &mut Vec<u8>, chunks: std::ops::Range<usize>, sector: usize, v: u8| {
+            for i in chunks {
+                let at = i * CHUNK + sector * 512;
+                assert_eq!(h.write(at as u64, vec![v; 512]).result, Ok(()));
+                origin[at..at + 512].fill(v);
+            }
+        };
+    let check = |h: &mut Harness, origin: &[u8], snaps: &[(&str, &[u8])]| {
+        assert_eq!(read(h, 0, n * CHUNK), origin, "origin");
+        for (name, want) in snaps {
+            let at = volume_offset(h, name);
+            assert_eq!(read(h, at, n * CHUNK), *want, "{name}");
+        }
+    };
+    assert_eq!(h.write(0, origin.clone()).result, Ok(()));
+    ok(&mut h, "snapshot create s1");
+    let s1 = origin.clone();
+    write(&mut h, &mut origin, 0..3, 1, 2);
+    assert_eq!(h.flush().result, Ok(()));
+    assert_eq!(counter(&h, "chunks_copied_count"), 3);
+    drop(h);
+    let mut h = open(&redirect);
+    check(&mut h, &origin, &[("s1", &s1)]);
+    write(&mut h, &mut origin, 2..n, 3, 3);
+    assert_eq!(counter(&h, "origin_partial_redirects_count"), 3, "{}", h.stack.status());
+    assert_eq!(counter(&h, "partial_chunks_count"), 3);
+    ok(&mut h, "snapshot create s2");
+    let s2 = origin.clone();
+    assert_eq!(h.flush().result, Ok(()));
+    drop(h);
+    let mut h = open(&copy_out);
+    check(&mut h, &origin, &[("s1", &s1), ("s2", &s2)]);
+    write(&mut h, &mut origin, 0..n, 5, 4);
+    assert!(counter(&h, "chunks_copied_count") >= 4, "{}", h.stack.status());
+    check(&mut h, &origin, &[("s1", &s1), ("s2", &s2)]);
+    h.settle();
+    assert_eq!(h.flush().result, Ok(()));
+    drop(h);
+    let mut h = open(&redirect);
+    check(&mut h, &origin, &[("s1", &s1), ("s2", &s2)]);
 }
 
 /// Chunk `i` of a volume read whole: sector 1 `one`, sector 3 `three`, the rest `rest`.
