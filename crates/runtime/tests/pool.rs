@@ -940,6 +940,17 @@ fn partial_chunks_crash_from_first_write_to_fill(n: usize) {
     assert_eq!(counter(&h, "chunks_filled_count"), n as u64, "{}", h.stack.status());
     assert_eq!(counter(&h, "fill_runs_count"), u64::from(n > 1), "{}", h.stack.status());
     assert_eq!(counter(&h, "partial_chunks_count"), 0);
+    // Filled: the origin reads the old chunks' bytes where nothing was
+    // written, before and after the fill's record is made durable.
+    let mut want = vec![1u8; n * CHUNK];
+    for i in 0..n {
+        for (sector, v) in [(1, value(i, 2)), (5, value(i, 3)), (9, value(i, 4))] {
+            want[i * CHUNK + sector * 512..][..512].fill(v);
+        }
+    }
+    assert_eq!(read(&mut h, 0, n * CHUNK), want, "{n} chunks filled");
+    assert_eq!(h.flush().result, Ok(()));
+    let all_flushed = log.len();
     let snap_at = volume_offset(&mut h, "s");
     let entries = log.len();
     assert!(entries > flushed + 2, "the fill and its record are in the log");
@@ -958,7 +969,7 @@ fn partial_chunks_crash_from_first_write_to_fill(n: usize) {
             let (ci, i) = (k / (CHUNK / 512), k % (CHUNK / 512));
             let written = [(1usize, value(ci, 2)), (5, value(ci, 3)), (9, value(ci, 4))];
             let new = written.iter().find(|w| w.0 == i).map(|w| w.1);
-            let must_be_new = cut >= flushed && i != 9;
+            let must_be_new = cut >= flushed && (i != 9 || cut >= all_flushed);
             let fine = match new {
                 Some(v) if must_be_new => sector.iter().all(|&b| b == v),
                 Some(v) => sector.iter().all(|&b| b == v) || sector.iter().all(|&b| b == 1),
