@@ -1001,7 +1001,7 @@ fn a_pool_switches_between_copy_out_and_redirect_across_opens_keeping_every_volu
     };
     let n = 6;
     let mut origin = vec![1u8; n * CHUNK];
-    let mut write =
+    let write =
         |h: &mut Harness, origin: &mut Vec<u8>, chunks: std::ops::Range<usize>, sector: usize, v: u8| {
             for i in chunks {
                 let at = i * CHUNK + sector * 512;
