@@ -2464,8 +2464,10 @@ impl Target for Pool {
                 self.partial.keys().copied().find(|&q| {
                     !self.locked.contains(&self.chunks.lc(q).expect("a partial chunk is mapped"))
                 })?;
+            // Bytes moved: a fill reads its base and writes what its
+            // chunk lacks; a run fill also reads the run as it is.
             let n = self.start_fill_run(q);
-            return Some(2 * n * self.cfg.chunk_bytes);
+            return Some(if n > 1 { 3 } else { 2 } * n * self.cfg.chunk_bytes);
         }
         if !self.cfg.defrag {
             return None;
