@@ -26,6 +26,11 @@ Shah (UBC 2006, shared/seeds/002_*), §3.1 "kernel compile and grep" and
   grep-origin-2     cold caches: grep on the origin, then on snap2
   grep-snapshot-2
 
+With --no-snapshots (the plain baseline, ext4 on `linear`: "build on the
+origin vs on a plain volume") the snapshot phases and the snapshot greps are
+skipped; snapshot-2 becomes `list` (the origin's files are listed for the
+rewrite, nothing else), so every other phase runs as on a pool.
+
 Each snapshot operation is followed by a marker read; the phase records
 `[marker, message]` pairs in `messages`, which the simulator replays as
 `layoutd sim --message @N:MESSAGE` (bench/pool_kernel.py).
@@ -65,12 +70,15 @@ def add_args(ap):
     g.add_argument("--rewrite-share", type=float, default=0.1,
                    help="share of the files the partial rewrite picks (default: %(default)s)")
     g.add_argument("--seed", type=int, default=1, help="the rewrite's choice of files (default: %(default)s)")
+    g.add_argument("--no-snapshots", action="store_true",
+                   help="the plain baseline: skip snapshot-1, grep-snapshot, grep-snapshot-2 and the snapshots of "
+                        "snapshot-2 (which becomes `list`), so ext4 runs on linear without --config")
 
 
 class Workload:
     def __init__(self, args):
         self.a = args
-        if args.fs == "ext4" and not args.config:
+        if args.fs == "ext4" and not args.config and not args.no_snapshots:
             raise SystemExit("pool-kernel: ext4 needs a pool stack for online snapshots (--config, e.g. "
                              "bench/workloads/pool/kernel/capture.toml); btrfs snapshots itself on linear")
         self.tarball, _ = linux_source.tarball(args.tarball, "pool-kernel")
@@ -83,12 +91,21 @@ class Workload:
     def params(self):
         return {"tarball": os.path.basename(self.tarball), "build_targets": self.a.build_targets,
                 "build_jobs": self.a.build_jobs, "build_seconds_max": self.a.build_seconds, "idle_seconds": self.a.idle,
-                "rewrite_share": self.a.rewrite_share, "seed": self.a.seed,
+                "rewrite_share": self.a.rewrite_share, "seed": self.a.seed, "snapshots": not self.a.no_snapshots,
                 "gcc": subprocess.run(["gcc", "--version"], capture_output=True, text=True).stdout.splitlines()[0]}
 
     def phases(self):
         """[(name, kind, drop caches before?, function(mnt) -> dict)]"""
         idle = lambda mnt: time.sleep(self.a.idle) or {}  # noqa: E731
+        if self.a.no_snapshots:
+            return [("unpack", "write", False, self.unpack),
+                    ("build", "write", True, self.build),
+                    ("idle-1", "idle", False, idle),
+                    ("grep-origin", "read", True, lambda mnt: self.grep(os.path.join(mnt, "linux"))),
+                    ("list", "write", False, self.list_files),
+                    ("rewrite", "write", False, self.rewrite),
+                    ("idle-2", "idle", False, idle),
+                    ("grep-origin-2", "read", True, lambda mnt: self.grep(os.path.join(mnt, "linux")))]
         return [("unpack", "write", False, self.unpack),
                 ("snapshot-1", "write", False, lambda mnt: self.snapshot(mnt, "snap1", None)),
                 ("build", "write", True, self.build),
@@ -117,6 +134,11 @@ class Workload:
         """A marker read right after a snapshot operation: where the replay delivers it."""
         return [self.rig.marker(text), text]
 
+    def list_files(self, mnt):
+        """snapshot-2's listing of the origin's files for the rewrite (alone: the --no-snapshots `list`)."""
+        self.files = sorted(os.path.join(d, f) for d, _, fs in os.walk(os.path.join(mnt, "linux")) for f in fs)
+        return {}
+
     def snapshot(self, mnt, name, drop):
         tree = os.path.join(mnt, "linux")
         msgs = []
@@ -127,7 +149,7 @@ class Workload:
                 self.rig.detach_export(drop)
                 sh([self.rig.layoutd, "snapshot", "delete", "--socket", self.rig.sock, drop])
             msgs.append(self._op(f"snapshot delete {drop}"))
-            self.files = sorted(os.path.join(d, f) for d, _, fs in os.walk(tree) for f in fs)
+            self.list_files(mnt)
         os.sync()
         if self.rig.fs == "btrfs":
             sh(["btrfs", "subvolume", "snapshot", "-r", tree, os.path.join(mnt, name)])

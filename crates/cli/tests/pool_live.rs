@@ -111,8 +111,14 @@ fn ext4_snapshot_taken_online_during_writes_is_consistent_and_the_origin_moves_o
     if !block_rig_available() {
         return;
     }
+    // The default (the origin's shared writes redirected), then copy-out.
+    ext4_snapshot_online(POOL);
+    ext4_snapshot_online(&format!("{POOL}origin_shared_write = \"copy-out\"\n"));
+}
+
+fn ext4_snapshot_online(config: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let dev = formatted(dir.path(), "e.img", "320M", Some(POOL));
+    let dev = formatted(dir.path(), "e.img", "320M", Some(config));
     let mut rig = BlockRig::start(&dev, dir.path());
     rig.mkfs();
     rig.mount();

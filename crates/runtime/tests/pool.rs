@@ -12,7 +12,17 @@ use std::sync::Arc;
 
 const DEVICE_BYTES: u64 = 2 << 20;
 
+/// A small pool with `extra` keys; the origin's shared writes copy out
+/// unless `extra` says otherwise (the tests written for copy-out name it,
+/// since the default is redirect).
 fn cfg(placement: &str, extra: &str) -> String {
+    let mode =
+        if extra.contains("origin_shared_write") { "" } else { "origin_shared_write = \"copy-out\"\n" };
+    cfg_default(placement, &format!("{mode}{extra}"))
+}
+
+/// A small pool with `extra` keys and the defaults for the rest.
+fn cfg_default(placement: &str, extra: &str) -> String {
     format!(
         "version = 1\n[[layer]]\ntarget = \"pool\"\nchunk_size = \"8K\"\nvolume_size = \"384K\"\nvolumes_max = 4\n\
          journal_blocks = 8\nplacement = \"{placement}\"\n{extra}"
@@ -25,14 +35,15 @@ fn policies() -> Vec<String> {
         cfg("sliced", "slices = 6\n"),
         cfg("nearest", ""),
         cfg("contiguous", "zero_new_chunks_with = \"write\"\n"),
-        cfg("nearest", "origin_shared_write = \"redirect\"\n"),
+        // The default: redirect.
+        cfg_default("nearest", ""),
         cfg("sliced", "slices = 6\norigin_shared_write = \"redirect\"\n"),
     ]
 }
 
 #[test]
 fn every_volume_reads_back_its_own_model_with_snapshots_at_random_points() {
-    let (mut partial_redirects, mut fills) = (0, 0);
+    let (mut partial_redirects, mut fills, mut fill_runs) = (0, 0, 0);
     for c in policies() {
         for seed in 0..4u64 {
             let make = |mode| stack_from_toml(&c, DEVICE_BYTES, mode);
@@ -50,15 +61,20 @@ fn every_volume_reads_back_its_own_model_with_snapshots_at_random_points() {
             assert!(run.reads_checked > 50);
             let st = h.stack.status();
             eprintln!("{st}");
-            if c.contains("redirect") {
+            if !c.contains("copy-out") {
                 // The partial-chunk paths ran: redirects that wrote only
-                // their own sectors, fills (idle or before a whole read).
+                // their own sectors, fills (idle or before a whole read),
+                // some of runs of chunks.
                 partial_redirects += counter(&h, "origin_partial_redirects_count");
                 fills += counter(&h, "chunks_filled_count");
+                fill_runs += counter(&h, "fill_runs_count");
             }
         }
     }
-    assert!(partial_redirects > 20 && fills > 10, "partial redirects {partial_redirects}, fills {fills}");
+    assert!(
+        partial_redirects > 20 && fills > 10 && fill_runs > 0,
+        "partial redirects {partial_redirects}, fills {fills} ({fill_runs} runs of chunks)"
+    );
 }
 
 #[test]
@@ -562,7 +578,7 @@ fn bad_snapshot_commands_say_why_in_one_line_and_change_nothing() {
 fn a_full_pool_fails_only_the_write_that_needs_space_with_enospc() {
     // Volumes of 2 MiB over a pool of well under 2 MiB of data: overcommitted.
     let c = "version = 1\n[[layer]]\ntarget = \"pool\"\nchunk_size = \"8K\"\nvolume_size = \"2M\"\nvolumes_max = 2\n\
-             journal_blocks = 8\n";
+             journal_blocks = 8\norigin_shared_write = \"copy-out\"\n";
     let (mut h, _) = harness(c, DEVICE_BYTES);
     let data = counter(&h, "data_bytes");
     let mut written = 0u64;
@@ -679,7 +695,7 @@ fn copies_land_nearer_their_origin_with_each_policy_and_defrag_moves_them_closer
     // defragmenter moves the copies back next to their origin.
     // The origin dense (no space kept out of its layout).
     let c = "version = 1\n[[layer]]\ntarget = \"pool\"\nchunk_size = \"8K\"\ncopy_share_percent = 0\n\
-             volumes_max = 4\njournal_blocks = 8\nplacement = \"nearest\"\n";
+             volumes_max = 4\njournal_blocks = 8\nplacement = \"nearest\"\norigin_shared_write = \"copy-out\"\n";
     let (mut h, _) = harness(c, DEVICE_BYTES);
     assert_eq!(h.write(0, vec![1; 48 * CHUNK]).result, Ok(()));
     ok(&mut h, "snapshot create scratch");
@@ -881,13 +897,22 @@ fn a_write_over_fresh_chunks_in_a_row_below_goes_down_as_one_request() {
 
 #[test]
 fn a_partial_chunk_reads_old_or_new_per_sector_at_every_crash_from_its_first_write_to_its_fill() {
-    // Origin chunk 0 of 1s shared with a snapshot; then, redirected, only
-    // sectors 1 and 5 written (partial), flushed; sector 9 written, not
-    // flushed; then quiet: the fill copies the rest from the old chunk.
-    // At every cut of the write log from the snapshot on: the snapshot
-    // reads 1s; each origin sector reads 1s or what was written to it,
-    // the written-and-flushed ones their data once the flush completed,
-    // the others 1s (never stale bytes of the new chunk).
+    // One partial chunk (a fill of its own), then a run of four next to
+    // each other over bases next to each other (one run fill: the run and
+    // its bases read, composed, the run written whole).
+    for n in [1usize, 4] {
+        partial_chunks_crash_from_first_write_to_fill(n);
+    }
+}
+
+/// Origin chunks `0..n` of 1s shared with a snapshot; then, redirected,
+/// only sectors 1 and 5 of each written (partial), flushed; sector 9 of
+/// each written, not flushed; then quiet: the fill copies the rest from
+/// the old chunks. At every cut of the write log from the snapshot on: the
+/// snapshot reads 1s; each origin sector reads 1s or what was written to
+/// it, the written-and-flushed ones their data once the flush completed,
+/// the others 1s (never stale bytes of the new chunk).
+fn partial_chunks_crash_from_first_write_to_fill(n: usize) {
     let c = cfg("contiguous", "origin_shared_write = \"redirect\"\n");
     let rec = Arc::new(Recorder::new(MemDevice::new(DEVICE_BYTES)));
     let log = rec.log();
@@ -895,21 +920,38 @@ fn a_partial_chunk_reads_old_or_new_per_sector_at_every_crash_from_its_first_wri
     let mut h =
         Harness::new(make(OpenMode::Format), rec.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 7);
     bring_up(&mut h);
-    assert_eq!(h.write(0, vec![1; CHUNK]).result, Ok(()));
+    assert_eq!(h.write(0, vec![1; n * CHUNK]).result, Ok(()));
     ok(&mut h, "snapshot create s");
     assert_eq!(h.flush().result, Ok(()));
     let from = log.len();
-    assert_eq!(h.write(512, vec![2; 512]).result, Ok(()));
-    assert_eq!(h.write(5 * 512, vec![3; 512]).result, Ok(()));
-    assert_eq!(counter(&h, "partial_chunks_count"), 1);
+    let value = |i: usize, v: u8| v + 3 * i as u8;
+    for i in 0..n {
+        let at = (i * CHUNK) as u64;
+        assert_eq!(h.write(at + 512, vec![value(i, 2); 512]).result, Ok(()));
+        assert_eq!(h.write(at + 5 * 512, vec![value(i, 3); 512]).result, Ok(()));
+    }
+    assert_eq!(counter(&h, "partial_chunks_count"), n as u64);
     assert_eq!(h.flush().result, Ok(()));
     let flushed = log.len();
-    assert_eq!(h.write(9 * 512, vec![4; 512]).result, Ok(()));
+    for i in 0..n {
+        assert_eq!(h.write((i * CHUNK) as u64 + 9 * 512, vec![value(i, 4); 512]).result, Ok(()));
+    }
     h.settle();
-    assert_eq!(counter(&h, "chunks_filled_count"), 1, "{}", h.stack.status());
+    assert_eq!(counter(&h, "chunks_filled_count"), n as u64, "{}", h.stack.status());
+    assert_eq!(counter(&h, "fill_runs_count"), u64::from(n > 1), "{}", h.stack.status());
     assert_eq!(counter(&h, "partial_chunks_count"), 0);
+    // Filled: the origin reads the old chunks' bytes where nothing was
+    // written, before and after the fill's record is made durable.
+    let mut want = vec![1u8; n * CHUNK];
+    for i in 0..n {
+        for (sector, v) in [(1, value(i, 2)), (5, value(i, 3)), (9, value(i, 4))] {
+            want[i * CHUNK + sector * 512..][..512].fill(v);
+        }
+    }
+    assert_eq!(read(&mut h, 0, n * CHUNK), want, "{n} chunks filled");
+    assert_eq!(h.flush().result, Ok(()));
+    let all_flushed = log.len();
     let snap_at = volume_offset(&mut h, "s");
-    let written = [(1usize, 2u8), (5, 3), (9, 4)];
     let entries = log.len();
     assert!(entries > flushed + 2, "the fill and its record are in the log");
     for cut in from..=entries {
@@ -921,11 +963,13 @@ fn a_partial_chunk_reads_old_or_new_per_sector_at_every_crash_from_its_first_wri
             7,
         );
         bring_up(&mut h);
-        assert_eq!(read(&mut h, snap_at, CHUNK), vec![1; CHUNK], "snapshot after a crash at {cut}");
-        let got = read(&mut h, 0, CHUNK);
-        for (i, sector) in got.chunks(512).enumerate() {
+        assert_eq!(read(&mut h, snap_at, n * CHUNK), vec![1; n * CHUNK], "snapshot after a crash at {cut}");
+        let got = read(&mut h, 0, n * CHUNK);
+        for (k, sector) in got.chunks(512).enumerate() {
+            let (ci, i) = (k / (CHUNK / 512), k % (CHUNK / 512));
+            let written = [(1usize, value(ci, 2)), (5, value(ci, 3)), (9, value(ci, 4))];
             let new = written.iter().find(|w| w.0 == i).map(|w| w.1);
-            let must_be_new = cut >= flushed && i != 9;
+            let must_be_new = cut >= flushed && (i != 9 || cut >= all_flushed);
             let fine = match new {
                 Some(v) if must_be_new => sector.iter().all(|&b| b == v),
                 Some(v) => sector.iter().all(|&b| b == v) || sector.iter().all(|&b| b == 1),
@@ -933,11 +977,71 @@ fn a_partial_chunk_reads_old_or_new_per_sector_at_every_crash_from_its_first_wri
             };
             assert!(
                 fine,
-                "origin sector {i} after a crash at log entry {cut} of {entries}: {:?}",
+                "{n} chunks: origin chunk {ci} sector {i} after a crash at log entry {cut} of {entries}: {:?}",
                 &sector[..8]
             );
         }
     }
+}
+
+#[test]
+fn a_pool_switches_between_copy_out_and_redirect_across_opens_keeping_every_volume() {
+    // The mode is read at each open (a pool formatted without the key
+    // before redirect became the default opens as redirect): copy-outs,
+    // then partial chunks, then copy-outs over shared partial chunks, and
+    // every volume reads its own bytes after each switch.
+    let copy_out = cfg("contiguous", "");
+    let redirect = cfg("contiguous", "origin_shared_write = \"redirect\"\n");
+    let (mut h, dev) = harness(&copy_out, DEVICE_BYTES);
+    let open = |c: &str| {
+        let stack = stack_from_toml(c, DEVICE_BYTES, OpenMode::Open { clean: false, accept_loss: false });
+        let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 3);
+        bring_up(&mut h);
+        h
+    };
+    let n = 6;
+    let mut origin = vec![1u8; n * CHUNK];
+    let write =
+        |h: &mut Harness, origin: &mut Vec<u8>, chunks: std::ops::Range<usize>, sector: usize, v: u8| {
+            for i in chunks {
+                let at = i * CHUNK + sector * 512;
+                assert_eq!(h.write(at as u64, vec![v; 512]).result, Ok(()));
+                origin[at..at + 512].fill(v);
+            }
+        };
+    let check = |h: &mut Harness, origin: &[u8], snaps: &[(&str, &[u8])]| {
+        assert_eq!(read(h, 0, n * CHUNK), origin, "origin");
+        for (name, want) in snaps {
+            let at = volume_offset(h, name);
+            assert_eq!(read(h, at, n * CHUNK), *want, "{name}");
+        }
+    };
+    assert_eq!(h.write(0, origin.clone()).result, Ok(()));
+    ok(&mut h, "snapshot create s1");
+    let s1 = origin.clone();
+    write(&mut h, &mut origin, 0..3, 1, 2);
+    assert_eq!(h.flush().result, Ok(()));
+    assert_eq!(counter(&h, "chunks_copied_count"), 3);
+    drop(h);
+    let mut h = open(&redirect);
+    check(&mut h, &origin, &[("s1", &s1)]);
+    write(&mut h, &mut origin, 2..n, 3, 3);
+    assert_eq!(counter(&h, "origin_partial_redirects_count"), 3, "{}", h.stack.status());
+    assert_eq!(counter(&h, "partial_chunks_count"), 3);
+    ok(&mut h, "snapshot create s2");
+    let s2 = origin.clone();
+    assert_eq!(h.flush().result, Ok(()));
+    drop(h);
+    let mut h = open(&copy_out);
+    check(&mut h, &origin, &[("s1", &s1), ("s2", &s2)]);
+    write(&mut h, &mut origin, 0..n, 5, 4);
+    assert!(counter(&h, "chunks_copied_count") >= 4, "{}", h.stack.status());
+    check(&mut h, &origin, &[("s1", &s1), ("s2", &s2)]);
+    h.settle();
+    assert_eq!(h.flush().result, Ok(()));
+    drop(h);
+    let mut h = open(&redirect);
+    check(&mut h, &origin, &[("s1", &s1), ("s2", &s2)]);
 }
 
 /// Chunk `i` of a volume read whole: sector 1 `one`, sector 3 `three`, the rest `rest`.

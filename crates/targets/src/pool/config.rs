@@ -60,10 +60,11 @@ pub struct PoolConfig {
     pub zero_in_write: bool,
     /// Whether the origin's first write to a shared chunk goes to a new
     /// chunk near it, leaving the old one to the snapshots
-    /// (`origin_shared_write = "redirect"`, as dm-thin: no commit to wait
-    /// for, no read for a whole chunk) rather than copying the old data out
-    /// and writing in place once that is durable (`"copy-out"`, classic
-    /// LVM2 and the thesis: the origin keeps its layout).
+    /// (`origin_shared_write = "redirect"`, the default, as dm-thin: no
+    /// commit to wait for, no read for a whole chunk) rather than copying
+    /// the old data out and writing in place once that is durable
+    /// (`"copy-out"`, classic LVM2 and the thesis: the origin keeps its
+    /// layout).
     pub redirect_origin: bool,
     /// Journal blocks in the ring.
     pub journal_blocks: u64,
@@ -126,7 +127,7 @@ impl PoolConfig {
                     .error(format!("key `zero_new_chunks_with`: unknown `{other}` (write-zeroes, write)")))
             }
         };
-        let redirect_origin = match args.str_opt("origin_shared_write")?.unwrap_or("copy-out") {
+        let redirect_origin = match args.str_opt("origin_shared_write")?.unwrap_or("redirect") {
             "copy-out" => false,
             "redirect" => true,
             other => {
@@ -310,6 +311,8 @@ mod tests {
         let ok = parse("", dev).expect("defaults");
         assert_eq!((ok.chunk_bytes, ok.volumes_max, ok.placement), (64 << 10, 16, PlacementKind::Nearest));
         assert!(ok.defrag && ok.zero_new_chunks && ok.volume_chunks == ok.data_chunks * 80 / 100);
+        assert!(ok.redirect_origin, "redirect is the default (dm-thin's way)");
+        assert!(!parse("origin_shared_write = \"copy-out\"", dev).expect("copy-out").redirect_origin);
         assert!(ok.data_start_bytes >= ok.journal_at() + ok.journal_bytes());
     }
 }

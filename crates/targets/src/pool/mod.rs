@@ -90,6 +90,10 @@ const LINE_UP_STAGED_MIN: u64 = 3;
 /// a closed-loop writer's next request.
 const LINE_UP_QUIET_NS: u64 = 1_000_000_000;
 
+/// Bytes of partial chunks one run fill takes (its buffer holds them and
+/// their bases: twice this).
+const FILL_RUN_BYTES_MAX: u64 = 4 << 20;
+
 /// Bytes of a sector, the unit of a partial chunk's written map.
 const SECTOR: u64 = 512;
 
@@ -131,6 +135,11 @@ enum Step {
     Patch,
     /// Write the buffer (`n` chunks) to data chunks `q..q + n`.
     WriteBuf { q: u64, n: u64 },
+    /// A run fill's composition: the buffer holds the partial chunks
+    /// `q..q + n` (read as they are) followed by their `n` bases; each
+    /// chunk takes its base's sectors where it has written none, and the
+    /// bases go from the buffer.
+    Compose { q: u64, n: u64 },
     /// Change the maps and append the records.
     Apply(Change),
     /// Wait until every record appended so far is durable.
@@ -259,6 +268,8 @@ struct Counters {
     joined_requests: u64,
     partial_redirects: u64,
     chunks_filled: u64,
+    /// Fills of more than one chunk at once (counted in `chunks_filled`).
+    fill_runs: u64,
 }
 
 /// The pool target; see the module docs.
@@ -1050,6 +1061,20 @@ impl Pool {
                     r.background = bg;
                     return self.lower(Owner::Job(jid), r);
                 }
+                Step::Compose { q, n } => {
+                    if let Some(buf) = job.buf.as_mut() {
+                        let (c, sec) = (c as usize, SECTOR as usize);
+                        for (i, pq) in (q..q + n).enumerate() {
+                            let runs = self.partial[&pq].written.runs(0, c as u64 / SECTOR);
+                            let (own, base) = (i * c, (n as usize + i) * c);
+                            for (f, k, _) in runs.into_iter().filter(|r| !r.2) {
+                                let (f, k) = (f as usize * sec, k as usize * sec);
+                                buf.copy_within(base + f..base + f + k, own + f);
+                            }
+                        }
+                        buf.truncate(n as usize * c);
+                    }
+                }
                 Step::Apply(change) => {
                     job.taken.clear();
                     self.apply(change);
@@ -1367,6 +1392,55 @@ impl Pool {
             Step::WriteUnwritten { q },
             Step::Apply(Change::Written { q, coff: 0, len: c }),
         ]
+    }
+
+    /// Starts filling the run of partial chunks from `q` on (each next
+    /// data chunk partial, its lc free, at most [`FILL_RUN_BYTES_MAX`])
+    /// as one job: the run read as it is (one lower read), its bases read
+    /// (one read per run of consecutive bases), composed in the buffer,
+    /// the run written whole (one lower write; a chunk's written sectors
+    /// get the bytes they hold, read under the same lock), then each chunk
+    /// whole (durable with the next commit, as a single fill). `q`'s lc
+    /// must be free. The number of chunks it fills.
+    fn start_fill_run(&mut self, q: u64) -> u64 {
+        let run_max = (FILL_RUN_BYTES_MAX / self.cfg.chunk_bytes).max(1);
+        let mut lcs = Vec::new();
+        let mut bases = Vec::new();
+        for (&pq, pt) in self.partial.range(q..) {
+            let lc = self.chunks.lc(pq).expect("a partial chunk is mapped");
+            if pq != q + lcs.len() as u64 || lcs.len() as u64 == run_max || self.locked.contains(&lc) {
+                break;
+            }
+            lcs.push(lc);
+            bases.push(pt.base);
+        }
+        let n = lcs.len() as u64;
+        if n == 1 {
+            self.start_fill(q);
+            return 1;
+        }
+        let c = self.cfg.chunk_bytes;
+        self.counters.copy_read_bytes += 2 * n * c;
+        let mut steps = VecDeque::from([Step::ReadBuf { p: q, n, at: 0 }]);
+        let mut i = 0;
+        while i < bases.len() {
+            let k = (1..bases.len() - i).take_while(|&k| bases[i + k] == bases[i] + k as u64).count() + 1;
+            steps.push_back(Step::ReadBuf { p: bases[i], n: k as u64, at: n + i as u64 });
+            i += k;
+        }
+        steps.push_back(Step::Compose { q, n });
+        steps.push_back(Step::WriteBuf { q, n });
+        steps.extend((q..q + n).map(|pq| Step::Apply(Change::Written { q: pq, coff: 0, len: c })));
+        for pq in q..q + n {
+            let runs = self.partial[&pq].written.runs(0, c / SECTOR);
+            self.counters.copy_written_bytes +=
+                runs.iter().filter(|r| !r.2).map(|r| r.1 * SECTOR).sum::<u64>();
+        }
+        self.counters.chunks_filled += n;
+        self.counters.fill_runs += 1;
+        self.filling.extend(lcs.iter().copied());
+        self.background_job(lcs, steps, Vec::new());
+        n
     }
 
     /// Runs a background job (a fill or a defragmentation stage) holding
@@ -2198,6 +2272,7 @@ impl Pool {
             ("origin_partial_redirects_count".into(), k.partial_redirects),
             ("partial_chunks_count".into(), self.partial.len() as u64),
             ("chunks_filled_count".into(), k.chunks_filled),
+            ("fill_runs_count".into(), k.fill_runs),
         ];
         for vol in self.vols.iter().flatten() {
             v.push((format!("volume_{}_allocated_bytes", vol.entry.name), vol.map.mapped_blocks() * c));
@@ -2389,8 +2464,10 @@ impl Target for Pool {
                 self.partial.keys().copied().find(|&q| {
                     !self.locked.contains(&self.chunks.lc(q).expect("a partial chunk is mapped"))
                 })?;
-            self.start_fill(q);
-            return Some(2 * self.cfg.chunk_bytes);
+            // Bytes moved: a fill reads its base and writes what its
+            // chunk lacks; a run fill also reads the run as it is.
+            let n = self.start_fill_run(q);
+            return Some(if n > 1 { 3 } else { 2 } * n * self.cfg.chunk_bytes);
         }
         if !self.cfg.defrag {
             return None;
