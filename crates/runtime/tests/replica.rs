@@ -215,8 +215,18 @@ fn cell_config(checks: bool) -> String {
     )
 }
 
+/// Base stream `k` (a process, or a connection live): the stream
+/// detector's ids are `base * RUN_SLOTS + run`, and run 0 is the base's own.
+fn base_stream(k: u32) -> StreamId {
+    StreamId(k * layoutd_core::streams::RUN_SLOTS)
+}
+
 fn read(block: u64, stream: u32) -> Request {
-    Request { stream: StreamId(stream), ..Request::new(ReqId(0), Op::Read, block * B, B as u32) }
+    read_on(block, base_stream(stream))
+}
+
+fn read_on(block: u64, stream: StreamId) -> Request {
+    Request { stream, ..Request::new(ReqId(0), Op::Read, block * B, B as u32) }
 }
 
 fn write(block: u64, fill: u8, fua: bool) -> Request {
@@ -932,7 +942,7 @@ fn update_propagation_keeps_replicas_of_small_writes_and_the_baseline_drops_them
 fn replayed(extra: &str, pattern: &[(u64, u64)]) -> (Harness<Scripted>, String, Vec<(u64, u64)>) {
     let mut h = streams_setup(&format!("replicate_after_commit_count = 4\n{extra}"));
     let read_n = |blk: u64, n: u64, stream: u32| Request {
-        stream: StreamId(stream),
+        stream: base_stream(stream),
         ..Request::new(ReqId(0), Op::Read, blk * B, (n * B) as u32)
     };
     for &(blk, n) in pattern {
@@ -1005,6 +1015,48 @@ fn a_read_that_jumps_into_a_chain_reads_nothing_ahead_and_one_that_follows_it_do
     assert_eq!(fill_of(&h.call(read(20, 3))), fill(20));
     assert_eq!(lower(&mut h), [(132, 2)]);
     assert_eq!(counter(&h, "readahead_read_blocks"), before + 1);
+}
+
+/// The lower reads of replica blocks (128 on) since the last call.
+fn replica_reads(h: &mut Harness<Scripted>) -> Vec<(u64, u64)> {
+    h.take_records()
+        .iter()
+        .filter(|r| r.op == Op::Read && r.offset_bytes / B >= 128)
+        .map(|r| (r.offset_bytes / B, r.length_bytes as u64 / B))
+        .collect()
+}
+
+/// Two threads behind one connection (the runtime's base stream 0): A
+/// reads 10, 40, 70, whose replicas are a chain at 128..; B's reads of
+/// other blocks come in between. `ids` gives the stream of A's and B's
+/// reads: the detector's runs 1 and 2 of base 0, or base 0 for both.
+fn two_threads(a: StreamId, b: StreamId) -> (Harness<Scripted>, Vec<(u64, u64)>) {
+    let (mut h, m, _) =
+        replayed("readahead_blocks = 8\nhistory_count = 1\npass_through_close_count = 1", &SIX);
+    assert_eq!(m, "replica blocks 6: 128+1->10 129+1->40 130+1->70 131+1->100 132+1->20 133+1->50");
+    h.take_records();
+    for (blk, s) in [(10, a), (90, b), (40, a), (60, b), (70, a), (30, b)] {
+        assert_eq!(fill_of(&h.call(read_on(blk, s))), fill(blk));
+    }
+    let reads = replica_reads(&mut h);
+    (h, reads)
+}
+
+#[test]
+fn a_thread_told_apart_from_others_follows_its_chain_and_shares_its_read_ahead() {
+    // Run 1 jumps into the chain at 128; its next read, 40, comes after
+    // one of B's far reads, so it is close to nothing in the connection's
+    // history, but close to run 1's own last read (128): it follows the
+    // chain and reads on; 70 is then answered from memory.
+    let (mut h, reads) = two_threads(StreamId(1), StreamId(2));
+    assert_eq!(reads, [(128, 1), (129, 5)]);
+    // Another run of the same connection finds those bytes too.
+    assert_eq!(fill_of(&h.call(read_on(100, StreamId(3)))), fill(100));
+    assert_eq!(replica_reads(&mut h), []);
+    // Without the detector's runs (both threads on the base stream) each
+    // of A's reads jumps into the chain and reads nothing ahead.
+    let (_, reads) = two_threads(base_stream(0), base_stream(0));
+    assert_eq!(reads, [(128, 1), (129, 1), (130, 1)]);
 }
 
 #[test]

@@ -89,6 +89,11 @@ pub struct SimArgs {
     /// Do not split interleaved sequential runs into their own streams.
     #[arg(long)]
     pub no_stream_detect: bool,
+    /// Split them in a layoutd trace too, as the live runtime did before
+    /// recording it (the trace layer records each request's base stream);
+    /// by default a layoutd trace's streams are replayed as recorded.
+    #[arg(long, conflicts_with = "no_stream_detect")]
+    pub stream_detect: bool,
     /// Write the JSON summary here (default: standard output).
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -272,6 +277,7 @@ pub fn sim_options(args: &SimArgs) -> anyhow::Result<SimOptions> {
     opts.closed_loop_window = args.window;
     opts.seed = args.seed;
     opts.stream_detect = !args.no_stream_detect;
+    opts.stream_detect_layoutd = args.stream_detect;
     opts.progress = !args.no_progress;
     opts.record_trace = args.record_trace.clone();
     opts.messages = args

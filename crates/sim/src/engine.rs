@@ -53,11 +53,14 @@ pub struct SimOptions {
     pub closed_loop_window: usize,
     /// Seeds the harness RNG and the platter's phase.
     pub seed: u64,
-    /// Split interleaved sequential runs into their own streams. Never
-    /// applied to a layoutd trace: its stream ids are the ones the live
-    /// runtime's detector already gave the targets, so a replay gives them
-    /// the same ids.
+    /// Split interleaved sequential runs into their own streams. Applied
+    /// to a layoutd trace only with `stream_detect_layoutd`: traces
+    /// recorded before the trace layer recorded base streams (9461b99)
+    /// carry the live detector's run ids already.
     pub stream_detect: bool,
+    /// Detect runs in a layoutd trace too (it records base streams: the
+    /// targets then see the ids the live runtime gave them).
+    pub stream_detect_layoutd: bool,
     /// Most address-time points kept for the plot.
     pub samples_max: usize,
     /// Draw a progress bar on stderr (only if it is a terminal).
@@ -87,6 +90,7 @@ impl SimOptions {
             closed_loop_window: 65536,
             seed: 0,
             stream_detect: true,
+            stream_detect_layoutd: false,
             samples_max: 200_000,
             progress: false,
             record_trace: None,
@@ -370,7 +374,9 @@ pub fn simulate(opts: &SimOptions) -> anyhow::Result<SimOutcome> {
     let mut replay = Replay {
         h,
         source,
-        detector: Detector::new(opts.stream_detect && opts.format != TraceFormat::Layoutd),
+        detector: Detector::new(
+            opts.stream_detect && (opts.format != TraceFormat::Layoutd || opts.stream_detect_layoutd),
+        ),
         pending: IdTable::default(),
         tally: Tally::default(),
         phases: Phases::default(),

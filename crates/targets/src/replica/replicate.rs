@@ -2,7 +2,7 @@
 //! decision, replica placement in the current free extent, replica writes
 //! (inline or in idle time), replica choice (§3.3) and reclamation (§3.4).
 
-use super::streams::{close, Candidate};
+use super::streams::{base_run, close, Candidate};
 use super::{Choice, Held, LowerOp, Pending, Replica, When};
 use bytes::Bytes;
 use layoutd_core::{Instant, Op, ReqId, Request, StreamId};
@@ -28,8 +28,9 @@ impl Replica {
         true
     }
 
-    /// The replica chain a read of `[ba, ba + n)` uses, if any: one close
-    /// to the stream's history, else (when the read seeks anyway, close to
+    /// The replica chain a read of `[ba, ba + n)` by `stream` uses, if
+    /// any: one close to the history of its base stream or its own (a run
+    /// split off the base, streams.rs), else (when the read seeks anyway, close to
     /// nothing) any; among several, by `replica_choice`. Also whether the
     /// chain picked is close to the stream's most recent read: the stream
     /// is *following* a chain, not jumping into one (with a long history a
@@ -46,11 +47,18 @@ impl Replica {
             return None;
         }
         let close_blocks = self.args.close_blocks;
-        let s = self.streams.get(stream);
+        let base = base_run(stream);
+        let (run_history, run_last) = match self.streams.peek_mut(stream) {
+            Some(r) if base != stream => (r.history.clone(), r.history.back().copied()),
+            _ => (Default::default(), None),
+        };
+        let s = self.streams.get(base);
         let near: Vec<u64> = chains
             .iter()
             .map(|c| c.1)
-            .filter(|&loc| s.history.iter().any(|&h| close(h, (loc, loc + n), close_blocks)))
+            .filter(|&loc| {
+                s.history.iter().chain(&run_history).any(|&h| close(h, (loc, loc + n), close_blocks))
+            })
             .collect();
         let pool: Vec<u64> = if !near.is_empty() {
             near
@@ -69,8 +77,8 @@ impl Replica {
             }),
         };
         assert!(pick.is_none_or(|l| pool.contains(&l)));
-        let last = self.streams.get(stream).history.back().copied();
-        pick.map(|l| (l, last.is_some_and(|h| close(h, (l, l + n), close_blocks))))
+        let last = self.streams.get(base).history.back().copied();
+        pick.map(|l| (l, last.iter().chain(&run_last).any(|&h| close(h, (l, l + n), close_blocks))))
     }
 
     /// Replica blocks in a row from `loc`, at most `max`; with `whole`,

@@ -3,6 +3,7 @@
 //! (maps updated at once, Table 4.1 through the overlap gate), flushes
 //! (region record first when it changed), and completions.
 
+use super::streams::base_run;
 use super::{meta, Held, LowerOp, Phase, Replica};
 use crate::split::Assembly;
 use bytes::Bytes;
@@ -176,8 +177,12 @@ impl Replica {
 
     fn read_policy(&mut self, now: Instant, req: Request, key: u64, ba: u64, n: u64) {
         let close_blocks = self.args.close_blocks;
+        // The base stream holds the policy's state and decides what passes
+        // through; a run split off it (streams.rs) adds its own recent
+        // reads to what a chain may be close to.
+        let (run, stream) = (req.stream, base_run(req.stream));
         let (close_count, committed, backing_off) = {
-            let s = self.streams.get(req.stream);
+            let s = self.streams.get(stream);
             let backing_off = s.backoff_left > 0;
             s.backoff_left = s.backoff_left.saturating_sub(1);
             (s.close_count((ba, ba + n), close_blocks), s.committed_left > 0, backing_off)
@@ -186,19 +191,19 @@ impl Replica {
         self.asm.insert(key, Assembly::new(req.id, Op::Read, req.length_bytes, 1));
         if !committed && close_count >= self.args.pass_through_close_count {
             self.counters.reads_sequential_count += 1;
-            self.push_history(req.stream, (ba, ba + n));
+            self.push_history(run, (ba, ba + n));
             let lower = Request { background: false, ..req };
             self.emit(LowerOp::Piece { key, within: 0, gate_range: None }, lower);
             return;
         }
-        if let Some((loc, following)) = self.choose_chain(req.stream, ba, n, close_count) {
+        if let Some((loc, following)) = self.choose_chain(run, ba, n, close_count) {
             self.counters.reads_replica_count += 1;
             self.counters.reads_replica_bytes += n * b;
             self.counters.replicas_used_blocks += n;
             self.space.touch(loc, n, self.tick);
-            self.streams.get(req.stream).used_blocks += n;
-            self.push_history(req.stream, (loc, loc + n));
-            let held = self.streams.get(req.stream).ahead_get(loc, n, b);
+            self.streams.get(stream).used_blocks += n;
+            self.push_history(run, (loc, loc + n));
+            let held = self.streams.ahead_get(run, loc, n, b);
             if let Some(data) = held {
                 self.counters.reads_readahead_count += 1;
                 self.piece_done(key, 0, data, Ok(()));
@@ -225,19 +230,25 @@ impl Replica {
             self.gate.issued(id, (loc, loc + n + extra));
             return;
         }
-        self.push_history(req.stream, (ba, ba + n));
-        let op = if !backing_off && self.may_replicate(now, req.stream) {
+        self.push_history(run, (ba, ba + n));
+        let op = if !backing_off && self.may_replicate(now, stream) {
             self.counters.candidates_count += 1;
-            LowerOp::CandidateRead { key, stream: req.stream, orig: ba, blocks: n, stale: false }
+            LowerOp::CandidateRead { key, stream, orig: ba, blocks: n, stale: false }
         } else {
             LowerOp::Piece { key, within: 0, gate_range: None }
         };
         self.emit(op, Request { background: false, ..req });
     }
 
-    fn push_history(&mut self, stream: layoutd_core::StreamId, r: (u64, u64)) {
+    /// Records a read in the history of `run` and of the base stream it
+    /// was split off (one history when they are the same).
+    fn push_history(&mut self, run: layoutd_core::StreamId, r: (u64, u64)) {
         let count = self.args.history_count;
+        let stream = base_run(run);
         self.streams.get(stream).push_history(r, count);
+        if run != stream {
+            self.streams.get(run).push_history(r, count);
+        }
     }
 
     fn modify(&mut self, now: Instant, req: Request) {

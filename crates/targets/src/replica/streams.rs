@@ -3,8 +3,21 @@
 //! quota. Streams are the ids the runtime assigns (NBD connection or the
 //! trace's process, refined by `layoutd_core::streams`); at most
 //! `streams_max` are tracked, the least recently seen recycled.
+//!
+//! A run the detector split off its base stream (one thread's forward
+//! walk among others behind one connection, or one file of two read at
+//! once) refines only what "close" means: a read is judged against its
+//! base stream's history, as without a detector, and also against its
+//! run's own recent reads, which the base's history loses when other
+//! threads' reads come in between. The run keeps its history and its
+//! read-ahead (so each of 20 interleaved walks keeps the bytes read ahead
+//! of it); the candidate queue, commit window, batches, quota and back-off
+//! stay the base stream's, so replicas are written in the base's access
+//! order, as the thesis's per-process streams did. Without a detector
+//! every id is its own base and nothing changes.
 
 use bytes::Bytes;
+use layoutd_core::streams::{base_of, RUN_SLOTS};
 use layoutd_core::{Instant, StreamId};
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
@@ -82,6 +95,12 @@ impl Ahead {
         let at = ((loc - self.start) * block_bytes) as usize;
         Some(self.data.as_ref().map(|d| d.slice(at..at + (n * block_bytes) as usize)))
     }
+}
+
+/// The stream a run was split off: its base stream's run 0 (`id` itself
+/// when it is run 0, or when no detector split anything).
+pub(crate) fn base_run(id: StreamId) -> StreamId {
+    StreamId(base_of(id).0 * RUN_SLOTS)
 }
 
 /// Whether two block ranges are close: the gap between them is under
@@ -164,6 +183,15 @@ impl Streams {
         let mut v: Vec<StreamId> = self.map.keys().copied().collect();
         v.sort_unstable();
         v
+    }
+
+    /// The bytes of replica blocks `[loc, loc + n)` if a read-ahead of `id`
+    /// or of another stream of its base holds them (`id`'s own first).
+    pub fn ahead_get(&self, id: StreamId, loc: u64, n: u64, block_bytes: u64) -> Option<Option<Bytes>> {
+        let first = base_run(id).0;
+        std::iter::once(id)
+            .chain((first..first + RUN_SLOTS).map(StreamId).filter(|&o| o != id))
+            .find_map(|o| self.map.get(&o).and_then(|s| s.ahead_get(loc, n, block_bytes)))
     }
 
     /// The stream `id` if tracked.
