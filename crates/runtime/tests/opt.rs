@@ -70,8 +70,10 @@ fn oracle_seeds(
         let ops = ops(&mut rng, count);
         let cfg = cfg(seed);
         let make = |mode| stack_from_toml(&cfg, DEVICE_BYTES, mode);
-        let h = oracle_check_idle_with(&make, DEVICE_BYTES, seed, &ops, 1 + seed as usize % 4, 3);
+        let mut h = oracle_check_idle_with(&make, DEVICE_BYTES, seed, &ops, 1 + seed as usize % 4, 3);
         assert_eq!(h.upper_outstanding_count(), 0);
+        let verified = h.message("verify");
+        assert!(verified.as_ref().is_ok_and(|r| r.starts_with("slots consistent")), "{verified:?}");
         for (t, k) in totals.iter_mut().zip(keys) {
             *t += counter(&*h.stack, k);
         }
@@ -746,4 +748,58 @@ fn an_absorbed_write_goes_to_the_region_and_its_mapping_is_durable_after_the_nex
     h.settle();
     assert_eq!(h.stack.map_extent(30 * B, B)[0].0, Some(30 * B), "home again");
     assert_eq!(read_block(&mut h, 30), block(0x31));
+}
+
+/// One `OpSpec` as a request on a volume of `volume_sectors`.
+fn spec_request(o: &OpSpec, volume_sectors: u64) -> Request {
+    let sectors = u64::from(o.sectors).clamp(1, 64);
+    let offset = (o.sector % (volume_sectors - sectors)) * 512;
+    let len = (sectors * 512) as u32;
+    let mut req = match o.op {
+        Op::Write => Request::write(ReqId(0), offset, vec![o.sector as u8; len as usize].into()),
+        Op::Flush => Request::new(ReqId(0), Op::Flush, 0, 0),
+        op => Request::new(ReqId(0), op, offset, len),
+    };
+    req.fua = o.fua && o.op != Op::Read && o.op != Op::Flush;
+    req.stream = layoutd_core::StreamId(o.stream);
+    req
+}
+
+#[test]
+fn the_free_slots_are_the_unmapped_ones_after_random_operations_and_recovery() {
+    // Plans, copies, extra copies dropped by writes, absorbed writes, copy
+    // home and drops, cut by crashes at random points (jobs in flight).
+    let cfg = tiny_copies(6, 0) + "absorb_writes = true\n";
+    let unclean = OpenMode::Open { clean: false, accept_loss: false };
+    let mut checked = 0;
+    for seed in 0..6u64 {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut ops = shared_ops(&mut rng, 300);
+        ops.extend(block_ops(&mut rng, 300));
+        let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+        let mut h = harness_with(&dev, &cfg, OpenMode::Format);
+        let volume_sectors = h.stack.size_bytes() / 512;
+        for (i, o) in ops.iter().enumerate() {
+            let c = h.call(spec_request(o, volume_sectors));
+            assert_eq!(c.result, Ok(()));
+            h.drive_bounded(rng.gen_range(0..40));
+            if i % 7 == 0 {
+                assert!(message(&mut h, "verify").is_ok_and(|r| r.starts_with("slots consistent")));
+                checked += 1;
+            }
+            if rng.gen_bool(0.02) {
+                drop(h);
+                h = harness_with(&dev, &cfg, unclean);
+                let reply = message(&mut h, "verify");
+                assert!(reply.as_ref().is_ok_and(|r| r.starts_with("slots consistent")), "{reply:?}");
+                checked += 1;
+            }
+        }
+        h.settle();
+        assert_eq!(message(&mut h, "verify").map(|r| r.starts_with("slots consistent")), Ok(true));
+        for key in ["absorbed_blocks_count", "extras_dropped_count", "reconfigurations_count"] {
+            assert!(counter(&*h.stack, key) > 0 || seed > 0, "{key} not exercised");
+        }
+    }
+    assert!(checked > 500);
 }
