@@ -593,6 +593,19 @@ impl Opt {
         a.auto_apply && self.job.is_none() && (by_count || by_time)
     }
 
+    /// How many times the weights halve at a plan now: once, or once per
+    /// `weight_half_life_ms` passed since the last halving (at most 32:
+    /// every weight is zero by then).
+    fn halvings_due(&mut self, now: Instant) -> u32 {
+        let life = self.args.weight_half_life_ms * 1_000_000;
+        if life == 0 {
+            return 1;
+        }
+        let k = now.ns_since(self.halved_at.min(now)) / life;
+        self.halved_at = Instant::from_ns(self.halved_at.as_ns() + k * life);
+        k.min(32) as u32
+    }
+
     /// Analyzes the whole profile and plans now; applies the plan when
     /// `auto_apply` and no job runs. Returns a summary.
     pub(super) fn plan_now(&mut self, now: Instant) -> String {
@@ -613,7 +626,9 @@ impl Opt {
         };
         self.counters.planning_units += units;
         self.counters.plans_count += 1;
-        self.analyzer.halve();
+        for _ in 0..self.halvings_due(now) {
+            self.analyzer.halve();
+        }
         self.counters.analysis_units = self.analyzer.units;
         self.requests_since_plan = 0;
         self.last_plan_at = now;

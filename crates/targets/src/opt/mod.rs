@@ -320,6 +320,8 @@ pub struct Opt {
     planned: Option<Vec<Range>>,
     requests_since_plan: u64,
     last_plan_at: Instant,
+    /// Up to when the weights have halved (`weight_half_life_ms`).
+    halved_at: Instant,
     /// Background work waits for idle time ([`IDLE`]); its starvation clock
     /// runs while a job exists, from when the job last started or made
     /// progress (a step, an I/O done).
@@ -378,6 +380,7 @@ impl Opt {
             planned: None,
             requests_since_plan: 0,
             last_plan_at: Instant::ZERO,
+            halved_at: Instant::ZERO,
             idle: IdleTimer::new(IDLE),
             lower_io: crate::lowerio::LowerIo::default(),
             assemblies: FxHashMap::default(),
