@@ -100,6 +100,17 @@ def classes(trace, up, down):
     return c
 
 
+def continuous_config(config, ms, out):
+    """A copy of `config` (which plans only when told) in `out`, planning
+    on its own every `ms` of virtual time."""
+    text = open(config).read()
+    assert "\nplan_interval_ms = 0\n" in text, f"{config}: plans only when told (plan_interval_ms = 0)"
+    path = os.path.join(out, f"continuous-{ms}.toml")
+    with open(path, "w") as f:
+        f.write(text.replace("\nplan_interval_ms = 0\n", f"\nplan_interval_ms = {ms}\n"))
+    return path
+
+
 def main():
     # `--continuous MS` (last): CONFIG planning on its own every MS of
     # virtual time instead of once after day 1.
@@ -113,11 +124,7 @@ def main():
     plan_ms = open(os.path.join(tdir, "desktop-4days.plan-times")).readline().strip()
     with tempfile.TemporaryDirectory() as out:
         if every is not None:
-            text = open(config).read()
-            assert "\nplan_interval_ms = 0\n" in text, f"{config}: plans only when told"
-            config = os.path.join(out, "continuous.toml")
-            open(config, "w").write(text.replace("\nplan_interval_ms = 0\n", f"\nplan_interval_ms = {every}\n"))
-            plan_ms = None
+            config, plan_ms = continuous_config(config, every, out), None
         c = classes(trace, *run(layoutd, config, trace, plan_ms, out))
     total = sum(v[1] for v in c.values())
     count = sum(v[0] for v in c.values())

@@ -104,16 +104,6 @@ def read_mean(up):
     return sum(rs) / len(rs)
 
 
-def with_interval(config, ms, out):
-    """A copy of `config` (in `out`) planning every `ms` of virtual time."""
-    text = open(config).read()
-    assert "\nplan_interval_ms = 0\n" in text, f"{config}: plans only when told (plan_interval_ms = 0)"
-    path = os.path.join(out, f"continuous-{ms}.toml")
-    with open(path, "w") as f:
-        f.write(text.replace("\nplan_interval_ms = 0\n", f"\nplan_interval_ms = {ms}\n"))
-    return path
-
-
 def one(layoutd, config, plain, s, seed, out, continuous=()):
     """(reads seen on day 1, (u, w), one-plan speedup, daily speedup, one-plan
     speedup of the reads alone, [continuous speedup per interval]) of one
@@ -137,7 +127,7 @@ def one(layoutd, config, plain, s, seed, out, continuous=()):
 
     os.makedirs(f"{out}/opt")
     (opt_up,) = opt_phases.run(layoutd, config, trace, plans[0] if has_opt else None, f"{out}/opt", ("up",))
-    cont = [base / held_out([], with_interval(config, ms, out)) for ms in continuous]
+    cont = [base / held_out([], opt_phases.continuous_config(config, ms, out)) for ms in continuous]
     return (opt_report.day1_coverage(trace), shares(trace, up), base / held_out(plans[:1]),
             base / held_out(plans[:3]), read_mean(up) / read_mean(opt_up), cont, never_before(up))
 
