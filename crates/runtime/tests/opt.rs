@@ -16,11 +16,14 @@ const DEVICE_BYTES: u64 = 1 << 20;
 const B: u64 = 4096;
 
 /// A 96 KiB region (20 slots of 4 KiB) in the middle of a 1 MiB device,
-/// planning every `every` requests; writes absorbed (the default).
+/// planning every `every` requests; writes absorbed (the default); the
+/// weights halving at every plan (not the default: with a plan every few
+/// requests, what the plans place changes often).
 fn tiny(every: u64) -> String {
     format!(
         "version = 1\n[[layer]]\ntarget = \"opt\"\nopt_offset = \"512K\"\nopt_length = \"96K\"\n\
-         journal_blocks = 2\nedge_weight_min = 0\nplan_interval_requests = {every}\ncopy_blocks_per_step = 4\nidle_ms = 0\n"
+         journal_blocks = 2\nedge_weight_min = 0\nplan_interval_requests = {every}\ncopy_blocks_per_step = 4\nidle_ms = 0\n\
+         weight_half_life_ms = 0\n"
     )
 }
 
@@ -823,7 +826,8 @@ fn weights_halve_by_virtual_time_not_by_plans_unless_the_half_life_is_zero() {
     // units), which 11 halvings take to zero.
     let vertices_after = |half_life_ms: u64, plans: u32, pause_ms: u64| {
         let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
-        let cfg = manual() + &format!("weight_half_life_ms = {half_life_ms}\n");
+        let half_life = format!("weight_half_life_ms = {half_life_ms}");
+        let cfg = manual().replace("weight_half_life_ms = 0", &half_life);
         let mut h = harness_with(&dev, &cfg, OpenMode::Format);
         read_twice(&mut h, 10..14);
         for _ in 0..plans {
