@@ -23,16 +23,20 @@
 #                       then the held-out experiment across the generator's
 #                       day-to-day variation (opt_variation.py, traces under
 #                       bench/traces/opt/variation/, made if missing) with
-#                       opt.toml, opt-written.toml (session 21's opt.toml:
-#                       written ranges placed too), opt-absorb.toml
-#                       (absorb_writes: writes into the region), opt-padded.toml
+#                       opt.toml (one plan after day 1, a plan every day,
+#                       and the continuous loop planning every 1, 4 and 16
+#                       s of virtual time on its own), opt-capped.toml (the
+#                       continuous loop with the copy rate and analysis
+#                       budget turned down), opt-home.toml (session 22's
+#                       opt.toml: unmapped writes home), opt-written.toml
+#                       (session 21's: written ranges placed too), opt-padded.toml
 #                       (plan_pad_blocks = 4) and opt-region20.toml (the
 #                       region in the middle of the used area), dcd.toml
 #                       and opt-dcd.toml (opt over a Disk Caching Disk that
 #                       takes the writes), and what the reads day 1 never
 #                       read are (variation.md); last, the held-out time by
 #                       op and by mapped or not, plain against opt,
-#                       opt-written, opt-absorb and opt-dcd (opt_ops.py,
+#                       opt-home, opt-written and opt-dcd (opt_ops.py,
 #                       ops.md)
 #
 # Environment: LAYOUTD (default target/release/layoutd); SEEDS (default
@@ -118,7 +122,11 @@ for s in 1 $SEEDS; do
 done > $R/phases.md
 # The held-out experiment across the generator's variation, seeds 1-4.
 {
-    for c in opt opt-written opt-absorb opt-padded dcd opt-dcd; do
+    python3 bench/workloads/opt_variation.py $R/opt.toml "$LAYOUTD" --continuous 1024 4096 16384
+    echo
+    python3 bench/workloads/opt_variation.py $R/opt-capped.toml "$LAYOUTD" --continuous 4096
+    echo
+    for c in opt-home opt-written opt-padded dcd opt-dcd; do
         python3 bench/workloads/opt_variation.py $R/$c.toml "$LAYOUTD"
         echo
     done
@@ -128,5 +136,5 @@ done > $R/phases.md
 } > $R/variation.md
 # The held-out time by op and by mapped or not (one plan after day 1).
 python3 bench/workloads/opt_ops.py $R/opt.toml "$LAYOUTD" \
-    --also opt-written=$R/opt-written.toml opt-absorb=$R/opt-absorb.toml opt-dcd=$R/opt-dcd.toml > $R/ops.md
+    --also opt-home=$R/opt-home.toml opt-written=$R/opt-written.toml opt-dcd=$R/opt-dcd.toml > $R/ops.md
 cat $R/tables.md

@@ -11,7 +11,11 @@ the training day read or never read (after an OPT read: the seek back),
 writes and flushes. Prints each class's count, mean and share of the
 days' I/O time.
 
-    opt_phases.py CONFIG TRACE_DIR [LAYOUTD]   (e.g. bench/results/opt/opt.toml bench/traces/opt)
+    opt_phases.py CONFIG TRACE_DIR [LAYOUTD] [--continuous MS]
+        (e.g. bench/results/opt/opt.toml bench/traces/opt)
+
+`--continuous MS`: CONFIG (which plans only when told) planning on its own
+every MS of virtual time, in idle time, instead of once after day 1.
 """
 import collections
 import gzip
@@ -50,11 +54,13 @@ def run(layoutd, config, trace, plan_ms, out, wheres=("up", "down")):
         toml = os.path.join(out, f"{where}.toml")
         open(toml, "w").write(stack)
         files[where] = os.path.join(out, f"{where}.trace")
-        subprocess.run(
+        r = subprocess.run(
             [layoutd, "sim", "--trace", trace, "--format", "layoutd", "--closed-loop", "--disk", "wd800",
              "--seed", "1", "--no-progress", "--json", os.path.join(out, f"{where}.json"), "--config", toml,
              "--record-trace", files[where]] + plan,
-            check=True, capture_output=True)
+            capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"layoutd sim with {toml} failed:\n{r.stderr}")
     return [files[w] for w in wheres]
 
 
@@ -94,12 +100,31 @@ def classes(trace, up, down):
     return c
 
 
+def continuous_config(config, ms, out):
+    """A copy of `config` (which plans only when told) in `out`, planning
+    on its own every `ms` of virtual time."""
+    text = open(config).read()
+    assert "\nplan_interval_ms = 0\n" in text, f"{config}: plans only when told (plan_interval_ms = 0)"
+    path = os.path.join(out, f"continuous-{ms}.toml")
+    with open(path, "w") as f:
+        f.write(text.replace("\nplan_interval_ms = 0\n", f"\nplan_interval_ms = {ms}\n"))
+    return path
+
+
 def main():
+    # `--continuous MS` (last): CONFIG planning on its own every MS of
+    # virtual time instead of once after day 1.
+    every = None
+    if len(sys.argv) > 2 and sys.argv[-2] == "--continuous":
+        every = int(sys.argv[-1])
+        del sys.argv[-2:]
     config, tdir = sys.argv[1], sys.argv[2]
     layoutd = sys.argv[3] if len(sys.argv) > 3 else "target/release/layoutd"
     trace = os.path.join(tdir, "desktop-4days.trace.gz")
     plan_ms = open(os.path.join(tdir, "desktop-4days.plan-times")).readline().strip()
     with tempfile.TemporaryDirectory() as out:
+        if every is not None:
+            config, plan_ms = continuous_config(config, every, out), None
         c = classes(trace, *run(layoutd, config, trace, plan_ms, out))
     total = sum(v[1] for v in c.values())
     count = sum(v[0] for v in c.values())

@@ -17,7 +17,17 @@ every day, as bench/opt_sim.sh does. Per S, the medians over the seeds of:
   means).
 
     opt_variation.py CONFIG [LAYOUTD] [--variations 0 0.25 0.5 0.75 1] [--seeds 1 2 3 4]
-                     [--plain bench/results/opt/plain.toml]
+                     [--plain bench/results/opt/plain.toml] [--continuous MS ...]
+
+`--continuous MS`: also the continuous loop, CONFIG with `plan_interval_ms
+= MS` and told of no plan: the target plans on its own every MS of virtual
+time that saw requests, in idle time (`idle_ms`), and copies in idle time;
+every plan is trained on the requests before it, so the held-out days are
+still evaluated only with plans made before each request. Per MS: its
+speedup and the share of its gain that the one plan after day 1 gives;
+then the share of plain's held-out I/O time in reads of blocks no earlier
+request read (u': not even a loop planning before every request could
+have placed them) and 1/u', the speedup if every other request were free.
     opt_variation.py --kinds [--variations ...] [--seeds ...]
 
 `--kinds`: what the held-out reads day 1 never read are (the generator's
@@ -71,15 +81,33 @@ def shares(trace, up):
     return unseen / total, writes / total
 
 
+def never_before(up):
+    """Share of the held-out days' I/O time (`up`: plain's per-request
+    record) in reads of blocks no earlier request read: what no loop,
+    however continuous, can have placed before the read."""
+    seen = set()
+    total = unseen = 0.0
+    for t, done, op, off, n in sorted(opt_phases.load(up)):
+        bs = opt_phases.blocks(off, n)
+        if t >= opt_phases.DAY_NS:
+            total += done - t
+            if op == "R" and not all(b in seen for b in bs):
+                unseen += done - t
+        if op == "R":
+            seen.update(bs)
+    return unseen / total
+
+
 def read_mean(up):
     """Mean response (ns) of the held-out days' reads in `up`."""
     rs = [done - t for t, done, op, _, _ in opt_phases.load(up) if op == "R" and t >= opt_phases.DAY_NS]
     return sum(rs) / len(rs)
 
 
-def one(layoutd, config, plain, s, seed, out):
+def one(layoutd, config, plain, s, seed, out, continuous=()):
     """(reads seen on day 1, (u, w), one-plan speedup, daily speedup, one-plan
-    speedup of the reads alone) of one trace."""
+    speedup of the reads alone, [continuous speedup per interval]) of one
+    trace."""
     d = trace_dir(s, seed)
     trace = f"{d}/desktop-4days.trace.gz"
     plans = open(f"{d}/desktop-4days.plan-times").read().split()
@@ -89,7 +117,7 @@ def one(layoutd, config, plain, s, seed, out):
     # A stack without opt (a baseline) is told of no plan.
     has_opt = 'target = "opt"' in open(config).read()
 
-    def held_out(messages):
+    def held_out(messages, config=config):
         cmd = [layoutd, "sim", "--trace", trace, "--format", "layoutd", "--closed-loop", "--disk", "wd800",
                "--seed", "1", "--no-progress", "--json", os.path.join(out, "opt.json"), "--config", config]
         for m in messages if has_opt else []:
@@ -99,8 +127,9 @@ def one(layoutd, config, plain, s, seed, out):
 
     os.makedirs(f"{out}/opt")
     (opt_up,) = opt_phases.run(layoutd, config, trace, plans[0] if has_opt else None, f"{out}/opt", ("up",))
+    cont = [base / held_out([], opt_phases.continuous_config(config, ms, out)) for ms in continuous]
     return (opt_report.day1_coverage(trace), shares(trace, up), base / held_out(plans[:1]),
-            base / held_out(plans[:3]), read_mean(up) / read_mean(opt_up))
+            base / held_out(plans[:3]), read_mean(up) / read_mean(opt_up), cont, never_before(up))
 
 
 def kinds(s, seed, out):
@@ -146,6 +175,8 @@ def main():
     ap.add_argument("--variations", type=float, nargs="+", default=[0, 0.25, 0.5, 0.75, 1])
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4])
     ap.add_argument("--plain", default="bench/results/opt/plain.toml", help="the baseline's config")
+    ap.add_argument("--continuous", type=int, nargs="+", default=[], metavar="MS",
+                    help="also the continuous loop, planning every MS of virtual time")
     if len(sys.argv) > 1 and sys.argv[1] == "--kinds":
         sys.argv[1:2] = ["-"]
         a = ap.parse_args()
@@ -164,23 +195,33 @@ def main():
     print(f"Held-out days 2-4 against the generator's variation ({a.config}; medians of seeds "
           f"{' '.join(map(str, a.seeds))}, the range in brackets):")
     print()
+    extra = "".join(f" | continuous, a plan every {ms} ms | share of its gain after day 1" for ms in a.continuous)
+    if a.continuous:
+        extra += " | plain I/O time in reads of blocks no earlier request read (u') | online ceiling 1/u'"
     print("| variation | held-out reads seen on day 1 | plain I/O time in reads day 1 never read (u) "
           "| in writes and flushes (w) | ceiling 1/(u + w) | one plan after day 1 | a plan every day "
-          "| share of the daily gain after day 1 | reads alone, one plan |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          f"| share of the daily gain after day 1 | reads alone, one plan{extra} |")
+    print("| --- " * (9 + 2 * len(a.continuous) + 2 * bool(a.continuous)) + "|")
+    gain_share = lambda one_plan, other: (one_plan - 1) / (other - 1) if other > 1 else float("nan")
     for s in a.variations:
         rows = []
         for seed in a.seeds:
             with tempfile.TemporaryDirectory() as out:
-                cov, (u, w), one_plan, daily, reads = one(a.layoutd, a.config, a.plain, s, seed, out)
-            share = (one_plan - 1) / (daily - 1) if daily > 1 else float("nan")
-            rows.append((cov, u, w, 1 / (u + w), one_plan, daily, share, reads))
+                cov, (u, w), one_plan, daily, reads, cont, u_online = one(a.layoutd, a.config, a.plain, s, seed,
+                                                                          out, a.continuous)
+            row = [cov, u, w, 1 / (u + w), one_plan, daily, gain_share(one_plan, daily), reads]
+            for c in cont:
+                row += [c, gain_share(one_plan, c)]
+            if cont:
+                row += [u_online, 1 / u_online]
+            rows.append(row)
         cols = list(zip(*rows))
         rng = lambda c, f: f"{f(median(c))} ({f(min(c))}-{f(max(c))})"
         pct = lambda x: f"{100 * x:.0f}%"
         times = lambda x: f"{x:.2f}x"
-        print(f"| {s:g} | {rng(cols[0], pct)} | {rng(cols[1], pct)} | {rng(cols[2], pct)} | {rng(cols[3], times)} "
-              f"| {rng(cols[4], times)} | {rng(cols[5], times)} | {rng(cols[6], pct)} | {rng(cols[7], times)} |")
+        fmts = [pct, pct, pct, times, times, times, pct, times] + [times, pct] * len(a.continuous)
+        fmts += [pct, times] * bool(a.continuous)
+        print(f"| {s:g} | " + " | ".join(rng(c, f) for c, f in zip(cols, fmts)) + " |")
 
 
 if __name__ == "__main__":

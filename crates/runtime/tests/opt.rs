@@ -16,17 +16,30 @@ const DEVICE_BYTES: u64 = 1 << 20;
 const B: u64 = 4096;
 
 /// A 96 KiB region (20 slots of 4 KiB) in the middle of a 1 MiB device,
-/// planning every `every` requests.
+/// planning every `every` requests; writes absorbed (the default); the
+/// weights halving at every plan (not the default: with a plan every few
+/// requests, what the plans place changes often).
 fn tiny(every: u64) -> String {
     format!(
         "version = 1\n[[layer]]\ntarget = \"opt\"\nopt_offset = \"512K\"\nopt_length = \"96K\"\n\
-         journal_blocks = 2\nedge_weight_min = 0\nplan_interval_requests = {every}\ncopy_blocks_per_step = 4\nidle_ms = 0\n"
+         journal_blocks = 2\nedge_weight_min = 0\nplan_interval_requests = {every}\ncopy_blocks_per_step = 4\nidle_ms = 0\n\
+         weight_half_life_ms = 0\n"
     )
 }
 
-/// No automatic plans: tests drive `plan` / `apply` / `drop` themselves.
+/// [`tiny`] with every unmapped write going home (`absorb_writes = false`).
+fn tiny_home(every: u64) -> String {
+    tiny(every) + "absorb_writes = false\n"
+}
+
+/// No automatic plans: tests drive `plan` / `apply` / `drop` themselves;
+/// unmapped writes go home (what these tests look at).
 fn manual() -> String {
-    tiny(0) + "auto_apply = false\nplan_interval_ms = 0\n"
+    manual_absorbing(false)
+}
+
+fn manual_absorbing(absorb: bool) -> String {
+    tiny(0) + &format!("auto_apply = false\nplan_interval_ms = 0\nabsorb_writes = {absorb}\n")
 }
 
 /// Mostly a hot set read in a repeated order (what the planner learns),
@@ -70,8 +83,10 @@ fn oracle_seeds(
         let ops = ops(&mut rng, count);
         let cfg = cfg(seed);
         let make = |mode| stack_from_toml(&cfg, DEVICE_BYTES, mode);
-        let h = oracle_check_idle_with(&make, DEVICE_BYTES, seed, &ops, 1 + seed as usize % 4, 3);
+        let mut h = oracle_check_idle_with(&make, DEVICE_BYTES, seed, &ops, 1 + seed as usize % 4, 3);
         assert_eq!(h.upper_outstanding_count(), 0);
+        let verified = h.message("verify");
+        assert!(verified.as_ref().is_ok_and(|r| r.starts_with("slots consistent")), "{verified:?}");
         for (t, k) in totals.iter_mut().zip(keys) {
             *t += counter(&*h.stack, k);
         }
@@ -114,7 +129,7 @@ fn opt_reads_back_what_a_byte_array_would_while_reconfiguring() {
         "journal_writes_count",
         "writes_held_count",
     ];
-    let totals = oracle_seeds(&keys, ops, 400, |seed| tiny(6 + seed % 5));
+    let totals = oracle_seeds(&keys, ops, 400, |seed| tiny_home(6 + seed % 5));
     // Each mechanism ran many times: copy in, switch, write to a copy,
     // copy home, drop.
     assert_each_exercised(&keys, &totals);
@@ -122,13 +137,14 @@ fn opt_reads_back_what_a_byte_array_would_while_reconfiguring() {
 
 #[test]
 fn opt_crash_at_every_flush_and_random_points_keeps_flushed_data() {
-    crash_seeds(ops, |_| tiny(6));
+    crash_seeds(ops, |_| tiny_home(6));
 }
 
 /// The tiny region with extra copies, stream-sequence plans (padded with
 /// `pad` home neighbours each side) and partial reads from home.
-fn tiny_copies(every: u64, pad: u32) -> String {
+fn tiny_copies(every: u64, pad: u32, absorb: bool) -> String {
     tiny(every)
+        + &format!("absorb_writes = {absorb}\n")
         + &format!(
             "copies_max = 3\nplan_streams = true\nplan_pad_blocks = {pad}\npartial_reads_home = true\n"
         )
@@ -180,7 +196,8 @@ fn opt_with_extra_copies_reads_back_what_a_byte_array_would() {
         "dirty_copies_count",
         "partial_reads_home_count",
     ];
-    let totals = oracle_seeds(&keys, shared_ops, 800, |seed| tiny_copies(6 + seed % 5, 0));
+    // Odd seeds absorb writes.
+    let totals = oracle_seeds(&keys, shared_ops, 800, |seed| tiny_copies(6 + seed % 5, 0, seed % 2 == 1));
     let extra_copies_made = totals[0] + totals[2];
     // Extra copies were made, read from and dropped by writes, reads went
     // home whole, many times.
@@ -190,8 +207,8 @@ fn opt_with_extra_copies_reads_back_what_a_byte_array_would() {
 
 #[test]
 fn opt_with_extra_copies_crash_at_every_flush_and_random_points_keeps_flushed_data() {
-    // Odd seeds pad the plans with home neighbours.
-    crash_seeds(shared_ops, |seed| tiny_copies(6, 2 * (seed % 2) as u32));
+    // Odd seeds pad the plans with home neighbours, seeds 2 and 3 absorb writes.
+    crash_seeds(shared_ops, |seed| tiny_copies(6, 2 * (seed % 2) as u32, seed / 2 == 1));
 }
 
 /// A harness over a fresh device with the manual config, brought up.
@@ -682,7 +699,8 @@ fn block_ops(rng: &mut ChaCha8Rng, count: usize) -> Vec<OpSpec> {
     ops
 }
 
-/// The tiny region absorbing writes, planning every `every` requests.
+/// The tiny region absorbing writes (said, though the default),
+/// planning every `every` requests.
 fn tiny_absorb(every: u64) -> String {
     tiny(every) + "absorb_writes = true\n"
 }
@@ -710,7 +728,7 @@ fn opt_absorbing_writes_crash_at_every_flush_and_random_points_keeps_flushed_dat
 #[test]
 fn an_absorbed_write_goes_to_the_region_and_its_mapping_is_durable_after_the_next_flush() {
     let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
-    let cfg = manual() + "absorb_writes = true\n";
+    let cfg = manual_absorbing(true);
     let unclean = OpenMode::Open { clean: false, accept_loss: false };
     let mut h = harness_with(&dev, &cfg, OpenMode::Format);
     assert_eq!(h.write(30 * B, block(0x30)).result, Ok(()));
@@ -746,4 +764,82 @@ fn an_absorbed_write_goes_to_the_region_and_its_mapping_is_durable_after_the_nex
     h.settle();
     assert_eq!(h.stack.map_extent(30 * B, B)[0].0, Some(30 * B), "home again");
     assert_eq!(read_block(&mut h, 30), block(0x31));
+}
+
+/// One `OpSpec` as a request on a volume of `volume_sectors`.
+fn spec_request(o: &OpSpec, volume_sectors: u64) -> Request {
+    let sectors = u64::from(o.sectors).clamp(1, 64);
+    let offset = (o.sector % (volume_sectors - sectors)) * 512;
+    let len = (sectors * 512) as u32;
+    let mut req = match o.op {
+        Op::Write => Request::write(ReqId(0), offset, vec![o.sector as u8; len as usize].into()),
+        Op::Flush => Request::new(ReqId(0), Op::Flush, 0, 0),
+        op => Request::new(ReqId(0), op, offset, len),
+    };
+    req.fua = o.fua && o.op != Op::Read && o.op != Op::Flush;
+    req.stream = layoutd_core::StreamId(o.stream);
+    req
+}
+
+#[test]
+fn the_free_slots_are_the_unmapped_ones_after_random_operations_and_recovery() {
+    // Plans, copies, extra copies dropped by writes, absorbed writes, copy
+    // home and drops, cut by crashes at random points (jobs in flight).
+    let cfg = tiny_copies(6, 0, true);
+    let unclean = OpenMode::Open { clean: false, accept_loss: false };
+    let mut checked = 0;
+    for seed in 0..6u64 {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut ops = shared_ops(&mut rng, 300);
+        ops.extend(block_ops(&mut rng, 300));
+        let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+        let mut h = harness_with(&dev, &cfg, OpenMode::Format);
+        let volume_sectors = h.stack.size_bytes() / 512;
+        for (i, o) in ops.iter().enumerate() {
+            let c = h.call(spec_request(o, volume_sectors));
+            assert_eq!(c.result, Ok(()));
+            h.drive_bounded(rng.gen_range(0..40));
+            if i % 7 == 0 {
+                assert!(message(&mut h, "verify").is_ok_and(|r| r.starts_with("slots consistent")));
+                checked += 1;
+            }
+            if rng.gen_bool(0.02) {
+                drop(h);
+                h = harness_with(&dev, &cfg, unclean);
+                let reply = message(&mut h, "verify");
+                assert!(reply.as_ref().is_ok_and(|r| r.starts_with("slots consistent")), "{reply:?}");
+                checked += 1;
+            }
+        }
+        h.settle();
+        assert_eq!(message(&mut h, "verify").map(|r| r.starts_with("slots consistent")), Ok(true));
+        for key in ["absorbed_blocks_count", "extras_dropped_count", "reconfigurations_count"] {
+            assert!(counter(&*h.stack, key) > 0 || seed > 0, "{key} not exercised");
+        }
+    }
+    assert!(checked > 500);
+}
+
+#[test]
+fn weights_halve_by_virtual_time_not_by_plans_unless_the_half_life_is_zero() {
+    // Four blocks read in order twice: 4 vertices of 2 accesses (2000
+    // units), which 11 halvings take to zero.
+    let vertices_after = |half_life_ms: u64, plans: u32, pause_ms: u64| {
+        let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+        let half_life = format!("weight_half_life_ms = {half_life_ms}");
+        let cfg = manual().replace("weight_half_life_ms = 0", &half_life);
+        let mut h = harness_with(&dev, &cfg, OpenMode::Format);
+        read_twice(&mut h, 10..14);
+        for _ in 0..plans {
+            let t = h.now.add_ms(pause_ms);
+            h.run_until(t);
+            message(&mut h, "plan").expect("plan");
+        }
+        counter(&*h.stack, "graph_vertices_count")
+    };
+    assert_eq!(vertices_after(0, 12, 1), 0, "each plan halves");
+    assert_eq!(vertices_after(1000, 12, 1), 4, "12 ms: no half-life passed");
+    assert_eq!(vertices_after(1000, 1, 5_500), 4, "5 halvings leave 62 units");
+    assert_eq!(vertices_after(1000, 1, 12_000), 0, "12 half-lives passed");
+    assert_eq!(vertices_after(1000, 12, 1_000), 0, "one halving at each of 12 plans");
 }

@@ -69,8 +69,8 @@ target = "linear"
         "version = 1\n[[layer]]\ntarget = \"pool\"\nchunk_size = \"8K\"\nvolumes_max = 1\njournal_blocks = 8\n",
     ),
     (
-        "opt-tiny-region-frequent-plans",
-        opt_tiny!(""),
+        "opt-tiny-region-frequent-plans-writes-home",
+        opt_tiny!("absorb_writes = false\n"),
     ),
     (
         "opt-extra-copies-following-streams",
@@ -101,6 +101,7 @@ block_bytes = 1024
 journal_blocks = 1
 edge_weight_min = 0
 plan_interval_requests = 5
+absorb_writes = false
 [[layer]]
 target = "linear"
 "#,

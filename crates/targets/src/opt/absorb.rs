@@ -52,8 +52,6 @@ pub(super) type Run = (u64, u32, u32);
 /// The absorber's state.
 #[derive(Default)]
 pub(super) struct Absorber {
-    /// The slot after the last absorbed write.
-    next: u64,
     /// Writes absorbed.
     pub(super) writes_count: u64,
     /// Blocks absorbed.
@@ -118,11 +116,15 @@ impl Opt {
         if unmapped.is_empty() {
             return;
         }
+        // The region's free slots, next fit: their cursor is the slot after
+        // the previous absorbed run.
         let i = self.absorber.gap_index();
-        let mut from = self.absorber.next + GAPS[i];
+        let mut gap = GAPS[i];
         let mut runs = Vec::new();
         for (home, n) in unmapped {
-            let Some(s) = self.free_run(from, n) else { break };
+            let Some(s) = self.free.take_fit_after(gap, n as u32) else { break };
+            let s = u64::from(s);
+            gap = 0;
             for k in 0..n {
                 let home = Some(home + k);
                 self.slots[(s + k) as usize] =
@@ -131,34 +133,11 @@ impl Opt {
             self.map.insert(home, n, s);
             self.absorber.blocks_count += n;
             runs.push((home, n as u32, s as u32));
-            from = s + n;
         }
         if !runs.is_empty() {
-            self.absorber.next = from;
             self.absorber.writes_count += 1;
             self.absorber.taken = Some((i, runs));
         }
-    }
-
-    /// The first run of `n` free slots at or after `from` (wrapping).
-    fn free_run(&self, from: u64, n: u64) -> Option<u64> {
-        let total = self.slots.len() as u64;
-        let (mut s, mut looked) = (from % total, 0);
-        while looked < total {
-            if s + n > total {
-                looked += total - s;
-                s = 0;
-                continue;
-            }
-            match (s..s + n).find(|&x| self.slots[x as usize].home.is_some()) {
-                None => return Some(s),
-                Some(x) => {
-                    looked += x + 1 - s;
-                    s = x + 1;
-                }
-            }
-        }
-        None
     }
 
     /// The upper write of assembly `key` started (after `absorb_try`).

@@ -149,6 +149,7 @@ impl Opt {
                 } else {
                     self.map.insert(home, u64::from(count), u64::from(slot));
                 }
+                self.free.remove(slot, count);
                 for i in 0..count {
                     let home = Some(home + u64::from(i));
                     self.slots[(slot + i) as usize] = Slot { home, extra, ..Slot::default() };
@@ -180,6 +181,7 @@ impl Opt {
                     return;
                 }
                 self.map.insert(home, n, u64::from(slot));
+                self.free.remove(slot, count);
                 for i in 0..count {
                     let home = Some(home + u64::from(i));
                     self.slots[(slot + i) as usize] = Slot { home, dirty: true, ..Slot::default() };

@@ -62,7 +62,8 @@ pub struct Args {
     /// blocks are clean (one seek instead of two).
     pub partial_reads_home: bool,
     /// The unmapped blocks of a write of whole blocks go to free slots of
-    /// the region, a learnt gap past the previous write (`absorb`).
+    /// the region, a learnt gap past the previous write (`absorb`; on by
+    /// default since session 23).
     pub absorb_writes: bool,
     /// Most blocks one copy read moves (a run of the plan; the rate is
     /// capped by `[background] rate`).
@@ -77,6 +78,11 @@ pub struct Args {
     pub plan_interval_requests: u64,
     /// Plan after this much virtual time with new requests (0: not by time).
     pub plan_interval_ms: u64,
+    /// The graphs' weights halve once per this much virtual time, counted
+    /// at each plan (0: once at every plan, however often plans come, the
+    /// behaviour before session 23). Default one day: patterns fade by
+    /// age, not by how often the loop plans.
+    pub weight_half_life_ms: u64,
     /// Plan and apply on their own (false: only on `plan` / `apply`).
     pub auto_apply: bool,
     /// Background work (analysis, planning, copies) starts only after this
@@ -234,12 +240,13 @@ impl Args {
             plan_pad_blocks: u32_key(&mut a, "plan_pad_blocks", 0, 0, 1024)?,
             plan_written: a.bool_opt("plan_written")?.unwrap_or(true),
             partial_reads_home: a.bool_opt("partial_reads_home")?.unwrap_or(false),
-            absorb_writes: a.bool_opt("absorb_writes")?.unwrap_or(false),
+            absorb_writes: a.bool_opt("absorb_writes")?.unwrap_or(true),
             copy_blocks_per_step: u32_key(&mut a, "copy_blocks_per_step", 64, 1, 8192)?,
             copies_in_flight: u32_key(&mut a, "copies_in_flight", 4, 1, 64)?,
             copy_batch_blocks: u32_key(&mut a, "copy_batch_blocks", 256, 1, 1 << 16)?,
             plan_interval_requests: a.u64_opt("plan_interval_requests")?.unwrap_or(0),
             plan_interval_ms: a.u64_opt("plan_interval_ms")?.unwrap_or(600_000),
+            weight_half_life_ms: a.u64_opt("weight_half_life_ms")?.unwrap_or(86_400_000),
             auto_apply: a.bool_opt("auto_apply")?.unwrap_or(true),
             idle_ms: a.u64_opt("idle_ms")?.unwrap_or(100),
         };
@@ -282,6 +289,7 @@ impl Args {
             ("copy_batch_blocks", self.copy_batch_blocks.to_string()),
             ("plan_interval_requests", self.plan_interval_requests.to_string()),
             ("plan_interval_ms", self.plan_interval_ms.to_string()),
+            ("weight_half_life_ms", self.weight_half_life_ms.to_string()),
             ("auto_apply", self.auto_apply.to_string()),
             ("idle_ms", self.idle_ms.to_string()),
         ];

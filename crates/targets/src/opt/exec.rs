@@ -33,7 +33,6 @@
 
 use super::analyze::{master_graph, plan, plan_streams, Range, WEIGHT_UNIT};
 use super::{LowerOp, Opt, Slot};
-use crate::alloc::{FreeSpace, Largest, Placement};
 use bytes::Bytes;
 use layoutd_core::{Completion, Instant, Op, ReqId, Request, REQUEST_BYTES_MAX};
 use rustc_hash::FxHashMap;
@@ -85,69 +84,6 @@ struct CopyRun {
     tries: u8,
     /// The home blocks read, until written (`Read`).
     data: Option<Bytes>,
-}
-
-/// Free slots of the region, on the shared extent allocator
-/// ([`FreeSpace`]), taken where the plan asks, else next-fit from where the
-/// last take ended, else from the longest extent.
-#[derive(Debug)]
-struct FreeSlots {
-    space: FreeSpace,
-    cursor: u32,
-}
-
-impl FreeSlots {
-    /// `slot_count` slots, none free yet.
-    fn new(slot_count: u32) -> FreeSlots {
-        FreeSlots { space: FreeSpace::all_used(u64::from(slot_count)), cursor: 0 }
-    }
-
-    /// Frees `[start, start + len)`.
-    fn add(&mut self, start: u32, len: u32) {
-        self.space.release(u64::from(start), u64::from(len));
-    }
-
-    /// The free extents, in slot order.
-    fn extents(&self) -> Vec<(u32, u32)> {
-        self.space.extents().map(|(s, l)| (s as u32, l as u32)).collect()
-    }
-
-    /// Takes `[at, at + n)`; the next fit is looked for after it.
-    fn cut(&mut self, at: u32, n: u32) {
-        self.space.take(u64::from(at), u64::from(n));
-        self.cursor = at + n;
-    }
-
-    /// Takes `[at, at + n)` if all of it is free.
-    fn take_at(&mut self, at: u32, n: u32) -> bool {
-        let free = u64::from(at) + u64::from(n) <= self.space.total_units()
-            && self.space.is_free(u64::from(at), u64::from(n));
-        if free {
-            self.cut(at, n);
-        }
-        free
-    }
-
-    /// Takes `n` adjacent free slots: the first extent that fits starting
-    /// at or after the cursor, else the first from slot 0.
-    fn take_fit(&mut self, n: u32) -> Option<u32> {
-        let ext = self.extents();
-        let c = self.cursor;
-        let (s, _) =
-            ext.iter().filter(|e| e.0 >= c).chain(ext.iter().filter(|e| e.0 < c)).find(|e| e.1 >= n)?;
-        let s = *s;
-        self.cut(s, n);
-        Some(s)
-    }
-
-    /// Takes up to `n` adjacent free slots from the longest extent.
-    fn take_longest(&mut self, n: u32) -> Option<(u32, u32)> {
-        let s = Largest.choose(&self.space, 1, 0)? as u32;
-        let l = self.extents().into_iter().find(|e| e.0 == s).expect("Largest chose an extent start").1;
-        let m = l.min(n);
-        self.cut(s, m);
-        Some((s, m))
-    }
 }
 
 /// One reconfiguration in progress.
@@ -598,6 +534,7 @@ impl Opt {
                     };
                     layer.remove(home, 1);
                     self.slots[s as usize] = Slot::default();
+                    self.free.add(s, 1);
                 }
                 self.extras.retain(|l| l.mapped_blocks() > 0);
                 for l in &self.extras {
@@ -619,6 +556,7 @@ impl Opt {
                     } else {
                         self.map.insert(home, count, slot);
                     }
+                    self.free.remove(r.slot, r.count);
                     for i in 0..r.count {
                         let s = &mut self.slots[(r.slot + i) as usize];
                         assert!(s.home.is_none(), "a committed slot was free");
@@ -655,6 +593,19 @@ impl Opt {
         a.auto_apply && self.job.is_none() && (by_count || by_time)
     }
 
+    /// How many times the weights halve at a plan now: once, or once per
+    /// `weight_half_life_ms` passed since the last halving (at most 32:
+    /// every weight is zero by then).
+    fn halvings_due(&mut self, now: Instant) -> u32 {
+        let life = self.args.weight_half_life_ms * 1_000_000;
+        if life == 0 {
+            return 1;
+        }
+        let k = now.ns_since(self.halved_at.min(now)) / life;
+        self.halved_at = Instant::from_ns(self.halved_at.as_ns() + k * life);
+        k.min(32) as u32
+    }
+
     /// Analyzes the whole profile and plans now; applies the plan when
     /// `auto_apply` and no job runs. Returns a summary.
     pub(super) fn plan_now(&mut self, now: Instant) -> String {
@@ -675,7 +626,9 @@ impl Opt {
         };
         self.counters.planning_units += units;
         self.counters.plans_count += 1;
-        self.analyzer.halve();
+        for _ in 0..self.halvings_due(now) {
+            self.analyzer.halve();
+        }
         self.counters.analysis_units = self.analyzer.units;
         self.requests_since_plan = 0;
         self.last_plan_at = now;
@@ -752,28 +705,13 @@ impl Opt {
                 keep[s as usize] = true;
             }
         }
-        let mut free = FreeSlots::new(slot_count as u32);
-        let mut reclaim = Vec::new();
-        let mut start = None;
-        for (s, slot) in self.slots.iter().enumerate() {
-            let s = s as u32;
-            match (slot.home, start) {
-                (None, None) => start = Some(s),
-                (None, Some(_)) => {}
-                (Some(_), a) => {
-                    if let Some(a) = a {
-                        free.add(a, s - a);
-                        start = None;
-                    }
-                    if !keep[s as usize] {
-                        reclaim.push(s);
-                    }
-                }
-            }
-        }
-        if let Some(a) = start {
-            free.add(a, slot_count as u32 - a);
-        }
+        // The plan's view of the free slots: the region's, plus the slots
+        // it reclaims (still mapped until the job's unmap).
+        let mut free = self.free.for_plan();
+        let reclaim: Vec<u32> = (0..slot_count as u32)
+            .filter(|&s| self.slots[s as usize].home.is_some() && !keep[s as usize])
+            .collect();
+        let mut reclaim = reclaim;
         let mut drop = Vec::new();
         if !retain {
             for &s in &reclaim {
@@ -931,25 +869,4 @@ pub(super) fn insert_extra(
     }
     let layer = extras.iter_mut().find(|l| free(l)).expect("a free layer");
     layer.insert(home, count, slot);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::FreeSlots;
-
-    #[test]
-    fn free_slots_merge_and_are_taken_where_asked_then_next_fit_then_longest() {
-        let mut f = FreeSlots::new(16);
-        f.add(0, 4);
-        f.add(10, 6);
-        f.add(4, 2); // merges with [0, 4)
-        assert_eq!(f.extents(), vec![(0, 6), (10, 6)]);
-        assert!(f.take_at(2, 3));
-        assert!(!f.take_at(5, 2), "slot 6 is not free");
-        // The cursor is at 5: the next fit of 2 is [5, 6)? Too short; [10, 12).
-        assert_eq!(f.take_fit(2), Some(10));
-        assert_eq!(f.take_fit(9), None);
-        assert_eq!(f.take_longest(9), Some((12, 4)));
-        assert_eq!(f.extents(), vec![(0, 2), (5, 1)]);
-    }
 }

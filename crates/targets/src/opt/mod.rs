@@ -40,6 +40,7 @@ pub mod analyze;
 mod bringup;
 pub mod config;
 mod exec;
+mod free;
 pub mod meta;
 
 use crate::blockmap::BlockMap;
@@ -285,6 +286,8 @@ pub struct Opt {
     geo: Geometry,
     phase: Phase,
     slots: Vec<Slot>,
+    /// The slots no home block is mapped to (see [`free`]).
+    free: free::FreeSlots,
     /// Home block → slot, for mapped blocks: the primary copy, which
     /// every write goes to.
     map: BlockMap<u64>,
@@ -317,6 +320,8 @@ pub struct Opt {
     planned: Option<Vec<Range>>,
     requests_since_plan: u64,
     last_plan_at: Instant,
+    /// Up to when the weights have halved (`weight_half_life_ms`).
+    halved_at: Instant,
     /// Background work waits for idle time ([`IDLE`]); its starvation clock
     /// runs while a job exists, from when the job last started or made
     /// progress (a step, an I/O done).
@@ -361,6 +366,7 @@ impl Opt {
             geo,
             phase,
             slots: vec![Slot::default(); geo.slot_count as usize],
+            free: free::FreeSlots::new(geo.slot_count),
             map: BlockMap::new(),
             extras: Vec::new(),
             read_last: FxHashMap::default(),
@@ -374,6 +380,7 @@ impl Opt {
             planned: None,
             requests_since_plan: 0,
             last_plan_at: Instant::ZERO,
+            halved_at: Instant::ZERO,
             idle: IdleTimer::new(IDLE),
             lower_io: crate::lowerio::LowerIo::default(),
             assemblies: FxHashMap::default(),
@@ -499,6 +506,41 @@ impl Opt {
         out
     }
 
+    /// Checks the slot table against the free slots and the maps (tests,
+    /// `verify`; O(slots)).
+    fn verify(&self) -> Result<String, String> {
+        if !self.free.matches(&self.slots) {
+            return Err(format!(
+                "opt: the free slots {:?} are not the unmapped ones {:?}",
+                self.free.extents(),
+                free::FreeSlots::unmapped(&self.slots).extents()
+            ));
+        }
+        for (k, layer) in std::iter::once(&self.map).chain(&self.extras).enumerate() {
+            for e in layer.iter() {
+                for i in 0..e.length {
+                    let slot = &self.slots[(e.value + i) as usize];
+                    if slot.home != Some(e.start + i) || slot.extra != (k > 0) {
+                        return Err(format!(
+                            "opt: slot {} does not hold home block {}",
+                            e.value + i,
+                            e.start + i
+                        ));
+                    }
+                }
+            }
+        }
+        let mapped: u64 = std::iter::once(&self.map).chain(&self.extras).map(|l| l.mapped_blocks()).sum();
+        if mapped + self.free.free_count() != u64::from(self.geo.slot_count) {
+            return Err(format!(
+                "opt: {mapped} mapped and {} free slots of {}",
+                self.free.free_count(),
+                self.geo.slot_count
+            ));
+        }
+        Ok(format!("slots consistent: {mapped} mapped, {} free", self.free.free_count()))
+    }
+
     /// Every copy of home block `h`: the primary first, then the extras.
     fn copies_of(&self, h: u64) -> impl Iterator<Item = u64> + '_ {
         self.map.get(h).into_iter().chain(self.extras.iter().filter_map(move |l| l.get(h)))
@@ -512,6 +554,7 @@ impl Opt {
                 let s = &mut self.slots[e.value as usize];
                 assert!(s.extra && s.home == Some(h), "an extra copy's slot names it");
                 *s = Slot::default();
+                self.free.add(e.value as u32, 1);
                 self.counters.extras_dropped_count += 1;
                 if let Some(j) = self.job.as_mut() {
                     j.slot_freed(e.value as u32);
@@ -900,8 +943,9 @@ impl Target for Opt {
                 self.start_job(now, Vec::new(), false).map(|s| format!("dropping the OPT region's contents: {s}"))
             }
             "status" => Ok(format!("{}\n{}", self.describe(), self.status())),
+            "verify" => self.verify(),
             other => Err(format!(
-                "opt: unknown message `{other}` (known: plan, apply, drop, status, profile TIME_NS STREAM OFFSET LENGTH)"
+                "opt: unknown message `{other}` (known: plan, apply, drop, status, verify, profile TIME_NS STREAM OFFSET LENGTH)"
             )),
         }
     }
