@@ -133,7 +133,8 @@ def report(res, utils, idles, stacks, bounds, a, name):
     sets = " ".join(f"--set {kv}" for kv in a.set)
     cmd = "bench/log_idle_sweep.py" + (f" --variant {a.variant} {sets}" if a.variant else "") + \
         ("" if a.utils == "10,20,30,40,50,60,70,80,90,95" else f" --utils {a.utils}") + \
-        ("" if a.stacks == "adaptive,ssr" else f" --stacks {a.stacks}")
+        ("" if a.stacks == "adaptive,ssr" else f" --stacks {a.stacks}") + \
+        ("" if a.idles == "0,10,30,60,300,900,3600" else f" --idles {a.idles}")
     L = [f"# `log`: the read after the update phase against idle time (ext4 captures, {DISK})", "",
          "A benchmark, not a test. The committed ext4 IO TEST captures (README.md) replayed with IDLE "
          "seconds without requests inserted before the read phase; the read's disk-busy seconds (x ext4 in "
