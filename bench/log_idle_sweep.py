@@ -51,7 +51,7 @@ def read_line(util):
     return src, lines[ph["read"][0]]
 
 
-def run(l, util, stack, idle, variant):
+def run(l, util, stack, idle, configs):
     """The read phase's disk-busy seconds and the log's counters, `idle`
     seconds inserted before it."""
     src, line = read_line(util)
@@ -61,9 +61,8 @@ def run(l, util, stack, idle, variant):
         tmp = trace + f".{os.getpid()}.{stack}"
         tracefile.one_stream(src, tmp, gap_at_line=line, gap_ns=int(idle * 1e9))
         os.replace(tmp, trace)
-    base = os.path.join(TMP, f"sweep-{tag}-{stack}{'-' + variant[0] if variant else ''}")
-    config = stack_config(stack, variant) if stack != "linear" else stack_config(stack)
-    j, phases = capreplay.replay(l, trace, config, DISK, base, capture_dir(FS, util))
+    base = os.path.join(TMP, f"sweep-{tag}-{stack}{'-' + os.path.basename(configs[stack])[:-5]}")
+    j, phases = capreplay.replay(l, trace, configs[stack], DISK, base, capture_dir(FS, util))
     counters = next((x["counters"] for x in j["stack"]["layers"] if x["target"] == "log"), None)
     return {"read_s": phases["read"]["busy_s"], "update_s": phases["update"]["busy_s"],
             "disk_busy_s": j["disk_busy_seconds"], "log": counters}
@@ -88,10 +87,12 @@ def main():
     l = layoutd()
     tracefile.use(l)
     res = {}
+    # Each stack's config, written once (a variant's copy in a temporary file).
+    configs = {s: stack_config(s, variant if s != "linear" else None) for s in ["linear", *stacks]}
 
     def go(jobs):
         with concurrent.futures.ThreadPoolExecutor(a.jobs) as ex:
-            for (u, s, i), r in zip(jobs, ex.map(lambda j: run(l, *j, variant), jobs)):
+            for (u, s, i), r in zip(jobs, ex.map(lambda j: run(l, *j, configs), jobs)):
                 res.setdefault(str(u), {}).setdefault(s, {})[str(i)] = r
                 print(f"{u:3}% {s:10} idle {i:7.1f} s read {r['read_s']:8.1f}", file=sys.stderr)
 
