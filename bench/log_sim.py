@@ -44,6 +44,9 @@ MARKER = "<!-- analysis: kept when the table is regenerated -->"
 
 
 def layoutd():
+    """$LAYOUTD if set (e.g. a binary built from a variant), else the checkout's build."""
+    if os.environ.get("LAYOUTD"):
+        return os.environ["LAYOUTD"]
     for p in ("target/release/layoutd", "target/debug/layoutd"):
         if os.access(os.path.join(ROOT, p), os.X_OK):
             return os.path.join(ROOT, p)
@@ -83,6 +86,7 @@ def stack_config(stack, variant=None):
     text = open(path).read()
     assert 'target = "log"\n' in text, path
     keys = "".join(f"{k.strip()} = {v.strip()}\n" for k, v in (kv.split("=", 1) for kv in sets))
+    os.makedirs(TMP, exist_ok=True)
     out = os.path.join(TMP, f"{stack}-{name}.toml")
     with open(out, "w") as fh:
         fh.write(text.replace('target = "log"\n', 'target = "log"\n' + keys, 1))

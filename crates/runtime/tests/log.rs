@@ -756,6 +756,89 @@ fn sliding_compaction_lays_each_group_in_its_home_segment_so_a_sweep_reads_witho
     assert!(skips as u64 >= groups - 1, "{skips} seeks without reading through headers, {groups} groups");
 }
 
+/// Writes half the volume's blocks in a random order (so each group of 8
+/// blocks lies in up to 8 segments), flushes, idles for a second with
+/// packing re-sequencing taking up to `batch` groups a pass, then reads
+/// each group whole (checking its bytes). Returns the lower reads of the
+/// idle second, the most lower requests one group's read took, and the
+/// harness. (The order the reads were sent in is not seen here: the
+/// harness completes requests in flight together in its own order.)
+fn batched_resequencing(batch: u32) -> (usize, u64, Harness<ZeroLatency>) {
+    let extra =
+        format!("resequence_idle_ms = 10\nresequence_sliding = false\nresequence_batch_groups = {batch}\n");
+    let cfg = cfg("greedy", &extra).replace("over_provision_pct = 20", "over_provision_pct = 30");
+    let stack = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::Format);
+    let dev = Arc::new(ReadLog { inner: MemDevice::new(DEVICE_BYTES), reads: Default::default() });
+    let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
+    bring_up(&mut h);
+    let groups = counter(&*h.stack, "volume_blocks_count") / 2 / 8;
+    let (order, _) = shuffled(groups * 8, 21);
+    for &b in &order {
+        assert_eq!(h.write(b * 4096, block_bytes(1, b)).result, Ok(()));
+    }
+    assert_eq!(h.flush().result, Ok(()));
+    dev.reads.lock().expect("lock").clear();
+    h.run_until(h.now.add_ms(1000));
+    h.settle();
+    let idle = dev.reads.lock().expect("lock").len();
+    let mut most = 0;
+    for g in 0..groups {
+        let before = h.stats.lower_count;
+        let got = h.read(g * 8 * 4096, 8 * 4096).data.expect("data");
+        let want: Vec<u8> = (g * 8..g * 8 + 8).flat_map(|b| block_bytes(1, b)).collect();
+        assert_eq!(got.to_vec(), want, "group {g}");
+        most = most.max(h.stats.lower_count - before);
+    }
+    (idle, most, h)
+}
+
+#[test]
+fn batched_resequencing_takes_several_groups_a_pass_with_fewer_reads() {
+    let (reads, most, h) = batched_resequencing(8);
+    let status = h.stack.status().to_string();
+    eprintln!("batch 8: {reads} reads, {most} requests a group; {status}");
+    let passes = counter(&*h.stack, "resequence_passes_count");
+    assert!(passes > 0, "{status}");
+    assert_eq!(counter(&*h.stack, "groups_to_check_count"), 0, "{status}");
+    // Laid out in order: a group is at most two runs of slots.
+    assert!(most <= 2, "{most} {status}");
+    // Negative control: a group a pass, a read per run of adjacent slots.
+    let (one_reads, one_most, one) = batched_resequencing(1);
+    let one_passes = counter(&*one.stack, "resequence_passes_count");
+    eprintln!("batch 1: {one_reads} reads, {one_passes} passes");
+    assert!(one_most <= 2);
+    // The same blocks moved, in a quarter of the passes or fewer, with
+    // under half the reads (slots of several groups in one segment are
+    // read together, through gaps of dead slots).
+    assert_eq!(counter(&*h.stack, "slots_resequence_count"), counter(&*one.stack, "slots_resequence_count"));
+    assert!(passes * 4 <= one_passes, "{passes} passes against {one_passes}");
+    assert!(reads * 2 < one_reads, "{reads} lower reads against {one_reads}");
+}
+
+/// Batched re-sequencing (packing, several groups a pass) in the idle
+/// gaps of the crash check: flushed data survives a crash at any point.
+#[test]
+fn flushed_data_survives_a_crash_at_any_point_of_batched_resequencing() {
+    for policy in ["greedy", "ssr", "adaptive"] {
+        let cfg =
+            cfg(policy, "resequence_sliding = false\nresequence_batch_groups = 4\nresequence_idle_ms = 0\n")
+                .replace("over_provision_pct = 20", "over_provision_pct = 30");
+        let make = |mode| stack_from_toml(&cfg, DEVICE_BYTES, mode);
+        let volume_bytes = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::Format).size_bytes();
+        let ops = fill_then_update(volume_bytes, 60, 300, 17);
+        let h = oracle_check_idle_with(&make, DEVICE_BYTES, 17, &ops, 2, 5);
+        let status = h.stack.status().to_string();
+        eprintln!("{policy}, batched: {status}");
+        let passes = counter(&*h.stack, "resequence_passes_count");
+        assert!(passes > 5, "{policy}: {status}");
+        // More than one group a pass on average (a group holds at most 8).
+        assert!(counter(&*h.stack, "slots_resequence_count") > passes * 8, "{policy}: {status}");
+        let cuts = crash_check_idle_with(&make, DEVICE_BYTES, 17, &ops, 2, 40, 5);
+        eprintln!("{policy}, batched: {cuts} cut points");
+        assert!(cuts > 40, "{policy}: {cuts}");
+    }
+}
+
 /// Writes blocks `from..to` in a random order, flushes and idles for a
 /// second; returns the groups sliding compaction moved home in that idle
 /// period.

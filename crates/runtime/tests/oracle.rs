@@ -174,6 +174,12 @@ target = "linear"
          clean_batch_segments = 2\nfree_segments_min = 1\ncheckpoint_segments = 8\nresequence_sliding = true\n\
          resequence_idle_ms = 0\n",
     ),
+    (
+        "log-adaptive-batched-packing",
+        "version = 1\n[[layer]]\ntarget = \"log\"\nsegment_bytes = \"16KiB\"\nover_provision_pct = 25\npolicy = \"adaptive\"\n\
+         clean_batch_segments = 2\nfree_segments_min = 1\ncheckpoint_segments = 8\nresequence_sliding = false\n\
+         resequence_batch_groups = 4\nresequence_idle_ms = 0\n",
+    ),
 ];
 
 fn op_strategy() -> impl Strategy<Value = OpSpec> {

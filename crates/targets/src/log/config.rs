@@ -112,6 +112,9 @@ pub struct Args {
     /// `resequence_sliding = "auto"` slides at this utilisation (percent
     /// of the volume's blocks live) and above.
     pub sliding_utilisation_min_percent: u64,
+    /// Groups one packing re-sequencing pass takes at most (their reads
+    /// sent at once, in disk order; see `request::Log::resequence_step`).
+    pub resequence_batch_groups: u32,
     /// Whether a read that ends at a segment's last slot reads on through
     /// the next segment's header (see `request::Log::read_through_bytes`).
     pub read_through_headers: bool,
@@ -171,6 +174,7 @@ impl Args {
                 "key `sliding_utilisation_min_percent`: {sliding_utilisation_min_percent} is not within 0..=100"
             )));
         }
+        let resequence_batch_groups = bounded(&mut a, "resequence_batch_groups", 1, 1, 4096)?;
         let read_through_headers = a.bool_opt("read_through_headers")?.unwrap_or(true);
         let unsafe_reuse = a.bool_opt("test_unsafe_reuse_before_checkpoint")?.unwrap_or(false);
         let (geo, map, volume_blocks) =
@@ -193,6 +197,7 @@ impl Args {
             resequence_idle_ms,
             resequence_sliding,
             sliding_utilisation_min_percent,
+            resequence_batch_groups,
             read_through_headers,
             unsafe_reuse,
             volume_blocks,
@@ -240,6 +245,7 @@ impl Args {
             ("resequence_idle_ms", self.resequence_idle_ms.to_string()),
             ("resequence_sliding", self.resequence_sliding.name().to_string()),
             ("sliding_utilisation_min_percent", self.sliding_utilisation_min_percent.to_string()),
+            ("resequence_batch_groups", self.resequence_batch_groups.to_string()),
             ("read_through_headers", self.read_through_headers.to_string()),
         ]
         .into_iter()

@@ -73,12 +73,13 @@ impl UpperWork {
 /// of one group of blocks.
 pub(super) struct CleanWork {
     victims: Vec<SegLoc>,
-    /// Re-sequencing: the group whose live blocks `live` holds (in
-    /// logical order), read by `runs`.
-    group: Option<u64>,
-    /// Re-sequencing: per lower read, the index in `live` of its first
-    /// block and its block count (adjacent slots).
-    runs: Vec<(usize, usize)>,
+    /// Re-sequencing: the groups whose live blocks `live` holds (in
+    /// logical order), read by `runs`; empty for a cleaning pass.
+    groups: Vec<u64>,
+    /// Re-sequencing: per lower read, in disk order, its first slot id and
+    /// its slot count (slots of one segment; dead slots between live ones
+    /// are read through when the gap is small).
+    runs: Vec<(u32, u32)>,
     issued: bool,
     read_done: bool,
     /// Live blocks to move: (block, slot id, bytes).
@@ -803,7 +804,7 @@ impl Log {
         self.census_changed();
         self.works.push(Work::Clean(CleanWork {
             victims,
-            group: None,
+            groups: Vec::new(),
             runs: Vec::new(),
             issued: false,
             read_done: false,
@@ -841,7 +842,7 @@ impl Log {
     }
 
     fn step_clean(&mut self, c: &mut CleanWork) -> Result<(), Blocked> {
-        if !c.issued && c.group.is_some() {
+        if !c.issued && !c.groups.is_empty() {
             return self.issue_group_reads(c);
         }
         if !c.issued {
@@ -863,23 +864,36 @@ impl Log {
                 // until a write touches it again.
                 self.cleaning.clear();
                 self.census_changed();
-                if let Some(g) = c.group {
+                for &g in &c.groups {
                     self.group_checked(g);
                 }
                 return Ok(());
             }
-            if c.group.is_some() {
+            if !c.groups.is_empty() {
                 let bs = self.geo.slot_bytes as usize;
-                for (&(first, n), d) in c.runs.iter().zip(&done) {
-                    for (k, l) in c.live[first..first + n].iter_mut().enumerate() {
-                        l.2 = d.data.as_ref().map(|d| d.slice(k * bs..(k + 1) * bs));
+                // The live blocks and the runs in slot order, walked together.
+                let mut order: Vec<usize> = (0..c.live.len()).collect();
+                order.sort_unstable_by_key(|&i| c.live[i].1);
+                let mut it = order.into_iter().peekable();
+                let mut by_slot: Vec<usize> = (0..c.runs.len()).collect();
+                by_slot.sort_unstable_by_key(|&r| c.runs[r].0);
+                for r in by_slot {
+                    let ((first, n), d) = (c.runs[r], &done[r]);
+                    while let Some(&i) = it.peek() {
+                        let sid = c.live[i].1;
+                        if sid >= first + n {
+                            break;
+                        }
+                        let k = (sid - first) as usize;
+                        c.live[i].2 = d.data.as_ref().map(|d| d.slice(k * bs..(k + 1) * bs));
+                        it.next();
                     }
                 }
             } else {
                 self.collect_live(c, done);
             }
         }
-        let cause = if c.group.is_some() { Cause::Resequence } else { Cause::Cleaner };
+        let cause = if c.groups.is_empty() { Cause::Cleaner } else { Cause::Resequence };
         while c.next < c.live.len() {
             let (block, sid, _) = c.live[c.next];
             if self.map.get(block) == sid {
@@ -889,11 +903,13 @@ impl Log {
             }
             c.next += 1;
         }
-        if let Some(g) = c.group {
+        if !c.groups.is_empty() {
             self.counters.resequence_passes_count += 1;
-            self.group_checked(g);
+            for &g in &c.groups {
+                self.group_checked(g);
+            }
             if self.compacting {
-                self.compact_pass_done(g);
+                self.compact_pass_done(c.groups[0]);
             }
             return Ok(());
         }
@@ -1045,9 +1061,21 @@ impl Log {
     pub(super) fn resequence_step(&mut self) -> Option<u64> {
         let groups = self.group_dirty.len();
         let run_blocks = (RESEQUENCE_RUN_BYTES / u64::from(self.args.block_bytes)).max(2) as usize;
+        let batch = self.args.resequence_batch_groups as usize;
+        // A pass of several groups takes no more blocks than the free
+        // segments beyond the reserve hold: past them its blocks would go
+        // into holes, out of order.
+        let room = if batch > 1 {
+            let free = self.free_segments_count().saturating_sub(u64::from(self.args.free_segments_min) + 2);
+            (free * u64::from(self.geo.slot_count)) as usize
+        } else {
+            usize::MAX
+        };
+        let mut taken: Vec<u64> = Vec::new();
+        let mut live_all: Vec<(u64, u32, Option<Bytes>)> = Vec::new();
         for _ in 0..groups {
-            if self.group_dirty_count == 0 {
-                return None;
+            if self.group_dirty_count == 0 || taken.first() == Some(&self.group_cursor) {
+                break;
             }
             let g = self.group_cursor;
             self.group_cursor = (g + 1) % groups;
@@ -1055,14 +1083,14 @@ impl Log {
                 continue;
             }
             let live = self.group_live(g);
-            let mut runs: Vec<(usize, usize)> = Vec::new();
+            let mut runs = 0usize;
             for (i, l) in live.iter().enumerate() {
-                match runs.last_mut() {
-                    Some(r) if adjacent(live[r.0 + r.1 - 1].1, l.1, self.geo.slot_count) => r.1 += 1,
-                    _ => runs.push((i, 1)),
+                if i == 0 || !adjacent(live[i - 1].1, l.1, self.geo.slot_count) {
+                    runs += 1;
                 }
             }
             if !live.is_empty() && self.resequence_slides() {
+                // Sliding: one group a pass, into its home.
                 if self.group_at_home(g, &live) {
                     self.group_checked(g);
                     continue;
@@ -1072,24 +1100,75 @@ impl Log {
                     self.group_cursor = g;
                     return Some(bytes);
                 }
-            } else if runs.len() < 2 || live.len() >= runs.len() * run_blocks {
+                taken.push(g);
+                live_all = live;
+                break;
+            } else if runs < 2 || live.len() >= runs * run_blocks {
                 self.group_checked(g);
                 continue;
             }
-            let bytes = live.len() as u64 * u64::from(self.args.block_bytes);
-            self.works.push(Work::Clean(CleanWork {
-                victims: Vec::new(),
-                group: Some(g),
-                runs,
-                issued: false,
-                read_done: false,
-                live,
-                next: 0,
-                on_demand: false,
-            }));
-            return Some(bytes);
+            if !taken.is_empty() && live_all.len() + live.len() > room {
+                // This group starts the next pass.
+                self.group_cursor = g;
+                break;
+            }
+            taken.push(g);
+            live_all.extend(live);
+            if taken.len() >= batch {
+                break;
+            }
         }
-        None
+        if taken.is_empty() {
+            return None;
+        }
+        // Placed in logical order (the cursor may have wrapped).
+        live_all.sort_unstable_by_key(|l| l.0);
+        let bytes = live_all.len() as u64 * u64::from(self.args.block_bytes);
+        self.works.push(Work::Clean(CleanWork {
+            victims: Vec::new(),
+            groups: taken,
+            runs: if batch > 1 { self.disk_order_runs(&live_all) } else { self.adjacent_runs(&live_all) },
+            issued: false,
+            read_done: false,
+            live: live_all,
+            next: 0,
+            on_demand: false,
+        }));
+        Some(bytes)
+    }
+
+    /// The lower reads of a one-group re-sequencing pass over `live` (in
+    /// logical order): (first slot id, slot count), one per run of
+    /// consecutive blocks in adjacent slots, in logical order.
+    fn adjacent_runs(&self, live: &[(u64, u32, Option<Bytes>)]) -> Vec<(u32, u32)> {
+        let mut runs: Vec<(u32, u32)> = Vec::new();
+        for l in live {
+            match runs.last_mut() {
+                Some(r) if adjacent(r.0 + r.1 - 1, l.1, self.geo.slot_count) => r.1 += 1,
+                _ => runs.push((l.1, 1)),
+            }
+        }
+        runs
+    }
+
+    /// The lower reads of a re-sequencing pass of several groups
+    /// (`resequence_batch_groups`) over `live`, in disk order:
+    /// (first slot id, slot count), each within one segment, the dead slots
+    /// of a gap of at most [`RESEQUENCE_READ_GAP_BYTES`] between two live
+    /// slots read through (one request instead of two).
+    fn disk_order_runs(&self, live: &[(u64, u32, Option<Bytes>)]) -> Vec<(u32, u32)> {
+        let sc = self.geo.slot_count;
+        let gap = (RESEQUENCE_READ_GAP_BYTES / u64::from(self.args.block_bytes)) as u32;
+        let mut sids: Vec<u32> = live.iter().map(|l| l.1).collect();
+        sids.sort_unstable();
+        let mut runs: Vec<(u32, u32)> = Vec::new();
+        for sid in sids {
+            match runs.last_mut() {
+                Some(r) if r.0 / sc == sid / sc && sid - (r.0 + r.1) <= gap => r.1 = sid + 1 - r.0,
+                _ => runs.push((sid, 1)),
+            }
+        }
+        runs
     }
 
     /// Whether re-sequencing slides groups into their homes (sliding
@@ -1229,8 +1308,8 @@ impl Log {
         c.issued = true;
         let bs = u64::from(self.args.block_bytes);
         for &(first, n) in &c.runs {
-            let off = self.slot_offset_bytes(c.live[first].1);
-            self.work_io(Request::new(ReqId(0), Op::Read, off, (n as u64 * bs) as u32));
+            let off = self.slot_offset_bytes(first);
+            self.work_io(Request::new(ReqId(0), Op::Read, off, (u64::from(n) * bs) as u32));
         }
         Err(Blocked::Io)
     }
@@ -1240,6 +1319,11 @@ impl Log {
 /// adjacent slots shorter than this on average (a 64 KiB read is about
 /// where a disk's positioning time stops dominating).
 pub(super) const RESEQUENCE_RUN_BYTES: u64 = 64 << 10;
+
+/// A re-sequencing pass reads through a gap of dead slots up to this long
+/// between two live slots of one segment (ZFS's `zfs_vdev_read_gap_limit`
+/// default; a second request would wait for the disk to turn past it anyway).
+pub(super) const RESEQUENCE_READ_GAP_BYTES: u64 = 32 << 10;
 
 /// Preparation steps for one group's home (a cleaning pass, a checkpoint,
 /// a checkpoint that redirects the chain) before sliding compaction
