@@ -16,12 +16,7 @@ fn messages_reach_a_served_volume_through_its_control_socket_and_an_offline_one_
     let dev = formatted(dir.path(), "c.img", "64M", Some(DCD));
     let mut server = Server::start(&dev);
     let control = dir.path().join("c.sock.ctl");
-    for _ in 0..200 {
-        if control.exists() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(25));
-    }
+    assert!(wait_for_path(&control, None), "serve did not create {}", control.display());
     let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&control).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o600, "only the owner may command the volume");
     let w = sh(&format!("qemu-io -f raw -c 'write -P 0x41 0 8k' -c flush '{}'", server.uri()));

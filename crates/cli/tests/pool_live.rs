@@ -81,13 +81,8 @@ impl Attached {
     fn new(uri: &str, dir: &Path) -> Attached {
         std::fs::create_dir_all(dir).unwrap();
         let file = dir.join("nbd");
-        let fuse = Command::new("nbdfuse").arg(&file).arg(uri).spawn().unwrap();
-        for _ in 0..200 {
-            if file.exists() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
+        let mut fuse = Command::new("nbdfuse").arg(&file).arg(uri).spawn().unwrap();
+        assert!(wait_for_path(&file, Some(&mut fuse)), "nbdfuse did not expose {}", file.display());
         let loop_dev = sh_ok(&format!("losetup -f --show '{}'", file.display())).trim().to_string();
         Attached { fuse_dir: dir.to_path_buf(), fuse, loop_dev }
     }

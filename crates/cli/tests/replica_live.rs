@@ -34,13 +34,11 @@ fn start_rig(dev: &Path, work: &Path, log: &Path) -> BlockRig {
         .stderr(std::fs::File::create(log).unwrap())
         .spawn()
         .unwrap();
-    for _ in 0..200 {
-        if socket.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    assert!(socket.exists(), "serve did not start: {}", std::fs::read_to_string(log).unwrap_or_default());
+    assert!(
+        wait_for_path(&socket, None),
+        "serve did not start: {}",
+        std::fs::read_to_string(log).unwrap_or_default()
+    );
     let fuse_dir = work.join("fuse");
     let mnt = work.join("mnt");
     std::fs::create_dir_all(&fuse_dir).unwrap();
@@ -55,12 +53,7 @@ fn start_rig(dev: &Path, work: &Path, log: &Path) -> BlockRig {
     };
     let file = rig.fuse_dir.join("nbd");
     rig.fuse = Some(Command::new("nbdfuse").arg(&file).arg("--unix").arg(&socket).spawn().unwrap());
-    for _ in 0..200 {
-        if file.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
+    assert!(wait_for_path(&file, rig.fuse.as_mut()), "nbdfuse did not expose {}", file.display());
     let out = sh_ok(&format!("losetup -f --show --direct-io=on '{}'", file.display()));
     rig.loop_dev = Some(out.trim().to_string());
     rig

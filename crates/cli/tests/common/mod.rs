@@ -17,6 +17,26 @@ pub fn layoutd() -> Command {
 /// Fails the test (or, with LAYOUTD_ALLOW_SKIP=1, skips it with a loud
 /// message) when a required tool or kernel feature is missing. Never passes
 /// silently.
+/// Waits until `path` exists, for up to a minute, and says whether it does.
+/// Not a timing assertion: a loaded machine (CI on 2 cores, builds beside
+/// it) can take seconds to start a server or nbdfuse. Stops early if
+/// `child`, the process that should create the path, has exited.
+pub fn wait_for_path(path: &Path, mut child: Option<&mut Child>) -> bool {
+    for _ in 0..2400 {
+        if path.exists() {
+            return true;
+        }
+        if let Some(c) = child.as_deref_mut() {
+            if let Some(status) = c.try_wait().unwrap() {
+                eprintln!("the process that should create {} exited: {status}", path.display());
+                return path.exists();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    path.exists()
+}
+
 pub fn require(what: &str, present: bool) -> bool {
     if present {
         return true;
@@ -122,15 +142,12 @@ impl Server {
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap();
-        for _ in 0..200 {
-            if socket.exists() {
-                return Server { child, socket };
-            }
-            std::thread::sleep(Duration::from_millis(25));
+        if wait_for_path(&socket, Some(&mut child)) {
+            return Server { child, socket };
         }
         let _ = child.kill();
         let _ = child.wait();
-        panic!("layoutd serve did not create {} within 5 s", socket.display());
+        panic!("layoutd serve did not create {} within 60 s", socket.display());
     }
 
     pub fn uri(&self) -> String {
@@ -240,13 +257,11 @@ impl BlockRig {
         let sock = rig.server.as_ref().unwrap().socket.clone();
         let child = Command::new("nbdfuse").arg(&file).arg("--unix").arg(&sock).spawn().unwrap();
         rig.fuse = Some(child);
-        for _ in 0..200 {
-            if file.exists() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
-        assert!(file.exists(), "nbdfuse did not expose {}", file.display());
+        assert!(
+            wait_for_path(&file, rig.fuse.as_mut()),
+            "nbdfuse did not expose {} within 60 s",
+            file.display()
+        );
         let out = sh_ok(&format!("losetup -f --show '{}'", file.display()));
         rig.loop_dev = Some(out.trim().to_string());
         rig
