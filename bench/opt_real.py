@@ -17,9 +17,9 @@ Steps:
      seconds of think time inserted before run 2 (idle time for opt's
      copies; plain and replica have nothing to do in it), closed loop, on
      wd800, through each stack of STACKS (a `trace` layer on top), in two
-     ways (MODES): as blkparse text, so the simulator's stream detector
-     refines the stream as `serve` does live, and as the layoutd trace, one
-     stream. The opt stacks get `plan` at the reconfigure phase's first
+     ways (MODES): with `--stream-detect`, so the simulator's stream
+     detector refines the one stream as `serve` does live, and as the
+     layoutd trace, one stream. The opt stacks get `plan` at the reconfigure phase's first
      marker read (trained on run 1 alone); the replica stacks get the
      setup's free extents as discards first. A program's figure is its
      disk-busy seconds (time with a request outstanding at the top of the
@@ -66,15 +66,16 @@ OPT0, OPT1 = 37 << 30, 38 << 30  # the region of bench/results/opt/opt.toml
 # left (bench/workloads/opt_startup.py, free_extents).
 STACKS = [("plain", "bench/results/opt/plain.toml", False, False),
           ("opt", "bench/results/opt/opt.toml", True, False),
-          ("opt-absorb", "bench/results/opt/opt-absorb.toml", True, False),
+          ("opt-run", "bench/results/opt/opt-run.toml", True, False),
+          ("opt-home", "bench/results/opt/opt-home.toml", True, False),
           ("replica", "examples/replica.toml", False, True),
           ("replica-all-goals", "examples/replica-all-goals.toml", False, True)]
-# How the replay gives the stacks their streams: "serve" = the capture as
-# blkparse text, so the simulator's stream detector refines the one NBD
-# connection as `serve` does live; "one" = the layoutd trace as recorded, one
-# stream (the simulator takes a layoutd trace's streams as they are).
+# How the replay gives the stacks their streams: "serve" = the layoutd trace
+# with `--stream-detect`, so the simulator's stream detector refines the one
+# NBD connection as `serve` does live; "one" = the layoutd trace as recorded,
+# one stream.
 MODES = ("serve", "one")
-FORMAT = {"serve": ("--format", "blkparse"), "one": capreplay.ONE_STREAM}
+FORMAT = {"serve": ("--format", "layoutd", "--stream-detect"), "one": capreplay.ONE_STREAM}
 LIVE = [("plain", "bench/results/opt/plain.toml"), ("opt", "bench/results/opt/opt.toml")]
 
 
@@ -148,28 +149,6 @@ def with_free(trace, result):
                         out.write(f"{p[0]} {p[0]} {p[2]} T {off + at} {min(piece, n - at)} -\n")
                 first = False
             out.write(line)
-    return dst
-
-
-def to_blkparse(trace):
-    """`trace` (layoutd format) as blkparse text, one `D` event per request
-    at its submission, all of process 1: `layoutd sim` runs the stream
-    detector on such a trace (as `serve` does on an NBD connection's
-    requests), and not on a layoutd trace, whose streams it takes as
-    recorded. The completions are lost: closed loop takes the gap from one
-    submission to the next as think time (at the capture's tmpfs speed the
-    service time in it is small)."""
-    dst = trace.replace(".trace.gz", ".blkparse.gz")
-    rwbs = {"R": "R", "W": "W", "F": "F", "T": "D"}
-    with gzip.open(trace, "rt") as src, gzip.open(dst, "wt") as out:
-        seq = 0
-        for line in src:
-            if line.startswith("#") or not line.strip():
-                continue
-            t, _, _, op, off, n, flags = line.split()[:7]
-            kind = rwbs[op] + ("F" if op == "W" and "F" in flags else "")
-            seq += 1
-            out.write(f"8,0 0 {seq} {int(t) / 1e9:.9f} 1 D {kind} {int(off) // 512} + {int(n) // 512} [opt]\n")
     return dst
 
 
@@ -342,7 +321,7 @@ def main():
         free = with_free(trace, result)
         # The trace each (mode, free space declared?) replays, made once.
         traces = {("one", False): trace, ("one", True): free,
-                  ("serve", False): to_blkparse(trace), ("serve", True): to_blkparse(free)}
+                  ("serve", False): trace, ("serve", True): free}
         meta[f"cap{k}"] = (traces, plan_at, eb, result)
         jobs += [(n, c, p, cap, traces[mode, f], plan_at, mode) for mode in MODES for n, c, p, f in STACKS]
     with concurrent.futures.ThreadPoolExecutor(a.jobs) as ex:
@@ -380,9 +359,12 @@ def report(runs, bd, progs, lives, a, meta):
          "disk-busy seconds (a request outstanding at the top of the stack, between its marker reads). "
          "Deterministic.", "",
          "Two ways to give the stacks their streams: **as `serve` does** (the headline: the capture replayed "
-         "as blkparse text, so the simulator's stream detector splits the one NBD connection's interleaved "
-         "sequential runs, as `serve` does live; think time from submission to submission) and **one stream** "
-         "(the layoutd trace as recorded: the simulator does not run the detector on layoutd traces).", "",
+         "with `--stream-detect`, so the simulator's stream detector splits the one NBD connection's "
+         "interleaved sequential runs, as `serve` does live) and **one stream** (the layoutd trace as "
+         "recorded, `--no-stream-detect`). `opt` keys its graphs by the base stream (`graph_stream = "
+         "\"base\"`, the default since session 23: the connection, whatever runs the detector splits it "
+         "into); `opt-run` by the detected run (`graph_stream = \"run\"`, the behaviour before); "
+         "`opt-home` sends unmapped writes home (`absorb_writes = false`).", "",
          "Reproduce: `cargo build --workspace --release && bench/opt_real.py` (the replay of the committed "
          "captures, under a minute; `sudo bench/opt_real.py --capture K` captures capK again, `--live` runs "
          "the live confirmation too).", ""]
@@ -451,9 +433,12 @@ def report(runs, bd, progs, lives, a, meta):
         L += [f"## Live under `--emulate wd800` against the replay (`{name}-*`): run 2 disk-busy seconds", "",
               "Live: the trace layer `serve --record-trace` puts on top, between the program's marker reads "
               f"(`{name}-STACK/result.json`; each live run populates its own volume, so its files lie elsewhere "
-              "than in any capture); replay: the median of the captures, as `serve` / one stream.", "",
-              "| program | plain live | plain replay | opt live | opt replay | opt speed-up live | replay |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+              "than in any capture); replay: the median of the captures, as `serve` / one stream. A live run "
+              "whose git commit predates `graph_stream` (session 23) keyed its graphs by the detected run, "
+              "as `opt-run` does (with 8 runs a connection where the detector now keeps 32).", "",
+              "| program | plain live | plain replay | opt live | opt replay | opt speed-up live | replay "
+              "| opt-run replay |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for p in progs + ["all six"]:
             k = f"run2-{p}"
             row = [p]
@@ -465,10 +450,10 @@ def report(runs, bd, progs, lives, a, meta):
                 row += [f"{vals[st]:.3f}" if vals[st] is not None else "-",
                         " / ".join(f"{median([val(c, m, st, p) for c in caps]):.3f}" for m in MODES)]
             sp = f"{vals['plain'] / vals['opt']:.2f}x" if vals["plain"] and vals["opt"] else "-"
-            rs = " / ".join(f"{median([val(c, m, 'plain', p) / val(c, m, 'opt', p) for c in caps]):.2f}x"
-                            for m in MODES)
+            rs = [" / ".join(f"{median([val(c, m, 'plain', p) / val(c, m, n, p) for c in caps]):.2f}x"
+                             for m in MODES) for n in ("opt", "opt-run")]
             b = "**" if p == "all six" else ""
-            L.append("| " + " | ".join(f"{b}{x}{b}" for x in row + [sp, rs]) + " |")
+            L.append("| " + " | ".join(f"{b}{x}{b}" for x in row + [sp, *rs]) + " |")
         for st, v in lv.items():
             mach = v[0]["machine"]
             rec = next((ph for ph in v[0]["phases"] if ph["name"] == "reconfigure"), {})

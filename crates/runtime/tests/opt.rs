@@ -567,6 +567,7 @@ fn bad_configs_say_what_is_wrong() {
         ("opt_lenght = \"96K\"\n", "unknown key"),
         ("plan_pad_blocks = 4\n", "needs `plan_streams = true`"),
         ("plan_written = false\n", "needs `plan_streams = true`"),
+        ("graph_stream = \"process\"\n", "`graph_stream`"),
     ];
     for (keys, want) in cases {
         let text = format!("version = 1\n[[layer]]\ntarget = \"opt\"\n{keys}");
@@ -583,6 +584,29 @@ fn read_as(h: &mut Harness, stream: u32, b: u64) -> Vec<u8> {
     let c = h.call(req);
     assert_eq!(c.result, Ok(()));
     c.data.expect("data").to_vec()
+}
+
+#[test]
+fn graph_stream_keys_the_profile_by_the_connection_or_by_its_runs() {
+    // One connection (base stream 0) whose reads the detector gave four
+    // runs, read in turn twice: with `graph_stream = "base"` one graph, each
+    // read linked to the next (7 edges); with `"run"` a graph per run, each
+    // run's two reads linked (4 edges), none across the runs.
+    for (key, edges) in [("base", 7), ("run", 4)] {
+        let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+        let cfg = manual() + &format!("graph_stream = \"{key}\"\n");
+        let mut h = harness_with(&dev, &cfg, OpenMode::Format);
+        for round in 0..2u64 {
+            for run in 1..=4u32 {
+                let b = u64::from(run) * 40 + round;
+                let mut req = Request::new(ReqId(0), Op::Read, b * B, B as u32);
+                req.stream = layoutd_core::StreamId(run);
+                assert_eq!(h.call(req).result, Ok(()));
+            }
+        }
+        let reply = message(&mut h, "plan").expect("plan");
+        assert!(reply.contains(&format!("from 8 atoms and {edges} edges")), "{key}: {reply}");
+    }
 }
 
 #[test]

@@ -790,6 +790,40 @@ mod tests {
     }
 
     #[test]
+    fn base_keyed_graphs_link_the_runs_of_one_connection_and_run_keyed_do_not() {
+        use crate::opt::config::GraphStream;
+        use layoutd_core::streams::Detector;
+        // One connection (base stream 7) reads two files at once, block by
+        // block: the detector gives each file's reads a run of its own.
+        let (file_a, file_b) = (0u64, 1u64 << 18);
+        let mut d = Detector::new(true);
+        let reads: Vec<_> = (0..6u64)
+            .flat_map(|i| [file_a + i, file_b + i])
+            .map(|b| (b, d.classify(7, b * 4096, 4096)))
+            .collect();
+        let runs: BTreeSet<_> = reads[2..].iter().map(|&(_, s)| s).collect();
+        assert_eq!(runs.len(), 2, "two runs told apart: {runs:?}");
+        let across = |key: GraphStream| {
+            let mut a = analyzer();
+            for (i, &(b, s)) in reads.iter().enumerate() {
+                a.add(e(i as u64, b, 1, key.key(s)));
+            }
+            let m = master_graph(&a, &mut 0);
+            let pairs: Vec<(u64, u64)> =
+                m.edges.iter().map(|((x, y), _)| (m.atoms[*x as usize].0, m.atoms[*y as usize].0)).collect();
+            (a.stream_count(), pairs.iter().filter(|(x, y)| (*x < file_b) != (*y < file_b)).count())
+        };
+        let (graphs, edges) = across(GraphStream::Base);
+        assert_eq!(graphs, 1, "one graph for the connection");
+        assert_eq!(edges, 11, "every transition from one file to the other is an edge");
+        let (graphs, edges) = across(GraphStream::Run);
+        assert!(graphs >= 2, "a graph per run: {graphs}");
+        // The files' first reads continued no run yet: both are run 0's,
+        // the one edge across; none between the runs.
+        assert_eq!(edges, 1, "no edge across the runs");
+    }
+
+    #[test]
     fn merging_splits_overlapping_ranges_into_chained_atoms() {
         let mut a = analyzer();
         // Stream 1 reads [0,8) then [100,104); stream 2 reads [4,12) then [0,2).

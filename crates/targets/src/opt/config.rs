@@ -3,7 +3,8 @@
 
 use layoutd_core::config::{ArgReader, ConfigError};
 use layoutd_core::metablock::HEADER_BYTES;
-use layoutd_core::{REQUEST_BYTES_MAX, SECTOR_BYTES};
+use layoutd_core::streams::base_of;
+use layoutd_core::{StreamId, REQUEST_BYTES_MAX, SECTOR_BYTES};
 
 /// Bytes of one journal block (a [`layoutd_core::metablock`] block).
 pub const JOURNAL_BLOCK_BYTES: u64 = 4096;
@@ -12,6 +13,38 @@ pub const JOURNAL_BLOCK_BYTES: u64 = 4096;
 const MAP_BYTES_PER_SLOT: u64 = 33;
 /// Fixed fields of the map payload.
 pub const MAP_FIXED_BYTES: u64 = 16;
+
+/// Which stream a profiled request's graph (and a read's choice among a
+/// block's copies) belongs to (`graph_stream`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GraphStream {
+    /// The base stream ([`base_of`]): the NBD connection live, the process
+    /// (or device) in a replay. One graph holds the transitions between the
+    /// sequential runs the detector tells apart within it (a process
+    /// reading one file after another, or two at once), the paper's
+    /// per-process graph. The default since session 23.
+    Base,
+    /// The detected run: one graph per sequential run of a base stream
+    /// (the behaviour before session 23).
+    Run,
+}
+
+impl GraphStream {
+    /// The key of a request of stream `s`.
+    pub fn key(self, s: StreamId) -> u32 {
+        match self {
+            GraphStream::Base => base_of(s).0,
+            GraphStream::Run => s.0,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            GraphStream::Base => "base",
+            GraphStream::Run => "run",
+        }
+    }
+}
 
 /// The parsed configuration.
 #[derive(Clone, Debug)]
@@ -26,6 +59,8 @@ pub struct Args {
     pub journal_blocks: u32,
     /// Most profile entries buffered before analysis takes them.
     pub profile_entries_max: u32,
+    /// The stream a request is profiled under and reads its copies by.
+    pub graph_stream: GraphStream,
     /// Most vertices (block ranges) in all stream graphs together.
     pub graph_vertices_max: u32,
     /// Most edges and skip edges in all stream graphs together.
@@ -229,6 +264,13 @@ impl Args {
             block_bytes,
             journal_blocks,
             profile_entries_max: u32_key(&mut a, "profile_entries_max", 65536, 16, 1 << 24)?,
+            graph_stream: match a.str_opt("graph_stream")?.unwrap_or("base") {
+                "base" => GraphStream::Base,
+                "run" => GraphStream::Run,
+                other => {
+                    return Err(a.error(format!("key `graph_stream`: {other:?} is not \"base\" or \"run\"")))
+                }
+            },
             graph_vertices_max: u32_key(&mut a, "graph_vertices_max", 65536, 4, 1 << 24)?,
             graph_edges_max: u32_key(&mut a, "graph_edges_max", 262144, 4, 1 << 26)?,
             analysis_units_per_step: u32_key(&mut a, "analysis_units_per_step", 4096, 1, 1 << 30)?,
@@ -272,6 +314,7 @@ impl Args {
             ("block_bytes", self.block_bytes.to_string()),
             ("journal_blocks", self.journal_blocks.to_string()),
             ("profile_entries_max", self.profile_entries_max.to_string()),
+            ("graph_stream", self.graph_stream.name().to_string()),
             ("graph_vertices_max", self.graph_vertices_max.to_string()),
             ("graph_edges_max", self.graph_edges_max.to_string()),
             ("analysis_units_per_step", self.analysis_units_per_step.to_string()),

@@ -297,8 +297,10 @@ pub struct Opt {
     /// (its dirty bit durable, before the write), so reads of them never
     /// see data older than the latest acknowledged write.
     extras: Vec<BlockMap<u64>>,
-    /// Per stream: the slot after its last read from OPT (a read picks
-    /// the copy nearest to it: the one continuing the stream's sequence).
+    /// Per stream (keyed as the graphs are, `graph_stream`: the plan lays
+    /// out one sequence per key, so the key's last read is where its
+    /// sequence goes on): the slot after its last read from OPT (a read
+    /// picks the copy nearest to it: the one continuing the sequence).
     read_last: FxHashMap<u32, u64>,
     /// Generation of the newest map on disk.
     map_generation: u64,
@@ -579,7 +581,7 @@ impl Opt {
                 time_ns: now.as_ns(),
                 block: first,
                 blocks: (end - first) as u32,
-                stream: req.stream.0,
+                stream: self.args.graph_stream.key(req.stream),
                 read: req.op == Op::Read,
             });
             self.requests_since_plan += 1;
@@ -632,7 +634,7 @@ impl Opt {
     /// Splits an upper request into pieces, starts its assembly and counts
     /// its bytes by where they go; returns the assembly key and the pieces.
     fn begin(&mut self, req: &Request) -> (u64, Vec<(u64, u32, u64, Option<u32>)>) {
-        let reader = (req.op == Op::Read).then_some(req.stream.0);
+        let reader = (req.op == Op::Read).then_some(self.args.graph_stream.key(req.stream));
         let pieces = self.pieces(req.offset_bytes, u64::from(req.length_bytes), reader);
         let key = self.next_key;
         self.next_key += 1;
