@@ -97,8 +97,8 @@ pub struct Args {
     /// blocks are clean (one seek instead of two).
     pub partial_reads_home: bool,
     /// The unmapped blocks of a write of whole blocks go to free slots of
-    /// the region, a learnt gap past the previous write (`absorb`; on by
-    /// default since session 23).
+    /// the region, a learnt gap past the previous write (`absorb`; off by
+    /// default: it takes bulk writes too, see docs/opt.md).
     pub absorb_writes: bool,
     /// Most blocks one copy read moves (a run of the plan; the rate is
     /// capped by `[background] rate`).
@@ -282,7 +282,7 @@ impl Args {
             plan_pad_blocks: u32_key(&mut a, "plan_pad_blocks", 0, 0, 1024)?,
             plan_written: a.bool_opt("plan_written")?.unwrap_or(true),
             partial_reads_home: a.bool_opt("partial_reads_home")?.unwrap_or(false),
-            absorb_writes: a.bool_opt("absorb_writes")?.unwrap_or(true),
+            absorb_writes: a.bool_opt("absorb_writes")?.unwrap_or(false),
             copy_blocks_per_step: u32_key(&mut a, "copy_blocks_per_step", 64, 1, 8192)?,
             copies_in_flight: u32_key(&mut a, "copies_in_flight", 4, 1, 64)?,
             copy_batch_blocks: u32_key(&mut a, "copy_batch_blocks", 256, 1, 1 << 16)?,
