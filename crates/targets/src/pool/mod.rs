@@ -267,6 +267,7 @@ struct Counters {
     joined_pieces: u64,
     joined_requests: u64,
     partial_redirects: u64,
+    partial_homed: u64,
     chunks_filled: u64,
     /// Fills of more than one chunk at once (counted in `chunks_filled`).
     fill_runs: u64,
@@ -1353,6 +1354,14 @@ impl Pool {
         }
     }
 
+    /// [`Pool::record_partial`], the record after every record already in
+    /// the batch (after the map records that make it true: a torn journal
+    /// never holds it without them).
+    fn record_partial_last(&mut self, q: u64) {
+        self.batch_partial.remove(&q);
+        self.record_partial(q);
+    }
+
     /// Partial chunk `q` is whole (written or filled): its share of its
     /// base goes.
     fn make_whole(&mut self, q: u64) {
@@ -1408,7 +1417,11 @@ impl Pool {
         let mut bases = Vec::new();
         for (&pq, pt) in self.partial.range(q..) {
             let lc = self.chunks.lc(pq).expect("a partial chunk is mapped");
-            if pq != q + lcs.len() as u64 || lcs.len() as u64 == run_max || self.locked.contains(&lc) {
+            if pq != q + lcs.len() as u64
+                || lcs.len() as u64 == run_max
+                || self.locked.contains(&lc)
+                || self.goes_home(pq)
+            {
                 break;
             }
             lcs.push(lc);
@@ -1500,7 +1513,10 @@ impl Pool {
         if self.chunks.unshare(p) == 0 {
             self.frees.push((self.batch_no, p));
             if self.partial.contains_key(&p) {
-                // Unmapped while partial: its share of its base goes too.
+                // Unmapped while partial: its share of its base goes too
+                // (its record after the map records that unmap it: until
+                // those are durable the map still reads it partial).
+                self.batch_partial.remove(&p);
                 self.make_whole(p);
             }
         } else {
@@ -1541,6 +1557,20 @@ impl Pool {
                     }
                 }
                 self.chunks.map(q, lc, moved);
+                if !keep_origin {
+                    // Partial chunks reading from `p` read from `q` now
+                    // (their records after the map records above).
+                    let rebased: Vec<u64> =
+                        self.partial.iter().filter(|(_, pt)| pt.base == p).map(|(&pq, _)| pq).collect();
+                    for pq in rebased {
+                        self.partial.get_mut(&pq).expect("partial").base = q;
+                        self.based.remove(&p);
+                        *self.based.entry(q).or_default() += 1;
+                        self.chunks.share(q);
+                        self.record_partial_last(pq);
+                        self.unshare(p);
+                    }
+                }
                 for _ in 0..moved {
                     self.unshare(p);
                 }
@@ -1968,7 +1998,8 @@ impl Pool {
     /// made but its first stage must wait), `None` goes on to the next.
     #[allow(clippy::option_option)]
     fn defrag_chunk(&mut self, quiet: bool, s: u32, l: u64, p: u64) -> Option<Option<Vec<(u64, u64, u64)>>> {
-        if self.locked.contains(&l) || self.held.contains_key(&p) || self.pinned(p) {
+        let partial_home = s == 0 && self.goes_home(p);
+        if self.locked.contains(&l) || self.held.contains_key(&p) || (self.pinned(p) && !partial_home) {
             return None;
         }
         // A snapshot's chunk at its lc's home is where the origin's
@@ -1979,7 +2010,7 @@ impl Pool {
             return None;
         }
         let target = if s == 0 { self.place.home(l) } else { self.origin_ref(l) };
-        if self.pinned(target) {
+        if self.pinned(target) && !partial_home {
             return None;
         }
         let d = p.abs_diff(target);
@@ -2025,8 +2056,11 @@ impl Pool {
     /// placement puts a copy of `h`, then the origin's home, the first
     /// durable before the second overwrites the chunk it freed. The
     /// origin's layout is then the one a copy-out keeps, the copy made in
-    /// idle time instead of in front of the write. `None`: `h` is held
-    /// (its change of sharers not durable yet) or there is no room.
+    /// idle time instead of in front of the write. A partial chunk `p`
+    /// (`defrag_partial_home`) goes the same way: the first stage moves
+    /// its base `h` aside and rebases it there, the second writes it home
+    /// composed as a fill composes it ([`Pool::move_steps`]). `None`: `h`
+    /// is held (its change of sharers not durable yet) or there is no room.
     fn restore_home(&mut self, lc: u64, p: u64, h: u64) -> Option<VecDeque<Vec<(u64, u64, u64)>>> {
         assert_ne!(p, h, "the origin's chunk is away from its home");
         assert_eq!(self.chunks.lc(h), Some(lc), "snapshots map the home at the same lc");
@@ -2189,18 +2223,68 @@ impl Pool {
             return Err(());
         }
         let stage = self.defrag_plan.pop_front().expect("checked");
+        // A single move may take a partial chunk (composed) or a base
+        // (its partial chunks rebased): a partial chunk going home.
+        let one = stage.len() == 1 && self.cfg.defrag_partial_home;
         let valid = stage.iter().all(|&(lc, p, q)| {
             self.vols.iter().flatten().any(|v| v.map.get(lc) == Some(p))
                 && self.free.is_free(q, 1)
                 && !self.locked.contains(&lc)
                 && !self.held.contains_key(&p)
-                && !self.pinned(p)
+                && (one || !self.pinned(p))
         });
         if !valid {
             self.defrag_plan.clear();
             return Ok(None);
         }
         Ok(Some(stage))
+    }
+
+    /// The reads that put the chunks `moves` come from in a buffer, in
+    /// order: a run of chunks one read; a partial chunk (a single move:
+    /// one going home) read with its base and composed, as a run fill
+    /// composes.
+    fn move_steps(&mut self, moves: &[(u64, u64, u64)]) -> VecDeque<Step> {
+        if let [(_, p, _)] = moves {
+            if let Some(pt) = self.partial.get(p) {
+                let c = self.cfg.chunk_bytes;
+                self.counters.partial_homed += 1;
+                self.counters.copy_read_bytes += 2 * c;
+                return VecDeque::from([
+                    Step::ReadBuf { p: *p, n: 1, at: 0 },
+                    Step::ReadBuf { p: pt.base, n: 1, at: 1 },
+                    Step::Compose { q: *p, n: 1 },
+                ]);
+            }
+        }
+        let mut steps = VecDeque::new();
+        let mut i = 0;
+        while i < moves.len() {
+            let mut k = 1;
+            while i + k < moves.len() && moves[i + k].1 == moves[i].1 + k as u64 {
+                k += 1;
+            }
+            steps.push_back(Step::ReadBuf { p: moves[i].1, n: k as u64, at: i as u64 });
+            i += k;
+        }
+        steps
+    }
+
+    /// Whether the defragmenter puts partial chunk `q` home composed
+    /// rather than leave it to a fill (`defrag_partial_home`): the
+    /// origin's, more than one chunk from its home, its base the home (a
+    /// redirected write), or its base already moved aside for it (a plan
+    /// under way).
+    fn goes_home(&self, q: u64) -> bool {
+        if !(self.cfg.defrag && self.cfg.defrag_partial_home) {
+            return false;
+        }
+        let (Some(pt), Some(lc)) = (self.partial.get(&q), self.chunks.lc(q)) else { return false };
+        let home = self.place.home(lc);
+        let origin = self.vols[0].as_ref().is_some_and(|o| o.map.get(lc) == Some(q));
+        origin
+            && q.abs_diff(home) > 1
+            && (pt.base == home || self.defrag_plan.iter().flatten().any(|m| m.1 == q))
     }
 
     /// The mean distance, in chunks ×1000, between each snapshot chunk
@@ -2270,6 +2354,7 @@ impl Pool {
             ("joined_pieces_count".into(), k.joined_pieces),
             ("joined_requests_count".into(), k.joined_requests),
             ("origin_partial_redirects_count".into(), k.partial_redirects),
+            ("partial_chunks_composed_home_count".into(), k.partial_homed),
             ("partial_chunks_count".into(), self.partial.len() as u64),
             ("chunks_filled_count".into(), k.chunks_filled),
             ("fill_runs_count".into(), k.fill_runs),
@@ -2460,14 +2545,20 @@ impl Target for Pool {
             if self.jobs.values().any(|j| j.upper.is_none()) {
                 return None;
             }
-            let q =
-                self.partial.keys().copied().find(|&q| {
-                    !self.locked.contains(&self.chunks.lc(q).expect("a partial chunk is mapped"))
-                })?;
-            // Bytes moved: a fill reads its base and writes what its
-            // chunk lacks; a run fill also reads the run as it is.
-            let n = self.start_fill_run(q);
-            return Some(if n > 1 { 3 } else { 2 } * n * self.cfg.chunk_bytes);
+            // Partial chunks the defragmenter puts home are left to it.
+            let q = self.partial.keys().copied().find(|&q| {
+                !self.locked.contains(&self.chunks.lc(q).expect("a partial chunk is mapped"))
+                    && !self.goes_home(q)
+            });
+            if let Some(q) = q {
+                // Bytes moved: a fill reads its base and writes what its
+                // chunk lacks; a run fill also reads the run as it is.
+                let n = self.start_fill_run(q);
+                return Some(if n > 1 { 3 } else { 2 } * n * self.cfg.chunk_bytes);
+            }
+            if self.partial.keys().all(|&q| !self.goes_home(q)) {
+                return None;
+            }
         }
         if !self.cfg.defrag {
             return None;
@@ -2489,16 +2580,7 @@ impl Target for Pool {
         let q0 = moves[0].2;
         assert!(moves.iter().zip(q0..).all(|(m, q)| m.2 == q), "a stage goes to a run of chunks");
         let n = moves.len() as u64;
-        let mut steps = VecDeque::new();
-        let mut i = 0;
-        while i < moves.len() {
-            let mut k = 1;
-            while i + k < moves.len() && moves[i + k].1 == moves[i].1 + k as u64 {
-                k += 1;
-            }
-            steps.push_back(Step::ReadBuf { p: moves[i].1, n: k as u64, at: i as u64 });
-            i += k;
-        }
+        let mut steps = self.move_steps(&moves);
         steps.push_back(Step::WriteBuf { q: q0, n });
         steps.extend(moves.iter().map(|&(lc, p, q)| Step::Apply(Change::Move { lc, p, q })));
         if planned {
