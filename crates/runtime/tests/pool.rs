@@ -38,12 +38,14 @@ fn policies() -> Vec<String> {
         // The default: redirect.
         cfg_default("nearest", ""),
         cfg("sliced", "slices = 6\norigin_shared_write = \"redirect\"\n"),
+        // Redirect, the partial chunks put home composed by the defragmenter.
+        cfg_default("contiguous", "defrag = true\ndefrag_partial_home = true\n"),
     ]
 }
 
 #[test]
 fn every_volume_reads_back_its_own_model_with_snapshots_at_random_points() {
-    let (mut partial_redirects, mut fills, mut fill_runs) = (0, 0, 0);
+    let (mut partial_redirects, mut fills, mut fill_runs, mut homed) = (0, 0, 0, 0);
     for c in policies() {
         for seed in 0..4u64 {
             let make = |mode| stack_from_toml(&c, DEVICE_BYTES, mode);
@@ -68,12 +70,13 @@ fn every_volume_reads_back_its_own_model_with_snapshots_at_random_points() {
                 partial_redirects += counter(&h, "origin_partial_redirects_count");
                 fills += counter(&h, "chunks_filled_count");
                 fill_runs += counter(&h, "fill_runs_count");
+                homed += counter(&h, "partial_chunks_composed_home_count");
             }
         }
     }
     assert!(
-        partial_redirects > 20 && fills > 10 && fill_runs > 0,
-        "partial redirects {partial_redirects}, fills {fills} ({fill_runs} runs of chunks)"
+        partial_redirects > 20 && fills > 10 && fill_runs > 0 && homed > 0,
+        "partial redirects {partial_redirects}, fills {fills} ({fill_runs} runs of chunks), {homed} put home composed"
     );
 }
 
@@ -953,6 +956,9 @@ fn partial_chunks_crash_from_first_write_to_fill(n: usize, home: bool) {
     if home {
         assert_eq!(counter(&h, "chunks_filled_count"), 0, "{}", h.stack.status());
         assert_eq!(counter(&h, "partial_chunks_composed_home_count"), n as u64, "{}", h.stack.status());
+        // Each base aside, then each chunk home (then line-ups may bring
+        // the snapshot's chunks next to the origin's).
+        assert!(counter(&h, "defrag_moves_count") >= 2 * n as u64, "{}", h.stack.status());
         assert_eq!(counter(&h, "origin_jumps_count"), 0, "{}", h.stack.status());
     } else {
         assert_eq!(counter(&h, "chunks_filled_count"), n as u64, "{}", h.stack.status());

@@ -1414,8 +1414,7 @@ impl Pool {
     fn start_fill_run(&mut self, q: u64) -> u64 {
         let run_max = (FILL_RUN_BYTES_MAX / self.cfg.chunk_bytes).max(1);
         let mut lcs = Vec::new();
-        let mut bases = Vec::new();
-        for (&pq, pt) in self.partial.range(q..) {
+        for &pq in self.partial.range(q..).map(|e| e.0) {
             let lc = self.chunks.lc(pq).expect("a partial chunk is mapped");
             if pq != q + lcs.len() as u64
                 || lcs.len() as u64 == run_max
@@ -1425,7 +1424,6 @@ impl Pool {
                 break;
             }
             lcs.push(lc);
-            bases.push(pt.base);
         }
         let n = lcs.len() as u64;
         if n == 1 {
@@ -1433,15 +1431,7 @@ impl Pool {
             return 1;
         }
         let c = self.cfg.chunk_bytes;
-        self.counters.copy_read_bytes += 2 * n * c;
-        let mut steps = VecDeque::from([Step::ReadBuf { p: q, n, at: 0 }]);
-        let mut i = 0;
-        while i < bases.len() {
-            let k = (1..bases.len() - i).take_while(|&k| bases[i + k] == bases[i] + k as u64).count() + 1;
-            steps.push_back(Step::ReadBuf { p: bases[i], n: k as u64, at: n + i as u64 });
-            i += k;
-        }
-        steps.push_back(Step::Compose { q, n });
+        let mut steps = self.compose_steps(q, n);
         steps.push_back(Step::WriteBuf { q, n });
         steps.extend((q..q + n).map(|pq| Step::Apply(Change::Written { q: pq, coff: 0, len: c })));
         for pq in q..q + n {
@@ -1454,6 +1444,23 @@ impl Pool {
         self.filling.extend(lcs.iter().copied());
         self.background_job(lcs, steps, Vec::new());
         n
+    }
+
+    /// The steps that put the run of partial chunks `q..q + n` whole in
+    /// the job's buffer: the run read as it is (one lower read), its bases
+    /// (one read per run of consecutive bases), composed.
+    fn compose_steps(&mut self, q: u64, n: u64) -> VecDeque<Step> {
+        let bases: Vec<u64> = (q..q + n).map(|pq| self.partial[&pq].base).collect();
+        self.counters.copy_read_bytes += 2 * n * self.cfg.chunk_bytes;
+        let mut steps = VecDeque::from([Step::ReadBuf { p: q, n, at: 0 }]);
+        let mut i = 0;
+        while i < bases.len() {
+            let k = (1..bases.len() - i).take_while(|&k| bases[i + k] == bases[i] + k as u64).count() + 1;
+            steps.push_back(Step::ReadBuf { p: bases[i], n: k as u64, at: n + i as u64 });
+            i += k;
+        }
+        steps.push_back(Step::Compose { q, n });
+        steps
     }
 
     /// Runs a background job (a fill or a defragmentation stage) holding
@@ -2069,7 +2076,26 @@ impl Pool {
         }
         assert!(!self.held.contains_key(&h), "the home's sharers changed durably");
         let aside = self.place.place_copy(&self.free, h)?;
-        Some(VecDeque::from([vec![(lc, h, aside)], vec![(lc, p, h)]]))
+        // Partial chunks in a run over homes in a run go together (each
+        // stage one write), up to one fill run's bytes, if their bases fit
+        // a free run there.
+        let mut n = 1;
+        if self.partial.contains_key(&p) {
+            let max = (FILL_RUN_BYTES_MAX / self.cfg.chunk_bytes).max(1);
+            while n < max
+                && self.goes_home(p + n)
+                && self.chunks.lc(p + n) == Some(lc + n)
+                && self.place.home(lc + n) == h + n
+                && self.partial[&(p + n)].base == h + n
+                && !self.locked.contains(&(lc + n))
+                && !self.held.contains_key(&(h + n))
+                && self.free.is_free(aside + n, 1)
+            {
+                n += 1;
+            }
+        }
+        let moves = |from: u64, to: u64| (0..n).map(|i| (lc + i, from + i, to + i)).collect();
+        Some(VecDeque::from([moves(h, aside), moves(p, h)]))
     }
 
     /// Where a sequential read of the origin jumps: next lcs both mapped
@@ -2223,15 +2249,17 @@ impl Pool {
             return Err(());
         }
         let stage = self.defrag_plan.pop_front().expect("checked");
-        // A single move may take a partial chunk (composed) or a base
-        // (its partial chunks rebased): a partial chunk going home.
-        let one = stage.len() == 1 && self.cfg.defrag_partial_home;
+        // With `defrag_partial_home` a stage may move bases (their partial
+        // chunks rebased) or a run of partial chunks only (composed): a
+        // partial chunk going home.
+        let home = self.cfg.defrag_partial_home;
+        let composed = self.composed_run(&stage).is_some();
         let valid = stage.iter().all(|&(lc, p, q)| {
             self.vols.iter().flatten().any(|v| v.map.get(lc) == Some(p))
                 && self.free.is_free(q, 1)
                 && !self.locked.contains(&lc)
                 && !self.held.contains_key(&p)
-                && (one || !self.pinned(p))
+                && if home { composed || !self.partial.contains_key(&p) } else { !self.pinned(p) }
         });
         if !valid {
             self.defrag_plan.clear();
@@ -2245,17 +2273,9 @@ impl Pool {
     /// one going home) read with its base and composed, as a run fill
     /// composes.
     fn move_steps(&mut self, moves: &[(u64, u64, u64)]) -> VecDeque<Step> {
-        if let [(_, p, _)] = moves {
-            if let Some(pt) = self.partial.get(p) {
-                let c = self.cfg.chunk_bytes;
-                self.counters.partial_homed += 1;
-                self.counters.copy_read_bytes += 2 * c;
-                return VecDeque::from([
-                    Step::ReadBuf { p: *p, n: 1, at: 0 },
-                    Step::ReadBuf { p: pt.base, n: 1, at: 1 },
-                    Step::Compose { q: *p, n: 1 },
-                ]);
-            }
+        if let Some((q, n)) = self.composed_run(moves) {
+            self.counters.partial_homed += n;
+            return self.compose_steps(q, n);
         }
         let mut steps = VecDeque::new();
         let mut i = 0;
@@ -2268,6 +2288,13 @@ impl Pool {
             i += k;
         }
         steps
+    }
+
+    /// `(q, n)` if `moves` take the run of partial chunks `q..q + n`.
+    fn composed_run(&self, moves: &[(u64, u64, u64)]) -> Option<(u64, u64)> {
+        let q = moves.first()?.1;
+        let run = moves.iter().zip(q..).all(|(m, p)| m.1 == p && self.partial.contains_key(&p));
+        run.then_some((q, moves.len() as u64))
     }
 
     /// Whether the defragmenter puts partial chunk `q` home composed
