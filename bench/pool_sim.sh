@@ -7,6 +7,8 @@
 # the same figures.
 #
 #   bench/pool_sim.sh [DISK]        (default wd800; needs target/release/layoutd or target/debug/layoutd)
+#   NAMES="plain nearest-redirect ..." bench/pool_sim.sh [DISK]
+#                                   only those stacks of bench/workloads/pool/
 #   TRACE=FILE OUT=DIR bench/pool_sim.sh [DISK]
 #                                   replay a trace recorded live instead
 #                                   (bench/pool_live.sh with RECORD=...; the
@@ -27,7 +29,7 @@ else
     TRACE=bench/traces/pool/partial_rewrite_64m.trace
     AT=$(python3 bench/workloads/pool_trace.py "$TRACE" 64 $VOLUME 1)
 fi
-NAMES="plain contiguous sliced-30 sliced-4096 nearest contiguous-redirect nearest-redirect"
+NAMES=${NAMES:-"plain contiguous sliced-30 sliced-4096 nearest contiguous-redirect nearest-redirect"}
 for n in $NAMES; do
     msg=""
     [ "$n" = plain ] || msg="--message=@$AT:snapshot create snap"

@@ -38,12 +38,14 @@ fn policies() -> Vec<String> {
         // The default: redirect.
         cfg_default("nearest", ""),
         cfg("sliced", "slices = 6\norigin_shared_write = \"redirect\"\n"),
+        // Redirect, the partial chunks put home composed by the defragmenter.
+        cfg_default("contiguous", "defrag = true\ndefrag_partial_home = true\n"),
     ]
 }
 
 #[test]
 fn every_volume_reads_back_its_own_model_with_snapshots_at_random_points() {
-    let (mut partial_redirects, mut fills, mut fill_runs) = (0, 0, 0);
+    let (mut partial_redirects, mut fills, mut fill_runs, mut homed) = (0, 0, 0, 0);
     for c in policies() {
         for seed in 0..4u64 {
             let make = |mode| stack_from_toml(&c, DEVICE_BYTES, mode);
@@ -68,12 +70,13 @@ fn every_volume_reads_back_its_own_model_with_snapshots_at_random_points() {
                 partial_redirects += counter(&h, "origin_partial_redirects_count");
                 fills += counter(&h, "chunks_filled_count");
                 fill_runs += counter(&h, "fill_runs_count");
+                homed += counter(&h, "partial_chunks_composed_home_count");
             }
         }
     }
     assert!(
-        partial_redirects > 20 && fills > 10 && fill_runs > 0,
-        "partial redirects {partial_redirects}, fills {fills} ({fill_runs} runs of chunks)"
+        partial_redirects > 20 && fills > 10 && fill_runs > 0 && homed > 0,
+        "partial redirects {partial_redirects}, fills {fills} ({fill_runs} runs of chunks), {homed} put home composed"
     );
 }
 
@@ -901,19 +904,32 @@ fn a_partial_chunk_reads_old_or_new_per_sector_at_every_crash_from_its_first_wri
     // each other over bases next to each other (one run fill: the run and
     // its bases read, composed, the run written whole).
     for n in [1usize, 4] {
-        partial_chunks_crash_from_first_write_to_fill(n);
+        partial_chunks_crash_from_first_write_to_fill(n, false);
+    }
+}
+
+#[test]
+fn a_partial_chunk_put_home_composed_reads_old_or_new_per_sector_at_every_crash() {
+    // `defrag_partial_home`: instead of the fill, the defragmenter moves
+    // each base (the snapshot's chunk at the origin's home) aside, then
+    // writes the partial chunk home composed (its sectors and its base's
+    // rest), the partial chunk freed; one chunk, then four in a row.
+    for n in [1usize, 4] {
+        partial_chunks_crash_from_first_write_to_fill(n, true);
     }
 }
 
 /// Origin chunks `0..n` of 1s shared with a snapshot; then, redirected,
 /// only sectors 1 and 5 of each written (partial), flushed; sector 9 of
 /// each written, not flushed; then quiet: the fill copies the rest from
-/// the old chunks. At every cut of the write log from the snapshot on: the
+/// the old chunks (`home`: the defragmenter puts each chunk home composed
+/// instead). At every cut of the write log from the snapshot on: the
 /// snapshot reads 1s; each origin sector reads 1s or what was written to
 /// it, the written-and-flushed ones their data once the flush completed,
 /// the others 1s (never stale bytes of the new chunk).
-fn partial_chunks_crash_from_first_write_to_fill(n: usize) {
-    let c = cfg("contiguous", "origin_shared_write = \"redirect\"\n");
+fn partial_chunks_crash_from_first_write_to_fill(n: usize, home: bool) {
+    let extra = if home { "defrag = true\ndefrag_partial_home = true\n" } else { "" };
+    let c = cfg("contiguous", &format!("origin_shared_write = \"redirect\"\n{extra}"));
     let rec = Arc::new(Recorder::new(MemDevice::new(DEVICE_BYTES)));
     let log = rec.log();
     let make = |mode| stack_from_toml(&c, DEVICE_BYTES, mode);
@@ -937,8 +953,17 @@ fn partial_chunks_crash_from_first_write_to_fill(n: usize) {
         assert_eq!(h.write((i * CHUNK) as u64 + 9 * 512, vec![value(i, 4); 512]).result, Ok(()));
     }
     h.settle();
-    assert_eq!(counter(&h, "chunks_filled_count"), n as u64, "{}", h.stack.status());
-    assert_eq!(counter(&h, "fill_runs_count"), u64::from(n > 1), "{}", h.stack.status());
+    if home {
+        assert_eq!(counter(&h, "chunks_filled_count"), 0, "{}", h.stack.status());
+        assert_eq!(counter(&h, "partial_chunks_composed_home_count"), n as u64, "{}", h.stack.status());
+        // Each base aside, then each chunk home (then line-ups may bring
+        // the snapshot's chunks next to the origin's).
+        assert!(counter(&h, "defrag_moves_count") >= 2 * n as u64, "{}", h.stack.status());
+        assert_eq!(counter(&h, "origin_jumps_count"), 0, "{}", h.stack.status());
+    } else {
+        assert_eq!(counter(&h, "chunks_filled_count"), n as u64, "{}", h.stack.status());
+        assert_eq!(counter(&h, "fill_runs_count"), u64::from(n > 1), "{}", h.stack.status());
+    }
     assert_eq!(counter(&h, "partial_chunks_count"), 0);
     // Filled: the origin reads the old chunks' bytes where nothing was
     // written, before and after the fill's record is made durable.

@@ -48,6 +48,11 @@ pub struct PoolConfig {
     pub copy_share_percent: u64,
     /// Whether the idle-time defragmenter runs.
     pub defrag: bool,
+    /// Whether the defragmenter puts a partial redirected origin chunk
+    /// home composed (its written sectors and its base's rest), the base
+    /// moved aside first, instead of leaving it to be filled where it is
+    /// (`defrag_partial_home`).
+    pub defrag_partial_home: bool,
     /// Whether the rest of a freshly allocated chunk is zeroed on its first
     /// (partial) write (dm-thin's default; `false` is its
     /// `skip_block_zeroing`: the rest reads what the device held).
@@ -118,6 +123,7 @@ impl PoolConfig {
         let copy_share = args.u64_opt("copy_share_percent")?;
         let volume_size = args.size_opt("volume_size")?;
         let defrag = args.bool_opt("defrag")?.unwrap_or(placement == PlacementKind::Nearest);
+        let defrag_partial_home = args.bool_opt("defrag_partial_home")?.unwrap_or(false);
         let zero_new_chunks = args.bool_opt("zero_new_chunks")?.unwrap_or(true);
         let zero_in_write = match args.str_opt("zero_new_chunks_with")?.unwrap_or("write-zeroes") {
             "write-zeroes" => false,
@@ -200,6 +206,7 @@ impl PoolConfig {
             slices,
             copy_share_percent: copy_share.unwrap_or(20),
             defrag,
+            defrag_partial_home,
             zero_new_chunks,
             zero_in_write,
             redirect_origin,

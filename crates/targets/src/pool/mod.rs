@@ -267,6 +267,7 @@ struct Counters {
     joined_pieces: u64,
     joined_requests: u64,
     partial_redirects: u64,
+    partial_homed: u64,
     chunks_filled: u64,
     /// Fills of more than one chunk at once (counted in `chunks_filled`).
     fill_runs: u64,
@@ -1353,6 +1354,14 @@ impl Pool {
         }
     }
 
+    /// [`Pool::record_partial`], the record after every record already in
+    /// the batch (after the map records that make it true: a torn journal
+    /// never holds it without them).
+    fn record_partial_last(&mut self, q: u64) {
+        self.batch_partial.remove(&q);
+        self.record_partial(q);
+    }
+
     /// Partial chunk `q` is whole (written or filled): its share of its
     /// base goes.
     fn make_whole(&mut self, q: u64) {
@@ -1405,14 +1414,16 @@ impl Pool {
     fn start_fill_run(&mut self, q: u64) -> u64 {
         let run_max = (FILL_RUN_BYTES_MAX / self.cfg.chunk_bytes).max(1);
         let mut lcs = Vec::new();
-        let mut bases = Vec::new();
-        for (&pq, pt) in self.partial.range(q..) {
+        for &pq in self.partial.range(q..).map(|e| e.0) {
             let lc = self.chunks.lc(pq).expect("a partial chunk is mapped");
-            if pq != q + lcs.len() as u64 || lcs.len() as u64 == run_max || self.locked.contains(&lc) {
+            if pq != q + lcs.len() as u64
+                || lcs.len() as u64 == run_max
+                || self.locked.contains(&lc)
+                || self.goes_home(pq)
+            {
                 break;
             }
             lcs.push(lc);
-            bases.push(pt.base);
         }
         let n = lcs.len() as u64;
         if n == 1 {
@@ -1420,15 +1431,7 @@ impl Pool {
             return 1;
         }
         let c = self.cfg.chunk_bytes;
-        self.counters.copy_read_bytes += 2 * n * c;
-        let mut steps = VecDeque::from([Step::ReadBuf { p: q, n, at: 0 }]);
-        let mut i = 0;
-        while i < bases.len() {
-            let k = (1..bases.len() - i).take_while(|&k| bases[i + k] == bases[i] + k as u64).count() + 1;
-            steps.push_back(Step::ReadBuf { p: bases[i], n: k as u64, at: n + i as u64 });
-            i += k;
-        }
-        steps.push_back(Step::Compose { q, n });
+        let mut steps = self.compose_steps(q, n);
         steps.push_back(Step::WriteBuf { q, n });
         steps.extend((q..q + n).map(|pq| Step::Apply(Change::Written { q: pq, coff: 0, len: c })));
         for pq in q..q + n {
@@ -1441,6 +1444,23 @@ impl Pool {
         self.filling.extend(lcs.iter().copied());
         self.background_job(lcs, steps, Vec::new());
         n
+    }
+
+    /// The steps that put the run of partial chunks `q..q + n` whole in
+    /// the job's buffer: the run read as it is (one lower read), its bases
+    /// (one read per run of consecutive bases), composed.
+    fn compose_steps(&mut self, q: u64, n: u64) -> VecDeque<Step> {
+        let bases: Vec<u64> = (q..q + n).map(|pq| self.partial[&pq].base).collect();
+        self.counters.copy_read_bytes += 2 * n * self.cfg.chunk_bytes;
+        let mut steps = VecDeque::from([Step::ReadBuf { p: q, n, at: 0 }]);
+        let mut i = 0;
+        while i < bases.len() {
+            let k = (1..bases.len() - i).take_while(|&k| bases[i + k] == bases[i] + k as u64).count() + 1;
+            steps.push_back(Step::ReadBuf { p: bases[i], n: k as u64, at: n + i as u64 });
+            i += k;
+        }
+        steps.push_back(Step::Compose { q, n });
+        steps
     }
 
     /// Runs a background job (a fill or a defragmentation stage) holding
@@ -1500,7 +1520,10 @@ impl Pool {
         if self.chunks.unshare(p) == 0 {
             self.frees.push((self.batch_no, p));
             if self.partial.contains_key(&p) {
-                // Unmapped while partial: its share of its base goes too.
+                // Unmapped while partial: its share of its base goes too
+                // (its record after the map records that unmap it: until
+                // those are durable the map still reads it partial).
+                self.batch_partial.remove(&p);
                 self.make_whole(p);
             }
         } else {
@@ -1541,6 +1564,20 @@ impl Pool {
                     }
                 }
                 self.chunks.map(q, lc, moved);
+                if !keep_origin {
+                    // Partial chunks reading from `p` read from `q` now
+                    // (their records after the map records above).
+                    let rebased: Vec<u64> =
+                        self.partial.iter().filter(|(_, pt)| pt.base == p).map(|(&pq, _)| pq).collect();
+                    for pq in rebased {
+                        self.partial.get_mut(&pq).expect("partial").base = q;
+                        self.based.remove(&p);
+                        *self.based.entry(q).or_default() += 1;
+                        self.chunks.share(q);
+                        self.record_partial_last(pq);
+                        self.unshare(p);
+                    }
+                }
                 for _ in 0..moved {
                     self.unshare(p);
                 }
@@ -1968,7 +2005,8 @@ impl Pool {
     /// made but its first stage must wait), `None` goes on to the next.
     #[allow(clippy::option_option)]
     fn defrag_chunk(&mut self, quiet: bool, s: u32, l: u64, p: u64) -> Option<Option<Vec<(u64, u64, u64)>>> {
-        if self.locked.contains(&l) || self.held.contains_key(&p) || self.pinned(p) {
+        let partial_home = s == 0 && self.goes_home(p);
+        if self.locked.contains(&l) || self.held.contains_key(&p) || (self.pinned(p) && !partial_home) {
             return None;
         }
         // A snapshot's chunk at its lc's home is where the origin's
@@ -1979,7 +2017,7 @@ impl Pool {
             return None;
         }
         let target = if s == 0 { self.place.home(l) } else { self.origin_ref(l) };
-        if self.pinned(target) {
+        if self.pinned(target) && !partial_home {
             return None;
         }
         let d = p.abs_diff(target);
@@ -2025,8 +2063,11 @@ impl Pool {
     /// placement puts a copy of `h`, then the origin's home, the first
     /// durable before the second overwrites the chunk it freed. The
     /// origin's layout is then the one a copy-out keeps, the copy made in
-    /// idle time instead of in front of the write. `None`: `h` is held
-    /// (its change of sharers not durable yet) or there is no room.
+    /// idle time instead of in front of the write. A partial chunk `p`
+    /// (`defrag_partial_home`) goes the same way: the first stage moves
+    /// its base `h` aside and rebases it there, the second writes it home
+    /// composed as a fill composes it ([`Pool::move_steps`]). `None`: `h`
+    /// is held (its change of sharers not durable yet) or there is no room.
     fn restore_home(&mut self, lc: u64, p: u64, h: u64) -> Option<VecDeque<Vec<(u64, u64, u64)>>> {
         assert_ne!(p, h, "the origin's chunk is away from its home");
         assert_eq!(self.chunks.lc(h), Some(lc), "snapshots map the home at the same lc");
@@ -2035,7 +2076,26 @@ impl Pool {
         }
         assert!(!self.held.contains_key(&h), "the home's sharers changed durably");
         let aside = self.place.place_copy(&self.free, h)?;
-        Some(VecDeque::from([vec![(lc, h, aside)], vec![(lc, p, h)]]))
+        // Partial chunks in a run over homes in a run go together (each
+        // stage one write), up to one fill run's bytes, if their bases fit
+        // a free run there.
+        let mut n = 1;
+        if self.partial.contains_key(&p) {
+            let max = (FILL_RUN_BYTES_MAX / self.cfg.chunk_bytes).max(1);
+            while n < max
+                && self.goes_home(p + n)
+                && self.chunks.lc(p + n) == Some(lc + n)
+                && self.place.home(lc + n) == h + n
+                && self.partial[&(p + n)].base == h + n
+                && !self.locked.contains(&(lc + n))
+                && !self.held.contains_key(&(h + n))
+                && self.free.is_free(aside + n, 1)
+            {
+                n += 1;
+            }
+        }
+        let moves = |from: u64, to: u64| (0..n).map(|i| (lc + i, from + i, to + i)).collect();
+        Some(VecDeque::from([moves(h, aside), moves(p, h)]))
     }
 
     /// Where a sequential read of the origin jumps: next lcs both mapped
@@ -2189,18 +2249,69 @@ impl Pool {
             return Err(());
         }
         let stage = self.defrag_plan.pop_front().expect("checked");
+        // With `defrag_partial_home` a stage may move bases (their partial
+        // chunks rebased) or a run of partial chunks only (composed): a
+        // partial chunk going home.
+        let home = self.cfg.defrag_partial_home;
+        let composed = self.composed_run(&stage).is_some();
         let valid = stage.iter().all(|&(lc, p, q)| {
             self.vols.iter().flatten().any(|v| v.map.get(lc) == Some(p))
                 && self.free.is_free(q, 1)
                 && !self.locked.contains(&lc)
                 && !self.held.contains_key(&p)
-                && !self.pinned(p)
+                && if home { composed || !self.partial.contains_key(&p) } else { !self.pinned(p) }
         });
         if !valid {
             self.defrag_plan.clear();
             return Ok(None);
         }
         Ok(Some(stage))
+    }
+
+    /// The reads that put the chunks `moves` come from in a buffer, in
+    /// order: a run of chunks one read; a partial chunk (a single move:
+    /// one going home) read with its base and composed, as a run fill
+    /// composes.
+    fn move_steps(&mut self, moves: &[(u64, u64, u64)]) -> VecDeque<Step> {
+        if let Some((q, n)) = self.composed_run(moves) {
+            self.counters.partial_homed += n;
+            return self.compose_steps(q, n);
+        }
+        let mut steps = VecDeque::new();
+        let mut i = 0;
+        while i < moves.len() {
+            let mut k = 1;
+            while i + k < moves.len() && moves[i + k].1 == moves[i].1 + k as u64 {
+                k += 1;
+            }
+            steps.push_back(Step::ReadBuf { p: moves[i].1, n: k as u64, at: i as u64 });
+            i += k;
+        }
+        steps
+    }
+
+    /// `(q, n)` if `moves` take the run of partial chunks `q..q + n`.
+    fn composed_run(&self, moves: &[(u64, u64, u64)]) -> Option<(u64, u64)> {
+        let q = moves.first()?.1;
+        let run = moves.iter().zip(q..).all(|(m, p)| m.1 == p && self.partial.contains_key(&p));
+        run.then_some((q, moves.len() as u64))
+    }
+
+    /// Whether the defragmenter puts partial chunk `q` home composed
+    /// rather than leave it to a fill (`defrag_partial_home`): the
+    /// origin's, more than one chunk from its home, its base the home (a
+    /// redirected write), or its base already moved aside for it (a plan
+    /// under way).
+    fn goes_home(&self, q: u64) -> bool {
+        if !(self.cfg.defrag && self.cfg.defrag_partial_home) {
+            return false;
+        }
+        let (Some(pt), Some(lc)) = (self.partial.get(&q), self.chunks.lc(q)) else { return false };
+        let home = self.place.home(lc);
+        let origin = self.vols[0].as_ref().is_some_and(|o| o.map.get(lc) == Some(q));
+        origin
+            && q.abs_diff(home) > 1
+            && (pt.base == home || self.defrag_plan.iter().flatten().any(|m| m.1 == q))
     }
 
     /// The mean distance, in chunks ×1000, between each snapshot chunk
@@ -2270,6 +2381,7 @@ impl Pool {
             ("joined_pieces_count".into(), k.joined_pieces),
             ("joined_requests_count".into(), k.joined_requests),
             ("origin_partial_redirects_count".into(), k.partial_redirects),
+            ("partial_chunks_composed_home_count".into(), k.partial_homed),
             ("partial_chunks_count".into(), self.partial.len() as u64),
             ("chunks_filled_count".into(), k.chunks_filled),
             ("fill_runs_count".into(), k.fill_runs),
@@ -2460,14 +2572,20 @@ impl Target for Pool {
             if self.jobs.values().any(|j| j.upper.is_none()) {
                 return None;
             }
-            let q =
-                self.partial.keys().copied().find(|&q| {
-                    !self.locked.contains(&self.chunks.lc(q).expect("a partial chunk is mapped"))
-                })?;
-            // Bytes moved: a fill reads its base and writes what its
-            // chunk lacks; a run fill also reads the run as it is.
-            let n = self.start_fill_run(q);
-            return Some(if n > 1 { 3 } else { 2 } * n * self.cfg.chunk_bytes);
+            // Partial chunks the defragmenter puts home are left to it.
+            let q = self.partial.keys().copied().find(|&q| {
+                !self.locked.contains(&self.chunks.lc(q).expect("a partial chunk is mapped"))
+                    && !self.goes_home(q)
+            });
+            if let Some(q) = q {
+                // Bytes moved: a fill reads its base and writes what its
+                // chunk lacks; a run fill also reads the run as it is.
+                let n = self.start_fill_run(q);
+                return Some(if n > 1 { 3 } else { 2 } * n * self.cfg.chunk_bytes);
+            }
+            if self.partial.keys().all(|&q| !self.goes_home(q)) {
+                return None;
+            }
         }
         if !self.cfg.defrag {
             return None;
@@ -2489,16 +2607,7 @@ impl Target for Pool {
         let q0 = moves[0].2;
         assert!(moves.iter().zip(q0..).all(|(m, q)| m.2 == q), "a stage goes to a run of chunks");
         let n = moves.len() as u64;
-        let mut steps = VecDeque::new();
-        let mut i = 0;
-        while i < moves.len() {
-            let mut k = 1;
-            while i + k < moves.len() && moves[i + k].1 == moves[i].1 + k as u64 {
-                k += 1;
-            }
-            steps.push_back(Step::ReadBuf { p: moves[i].1, n: k as u64, at: i as u64 });
-            i += k;
-        }
+        let mut steps = self.move_steps(&moves);
         steps.push_back(Step::WriteBuf { q: q0, n });
         steps.extend(moves.iter().map(|&(lc, p, q)| Step::Apply(Change::Move { lc, p, q })));
         if planned {
