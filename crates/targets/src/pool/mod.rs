@@ -321,6 +321,11 @@ pub struct Pool {
     structural_batch: u64,
     defrag_pending: bool,
     defrag_cursor: (u32, u64),
+    /// Times the defragmenter's scan wrapped past the last volume since it
+    /// last found work or was woken ([`Pool::defrag_wake`]): at two, every
+    /// chunk has been looked at since, and the scan stops. Counted across
+    /// calls, since one call's budget covers only part of a large pool.
+    defrag_wraps: u8,
     /// Moves left of a line-up ([`Pool::line_up`]), one per step, each once
     /// the one before is durable (its source chunk is the next one's target).
     defrag_plan: VecDeque<Vec<(u64, u64, u64)>>,
@@ -381,6 +386,7 @@ impl Pool {
             structural_batch: 0,
             defrag_pending: false,
             defrag_cursor: (0, 0),
+            defrag_wraps: 0,
             defrag_plan: VecDeque::new(),
             quiet: IdleTimer::new(IdleOptions::default()),
             line_up_deferred: false,
@@ -1373,7 +1379,7 @@ impl Pool {
         self.record_partial(q);
         self.unshare(pt.base);
         // Neither is pinned any more: the defragmenter may move them.
-        self.defrag_pending |= self.cfg.defrag;
+        self.defrag_wake(self.cfg.defrag);
     }
 
     /// Starts filling partial chunk `q` (its base's data into its
@@ -1507,7 +1513,7 @@ impl Pool {
     /// origin chunk at its home does not, so writing a new pool never
     /// starts a scan of the maps).
     fn placed(&mut self, q: u64, target: u64) {
-        self.defrag_pending |= self.cfg.defrag && q.abs_diff(target) > 1;
+        self.defrag_wake(self.cfg.defrag && q.abs_diff(target) > 1);
     }
 
     fn record(&mut self, slot: u32, lc: u64, location: u64) {
@@ -1761,11 +1767,11 @@ impl Pool {
         let held_count = self.held.len();
         self.held.retain(|_, b| *b > no);
         // Chunks no longer held may be put back (`restore_home`).
-        self.defrag_pending |= self.cfg.defrag && self.held.len() < held_count;
+        self.defrag_wake(self.cfg.defrag && self.held.len() < held_count);
         let (ready, later): (Vec<_>, Vec<_>) = self.frees.drain(..).partition(|&(b, _)| b <= no);
         self.frees = later;
         // Freed space may let the defragmenter move copies nearer.
-        self.defrag_pending |= self.cfg.defrag && !ready.is_empty();
+        self.defrag_wake(self.cfg.defrag && !ready.is_empty());
         for (_, p) in ready {
             self.free.release(p, 1);
         }
@@ -1931,7 +1937,7 @@ impl Pool {
         }
         self.want_checkpoint = true;
         self.structural_batch = self.batch_no;
-        self.defrag_pending |= self.cfg.defrag;
+        self.defrag_wake(self.cfg.defrag);
         self.maybe_commit();
     }
 
@@ -1958,17 +1964,16 @@ impl Pool {
         let n = self.cfg.volume_chunks;
         let mut budget = 4096u64;
         let (mut s, mut lc) = self.defrag_cursor;
-        let mut wrapped = false;
         while budget > 0 {
             if lc >= n {
                 lc = 0;
                 s += 1;
                 if s >= slots {
-                    if wrapped {
+                    self.defrag_wraps += 1;
+                    if self.defrag_wraps >= 2 {
                         break;
                     }
                     s = 0;
-                    wrapped = true;
                 }
             }
             let Some(vol) = self.vols[s as usize].as_ref() else {
@@ -1986,6 +1991,7 @@ impl Pool {
                 let (l, p) = (e.start + i, e.value + i);
                 budget -= 1;
                 if let Some(found) = self.defrag_chunk(quiet, s, l, p) {
+                    self.defrag_wraps = 0;
                     return found;
                 }
             }
@@ -1997,7 +2003,18 @@ impl Pool {
         }
         self.defrag_pending = false;
         self.defrag_cursor = (0, 0);
+        self.defrag_wraps = 0;
         None
+    }
+
+    /// Work for the defragmenter may have appeared (when `cond`): scan
+    /// again, and count a whole pass afresh from here, so that a chunk
+    /// behind the cursor is not missed.
+    fn defrag_wake(&mut self, cond: bool) {
+        if cond {
+            self.defrag_pending = true;
+            self.defrag_wraps = 0;
+        }
     }
 
     /// What the defragmenter does with `s`'s chunk `p` at `l`:
@@ -2506,7 +2523,7 @@ impl Target for Pool {
         if self.line_up_deferred && self.quiet.is_idle(now) {
             // Quiet long enough: scan again, line-ups included.
             self.line_up_deferred = false;
-            self.defrag_pending |= self.cfg.defrag;
+            self.defrag_wake(self.cfg.defrag);
         }
     }
 
