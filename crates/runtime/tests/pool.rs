@@ -1177,3 +1177,41 @@ fn a_full_pool_fills_partial_chunks_to_free_their_old_chunks_before_failing_a_wr
         assert_eq!(read(&mut h, i * CHUNK as u64, CHUNK), want, "origin chunk {i}");
     }
 }
+
+#[test]
+fn the_defragmenters_scan_ends_its_pass_on_a_pool_larger_than_one_scan_call() {
+    // One scan call looks at up to 4096 chunks. With 12,288 mapped chunks
+    // and nothing to move, a pass spans several calls; once it has looked
+    // at every chunk it must stop, not rescan at every idle step (session
+    // 23: before, a pass ended only within one call, so it never did here).
+    let c = cfg("nearest", "").replace("384K", "96M");
+    let (mut h, dev) = harness(&c, 128 << 20);
+    let chunks = (96u64 << 20) / CHUNK as u64;
+    for i in 0..chunks {
+        assert_eq!(h.write(i * CHUNK as u64, vec![i as u8; CHUNK]).result, Ok(()));
+    }
+    assert_eq!(h.flush().result, Ok(()));
+    // Opening a pool wakes the defragmenter (a scan after every open).
+    let mut h = reopen(&c, &dev);
+    bring_up(&mut h);
+    let settle = |h: &mut Harness| {
+        for i in 0u64.. {
+            if !h.step() {
+                break;
+            }
+            assert!(i < 100_000, "the defragmenter's scan never settles: {}", h.stack.status());
+        }
+    };
+    // Background steps run after inputs, once quiet: reads (which wake
+    // nothing) give it inputs, in batches, each batch then left quiet.
+    let mut scans = Vec::new();
+    for _ in 0..20 {
+        for i in 0..16 {
+            assert_eq!(read(&mut h, i * CHUNK as u64, CHUNK), vec![i as u8; CHUNK]);
+        }
+        settle(&mut h);
+        scans.push(counter(&h, "defrag_scans_count"));
+    }
+    assert!(scans[19] >= 3, "a pass over 12,288 chunks takes several calls: {scans:?}");
+    assert_eq!(scans[18], scans[19], "the scan went on after a whole pass found nothing: {scans:?}");
+}

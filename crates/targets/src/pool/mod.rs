@@ -257,6 +257,8 @@ struct Counters {
     full_overwrite_read_skipped: u64,
     allocated_chunks: u64,
     defrag_moves: u64,
+    /// Calls of the defragmenter's scan ([`Pool::defrag_candidate`]).
+    defrag_scans: u64,
     commits: u64,
     checkpoints: u64,
     journal_blocks: u64,
@@ -1962,6 +1964,7 @@ impl Pool {
     fn defrag_candidate(&mut self, quiet: bool) -> Option<Vec<(u64, u64, u64)>> {
         let slots = self.cfg.volumes_max as u32;
         let n = self.cfg.volume_chunks;
+        self.counters.defrag_scans += 1;
         let mut budget = 4096u64;
         let (mut s, mut lc) = self.defrag_cursor;
         while budget > 0 {
@@ -2386,6 +2389,7 @@ impl Pool {
             ("copies_distance_now_mean_chunks_milli".into(), self.copies_distance_now_milli()),
             ("origin_jumps_count".into(), self.origin_jumps_count()),
             ("defrag_moves_count".into(), k.defrag_moves),
+            ("defrag_scans_count".into(), k.defrag_scans),
             ("commits_count".into(), k.commits),
             ("checkpoints_count".into(), k.checkpoints),
             ("journal_blocks_written_count".into(), k.journal_blocks),
