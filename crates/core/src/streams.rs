@@ -39,6 +39,13 @@ pub fn base_of(id: StreamId) -> StreamId {
     StreamId(id.0 / RUN_SLOTS)
 }
 
+/// The id the detector gives a base stream's own requests (run 0): the
+/// stream a run was split off (`id` itself when it is run 0, or when no
+/// detector split anything).
+pub fn base_run(id: StreamId) -> StreamId {
+    StreamId(base_of(id).0 * RUN_SLOTS)
+}
+
 /// How far past a run's end a request may start and still continue it.
 pub const RUN_GAP_BYTES: u64 = 64 << 10;
 

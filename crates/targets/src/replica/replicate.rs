@@ -2,9 +2,10 @@
 //! decision, replica placement in the current free extent, replica writes
 //! (inline or in idle time), replica choice (§3.3) and reclamation (§3.4).
 
-use super::streams::{base_run, close, Candidate};
+use super::streams::{close, Candidate};
 use super::{Choice, Held, LowerOp, Pending, Replica, When};
 use bytes::Bytes;
+use layoutd_core::streams::base_run;
 use layoutd_core::{Instant, Op, ReqId, Request, StreamId};
 
 /// Replica writes issued per background step in idle mode.

@@ -3,11 +3,11 @@
 //! (maps updated at once, Table 4.1 through the overlap gate), flushes
 //! (region record first when it changed), and completions.
 
-use super::streams::base_run;
 use super::{meta, Held, LowerOp, Phase, Replica};
 use crate::split::Assembly;
 use bytes::Bytes;
 use layoutd_core::metablock::MetaBlockCodec;
+use layoutd_core::streams::base_run;
 use layoutd_core::{Completion, Instant, IoError, Op, ReqId, Request};
 
 impl Replica {

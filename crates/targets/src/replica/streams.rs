@@ -17,7 +17,7 @@
 //! every id is its own base and nothing changes.
 
 use bytes::Bytes;
-use layoutd_core::streams::{base_of, RUN_SLOTS};
+use layoutd_core::streams::{base_run, RUN_SLOTS};
 use layoutd_core::{Instant, StreamId};
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
@@ -95,12 +95,6 @@ impl Ahead {
         let at = ((loc - self.start) * block_bytes) as usize;
         Some(self.data.as_ref().map(|d| d.slice(at..at + (n * block_bytes) as usize)))
     }
-}
-
-/// The stream a run was split off: its base stream's run 0 (`id` itself
-/// when it is run 0, or when no detector split anything).
-pub(crate) fn base_run(id: StreamId) -> StreamId {
-    StreamId(base_of(id).0 * RUN_SLOTS)
 }
 
 /// Whether two block ranges are close: the gap between them is under
