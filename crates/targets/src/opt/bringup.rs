@@ -171,7 +171,10 @@ impl Opt {
             for (home, count, slot) in maps {
                 let n = u64::from(count);
                 let free = (slot..slot + count).all(|s| self.slots[s as usize].home.is_none());
-                if home + n > g.volume_blocks() || !free || !self.map.overlapping(home, n).is_empty() {
+                if home.checked_add(n).is_none_or(|e| e > g.volume_blocks())
+                    || !free
+                    || !self.map.overlapping(home, n).is_empty()
+                {
                     self.phase = Phase::Failed(format!(
                         "opt journal at lower offset {}: an absorbed run of {count} block(s) from home block \
                          {home} to slot {slot} overlaps the map (generation {generation}) or the volume's \

@@ -206,7 +206,12 @@ impl JournalBlock {
                     slots.push(block as u32)
                 }
                 JournalRecord::MapUpdate { upper, count, lower }
-                    if count > 0 && slots.is_empty() && lower + u64::from(count) <= u64::from(slot_count) =>
+                    if count > 0
+                        && slots.is_empty()
+                        && upper.checked_add(u64::from(count)).is_some()
+                        && lower
+                            .checked_add(u64::from(count))
+                            .is_some_and(|e| e <= u64::from(slot_count)) =>
                 {
                     maps.push((upper, count, lower as u32))
                 }
@@ -281,5 +286,13 @@ mod tests {
         assert_eq!(JournalBlock::decode(&b, 1000), Ok(j));
         assert!(JournalBlock::decode(&b, 10).is_err(), "slot past the region");
         assert_eq!(JournalBlock::decode(&[0u8; 4096], 10), Err(MetaError::Blank));
+        // Runs whose end overflows u64 are refused, not added (CI's fuzz
+        // found `lower = u64::MAX`).
+        for (upper, lower) in [(7, u64::MAX), (u64::MAX, 3), (u64::MAX - 1, u64::MAX - 1)] {
+            let mut p = 4u64.to_le_bytes().to_vec();
+            JournalRecord::MapUpdate { upper, count: 8, lower }.encode(&mut p);
+            let b = JOURNAL_CODEC.encode(2, &p).expect("fits");
+            assert!(JournalBlock::decode(&b, 1000).is_err(), "upper {upper} lower {lower}");
+        }
     }
 }
