@@ -575,6 +575,8 @@ fn impossible_constants_fail_naming_the_key() {
         ("propagate_bytes_max = 100", "`propagate_bytes_max`"),
         ("readahead_blocks = 5000", "`readahead_blocks`"),
         ("write_batch_count = 5000", "`write_batch_count`"),
+        ("write_run_bytes_max = \"64MiB\"", "`write_run_bytes_max`"),
+        ("write_run_bytes_max = 100", "`write_run_bytes_max`"),
         ("typo = 1", "`typo`"),
     ];
     for (line, want) in cases {
@@ -1099,6 +1101,11 @@ fn larger_write_batches_visit_the_replica_extent_less_often() {
     assert_eq!(writes(""), 5);
     // Batches of 8: the queue, then the window in one.
     assert_eq!(writes("write_batch_count = 8"), 2);
+    // A batch's replicas follow each other below; they merge into lower
+    // writes of at most write_run_bytes_max: one block each (2 + 8), two
+    // blocks (1 + 4), or the whole batch (the default 1 MiB, as above).
+    assert_eq!(writes("write_batch_count = 8\nwrite_run_bytes_max = \"4KiB\""), 10);
+    assert_eq!(writes("write_batch_count = 8\nwrite_run_bytes_max = \"8KiB\""), 5);
 }
 
 #[test]
