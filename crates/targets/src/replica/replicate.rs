@@ -20,7 +20,7 @@ impl Replica {
             self.counters.quota_stops_count += 1;
             return false;
         }
-        if self.space.map_bytes() + self.space.sets_bytes() >= self.args.memory_bytes_max {
+        if self.memory_bytes() >= self.args.memory_bytes_max {
             self.counters.memory_cap_stops_count += 1;
             return false;
         }
