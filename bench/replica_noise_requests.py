@@ -123,7 +123,7 @@ def where_it_went(plain, lower, upper, second, lo, hi, volume, upper_writes):
         if own:
             return "own read"
         if r[2] == "R":
-            who = "process 2, another request" if r[5] == p2 else "process 1"
+            who = "process 2, another lower read" if r[5] == p2 else "process 1"
             inside = all(b in p1_blocks for b in range(r[3] >> 12, (r[3] + r[4] + 4095) >> 12))
             return f"{who}: " + ("read of originals" if inside else "replica read")
         if r[2] == "F":
