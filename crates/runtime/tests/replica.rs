@@ -575,6 +575,8 @@ fn impossible_constants_fail_naming_the_key() {
         ("propagate_bytes_max = 100", "`propagate_bytes_max`"),
         ("readahead_blocks = 5000", "`readahead_blocks`"),
         ("write_batch_count = 5000", "`write_batch_count`"),
+        ("write_run_bytes_max = \"64MiB\"", "`write_run_bytes_max`"),
+        ("write_run_bytes_max = 100", "`write_run_bytes_max`"),
         ("typo = 1", "`typo`"),
     ];
     for (line, want) in cases {
@@ -843,8 +845,15 @@ fn ext_volume(opts: &[&str], damage_bitmap: bool) -> Option<(Arc<layoutd_disk::M
 }
 
 fn open_ext(dev: &Arc<layoutd_disk::MemDevice>) -> Harness<Scripted> {
-    let stack =
-        stack_from_toml(&ext_config(), EXT_DEVICE_BYTES, OpenMode::Open { clean: true, accept_loss: false });
+    open_ext_with(dev, "")
+}
+
+fn open_ext_with(dev: &Arc<layoutd_disk::MemDevice>, extra: &str) -> Harness<Scripted> {
+    let stack = stack_from_toml(
+        &format!("{}{extra}", ext_config()),
+        EXT_DEVICE_BYTES,
+        OpenMode::Open { clean: true, accept_loss: false },
+    );
     let mut h = Harness::new(stack, dev.clone(), Scripted::new(1, 1, 1), 1);
     bring_up(&mut h);
     h
@@ -885,6 +894,33 @@ fn the_idle_scan_declares_the_ext4_free_blocks_except_those_written_since_open()
     // The superblock is in use: read as it is.
     let sb = h.call(Request::new(ReqId(0), Op::Read, 1024, 1024));
     assert_eq!(&sb.data.unwrap()[56..58], &[0x53, 0xEF]);
+}
+
+#[test]
+fn the_written_set_counts_in_memory_bytes_max_and_past_it_no_scan_declares_anything() {
+    let Some((dev, free)) = ext_volume(&["-b", "4096"], false) else { return };
+    let last = |h: &Harness<Scripted>| h.stack.size_bytes() / B - 1;
+    // Room for the written set's one 4 KiB page: the scan runs as always,
+    // and the page is counted.
+    let mut h = open_ext_with(&dev, "memory_bytes_max = \"64KiB\"\n");
+    let before = counter(&h, "memory_bytes");
+    assert_eq!(h.call(write(last(&h), 0x42, false)).result, Ok(()));
+    assert!(counter(&h, "memory_bytes") >= before + 4096, "the written set's page is in the budget");
+    h.settle();
+    assert_eq!(config_value(&h, "fs_scan_error"), None);
+    assert_eq!(counter(&h, "fs_scan_declared_blocks"), free - 1);
+    // No room: the first write drops the set; the scan is given up (it
+    // could declare the written block free: its bitmap bit is not on disk).
+    let mut h = open_ext_with(&dev, "memory_bytes_max = 4096\n");
+    assert_eq!(h.call(write(last(&h), 0x42, false)).result, Ok(()));
+    h.settle();
+    let e = config_value(&h, "fs_scan_error").expect("an error");
+    assert!(e.contains("memory_bytes_max") && e.lines().count() == 1, "{e}");
+    assert_eq!(counter(&h, "fs_scan_declared_blocks"), 0, "nothing declared");
+    assert!(counter(&h, "sets_bytes") < 4096, "the set's page is freed");
+    assert_eq!(fill_of(&h.call(read(last(&h), 0))), 0x42);
+    let asked = h.stack.message(h.now, "free-space");
+    assert!(asked.is_err_and(|e| e.contains("memory_bytes_max")), "on demand too");
 }
 
 #[test]
@@ -1099,6 +1135,11 @@ fn larger_write_batches_visit_the_replica_extent_less_often() {
     assert_eq!(writes(""), 5);
     // Batches of 8: the queue, then the window in one.
     assert_eq!(writes("write_batch_count = 8"), 2);
+    // A batch's replicas follow each other below; they merge into lower
+    // writes of at most write_run_bytes_max: one block each (2 + 8), two
+    // blocks (1 + 4), or the whole batch (the default 1 MiB, as above).
+    assert_eq!(writes("write_batch_count = 8\nwrite_run_bytes_max = \"4KiB\""), 10);
+    assert_eq!(writes("write_batch_count = 8\nwrite_run_bytes_max = \"8KiB\""), 5);
 }
 
 #[test]

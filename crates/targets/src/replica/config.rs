@@ -95,6 +95,10 @@ pub struct Args {
     /// Committed candidates written together in one trip to the replica
     /// extent (0: `queue_commit_count`).
     pub write_batch_count: u32,
+    /// The largest lower write that consecutive replica writes merge into
+    /// (a disk without a write cache loses a rotation between two writes
+    /// that follow each other; 1 MiB: the block layer's usual limit).
+    pub write_run_bytes_max: u64,
     /// A replica read also reads up to this many replica blocks that follow
     /// its chain, and the stream's next reads of them are answered from
     /// memory (0: off, the thesis: one lower read per upper read).
@@ -215,6 +219,7 @@ impl Args {
             propagate_bytes_max: 0,
             stream_quota_blocks: 0,
             write_batch_count: 0,
+            write_run_bytes_max: 1 << 20,
             readahead_blocks: 0,
             extent_per_stream: false,
             replicas_per_block_max: 4,
@@ -310,6 +315,15 @@ impl Args {
             );
         }
         args.write_batch_count = w as u32;
+        args.write_run_bytes_max = a.size_opt("write_run_bytes_max")?.unwrap_or(1 << 20);
+        if args.write_run_bytes_max < u64::from(args.block_bytes)
+            || args.write_run_bytes_max > u64::from(REQUEST_BYTES_MAX)
+        {
+            return Err(a.error(format!(
+                "key `write_run_bytes_max`: {} is outside one block ({} bytes) to {REQUEST_BYTES_MAX}",
+                args.write_run_bytes_max, args.block_bytes
+            )));
+        }
         args.extent_per_stream = a.bool_opt("extent_per_stream")?.unwrap_or(false);
         let ra_max = u64::from(REQUEST_BYTES_MAX / 2) / u64::from(args.block_bytes);
         args.readahead_blocks = a.u64_opt("readahead_blocks")?.unwrap_or(0);
@@ -401,6 +415,7 @@ impl Args {
             ("propagate_bytes_max", self.propagate_bytes_max.to_string()),
             ("stream_quota_blocks", self.stream_quota_blocks.to_string()),
             ("write_batch_count", self.write_batch_count.to_string()),
+            ("write_run_bytes_max", self.write_run_bytes_max.to_string()),
             ("readahead_blocks", self.readahead_blocks.to_string()),
             ("extent_per_stream", self.extent_per_stream.to_string()),
             ("replicas_per_block_max", self.replicas_per_block_max.to_string()),

@@ -498,6 +498,7 @@ impl Target for Replica {
                     None => "nothing reclaimed (no range qualifies)".into(),
                 })
             }
+            "free-space" if self.serving() && self.scan.written_dropped => Err(scan::WRITTEN_DROPPED.into()),
             "free-space" if self.serving() => {
                 self.start_scan();
                 Ok("scanning the ext2/3/4 bitmaps for free space".into())
@@ -601,6 +602,7 @@ impl Replica {
             ("region_extents", self.space.region.extent_count() as u64),
             ("map_bytes", self.space.map_bytes()),
             ("sets_bytes", self.space.sets_bytes() + self.scan.written.bytes()),
+            ("memory_bytes", self.memory_bytes()),
             ("map_bytes_per_replica_block", self.bytes_per_replica_block()),
             ("pending_replica_writes", self.pending.len() as u64),
             ("deferred_replica_writes", self.deferred.len() as u64),

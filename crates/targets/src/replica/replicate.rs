@@ -10,8 +10,6 @@ use layoutd_core::{Instant, Op, ReqId, Request, StreamId};
 
 /// Replica writes issued per background step in idle mode.
 const IDLE_STEP_WRITES_MAX: usize = 16;
-/// The largest merged replica write.
-const RUN_BYTES_MAX: u64 = 1 << 20;
 
 impl Replica {
     /// Whether a read of `stream` may become a candidate now.
@@ -22,7 +20,7 @@ impl Replica {
             self.counters.quota_stops_count += 1;
             return false;
         }
-        if self.space.map_bytes() + self.space.sets_bytes() >= self.args.memory_bytes_max {
+        if self.memory_bytes() >= self.args.memory_bytes_max {
             self.counters.memory_cap_stops_count += 1;
             return false;
         }
@@ -329,7 +327,7 @@ impl Replica {
         while let Some(&k) = self.deferred.front() {
             let p = &self.pending[&k];
             let follows = end.is_none_or(|e| e == p.loc);
-            let fits = (blocks + p.blocks) * self.block() <= RUN_BYTES_MAX;
+            let fits = (blocks + p.blocks) * self.block() <= self.args.write_run_bytes_max;
             if p.region_version > self.region.durable || !follows || (!run.is_empty() && !fits) {
                 break;
             }

@@ -365,7 +365,7 @@ impl Replica {
             extra.dedup_by_key(|r| r.offset_bytes);
             self.space.declared.take_range(ba, n);
             self.space.free.take_range(ba, n);
-            self.scan.written.mark(ba, n);
+            self.mark_written(ba, n);
         } else {
             let full_a = req.offset_bytes.div_ceil(b);
             let full_e = req.end_bytes() / b;

@@ -21,6 +21,11 @@ const BITMAP_READS_MAX: u32 = 32;
 /// The largest descriptor table read (bytes).
 const GDT_BYTES_MAX: u64 = 32 << 20;
 
+/// Why no scan runs after the written set was dropped.
+pub(super) const WRITTEN_DROPPED: &str =
+    "free-space scan: the set of blocks written since open outgrew memory_bytes_max \
+     and was dropped; no scans until the next open (discards still count)";
+
 /// Which scan read a lower read is.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum ScanRead {
@@ -54,6 +59,9 @@ pub(super) struct Scan {
     pub found_blocks: u64,
     /// Blocks written from above since the open.
     pub written: Written,
+    /// The written set outgrew `memory_bytes_max` and was dropped: no
+    /// scan may declare anything until the next open.
+    pub written_dropped: bool,
 }
 
 impl Scan {
@@ -66,6 +74,7 @@ impl Scan {
             declared_blocks: 0,
             found_blocks: 0,
             written: Written::new(blocks),
+            written_dropped: false,
         }
     }
 
@@ -137,6 +146,24 @@ impl Written {
         out
     }
 
+    /// The bytes marking `[start, start + length)` would allocate (pages
+    /// not made yet).
+    pub fn growth(&self, start: u64, length: u64) -> u64 {
+        let end = (start + length).min(self.blocks);
+        if start >= end {
+            return 0;
+        }
+        let pages = (start / WRITTEN_PAGE_BLOCKS..=(end - 1) / WRITTEN_PAGE_BLOCKS)
+            .filter(|&p| self.pages[p as usize].is_none())
+            .count() as u64;
+        pages * (WRITTEN_PAGE_BLOCKS / 8)
+    }
+
+    /// Frees every page (the set is given up).
+    fn drop_pages(&mut self) {
+        self.pages.iter_mut().for_each(|p| *p = None);
+    }
+
     /// Memory held (bytes).
     pub fn bytes(&self) -> u64 {
         let page = WRITTEN_PAGE_BLOCKS / 8;
@@ -145,10 +172,41 @@ impl Written {
 }
 
 impl Replica {
+    /// Memory the caps count: the replica map, the block sets and the set
+    /// of blocks written since open (`memory_bytes_max`).
+    pub(super) fn memory_bytes(&self) -> u64 {
+        self.space.map_bytes() + self.space.sets_bytes() + self.scan.written.bytes()
+    }
+
+    /// An upper write of `[ba, ba + n)`: marked for later scans. Past
+    /// `memory_bytes_max` the set is dropped instead, and with it every
+    /// scan until the next open: a scan without the set could declare
+    /// free a block the file system allocated whose bitmap bit is not on
+    /// disk yet (discards still declare free space).
+    pub(super) fn mark_written(&mut self, ba: u64, n: u64) {
+        if self.scan.written_dropped {
+            return;
+        }
+        let growth = self.scan.written.growth(ba, n);
+        if growth > 0 && self.memory_bytes() + growth > self.args.memory_bytes_max {
+            self.scan.written.drop_pages();
+            self.scan.written_dropped = true;
+            self.scan.error = Some(WRITTEN_DROPPED.into());
+            return;
+        }
+        self.scan.written.mark(ba, n);
+    }
+
     /// Starts a scan now (a background step or the `free-space` message);
     /// returns the bytes of its first read.
     pub(super) fn start_scan(&mut self) -> u64 {
         if self.scan.running() {
+            return 0;
+        }
+        if self.scan.written_dropped {
+            self.scan.wanted = false;
+            self.scan.runs_count += 1;
+            self.scan.error = Some(WRITTEN_DROPPED.into());
             return 0;
         }
         self.scan.wanted = false;
@@ -264,6 +322,11 @@ impl Replica {
 
     /// Declares the scan's free blocks free, except those written since open.
     fn scan_apply(&mut self, fs_block_bytes: u64, found: Vec<(u64, u64)>) {
+        if self.scan.written_dropped {
+            // Dropped while this scan ran: its bitmaps may miss those writes.
+            self.scan.runs_count += 1;
+            return;
+        }
         let b = self.block();
         let mut declared = 0;
         self.scan.found_blocks = 0;
@@ -316,6 +379,21 @@ impl Replica {
 #[cfg(test)]
 mod tests {
     use super::{Written, WRITTEN_PAGE_BLOCKS};
+
+    #[test]
+    fn written_growth_is_the_pages_a_mark_would_make() {
+        let p = WRITTEN_PAGE_BLOCKS;
+        let mut w = Written::new(3 * p + 10);
+        let page = p / 8;
+        assert_eq!(w.growth(p - 1, 2), 2 * page, "two pages touched");
+        w.mark(p - 1, 2);
+        assert_eq!(w.bytes(), 4 * 8 + 2 * page);
+        assert_eq!(w.growth(0, 2 * p), 0, "both made");
+        assert_eq!(w.growth(3 * p, 100), page, "clipped to the volume, one page");
+        assert_eq!(w.growth(4 * p, 1), 0, "past the volume");
+        w.drop_pages();
+        assert_eq!((w.bytes(), w.runs(0, 3 * p + 10)), (4 * 8, vec![]));
+    }
 
     #[test]
     fn written_runs_are_the_marked_blocks_merged_across_words_and_pages() {
