@@ -61,6 +61,8 @@ def run(l, config, cap, opt0, opt1):
                 continue
             where = "region" if opt0 <= r["off"] < opt1 else "home"
             k = f"{where} {'read' if r['op'] == 'R' else 'write'}"
+            if r["op"] == "R":
+                k += ", drive-cache hit" if r["hit"] else ", positioned"
             svc = r["done"] - r["start"]
             x = c[k]
             x["n"] += 1
@@ -103,7 +105,7 @@ def main():
         json.dump(res, open(a.json, "w"), indent=1)
     progs = list(res["cap1"])
     print(f"# {a.config}, run 2, disk time by where and what (ms, all captures summed)\n")
-    print("| program | class | requests | cache hits | service | seek | rotation | transfer+overhead | share of busy |")
+    print("| program | class | requests | MiB | service | seek | rotation | transfer+overhead | share of busy |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for p in progs + ["all six"]:
         ps = progs if p == "all six" else [p]
@@ -115,10 +117,10 @@ def main():
         busy = agg["all"]["busy_ns"] or 1
         for k in sorted(k for k in agg if k != "all"):
             v = agg[k]
-            print(f"| {p} | {k} | {v['n']} | {v.get('hit', '-')} | {v['service_ns'] / 1e6:.0f} | "
-                  f"{v['seek_ns'] / 1e6:.0f} | {v['rotation_ns'] / 1e6:.0f} | "
-                  f"{v['transfer_ns'] / 1e6:.0f} | {100 * v['service_ns'] / busy:.0f}% |"
-                  .replace("| 0 | 0 | 0 | 0% |", "| - | - | - | |") if "transfer_ns" in v or True else "")
+            mib = f"{v['bytes'] / 2**20:.1f}" if "bytes" in v else "-"
+            tr = f"{v['transfer_ns'] / 1e6:.0f}" if "transfer_ns" in v else "-"
+            print(f"| {p} | {k} | {v['n']} | {mib} | {v['service_ns'] / 1e6:.0f} | {v['seek_ns'] / 1e6:.0f} | "
+                  f"{v['rotation_ns'] / 1e6:.0f} | {tr} | {100 * v['service_ns'] / busy:.0f}% |")
         print(f"| {p} | disk busy | | | {busy / 1e6:.0f} | | | | |")
 
 

@@ -123,6 +123,16 @@ pub struct Args {
     /// Background work (analysis, planning, copies) starts only after this
     /// long without a request (0: whenever the runtime reports idle).
     pub idle_ms: u64,
+    /// A read from the region that goes on along its planned sequence
+    /// reads on this many bytes of the sequence's following slots (the
+    /// shared read-ahead, `crate::readahead`; 0: off, the default).
+    pub readahead_bytes: u64,
+    /// Most bytes read ahead held in memory (the oldest go first).
+    pub readahead_memory_bytes: u64,
+    /// Read ahead only for a read that starts where the stream's previous
+    /// read from the region ended, or up to `readahead_bytes` after it
+    /// (true, the default); false: after every read ending in the region.
+    pub readahead_following: bool,
 }
 
 /// Where things are on the lower device.
@@ -175,6 +185,14 @@ impl Geometry {
         } else {
             upper + self.opt_length_bytes
         }
+    }
+
+    /// The slots lower bytes `[offset, offset + length)` touch, if any.
+    pub fn slots_of(&self, offset: u64, length: u64) -> Option<(u64, u64)> {
+        let first = self.opt_offset_bytes + self.meta_bytes();
+        let end = first + u64::from(self.slot_count) * self.block_bytes;
+        let (a, z) = (offset.max(first), (offset + length).min(end));
+        (a < z).then(|| ((a - first) / self.block_bytes, (z - first).div_ceil(self.block_bytes)))
     }
 
     /// Whole blocks of the volume (a partial last block is never mapped).
@@ -291,7 +309,23 @@ impl Args {
             weight_half_life_ms: a.u64_opt("weight_half_life_ms")?.unwrap_or(86_400_000),
             auto_apply: a.bool_opt("auto_apply")?.unwrap_or(true),
             idle_ms: a.u64_opt("idle_ms")?.unwrap_or(100),
+            readahead_bytes: a.size_opt("readahead_bytes")?.unwrap_or(0),
+            readahead_memory_bytes: a.size_opt("readahead_memory_bytes")?.unwrap_or(4 << 20),
+            readahead_following: a.bool_opt("readahead_following")?.unwrap_or(true),
         };
+        let ra_max = u64::from(layoutd_core::REQUEST_BYTES_MAX) / 2;
+        if !args.readahead_bytes.is_multiple_of(block_bytes) || args.readahead_bytes > ra_max {
+            return Err(a.error(format!(
+                "key `readahead_bytes`: {} must be a multiple of `block_bytes` {block_bytes} up to {ra_max} (0: off)",
+                args.readahead_bytes
+            )));
+        }
+        if args.readahead_bytes > args.readahead_memory_bytes {
+            return Err(a.error(format!(
+                "key `readahead_memory_bytes`: {} cannot hold one read-ahead of `readahead_bytes` {}",
+                args.readahead_memory_bytes, args.readahead_bytes
+            )));
+        }
         if args.plan_pad_blocks > 0 && !args.plan_streams {
             return Err(a.error("key `plan_pad_blocks` pads the stream plan: it needs `plan_streams = true`"));
         }
@@ -335,6 +369,9 @@ impl Args {
             ("weight_half_life_ms", self.weight_half_life_ms.to_string()),
             ("auto_apply", self.auto_apply.to_string()),
             ("idle_ms", self.idle_ms.to_string()),
+            ("readahead_bytes", self.readahead_bytes.to_string()),
+            ("readahead_memory_bytes", self.readahead_memory_bytes.to_string()),
+            ("readahead_following", self.readahead_following.to_string()),
         ];
         v.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
     }
