@@ -129,10 +129,33 @@ pub struct Args {
     pub readahead_bytes: u64,
     /// Most bytes read ahead held in memory (the oldest go first).
     pub readahead_memory_bytes: u64,
-    /// Read ahead only for a read that starts where the stream's previous
-    /// read from the region ended, or up to `readahead_bytes` after it
-    /// (true, the default); false: after every read ending in the region.
-    pub readahead_following: bool,
+    /// Which reads read ahead (`readahead_when`).
+    pub readahead_when: ReadAheadWhen,
+}
+
+/// Which reads from the region read ahead along their sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadAheadWhen {
+    /// A read that starts where the stream's previous read from the region
+    /// ended, or up to `readahead_bytes` after it (it goes on).
+    Following,
+    /// A read that goes on (as `Following`) while the previous lower
+    /// request ended elsewhere: the stream comes back to its sequence after
+    /// the disk went elsewhere, so the drive is not reading on there.
+    Resumed,
+    /// Every read whose last piece is in the region.
+    Always,
+}
+
+impl ReadAheadWhen {
+    /// The config value.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReadAheadWhen::Following => "following",
+            ReadAheadWhen::Resumed => "resumed",
+            ReadAheadWhen::Always => "always",
+        }
+    }
 }
 
 /// Where things are on the lower device.
@@ -311,7 +334,16 @@ impl Args {
             idle_ms: a.u64_opt("idle_ms")?.unwrap_or(100),
             readahead_bytes: a.size_opt("readahead_bytes")?.unwrap_or(0),
             readahead_memory_bytes: a.size_opt("readahead_memory_bytes")?.unwrap_or(4 << 20),
-            readahead_following: a.bool_opt("readahead_following")?.unwrap_or(true),
+            readahead_when: match a.str_opt("readahead_when")?.unwrap_or("following") {
+                "following" => ReadAheadWhen::Following,
+                "resumed" => ReadAheadWhen::Resumed,
+                "always" => ReadAheadWhen::Always,
+                other => {
+                    return Err(a.error(format!(
+                        "key `readahead_when`: {other:?} is not \"following\", \"resumed\" or \"always\""
+                    )))
+                }
+            },
         };
         let ra_max = u64::from(layoutd_core::REQUEST_BYTES_MAX) / 2;
         if !args.readahead_bytes.is_multiple_of(block_bytes) || args.readahead_bytes > ra_max {
@@ -371,7 +403,7 @@ impl Args {
             ("idle_ms", self.idle_ms.to_string()),
             ("readahead_bytes", self.readahead_bytes.to_string()),
             ("readahead_memory_bytes", self.readahead_memory_bytes.to_string()),
-            ("readahead_following", self.readahead_following.to_string()),
+            ("readahead_when", self.readahead_when.name().to_string()),
         ];
         v.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
     }

@@ -358,6 +358,8 @@ pub struct Opt {
     /// per stream keyed as the graphs are; dropped by every lower write of
     /// their slots.
     ahead: ReadAhead<u32>,
+    /// Where the newest lower read or write ended (lower bytes).
+    last_lower_end: u64,
     /// The virtual time of the newest request.
     now_ns: u64,
 }
@@ -413,6 +415,7 @@ impl Opt {
             counters: Counters::default(),
             absorber: absorb::Absorber::default(),
             ahead,
+            last_lower_end: 0,
             now_ns: 0,
         };
         opt.start_bringup();
@@ -430,6 +433,9 @@ impl Opt {
             .flatten();
         if let Some((a, b)) = slots {
             self.ahead.forget(a, b);
+        }
+        if req.op != Op::Flush {
+            self.last_lower_end = req.end_bytes();
         }
         let id = self.lower_io.emit(op, background, req);
         if let Some((a, b)) = slots {
@@ -710,7 +716,8 @@ impl Opt {
     /// the sequence: the following slots as long as they are mapped (a
     /// free slot ends the planned sequence), up to `readahead_bytes`, when
     /// the read goes on from where the stream's previous read from the
-    /// region ended (`readahead_following`; else always).
+    /// region ended (`readahead_when`: also only when the lower request
+    /// before it ended elsewhere, or for every read).
     fn read_ahead(&mut self, req: Request) {
         let stream = self.args.graph_stream.key(req.stream);
         let last = self.read_last.get(&stream).copied();
@@ -718,9 +725,14 @@ impl Opt {
         let b = self.geo.block_bytes;
         let ra_max = self.args.readahead_bytes / b;
         let base = self.geo.slot_offset_bytes(0);
+        use config::ReadAheadWhen;
         let following = match (pieces.iter().find_map(|p| p.3), last) {
-            _ if !self.args.readahead_following => true,
-            (Some(s), Some(l)) => (l..=l + ra_max).contains(&u64::from(s)),
+            _ if self.args.readahead_when == ReadAheadWhen::Always => true,
+            (Some(s), Some(l)) => {
+                (l..=l + ra_max).contains(&u64::from(s))
+                    && (self.args.readahead_when == ReadAheadWhen::Following
+                        || pieces[0].0 != self.last_lower_end)
+            }
             _ => false,
         };
         let n = pieces.len();
