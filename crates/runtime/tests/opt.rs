@@ -16,14 +16,15 @@ const DEVICE_BYTES: u64 = 1 << 20;
 const B: u64 = 4096;
 
 /// A 96 KiB region (20 slots of 4 KiB) in the middle of a 1 MiB device,
-/// planning every `every` requests; writes absorbed (the default); the
+/// planning every `every` requests; writes absorbed (the default; with 2
+/// slots, not half the region, kept for the plans); the
 /// weights halving at every plan (not the default: with a plan every few
 /// requests, what the plans place changes often).
 fn tiny(every: u64) -> String {
     format!(
         "version = 1\n[[layer]]\ntarget = \"opt\"\nopt_offset = \"512K\"\nopt_length = \"96K\"\n\
          journal_blocks = 2\nedge_weight_min = 0\nplan_interval_requests = {every}\ncopy_blocks_per_step = 4\nidle_ms = 0\n\
-         weight_half_life_ms = 0\n"
+         weight_half_life_ms = 0\nabsorb_reserve_pct = 10\n"
     )
 }
 
@@ -39,7 +40,8 @@ fn manual() -> String {
 }
 
 fn manual_absorbing(absorb: bool) -> String {
-    tiny(0) + &format!("auto_apply = false\nplan_interval_ms = 0\nabsorb_writes = {absorb}\n")
+    tiny(0).replace("absorb_reserve_pct = 10", "absorb_reserve_pct = 50")
+        + &format!("auto_apply = false\nplan_interval_ms = 0\nabsorb_writes = {absorb}\n")
 }
 
 /// Mostly a hot set read in a repeated order (what the planner learns),
@@ -946,5 +948,40 @@ fn a_read_ahead_along_the_sequence_serves_the_next_reads_and_a_write_is_never_sh
     assert_eq!(plain.write(13 * B, block(0x72)).result, Ok(()));
     for b in 10..14 {
         assert_eq!(read_block(&mut h, b), read_block(&mut plain, b), "block {b}");
+    }
+}
+
+#[test]
+fn only_writes_that_would_seek_at_home_are_absorbed_and_the_plans_share_stays_free() {
+    let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+    let mut h = harness_with(&dev, &manual_absorbing(true), OpenMode::Format);
+    let c = |h: &Harness, k| counter(&*h.stack, k);
+    // A bulk write (more than absorb_blocks_max = 16 blocks) goes home.
+    assert_eq!(h.write(0, vec![1; 32 * B as usize]).result, Ok(()));
+    assert_eq!((c(&h, "absorbed_writes_count"), c(&h, "absorb_skipped_bulk_count")), (0, 1));
+    // A sequential copy, one block a write: its first write is absorbed,
+    // those going on from the one before go home.
+    for b in 40..48u64 {
+        assert_eq!(h.write(b * B, block(b as u8)).result, Ok(()));
+    }
+    assert_eq!((c(&h, "absorbed_writes_count"), c(&h, "absorb_skipped_sequential_count")), (1, 7));
+    // Scattered writes are absorbed until half the 20 slots are left
+    // (absorb_reserve_pct = 50), then go home.
+    for i in 0..15u64 {
+        let b = 60 + 3 * i;
+        assert_eq!(h.write(b * B, block(0x80 + i as u8)).result, Ok(()));
+    }
+    assert_eq!(c(&h, "absorbed_blocks_count"), 10, "{}", describe(&mut h));
+    assert_eq!(c(&h, "absorb_skipped_reserve_count"), 6);
+    let verified = message(&mut h, "verify").expect("verify");
+    assert!(verified.ends_with("10 mapped, 10 free"), "{verified}");
+    // Every write reads back, wherever it went.
+    assert_eq!(h.flush().result, Ok(()));
+    assert_eq!(read_block(&mut h, 31), block(1));
+    for b in 40..48u64 {
+        assert_eq!(read_block(&mut h, b), block(b as u8));
+    }
+    for i in 0..15u64 {
+        assert_eq!(read_block(&mut h, 60 + 3 * i), block(0x80 + i as u8));
     }
 }

@@ -100,6 +100,16 @@ pub struct Args {
     /// the region, a learnt gap past the previous write (`absorb`; off by
     /// default: it takes bulk writes too, see docs/opt.md).
     pub absorb_writes: bool,
+    /// With `absorb_writes`: a write of more blocks than this goes home (a
+    /// bulk write streams at home; 0: no limit).
+    pub absorb_blocks_max: u32,
+    /// With `absorb_writes`: absorb a write that continues the previous
+    /// write (its first block right after that write's last) too; false (the
+    /// default): it goes home, where it costs no seek.
+    pub absorb_sequential: bool,
+    /// With `absorb_writes`: absorption never takes the last this many
+    /// percent of the region's slots (free slots kept for the plan).
+    pub absorb_reserve_pct: u32,
     /// Most blocks one copy read moves (a run of the plan; the rate is
     /// capped by `[background] rate`).
     pub copy_blocks_per_step: u32,
@@ -324,6 +334,9 @@ impl Args {
             plan_written: a.bool_opt("plan_written")?.unwrap_or(true),
             partial_reads_home: a.bool_opt("partial_reads_home")?.unwrap_or(false),
             absorb_writes: a.bool_opt("absorb_writes")?.unwrap_or(false),
+            absorb_blocks_max: u32_key(&mut a, "absorb_blocks_max", 16, 0, 1 << 20)?,
+            absorb_sequential: a.bool_opt("absorb_sequential")?.unwrap_or(false),
+            absorb_reserve_pct: u32_key(&mut a, "absorb_reserve_pct", 50, 0, 100)?,
             copy_blocks_per_step: u32_key(&mut a, "copy_blocks_per_step", 64, 1, 8192)?,
             copies_in_flight: u32_key(&mut a, "copies_in_flight", 4, 1, 64)?,
             copy_batch_blocks: u32_key(&mut a, "copy_batch_blocks", 256, 1, 1 << 16)?,
@@ -393,6 +406,9 @@ impl Args {
             ("plan_written", self.plan_written.to_string()),
             ("partial_reads_home", self.partial_reads_home.to_string()),
             ("absorb_writes", self.absorb_writes.to_string()),
+            ("absorb_blocks_max", self.absorb_blocks_max.to_string()),
+            ("absorb_sequential", self.absorb_sequential.to_string()),
+            ("absorb_reserve_pct", self.absorb_reserve_pct.to_string()),
             ("copy_blocks_per_step", self.copy_blocks_per_step.to_string()),
             ("copies_in_flight", self.copies_in_flight.to_string()),
             ("copy_batch_blocks", self.copy_batch_blocks.to_string()),
