@@ -570,6 +570,10 @@ fn bad_configs_say_what_is_wrong() {
         ("plan_pad_blocks = 4\n", "needs `plan_streams = true`"),
         ("plan_written = false\n", "needs `plan_streams = true`"),
         ("graph_stream = \"process\"\n", "`graph_stream`"),
+        ("readahead_bytes = 1000\n", "`readahead_bytes`"),
+        ("readahead_bytes = \"64K\"\nreadahead_memory_bytes = \"32K\"\n", "`readahead_memory_bytes`"),
+        ("readahead_when = \"sometimes\"\n", "`readahead_when`"),
+        ("absorb_reserve_pct = 101\n", "`absorb_reserve_pct`"),
     ];
     for (keys, want) in cases {
         let text = format!("version = 1\n[[layer]]\ntarget = \"opt\"\n{keys}");
