@@ -68,6 +68,7 @@ STACKS = [("plain", "bench/results/opt/plain.toml", False, False),
           ("opt", "bench/results/opt/opt.toml", True, False),
           ("opt-run", "bench/results/opt/opt-run.toml", True, False),
           ("opt-home", "bench/results/opt/opt-home.toml", True, False),
+          ("opt-ra", "bench/results/opt/opt-ra.toml", True, False),
           ("replica", "examples/replica.toml", False, True),
           ("replica-all-goals", "examples/replica-all-goals.toml", False, True)]
 # How the replay gives the stacks their streams: "serve" = the layoutd trace
@@ -364,7 +365,9 @@ def report(runs, bd, progs, lives, a, meta):
          "recorded, `--no-stream-detect`). `opt` keys its graphs by the base stream (`graph_stream = "
          "\"base\"`, the default since session 23: the connection, whatever runs the detector splits it "
          "into); `opt-run` by the detected run (`graph_stream = \"run\"`, the behaviour before); "
-         "`opt-home` sends unmapped writes home (`absorb_writes = false`).", "",
+         "`opt-home` sends unmapped writes home (`absorb_writes = false`); `opt-ra` is `opt` reading ahead "
+         "128 KiB along a planned sequence when a read resumes it after the disk went elsewhere (session 24's "
+         "shared read-ahead, `readahead_when = \"resumed\"`).", "",
          "Reproduce: `cargo build --workspace --release && bench/opt_real.py` (the replay of the committed "
          "captures, under a minute; `sudo bench/opt_real.py --capture K` captures capK again, `--live` runs "
          "the live confirmation too).", ""]

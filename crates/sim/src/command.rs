@@ -103,6 +103,11 @@ pub struct SimArgs {
     /// Write the records of a `trace` layer in the stack to this file (layoutd format).
     #[arg(long)]
     pub record_trace: Option<PathBuf>,
+    /// Write every request the disk model served to this file, one line each: arrival, start and
+    /// completion ns, op, byte offset and length, cache hit (0/1), seek and rotation ns, seek
+    /// distance in cylinders (the rest of start to completion is transfer and overhead).
+    #[arg(long)]
+    pub record_disk: Option<PathBuf>,
     /// Deliver a runtime command to the stack at a point of the trace (repeatable): `@N:TEXT` before
     /// request N (0-based), or `90s:TEXT` / `1500ms:TEXT` before the first request that long after
     /// the first one, in trace time. E.g. `--message @5000:"snapshot create s1"`, `--message 3600s:plan`.
@@ -280,6 +285,7 @@ pub fn sim_options(args: &SimArgs) -> anyhow::Result<SimOptions> {
     opts.stream_detect_layoutd = args.stream_detect;
     opts.progress = !args.no_progress;
     opts.record_trace = args.record_trace.clone();
+    opts.record_disk = args.record_disk.clone();
     opts.messages = args
         .message
         .iter()

@@ -67,6 +67,8 @@ pub struct SimOptions {
     pub progress: bool,
     /// Write the records of any `trace` layer here (layoutd format).
     pub record_trace: Option<PathBuf>,
+    /// Write every request the disk served here, with its costs (`--record-disk`).
+    pub record_disk: Option<PathBuf>,
     /// Keep every request the disk sees (tests; unbounded memory).
     pub log_disk: bool,
     /// Runtime commands to deliver at points of the trace (`--message`).
@@ -94,6 +96,7 @@ impl SimOptions {
             samples_max: 200_000,
             progress: false,
             record_trace: None,
+            record_disk: None,
             log_disk: false,
             messages: Vec::new(),
         }
@@ -349,6 +352,11 @@ pub fn simulate(opts: &SimOptions) -> anyhow::Result<SimOutcome> {
     let mut timing = HddTiming::new(disk, opts.samples_max);
     if opts.log_disk {
         timing.log = Some(Vec::new());
+    }
+    if let Some(path) = &opts.record_disk {
+        let file =
+            std::fs::File::create(path).with_context(|| format!("{}: cannot create", path.display()))?;
+        timing.record = Some(crate::timing::DiskRecord::new(Box::new(std::io::BufWriter::new(file))));
     }
     let stack = layoutd_targets::build_stack(&opts.stack, capacity_bytes, OpenMode::Format)
         .map_err(|e| anyhow::anyhow!("{}: {e}", opts.stack_origin))?;

@@ -14,6 +14,7 @@ pub mod log;
 pub mod lowerio;
 pub mod opt;
 pub mod pool;
+mod readahead;
 pub mod replica;
 pub mod retry;
 pub mod seglog;

@@ -100,6 +100,16 @@ pub struct Args {
     /// the region, a learnt gap past the previous write (`absorb`; off by
     /// default: it takes bulk writes too, see docs/opt.md).
     pub absorb_writes: bool,
+    /// With `absorb_writes`: a write of more blocks than this goes home (a
+    /// bulk write streams at home; 0: no limit).
+    pub absorb_blocks_max: u32,
+    /// With `absorb_writes`: absorb a write that continues the previous
+    /// write (its first block right after that write's last) too; false (the
+    /// default): it goes home, where it costs no seek.
+    pub absorb_sequential: bool,
+    /// With `absorb_writes`: absorption never takes the last this many
+    /// percent of the region's slots (free slots kept for the plan).
+    pub absorb_reserve_pct: u32,
     /// Most blocks one copy read moves (a run of the plan; the rate is
     /// capped by `[background] rate`).
     pub copy_blocks_per_step: u32,
@@ -123,6 +133,39 @@ pub struct Args {
     /// Background work (analysis, planning, copies) starts only after this
     /// long without a request (0: whenever the runtime reports idle).
     pub idle_ms: u64,
+    /// A read from the region that goes on along its planned sequence
+    /// reads on this many bytes of the sequence's following slots (the
+    /// shared read-ahead, `crate::readahead`; 0: off, the default).
+    pub readahead_bytes: u64,
+    /// Most bytes read ahead held in memory (the oldest go first).
+    pub readahead_memory_bytes: u64,
+    /// Which reads read ahead (`readahead_when`).
+    pub readahead_when: ReadAheadWhen,
+}
+
+/// Which reads from the region read ahead along their sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadAheadWhen {
+    /// A read that starts where the stream's previous read from the region
+    /// ended, or up to `readahead_bytes` after it (it goes on).
+    Following,
+    /// A read that goes on (as `Following`) while the previous lower
+    /// request ended elsewhere: the stream comes back to its sequence after
+    /// the disk went elsewhere, so the drive is not reading on there.
+    Resumed,
+    /// Every read whose last piece is in the region.
+    Always,
+}
+
+impl ReadAheadWhen {
+    /// The config value.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReadAheadWhen::Following => "following",
+            ReadAheadWhen::Resumed => "resumed",
+            ReadAheadWhen::Always => "always",
+        }
+    }
 }
 
 /// Where things are on the lower device.
@@ -175,6 +218,14 @@ impl Geometry {
         } else {
             upper + self.opt_length_bytes
         }
+    }
+
+    /// The slots lower bytes `[offset, offset + length)` touch, if any.
+    pub fn slots_of(&self, offset: u64, length: u64) -> Option<(u64, u64)> {
+        let first = self.opt_offset_bytes + self.meta_bytes();
+        let end = first + u64::from(self.slot_count) * self.block_bytes;
+        let (a, z) = (offset.max(first), (offset + length).min(end));
+        (a < z).then(|| ((a - first) / self.block_bytes, (z - first).div_ceil(self.block_bytes)))
     }
 
     /// Whole blocks of the volume (a partial last block is never mapped).
@@ -283,6 +334,9 @@ impl Args {
             plan_written: a.bool_opt("plan_written")?.unwrap_or(true),
             partial_reads_home: a.bool_opt("partial_reads_home")?.unwrap_or(false),
             absorb_writes: a.bool_opt("absorb_writes")?.unwrap_or(false),
+            absorb_blocks_max: u32_key(&mut a, "absorb_blocks_max", 16, 0, 1 << 20)?,
+            absorb_sequential: a.bool_opt("absorb_sequential")?.unwrap_or(false),
+            absorb_reserve_pct: u32_key(&mut a, "absorb_reserve_pct", 50, 0, 100)?,
             copy_blocks_per_step: u32_key(&mut a, "copy_blocks_per_step", 64, 1, 8192)?,
             copies_in_flight: u32_key(&mut a, "copies_in_flight", 4, 1, 64)?,
             copy_batch_blocks: u32_key(&mut a, "copy_batch_blocks", 256, 1, 1 << 16)?,
@@ -291,7 +345,32 @@ impl Args {
             weight_half_life_ms: a.u64_opt("weight_half_life_ms")?.unwrap_or(86_400_000),
             auto_apply: a.bool_opt("auto_apply")?.unwrap_or(true),
             idle_ms: a.u64_opt("idle_ms")?.unwrap_or(100),
+            readahead_bytes: a.size_opt("readahead_bytes")?.unwrap_or(0),
+            readahead_memory_bytes: a.size_opt("readahead_memory_bytes")?.unwrap_or(4 << 20),
+            readahead_when: match a.str_opt("readahead_when")?.unwrap_or("following") {
+                "following" => ReadAheadWhen::Following,
+                "resumed" => ReadAheadWhen::Resumed,
+                "always" => ReadAheadWhen::Always,
+                other => {
+                    return Err(a.error(format!(
+                        "key `readahead_when`: {other:?} is not \"following\", \"resumed\" or \"always\""
+                    )))
+                }
+            },
         };
+        let ra_max = u64::from(layoutd_core::REQUEST_BYTES_MAX) / 2;
+        if !args.readahead_bytes.is_multiple_of(block_bytes) || args.readahead_bytes > ra_max {
+            return Err(a.error(format!(
+                "key `readahead_bytes`: {} must be a multiple of `block_bytes` {block_bytes} up to {ra_max} (0: off)",
+                args.readahead_bytes
+            )));
+        }
+        if args.readahead_bytes > args.readahead_memory_bytes {
+            return Err(a.error(format!(
+                "key `readahead_memory_bytes`: {} cannot hold one read-ahead of `readahead_bytes` {}",
+                args.readahead_memory_bytes, args.readahead_bytes
+            )));
+        }
         if args.plan_pad_blocks > 0 && !args.plan_streams {
             return Err(a.error("key `plan_pad_blocks` pads the stream plan: it needs `plan_streams = true`"));
         }
@@ -327,6 +406,9 @@ impl Args {
             ("plan_written", self.plan_written.to_string()),
             ("partial_reads_home", self.partial_reads_home.to_string()),
             ("absorb_writes", self.absorb_writes.to_string()),
+            ("absorb_blocks_max", self.absorb_blocks_max.to_string()),
+            ("absorb_sequential", self.absorb_sequential.to_string()),
+            ("absorb_reserve_pct", self.absorb_reserve_pct.to_string()),
             ("copy_blocks_per_step", self.copy_blocks_per_step.to_string()),
             ("copies_in_flight", self.copies_in_flight.to_string()),
             ("copy_batch_blocks", self.copy_batch_blocks.to_string()),
@@ -335,6 +417,9 @@ impl Args {
             ("weight_half_life_ms", self.weight_half_life_ms.to_string()),
             ("auto_apply", self.auto_apply.to_string()),
             ("idle_ms", self.idle_ms.to_string()),
+            ("readahead_bytes", self.readahead_bytes.to_string()),
+            ("readahead_memory_bytes", self.readahead_memory_bytes.to_string()),
+            ("readahead_when", self.readahead_when.name().to_string()),
         ];
         v.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
     }

@@ -45,6 +45,7 @@ pub mod meta;
 
 use crate::blockmap::BlockMap;
 use crate::gate::OverlapGate;
+use crate::readahead::ReadAhead;
 use crate::split::Assembly;
 use analyze::{Analyzer, Limits, Profile, ProfileEntry, Range};
 use config::{Args, Geometry};
@@ -72,6 +73,9 @@ const IDLE: IdleOptions = IdleOptions {
 /// Streams whose last read position is kept (`Opt::read_last`); past it
 /// the table starts over.
 const READ_LAST_MAX: usize = 4096;
+
+/// Read-ahead buffers a stream keeps (`readahead_memory_bytes` bounds them all).
+const READ_AHEAD_PER_STREAM: usize = 8;
 
 /// Of the copies of home blocks `[pos, pos + n)` (the primary at slot
 /// `primary`, extra copies in `extras`; `home_of(slot)`: the block a slot
@@ -190,6 +194,13 @@ enum LowerOp {
         key: u64,
         within: u32,
     },
+    /// A piece of an upper read of `bytes` bytes from the region that reads
+    /// on along its sequence (registered in `Opt::ahead`).
+    PieceAhead {
+        key: u64,
+        within: u32,
+        bytes: u32,
+    },
     UpperFlush {
         id: ReqId,
     },
@@ -228,6 +239,7 @@ impl LowerOp {
         !matches!(
             self,
             LowerOp::Piece { .. }
+                | LowerOp::PieceAhead { .. }
                 | LowerOp::UpperFlush { .. }
                 | LowerOp::AbsorbFlush { .. }
                 | LowerOp::Bringup { .. }
@@ -267,6 +279,9 @@ struct Counters {
     extras_dropped_count: u64,
     partial_reads_home_count: u64,
     recovered_absorbed_blocks_count: u64,
+    readahead_reads_count: u64,
+    readahead_read_blocks: u64,
+    readahead_hits_count: u64,
 }
 
 /// The bring-up phase.
@@ -339,6 +354,12 @@ pub struct Opt {
     loss: Option<String>,
     counters: Counters,
     absorber: absorb::Absorber,
+    /// Slots read ahead along the planned sequences (`readahead_bytes`),
+    /// per stream keyed as the graphs are; dropped by every lower write of
+    /// their slots.
+    ahead: ReadAhead<u32>,
+    /// Where the newest lower read or write ended (lower bytes).
+    last_lower_end: u64,
     /// The virtual time of the newest request.
     now_ns: u64,
 }
@@ -357,6 +378,7 @@ impl Opt {
             vertices_max: args.graph_vertices_max as usize,
             edges_max: args.graph_edges_max as usize,
         };
+        let ahead = ReadAhead::new(geo.block_bytes, READ_AHEAD_PER_STREAM, args.readahead_memory_bytes);
         let phase = match mode {
             OpenMode::Format => Phase::Format { writes_left: 0, flushing: false },
             OpenMode::Open { accept_loss, .. } => Phase::Recover(bringup::Recovering::new(accept_loss)),
@@ -392,17 +414,34 @@ impl Opt {
             loss: None,
             counters: Counters::default(),
             absorber: absorb::Absorber::default(),
+            ahead,
+            last_lower_end: 0,
             now_ns: 0,
         };
         opt.start_bringup();
         opt
     }
 
-    /// Sends a request below, remembering why; returns its id.
+    /// Sends a request below, remembering why; returns its id. A write of
+    /// slots first drops what was read ahead of them (and again when it
+    /// completes, see [`crate::readahead`]).
     fn emit(&mut self, op: LowerOp, req: Request) -> u64 {
         assert!(req.validate(u64::MAX).is_ok() || req.op == Op::Flush, "a well-formed lower request");
         let background = op.is_background();
-        self.lower_io.emit(op, background, req)
+        let slots = (self.args.readahead_bytes > 0 && req.op != Op::Read && req.op != Op::Flush)
+            .then(|| self.geo.slots_of(req.offset_bytes, u64::from(req.length_bytes)))
+            .flatten();
+        if let Some((a, b)) = slots {
+            self.ahead.forget(a, b);
+        }
+        if req.op != Op::Flush {
+            self.last_lower_end = req.end_bytes();
+        }
+        let id = self.lower_io.emit(op, background, req);
+        if let Some((a, b)) = slots {
+            self.ahead.write_issued(id, a, b);
+        }
+        id
     }
 
     /// Sends a write (or a background read) through the overlap gate.
@@ -436,7 +475,9 @@ impl Opt {
         let mut out = std::mem::take(&mut self.pieces_buf);
         out.clear();
         let geo = self.geo;
-        let choose = reader.filter(|_| !self.extras.is_empty());
+        // The stream's last read from the region: for the choice among
+        // extra copies, and for read-ahead's "goes on" test.
+        let choose = reader.filter(|_| !self.extras.is_empty() || self.args.readahead_bytes > 0);
         let mut last = choose.and_then(|r| self.read_last.get(&r).copied());
         let (extras, mut from_extra) = (&self.extras, 0);
         let slots = &self.slots;
@@ -658,12 +699,95 @@ impl Opt {
     }
 
     fn read(&mut self, req: Request) {
+        if self.args.readahead_bytes > 0 {
+            return self.read_ahead(req);
+        }
         let (key, pieces) = self.begin(&req);
         for &(lower, within, len, _) in &pieces {
             let r = Request { stream: req.stream, ..Request::new(ReqId(0), Op::Read, lower, len as u32) };
             self.emit(LowerOp::Piece { key, within }, r);
         }
         self.pieces_buf = pieces;
+    }
+
+    /// A read with `readahead_bytes`: a piece in the region whose slots a
+    /// read-ahead of the stream holds is answered from memory; the last
+    /// piece, if in the region and ending on a slot's end, reads on along
+    /// the sequence: the following slots as long as they are mapped (a
+    /// free slot ends the planned sequence), up to `readahead_bytes`, when
+    /// the read goes on from where the stream's previous read from the
+    /// region ended (`readahead_when`: also only when the lower request
+    /// before it ended elsewhere, or for every read).
+    fn read_ahead(&mut self, req: Request) {
+        let stream = self.args.graph_stream.key(req.stream);
+        let last = self.read_last.get(&stream).copied();
+        let (key, pieces) = self.begin(&req);
+        let b = self.geo.block_bytes;
+        let ra_max = self.args.readahead_bytes / b;
+        let base = self.geo.slot_offset_bytes(0);
+        use config::ReadAheadWhen;
+        let following = match (pieces.iter().find_map(|p| p.3), last) {
+            _ if self.args.readahead_when == ReadAheadWhen::Always => true,
+            (Some(s), Some(l)) => {
+                (l..=l + ra_max).contains(&u64::from(s))
+                    && (self.args.readahead_when == ReadAheadWhen::Following
+                        || pieces[0].0 != self.last_lower_end)
+            }
+            _ => false,
+        };
+        let n = pieces.len();
+        for (i, &(lower, within, len, slot)) in pieces.iter().enumerate() {
+            let r = Request { stream: req.stream, ..Request::new(ReqId(0), Op::Read, lower, len as u32) };
+            if slot.is_none() {
+                self.emit(LowerOp::Piece { key, within }, r);
+                continue;
+            }
+            let (first, end) = ((lower - base) / b, (lower - base + len).div_ceil(b));
+            if let Some(data) = self.ahead.get([stream], first, end - first) {
+                self.counters.readahead_hits_count += 1;
+                let at = (lower - base - first * b) as usize;
+                let data = data.map(|d| d.slice(at..at + len as usize));
+                let now_ns = self.now_ns;
+                self.piece_done(now_ns, key, within, data, Ok(()));
+                continue;
+            }
+            let mut extra = 0;
+            if i + 1 == n && following && (lower - base + len).is_multiple_of(b) {
+                let cap = ra_max.min(u64::from(layoutd_core::REQUEST_BYTES_MAX) / b - (end - first));
+                while extra < cap && self.slots.get((end + extra) as usize).is_some_and(|s| s.home.is_some())
+                {
+                    extra += 1;
+                }
+            }
+            if extra == 0 {
+                self.emit(LowerOp::Piece { key, within }, r);
+                continue;
+            }
+            self.counters.readahead_reads_count += 1;
+            self.counters.readahead_read_blocks += extra;
+            let r = Request { length_bytes: (len + extra * b) as u32, ..r };
+            let id = self.emit(LowerOp::PieceAhead { key, within, bytes: len as u32 }, r);
+            self.ahead.read_issued(id, stream, first, end, end + extra);
+        }
+        self.pieces_buf = pieces;
+    }
+
+    /// Piece `within` of upper request `key` is done; completes the request
+    /// when it was the last.
+    fn piece_done(
+        &mut self,
+        now_ns: u64,
+        key: u64,
+        within: u32,
+        data: Option<bytes::Bytes>,
+        result: Result<(), IoError>,
+    ) {
+        let a = self.assemblies.get_mut(&key).expect("assembly of a live piece");
+        if a.piece_done(within, data, result) {
+            let done = self.assemblies.remove(&key).expect("present").finish();
+            self.absorb_done(key, now_ns, done.result.is_ok());
+            self.lower_io.upper_q.push_back(done);
+        }
     }
 
     /// Whether `[first, end)` touches a home range a map write in flight changes.
@@ -862,13 +986,11 @@ impl Opt {
     fn completion(&mut self, now: Instant, op: LowerOp, c: Completion) {
         match op {
             LowerOp::Bringup { part } => self.bringup_done(c, part),
-            LowerOp::Piece { key, within } => {
-                let a = self.assemblies.get_mut(&key).expect("assembly of a live piece");
-                if a.piece_done(within, c.data, c.result) {
-                    let done = self.assemblies.remove(&key).expect("present").finish();
-                    self.absorb_done(key, now.as_ns(), done.result.is_ok());
-                    self.lower_io.upper_q.push_back(done);
-                }
+            LowerOp::Piece { key, within } => self.piece_done(now.as_ns(), key, within, c.data, c.result),
+            LowerOp::PieceAhead { key, within, bytes } => {
+                self.ahead.read_done(c.id.0, c.result.is_ok(), c.data.as_ref(), bytes as usize);
+                let data = c.data.map(|d| d.slice(..(bytes as usize).min(d.len())));
+                self.piece_done(now.as_ns(), key, within, data, c.result)
             }
             LowerOp::UpperFlush { id } => {
                 self.lower_io.upper_q.push_back(Completion { id, result: c.result, data: None })
@@ -899,6 +1021,7 @@ impl Target for Opt {
 
     fn handle_completion(&mut self, now: Instant, c: Completion) {
         let op = self.lower_io.take(c.id);
+        self.ahead.write_done(c.id.0);
         if self.gate.completed(c.id.0) {
             self.completion(now, op, c);
             while let Some((range, (op, req))) = self.gate.pop_ready() {
@@ -1065,7 +1188,16 @@ impl Target for Opt {
             ("absorbed_writes_count", self.absorber.writes_count),
             ("absorbed_blocks_count", self.absorber.blocks_count),
             ("absorb_gap_blocks", absorb::GAPS[self.absorber.best()]),
+            ("absorb_skipped_bulk_count", self.absorber.skipped_bulk_count),
+            ("absorb_skipped_sequential_count", self.absorber.skipped_sequential_count),
+            ("absorb_skipped_reserve_count", self.absorber.skipped_reserve_count),
             ("recovered_absorbed_blocks_count", c.recovered_absorbed_blocks_count),
+            ("readahead_reads_count", c.readahead_reads_count),
+            ("readahead_read_blocks", c.readahead_read_blocks),
+            ("readahead_hits_count", c.readahead_hits_count),
+            ("readahead_dropped_count", self.ahead.dropped_count),
+            ("readahead_evicted_count", self.ahead.evicted_count),
+            ("readahead_held_blocks", self.ahead.held_blocks()),
             ("job_active", u64::from(self.job.is_some())),
         ];
         Status {

@@ -68,9 +68,9 @@ enum LowerOp {
     /// (RC), so its bytes may be old and are never replicated.
     CandidateRead { key: u64, stream: layoutd_core::StreamId, orig: u64, blocks: u64, stale: bool },
     /// A replica read for upper request `key` from replica blocks `range`,
-    /// reading on to `ahead_end` for `stream`'s read-ahead (`range.1`:
-    /// none, or a lower write overlapped the extra blocks meanwhile).
-    ReplicaRead { key: u64, range: (u64, u64), stream: layoutd_core::StreamId, ahead_end: u64 },
+    /// registered in `streams.ahead` (the shared read-ahead), which says
+    /// how far on it reads for `stream`'s read-ahead.
+    ReplicaRead { key: u64, range: (u64, u64), stream: layoutd_core::StreamId },
     /// A replica write `pending` (see [`Pending`]).
     ReplicaWrite { pendings: Vec<u64> },
     /// A piece of a map snapshot.
@@ -245,9 +245,6 @@ pub struct Replica {
     /// the oldest of them became due (maximum wait): they go out together,
     /// one sweep of the replica extent, idle time or not.
     overdue_through: Option<u64>,
-    /// Lower writes in flight, by id: their blocks (kept only with
-    /// `readahead_blocks`, whose bytes they make stale).
-    writes_in_flight: FxHashMap<u64, (u64, u64)>,
     /// Held while bring-up runs.
     held: VecDeque<Request>,
     counters: Counters,
@@ -274,7 +271,7 @@ impl Replica {
         };
         let mut r = Replica {
             space: Space::new(args.volume_blocks(), args.replicas_per_block_max),
-            streams: Streams::new(args.streams_max),
+            streams: Streams::new(args.streams_max, u64::from(args.block_bytes)),
             scan: scan::Scan::new(args.volume_blocks(), args.fs_scan),
             reclaim: Reclaim { bottom_permille: Self::bottom_start(&args), ..Reclaim::default() },
             args,
@@ -297,7 +294,6 @@ impl Replica {
             replication_idle,
             overdue_through: None,
             region_drops: FxHashMap::default(),
-            writes_in_flight: FxHashMap::default(),
             counters: Counters::default(),
         };
         r.start_bringup();
@@ -329,8 +325,8 @@ impl Replica {
                 | LowerOp::Scan(_)
         );
         let id = self.lower_io.emit(op, background, req);
-        if let Some(range) = changes {
-            self.writes_in_flight.insert(id, range);
+        if let Some((a, b)) = changes {
+            self.streams.ahead.write_issued(id, a, b);
         }
         id
     }
@@ -389,10 +385,8 @@ impl Target for Replica {
 
     fn handle_completion(&mut self, now: Instant, c: Completion) {
         let op = self.lower_io.take(c.id);
-        // Read-ahead bytes read while the write was in flight may be old.
-        if let Some((a, b)) = self.writes_in_flight.remove(&c.id.0) {
-            self.forget_ahead(a, b);
-        }
+        // Read-ahead bytes read while a write was in flight may be old.
+        self.counters.readahead_dropped_count += self.streams.ahead.write_done(c.id.0);
         if c.result.is_err() {
             self.counters.lower_errors_count += 1;
         }

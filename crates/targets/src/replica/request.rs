@@ -203,7 +203,7 @@ impl Replica {
             self.space.touch(loc, n, self.tick);
             self.streams.get(stream).used_blocks += n;
             self.push_history(run, (loc, loc + n));
-            let held = self.streams.ahead_get(run, loc, n, b);
+            let held = self.streams.ahead_get(run, loc, n);
             if let Some(data) = held {
                 self.counters.reads_readahead_count += 1;
                 self.piece_done(key, 0, data, Ok(()));
@@ -220,13 +220,9 @@ impl Replica {
                 stream: req.stream,
                 ..Request::new(ReqId(0), Op::Read, loc * b, ((n + extra) * b) as u32)
             };
-            let op = LowerOp::ReplicaRead {
-                key,
-                range: (loc, loc + n),
-                stream: req.stream,
-                ahead_end: loc + n + extra,
-            };
+            let op = LowerOp::ReplicaRead { key, range: (loc, loc + n), stream: req.stream };
             let id = self.emit(op, lower);
+            self.streams.ahead.read_issued(id, req.stream, loc, loc + n, loc + n + extra);
             self.gate.issued(id, (loc, loc + n + extra));
             return;
         }
@@ -315,19 +311,16 @@ impl Replica {
                 }
             }
         }
-        // One pass over the lower requests in flight: replica reads of
-        // these blocks hold the modify (RR), candidate reads go stale.
-        let mut rr = 0;
+        // Replica reads in flight of these blocks (read-ahead included)
+        // hold the modify (RR); one pass over the lower requests in flight:
+        // candidate reads go stale.
+        let rr = self.streams.ahead.reads_overlapping(ba, ba + n);
         for op in self.lower_io.lower.values_mut() {
-            match op {
-                LowerOp::ReplicaRead { range, ahead_end, .. } if over(range.0, *ahead_end - range.0) => {
-                    rr += 1
-                }
-                LowerOp::CandidateRead { orig, blocks, stale, .. } if over(*orig, *blocks) => {
+            if let LowerOp::CandidateRead { orig, blocks, stale, .. } = op {
+                if over(*orig, *blocks) {
                     *stale = true;
                     self.counters.conflicts_rc_count += 1;
                 }
-                _ => {}
             }
         }
         self.counters.candidates_forgotten_count += self.streams.forget_candidates(ba, ba + n);
@@ -544,15 +537,14 @@ impl Replica {
                     self.candidate_read(now, stream, orig, blocks, data);
                 }
             }
-            LowerOp::ReplicaRead { key, range, stream, ahead_end } => {
+            LowerOp::ReplicaRead { key, range, stream } => {
                 assert!(self.gate.completed(c.id.0));
                 let b = self.block();
                 let upper_bytes = ((range.1 - range.0) * b) as usize;
-                if c.result.is_ok() && ahead_end > range.1 {
-                    let data = c.data.as_ref().map(|d| d.slice(upper_bytes..));
-                    let ahead = super::streams::Ahead { start: range.1, end: ahead_end, data };
-                    self.streams.get(stream).ahead_put(ahead);
+                if c.result.is_ok() && self.streams.ahead.read_end(c.id.0) > Some(range.1) {
+                    self.streams.get(stream); // tracked (and seen) before it holds bytes
                 }
+                self.streams.ahead.read_done(c.id.0, c.result.is_ok(), c.data.as_ref(), upper_bytes);
                 let c = Completion { data: c.data.map(|d| d.slice(..upper_bytes.min(d.len()))), ..c };
                 if c.result.is_err() {
                     // Redo from the original: a replica is only a copy.
@@ -637,15 +629,7 @@ impl Replica {
     /// A lower write of blocks `[a, b)` is about to be issued: read-ahead
     /// bytes of those blocks, held or in flight, would be stale.
     pub(super) fn forget_ahead(&mut self, a: u64, b: u64) {
-        self.counters.readahead_dropped_count += self.streams.drop_ahead(a, b);
-        for op in self.lower_io.lower.values_mut() {
-            if let LowerOp::ReplicaRead { range, ahead_end, .. } = op {
-                if range.1 < b && a < *ahead_end {
-                    *ahead_end = range.1;
-                    self.counters.readahead_dropped_count += 1;
-                }
-            }
-        }
+        self.counters.readahead_dropped_count += self.streams.ahead.forget(a, b);
     }
 
     pub(super) fn timeout(&mut self, now: Instant) {

@@ -16,6 +16,7 @@
 //! order, as the thesis's per-process streams did. Without a detector
 //! every id is its own base and nothing changes.
 
+use crate::readahead::ReadAhead;
 use bytes::Bytes;
 use layoutd_core::streams::{base_run, RUN_SLOTS};
 use layoutd_core::{Instant, StreamId};
@@ -50,52 +51,12 @@ pub(crate) struct Stream {
     /// The stream's own current replica extent `[cursor, end)`
     /// (`extent_per_stream`).
     pub extent: Option<(u64, u64)>,
-    /// Replica blocks read ahead of this stream's chains, kept in memory,
-    /// most recently filled last (at most [`AHEAD_PER_STREAM`]).
-    pub ahead: Vec<Ahead>,
-}
-
-/// Lower blocks `[start, end)` read ahead (`readahead_blocks`) and their
-/// bytes (`None` in timing-only runs). Dropped when any lower write
-/// overlaps them, so they always equal what is on disk.
-#[derive(Clone, Debug)]
-pub(crate) struct Ahead {
-    pub start: u64,
-    pub end: u64,
-    pub data: Option<Bytes>,
 }
 
 /// Read-ahead buffers a stream keeps: a pattern whose replicas are split
 /// between chains (a later round replicated what an earlier one missed)
 /// returns to the chain it left.
 pub(crate) const AHEAD_PER_STREAM: usize = 4;
-
-impl Stream {
-    /// The bytes of replica blocks `[loc, loc + n)` if a read-ahead holds them.
-    pub fn ahead_get(&self, loc: u64, n: u64, block_bytes: u64) -> Option<Option<Bytes>> {
-        self.ahead.iter().rev().find_map(|h| h.get(loc, n, block_bytes))
-    }
-
-    /// Keeps a read-ahead, dropping the oldest past the limit.
-    pub fn ahead_put(&mut self, h: Ahead) {
-        if self.ahead.len() >= AHEAD_PER_STREAM {
-            self.ahead.remove(0);
-        }
-        self.ahead.push(h);
-    }
-}
-
-impl Ahead {
-    /// The bytes of blocks `[loc, loc + n)` if held: `Some(None)` in
-    /// timing-only runs.
-    pub fn get(&self, loc: u64, n: u64, block_bytes: u64) -> Option<Option<Bytes>> {
-        if loc < self.start || loc + n > self.end {
-            return None;
-        }
-        let at = ((loc - self.start) * block_bytes) as usize;
-        Some(self.data.as_ref().map(|d| d.slice(at..at + (n * block_bytes) as usize)))
-    }
-}
 
 /// Whether two block ranges are close: the gap between them is under
 /// `close_blocks` (overlapping or adjacent ranges have gap 0).
@@ -151,11 +112,20 @@ pub(crate) struct Streams {
     map: FxHashMap<StreamId, Stream>,
     max: usize,
     clock: u64,
+    /// Replica blocks read ahead of each stream's chains (the shared
+    /// [`ReadAhead`]: at most [`AHEAD_PER_STREAM`] buffers a stream, gone
+    /// with the stream when it is recycled; `readahead_blocks` bounds each).
+    pub ahead: ReadAhead<StreamId>,
 }
 
 impl Streams {
-    pub fn new(max: u32) -> Streams {
-        Streams { map: FxHashMap::default(), max: max as usize, clock: 0 }
+    pub fn new(max: u32, block_bytes: u64) -> Streams {
+        Streams {
+            map: FxHashMap::default(),
+            max: max as usize,
+            clock: 0,
+            ahead: ReadAhead::new(block_bytes, AHEAD_PER_STREAM, u64::MAX),
+        }
     }
 
     /// The state of `id`, recycling the least recently seen past the limit.
@@ -164,6 +134,7 @@ impl Streams {
         if !self.map.contains_key(&id) && self.map.len() >= self.max {
             let lru = *self.map.iter().min_by_key(|(k, s)| (s.last_seen, **k)).expect("non-empty").0;
             self.map.remove(&lru);
+            self.ahead.forget_key(lru);
         }
         let clock = self.clock;
         let s = self.map.entry(id).or_default();
@@ -181,11 +152,10 @@ impl Streams {
 
     /// The bytes of replica blocks `[loc, loc + n)` if a read-ahead of `id`
     /// or of another stream of its base holds them (`id`'s own first).
-    pub fn ahead_get(&self, id: StreamId, loc: u64, n: u64, block_bytes: u64) -> Option<Option<Bytes>> {
+    pub fn ahead_get(&self, id: StreamId, loc: u64, n: u64) -> Option<Option<Bytes>> {
         let first = base_run(id).0;
-        std::iter::once(id)
-            .chain((first..first + RUN_SLOTS).map(StreamId).filter(|&o| o != id))
-            .find_map(|o| self.map.get(&o).and_then(|s| s.ahead_get(loc, n, block_bytes)))
+        let others = (first..first + RUN_SLOTS).map(StreamId).filter(move |&o| o != id);
+        self.ahead.get(std::iter::once(id).chain(others), loc, n)
     }
 
     /// The stream `id` if tracked.
@@ -219,18 +189,6 @@ impl Streams {
         self.map.values().filter_map(|s| s.extent).collect()
     }
 
-    /// Drops read-ahead bytes overlapping lower blocks `[a, b)` (a lower
-    /// write is about to change them); returns how many streams lost theirs.
-    pub fn drop_ahead(&mut self, a: u64, b: u64) -> u64 {
-        let mut n = 0;
-        for s in self.map.values_mut() {
-            let before = s.ahead.len();
-            s.ahead.retain(|h| !(h.start < b && a < h.end));
-            n += (before - s.ahead.len()) as u64;
-        }
-        n
-    }
-
     /// Candidates queued in all streams.
     pub fn queued_count(&self) -> usize {
         self.map.values().map(|s| s.queue.len() + s.batch.len()).sum()
@@ -254,7 +212,7 @@ mod tests {
         }
         assert_eq!(s.history.len(), 64);
         assert_eq!(s.close_count((99 * 5000, 99 * 5000 + 1), 1000), 1);
-        let mut st = Streams::new(2);
+        let mut st = Streams::new(2, 4096);
         st.get(StreamId(1));
         st.get(StreamId(2));
         st.get(StreamId(1));
