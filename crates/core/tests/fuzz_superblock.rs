@@ -13,7 +13,7 @@ use proptest::prelude::*;
 
 #[path = "support/fuzz.rs"]
 mod fuzz;
-use fuzz::{config, fix_crc, put};
+use fuzz::{allocation_bound, config, fix_crc, largest_allocation, put};
 
 fn sample() -> Superblock {
     Superblock {
@@ -52,7 +52,9 @@ proptest! {
             vec![0u8; SUPERBLOCK_BYTES]
         };
         for both in [[b.clone(), other.clone()].concat(), [other, b].concat()] {
-            if let Ok(sb) = Superblock::decode(&both) {
+            let (decoded, bytes) = largest_allocation(|| Superblock::decode(&both));
+            prop_assert!(bytes <= allocation_bound(both.len()), "{} bytes allocated", bytes);
+            if let Ok(sb) = decoded {
                 let _ = sb.encode().expect("what decodes re-encodes");
                 // The sizes a volume derives from it cannot wrap.
                 assert!(sb.device_size_bytes >= sb.data_start_bytes);
@@ -89,10 +91,12 @@ proptest! {
         if fix {
             fix_crc(&mut b, 28, block_bytes);
         }
-        if let Ok(d) = codec.decode(&b) {
+        let (decoded, bytes) = largest_allocation(|| codec.decode(&b).map(|d| (JournalRecord::decode_all(&d.payload), d)));
+        prop_assert!(bytes <= allocation_bound(b.len()), "{} bytes allocated", bytes);
+        if let Ok((records, d)) = decoded {
             prop_assert!(d.payload.len() <= codec.payload_bytes_max());
             prop_assert!(d.generation <= GENERATION_MAX);
-            if let Ok(rs) = JournalRecord::decode_all(&d.payload) {
+            if let Ok(rs) = records {
                 let mut again = Vec::new();
                 rs.iter().for_each(|r| r.encode(&mut again));
                 prop_assert_eq!(again, d.payload);

@@ -24,7 +24,10 @@ use proptest::prelude::*;
 
 #[path = "../../core/tests/support/fuzz.rs"]
 mod fuzz;
-use fuzz::{config, crafted_writes, fix_crc, mutate, nasty, number_spans, raw_writes};
+use fuzz::{
+    allocation_bound, config, crafted_writes, fix_crc, largest_allocation, mutate, nasty, number_spans,
+    raw_writes,
+};
 
 fn geo() -> Geometry {
     Geometry::new(0, 1 << 20, 1024, 8).expect("valid")
@@ -98,6 +101,13 @@ fn chain_disk(geo: &Geometry) -> Vec<Vec<u8>> {
     disk
 }
 
+/// `decode(b)`, checking that it allocated at most what its input bounds.
+fn bounded<R>(b: &[u8], decode: impl FnOnce(&[u8]) -> R) -> Result<R, TestCaseError> {
+    let (r, bytes) = largest_allocation(|| decode(b));
+    prop_assert!(bytes <= allocation_bound(b.len()), "{bytes} bytes allocated decoding {} bytes", b.len());
+    Ok(r)
+}
+
 proptest! {
     #![proptest_config(config(512))]
 
@@ -110,7 +120,7 @@ proptest! {
             let len = g.header_bytes as usize;
             fix_crc(&mut b, 28, len);
         }
-        if let Ok(h) = SegmentHeader::decode(&b, &g) {
+        if let Ok(h) = bounded(&b, |b| SegmentHeader::decode(b, &g))? {
             let _ = h.encode(&g);
             // A walk over it never panics either, whatever seq or boot it carries.
             let mut w = ReplayWalk::new(checkpoint(), &g);
@@ -131,7 +141,7 @@ proptest! {
             mutate(&mut b, &raw, &crafted);
             if fix { fix_crc(&mut b, 28, 512); }
             if which == 0 {
-                if let Ok(ck) = Checkpoint::decode(&b, &g) {
+                if let Ok(ck) = bounded(&b, |b| Checkpoint::decode(b, &g))? {
                     let _ = ck.encode(&g);
                     // Walking from any accepted checkpoint never overflows.
                     let mut w = ReplayWalk::new(ck, &g);
@@ -140,7 +150,7 @@ proptest! {
                         if let ReplayStep::Stop(_) = w.offer(Ok(h), None) { break; }
                     }
                 }
-            } else if let Ok(m) = FlushMark::decode(&b, &g) {
+            } else if let Ok(m) = bounded(&b, |b| FlushMark::decode(b, &g))? {
                 let _ = m.encode(&g);
             }
         }
@@ -162,7 +172,7 @@ proptest! {
         let mut b = ck.encode(&g);
         mutate(&mut b, &[], &ck_crafted);
         if fix { fix_crc(&mut b, 28, CHECKPOINT_BYTES); }
-        let ck = match ChainCheckpoint::decode(&b, &g) {
+        let ck = match bounded(&b, |b| ChainCheckpoint::decode(b, &g))? {
             Ok(c) => { let _ = c.encode(&g); c }
             Err(_) => ck,
         };
@@ -189,7 +199,8 @@ proptest! {
         while let Some((loc, seq)) = w.next() {
             steps += 1;
             prop_assert!(steps <= g.segment_count, "the walk revisits a location");
-            for (i, h) in w.offer_segment(&disk[loc.0 as usize], &g).into_iter().enumerate() {
+            let applied = bounded(&disk[loc.0 as usize], |seg| w.offer_segment(seg, &g))?;
+            for (i, h) in applied.into_iter().enumerate() {
                 prop_assert_eq!(h.seq, seq);
                 // What was applied re-encodes where it was read from.
                 let _ = if i == 0 { h.encode(&g) } else { h.encode_slot(&g) };
@@ -215,10 +226,10 @@ proptest! {
             if fix { fix_crc(&mut b, 28, n); }
             if which == 0 {
                 let blank = vec![0u8; n];
-                if let Ok((generation, m, _)) = pick_map(&g, &b, &blank) {
+                if let Ok((generation, m, _)) = bounded(&b, |b| pick_map(&g, b, &blank))? {
                     let _ = encode_map(&g, generation, &m);
                 }
-            } else if let Ok(j) = JournalBlock::decode(&b, g.slot_count) {
+            } else if let Ok(j) = bounded(&b, |b| JournalBlock::decode(b, g.slot_count))? {
                 let _ = j.encode(1);
             }
         }

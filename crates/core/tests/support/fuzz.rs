@@ -101,3 +101,55 @@ pub fn number_spans(b: &[u8], dots: bool) -> Vec<(usize, usize)> {
     }
     out
 }
+
+/// The test binary's allocator: the system's, noting per thread the
+/// largest single allocation (or reallocation) asked for, so a test can
+/// check that a crafted length field is refused before it is allocated.
+pub struct NotingAllocator;
+
+thread_local! {
+    static LARGEST_BYTES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+fn note(bytes: usize) {
+    let _ = LARGEST_BYTES.try_with(|c| c.set(c.get().max(bytes)));
+}
+
+// SAFETY: every call is passed on to the system allocator unchanged; the
+// noting touches only a const-initialised thread-local `Cell` (no
+// allocation, no destructor).
+unsafe impl std::alloc::GlobalAlloc for NotingAllocator {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        note(layout.size());
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        note(layout.size());
+        unsafe { std::alloc::System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        note(new_size);
+        unsafe { std::alloc::System.realloc(p, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, layout: std::alloc::Layout) {
+        unsafe { std::alloc::System.dealloc(p, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: NotingAllocator = NotingAllocator;
+
+/// Runs `f` and returns its result with the largest single allocation it
+/// asked for on this thread, in bytes.
+pub fn largest_allocation<R>(f: impl FnOnce() -> R) -> (R, usize) {
+    LARGEST_BYTES.with(|c| c.set(0));
+    let r = f();
+    (r, LARGEST_BYTES.with(|c| c.get()))
+}
+
+/// The most a decoder of `input_bytes` may allocate at once: what it
+/// decodes is at most a few times what it read (never what a length field
+/// claims).
+pub fn allocation_bound(input_bytes: usize) -> usize {
+    16 * input_bytes + (64 << 10)
+}

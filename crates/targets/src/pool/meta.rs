@@ -412,4 +412,92 @@ mod tests {
         cut.truncate(30);
         assert!(Record::decode_all(&cut).is_err());
     }
+
+    mod fuzz {
+        use super::*;
+        use crate::fuzz_support::{self as f, config};
+        use layoutd_core::config::ArgReader;
+        use proptest::prelude::*;
+
+        fn cfg() -> PoolConfig {
+            let table: toml::Table = toml::from_str("").expect("toml");
+            PoolConfig::parse(ArgReader::new("pool", &table), 64 << 20).expect("the default pool")
+        }
+
+        fn volumes() -> Vec<VolumeEntry> {
+            vec![
+                VolumeEntry { slot: 0, name: "origin".into(), parent: None, read_only: false },
+                VolumeEntry { slot: 2, name: "snap".into(), parent: Some(0), read_only: true },
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(config(512))]
+
+            /// A checkpoint copy (header and body blocks) mutated, each
+            /// touched block's crc fixed or not: the header and body are
+            /// refused or give runs within the geometry, of known volumes.
+            #[test]
+            fn checkpoints_never_panic(
+                raw in f::raw_writes(3 * META_BLOCK_BYTES as usize),
+                crafted in f::crafted_writes(3 * META_BLOCK_BYTES as usize),
+                header_crafted in f::crafted_writes(128),
+                fix in any::<bool>(),
+            ) {
+                let cfg = cfg();
+                let runs: Vec<Run> = (0..300).map(|i| (i as u32 % 2 * 2, i * 4, 2, i * 3)).collect();
+                let mut b = encode_checkpoint(&cfg, 6, 40, &volumes(), &runs, &[partial()]);
+                f::mutate(&mut b, &raw, &crafted);
+                f::mutate(&mut b[..META_BLOCK_BYTES as usize], &[], &header_crafted);
+                if fix {
+                    for block in b.chunks_mut(META_BLOCK_BYTES as usize) {
+                        f::fix_crc(block, 28, META_BLOCK_BYTES as usize);
+                    }
+                }
+                let mb = META_BLOCK_BYTES as usize;
+                let (header, bytes) = f::largest_allocation(|| decode_header(&cfg, &b[..mb]));
+                prop_assert!(bytes <= f::allocation_bound(mb));
+                let Ok(h) = header else { return Ok(()) };
+                prop_assert!(h.body_blocks <= cfg.body_blocks);
+                // The caller reads the body blocks the header names.
+                let mut body = b[mb..].to_vec();
+                body.resize(h.body_blocks as usize * mb, 0);
+                let (decoded, bytes) = f::largest_allocation(|| decode_body(&cfg, &h, &body));
+                prop_assert!(bytes <= f::allocation_bound(body.len().max(b.len())));
+                if let Ok((runs, _)) = decoded {
+                    for (v, c, n, l) in runs {
+                        prop_assert!(h.volumes.iter().any(|x| x.slot == v));
+                        prop_assert!(c + u64::from(n) <= cfg.volume_chunks && l + u64::from(n) <= cfg.data_chunks);
+                    }
+                }
+            }
+
+            /// Journal blocks: refused, or their records only.
+            #[test]
+            fn journal_blocks_never_panic(
+                raw in f::raw_writes(META_BLOCK_BYTES as usize),
+                crafted in f::crafted_writes(META_BLOCK_BYTES as usize),
+                fix in any::<bool>(),
+            ) {
+                let recs: Vec<Record> = (0..40u64)
+                    .map(|i| if i % 7 == 0 { partial() } else {
+                        Record::Core(JournalRecord::Exception { volume: 0, chunk: i, location: i + 9 })
+                    })
+                    .collect();
+                let payload = pack_journal(&recs).swap_remove(0);
+                let mut b = encode_journal(11, &payload);
+                f::mutate(&mut b, &raw, &crafted);
+                if fix {
+                    f::fix_crc(&mut b, 28, META_BLOCK_BYTES as usize);
+                }
+                let (decoded, bytes) = f::largest_allocation(|| decode_journal(&b));
+                prop_assert!(bytes <= f::allocation_bound(b.len()));
+                if let Ok((_, recs)) = decoded {
+                    // What decodes re-encodes to a payload of the same length.
+                    let again: usize = recs.iter().map(Record::encoded_len).sum();
+                    prop_assert!(again <= JOURNAL_CODEC.payload_bytes_max());
+                }
+            }
+        }
+    }
 }
