@@ -10,6 +10,12 @@
 //! The decoders' own fuzz tests (`fuzz_decoders`, the modules' `fuzz`)
 //! stop at the decoded value; this one drives what recovery does with it.
 //!
+//! The control socket's path rides along: a served volume also gets a few
+//! runtime messages (`layoutd message`, what the control socket passes to
+//! `Target::message`), every target's commands with hostile numbers,
+//! names and layer prefixes, and then its own `verify` where it has one:
+//! a volume that opened must be consistent.
+//!
 //! A bounded pass in the default suite; `PROPTEST_CASES=20000 cargo test
 //! -p layoutd-runtime --test fuzz_images` for a long one.
 
@@ -169,6 +175,74 @@ fn every_image_has_metadata_and_recovers_undamaged() {
     }
 }
 
+/// Every target's messages (and the stack's `N:` layer prefix), with
+/// `{}` standing for a hostile number.
+const MESSAGES: [&str; 27] = [
+    "destage",
+    "checkpoint",
+    "clean",
+    "plan",
+    "apply",
+    "drop",
+    "status",
+    "verify",
+    "reclaim",
+    "free-space",
+    "map",
+    "snapshot list",
+    "snapshot sync",
+    "snapshot create s1",
+    "snapshot create s2 of s",
+    "snapshot create s3 of origin ro",
+    "snapshot delete s",
+    "snapshot merge s",
+    "snapshot delete origin",
+    "snapshot merge origin",
+    "snapshot create {}",
+    "profile {} {} {} {}",
+    "profile 5 1 {} 4096",
+    "profile 5 {} 0 {}",
+    "{}:plan",
+    "{}:verify",
+    "2:snapshot create {}",
+];
+
+fn hostile_number() -> impl Strategy<Value = String> {
+    prop_oneof![
+        fuzz::nasty().prop_map(|v| v.to_string()),
+        Just("18446744073709551616".to_string()),
+        Just("-1".to_string()),
+        Just("0x10".to_string()),
+        Just("".to_string()),
+        "[a-z0-9._-]{0,70}",
+    ]
+}
+
+/// `(message, numbers)`: the message with its `{}` filled in turn.
+fn message() -> impl Strategy<Value = String> {
+    (0..MESSAGES.len(), prop::collection::vec(hostile_number(), 4)).prop_map(|(i, n)| {
+        let mut out = MESSAGES[i].to_string();
+        for v in &n {
+            out = out.replacen("{}", v, 1);
+        }
+        out
+    })
+}
+
+/// Sends `m`, then lets the volume do what it started (bounded).
+fn send(h: &mut Harness, m: &str) {
+    let _ = h.message(m);
+    h.drive_bounded(200_000);
+}
+
+/// The volume's own consistency check, for the targets that have one.
+fn verify(h: &mut Harness, k: &Kind) -> Result<(), String> {
+    if matches!(k.name, "opt" | "replica") {
+        h.message("verify").map(|_| ()).map_err(|e| format!("{}: verify: {e}", k.name))?;
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(config(256))]
 
@@ -183,6 +257,8 @@ proptest! {
         clean in any::<bool>(),
         accept_loss in any::<bool>(),
         reads in prop::collection::vec(any::<u32>(), 1..4),
+        damage in any::<bool>(),
+        messages in prop::collection::vec(message(), 0..4),
     ) {
         let k = &KINDS[which];
         let img = image(which);
@@ -191,13 +267,20 @@ proptest! {
         let blk = &mut bytes[at..at + len];
         // Raw bytes anywhere in the block; crafted numbers in its first
         // bytes (the header and the payload's leading fields).
-        mutate(blk, if use_raw { &raw } else { &[] }, &crafted);
-        if fix {
-            fix_crc(blk, 28, len);
+        if damage {
+            mutate(blk, if use_raw { &raw } else { &[] }, &crafted);
+            if fix {
+                fix_crc(blk, 28, len);
+            }
         }
         match open(k, &bytes, OpenMode::Open { clean, accept_loss }) {
             Err(e) => prop_assert!(!e.trim().is_empty(), "{}: a refusal without a message", k.name),
             Ok(mut h) => {
+                let v = verify(&mut h, k);
+                prop_assert!(v.is_ok(), "opened inconsistent: {:?}", v);
+                for m in &messages {
+                    send(&mut h, m);
+                }
                 let size = h.stack.size_bytes();
                 for r in reads {
                     let off = u64::from(r) % (size / 512) * 512;
@@ -207,6 +290,8 @@ proptest! {
                 let _ = h.write(0, vec![0xA5; 4096]);
                 let _ = h.flush();
                 h.drive_bounded(200_000);
+                let v = verify(&mut h, k);
+                prop_assert!(v.is_ok(), "inconsistent after {:?}: {:?}", messages, v);
             }
         }
     }
