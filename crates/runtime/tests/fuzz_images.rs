@@ -3,8 +3,9 @@
 //! written in the deterministic runtime, then one of its metadata blocks
 //! on the lower device (found by scanning the image for the shared codec's
 //! blocks: a magic and a crc32c that holds) gets random bytes or crafted
-//! numbers, its crc fixed or not, and the volume is opened again, clean or
-//! not, with `accept_loss` or not. The property: bring-up either refuses
+//! numbers (its crc fixed or not), is zeroed (a lost write) or replaced by
+//! another intact block of its size (a misdirected or stale write), and
+//! the volume is opened again, clean or not, with `accept_loss` or not. The property: bring-up either refuses
 //! with a message or serves, and a served volume answers reads, a write
 //! and a flush; no panic, no overflow, no hang (every loop is bounded).
 //! The decoders' own fuzz tests (`fuzz_decoders`, the modules' `fuzz`)
@@ -250,6 +251,7 @@ proptest! {
     fn damaged_metadata_is_refused_or_served_never_a_panic(
         which in 0..KINDS.len(),
         block in any::<prop::sample::Index>(),
+        other in any::<prop::sample::Index>(),
         raw in raw_writes(1 << 20),
         crafted in crafted_writes(256),
         use_raw in any::<bool>(),
@@ -257,21 +259,34 @@ proptest! {
         clean in any::<bool>(),
         accept_loss in any::<bool>(),
         reads in prop::collection::vec(any::<u32>(), 1..4),
-        damage in any::<bool>(),
+        damage in 0..5u8,
         messages in prop::collection::vec(message(), 0..4),
     ) {
         let k = &KINDS[which];
         let img = image(which);
         let (at, len) = img.blocks[block.index(img.blocks.len())];
         let mut bytes = img.bytes.clone();
-        let blk = &mut bytes[at..at + len];
-        // Raw bytes anywhere in the block; crafted numbers in its first
-        // bytes (the header and the payload's leading fields).
-        if damage {
-            mutate(blk, if use_raw { &raw } else { &[] }, &crafted);
-            if fix {
-                fix_crc(blk, 28, len);
+        match damage {
+            // Raw bytes anywhere in the block; crafted numbers in its
+            // first bytes (the header and the payload's leading fields).
+            0 | 1 => {
+                let blk = &mut bytes[at..at + len];
+                mutate(blk, if use_raw { &raw } else { &[] }, &crafted);
+                if fix {
+                    fix_crc(blk, 28, len);
+                }
             }
+            // A lost write that never reached the disk: the block is zeroes.
+            2 => bytes[at..at + len].fill(0),
+            // Another intact block of the same size written here (a
+            // misdirected write, or an older copy): valid crc, wrong place.
+            3 => {
+                let same: Vec<usize> = img.blocks.iter().filter(|b| b.1 == len).map(|b| b.0).collect();
+                let from = same[other.index(same.len())];
+                bytes.copy_within(from..from + len, at);
+            }
+            // None: messages and I/O on the volume as written.
+            _ => {}
         }
         match open(k, &bytes, OpenMode::Open { clean, accept_loss }) {
             Err(e) => prop_assert!(!e.trim().is_empty(), "{}: a refusal without a message", k.name),
