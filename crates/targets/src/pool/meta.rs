@@ -255,6 +255,19 @@ pub fn decode_header(cfg: &PoolConfig, block: &[u8]) -> Result<Header, MetaError
     if !volumes.iter().any(|v| v.slot == 0) {
         return Err(malformed("no origin volume (slot 0)".into()));
     }
+    // A parent is another volume of the table (deleting a volume hands its
+    // children its own parent), so `snapshot list` can look it up.
+    if let Some(v) = volumes
+        .iter()
+        .find(|v| v.parent.is_some_and(|p| p == v.slot || !volumes.iter().any(|other| other.slot == p)))
+    {
+        return Err(malformed(format!(
+            "volume {} `{}`: parent {} is not another volume of the table",
+            v.slot,
+            v.name,
+            v.parent.expect("found by it")
+        )));
+    }
     Ok(Header { generation: d.generation, journal_start, body_blocks, extents, volumes })
 }
 
@@ -398,6 +411,26 @@ mod tests {
         assert!(decode_journal(&JOURNAL_CODEC.encode(3, &p).expect("fits")).is_ok(), "version 2 holds both");
         let v3 = MetaBlockCodec { version: 3, ..JOURNAL_CODEC };
         assert_eq!(decode_journal(&v3.encode(3, &p).expect("fits")), Err(MetaError::Version(3)));
+    }
+
+    /// Found by `fuzz_images` (a crafted parent slot, crc fixed, then
+    /// `snapshot list` indexed the volume table with it and panicked).
+    #[test]
+    fn a_parent_that_is_not_another_volume_is_refused() {
+        let table: toml::Table = toml::from_str("").expect("toml");
+        let cfg = PoolConfig::parse(layoutd_core::config::ArgReader::new("pool", &table), 64 << 20)
+            .expect("the default pool");
+        let vol =
+            |slot, name: &str, parent| VolumeEntry { slot, name: name.into(), parent, read_only: false };
+        let good = [vol(0, "origin", None), vol(2, "s", Some(0)), vol(1, "t", Some(2))];
+        let b = encode_checkpoint(&cfg, 3, 0, &good, &[], &[]);
+        assert_eq!(decode_header(&cfg, &b).expect("valid").volumes, good.to_vec());
+        for (bad, why) in [(4_278_255_615, "past the table"), (3, "an empty slot"), (2, "itself")] {
+            let vols = [vol(0, "origin", None), vol(2, "s", Some(bad))];
+            let b = encode_checkpoint(&cfg, 3, 0, &vols, &[], &[]);
+            let e = decode_header(&cfg, &b).expect_err(why);
+            assert!(e.to_string().contains(&format!("parent {bad} is not another volume")), "{why}: {e}");
+        }
     }
 
     #[test]
