@@ -311,3 +311,38 @@ proptest! {
         }
     }
 }
+
+/// Every metadata block of every image with its generation (the codec's
+/// field at byte 16, crc fixed) set to the largest the codec reads (and
+/// one less, and the largest it writes): the volume is refused, or serves a workload that writes its
+/// metadata again (checkpoints, journal blocks, segments) without a
+/// panic: a writer that continues from a decoded generation or sequence
+/// must never be handed one it cannot write past.
+#[test]
+fn generations_at_the_limit_are_refused_or_written_past() {
+    use layoutd_core::metablock::{GENERATION_MAX, GENERATION_READ_MAX};
+    for (which, k) in KINDS.iter().enumerate() {
+        let img = image(which);
+        for &(at, len) in &img.blocks {
+            for g in [GENERATION_READ_MAX, GENERATION_READ_MAX - 1, GENERATION_MAX] {
+                let mut bytes = img.bytes.clone();
+                fuzz::put(&mut bytes[at..at + len], 16, g, 8);
+                fix_crc(&mut bytes[at..at + len], 28, len);
+                let Ok(mut h) = open(k, &bytes, OpenMode::Open { clean: false, accept_loss: true }) else {
+                    continue;
+                };
+                for i in 0..64u64 {
+                    let _ = h.write(i * 8192 % (h.stack.size_bytes() - 4096), vec![i as u8; 4096]);
+                    if i % 8 == 0 {
+                        let _ = h.flush();
+                        for m in ["checkpoint", "destage", "plan", "apply"] {
+                            let _ = h.message(m);
+                        }
+                    }
+                }
+                let _ = h.flush();
+                h.drive_bounded(200_000);
+            }
+        }
+    }
+}

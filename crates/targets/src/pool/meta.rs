@@ -16,7 +16,9 @@
 
 use super::config::{PoolConfig, EXTENTS_PER_BLOCK, META_BLOCK_BYTES};
 use super::partial::{Partial, Sectors, SECTOR_WORDS};
-use layoutd_core::metablock::{Decoded, JournalRecord, MetaBlockCodec, MetaError, Reader};
+use layoutd_core::metablock::{
+    Decoded, JournalRecord, MetaBlockCodec, MetaError, Reader, GENERATION_READ_MAX,
+};
 
 /// Checkpoint header blocks.
 pub const HEADER_CODEC: MetaBlockCodec =
@@ -231,6 +233,10 @@ pub fn decode_header(cfg: &PoolConfig, block: &[u8]) -> Result<Header, MetaError
         )));
     }
     let (journal_start, body_blocks, extents) = (r.u64()?, r.u64()?, r.u64()?);
+    if journal_start > GENERATION_READ_MAX {
+        // The journal's blocks are written with their seq as generation.
+        return Err(malformed(format!("journal start {journal_start} is past {GENERATION_READ_MAX}")));
+    }
     if body_blocks > cfg.body_blocks || extents > body_blocks * super::config::EXTENTS_PER_BLOCK {
         return Err(malformed(format!("{body_blocks} body blocks / {extents} extents past the area")));
     }
@@ -431,6 +437,22 @@ mod tests {
             let e = decode_header(&cfg, &b).expect_err(why);
             assert!(e.to_string().contains(&format!("parent {bad} is not another volume")), "{why}: {e}");
         }
+    }
+
+    /// Found by `fuzz_images` (a crafted journal start, crc fixed: the
+    /// pool served until its next journal block's seq could not be
+    /// encoded, `encode_journal` panicked).
+    #[test]
+    fn a_journal_start_past_the_readable_generations_is_refused() {
+        let table: toml::Table = toml::from_str("").expect("toml");
+        let cfg = PoolConfig::parse(layoutd_core::config::ArgReader::new("pool", &table), 64 << 20)
+            .expect("the default pool");
+        let vols = [VolumeEntry { slot: 0, name: "origin".into(), parent: None, read_only: false }];
+        let ok = encode_checkpoint(&cfg, 3, GENERATION_READ_MAX, &vols, &[], &[]);
+        assert_eq!(decode_header(&cfg, &ok).expect("at the limit").journal_start, GENERATION_READ_MAX);
+        let b = encode_checkpoint(&cfg, 3, 0xFF00_0000_0000_0000, &vols, &[], &[]);
+        let e = decode_header(&cfg, &b).expect_err("past the limit");
+        assert!(e.to_string().contains("journal start 18374686479671623680 is past"), "{e}");
     }
 
     #[test]
