@@ -7,7 +7,7 @@
 //! panics, and what decodes re-encodes and yields sizes that do not wrap.
 
 use layoutd_core::config::StackConfig;
-use layoutd_core::metablock::{JournalRecord, MetaBlockCodec, GENERATION_MAX};
+use layoutd_core::metablock::{JournalRecord, MetaBlockCodec, GENERATION_READ_MAX};
 use layoutd_core::superblock::{Superblock, DATA_START_BYTES, SUPERBLOCK_BYTES};
 use proptest::prelude::*;
 
@@ -95,7 +95,7 @@ proptest! {
         prop_assert!(bytes <= allocation_bound(b.len()), "{} bytes allocated", bytes);
         if let Ok((records, d)) = decoded {
             prop_assert!(d.payload.len() <= codec.payload_bytes_max());
-            prop_assert!(d.generation <= GENERATION_MAX);
+            prop_assert!(d.generation <= GENERATION_READ_MAX);
             if let Ok(rs) = records {
                 let mut again = Vec::new();
                 rs.iter().for_each(|r| r.encode(&mut again));

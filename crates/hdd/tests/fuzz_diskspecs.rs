@@ -14,7 +14,7 @@ use proptest::prelude::*;
 
 #[path = "../../core/tests/support/fuzz.rs"]
 mod fuzz;
-use fuzz::{config, number_spans};
+use fuzz::{config, mutate_text};
 
 const FILES: [(&str, &str); 3] = [
     ("barracuda.diskspecs", include_str!("../data/barracuda.diskspecs")),
@@ -75,21 +75,7 @@ proptest! {
         cut in prop::option::weighted(0.1, any::<usize>()),
     ) {
         let mut bytes = FILES[which].1.as_bytes().to_vec();
-        for (n, v) in &numbers {
-            let spans = number_spans(&bytes, true);
-            if let Some(&(a, e)) = spans.get(n % spans.len().max(1)) {
-                bytes.splice(a..e, v.bytes());
-            }
-        }
-        for &(at, v) in &raw {
-            if !bytes.is_empty() {
-                let i = at % bytes.len();
-                bytes[i] = v;
-            }
-        }
-        if let Some(c) = cut {
-            bytes.truncate(c % (bytes.len() + 1));
-        }
+        mutate_text(&mut bytes, &numbers, &raw, cut);
         let dir = tempfile::tempdir().unwrap();
         for (i, (name, text)) in FILES.iter().enumerate() {
             let b = if i == which { &bytes[..] } else { text.as_bytes() };

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 #[path = "../../core/tests/support/fuzz.rs"]
 mod fuzz;
-use fuzz::{config, number_spans};
+use fuzz::{config, mutate_text};
 
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
@@ -91,22 +91,7 @@ proptest! {
         (opts, volume) in options(),
     ) {
         let (format, mut bytes) = corpus().swap_remove(which);
-        for (n, v) in &numbers {
-            let spans = number_spans(&bytes, true);
-            if let Some(&(a, e)) = spans.get(n % spans.len().max(1)) {
-                bytes.splice(a..e, v.bytes());
-            }
-        }
-        for &(at, v) in &raw {
-            if !bytes.is_empty() {
-                let i = at % bytes.len();
-                bytes[i] = v;
-            }
-        }
-        if let Some(c) = cut {
-            let keep = c % (bytes.len() + 1);
-            bytes.truncate(keep);
-        }
+        mutate_text(&mut bytes, &numbers, &raw, cut);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("fuzz.trace");
         std::fs::write(&path, &bytes).unwrap();

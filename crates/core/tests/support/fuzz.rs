@@ -153,3 +153,30 @@ pub fn largest_allocation<R>(f: impl FnOnce() -> R) -> (R, usize) {
 pub fn allocation_bound(input_bytes: usize) -> usize {
     16 * input_bytes + (64 << 10)
 }
+
+/// Mutates a text input: each `(n, value)` written over the `n`-th number
+/// (modulo their count; a `.` inside a number is part of it), then the raw
+/// byte writes (offsets modulo the length), then the cut (the length kept,
+/// modulo the length + 1).
+pub fn mutate_text(
+    bytes: &mut Vec<u8>,
+    numbers: &[(usize, String)],
+    raw: &[(usize, u8)],
+    cut: Option<usize>,
+) {
+    for (n, v) in numbers {
+        let spans = number_spans(bytes, true);
+        if let Some(&(a, e)) = spans.get(n % spans.len().max(1)) {
+            bytes.splice(a..e, v.bytes());
+        }
+    }
+    if !bytes.is_empty() {
+        let len = bytes.len();
+        for &(at, v) in raw {
+            bytes[at % len] = v;
+        }
+    }
+    if let Some(c) = cut {
+        bytes.truncate(c % (bytes.len() + 1));
+    }
+}
