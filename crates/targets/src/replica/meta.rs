@@ -33,7 +33,7 @@
 //! declared_extents u64, (replica u64, length u64, original u64)...,
 //! (start u64, length u64)...`.
 
-use layoutd_core::metablock::{MetaBlockCodec, MetaError, Reader};
+use layoutd_core::metablock::{MetaBlockCodec, MetaError, Reader, GENERATION_READ_MAX};
 
 /// The region record's codec for copies of `block_bytes`.
 pub(crate) fn codec(block_bytes: u32) -> MetaBlockCodec {
@@ -127,6 +127,12 @@ pub(crate) fn decode(
     check_geometry(&mut r, volume_blocks, block_bytes)?;
     let count = r.u32()?;
     let snapshot = r.u64()?;
+    if snapshot > GENERATION_READ_MAX {
+        // The next snapshot is written with a generation past it.
+        return Err(MetaError::Malformed(format!(
+            "snapshot generation {snapshot} is past {GENERATION_READ_MAX}"
+        )));
+    }
     let extents = extents(&mut r, u64::from(count), volume_blocks, "region")?;
     if r.remaining() != 0 {
         return Err(MetaError::Malformed(format!("{} bytes after the last extent", r.remaining())));
@@ -250,6 +256,21 @@ mod tests {
         assert_eq!(codec(4096).decode(&torn), Err(MetaError::BadCrc));
         let many = RegionRecord { extents: (0..300).map(|i| (i * 2, 1)).collect(), snapshot: 0 };
         assert!(encode(4096, 1, (1000, 4096), &many).is_none(), "a 4 KiB record holds 252 extents");
+    }
+
+    /// The record's snapshot generation sets the next snapshot's (one
+    /// more): a crafted u64::MAX (crc valid) overflowed there, and anything
+    /// past the readable generations made the snapshot unwritable.
+    #[test]
+    fn a_snapshot_generation_past_the_readable_ones_is_refused() {
+        let at_limit = RegionRecord { extents: vec![(0, 4)], snapshot: GENERATION_READ_MAX };
+        let b = encode(4096, 7, (100, 4096), &at_limit).unwrap();
+        assert_eq!(decode(&codec(4096).decode(&b).unwrap().payload, 100, 4096).unwrap(), at_limit);
+        for snapshot in [GENERATION_READ_MAX + 1, u64::MAX] {
+            let b = encode(4096, 7, (100, 4096), &RegionRecord { extents: vec![], snapshot }).unwrap();
+            let e = decode(&codec(4096).decode(&b).unwrap().payload, 100, 4096).unwrap_err();
+            assert!(e.to_string().contains(&format!("snapshot generation {snapshot} is past")), "{e}");
+        }
     }
 
     #[test]
