@@ -1,15 +1,22 @@
-//! Byte-mutation fuzzing of every on-disk decoder of the targets crate and
-//! of the stack config (proptest-driven; a bounded pass runs in the default
-//! test suite, `PROPTEST_CASES=100000 cargo test -p layoutd-targets --test
-//! fuzz_decoders` runs a long one). The corpus is the valid encodings built
-//! below plus proptest's saved regressions (`proptest-regressions/`).
+//! Byte-mutation fuzzing of the targets crate's public on-disk decoders
+//! (the segment log's header, slot summary, checkpoints, flush mark and
+//! chain checkpoint, with the ring and chain walks they drive; `opt`'s map
+//! and journal) and of the stack config. The private formats (`log`'s map
+//! pages, `pool`'s and `replica`'s metadata) are fuzzed in their modules
+//! (`fuzz` tests), every target's recovery in `layoutd-runtime`'s
+//! `fuzz_images`. A bounded pass runs in the default suite;
+//! `PROPTEST_CASES=1000000 cargo test -p layoutd-targets --test
+//! fuzz_decoders` runs a long one. The corpus is the valid encodings built
+//! below plus proptest's saved regressions (`*.proptest-regressions`).
 //!
 //! Two kinds of mutation: raw (random bytes anywhere: the crc must catch
 //! them) and crafted (random values written into the fields, then the crc
 //! recomputed, so the decoder's own range checks are what stands between
 //! the bytes and the code that trusts them). The property: decoding never
-//! panics, and whatever decodes re-encodes (the encoders assert their own
-//! round trip, so a decoded value that no encoder would write is caught).
+//! panics, whatever decodes re-encodes (the encoders assert their own
+//! round trip, so a decoded value that no encoder would write is caught),
+//! and no single allocation is larger than a small multiple of the input
+//! (a crafted count is refused before it sizes anything).
 
 use layoutd_core::config::StackConfig;
 use layoutd_core::OpenMode;
