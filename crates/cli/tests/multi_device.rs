@@ -4,6 +4,9 @@
 
 mod common;
 use common::*;
+use layoutd_core::superblock::{Superblock, SUPERBLOCK_BYTES};
+use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 const PHYSICAL_DCD: &str = "version = 1\n[[layer]]\ntarget = \"dcd\"\nlog_device = 0\ndata_device = 1\n";
@@ -105,14 +108,14 @@ fn refused(args: &[&str], devs: &[&Path], needles: &[&str]) {
 fn missing_reordered_foreign_and_user_written_members_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = two_members(dir.path());
-    let (sa, sb) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let (sa, sb_path) = (a.to_str().unwrap(), b.to_str().unwrap());
     refused(
         &["serve", "--dry-run", "--device", sa],
         &[&a, &b],
         &["log.img", "spans 2 devices", "member 1 is missing"],
     );
     refused(
-        &["serve", "--dry-run", "--device", sb, "--device", sa],
+        &["serve", "--dry-run", "--device", sb_path, "--device", sa],
         &[&a, &b],
         &["data.img", "is member 1", "order"],
     );
@@ -122,6 +125,26 @@ fn missing_reordered_foreign_and_user_written_members_are_refused() {
     let (c, _) = two_members(&other);
     let sc = c.to_str().unwrap();
     refused(&["inspect", "--device", sa, "--device", sc], &[&a, &c], &["belongs to another volume"]);
+    // Member 0's superblock listing member 1 larger than member 1's own
+    // superblock says (crc valid): the stack would be built over bytes
+    // member 1 does not have.
+    let mut head = vec![0u8; 2 * SUPERBLOCK_BYTES];
+    std::fs::File::open(&a).unwrap().read_exact(&mut head).unwrap();
+    let mut sb = Superblock::decode(&head).unwrap();
+    sb.config.device[1].size_bytes += 64 << 20;
+    sb.generation += 1;
+    let at = Superblock::copy_offset_bytes(sb.generation);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&a)
+        .unwrap()
+        .write_all_at(&sb.encode().unwrap(), at)
+        .unwrap();
+    refused(
+        &["serve", "--dry-run", "--device", sa, "--device", sb_path],
+        &[&a, &b],
+        &["data.img", "own superblock says", "refusing"],
+    );
     let cfg = dir.path().join("user.toml");
     std::fs::write(&cfg, format!("{PHYSICAL_DCD}[[device]]\nsize_bytes = 1\n")).unwrap();
     let fresh = dir.path().join("fresh.img");

@@ -17,9 +17,14 @@
 //!
 //! Decoding checks, in order: magic (absent: never written, or another
 //! kind of block), crc, version, the payload length, the reserved field,
-//! and that the generation is at most [`GENERATION_MAX`] (so `+ 1` can
-//! never overflow). What the payload means is the caller's; its decoder
-//! range-checks every field (see [`Reader`]).
+//! and that the generation is at most [`GENERATION_READ_MAX`]. Blocks are
+//! written with generations up to [`GENERATION_MAX`], twice that: a writer
+//! that goes on from a decoded generation (the next checkpoint, journal
+//! block or segment) has 2^61 blocks to write before it reaches a
+//! generation it cannot encode, so a crafted or corrupt generation is
+//! refused at the read, never met as a failed write later. What the
+//! payload means is the caller's; its decoder range-checks every field
+//! (see [`Reader`]), sequence numbers against [`GENERATION_READ_MAX`] too.
 //!
 //! [`JournalRecord`]s are the typed records the targets persist between
 //! checkpoints: map updates, dirty bits, snapshot exceptions, segment usage.
@@ -27,8 +32,12 @@
 //! `kind u8, length u8, fields...` and decodes only if its length and
 //! every field are exactly as its kind defines.
 
-/// Largest generation accepted from disk (2^62).
+/// Largest generation a block is written with (2^62).
 pub const GENERATION_MAX: u64 = 1 << 62;
+/// Largest generation (or sequence number) accepted from disk (2^61: a
+/// block a microsecond for 73,000 years), half of [`GENERATION_MAX`] so
+/// that whatever continues from it can be written.
+pub const GENERATION_READ_MAX: u64 = GENERATION_MAX / 2;
 /// Bytes before the payload.
 pub const HEADER_BYTES: usize = 32;
 
@@ -130,12 +139,22 @@ impl MetaBlockCodec {
         b[HEADER_BYTES..HEADER_BYTES + payload.len()].copy_from_slice(payload);
         let crc = crc_without(&b, 28);
         b[28..32].copy_from_slice(&crc.to_le_bytes());
-        assert_eq!(self.decode(&b).map(|d| d.generation), Ok(generation), "metadata block round trip");
+        let back = self.decode_up_to(&b, GENERATION_MAX).map(|d| d.generation);
+        assert_eq!(back, Ok(generation), "metadata block round trip");
         Ok(b)
     }
 
-    /// Decodes and checks one copy (`block` is at least `block_bytes`).
+    /// Decodes and checks one copy (`block` is at least `block_bytes`); a
+    /// generation past [`GENERATION_READ_MAX`] is refused.
     pub fn decode(&self, block: &[u8]) -> Result<Decoded, MetaError> {
+        self.decode_up_to(block, GENERATION_READ_MAX)
+    }
+
+    /// [`MetaBlockCodec::decode`] accepting generations up to
+    /// `generation_max`: for a writer checking its own block's round trip
+    /// (up to [`GENERATION_MAX`]); what is read from disk goes through
+    /// `decode`.
+    pub fn decode_up_to(&self, block: &[u8], generation_max: u64) -> Result<Decoded, MetaError> {
         assert!(block.len() >= self.block_bytes, "the caller reads a whole block");
         let b = &block[..self.block_bytes];
         let magic: [u8; 8] = b[0..8].try_into().expect("8 bytes");
@@ -157,8 +176,8 @@ impl MetaBlockCodec {
             return Err(MetaError::Malformed("reserved field is not zero".into()));
         }
         let generation = u64::from_le_bytes(b[16..24].try_into().expect("8 bytes"));
-        if generation > GENERATION_MAX {
-            return Err(MetaError::Malformed(format!("generation {generation} is past {GENERATION_MAX}")));
+        if generation > generation_max {
+            return Err(MetaError::Malformed(format!("generation {generation} is past {generation_max}")));
         }
         Ok(Decoded { generation, payload: b[HEADER_BYTES..HEADER_BYTES + payload_bytes].to_vec() })
     }
@@ -419,6 +438,14 @@ mod tests {
         let other = MetaBlockCodec { version: 4, ..CODEC };
         assert_eq!(other.decode(&b), Err(MetaError::Version(3)));
         assert!(CODEC.encode(GENERATION_MAX + 1, b"").is_err());
+        // Written up to GENERATION_MAX, read up to half of it: what goes on
+        // from a decoded generation can always be written.
+        let high = CODEC.encode(GENERATION_READ_MAX + 1, b"").expect("writable");
+        assert!(matches!(CODEC.decode(&high), Err(MetaError::Malformed(m)) if m.contains("past")));
+        assert_eq!(
+            CODEC.decode(&CODEC.encode(GENERATION_READ_MAX, b"").unwrap()).unwrap().generation,
+            GENERATION_READ_MAX
+        );
         assert!(CODEC.encode(1, &[0u8; 481]).is_err());
     }
 

@@ -937,7 +937,14 @@ fn zones(layout: &Scope, surface_count: u32, warnings: &mut Vec<String>) -> Resu
     };
     units(layout, warnings);
     let scheme = layout.count("Sparing scheme used", 10.0)?;
-    let range_cylinders = layout.number_or("Rangesize for sparing", 1.0)?.max(1.0) as u64;
+    let range_cylinders = layout.number_or("Rangesize for sparing", 1.0)?.max(1.0);
+    if range_cylinders > 1.0e7 {
+        return layout.error(
+            block_line(layout),
+            format!("`Rangesize for sparing` of {range_cylinders} cylinders is past 10000000"),
+        );
+    }
+    let range_cylinders = range_cylinders as u64;
     let (items, line) = layout.list("Zones")?;
     let mut zones = Vec::with_capacity(items.len());
     for item in items {
@@ -959,6 +966,14 @@ fn zones(layout: &Scope, surface_count: u32, warnings: &mut Vec<String>) -> Resu
     Ok(zones)
 }
 
+/// Most sectors a zone's slips may slip (they are kept one by one).
+const SLIPPED_SECTORS_MAX: u64 = 1 << 20;
+
+/// The line a block starts on, for errors about the block as a whole.
+fn block_line(scope: &Scope) -> u32 {
+    scope.block.line
+}
+
 fn zone(scope: &Scope, scheme: u64, range_cylinders: u64, surface_count: u32) -> Result<Zone, HddError> {
     let first_cylinder = scope.count("First cylinder number", 1.0e7)? as u32;
     let last_cylinder = scope.count("Last cylinder number", 1.0e7)? as u32;
@@ -968,6 +983,26 @@ fn zone(scope: &Scope, scheme: u64, range_cylinders: u64, surface_count: u32) ->
     let tracks = u64::from(last_cylinder.saturating_sub(first_cylinder) + 1) * u64::from(surface_count);
     let spt = u64::from(sectors_per_track);
     let slip_count = slips.len() as u64;
+    // A slip names a track (track sparing) or a sector of the zone; the
+    // sectors they slip are kept one by one, so their count is bounded.
+    let (unit, units) = if scheme == 1 { ("track", tracks) } else { ("sector", tracks * spt) };
+    if let Some(&slip) = slips.iter().find(|&&slip| slip >= units) {
+        return scope.error(block_line(scope), format!("slip {slip} is past the zone's {units} {unit}s"));
+    }
+    let slipped = if scheme == 1 { slip_count * spt } else { slip_count };
+    if slipped > SLIPPED_SECTORS_MAX {
+        return scope.error(
+            block_line(scope),
+            format!("{slipped} slipped sectors in a zone; at most {SLIPPED_SECTORS_MAX} are modelled"),
+        );
+    }
+    let front_empty_sectors = scope.number_or("Empty space at zone front", 0.0)?.max(0.0) as u64;
+    if front_empty_sectors >= tracks * spt {
+        return scope.error(
+            block_line(scope),
+            format!("`Empty space at zone front` of {front_empty_sectors} sectors fills the zone"),
+        );
+    }
     // DiskSim's sparing schemes (dm_layout_g1_spare_t) and the LBAs each
     // leaves in a zone (dm_layout_g1_compute_blksinband): where spares sit.
     let per_cylinder = u64::from(surface_count);
@@ -997,7 +1032,7 @@ fn zone(scope: &Scope, scheme: u64, range_cylinders: u64, surface_count: u32) ->
         track_skew_sectors: scope.number_or("Skew for track switch", 0.0)?,
         cylinder_skew_sectors: scope.number_or("Skew for cylinder switch", 0.0)?,
         first_sector_offset_sectors: scope.number_or("Offset of first block", 0.0)?,
-        front_empty_sectors: scope.number_or("Empty space at zone front", 0.0)?.max(0.0) as u64,
+        front_empty_sectors,
         spare_range_tracks,
         spare_sectors_per_range,
         spares_at_front: matches!(scheme, 5 | 6),
@@ -1037,4 +1072,77 @@ fn parse_seek_file(path: &Path, text: &str) -> Result<SeekCurve, HddError> {
         return Err(fail(0, "a seek curve needs at least two points".into()));
     }
     Ok(SeekCurve::Table { distance_cyl, seek_ms })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Loads the Barracuda's embedded files with `edit(file name, text)`
+    /// applied.
+    fn barracuda_with(edit: impl Fn(&str, String) -> String) -> Result<DiskParams, HddError> {
+        let read = |path: &Path| -> Result<String, HddError> {
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            let text = match name {
+                "barracuda.diskspecs" => include_str!("../data/barracuda.diskspecs"),
+                "barracuda.model" => include_str!("../data/barracuda.model"),
+                "barracuda.seek" => include_str!("../data/barracuda.seek"),
+                _ => return Err(HddError::Invalid(format!("no file {name}"))),
+            };
+            Ok(edit(name, text.to_string()))
+        };
+        load_with(Path::new("barracuda.diskspecs"), &read)
+    }
+
+    /// Found by `tests/fuzz_diskspecs.rs`: each edit was imported and then
+    /// overflowed (or failed an assertion) in the importer or the model;
+    /// each is now refused with an error naming the value.
+    #[test]
+    fn huge_values_are_refused_by_name() {
+        assert!(barracuda_with(|_, t| t).is_ok(), "the corpus imports");
+        let cases: [(&str, &[(&str, &str)], &str); 6] = [
+            (
+                "barracuda.diskspecs",
+                &[("Read completion overhead = 0.000000", "Read completion overhead = 18446744073709551615")],
+                "read_completion_ns",
+            ),
+            (
+                "barracuda.diskspecs",
+                &[
+                    ("Time scale for overheads = 1.000000", "Time scale for overheads = 1e300"),
+                    ("Read completion overhead = 0.000000", "Read completion overhead = 1e300"),
+                ],
+                "ns is past",
+            ),
+            (
+                "barracuda.model",
+                &[("Sparing scheme used = 8", "Sparing scheme used = 1"), ("112508,", "1e19,")],
+                "slip 10000000000000000000 is past",
+            ),
+            (
+                "barracuda.model",
+                &[("Rangesize for sparing = 6", "Rangesize for sparing = 1e19")],
+                "Rangesize",
+            ),
+            (
+                "barracuda.model",
+                &[("Skew for track switch = 37.000000", "Skew for track switch = 1e300")],
+                "skews",
+            ),
+            ("barracuda.seek", &[("1,\t1.94300", "1,\t1e300")], "seek times"),
+        ];
+        for (file, edits, want) in cases {
+            let e = barracuda_with(|name, mut t| {
+                if name == file {
+                    for (from, to) in edits {
+                        assert!(t.contains(from), "{from}");
+                        t = t.replacen(from, to, 1);
+                    }
+                }
+                t
+            })
+            .expect_err(want);
+            assert!(e.to_string().contains(want), "{want}: {e}");
+        }
+    }
 }

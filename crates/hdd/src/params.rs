@@ -443,9 +443,62 @@ impl DiskParams {
         if self.cache.segment_count > 0 && self.cache.segment_sectors == 0 {
             return fail("cache segment_sectors must be at least 1");
         }
-        Ok(())
+        self.check_times()
+    }
+
+    /// Every time the model adds up, within [`PHASE_NS_MAX`]: a parameter
+    /// file's huge (or overflowed to infinity) value is refused here, by
+    /// name, not met as an overflow in the model's sums.
+    fn check_times(&self) -> Result<(), HddError> {
+        let (o, i) = (&self.overheads, &self.interface);
+        let times = [
+            ("read_hit_after_read_ns", o.read_hit_after_read_ns),
+            ("read_hit_after_write_ns", o.read_hit_after_write_ns),
+            ("read_miss_after_read_ns", o.read_miss_after_read_ns),
+            ("read_miss_after_write_ns", o.read_miss_after_write_ns),
+            ("write_hit_after_read_ns", o.write_hit_after_read_ns),
+            ("write_hit_after_write_ns", o.write_hit_after_write_ns),
+            ("write_miss_after_read_ns", o.write_miss_after_read_ns),
+            ("write_miss_after_write_ns", o.write_miss_after_write_ns),
+            ("head_switch_ns", self.head_switch_ns),
+            ("write_settle_ns", self.write_settle_ns.unsigned_abs()),
+            ("bus_sector_ns", self.bus_sector_ns),
+            ("bus_write_sector_ns", self.bus_write_sector_ns),
+            ("data_prep_ns", i.data_prep_ns),
+            ("reselect_first_ns", i.reselect_first_ns),
+            ("reselect_other_ns", i.reselect_other_ns),
+            ("read_completion_ns", i.read_completion_ns),
+            ("write_completion_ns", i.write_completion_ns),
+            ("read_disconnect_after_read_ns", i.read_disconnect_after_read_ns),
+            ("read_disconnect_after_write_ns", i.read_disconnect_after_write_ns),
+            ("write_disconnect_ns", i.write_disconnect_ns),
+            ("extradisc_command_ns", i.extradisc_command_ns),
+            ("extradisc_disconnect_ns", i.extradisc_disconnect_ns),
+            ("extradisc_inter_disconnect_ns", i.extradisc_inter_disconnect_ns),
+            ("extradisc_second_disconnect_ns", i.extradisc_second_disconnect_ns),
+            ("extradisc_seek_delta_ns", i.extradisc_seek_delta_ns),
+            ("write_seek_min_ns", i.write_seek_min_ns),
+            ("bus_arbitration_ns", i.bus_arbitration_ns),
+        ];
+        match times.iter().find(|t| t.1 > PHASE_NS_MAX) {
+            Some((name, ns)) => Err(HddError::Invalid(format!(
+                "{}: {name} of {ns} ns is past {} s (a drive's phase takes milliseconds)",
+                self.name,
+                PHASE_NS_MAX / 1_000_000_000
+            ))),
+            None => Ok(()),
+        }
     }
 }
+
+/// The largest skew (or first block offset) of a zone, in sectors: a
+/// skew past a revolution only adds whole turns, and a bound keeps the
+/// angle a skew times the head switches give finite.
+pub const SKEW_SECTORS_MAX: f64 = 1.0e9;
+
+/// The longest time one phase of a request (an overhead, a seek, a bus
+/// transfer of a sector) may be given: 10 s.
+pub const PHASE_NS_MAX: u64 = 10_000_000_000;
 
 fn check_zone(index: usize, zone: &Zone, previous_last: Option<u32>) -> Result<(), HddError> {
     let fail = |what: String| Err(HddError::Invalid(format!("zone {index}: {what}")));
@@ -465,9 +518,11 @@ fn check_zone(index: usize, zone: &Zone, previous_last: Option<u32>) -> Result<(
     if range_tracks > 0 && zone.spare_sectors_per_range >= range {
         return fail("spares fill the whole sparing range".into());
     }
-    for skew in [zone.track_skew_sectors, zone.cylinder_skew_sectors] {
-        if !(skew.is_finite() && skew >= 0.0) {
-            return fail("skews must be finite and non-negative".into());
+    for skew in [zone.track_skew_sectors, zone.cylinder_skew_sectors, zone.first_sector_offset_sectors] {
+        if !(skew.is_finite() && (0.0..=SKEW_SECTORS_MAX).contains(&skew)) {
+            return fail(format!(
+                "skews and the first block's offset must be within 0..={SKEW_SECTORS_MAX} sectors"
+            ));
         }
     }
     Ok(())
@@ -483,8 +538,8 @@ fn check_seek(seek: &SeekCurve) -> Result<(), HddError> {
             if distance_cyl[0] == 0 || distance_cyl.windows(2).any(|w| w[0] >= w[1]) {
                 return fail("distances must start at 1 or more and strictly ascend");
             }
-            if seek_ms.iter().any(|t| !(t.is_finite() && *t >= 0.0)) {
-                return fail("seek times must be finite and non-negative");
+            if seek_ms.iter().any(|t| !(t.is_finite() && *t >= 0.0 && ms_to_ns(*t) <= PHASE_NS_MAX)) {
+                return fail("seek times must be non-negative and at most 10 s");
             }
         }
         SeekCurve::Formula { first_ten_ms, .. } => {
@@ -497,8 +552,10 @@ fn check_seek(seek: &SeekCurve) -> Result<(), HddError> {
 }
 
 /// Milliseconds (as DiskSim and datasheets give them) to nanoseconds.
+/// A value past `u64` (a parameter file's huge number, or its product with
+/// a time scale overflowing to infinity) saturates to `u64::MAX`, which
+/// [`DiskParams::finalize`] refuses.
 pub(crate) fn ms_to_ns(ms: f64) -> u64 {
-    assert!(ms.is_finite());
     (ms.max(0.0) * 1.0e6).round() as u64
 }
 

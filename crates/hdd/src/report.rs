@@ -567,6 +567,9 @@ pub fn demerit_disksim_ms(measured_ms: &[f64], model_ms: &[f64]) -> f64 {
 /// onto the same line, and its figure is the one `rms.c` computes from the
 /// printed distribution.
 pub fn read_disksim_distribution(path: &Path) -> Result<Vec<f64>, HddError> {
+    /// Most requests a distribution may count (a validation run has
+    /// thousands; each is kept as one value).
+    const DISTRIBUTION_VALUES_MAX: usize = 1 << 24;
     const HEADER: &str = "IOdriver Physical access time distribution";
     let text =
         std::fs::read_to_string(path).map_err(|source| HddError::Io { path: path.to_path_buf(), source })?;
@@ -592,6 +595,14 @@ pub fn read_disksim_distribution(path: &Path) -> Result<Vec<f64>, HddError> {
             return Err(error(number, format!("expected `BOUND_MS COUNT`, found `{line}`")));
         };
         let value_ms = if bound_ms > 0.0 { bound_ms - 0.0005 } else { -1.0 };
+        // Each counted request becomes a value: a count is bounded before
+        // it sizes anything.
+        if count > DISTRIBUTION_VALUES_MAX - values.len() {
+            return Err(error(
+                number,
+                format!("the counts add up past {DISTRIBUTION_VALUES_MAX} requests (`{line}`)"),
+            ));
+        }
         values.extend(std::iter::repeat_n(value_ms, count));
     }
     if values.is_empty() {

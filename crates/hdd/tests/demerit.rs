@@ -89,4 +89,17 @@ fn a_printed_distribution_reads_back_onto_its_own_buckets() {
     std::fs::write(&broken, "1.304 3\nnot a line\n").unwrap();
     let message = read_disksim_distribution(&broken).unwrap_err().to_string();
     assert!(message.contains(":2:"), "{message}");
+
+    // A count is checked before it sizes the values (it was expanded as
+    // given: capacity overflow, or an allocation of the count's size).
+    let huge = dir.path().join("huge.dist");
+    std::fs::write(
+        &huge,
+        "1.304 3
+2.008 18446744073709551615
+",
+    )
+    .unwrap();
+    let message = read_disksim_distribution(&huge).unwrap_err().to_string();
+    assert!(message.contains(":2:") && message.contains("add up past"), "{message}");
 }

@@ -281,6 +281,19 @@ fn check_members(paths: &[PathBuf], devs: &[FileDevice]) -> Result<Vec<Superbloc
         if usize::from(sb.member_index) != i {
             return Err(err(path, format!("is member {} of this volume, given as device {i}: give the --device options in the order they were formatted", sb.member_index)));
         }
+        // The stack is built from member 0's list of the members' sizes:
+        // each must be what that member's own superblock says.
+        if let Some(listed) = first.config.device.get(i).filter(|m| m.size_bytes != sb.device_size_bytes) {
+            return Err(err(
+                path,
+                format!(
+                    "is listed by {} as {} bytes, but its own superblock says {}: the superblocks disagree                      (damaged metadata), refusing to serve",
+                    paths[0].display(),
+                    listed.size_bytes,
+                    sb.device_size_bytes
+                ),
+            ));
+        }
         if dev.size_bytes() < sb.device_size_bytes {
             return Err(err(
                 path,

@@ -10,6 +10,10 @@ use layoutd_sim::{Fit, ReadOptions, TraceFormat, TraceReader};
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
 
+#[path = "../../core/tests/support/fuzz.rs"]
+mod fuzz;
+use fuzz::{config, mutate_text};
+
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
 }
@@ -51,24 +55,6 @@ fn vscsi_sample() -> Vec<u8> {
     out
 }
 
-/// Byte ranges of the decimal numbers in `b`.
-fn number_spans(b: &[u8]) -> Vec<(usize, usize)> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i].is_ascii_digit() {
-            let a = i;
-            while i < b.len() && (b[i].is_ascii_digit() || b[i] == b'.') {
-                i += 1;
-            }
-            out.push((a, i));
-        } else {
-            i += 1;
-        }
-    }
-    out
-}
-
 fn hostile() -> impl Strategy<Value = String> {
     prop_oneof![
         Just("0".to_string()),
@@ -94,7 +80,7 @@ fn options() -> impl Strategy<Value = (ReadOptions, u64)> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #![proptest_config(config(256))]
 
     #[test]
     fn no_reader_panics_on_mutated_input(
@@ -105,22 +91,7 @@ proptest! {
         (opts, volume) in options(),
     ) {
         let (format, mut bytes) = corpus().swap_remove(which);
-        for (n, v) in &numbers {
-            let spans = number_spans(&bytes);
-            if let Some(&(a, e)) = spans.get(n % spans.len().max(1)) {
-                bytes.splice(a..e, v.bytes());
-            }
-        }
-        for &(at, v) in &raw {
-            if !bytes.is_empty() {
-                let i = at % bytes.len();
-                bytes[i] = v;
-            }
-        }
-        if let Some(c) = cut {
-            let keep = c % (bytes.len() + 1);
-            bytes.truncate(keep);
-        }
+        mutate_text(&mut bytes, &numbers, &raw, cut);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("fuzz.trace");
         std::fs::write(&path, &bytes).unwrap();

@@ -21,6 +21,12 @@ pub mod seglog;
 mod split;
 pub mod trace;
 
+/// The fuzz tests' shared helpers (one copy for the workspace), for the
+/// decoders fuzzed in their own modules (private formats).
+#[cfg(test)]
+#[path = "../../core/tests/support/fuzz.rs"]
+mod fuzz_support;
+
 use layoutd_core::config::{ArgReader, ConfigError, StackConfig};
 use layoutd_core::{OpenMode, Stack, Target};
 

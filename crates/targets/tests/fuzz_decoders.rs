@@ -1,24 +1,40 @@
-//! Byte-mutation fuzzing of every on-disk decoder of the targets crate and
-//! of the stack config (proptest-driven; a bounded pass runs in the default
-//! test suite, `PROPTEST_CASES=100000 cargo test -p layoutd-targets --test
-//! fuzz_decoders` runs a long one). The corpus is the valid encodings built
-//! below plus proptest's saved regressions (`proptest-regressions/`).
+//! Byte-mutation fuzzing of the targets crate's public on-disk decoders
+//! (the segment log's header, slot summary, checkpoints, flush mark and
+//! chain checkpoint, with the ring and chain walks they drive; `opt`'s map
+//! and journal) and of the stack config. The private formats (`log`'s map
+//! pages, `pool`'s and `replica`'s metadata) are fuzzed in their modules
+//! (`fuzz` tests), every target's recovery in `layoutd-runtime`'s
+//! `fuzz_images`. A bounded pass runs in the default suite;
+//! `PROPTEST_CASES=1000000 cargo test -p layoutd-targets --test
+//! fuzz_decoders` runs a long one. The corpus is the valid encodings built
+//! below plus proptest's saved regressions (`*.proptest-regressions`).
 //!
 //! Two kinds of mutation: raw (random bytes anywhere: the crc must catch
 //! them) and crafted (random values written into the fields, then the crc
 //! recomputed, so the decoder's own range checks are what stands between
 //! the bytes and the code that trusts them). The property: decoding never
-//! panics, and whatever decodes re-encodes (the encoders assert their own
-//! round trip, so a decoded value that no encoder would write is caught).
+//! panics, whatever decodes re-encodes (the encoders assert their own
+//! round trip, so a decoded value that no encoder would write is caught),
+//! and no single allocation is larger than a small multiple of the input
+//! (a crafted count is refused before it sizes anything).
 
 use layoutd_core::config::StackConfig;
 use layoutd_core::OpenMode;
 use layoutd_targets::opt::config::Geometry as OptGeometry;
 use layoutd_targets::opt::meta::{encode_map, pick_map, JournalBlock, MapImage};
+use layoutd_targets::seglog::header::CHECKPOINT_BYTES;
 use layoutd_targets::seglog::{
-    Checkpoint, Entry, FlushMark, Geometry, ReplayStep, ReplayWalk, SegmentHeader, Seq,
+    ChainCheckpoint, ChainWalk, Checkpoint, Entry, FlushMark, Geometry, ReplayStep, ReplayWalk, SegLoc,
+    SegmentHeader, Seq,
 };
 use proptest::prelude::*;
+
+#[path = "../../core/tests/support/fuzz.rs"]
+mod fuzz;
+use fuzz::{
+    allocation_bound, config, crafted_writes, fix_crc, largest_allocation, mutate, nasty, number_spans,
+    raw_writes,
+};
 
 fn geo() -> Geometry {
     Geometry::new(0, 1 << 20, 1024, 8).expect("valid")
@@ -48,62 +64,70 @@ fn checkpoint() -> Checkpoint {
     }
 }
 
-/// Writes `value`'s low bytes at `at` (clipped to the buffer).
-fn put(b: &mut [u8], at: usize, value: u64, width: usize) {
-    for i in 0..width {
-        if at + i < b.len() {
-            b[at + i] = (value >> (8 * i)) as u8;
+/// The chained log's geometry: 8 slots of 512 bytes, a few segments.
+fn chain_geo() -> Geometry {
+    Geometry::new(0, 64 << 10, 512, 8).expect("valid")
+}
+
+/// A chained log as the `log` target writes it: location 0 holds seq 5 in
+/// three parts (the header, summaries in slots 1 and 3, each naming the
+/// next with a continue link), naming location 1, which holds seq 6 in
+/// one part and names none. One buffer per location (header area, slots).
+fn chain_disk(geo: &Geometry) -> Vec<Vec<u8>> {
+    let (hb, sb) = (geo.header_bytes as usize, geo.slot_bytes as usize);
+    let mut disk = vec![vec![0u8; hb + 8 * sb]; geo.segment_count as usize];
+    let parts: [(usize, u64, Option<u16>, u16, Entry); 4] = [
+        (0, 5, None, 0, Entry::Continue { slot: 1 }),
+        (0, 5, Some(1), 2, Entry::Continue { slot: 3 }),
+        (0, 5, Some(3), 4, Entry::Next { loc: Some(SegLoc(1)) }),
+        (1, 6, None, 0, Entry::Next { loc: None }),
+    ];
+    for (loc, seq, at, data, link) in parts {
+        let seg = &mut disk[loc];
+        let d = hb + data as usize * sb;
+        seg[d..d + sb].fill(data as u8 + 1);
+        let h = SegmentHeader {
+            seq: Seq(seq),
+            boot: 2,
+            slots_used: 1,
+            payload_crc: Some(SegmentHeader::payload_crc_of(&seg[d..d + sb])),
+            entries: vec![
+                Entry::Slot { start_sector: u64::from(data) * 3, sector_count: 1, slot: data },
+                Entry::Invalidate { start_sector: 40, sector_count: 9 },
+                link,
+            ],
+        };
+        match at {
+            None => seg[..hb].copy_from_slice(&h.encode(geo)),
+            Some(s) => {
+                let o = hb + s as usize * sb;
+                seg[o..o + sb].copy_from_slice(&h.encode_slot(geo));
+            }
         }
     }
+    disk
 }
 
-/// Recomputes a crc32c stored at `at` (28 in every metadata block), computed
-/// over `len` bytes with the field taken as zero.
-fn fix_crc(b: &mut [u8], at: usize, len: usize) {
-    put(b, at, 0, 4);
-    let crc = crc32c::crc32c(&b[..len]);
-    put(b, at, u64::from(crc), 4);
-}
-
-/// Values that break naive arithmetic.
-fn nasty() -> impl Strategy<Value = u64> {
-    prop_oneof![
-        Just(0u64),
-        Just(1),
-        Just(u64::MAX),
-        Just(u64::MAX - 1),
-        Just(1 << 62),
-        Just((1 << 62) + 1),
-        Just(u64::from(u32::MAX)),
-        Just(u64::from(u16::MAX)),
-        any::<u64>(),
-    ]
-}
-
-/// (offset, value, width in bytes) field writes.
-fn crafted_writes(len: usize) -> impl Strategy<Value = Vec<(usize, u64, usize)>> {
-    prop::collection::vec((0..len, nasty(), prop_oneof![Just(2usize), Just(4), Just(8)]), 1..6)
-}
-
-fn raw_writes(len: usize) -> impl Strategy<Value = Vec<(usize, u8)>> {
-    prop::collection::vec((0..len, any::<u8>()), 1..16)
+/// `decode(b)`, checking that it allocated at most what its input bounds.
+fn bounded<R>(b: &[u8], decode: impl FnOnce(&[u8]) -> R) -> Result<R, TestCaseError> {
+    let (r, bytes) = largest_allocation(|| decode(b));
+    prop_assert!(bytes <= allocation_bound(b.len()), "{bytes} bytes allocated decoding {} bytes", b.len());
+    Ok(r)
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    #![proptest_config(config(512))]
 
     #[test]
     fn segment_headers_never_panic(raw in raw_writes(1024), crafted in crafted_writes(1024), fix in any::<bool>()) {
         let g = geo();
         let mut b = header().encode(&g);
-        let n = b.len();
-        for &(at, v) in &raw { b[at % n] = v; }
-        for &(at, v, w) in &crafted { put(&mut b, at % n, v, w); }
+        mutate(&mut b, &raw, &crafted);
         if fix {
             let len = g.header_bytes as usize;
             fix_crc(&mut b, 28, len);
         }
-        if let Ok(h) = SegmentHeader::decode(&b, &g) {
+        if let Ok(h) = bounded(&b, |b| SegmentHeader::decode(b, &g))? {
             let _ = h.encode(&g);
             // A walk over it never panics either, whatever seq or boot it carries.
             let mut w = ReplayWalk::new(checkpoint(), &g);
@@ -121,12 +145,10 @@ proptest! {
             } else {
                 FlushMark { generation: 5, boot: 2, durable_upto: Seq(40) }.encode(&g)
             };
-            let n = b.len();
-        for &(at, v) in &raw { b[at % n] = v; }
-            for &(at, v, w) in &crafted { put(&mut b, at % n, v, w); }
+            mutate(&mut b, &raw, &crafted);
             if fix { fix_crc(&mut b, 28, 512); }
             if which == 0 {
-                if let Ok(ck) = Checkpoint::decode(&b, &g) {
+                if let Ok(ck) = bounded(&b, |b| Checkpoint::decode(b, &g))? {
                     let _ = ck.encode(&g);
                     // Walking from any accepted checkpoint never overflows.
                     let mut w = ReplayWalk::new(ck, &g);
@@ -135,8 +157,60 @@ proptest! {
                         if let ReplayStep::Stop(_) = w.offer(Ok(h), None) { break; }
                     }
                 }
-            } else if let Ok(m) = FlushMark::decode(&b, &g) {
+            } else if let Ok(m) = bounded(&b, |b| FlushMark::decode(b, &g))? {
                 let _ = m.encode(&g);
+            }
+        }
+    }
+
+    /// The `log` target's chained log: its checkpoint, and a walk over
+    /// segments whose header or slot summaries (partial segments) carry
+    /// the mutations, crc fixed or not; the walk ends, never panics, and
+    /// applies only summaries that decode.
+    #[test]
+    fn chain_checkpoints_and_chain_walks_never_panic(
+        raw in raw_writes(1 << 16),
+        crafted in crafted_writes(1 << 16),
+        ck_crafted in crafted_writes(CHECKPOINT_BYTES),
+        fix in any::<bool>(),
+    ) {
+        let g = chain_geo();
+        let ck = ChainCheckpoint { generation: 3, boot: 2, next_seq: Seq(5), next_loc: Some(SegLoc(0)) };
+        let mut b = ck.encode(&g);
+        mutate(&mut b, &[], &ck_crafted);
+        if fix { fix_crc(&mut b, 28, CHECKPOINT_BYTES); }
+        let ck = match bounded(&b, |b| ChainCheckpoint::decode(b, &g))? {
+            Ok(c) => { let _ = c.encode(&g); c }
+            Err(_) => ck,
+        };
+        // Mutations land in the first two locations (where the chain is).
+        let mut disk = chain_disk(&g);
+        let stride = disk[0].len();
+        let (hb, sb) = (g.header_bytes as usize, g.slot_bytes as usize);
+        let mut touched = Vec::new();
+        let writes = raw.iter().map(|&(at, v)| (at, u64::from(v), 1)).chain(crafted.iter().copied());
+        for (at, v, w) in writes {
+            let at = at % (2 * stride);
+            let (loc, off) = (at / stride, at % stride);
+            fuzz::put(&mut disk[loc], off, v, w);
+            // The summary block the write landed in: the header area or a slot.
+            touched.push(if off < hb { (loc, 0, hb) } else { (loc, hb + (off - hb) / sb * sb, sb) });
+        }
+        if fix {
+            for (loc, start, len) in touched {
+                fix_crc(&mut disk[loc][start..start + len], 28, len);
+            }
+        }
+        let mut w = ChainWalk::new(&ck, &g);
+        let mut steps = 0;
+        while let Some((loc, seq)) = w.next() {
+            steps += 1;
+            prop_assert!(steps <= g.segment_count, "the walk revisits a location");
+            let applied = bounded(&disk[loc.0 as usize], |seg| w.offer_segment(seg, &g))?;
+            for (i, h) in applied.into_iter().enumerate() {
+                prop_assert_eq!(h.seq, seq);
+                // What was applied re-encodes where it was read from.
+                let _ = if i == 0 { h.encode(&g) } else { h.encode_slot(&g) };
             }
         }
     }
@@ -155,15 +229,14 @@ proptest! {
                 JournalBlock { map_generation: 3, slots: vec![1, 2, 40], maps: vec![(9, 2, 5)] }.encode(7)
             };
             let n = b.len();
-            for &(at, v) in &raw { b[at % n] = v; }
-            for &(at, v, w) in &crafted { put(&mut b, at % n, v, w); }
+            mutate(&mut b, &raw, &crafted);
             if fix { fix_crc(&mut b, 28, n); }
             if which == 0 {
                 let blank = vec![0u8; n];
-                if let Ok((generation, m, _)) = pick_map(&g, &b, &blank) {
+                if let Ok((generation, m, _)) = bounded(&b, |b| pick_map(&g, b, &blank))? {
                     let _ = encode_map(&g, generation, &m);
                 }
-            } else if let Ok(j) = JournalBlock::decode(&b, g.slot_count) {
+            } else if let Ok(j) = bounded(&b, |b| JournalBlock::decode(b, g.slot_count))? {
                 let _ = j.encode(1);
             }
         }
@@ -176,12 +249,15 @@ proptest! {
         which in 0..EXAMPLES.len(),
         raw in prop::collection::vec((any::<usize>(), any::<u8>()), 0..4),
         replace in prop::option::of((0..8usize, nasty())),
-        device_bytes in prop_oneof![Just(0u64), Just(512), Just(3_000_000), Just(64 << 20), Just(1 << 40), Just(u64::MAX), any::<u64>()],
+        // 16 GiB at most among the fixed sizes: a `log` volume holds its
+        // whole map in RAM (1 TiB: an 800 MiB map, 20 s to build here),
+        // by design, and the default pass must stay fast.
+        device_bytes in prop_oneof![Just(0u64), Just(512), Just(3_000_000), Just(64 << 20), Just(1 << 34), Just(u64::MAX), any::<u64>()],
     ) {
         let mut text = EXAMPLES[which].to_string();
         // Replace the n-th number in the text by a nasty one.
         if let Some((n, v)) = replace {
-            let spans: Vec<(usize, usize)> = number_spans(&text);
+            let spans: Vec<(usize, usize)> = number_spans(text.as_bytes(), false);
             if let Some(&(a, e)) = spans.get(n % spans.len().max(1)) {
                 text.replace_range(a..e, &v.to_string());
             }
@@ -202,7 +278,10 @@ proptest! {
     }
 }
 
-const EXAMPLES: [&str; 7] = [
+const EXAMPLES: [&str; 10] = [
+    include_str!("../../../examples/log.toml"),
+    include_str!("../../../examples/replica.toml"),
+    include_str!("../../../examples/replica-all-goals.toml"),
     include_str!("../../../examples/opt.toml"),
     include_str!("../../../examples/linear.toml"),
     include_str!("../../../examples/pool.toml"),
@@ -212,21 +291,19 @@ const EXAMPLES: [&str; 7] = [
     "version = 1\n[[layer]]\ntarget = \"dcd\"\nlog_length = \"64KiB\"\nsegment_bytes = 4096\nslot_bytes = 512\nbuffer_count = 3\nbypass_bytes = 4096\npending_max = 16\n[[layer]]\ntarget = \"linear\"\n[[layer.segment]]\noffset = 4096\nlength = 65536\n[[layer.segment]]\noffset = 1048576\n",
 ];
 
-/// Byte ranges of the decimal numbers in `text`.
-fn number_spans(text: &str) -> Vec<(usize, usize)> {
-    let b = text.as_bytes();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i].is_ascii_digit() {
-            let a = i;
-            while i < b.len() && b[i].is_ascii_digit() {
-                i += 1;
-            }
-            out.push((a, i));
-        } else {
-            i += 1;
-        }
+/// The chained corpus is a whole chain: unmutated, the walk applies every
+/// summary of both segments and ends where the last names no successor
+/// (so the fuzz above starts from bytes that reach the deep paths).
+#[test]
+fn the_chain_corpus_walks_to_its_end() {
+    let g = chain_geo();
+    let disk = chain_disk(&g);
+    let ck = ChainCheckpoint { generation: 3, boot: 2, next_seq: Seq(5), next_loc: Some(SegLoc(0)) };
+    let mut w = ChainWalk::new(&ck, &g);
+    let mut seqs = Vec::new();
+    while let Some((loc, _)) = w.next() {
+        seqs.extend(w.offer_segment(&disk[loc.0 as usize], &g).iter().map(|h| h.seq.0));
     }
-    out
+    assert_eq!(seqs, vec![5, 5, 5, 6]);
+    assert_eq!(w.stopped(), Some(&layoutd_targets::seglog::StopReason::End));
 }

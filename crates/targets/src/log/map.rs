@@ -282,4 +282,42 @@ mod tests {
         m.set(3, UNMAPPED);
         assert_eq!(m.get(3), UNMAPPED);
     }
+
+    mod fuzz {
+        use super::*;
+        use crate::fuzz_support::{self as f, config};
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(config(512))]
+
+            /// A map page copy with random bytes anywhere, or crafted
+            /// numbers in its fields (crc fixed or not): refused, or
+            /// exactly the page's entries, each a slot of the log or
+            /// unmapped; never more allocated than the page holds.
+            #[test]
+            fn map_pages_never_panic(
+                raw in f::raw_writes(PAGE_BYTES as usize),
+                crafted in f::crafted_writes(64),
+                fix in any::<bool>(),
+                page in 0u32..2,
+            ) {
+                let g = MapGeometry { offset_bytes: 8192, page_count: 2, slot_total: 100 };
+                let mut map = SlotMap::new(1500, 100);
+                map.set(3, 7);
+                map.set(1200, 99);
+                let mut b = g.encode(page, &map, 5);
+                f::mutate(&mut b, &raw, &crafted);
+                if fix {
+                    f::fix_crc(&mut b, 28, PAGE_BYTES as usize);
+                }
+                let (decoded, bytes) = f::largest_allocation(|| g.decode(page, &b, 1500));
+                prop_assert!(bytes <= f::allocation_bound(b.len()));
+                if let Ok((_, entries)) = decoded {
+                    prop_assert_eq!(entries.len() as u64, g.blocks_of(page, 1500).count() as u64);
+                    prop_assert!(entries.iter().all(|&e| e == UNMAPPED || e < 100));
+                }
+            }
+        }
+    }
 }

@@ -16,7 +16,9 @@
 
 use super::config::{PoolConfig, EXTENTS_PER_BLOCK, META_BLOCK_BYTES};
 use super::partial::{Partial, Sectors, SECTOR_WORDS};
-use layoutd_core::metablock::{Decoded, JournalRecord, MetaBlockCodec, MetaError, Reader};
+use layoutd_core::metablock::{
+    Decoded, JournalRecord, MetaBlockCodec, MetaError, Reader, GENERATION_READ_MAX,
+};
 
 /// Checkpoint header blocks.
 pub const HEADER_CODEC: MetaBlockCodec =
@@ -231,6 +233,10 @@ pub fn decode_header(cfg: &PoolConfig, block: &[u8]) -> Result<Header, MetaError
         )));
     }
     let (journal_start, body_blocks, extents) = (r.u64()?, r.u64()?, r.u64()?);
+    if journal_start > GENERATION_READ_MAX {
+        // The journal's blocks are written with their seq as generation.
+        return Err(malformed(format!("journal start {journal_start} is past {GENERATION_READ_MAX}")));
+    }
     if body_blocks > cfg.body_blocks || extents > body_blocks * super::config::EXTENTS_PER_BLOCK {
         return Err(malformed(format!("{body_blocks} body blocks / {extents} extents past the area")));
     }
@@ -254,6 +260,19 @@ pub fn decode_header(cfg: &PoolConfig, block: &[u8]) -> Result<Header, MetaError
     }
     if !volumes.iter().any(|v| v.slot == 0) {
         return Err(malformed("no origin volume (slot 0)".into()));
+    }
+    // A parent is another volume of the table (deleting a volume hands its
+    // children its own parent), so `snapshot list` can look it up.
+    if let Some(v) = volumes
+        .iter()
+        .find(|v| v.parent.is_some_and(|p| p == v.slot || !volumes.iter().any(|other| other.slot == p)))
+    {
+        return Err(malformed(format!(
+            "volume {} `{}`: parent {} is not another volume of the table",
+            v.slot,
+            v.name,
+            v.parent.expect("found by it")
+        )));
     }
     Ok(Header { generation: d.generation, journal_start, body_blocks, extents, volumes })
 }
@@ -400,6 +419,42 @@ mod tests {
         assert_eq!(decode_journal(&v3.encode(3, &p).expect("fits")), Err(MetaError::Version(3)));
     }
 
+    /// Found by `fuzz_images` (a crafted parent slot, crc fixed, then
+    /// `snapshot list` indexed the volume table with it and panicked).
+    #[test]
+    fn a_parent_that_is_not_another_volume_is_refused() {
+        let table: toml::Table = toml::from_str("").expect("toml");
+        let cfg = PoolConfig::parse(layoutd_core::config::ArgReader::new("pool", &table), 64 << 20)
+            .expect("the default pool");
+        let vol =
+            |slot, name: &str, parent| VolumeEntry { slot, name: name.into(), parent, read_only: false };
+        let good = [vol(0, "origin", None), vol(2, "s", Some(0)), vol(1, "t", Some(2))];
+        let b = encode_checkpoint(&cfg, 3, 0, &good, &[], &[]);
+        assert_eq!(decode_header(&cfg, &b).expect("valid").volumes, good.to_vec());
+        for (bad, why) in [(4_278_255_615, "past the table"), (3, "an empty slot"), (2, "itself")] {
+            let vols = [vol(0, "origin", None), vol(2, "s", Some(bad))];
+            let b = encode_checkpoint(&cfg, 3, 0, &vols, &[], &[]);
+            let e = decode_header(&cfg, &b).expect_err(why);
+            assert!(e.to_string().contains(&format!("parent {bad} is not another volume")), "{why}: {e}");
+        }
+    }
+
+    /// Found by `fuzz_images` (a crafted journal start, crc fixed: the
+    /// pool served until its next journal block's seq could not be
+    /// encoded, `encode_journal` panicked).
+    #[test]
+    fn a_journal_start_past_the_readable_generations_is_refused() {
+        let table: toml::Table = toml::from_str("").expect("toml");
+        let cfg = PoolConfig::parse(layoutd_core::config::ArgReader::new("pool", &table), 64 << 20)
+            .expect("the default pool");
+        let vols = [VolumeEntry { slot: 0, name: "origin".into(), parent: None, read_only: false }];
+        let ok = encode_checkpoint(&cfg, 3, GENERATION_READ_MAX, &vols, &[], &[]);
+        assert_eq!(decode_header(&cfg, &ok).expect("at the limit").journal_start, GENERATION_READ_MAX);
+        let b = encode_checkpoint(&cfg, 3, 0xFF00_0000_0000_0000, &vols, &[], &[]);
+        let e = decode_header(&cfg, &b).expect_err("past the limit");
+        assert!(e.to_string().contains("journal start 18374686479671623680 is past"), "{e}");
+    }
+
     #[test]
     fn a_partial_record_of_the_wrong_length_is_refused() {
         let mut p = Vec::new();
@@ -411,5 +466,93 @@ mod tests {
         partial().encode(&mut cut);
         cut.truncate(30);
         assert!(Record::decode_all(&cut).is_err());
+    }
+
+    mod fuzz {
+        use super::*;
+        use crate::fuzz_support::{self as f, config};
+        use layoutd_core::config::ArgReader;
+        use proptest::prelude::*;
+
+        fn cfg() -> PoolConfig {
+            let table: toml::Table = toml::from_str("").expect("toml");
+            PoolConfig::parse(ArgReader::new("pool", &table), 64 << 20).expect("the default pool")
+        }
+
+        fn volumes() -> Vec<VolumeEntry> {
+            vec![
+                VolumeEntry { slot: 0, name: "origin".into(), parent: None, read_only: false },
+                VolumeEntry { slot: 2, name: "snap".into(), parent: Some(0), read_only: true },
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(config(512))]
+
+            /// A checkpoint copy (header and body blocks) mutated, each
+            /// touched block's crc fixed or not: the header and body are
+            /// refused or give runs within the geometry, of known volumes.
+            #[test]
+            fn checkpoints_never_panic(
+                raw in f::raw_writes(3 * META_BLOCK_BYTES as usize),
+                crafted in f::crafted_writes(3 * META_BLOCK_BYTES as usize),
+                header_crafted in f::crafted_writes(128),
+                fix in any::<bool>(),
+            ) {
+                let cfg = cfg();
+                let runs: Vec<Run> = (0..300).map(|i| (i as u32 % 2 * 2, i * 4, 2, i * 3)).collect();
+                let mut b = encode_checkpoint(&cfg, 6, 40, &volumes(), &runs, &[partial()]);
+                f::mutate(&mut b, &raw, &crafted);
+                f::mutate(&mut b[..META_BLOCK_BYTES as usize], &[], &header_crafted);
+                if fix {
+                    for block in b.chunks_mut(META_BLOCK_BYTES as usize) {
+                        f::fix_crc(block, 28, META_BLOCK_BYTES as usize);
+                    }
+                }
+                let mb = META_BLOCK_BYTES as usize;
+                let (header, bytes) = f::largest_allocation(|| decode_header(&cfg, &b[..mb]));
+                prop_assert!(bytes <= f::allocation_bound(mb));
+                let Ok(h) = header else { return Ok(()) };
+                prop_assert!(h.body_blocks <= cfg.body_blocks);
+                // The caller reads the body blocks the header names.
+                let mut body = b[mb..].to_vec();
+                body.resize(h.body_blocks as usize * mb, 0);
+                let (decoded, bytes) = f::largest_allocation(|| decode_body(&cfg, &h, &body));
+                prop_assert!(bytes <= f::allocation_bound(body.len().max(b.len())));
+                if let Ok((runs, _)) = decoded {
+                    for (v, c, n, l) in runs {
+                        prop_assert!(h.volumes.iter().any(|x| x.slot == v));
+                        prop_assert!(c + u64::from(n) <= cfg.volume_chunks && l + u64::from(n) <= cfg.data_chunks);
+                    }
+                }
+            }
+
+            /// Journal blocks: refused, or their records only.
+            #[test]
+            fn journal_blocks_never_panic(
+                raw in f::raw_writes(META_BLOCK_BYTES as usize),
+                crafted in f::crafted_writes(META_BLOCK_BYTES as usize),
+                fix in any::<bool>(),
+            ) {
+                let recs: Vec<Record> = (0..40u64)
+                    .map(|i| if i % 7 == 0 { partial() } else {
+                        Record::Core(JournalRecord::Exception { volume: 0, chunk: i, location: i + 9 })
+                    })
+                    .collect();
+                let payload = pack_journal(&recs).swap_remove(0);
+                let mut b = encode_journal(11, &payload);
+                f::mutate(&mut b, &raw, &crafted);
+                if fix {
+                    f::fix_crc(&mut b, 28, META_BLOCK_BYTES as usize);
+                }
+                let (decoded, bytes) = f::largest_allocation(|| decode_journal(&b));
+                prop_assert!(bytes <= f::allocation_bound(b.len()));
+                if let Ok((_, recs)) = decoded {
+                    // What decodes re-encodes to a payload of the same length.
+                    let again: usize = recs.iter().map(Record::encoded_len).sum();
+                    prop_assert!(again <= JOURNAL_CODEC.payload_bytes_max());
+                }
+            }
+        }
     }
 }

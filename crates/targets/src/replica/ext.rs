@@ -397,7 +397,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+        #![proptest_config(crate::fuzz_support::config(512))]
 
         /// Hostile bytes never panic: every path returns a result, and the
         /// free extents lie inside their group.

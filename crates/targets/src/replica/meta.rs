@@ -33,7 +33,7 @@
 //! declared_extents u64, (replica u64, length u64, original u64)...,
 //! (start u64, length u64)...`.
 
-use layoutd_core::metablock::{MetaBlockCodec, MetaError, Reader};
+use layoutd_core::metablock::{MetaBlockCodec, MetaError, Reader, GENERATION_READ_MAX};
 
 /// The region record's codec for copies of `block_bytes`.
 pub(crate) fn codec(block_bytes: u32) -> MetaBlockCodec {
@@ -127,6 +127,12 @@ pub(crate) fn decode(
     check_geometry(&mut r, volume_blocks, block_bytes)?;
     let count = r.u32()?;
     let snapshot = r.u64()?;
+    if snapshot > GENERATION_READ_MAX {
+        // The next snapshot is written with a generation past it.
+        return Err(MetaError::Malformed(format!(
+            "snapshot generation {snapshot} is past {GENERATION_READ_MAX}"
+        )));
+    }
     let extents = extents(&mut r, u64::from(count), volume_blocks, "region")?;
     if r.remaining() != 0 {
         return Err(MetaError::Malformed(format!("{} bytes after the last extent", r.remaining())));
@@ -252,6 +258,21 @@ mod tests {
         assert!(encode(4096, 1, (1000, 4096), &many).is_none(), "a 4 KiB record holds 252 extents");
     }
 
+    /// The record's snapshot generation sets the next snapshot's (one
+    /// more): a crafted u64::MAX (crc valid) overflowed there, and anything
+    /// past the readable generations made the snapshot unwritable.
+    #[test]
+    fn a_snapshot_generation_past_the_readable_ones_is_refused() {
+        let at_limit = RegionRecord { extents: vec![(0, 4)], snapshot: GENERATION_READ_MAX };
+        let b = encode(4096, 7, (100, 4096), &at_limit).unwrap();
+        assert_eq!(decode(&codec(4096).decode(&b).unwrap().payload, 100, 4096).unwrap(), at_limit);
+        for snapshot in [GENERATION_READ_MAX + 1, u64::MAX] {
+            let b = encode(4096, 7, (100, 4096), &RegionRecord { extents: vec![], snapshot }).unwrap();
+            let e = decode(&codec(4096).decode(&b).unwrap().payload, 100, 4096).unwrap_err();
+            assert!(e.to_string().contains(&format!("snapshot generation {snapshot} is past")), "{e}");
+        }
+    }
+
     #[test]
     fn snapshots_round_trip_across_blocks_and_refuse_damage() {
         let snap = Snapshot {
@@ -268,5 +289,67 @@ mod tests {
         assert!(decode_snapshot(&torn, 4096, 5, 4000).is_err());
         assert!(decode_snapshot(&b[..8192], 4096, 5, 4000).is_err(), "a block missing");
         assert!(encode_snapshot(4096, 5, 2, &snap).is_none());
+    }
+
+    mod fuzz {
+        use super::*;
+        use crate::fuzz_support::{self as f, config};
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(config(512))]
+
+            /// The region record: refused, or sorted disjoint extents
+            /// within the volume; the count field never sizes an allocation.
+            #[test]
+            fn region_records_never_panic(
+                raw in f::raw_writes(4096),
+                crafted in f::crafted_writes(96),
+                fix in any::<bool>(),
+            ) {
+                let rec = RegionRecord { extents: vec![(0, 4), (9, 1), (50, 40)], snapshot: 3 };
+                let mut b = encode(4096, 7, (100, 4096), &rec).expect("fits");
+                f::mutate(&mut b, &raw, &crafted);
+                if fix {
+                    f::fix_crc(&mut b, 28, 4096);
+                }
+                let (decoded, bytes) = f::largest_allocation(|| {
+                    codec(4096).decode(&b).map(|d| decode(&d.payload, 100, 4096))
+                });
+                prop_assert!(bytes <= f::allocation_bound(b.len()));
+                if let Ok(Ok(r)) = decoded {
+                    prop_assert!(r.extents.windows(2).all(|w| w[0].0 + w[0].1 < w[1].0));
+                    prop_assert!(r.extents.iter().all(|&(s, n)| n > 0 && s + n <= 100));
+                    prop_assert!(encode(4096, 7, (100, 4096), &r).is_some());
+                }
+            }
+
+            /// The map snapshot, its blocks mutated (each touched block's
+            /// crc fixed or not): refused, or extents within the volume.
+            #[test]
+            fn snapshots_never_panic(
+                raw in f::raw_writes(3 * 4096),
+                crafted in f::crafted_writes(3 * 4096),
+                fix in any::<bool>(),
+            ) {
+                let snap = Snapshot {
+                    replicas: (0..400).map(|i| (1000 + i * 3, 2, i * 2)).collect(),
+                    declared: vec![(900, 2000)],
+                };
+                let mut b = encode_snapshot(4096, 5, 8, &snap).expect("fits");
+                f::mutate(&mut b, &raw, &crafted);
+                if fix {
+                    for block in b.chunks_mut(4096) {
+                        f::fix_crc(block, 28, 4096);
+                    }
+                }
+                let (decoded, bytes) = f::largest_allocation(|| decode_snapshot(&b, 4096, 5, 4000));
+                prop_assert!(bytes <= f::allocation_bound(b.len()));
+                if let Ok(s) = decoded {
+                    prop_assert!(s.replicas.iter().all(|&(l, n, o)| n > 0 && l + n <= 4000 && o + n <= 4000));
+                    prop_assert!(s.declared.iter().all(|&(st, n)| n > 0 && st + n <= 4000));
+                }
+            }
+        }
     }
 }

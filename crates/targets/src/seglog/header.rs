@@ -58,7 +58,9 @@
 //! `log` volume of version 2 is refused with a line saying so.
 
 use super::{Geometry, Seq, ENTRY_BYTES, HEADER_FIXED_BYTES};
-use layoutd_core::metablock::{MetaBlockCodec, MetaError, Reader, GENERATION_MAX, HEADER_BYTES};
+use layoutd_core::metablock::{
+    MetaBlockCodec, MetaError, Reader, GENERATION_MAX, GENERATION_READ_MAX, HEADER_BYTES,
+};
 
 /// Format version of headers, checkpoints and marks written by this build.
 pub const FORMAT_VERSION: u32 = 2;
@@ -70,10 +72,11 @@ const CHECKPOINT_CODEC: MetaBlockCodec =
 const MARK_CODEC: MetaBlockCodec =
     MetaBlockCodec { magic: *b"LDSEGFM1", version: FORMAT_VERSION, block_bytes: CHECKPOINT_BYTES };
 /// Largest sequence number, generation or boot counter accepted from disk
-/// (2^62: a segment a microsecond for 146,000 years). Larger values are
-/// crafted or corrupt, and refusing them keeps every `+ 1` and every
-/// `seq + segment_count` free of overflow.
-pub const SEQ_MAX: u64 = GENERATION_MAX;
+/// (2^61, the codec's [`GENERATION_READ_MAX`]: a segment a microsecond for
+/// 73,000 years). Larger values are crafted or corrupt, and refusing them
+/// keeps every `+ 1` and every `seq + segment_count` free of overflow and
+/// every later header and checkpoint writable (at most [`GENERATION_MAX`]).
+pub const SEQ_MAX: u64 = GENERATION_READ_MAX;
 const FLAG_PAYLOAD_CRC: u32 = 1;
 const KIND_SLOT: u16 = 1;
 const KIND_INVALIDATE: u16 = 2;
@@ -198,9 +201,11 @@ fn entry_max_in(block_bytes: u32) -> u32 {
     (block_bytes - HEADER_FIXED_BYTES) / ENTRY_BYTES
 }
 
-fn seq_in_range(name: &str, v: u64) -> Result<u64, HeaderError> {
-    if v > SEQ_MAX {
-        return Err(HeaderError::Malformed(format!("{name} {v} is past {SEQ_MAX}")));
+/// `v` if at most `max` ([`SEQ_MAX`] for what is read from disk,
+/// [`GENERATION_MAX`] for an encoder's own round trip).
+fn seq_in_range(name: &str, v: u64, max: u64) -> Result<u64, HeaderError> {
+    if v > max {
+        return Err(HeaderError::Malformed(format!("{name} {v} is past {max}")));
     }
     Ok(v)
 }
@@ -225,7 +230,7 @@ impl SegmentHeader {
 
     /// Decodes a summary read from a slot.
     pub fn decode_slot(b: &[u8], geo: &Geometry) -> Result<SegmentHeader, HeaderError> {
-        SegmentHeader::decode_in(b, geo, geo.slot_bytes, SegmentHeader::slot_entry_max(geo))
+        SegmentHeader::decode_in(b, geo, geo.slot_bytes, SegmentHeader::slot_entry_max(geo), SEQ_MAX)
     }
 
     fn encode_in(&self, geo: &Geometry, block_bytes: u32, entry_max: u32) -> Vec<u8> {
@@ -258,14 +263,14 @@ impl SegmentHeader {
             p.extend(slot.to_le_bytes());
         }
         let b = header_codec(block_bytes).encode(self.seq.0, &p).expect("a header fits its geometry");
-        let back = SegmentHeader::decode_in(&b, geo, block_bytes, entry_max);
+        let back = SegmentHeader::decode_in(&b, geo, block_bytes, entry_max, GENERATION_MAX);
         assert_eq!(back.as_ref(), Ok(self), "header round trip");
         b
     }
 
     /// Decodes and checks a header read from disk.
     pub fn decode(b: &[u8], geo: &Geometry) -> Result<SegmentHeader, HeaderError> {
-        SegmentHeader::decode_in(b, geo, geo.header_bytes, geo.entry_count_max)
+        SegmentHeader::decode_in(b, geo, geo.header_bytes, geo.entry_count_max, SEQ_MAX)
     }
 
     fn decode_in(
@@ -273,11 +278,12 @@ impl SegmentHeader {
         geo: &Geometry,
         block_bytes: u32,
         entry_max: u32,
+        max: u64,
     ) -> Result<SegmentHeader, HeaderError> {
         assert!(b.len() >= block_bytes as usize, "caller reads a whole header");
-        let block = header_codec(block_bytes).decode(&b[..block_bytes as usize])?;
+        let block = header_codec(block_bytes).decode_up_to(&b[..block_bytes as usize], max)?;
         let mut r = Reader::new(&block.payload);
-        let boot = seq_in_range("boot", r.u64()?)?;
+        let boot = seq_in_range("boot", r.u64()?, max)?;
         let (slot_bytes, slot_count) = (r.u32()?, r.u32()?);
         if slot_bytes != geo.slot_bytes || slot_count != geo.slot_count {
             return Err(HeaderError::Geometry(format!(
@@ -305,7 +311,7 @@ impl SegmentHeader {
         check_slots(&entries, slots_used)?;
         let payload_crc = (flags & FLAG_PAYLOAD_CRC != 0).then_some(crc);
         Ok(SegmentHeader {
-            seq: Seq(seq_in_range("seq", block.generation)?),
+            seq: Seq(seq_in_range("seq", block.generation, max)?),
             boot,
             slots_used,
             payload_crc,
@@ -452,19 +458,24 @@ impl Checkpoint {
             p.extend(v.to_le_bytes());
         }
         let b = CHECKPOINT_CODEC.encode(self.generation, &p).expect("a checkpoint fits its block");
-        assert_eq!(Checkpoint::decode(&b, geo).as_ref(), Ok(self), "checkpoint round trip");
+        let back = Checkpoint::decode_up_to(&b, geo, GENERATION_MAX);
+        assert_eq!(back.as_ref(), Ok(self), "checkpoint round trip");
         b
     }
 
     /// Decodes one copy and checks it against the configured geometry.
     pub fn decode(b: &[u8], geo: &Geometry) -> Result<Checkpoint, HeaderError> {
+        Checkpoint::decode_up_to(b, geo, SEQ_MAX)
+    }
+
+    fn decode_up_to(b: &[u8], geo: &Geometry, max: u64) -> Result<Checkpoint, HeaderError> {
         assert!(b.len() >= CHECKPOINT_BYTES, "caller reads a whole checkpoint");
-        let block = CHECKPOINT_CODEC.decode(b)?;
+        let block = CHECKPOINT_CODEC.decode_up_to(b, max)?;
         let mut r = Reader::new(&block.payload);
-        let boot = seq_in_range("boot", r.u64()?)?;
-        let replay_from_seq = Seq(seq_in_range("replay_from_seq", r.u64()?)?);
-        let resume_seq = Seq(seq_in_range("resume_seq", r.u64()?)?);
-        let durable_upto = Seq(seq_in_range("durable_upto_seq", r.u64()?)?);
+        let boot = seq_in_range("boot", r.u64()?, max)?;
+        let replay_from_seq = Seq(seq_in_range("replay_from_seq", r.u64()?, max)?);
+        let resume_seq = Seq(seq_in_range("resume_seq", r.u64()?, max)?);
+        let durable_upto = Seq(seq_in_range("durable_upto_seq", r.u64()?, max)?);
         let found = (r.u64()?, r.u32()?, r.u32()?, r.u32()?, r.u32()?);
         let want =
             (geo.region_offset_bytes, geo.slot_bytes, geo.slot_count, geo.segment_count, geo.header_bytes);
@@ -535,20 +546,25 @@ impl ChainCheckpoint {
         }
         p.extend(geo.region_offset_bytes.to_le_bytes());
         let b = CHAIN_CHECKPOINT_CODEC.encode(self.generation, &p).expect("a checkpoint fits its block");
-        assert_eq!(ChainCheckpoint::decode(&b, geo).as_ref(), Ok(self), "chain checkpoint round trip");
+        let back = ChainCheckpoint::decode_up_to(&b, geo, GENERATION_MAX);
+        assert_eq!(back.as_ref(), Ok(self), "chain checkpoint round trip");
         b
     }
 
     /// Decodes one copy and checks it against the configured geometry.
     pub fn decode(b: &[u8], geo: &Geometry) -> Result<ChainCheckpoint, HeaderError> {
+        ChainCheckpoint::decode_up_to(b, geo, SEQ_MAX)
+    }
+
+    fn decode_up_to(b: &[u8], geo: &Geometry, max: u64) -> Result<ChainCheckpoint, HeaderError> {
         assert!(b.len() >= CHECKPOINT_BYTES, "caller reads a whole checkpoint");
-        let block = CHAIN_CHECKPOINT_CODEC.decode(b).map_err(|e| match e {
+        let block = CHAIN_CHECKPOINT_CODEC.decode_up_to(b, max).map_err(|e| match e {
             MetaError::Version(found) => HeaderError::OtherVersion { found, reads: CHAIN_FORMAT_VERSION },
             e => HeaderError::from(e),
         })?;
         let mut r = Reader::new(&block.payload);
-        let boot = seq_in_range("boot", r.u64()?)?;
-        let next_seq = Seq(seq_in_range("next_seq", r.u64()?)?);
+        let boot = seq_in_range("boot", r.u64()?, max)?;
+        let next_seq = Seq(seq_in_range("next_seq", r.u64()?, max)?);
         let loc = r.u32()?;
         let found = (r.u32()?, r.u32()?, r.u32()?, r.u32()?, r.u64()?);
         let want =
@@ -615,17 +631,22 @@ impl FlushMark {
         }
         p.extend(geo.segment_count.to_le_bytes());
         let b = MARK_CODEC.encode(self.generation, &p).expect("a flush mark fits its block");
-        assert_eq!(FlushMark::decode(&b, geo).as_ref(), Ok(self), "flush mark round trip");
+        let back = FlushMark::decode_up_to(&b, geo, GENERATION_MAX);
+        assert_eq!(back.as_ref(), Ok(self), "flush mark round trip");
         b
     }
 
     /// Decodes one copy and checks it against the configured geometry.
     pub fn decode(b: &[u8], geo: &Geometry) -> Result<FlushMark, HeaderError> {
+        FlushMark::decode_up_to(b, geo, SEQ_MAX)
+    }
+
+    fn decode_up_to(b: &[u8], geo: &Geometry, max: u64) -> Result<FlushMark, HeaderError> {
         assert!(b.len() >= CHECKPOINT_BYTES, "caller reads a whole mark");
-        let block = MARK_CODEC.decode(b)?;
+        let block = MARK_CODEC.decode_up_to(b, max)?;
         let mut r = Reader::new(&block.payload);
-        let boot = seq_in_range("boot", r.u64()?)?;
-        let durable_upto = Seq(seq_in_range("durable_upto_seq", r.u64()?)?);
+        let boot = seq_in_range("boot", r.u64()?, max)?;
+        let durable_upto = Seq(seq_in_range("durable_upto_seq", r.u64()?, max)?);
         let (offset, segments) = (r.u64()?, r.u32()?);
         if (offset, segments) != (geo.region_offset_bytes, geo.segment_count) || r.remaining() != 0 {
             return Err(HeaderError::Geometry(format!(
@@ -653,6 +674,37 @@ mod tests {
 
     fn geo() -> Geometry {
         Geometry::new(0, 1 << 20, 1024, 8).expect("valid")
+    }
+
+    /// Found by `fuzz_images` (a checkpoint block's generation crafted to
+    /// 2^62, crc fixed: accepted, and the next checkpoint write, 2^62 + 1,
+    /// panicked in `encode`). What is read is at most `SEQ_MAX`, and what
+    /// goes on from there can be written.
+    #[test]
+    fn what_continues_from_the_largest_readable_generation_can_be_written() {
+        let g = geo();
+        let ck = |generation| Checkpoint {
+            generation,
+            boot: 2,
+            replay_from_seq: Seq(SEQ_MAX),
+            resume_seq: Seq(SEQ_MAX),
+            durable_upto: Seq(SEQ_MAX),
+        };
+        assert_eq!(Checkpoint::decode(&ck(SEQ_MAX).encode(&g), &g).map(|c| c.generation), Ok(SEQ_MAX));
+        for past in [SEQ_MAX + 1, GENERATION_MAX] {
+            let b = ck(past).encode(&g);
+            assert!(Checkpoint::decode(&b, &g).unwrap_err().to_string().contains("past"), "{past}");
+        }
+        let mark = FlushMark { generation: GENERATION_MAX, boot: 1, durable_upto: Seq(SEQ_MAX + 9) };
+        assert!(FlushMark::decode(&mark.encode(&g), &g).is_err());
+        let h = SegmentHeader {
+            seq: Seq(SEQ_MAX + 1),
+            boot: 1,
+            slots_used: 0,
+            payload_crc: None,
+            entries: vec![],
+        };
+        assert!(SegmentHeader::decode(&h.encode(&g), &g).is_err());
     }
 
     #[test]
