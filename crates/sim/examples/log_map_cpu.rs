@@ -5,7 +5,8 @@
 //! random, then random single-block updates into fresh slots (the log's
 //! random-update phase: every write goes to the next slot), lookups again,
 //! and a walk of every mapped block (the cleaner's map scan and recovery's
-//! rebuild). Each timing is the fastest of `PASSES` passes over the same
+//! rebuild); and for comparison the same sets and random lookups on one
+//! `Packed` entry a block (the map before session 24). Each timing is the fastest of `PASSES` passes over the same
 //! operations (the cost without preemption by other work; the map ends in
 //! the same state after each pass), in ns per operation; RAM is the map's
 //! own count (`SlotMap::ram_bytes`) per mapped block.
@@ -15,7 +16,7 @@
 //! Defaults: 4,194,304 blocks (a 16 GiB volume of 4 KiB blocks) and as many
 //! updates as blocks; slots = blocks / 0.9 (10% over-provisioning).
 
-use layoutd_targets::log::map::{SlotMap, UNMAPPED};
+use layoutd_targets::log::map::{Packed, SlotMap, UNMAPPED};
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -110,6 +111,44 @@ fn run(blocks: u64, updates: u64, extents: bool) {
     );
 }
 
+/// The map before session 24 for comparison: one packed entry a block
+/// (`Packed`), no groups, no run counts.
+fn run_packed(blocks: u64, updates: u64) {
+    let slots = blocks * 10 / 9;
+    let width = 64 - slots.leading_zeros();
+    let mut m = Packed::new(blocks, width, true);
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let random: Vec<u64> = (0..blocks).map(|_| rng.next() % blocks).collect();
+    let time = |m: &mut Packed, ops: u64, f: &dyn Fn(&mut Packed)| {
+        let mut best = f64::MAX;
+        for _ in 0..PASSES {
+            let t = Instant::now();
+            f(m);
+            best = best.min(t.elapsed().as_nanos() as f64 / ops as f64);
+        }
+        best
+    };
+    let fill = time(&mut m, blocks, &|m| (0..blocks).for_each(|b| m.set(b, b)));
+    let get = |m: &mut Packed| {
+        time(m, blocks, &|m| {
+            black_box(random.iter().fold(0u64, |a, &b| a.wrapping_add(m.get(b))));
+        })
+    };
+    let get_fill = get(&mut m);
+    let targets: Vec<u64> = (0..updates).map(|_| rng.next() % blocks).collect();
+    let upd = time(&mut m, updates, &|m| {
+        for (i, &b) in targets.iter().enumerate() {
+            m.set(b, (blocks + i as u64) % slots);
+        }
+    });
+    let get_upd = get(&mut m);
+    println!(
+        "packed   sequential fill: set {fill:6.1} ns, get random {get_fill:5.1} ns; {updates} random updates: set \
+         {upd:6.1} ns, get random {get_upd:5.1} ns; {:.3} B a block",
+        m.ram_bytes() as f64 / blocks as f64
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let blocks: u64 = args.get(1).map_or(1 << 22, |a| a.parse().expect("BLOCKS: a number"));
@@ -117,4 +156,5 @@ fn main() {
     for extents in [true, false] {
         run(blocks, updates, extents);
     }
+    run_packed(blocks, updates);
 }

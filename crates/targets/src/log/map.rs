@@ -118,9 +118,10 @@ impl Packed {
 
 /// Blocks per map group (4 MiB of 4 KiB blocks).
 pub const GROUP_BLOCKS: u64 = 1024;
-/// Runs a group holds as runs at most (`8 *` this bytes); one more and it
-/// turns flat, and a flat group turns back into runs at half of it.
-pub const GROUP_RUNS_MAX: usize = 64;
+/// Runs a group holds as runs at most (`8 *` this bytes), if fewer than
+/// half its flat words; one more and it turns flat, and a flat group turns
+/// back into runs at half of it. Bounds the words an update moves.
+pub const GROUP_RUNS_MAX: usize = 256;
 const _: () = assert!(GROUP_BLOCKS <= 32768 && GROUP_BLOCKS.is_power_of_two());
 
 /// One run in a `u64`: first block's offset in the group (bits 0-15),
@@ -159,7 +160,8 @@ impl Run {
 ///   id and one more value (all ones) for [`UNMAPPED`] (random updates).
 ///
 /// A runs group turns flat when a write makes it hold more than
-/// `runs_max` runs; a flat group turns back when its run count (kept per
+/// `runs_max` runs (half its flat words: 152 with 19-bit entries, 232 with
+/// 29-bit; at most [`GROUP_RUNS_MAX`]); a flat group turns back when its run count (kept per
 /// group, updated per write from the block's neighbours) falls to half
 /// of that. A runs group is smaller than a flat one (`runs_max` is at most
 /// half the flat words), so the map never holds more than the flat entries
@@ -173,15 +175,18 @@ impl Run {
 /// (the flat map: RAM fixed by the volume size).
 #[derive(Clone, Debug)]
 pub struct SlotMap {
-    /// Per group: `flat_words` words (flat), or its runs (fewer words).
+    /// Per group: its flat words (`flat_words`, fewer for a last group
+    /// shorter than the others), or its runs (fewer words).
     groups: Vec<Box<[u64]>>,
     /// Per group: its run count (in either form).
     runs: Vec<u16>,
     blocks: u64,
     width: u32,
     group_blocks: u64,
+    /// log2 of `group_blocks`: a block's group is a shift away.
+    group_shift: u32,
     flat_words: usize,
-    runs_max: usize,
+    last_flat_words: usize,
     extents: bool,
     /// Words held by the groups' boxes.
     words_held: u64,
@@ -202,33 +207,56 @@ impl SlotMap {
         let width = 64 - u64::from(slot_total).leading_zeros();
         let flat_words = (group_blocks * u64::from(width)).div_ceil(64) as usize;
         let group_count = blocks.div_ceil(group_blocks) as usize;
-        let runs_max = GROUP_RUNS_MAX.min(flat_words / 2);
-        assert!(runs_max < flat_words, "a runs group is told from a flat one by its length");
+        let last_blocks = blocks - (group_count as u64).saturating_sub(1) * group_blocks;
+        let last_flat_words = (last_blocks * u64::from(width)).div_ceil(64) as usize;
         let mut m = SlotMap {
             groups: vec![Box::default(); group_count],
             runs: vec![0; group_count],
             blocks,
             width,
             group_blocks,
+            group_shift: group_blocks.trailing_zeros(),
             flat_words,
-            runs_max,
+            last_flat_words,
             extents,
             words_held: 0,
             flat_group_count: 0,
         };
         if !extents {
             for g in 0..group_count {
-                m.put_flat(g, vec![u64::MAX; flat_words]);
+                m.put_flat(g, vec![u64::MAX; m.flat_words_of(g)]);
             }
         }
         m
     }
 
-    fn is_flat(&self, g: usize) -> bool {
-        self.groups[g].len() == self.flat_words
+    /// Words of group `g` flat.
+    fn flat_words_of(&self, g: usize) -> usize {
+        if g + 1 == self.groups.len() {
+            self.last_flat_words
+        } else {
+            self.flat_words
+        }
     }
 
-    fn from_entry(&self, v: u64) -> u32 {
+    /// Runs group `g` holds as runs at most: fewer words than flat (a
+    /// runs group is told from a flat one by its length), at most half.
+    fn runs_max_of(&self, g: usize) -> usize {
+        let m = GROUP_RUNS_MAX.min(self.flat_words_of(g) / 2);
+        assert!(m < self.flat_words_of(g));
+        m
+    }
+
+    /// Blocks of group `g`.
+    fn group_len(&self, g: usize) -> u64 {
+        self.group_blocks.min(self.blocks - g as u64 * self.group_blocks)
+    }
+
+    fn is_flat(&self, g: usize) -> bool {
+        self.groups[g].len() == self.flat_words_of(g)
+    }
+
+    fn slot_of_entry(&self, v: u64) -> u32 {
         if v == (1u64 << self.width) - 1 {
             UNMAPPED
         } else {
@@ -237,15 +265,26 @@ impl SlotMap {
     }
 
     /// The slot holding `block`, or [`UNMAPPED`].
-    pub fn get(&self, block: u64) -> u32 {
+    /// `block`'s group and its offset in it.
+    fn locate(&self, block: u64) -> (usize, u64) {
         assert!(block < self.blocks, "block {block} of a map of {}", self.blocks);
-        let (g, off) = ((block / self.group_blocks) as usize, block % self.group_blocks);
+        ((block >> self.group_shift) as usize, block & (self.group_blocks - 1))
+    }
+
+    /// The slot holding `block`, or [`UNMAPPED`].
+    pub fn get(&self, block: u64) -> u32 {
+        let (g, off) = self.locate(block);
         let w = &self.groups[g];
-        if w.len() == self.flat_words {
-            return self.from_entry(packed_get(w, self.width, off));
+        if w.len() == self.flat_words_of(g) {
+            return self.slot_of_entry(packed_get(w, self.width, off));
         }
-        let i = w.partition_point(|&r| Run::unpack(r).off <= off);
-        match i.checked_sub(1).map(|i| Run::unpack(w[i])) {
+        Self::runs_get(w, off)
+    }
+
+    /// The slot of the block at `off` of a group held as `runs`.
+    fn runs_get(runs: &[u64], off: u64) -> u32 {
+        let i = runs.partition_point(|&r| Run::unpack(r).off <= off);
+        match i.checked_sub(1).map(|i| Run::unpack(runs[i])) {
             Some(r) if off < r.end() => (r.sid + off - r.off) as u32,
             _ => UNMAPPED,
         }
@@ -253,15 +292,11 @@ impl SlotMap {
 
     /// Points `block` at `sid` (or [`UNMAPPED`]).
     pub fn set(&mut self, block: u64, sid: u32) {
-        assert!(block < self.blocks, "block {block} of a map of {}", self.blocks);
         assert!(sid == UNMAPPED || u64::from(sid) < (1u64 << self.width) - 1, "slot {sid} fits an entry");
-        if self.get(block) == sid {
-            return;
-        }
-        let (g, off) = ((block / self.group_blocks) as usize, block % self.group_blocks);
+        let (g, off) = self.locate(block);
         if self.is_flat(g) {
             self.set_flat(g, off, sid);
-        } else {
+        } else if Self::runs_get(&self.groups[g], off) != sid {
             self.set_runs(g, off, sid);
         }
     }
@@ -269,29 +304,40 @@ impl SlotMap {
     /// Whether the block at `off` of flat group `g` starts a run.
     fn starts_run(&self, g: usize, off: u64) -> bool {
         let w = &self.groups[g];
-        let v = self.from_entry(packed_get(w, self.width, off));
+        let v = self.slot_of_entry(packed_get(w, self.width, off));
         if v == UNMAPPED {
             return false;
         }
         off == 0 || {
-            let p = self.from_entry(packed_get(w, self.width, off - 1));
+            let p = self.slot_of_entry(packed_get(w, self.width, off - 1));
             p == UNMAPPED || u64::from(p) + 1 != u64::from(v)
         }
     }
 
-    fn starts_around(&self, g: usize, off: u64) -> u16 {
-        let next = off + 1 < self.group_blocks && self.starts_run(g, off + 1);
-        u16::from(self.starts_run(g, off)) + u16::from(next)
+    /// Runs that start at `cur` or `next` (entries, all ones unmapped),
+    /// given the entry `prev` before `cur`.
+    fn starts_of(unmapped: u64, prev: Option<u64>, cur: u64, next: Option<u64>) -> u16 {
+        let starts = |p: Option<u64>, v: u64| v != unmapped && p.is_none_or(|p| p == unmapped || p + 1 != v);
+        u16::from(starts(prev, cur)) + u16::from(next.is_some_and(|n| starts(Some(cur), n)))
     }
 
     fn set_flat(&mut self, g: usize, off: u64, sid: u32) {
-        let before = self.starts_around(g, off);
-        let v = if sid == UNMAPPED { (1u64 << self.width) - 1 } else { u64::from(sid) };
-        packed_set(&mut self.groups[g], self.width, off, v);
-        let after = self.starts_around(g, off);
+        let unmapped = (1u64 << self.width) - 1;
+        let v = if sid == UNMAPPED { unmapped } else { u64::from(sid) };
+        let w = &mut self.groups[g];
+        let old = packed_get(w, self.width, off);
+        if old == v {
+            return;
+        }
+        let prev = off.checked_sub(1).map(|o| packed_get(w, self.width, o));
+        let next = (off + 1 < self.group_blocks.min(self.blocks - ((g as u64) << self.group_shift)))
+            .then(|| packed_get(w, self.width, off + 1));
+        packed_set(w, self.width, off, v);
+        let (before, after) =
+            (Self::starts_of(unmapped, prev, old, next), Self::starts_of(unmapped, prev, v, next));
         self.runs[g] = self.runs[g] + after - before;
-        if self.extents && usize::from(self.runs[g]) <= self.runs_max / 2 {
-            self.to_runs(g);
+        if self.extents && usize::from(self.runs[g]) <= self.runs_max_of(g) / 2 {
+            self.flat_to_runs(g);
         }
     }
 
@@ -337,8 +383,8 @@ impl SlotMap {
             }
         }
         self.runs[g] = v.len() as u16;
-        if v.len() > self.runs_max || !self.extents {
-            let mut flat = vec![u64::MAX; self.flat_words];
+        if v.len() > self.runs_max_of(g) || !self.extents {
+            let mut flat = vec![u64::MAX; self.flat_words_of(g)];
             for r in v.iter().map(|&r| Run::unpack(r)) {
                 for k in 0..r.len {
                     packed_set(&mut flat, self.width, r.off + k, r.sid + k);
@@ -352,14 +398,14 @@ impl SlotMap {
     }
 
     fn put_flat(&mut self, g: usize, flat: Vec<u64>) {
-        assert_eq!(flat.len(), self.flat_words);
-        self.words_held += self.flat_words as u64;
+        assert_eq!(flat.len(), self.flat_words_of(g));
+        self.words_held += flat.len() as u64;
         self.flat_group_count += 1;
         self.groups[g] = flat.into_boxed_slice();
     }
 
     /// Flat group `g` back into runs.
-    fn to_runs(&mut self, g: usize) {
+    fn flat_to_runs(&mut self, g: usize) {
         let mut v: Vec<u64> = Vec::with_capacity(usize::from(self.runs[g]));
         for (b, sid) in self.flat_entries(g) {
             let off = b - g as u64 * self.group_blocks;
@@ -371,7 +417,7 @@ impl SlotMap {
             }
         }
         assert_eq!(v.len(), usize::from(self.runs[g]), "group {g}'s run count");
-        self.words_held -= self.flat_words as u64;
+        self.words_held -= self.flat_words_of(g) as u64;
         self.flat_group_count -= 1;
         self.words_held += v.len() as u64;
         self.groups[g] = v.into_boxed_slice();
@@ -382,7 +428,7 @@ impl SlotMap {
         let base = g as u64 * self.group_blocks;
         let end = (base + self.group_blocks).min(self.blocks);
         (base..end).filter_map(move |b| {
-            let sid = self.from_entry(packed_get(&self.groups[g], self.width, b - base));
+            let sid = self.slot_of_entry(packed_get(&self.groups[g], self.width, b - base));
             (sid != UNMAPPED).then_some((b, sid))
         })
     }
@@ -456,8 +502,9 @@ impl SlotMap {
     /// it can hold.
     pub fn ram_bytes_max(blocks: u64, slot_total: u32) -> u64 {
         let width = u64::from(64 - u64::from(slot_total).leading_zeros());
-        let groups = blocks.div_ceil(GROUP_BLOCKS);
-        groups * ((GROUP_BLOCKS * width).div_ceil(64) * 8 + 16 + 2)
+        let (full, last) = (blocks / GROUP_BLOCKS, blocks % GROUP_BLOCKS);
+        let words = full * (GROUP_BLOCKS * width).div_ceil(64) + (last * width).div_ceil(64);
+        8 * words + 18 * blocks.div_ceil(GROUP_BLOCKS)
     }
 
     /// Checks the representation: each group's form and run count, runs
@@ -469,13 +516,16 @@ impl SlotMap {
             words += self.groups[g].len() as u64;
             if self.is_flat(g) {
                 flat += 1;
-                let starts = (0..self.group_blocks).filter(|&o| self.starts_run(g, o)).count();
+                let starts = (0..self.group_len(g)).filter(|&o| self.starts_run(g, o)).count();
                 assert_eq!(starts, usize::from(self.runs[g]), "flat group {g}'s run count");
-                assert!(!self.extents || starts > self.runs_max / 2, "flat group {g} with {starts} runs");
+                assert!(
+                    !self.extents || starts > self.runs_max_of(g) / 2,
+                    "flat group {g} with {starts} runs"
+                );
                 continue;
             }
             let runs: Vec<Run> = self.groups[g].iter().map(|&r| Run::unpack(r)).collect();
-            assert!(self.extents && runs.len() <= self.runs_max, "group {g} holds {} runs", runs.len());
+            assert!(self.extents && runs.len() <= self.runs_max_of(g), "group {g} holds {} runs", runs.len());
             assert_eq!(runs.len(), usize::from(self.runs[g]), "group {g}'s run count");
             for w in runs.windows(2) {
                 assert!(w[0].end() <= w[1].off, "group {g}: runs overlap");
