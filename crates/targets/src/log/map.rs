@@ -168,8 +168,9 @@ impl Run {
 /// plus 18 bytes a group (the group's box and run count). Lookup: O(1)
 /// flat, a binary search of at most `runs_max` runs; an update changes one
 /// entry or one group's run list (at most `runs_max` words moved), and a
-/// change of form, O(`group_blocks`), takes at least `runs_max / 2`
-/// updates of the group since the last one.
+/// change of form, O(`group_blocks`), comes at least `runs_max / 4`
+/// updates of the group after the last one (an update changes the run
+/// count by at most two).
 ///
 /// With `extents` off every group is flat from the start and stays so
 /// (the flat map: RAM fixed by the volume size).

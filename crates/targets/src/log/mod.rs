@@ -269,9 +269,10 @@ enum Phase {
 }
 
 /// The log target. Memory ([`Log::translation_ram_bytes`]): the map
-/// (entries of the fewest bits that hold a slot id), one live bit a slot,
+/// (per group of blocks its runs, or entries of the fewest bits that hold
+/// a slot id; see [`map::SlotMap`]), one live bit a slot,
 /// 12 bytes and two bits a segment, 2 bytes a map page: under 4 bytes a
-/// block up to 30-bit slot ids (see docs/log.md); plus `buffer_count`
+/// block up to 29-bit slot ids (1 TiB exposed; see docs/log.md); plus `buffer_count`
 /// segment buffers. Every queue is bounded by the upper requests in flight
 /// (the runtime bounds them) plus one stack of at most three works.
 pub struct Log {
