@@ -23,27 +23,10 @@ sys.path.insert(0, os.path.join(ROOT, "bench/harness"))
 import capreplay  # noqa: E402
 import tracefile  # noqa: E402
 from log_fs import DISK, OUT, TMP, one_stream, wa  # noqa: E402
-from log_sim import layoutd  # noqa: E402
+from log_sim import layoutd, stack_config  # noqa: E402
 
-STACK = os.path.join(ROOT, "bench/workloads/log/adaptive.toml")
-
-
-def config(batch):
-    """The adaptive stack with `batch` (written by `main` before the replays)."""
-    return os.path.join(TMP, f"adaptive-batch{batch}.toml")
-
-
-def write_config(batch):
-    path = os.path.join(TMP, f"adaptive-batch{batch}.toml")
-    text = open(STACK).read().replace('policy = "adaptive"\n',
-                                       f'policy = "adaptive"\nresequence_batch_groups = {batch}\n')
-    assert f"resequence_batch_groups = {batch}" in text
-    open(path, "w").write(text)
-    return path
-
-
-def replay(l, fs, batch, trace):
-    j, phases = capreplay.replay(l, trace, config(batch), DISK, os.path.join(TMP, f"{fs}-batch{batch}"),
+def replay(l, fs, batch, trace, config):
+    j, phases = capreplay.replay(l, trace, config, DISK, os.path.join(TMP, f"{fs}-batch{batch}"),
                                  os.path.join(OUT, f"capture-{fs}"))
     c = next(x["counters"] for x in j["stack"]["layers"] if x["target"] == "log")
     return fs, batch, {"phases": phases, "log": c}
@@ -63,14 +46,14 @@ def main():
         else:
             sys.exit(__doc__)
     os.makedirs(TMP, exist_ok=True)
-    for b in batches:
-        write_config(b)
+    configs = {b: stack_config("adaptive", (f"batch{b}", [f"resequence_batch_groups={b}"])) for b in batches}
     l = layoutd()
     tracefile.use(l)
     traces = {fs: one_stream(fs) for fs in fss}
     res = {}
     with concurrent.futures.ThreadPoolExecutor(jobs) as ex:
-        for fs, b, r in ex.map(lambda a: replay(l, *a, traces[a[0]]), [(f, b) for f in fss for b in batches]):
+        jobs_ = [(f, b) for f in fss for b in batches]
+        for fs, b, r in ex.map(lambda a: replay(l, *a, traces[a[0]], configs[a[1]]), jobs_):
             res.setdefault(fs, {})[b] = r
     json.dump({"disk": DISK, "runs": {fs: {str(b): r for b, r in v.items()} for fs, v in res.items()}},
               open(os.path.join(OUT, "batch.json"), "w"), indent=1)

@@ -29,11 +29,10 @@ sys.path.insert(0, os.path.join(ROOT, "bench/harness"))
 import tracefile  # noqa: E402
 from log_fs import DISK  # noqa: E402
 from log_iotest_fs import capture_dir  # noqa: E402
-from log_sim import layoutd  # noqa: E402
+from log_sim import layoutd, stack_config  # noqa: E402
 
 OUT = os.path.join(ROOT, "bench/results/log")
 TMP = os.path.join(OUT, "fs", "tmp")
-STACK = os.path.join(ROOT, "bench/workloads/log/adaptive.toml")
 TIB_BLOCKS = (1 << 40) // 4096
 GROUP_BLOCKS = 1024
 
@@ -49,24 +48,10 @@ def prefix(util, phase):
                                 stop_at_line=lines[ph[phase][0]])
 
 
-def config(extents):
-    """The adaptive stack, with `map_extents` set (written by `main` before the replays)."""
-    return os.path.join(TMP, f"map-adaptive-{str(extents).lower()}.toml")
-
-
-def write_config(extents):
-    path = os.path.join(TMP, f"map-adaptive-{str(extents).lower()}.toml")
-    text = open(STACK).read().replace('policy = "adaptive"\n',
-                                       f'policy = "adaptive"\nmap_extents = {str(extents).lower()}\n')
-    assert f"map_extents = {str(extents).lower()}" in text
-    open(path, "w").write(text)
-    return path
-
-
-def replay(util, phase, trace, extents):
+def replay(util, phase, trace, extents, config):
     base = os.path.join(TMP, f"map-ext4-{util}-{phase}-{extents}")
     cmd = [layoutd(), "sim", "--trace", trace, "--format", "layoutd", "--no-stream-detect", "--config",
-           config(extents), "--disk", DISK, "--closed-loop", "--no-progress", "--json", base + ".json"]
+           config, "--disk", DISK, "--closed-loop", "--no-progress", "--json", base + ".json"]
     subprocess.run(cmd, check=True, capture_output=True)
     j = json.load(open(base + ".json"))
     c = next(x["counters"] for x in j["stack"]["layers"] if x["target"] == "log")
@@ -99,12 +84,12 @@ def main():
         else:
             sys.exit(__doc__)
     os.makedirs(TMP, exist_ok=True)
-    for e in (True, False):
-        write_config(e)
+    configs = {e: stack_config("adaptive", (f"map-extents-{e}", [f"map_extents={str(e).lower()}"]))
+               for e in (True, False)}
     runs = []
     with concurrent.futures.ThreadPoolExecutor(jobs) as ex:
         traces = {(u, ph): prefix(u, ph) for u in utils for ph in ("update", "read")}
-        futs = [ex.submit(replay, u, ph, traces[u, ph], e) for u in utils for ph in ("update", "read")
+        futs = [ex.submit(replay, u, ph, traces[u, ph], e, configs[e]) for u in utils for ph in ("update", "read")
                 for e in (True, False)]
         for f in futs:
             runs.append(f.result())

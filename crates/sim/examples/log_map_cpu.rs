@@ -17,22 +17,12 @@
 //! updates as blocks; slots = blocks / 0.9 (10% over-provisioning).
 
 use layoutd_targets::log::map::{Packed, SlotMap, UNMAPPED};
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use std::hint::black_box;
 use std::time::Instant;
 
 const PASSES: usize = 3;
-
-/// A seeded xorshift: the same blocks every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
 
 /// The fastest of `PASSES` runs of `f` (which does `ops` operations), in
 /// ns per operation; `f` gets a fresh copy of `m` each pass, and the last
@@ -77,8 +67,8 @@ fn run(blocks: u64, updates: u64, extents: bool) {
     let mut m = SlotMap::new(blocks, slots, extents);
     let name = if extents { "extents" } else { "flat" };
     let in_order: Vec<u64> = (0..blocks).collect();
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-    let random: Vec<u64> = (0..blocks).map(|_| rng.next() % blocks).collect();
+    let mut rng = ChaCha8Rng::seed_from_u64(24);
+    let random: Vec<u64> = (0..blocks).map(|_| rng.next_u64() % blocks).collect();
     let fill = fastest(&mut m, blocks, |m| {
         for b in 0..blocks {
             m.set(b, b as u32);
@@ -94,7 +84,7 @@ fn run(blocks: u64, updates: u64, extents: bool) {
     );
     // Random updates, each into the next slot (wrapping over the slots;
     // a slot still holding another block is not a concern of the map).
-    let targets: Vec<u64> = (0..updates).map(|_| rng.next() % blocks).collect();
+    let targets: Vec<u64> = (0..updates).map(|_| rng.next_u64() % blocks).collect();
     let upd = fastest(&mut m, updates, |m| {
         for (i, &b) in targets.iter().enumerate() {
             m.set(b, ((blocks + i as u64) % u64::from(slots)) as u32);
@@ -117,8 +107,8 @@ fn run_packed(blocks: u64, updates: u64) {
     let slots = blocks * 10 / 9;
     let width = 64 - slots.leading_zeros();
     let mut m = Packed::new(blocks, width, true);
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-    let random: Vec<u64> = (0..blocks).map(|_| rng.next() % blocks).collect();
+    let mut rng = ChaCha8Rng::seed_from_u64(24);
+    let random: Vec<u64> = (0..blocks).map(|_| rng.next_u64() % blocks).collect();
     let time = |m: &mut Packed, ops: u64, f: &dyn Fn(&mut Packed)| {
         let mut best = f64::MAX;
         for _ in 0..PASSES {
@@ -135,7 +125,7 @@ fn run_packed(blocks: u64, updates: u64) {
         })
     };
     let get_fill = get(&mut m);
-    let targets: Vec<u64> = (0..updates).map(|_| rng.next() % blocks).collect();
+    let targets: Vec<u64> = (0..updates).map(|_| rng.next_u64() % blocks).collect();
     let upd = time(&mut m, updates, &|m| {
         for (i, &b) in targets.iter().enumerate() {
             m.set(b, (blocks + i as u64) % slots);

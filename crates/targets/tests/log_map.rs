@@ -7,6 +7,8 @@
 
 use layoutd_targets::log::map::{SlotMap, GROUP_BLOCKS, UNMAPPED};
 use proptest::prelude::*;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -106,12 +108,9 @@ fn sequential_data_is_held_in_runs_and_random_updates_in_flat_groups() {
     assert_eq!(m.ram_bytes(), empty_ram + 8 * m.group_count());
     // A seeded permutation of a third of the blocks into the spare slots
     // and back: every group holds more runs than it may.
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut rng = ChaCha8Rng::seed_from_u64(24);
     for i in 0..blocks / 3 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let b = x % blocks;
+        let b = rng.gen_range(0..blocks);
         let spare = blocks + 7 + i % (u64::from(slots) - blocks - 7);
         m.set(b, spare as u32);
     }
