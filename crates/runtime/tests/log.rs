@@ -956,3 +956,60 @@ fn idle_cleaning_waits_for_idle_time_not_for_the_gaps_between_requests() {
     let (gaps, _) = idle_cleaning_passes(0);
     assert!(gaps > 0, "{gaps} passes between requests without the idle wait");
 }
+
+/// The map with extents (`map_extents`, the default): a sequential fill
+/// holds runs only, in less RAM than the flat map; random updates turn the
+/// group flat; recovery (the last checkpoint's map pages and the
+/// roll-forward of the segments after it) gives the same block for every
+/// address. The flat map (`map_extents = false`) keeps every group flat
+/// and flushed data at every crash point.
+#[test]
+fn the_map_holds_sequential_data_in_runs_and_recovers_to_the_same_blocks() {
+    let cfg = cfg("greedy", "resequence = false\n");
+    let flat_cfg = cfg.clone() + "map_extents = false\n";
+    let flat = stack_from_toml(&flat_cfg, DEVICE_BYTES, OpenMode::Format);
+    let flat_ram = counter(&*flat, "map_ram_bytes");
+    assert_eq!(counter(&*flat, "map_flat_groups_count"), counter(&*flat, "map_groups_count"));
+    let (dev, mut h) = formatted(&cfg);
+    let blocks = counter(&*h.stack, "volume_blocks_count") * 9 / 10;
+    for b in 0..blocks {
+        assert_eq!(h.write(b * 4096, block_bytes(1, b)).result, Ok(()));
+    }
+    assert_eq!(h.flush().result, Ok(()));
+    let status = h.stack.status().to_string();
+    assert_eq!(counter(&*h.stack, "map_flat_groups_count"), 0, "{status}");
+    assert!(counter(&*h.stack, "map_ram_bytes") < flat_ram / 4, "{flat_ram} flat: {status}");
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    for i in 0..blocks * 2 {
+        let b = rng.gen_range(0..blocks);
+        assert_eq!(h.write(b * 4096, block_bytes(2 + i, b)).result, Ok(()));
+        if i % 7 == 0 {
+            assert_eq!(h.flush().result, Ok(()));
+        }
+        if i == blocks {
+            h.stack.message(h.now, "checkpoint").expect("checkpoint");
+        }
+    }
+    assert_eq!(h.flush().result, Ok(()));
+    h.drive_bounded(10_000);
+    let status = h.stack.status().to_string();
+    assert_eq!(counter(&*h.stack, "map_flat_groups_count"), 1, "{status}");
+    assert!(counter(&*h.stack, "map_ram_bytes") <= flat_ram, "{status}");
+    let before: Vec<Vec<u8>> =
+        (0..blocks).map(|b| h.read(b * 4096, 4096).data.expect("data").to_vec()).collect();
+    let live = counter(&*h.stack, "live_blocks_count");
+    let image = MemDevice::new(DEVICE_BYTES);
+    dev.copy_to(&image).expect("copy");
+    let stack = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::Open { clean: false, accept_loss: false });
+    let mut h = Harness::new(stack, Arc::new(image) as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
+    h.bring_up().expect("recovers");
+    assert!(counter(&*h.stack, "recovered_segments_count") > 0, "{}", h.stack.status());
+    assert_eq!(counter(&*h.stack, "live_blocks_count"), live);
+    for (b, want) in before.iter().enumerate() {
+        assert_eq!(&h.read(b as u64 * 4096, 4096).data.expect("data")[..], &want[..], "block {b}");
+    }
+
+    let ops = fill_then_update(volume_bytes("greedy"), 90, 400, 3);
+    let cuts = crash_check(&flat_cfg, DEVICE_BYTES, 3, &ops, 3, 30);
+    assert!(cuts > 40, "{cuts}");
+}

@@ -118,6 +118,9 @@ pub struct Args {
     /// Whether a read that ends at a segment's last slot reads on through
     /// the next segment's header (see `request::Log::read_through_bytes`).
     pub read_through_headers: bool,
+    /// Whether the map holds sequentially written groups of blocks as runs
+    /// (extents) instead of one entry a block (see `map::SlotMap`).
+    pub map_extents: bool,
     /// TEST ONLY: let SSR reuse slots freed since the last durable
     /// checkpoint (breaks crash safety; exists so a test can show the rule
     /// matters).
@@ -176,6 +179,7 @@ impl Args {
         }
         let resequence_batch_groups = bounded(&mut a, "resequence_batch_groups", 1, 1, 4096)?;
         let read_through_headers = a.bool_opt("read_through_headers")?.unwrap_or(true);
+        let map_extents = a.bool_opt("map_extents")?.unwrap_or(true);
         let unsafe_reuse = a.bool_opt("test_unsafe_reuse_before_checkpoint")?.unwrap_or(false);
         let (geo, map, volume_blocks) =
             cut(&a, lower_bytes, block_bytes, slot_count as u32, over_provision_pct)?;
@@ -199,6 +203,7 @@ impl Args {
             sliding_utilisation_min_percent,
             resequence_batch_groups,
             read_through_headers,
+            map_extents,
             unsafe_reuse,
             volume_blocks,
             map,
@@ -247,6 +252,7 @@ impl Args {
             ("sliding_utilisation_min_percent", self.sliding_utilisation_min_percent.to_string()),
             ("resequence_batch_groups", self.resequence_batch_groups.to_string()),
             ("read_through_headers", self.read_through_headers.to_string()),
+            ("map_extents", self.map_extents.to_string()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))

@@ -29,10 +29,33 @@ const CODEC: MetaBlockCodec =
     MetaBlockCodec { magic: *b"LDLOGMP1", version: 1, block_bytes: PAGE_BYTES as usize };
 const _: () = assert!(ENTRIES_PER_PAGE == 1014);
 
+/// Integer `i` of `width` bits packed into `words` (see [`Packed`]).
+fn packed_get(words: &[u64], width: u32, i: u64) -> u64 {
+    let bit = i * u64::from(width);
+    let (w, off) = ((bit / 64) as usize, (bit % 64) as u32);
+    let mut v = words[w] >> off;
+    if off + width > 64 {
+        v |= words[w + 1] << (64 - off);
+    }
+    v & ((1u64 << width) - 1)
+}
+
+/// Sets integer `i` of `width` bits packed into `words` to `v`.
+fn packed_set(words: &mut [u64], width: u32, i: u64, v: u64) {
+    let bit = i * u64::from(width);
+    let (w, off) = ((bit / 64) as usize, (bit % 64) as u32);
+    let m = (1u64 << width) - 1;
+    words[w] = (words[w] & !(m << off)) | (v << off);
+    if off + width > 64 {
+        let hi = 64 - off;
+        words[w + 1] = (words[w + 1] & !(m >> hi)) | (v >> hi);
+    }
+}
+
 /// Unsigned integers of a fixed width (1 to 32 bits), packed into `u64`
-/// words: `len * width / 8` bytes, rounded up to a word. The map (an entry
-/// just wide enough for every slot id and [`UNMAPPED`]) and the per-slot
-/// and per-segment bits are made of it.
+/// words: `len * width / 8` bytes, rounded up to a word. The map's flat
+/// groups (an entry just wide enough for every slot id and [`UNMAPPED`])
+/// and the per-slot and per-segment bits are made of it.
 #[derive(Clone, Debug)]
 pub struct Packed {
     words: Vec<u64>,
@@ -63,33 +86,16 @@ impl Packed {
         self.len == 0
     }
 
-    fn mask(&self) -> u64 {
-        (1u64 << self.width) - 1
-    }
-
     /// Integer `i`.
     pub fn get(&self, i: u64) -> u64 {
         assert!(i < self.len);
-        let bit = i * u64::from(self.width);
-        let (w, off) = ((bit / 64) as usize, (bit % 64) as u32);
-        let mut v = self.words[w] >> off;
-        if off + self.width > 64 {
-            v |= self.words[w + 1] << (64 - off);
-        }
-        v & self.mask()
+        packed_get(&self.words, self.width, i)
     }
 
     /// Sets integer `i` to `v` (which must fit).
     pub fn set(&mut self, i: u64, v: u64) {
         assert!(i < self.len && v >> self.width == 0);
-        let bit = i * u64::from(self.width);
-        let (w, off) = ((bit / 64) as usize, (bit % 64) as u32);
-        let m = self.mask();
-        self.words[w] = (self.words[w] & !(m << off)) | (v << off);
-        if off + self.width > 64 {
-            let hi = 64 - off;
-            self.words[w + 1] = (self.words[w + 1] & !(m >> hi)) | (v >> hi);
-        }
+        packed_set(&mut self.words, self.width, i, v);
     }
 
     /// The words of a one-bit `Packed`: integer `i` is bit `i % 64` of
@@ -110,55 +116,430 @@ impl Packed {
     }
 }
 
-/// The map in RAM: per block, the slot id holding it or [`UNMAPPED`], in
-/// entries of the fewest bits that hold every slot id and one more value
-/// (all ones) for [`UNMAPPED`].
+/// Blocks per map group (4 MiB of 4 KiB blocks).
+pub const GROUP_BLOCKS: u64 = 1024;
+/// Runs a group holds as runs at most (`8 *` this bytes), if fewer than
+/// half its flat words; one more and it turns flat, and a flat group turns
+/// back into runs at half of it. Bounds the words an update moves.
+pub const GROUP_RUNS_MAX: usize = 256;
+const _: () = assert!(GROUP_BLOCKS <= 32768 && GROUP_BLOCKS.is_power_of_two());
+
+/// One run in a `u64`: first block's offset in the group (bits 0-15),
+/// length - 1 (16-31), first slot id (32-63); the run's block `i` is in
+/// slot `sid + i`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+struct Run {
+    off: u64,
+    len: u64,
+    sid: u64,
+}
+
+impl Run {
+    fn pack(self) -> u64 {
+        debug_assert!(self.len >= 1 && self.off + self.len <= 1 << 16 && self.sid + self.len <= 1 << 32);
+        self.off | (self.len - 1) << 16 | self.sid << 32
+    }
+
+    fn unpack(w: u64) -> Run {
+        Run { off: w & 0xFFFF, len: ((w >> 16) & 0xFFFF) + 1, sid: w >> 32 }
+    }
+
+    fn end(self) -> u64 {
+        self.off + self.len
+    }
+}
+
+/// The map in RAM: per block, the slot id holding it or [`UNMAPPED`].
+///
+/// The volume is cut into groups of `group_blocks` blocks; each group is
+/// held in one of two forms, whichever its contents make smaller:
+/// - **runs**: the maximal runs of blocks in consecutive slots, sorted, one
+///   `u64` each, at most `runs_max` (sequentially written data, and empty
+///   groups: no allocation at all);
+/// - **flat**: one entry a block, of the fewest bits that hold every slot
+///   id and one more value (all ones) for [`UNMAPPED`] (random updates).
+///
+/// A runs group turns flat when a write makes it hold more than
+/// `runs_max` runs (half its flat words: 152 with 19-bit entries, 232 with
+/// 29-bit; at most [`GROUP_RUNS_MAX`]); a flat group turns back when its run count (kept per
+/// group, updated per write from the block's neighbours) falls to half
+/// of that. A runs group is smaller than a flat one (`runs_max` is at most
+/// half the flat words), so the map never holds more than the flat entries
+/// plus 18 bytes a group (the group's box and run count). Lookup: O(1)
+/// flat, a binary search of at most `runs_max` runs; an update changes one
+/// entry or one group's run list (at most `runs_max` words moved), and a
+/// change of form, O(`group_blocks`), comes at least `runs_max / 4`
+/// updates of the group after the last one (an update changes the run
+/// count by at most two).
+///
+/// With `extents` off every group is flat from the start and stays so
+/// (the flat map: RAM fixed by the volume size).
 #[derive(Clone, Debug)]
 pub struct SlotMap {
-    p: Packed,
+    /// Per group: its flat words (`flat_words`, fewer for a last group
+    /// shorter than the others), or its runs (fewer words).
+    groups: Vec<Box<[u64]>>,
+    /// Per group: its run count (in either form).
+    runs: Vec<u16>,
+    blocks: u64,
+    width: u32,
+    group_blocks: u64,
+    /// log2 of `group_blocks`: a block's group is a shift away.
+    group_shift: u32,
+    flat_words: usize,
+    last_flat_words: usize,
+    extents: bool,
+    /// Words held by the groups' boxes.
+    words_held: u64,
+    flat_group_count: u64,
 }
 
 impl SlotMap {
-    /// `blocks` unmapped blocks over a log of `slot_total` slots.
-    pub fn new(blocks: u64, slot_total: u32) -> SlotMap {
-        let width = 64 - u64::from(slot_total).leading_zeros();
-        SlotMap { p: Packed::new(blocks, width, true) }
+    /// `blocks` unmapped blocks over a log of `slot_total` slots, in groups
+    /// of [`GROUP_BLOCKS`] blocks, with extents or flat.
+    pub fn new(blocks: u64, slot_total: u32, extents: bool) -> SlotMap {
+        SlotMap::with_groups(blocks, slot_total, GROUP_BLOCKS, extents)
     }
 
-    /// The slot holding `block`, or [`UNMAPPED`].
-    pub fn get(&self, block: u64) -> u32 {
-        let v = self.p.get(block);
-        if v == (1u64 << self.p.width()) - 1 {
+    /// [`SlotMap::new`] with groups of `group_blocks` blocks (a power of
+    /// two, at most [`GROUP_BLOCKS`] times 32; tests use small groups).
+    pub fn with_groups(blocks: u64, slot_total: u32, group_blocks: u64, extents: bool) -> SlotMap {
+        assert!(group_blocks.is_power_of_two() && group_blocks <= 32768);
+        let width = 64 - u64::from(slot_total).leading_zeros();
+        let flat_words = (group_blocks * u64::from(width)).div_ceil(64) as usize;
+        let group_count = blocks.div_ceil(group_blocks) as usize;
+        let last_blocks = blocks - (group_count as u64).saturating_sub(1) * group_blocks;
+        let last_flat_words = (last_blocks * u64::from(width)).div_ceil(64) as usize;
+        let mut m = SlotMap {
+            groups: vec![Box::default(); group_count],
+            runs: vec![0; group_count],
+            blocks,
+            width,
+            group_blocks,
+            group_shift: group_blocks.trailing_zeros(),
+            flat_words,
+            last_flat_words,
+            extents,
+            words_held: 0,
+            flat_group_count: 0,
+        };
+        if !extents {
+            for g in 0..group_count {
+                m.put_flat(g, vec![u64::MAX; m.flat_words_of(g)]);
+            }
+        }
+        m
+    }
+
+    /// Words of group `g` flat.
+    fn flat_words_of(&self, g: usize) -> usize {
+        if g + 1 == self.groups.len() {
+            self.last_flat_words
+        } else {
+            self.flat_words
+        }
+    }
+
+    /// Runs group `g` holds as runs at most: fewer words than flat (a
+    /// runs group is told from a flat one by its length), at most half.
+    fn runs_max_of(&self, g: usize) -> usize {
+        let m = GROUP_RUNS_MAX.min(self.flat_words_of(g) / 2);
+        assert!(m < self.flat_words_of(g));
+        m
+    }
+
+    /// Blocks of group `g`.
+    fn group_len(&self, g: usize) -> u64 {
+        self.group_blocks.min(self.blocks - g as u64 * self.group_blocks)
+    }
+
+    fn is_flat(&self, g: usize) -> bool {
+        self.groups[g].len() == self.flat_words_of(g)
+    }
+
+    fn slot_of_entry(&self, v: u64) -> u32 {
+        if v == (1u64 << self.width) - 1 {
             UNMAPPED
         } else {
             v as u32
         }
     }
 
+    /// The slot holding `block`, or [`UNMAPPED`].
+    /// `block`'s group and its offset in it.
+    fn locate(&self, block: u64) -> (usize, u64) {
+        assert!(block < self.blocks, "block {block} of a map of {}", self.blocks);
+        ((block >> self.group_shift) as usize, block & (self.group_blocks - 1))
+    }
+
+    /// The slot holding `block`, or [`UNMAPPED`].
+    pub fn get(&self, block: u64) -> u32 {
+        let (g, off) = self.locate(block);
+        let w = &self.groups[g];
+        if w.len() == self.flat_words_of(g) {
+            return self.slot_of_entry(packed_get(w, self.width, off));
+        }
+        Self::runs_get(w, off)
+    }
+
+    /// The slot of the block at `off` of a group held as `runs`.
+    fn runs_get(runs: &[u64], off: u64) -> u32 {
+        let i = runs.partition_point(|&r| Run::unpack(r).off <= off);
+        match i.checked_sub(1).map(|i| Run::unpack(runs[i])) {
+            Some(r) if off < r.end() => (r.sid + off - r.off) as u32,
+            _ => UNMAPPED,
+        }
+    }
+
     /// Points `block` at `sid` (or [`UNMAPPED`]).
     pub fn set(&mut self, block: u64, sid: u32) {
-        let v = if sid == UNMAPPED { (1u64 << self.p.width()) - 1 } else { u64::from(sid) };
-        self.p.set(block, v);
+        assert!(sid == UNMAPPED || u64::from(sid) < (1u64 << self.width) - 1, "slot {sid} fits an entry");
+        let (g, off) = self.locate(block);
+        if self.is_flat(g) {
+            self.set_flat(g, off, sid);
+        } else if Self::runs_get(&self.groups[g], off) != sid {
+            self.set_runs(g, off, sid);
+        }
+    }
+
+    /// Whether the block at `off` of flat group `g` starts a run.
+    fn starts_run(&self, g: usize, off: u64) -> bool {
+        let w = &self.groups[g];
+        let v = self.slot_of_entry(packed_get(w, self.width, off));
+        if v == UNMAPPED {
+            return false;
+        }
+        off == 0 || {
+            let p = self.slot_of_entry(packed_get(w, self.width, off - 1));
+            p == UNMAPPED || u64::from(p) + 1 != u64::from(v)
+        }
+    }
+
+    /// Runs that start at `cur` or `next` (entries, all ones unmapped),
+    /// given the entry `prev` before `cur`.
+    fn starts_of(unmapped: u64, prev: Option<u64>, cur: u64, next: Option<u64>) -> u16 {
+        let starts = |p: Option<u64>, v: u64| v != unmapped && p.is_none_or(|p| p == unmapped || p + 1 != v);
+        u16::from(starts(prev, cur)) + u16::from(next.is_some_and(|n| starts(Some(cur), n)))
+    }
+
+    fn set_flat(&mut self, g: usize, off: u64, sid: u32) {
+        let unmapped = (1u64 << self.width) - 1;
+        let v = if sid == UNMAPPED { unmapped } else { u64::from(sid) };
+        let w = &mut self.groups[g];
+        let old = packed_get(w, self.width, off);
+        if old == v {
+            return;
+        }
+        let prev = off.checked_sub(1).map(|o| packed_get(w, self.width, o));
+        let next = (off + 1 < self.group_blocks.min(self.blocks - ((g as u64) << self.group_shift)))
+            .then(|| packed_get(w, self.width, off + 1));
+        packed_set(w, self.width, off, v);
+        let (before, after) =
+            (Self::starts_of(unmapped, prev, old, next), Self::starts_of(unmapped, prev, v, next));
+        self.runs[g] = self.runs[g] + after - before;
+        if self.extents && usize::from(self.runs[g]) <= self.runs_max_of(g) / 2 {
+            self.flat_to_runs(g);
+        }
+    }
+
+    fn set_runs(&mut self, g: usize, off: u64, sid: u32) {
+        let mut v = std::mem::take(&mut self.groups[g]).into_vec();
+        self.words_held -= v.len() as u64;
+        // Cut `off` out of the run holding it, if any.
+        let i = v.partition_point(|&r| Run::unpack(r).off <= off);
+        if let Some(r) = i.checked_sub(1).map(|i| Run::unpack(v[i])).filter(|r| off < r.end()) {
+            let left = Run { len: off - r.off, ..r };
+            let right = Run { off: off + 1, len: r.end() - off - 1, sid: r.sid + off + 1 - r.off };
+            match (left.len > 0, right.len > 0) {
+                (true, true) => {
+                    v[i - 1] = left.pack();
+                    v.reserve_exact(1);
+                    v.insert(i, right.pack());
+                }
+                (true, false) => v[i - 1] = left.pack(),
+                (false, true) => v[i - 1] = right.pack(),
+                (false, false) => {
+                    v.remove(i - 1);
+                }
+            }
+        }
+        if sid != UNMAPPED {
+            let sid = u64::from(sid);
+            let i = v.partition_point(|&r| Run::unpack(r).off <= off);
+            let prev = i.checked_sub(1).map(|i| Run::unpack(v[i]));
+            let next = v.get(i).map(|&r| Run::unpack(r));
+            let joins_prev = prev.filter(|p| p.end() == off && p.sid + p.len == sid);
+            let joins_next = next.filter(|n| n.off == off + 1 && n.sid == sid + 1);
+            match (joins_prev, joins_next) {
+                (Some(p), Some(n)) => {
+                    v[i - 1] = Run { len: p.len + 1 + n.len, ..p }.pack();
+                    v.remove(i);
+                }
+                (Some(p), None) => v[i - 1] = Run { len: p.len + 1, ..p }.pack(),
+                (None, Some(n)) => v[i] = Run { off, len: n.len + 1, sid }.pack(),
+                (None, None) => {
+                    v.reserve_exact(1);
+                    v.insert(i, Run { off, len: 1, sid }.pack());
+                }
+            }
+        }
+        self.runs[g] = v.len() as u16;
+        if v.len() > self.runs_max_of(g) || !self.extents {
+            let mut flat = vec![u64::MAX; self.flat_words_of(g)];
+            for r in v.iter().map(|&r| Run::unpack(r)) {
+                for k in 0..r.len {
+                    packed_set(&mut flat, self.width, r.off + k, r.sid + k);
+                }
+            }
+            self.put_flat(g, flat);
+        } else {
+            self.words_held += v.len() as u64;
+            self.groups[g] = v.into_boxed_slice();
+        }
+    }
+
+    fn put_flat(&mut self, g: usize, flat: Vec<u64>) {
+        assert_eq!(flat.len(), self.flat_words_of(g));
+        self.words_held += flat.len() as u64;
+        self.flat_group_count += 1;
+        self.groups[g] = flat.into_boxed_slice();
+    }
+
+    /// Flat group `g` back into runs.
+    fn flat_to_runs(&mut self, g: usize) {
+        let mut v: Vec<u64> = Vec::with_capacity(usize::from(self.runs[g]));
+        for (b, sid) in self.flat_entries(g) {
+            let off = b - g as u64 * self.group_blocks;
+            let sid = u64::from(sid);
+            let last = v.last().map(|&r| Run::unpack(r));
+            match last.filter(|r| r.end() == off && r.sid + r.len == sid) {
+                Some(r) => *v.last_mut().expect("a last run") = Run { len: r.len + 1, ..r }.pack(),
+                None => v.push(Run { off, len: 1, sid }.pack()),
+            }
+        }
+        assert_eq!(v.len(), usize::from(self.runs[g]), "group {g}'s run count");
+        self.words_held -= self.flat_words_of(g) as u64;
+        self.flat_group_count -= 1;
+        self.words_held += v.len() as u64;
+        self.groups[g] = v.into_boxed_slice();
+    }
+
+    /// Flat group `g`'s mapped blocks, in order.
+    fn flat_entries(&self, g: usize) -> impl Iterator<Item = (u64, u32)> + '_ {
+        let base = g as u64 * self.group_blocks;
+        let end = (base + self.group_blocks).min(self.blocks);
+        (base..end).filter_map(move |b| {
+            let sid = self.slot_of_entry(packed_get(&self.groups[g], self.width, b - base));
+            (sid != UNMAPPED).then_some((b, sid))
+        })
+    }
+
+    /// Calls `f(block, slot)` for every mapped block of `range`, in block
+    /// order (a run at a time where the group holds runs).
+    pub fn for_each_mapped(&self, range: std::ops::Range<u64>, mut f: impl FnMut(u64, u32)) {
+        let (start, end) = (range.start, range.end.min(self.blocks));
+        if start >= end {
+            return;
+        }
+        for g in (start / self.group_blocks) as usize..=((end - 1) / self.group_blocks) as usize {
+            let base = g as u64 * self.group_blocks;
+            if self.is_flat(g) {
+                for (b, sid) in self.flat_entries(g).filter(|&(b, _)| b >= start && b < end) {
+                    f(b, sid);
+                }
+                continue;
+            }
+            for r in self.groups[g].iter().map(|&r| Run::unpack(r)) {
+                for k in 0..r.len {
+                    let b = base + r.off + k;
+                    if b >= start && b < end {
+                        f(b, (r.sid + k) as u32);
+                    }
+                }
+            }
+        }
     }
 
     /// Blocks.
     pub fn len(&self) -> u64 {
-        self.p.len()
+        self.blocks
     }
 
     /// Whether the volume has no blocks.
     pub fn is_empty(&self) -> bool {
-        self.p.is_empty()
+        self.blocks == 0
     }
 
-    /// Bits per entry.
+    /// Bits per entry of a flat group.
     pub fn width(&self) -> u32 {
-        self.p.width()
+        self.width
     }
 
-    /// Bytes of RAM it holds.
+    /// Groups held flat.
+    pub fn flat_group_count(&self) -> u64 {
+        self.flat_group_count
+    }
+
+    /// Groups.
+    pub fn group_count(&self) -> u64 {
+        self.groups.len() as u64
+    }
+
+    /// Runs held by the groups held as runs.
+    pub fn run_count(&self) -> u64 {
+        (0..self.groups.len()).filter(|&g| !self.is_flat(g)).map(|g| u64::from(self.runs[g])).sum()
+    }
+
+    /// Bytes of RAM it holds: the groups' words, a box (16 bytes) and a
+    /// run count (2) a group. Not counted: the allocator's header of each
+    /// non-empty box (glibc: 8 bytes, sizes rounded to 16).
     pub fn ram_bytes(&self) -> u64 {
-        self.p.ram_bytes()
+        8 * self.words_held
+            + (self.groups.capacity() * std::mem::size_of::<Box<[u64]>>()) as u64
+            + 2 * self.runs.capacity() as u64
+    }
+
+    /// What [`SlotMap::ram_bytes`] comes to with every group flat: the most
+    /// it can hold.
+    pub fn ram_bytes_max(blocks: u64, slot_total: u32) -> u64 {
+        let width = u64::from(64 - u64::from(slot_total).leading_zeros());
+        let (full, last) = (blocks / GROUP_BLOCKS, blocks % GROUP_BLOCKS);
+        let words = full * (GROUP_BLOCKS * width).div_ceil(64) + (last * width).div_ceil(64);
+        8 * words + 18 * blocks.div_ceil(GROUP_BLOCKS)
+    }
+
+    /// Checks the representation: each group's form and run count, runs
+    /// sorted, disjoint, maximal and within the group. For tests.
+    pub fn check_invariants(&self) {
+        let mut words = 0u64;
+        let mut flat = 0u64;
+        for g in 0..self.groups.len() {
+            words += self.groups[g].len() as u64;
+            if self.is_flat(g) {
+                flat += 1;
+                let starts = (0..self.group_len(g)).filter(|&o| self.starts_run(g, o)).count();
+                assert_eq!(starts, usize::from(self.runs[g]), "flat group {g}'s run count");
+                assert!(
+                    !self.extents || starts > self.runs_max_of(g) / 2,
+                    "flat group {g} with {starts} runs"
+                );
+                continue;
+            }
+            let runs: Vec<Run> = self.groups[g].iter().map(|&r| Run::unpack(r)).collect();
+            assert!(self.extents && runs.len() <= self.runs_max_of(g), "group {g} holds {} runs", runs.len());
+            assert_eq!(runs.len(), usize::from(self.runs[g]), "group {g}'s run count");
+            for w in runs.windows(2) {
+                assert!(w[0].end() <= w[1].off, "group {g}: runs overlap");
+                assert!(!(w[0].end() == w[1].off && w[0].sid + w[0].len == w[1].sid), "group {g}: runs join");
+            }
+            let base = g as u64 * self.group_blocks;
+            assert!(
+                runs.last().is_none_or(|r| base + r.end() <= self.blocks),
+                "group {g}: a run past the end"
+            );
+        }
+        assert_eq!(words, self.words_held, "words held");
+        assert_eq!(flat, self.flat_group_count, "flat groups");
     }
 }
 
@@ -197,8 +578,10 @@ impl MapGeometry {
         let mut p = Vec::with_capacity(8 + 4 * r.clone().count());
         p.extend(page.to_le_bytes());
         p.extend(((r.end - r.start) as u32).to_le_bytes());
-        for b in r {
-            p.extend(map.get(b).to_le_bytes());
+        let mut entries = vec![UNMAPPED; (r.end - r.start) as usize];
+        map.for_each_mapped(r.clone(), |b, sid| entries[(b - r.start) as usize] = sid);
+        for e in entries {
+            p.extend(e.to_le_bytes());
         }
         CODEC.encode(generation, &p).expect("a map page fits its block")
     }
@@ -238,7 +621,7 @@ mod tests {
     #[test]
     fn pages_round_trip_and_refuse_misplaced_or_out_of_range_entries() {
         let g = MapGeometry { offset_bytes: 8192, page_count: 2, slot_total: 100 };
-        let mut map = SlotMap::new(1500, 100);
+        let mut map = SlotMap::new(1500, 100, true);
         map.set(3, 7);
         map.set(1200, 99);
         let b = g.encode(1, &map, 5);
@@ -274,7 +657,7 @@ mod tests {
                 assert!((0..n).all(|i| (w[i as usize / 64] >> (i % 64)) & 1 == p.get(i)));
             }
         }
-        let mut m = SlotMap::new(10, 8);
+        let mut m = SlotMap::new(10, 8, true);
         assert_eq!((m.width(), m.get(3)), (4, UNMAPPED));
         m.set(3, 7);
         m.set(4, 0);

@@ -52,7 +52,7 @@
 //! damage, and the open is refused (unless `--accept-loss`).
 
 mod config;
-mod map;
+pub mod map;
 mod persist;
 pub mod policy;
 mod request;
@@ -269,9 +269,10 @@ enum Phase {
 }
 
 /// The log target. Memory ([`Log::translation_ram_bytes`]): the map
-/// (entries of the fewest bits that hold a slot id), one live bit a slot,
+/// (per group of blocks its runs, or entries of the fewest bits that hold
+/// a slot id; see [`map::SlotMap`]), one live bit a slot,
 /// 12 bytes and two bits a segment, 2 bytes a map page: under 4 bytes a
-/// block up to 30-bit slot ids (see docs/log.md); plus `buffer_count`
+/// block up to 29-bit slot ids (1 TiB exposed; see docs/log.md); plus `buffer_count`
 /// segment buffers. Every queue is bounded by the upper requests in flight
 /// (the runtime bounds them) plus one stack of at most three works.
 pub struct Log {
@@ -395,7 +396,7 @@ impl Log {
         let pages = args.map.page_count as usize;
         let mut log = Log {
             policy: policy::make(args.policy, args.age_threshold_segments, args.ssr_slack_min_pct),
-            map: map::SlotMap::new(args.volume_blocks, args.map.slot_total),
+            map: map::SlotMap::new(args.volume_blocks, args.map.slot_total, args.map_extents),
             live: map::Packed::new(slots as u64, 1, false),
             usage: SegmentUsage::new(segs, geo.slot_count),
             written_now: map::Packed::new(segs as u64, 1, false),
@@ -926,7 +927,14 @@ impl Target for Log {
             ("slot_count", u64::from(self.geo.slot_count)),
             ("ram_bytes_per_block_milli", self.ram_per_block_milli()),
             ("map_ram_bytes", self.map.ram_bytes()),
+            (
+                "map_ram_bytes_per_mapped_block_milli",
+                (self.map.ram_bytes() * 1000).checked_div(self.live_blocks()).unwrap_or(0),
+            ),
             ("map_entry_bits", u64::from(self.map.width())),
+            ("map_groups_count", self.map.group_count()),
+            ("map_flat_groups_count", self.map.flat_group_count()),
+            ("map_runs_count", self.map.run_count()),
             ("translation_ram_bytes", self.translation_ram_bytes()),
             ("cleaner_map_scans_count", self.counters.cleaner_map_scans_count),
             ("slots_resequence_count", c.slots_resequence_count),
@@ -965,16 +973,21 @@ mod tests {
         Args::parse(ArgReader::new("log", &t), lower_bytes).expect("the defaults are valid")
     }
 
+    /// [`args_over`] with the flat map (`map_extents = false`).
+    fn flat_args_over(lower_bytes: u64) -> (Args, Geometry) {
+        let t: toml::Table = toml::from_str("map_extents = false").expect("toml");
+        Args::parse(ArgReader::new("log", &t), lower_bytes).expect("valid")
+    }
+
     /// What [`Log::translation_ram_bytes`] comes to for a geometry, without
     /// allocating it.
     fn projected_ram_bytes(args: &Args, geo: &Geometry) -> u64 {
         let words = |n: u64, bits: u64| (n * bits).div_ceil(64) * 8;
         let segs = u64::from(geo.segment_count);
         let slots = segs * u64::from(geo.slot_count);
-        let width = u64::from(64 - u64::from(args.map.slot_total).leading_zeros());
         let pages = u64::from(args.map.page_count);
         let groups = args.volume_blocks.div_ceil(u64::from(geo.slot_count));
-        words(args.volume_blocks, width)
+        map::SlotMap::ram_bytes_max(args.volume_blocks, args.map.slot_total)
             + words(slots, 1)
             + 12 * segs
             + 2 * words(segs, 1)
@@ -986,27 +999,37 @@ mod tests {
     fn translation_ram_is_at_most_4_bytes_a_block_counted_from_the_allocations() {
         let open = OpenMode::Open { clean: true, accept_loss: false };
         for lower in [64u64 << 20, 1 << 30, 16 << 30] {
-            let (args, geo) = args_over(lower);
+            // The flat map (every group flat) is the most the map holds:
+            // the projection is its allocation, byte for byte.
+            let (args, geo) = flat_args_over(lower);
             let projected = projected_ram_bytes(&args, &geo);
             let log = Log::new(args.clone(), geo, open);
-            // The projection is the allocation, byte for byte.
             assert_eq!(log.translation_ram_bytes(), projected, "lower device of {lower} bytes");
+            assert_eq!(log.map.flat_group_count(), log.map.group_count());
             let milli = log.ram_per_block_milli();
             assert!(milli <= 4000, "{milli} thousandths of a byte a block over {lower} bytes");
             let s = log.status();
             let counter = |k: &str| s.counters.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
             assert_eq!(counter("ram_bytes_per_block_milli"), Some(milli));
+            assert_eq!(counter("map_ram_bytes"), Some(log.map.ram_bytes()));
+            // With extents an empty map holds 18 bytes a group.
+            let (args, geo) = args_over(lower);
+            let log = Log::new(args.clone(), geo, open);
+            assert_eq!(log.map.ram_bytes(), 18 * args.volume_blocks.div_ceil(map::GROUP_BLOCKS));
+            assert_eq!(log.map.flat_group_count(), 0);
         }
         // Too large to allocate in a test; the projection matched the
-        // allocations above. 1 TiB exposed needs 29-bit entries, and 30
-        // bits (up to about 3.6 TiB) still fit the bound.
-        for (exposed, bits) in [(1u64 << 40, 29u32), (3 << 40, 30)] {
+        // allocations above. 1 TiB exposed needs 29-bit entries and fits
+        // the bound with every group flat. 30 bits (up to about 3.6 TiB)
+        // fit it without the groups' 18 bytes (the flat map of sessions
+        // before 24) and exceed it by those (17.6 thousandths) with them.
+        for (exposed, bits, milli_max) in [(1u64 << 40, 29u32, 4000), (3 << 40, 30, 4000 + 18_000 / 1024)] {
             let lower = exposed / 9 * 10 / 100 * 102;
             let (args, geo) = args_over(lower);
             assert!(args.volume_blocks * 4096 >= exposed);
             assert_eq!(64 - u64::from(args.map.slot_total).leading_zeros(), bits);
             let milli = projected_ram_bytes(&args, &geo) * 1000 / args.volume_blocks;
-            assert!(milli <= 4000, "{milli} thousandths of a byte a block over {lower} bytes");
+            assert!(milli <= milli_max, "{milli} thousandths of a byte a block over {lower} bytes");
         }
     }
 }

@@ -369,21 +369,23 @@ impl Log {
     fn rebuild(&mut self) -> Result<(), String> {
         self.live.clear();
         self.usage = SegmentUsage::new(self.geo.segment_count as usize, self.geo.slot_count);
-        for b in 0..self.map.len() {
-            let sid = self.map.get(b);
-            if sid == UNMAPPED {
-                continue;
+        let mut twice = None;
+        let (live, usage, slot_count) = (&mut self.live, &mut self.usage, self.geo.slot_count);
+        self.map.for_each_mapped(0..self.map.len(), |b, sid| {
+            if live.get(u64::from(sid)) == 1 {
+                twice = twice.or(Some((b, sid)));
+                return;
             }
-            if self.live.get(u64::from(sid)) == 1 {
-                return Err(format!(
-                    "log map: block {b} and an earlier block both live in slot {sid}; the map is corrupt: \
-                     restore the device from a copy or format it"
-                ));
-            }
-            self.live.set(u64::from(sid), 1);
-            self.usage.add((sid / self.geo.slot_count) as usize, 1, 0);
+            live.set(u64::from(sid), 1);
+            usage.add((sid / slot_count) as usize, 1, 0);
+        });
+        match twice {
+            Some((b, sid)) => Err(format!(
+                "log map: block {b} and an earlier block both live in slot {sid}; the map is corrupt: \
+                 restore the device from a copy or format it"
+            )),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     pub(super) fn step_checkpoint(&mut self, k: &mut CheckpointWork) -> Result<(), Blocked> {

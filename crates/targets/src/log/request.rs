@@ -970,16 +970,12 @@ impl Log {
         }
         if !unexplained.is_empty() {
             self.counters.cleaner_map_scans_count += 1;
-            for b in 0..self.map.len() {
-                let sid = self.map.get(b);
-                if sid == super::map::UNMAPPED {
-                    continue;
-                }
+            self.map.for_each_mapped(0..self.map.len(), |b, sid| {
                 let (loc, s) = self.split_slot(sid);
                 if let Some((_, d)) = unexplained.iter().find(|u| u.0 == loc) {
                     c.live.push((b, sid, d.as_ref().map(|d| slot_data_at(d, hb, bs, s))));
                 }
-            }
+            });
         }
         let want: u32 = c.victims.iter().map(|v| self.usage.valid(v.0 as usize)).sum();
         assert_eq!(c.live.len() as u32, want, "every live block of the victims is found");
@@ -1199,12 +1195,9 @@ impl Log {
     /// Group `g`'s live blocks in logical order: (block, slot id, no bytes).
     fn group_live(&self, g: u64) -> Vec<(u64, u32, Option<Bytes>)> {
         let sc = u64::from(self.geo.slot_count);
-        (g * sc..((g + 1) * sc).min(self.map.len()))
-            .filter_map(|b| {
-                let sid = self.map.get(b);
-                (sid != super::map::UNMAPPED).then_some((b, sid, None))
-            })
-            .collect()
+        let mut live = Vec::new();
+        self.map.for_each_mapped(g * sc..(g + 1) * sc, |b, sid| live.push((b, sid, None)));
+        live
     }
 
     /// Whether group `g`'s `live` blocks all lie in its home segment
