@@ -684,9 +684,10 @@ mod tests {
                 crafted in f::crafted_writes(64),
                 fix in any::<bool>(),
                 page in 0u32..2,
+                extents in any::<bool>(),
             ) {
                 let g = MapGeometry { offset_bytes: 8192, page_count: 2, slot_total: 100 };
-                let mut map = SlotMap::new(1500, 100);
+                let mut map = SlotMap::new(1500, 100, extents);
                 map.set(3, 7);
                 map.set(1200, 99);
                 let mut b = g.encode(page, &map, 5);
