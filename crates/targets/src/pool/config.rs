@@ -89,19 +89,22 @@ impl PoolConfig {
             return Err(args
                 .error(format!("key `chunk_size`: {chunk_bytes} bytes; a power of two from 8KiB to 1MiB")));
         }
-        let placement_key = match args.str_opt("placement")? {
-            None => None,
-            Some("contiguous") => Some(PlacementKind::Contiguous),
-            Some("sliced") => Some(PlacementKind::Sliced),
-            Some("nearest") => Some(PlacementKind::Nearest),
-            Some(other) => {
+        // The built-in default stays `nearest` although `examples/pool.toml`
+        // recommends `sliced` (docs/pool.md, "Default"): the placement is
+        // not recorded in the metadata, so a pool formatted without the
+        // key would be re-laid out by its defragmenter under a new default.
+        let placement = match args.str_opt("placement")?.unwrap_or("nearest") {
+            "contiguous" => PlacementKind::Contiguous,
+            "sliced" => PlacementKind::Sliced,
+            "nearest" => PlacementKind::Nearest,
+            other => {
                 return Err(args.error(format!(
                     "key `placement`: unknown policy `{other}` (contiguous, sliced, nearest)"
                 )))
             }
         };
         let slices_key = args.u64_opt("slices")?;
-        if slices_key.is_some() && placement_key.is_some_and(|p| p != PlacementKind::Sliced) {
+        if slices_key.is_some() && placement != PlacementKind::Sliced {
             return Err(args.error("key `slices`: only the `sliced` placement takes it"));
         }
         let slices = slices_key.unwrap_or(30);
@@ -123,7 +126,7 @@ impl PoolConfig {
         }
         let copy_share = args.u64_opt("copy_share_percent")?;
         let volume_size = args.size_opt("volume_size")?;
-        let defrag_key = args.bool_opt("defrag")?;
+        let defrag = args.bool_opt("defrag")?.unwrap_or(placement == PlacementKind::Nearest);
         let defrag_partial_home = args.bool_opt("defrag_partial_home")?.unwrap_or(false);
         let zero_new_chunks = args.bool_opt("zero_new_chunks")?.unwrap_or(true);
         let zero_in_write = match args.str_opt("zero_new_chunks_with")?.unwrap_or("write-zeroes") {
@@ -181,17 +184,6 @@ impl PoolConfig {
                 (data_chunks * (100 - share) / 100).max(1)
             }
         };
-        // The default: the thesis's slices, unless the volumes leave them
-        // no gap (an overcommitted pool); then nearest-free, which takes
-        // any volume size.
-        let placement = placement_key.unwrap_or(
-            if slices_key.is_some() || Sliced::new(slices, data_chunks, volume_chunks).is_ok() {
-                PlacementKind::Sliced
-            } else {
-                PlacementKind::Nearest
-            },
-        );
-        let defrag = defrag_key.unwrap_or(placement != PlacementKind::Contiguous);
         if placement == PlacementKind::Contiguous && volume_chunks > data_chunks {
             return Err(args.error(format!(
                 "key `volume_size`: {} bytes is past the data area ({} bytes); `contiguous` lays the \
@@ -300,7 +292,7 @@ mod tests {
             ("chunk_size = \"4K\"", "key `chunk_size`: 4096 bytes; a power of two from 8KiB to 1MiB"),
             ("chunk_size = \"96K\"", "key `chunk_size`"),
             ("placement = \"best\"", "unknown policy `best` (contiguous, sliced, nearest)"),
-            ("placement = \"nearest\"\nslices = 8", "only the `sliced` placement takes it"),
+            ("slices = 8", "only the `sliced` placement takes it"),
             (
                 "zero_new_chunks_with = \"punch\"",
                 "key `zero_new_chunks_with`: unknown `punch` (write-zeroes, write)",
@@ -328,20 +320,10 @@ mod tests {
         let e = parse("", 256 << 10).expect_err("tiny");
         assert!(e.contains("give a larger device or smaller chunks"), "{e}");
         let ok = parse("", dev).expect("defaults");
-        assert_eq!(
-            (ok.chunk_bytes, ok.volumes_max, ok.placement, ok.slices),
-            (64 << 10, 16, PlacementKind::Sliced, 30)
-        );
+        assert_eq!((ok.chunk_bytes, ok.volumes_max, ok.placement), (64 << 10, 16, PlacementKind::Nearest));
         assert!(ok.defrag && ok.zero_new_chunks && ok.volume_chunks == ok.data_chunks * 80 / 100);
-        // Volumes that leave the slices no gap (overcommitted): nearest.
-        let over = parse("volume_size = \"1G\"", dev).expect("overcommitted");
-        assert_eq!((over.placement, over.defrag), (PlacementKind::Nearest, true));
-        assert!(
-            !parse("placement = \"contiguous\"", dev).expect("contiguous").defrag,
-            "off for the baseline"
-        );
-        let e = parse("slices = 30\nvolume_size = \"1G\"", dev).expect_err("no gap");
-        assert!(e.contains("leaves no gap"), "{e}");
+        let e = parse("placement = \"sliced\"\nvolume_size = \"1G\"", dev).expect_err("no gap");
+        assert!(e.contains("leaves no gap") && e.contains("`placement = \"nearest\"`"), "{e}");
         assert!(ok.redirect_origin, "redirect is the default (dm-thin's way)");
         assert!(!parse("origin_shared_write = \"copy-out\"", dev).expect("copy-out").redirect_origin);
         assert!(ok.data_start_bytes >= ok.journal_at() + ok.journal_bytes());
