@@ -21,7 +21,15 @@ serves one at a time) and a kind:
 Each upper write is also classed by what went down for it (cow: a copy
 read and a flush; fresh: write-zeroes; plain). Deterministic.
 
-Usage: bench/pool_breakdown.py STACK [--phase build] [--disk wd800] [--set KEY=VALUE ...]
+With --seeks, also where the phase's lower requests position (in the
+order the disk serves them): each request's distance from the end of
+the one before, in chunks, bucketed (in line, a read-through's skip of
+1-2 chunks, near forward/back up to 64 chunks, far), with count and
+exclusive disk time, split by whether it lands in the origin's area
+(the first volume_size of the data area: `contiguous`'s homes) or
+beyond it (`contiguous`'s copy area).
+
+Usage: bench/pool_breakdown.py STACK [--phase build] [--disk wd800] [--set KEY=VALUE ...] [--seeks]
   STACK: a name in bench/workloads/pool/kernel/ (contiguous, nearest, ...)
   --set: pool keys added to (or replacing) the stack's, e.g. --set chunk_size=16KiB
 """
@@ -75,6 +83,46 @@ def run(l, trace, config, disk, msgs, rec, js):
     return json.load(open(js))
 
 
+def size_of(text, key, default):
+    m = re.search(rf'(?m)^{key} = "?(\d+)(KiB|MiB|GiB)?"?', text)
+    return int(m.group(1)) * {None: 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}[m.group(2)] if m else default
+
+
+def seeks(lowers, excl, meta_end, config):
+    """Prints the seek-distance buckets of the data-area requests (see the docs)."""
+    chunk = size_of(config, "chunk_size", 64 * 2**10)
+    area = meta_end + size_of(config, "volume_size", 1 << 62)
+    served = sorted(lowers, key=lambda r: (r.complete, r.submit))
+    rows = collections.defaultdict(lambda: [0, 0])
+    prev_end = None
+    for r in served:
+        if r.op == "F":
+            continue
+        if prev_end is not None and r.off >= meta_end:
+            d = (r.off - prev_end) / chunk
+            if d == 0:
+                b = "in line"
+            elif 0 < d <= 2:
+                b = "skip 1-2 chunks"
+            elif 0 < d <= 64:
+                b = "near forward (2-64)"
+            elif -64 <= d < 0:
+                b = "near back (<=64)"
+            else:
+                b = "far forward (>64)" if d > 0 else "far back (>64)"
+            where = "origin area" if r.off < area else "beyond it"
+            rows[(r.op, b, where)][0] += 1
+            rows[(r.op, b, where)][1] += excl[r.line]
+        elif prev_end is not None:
+            rows[(r.op, "metadata", "")][0] += 1
+            rows[(r.op, "metadata", "")][1] += excl[r.line]
+        prev_end = r.off + r.len
+    print("\n| op | distance from the request before | lands | requests | disk s | mean ms |")
+    print("| --- | --- | --- | ---: | ---: | ---: |")
+    for (op, b, where), (n, ns) in sorted(rows.items(), key=lambda kv: -kv[1][1]):
+        print(f"| {op} | {b} | {where} | {n} | {ns / 1e9:.2f} | {ns / n / 1e6:.2f} |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("stack")
@@ -82,6 +130,7 @@ def main():
     ap.add_argument("--disk", default="wd800")
     ap.add_argument("--set", action="append", default=[], help="KEY=VALUE pool key")
     ap.add_argument("--keep", action="store_true", help="keep the two record files (TMP/breakdown-*.rec)")
+    ap.add_argument("--seeks", action="store_true", help="also bucket the lower requests by seek distance")
     a = ap.parse_args()
     sets = [s.split("=", 1) for s in a.set]
     os.makedirs(pool_kernel.TMP, exist_ok=True)
@@ -177,8 +226,11 @@ def main():
     print("| --- | ---: | ---: | ---: |")
     for c, (n, ns) in sorted(classes.items(), key=lambda kv: -kv[1][1]):
         print(f"| {c} | {n} | {ns / 1e9:.2f} | {ns / n / 1e6:.2f} |")
+    if a.seeks:
+        seeks(lowers, excl, meta_end, open(under).read())
     keys = ["chunks_copied_count", "commits_count", "journal_blocks_written_count", "checkpoints_count",
-            "full_overwrite_read_skipped_count"]
+            "full_overwrite_read_skipped_count", "origin_redirected_chunks_count", "partial_chunks_count",
+            "chunks_filled_count", "defrag_moves_count", "partial_chunks_composed_home_count", "origin_jumps_count"]
     print("\ncounters (whole run): " + ", ".join(f"{k}={pool.get(k)}" for k in keys))
     for ext in () if a.keep else ("-above.rec", "-under.rec"):
         os.unlink(base + ext)

@@ -47,7 +47,8 @@ OUT = os.path.join(ROOT, "bench/results/pool")
 TMP = os.path.join(OUT, "tmp")
 STACK_DIR = os.path.join(ROOT, "bench/workloads/pool/kernel")
 STACKS = {"ext4": ["plain", "contiguous", "sliced-30", "sliced-1024", "sliced-8192", "nearest",
-                  "contiguous-redirect", "contiguous-redirect-defrag", "sliced-8192-redirect", "nearest-redirect"], "btrfs": ["plain"]}
+                  "contiguous-redirect", "contiguous-redirect-defrag", "sliced-30-redirect-defrag", "sliced-8192-redirect",
+                  "nearest-redirect"], "btrfs": ["plain"]}
 CAPTURE = {"ext4": ["--config", os.path.join(STACK_DIR, "capture.toml"), "--size", "4G"],
            "btrfs": ["--size", "3G"]}
 MARKER = "<!-- Notes below this line are written by hand and kept when bench/pool_kernel.py rewrites this file. -->"

@@ -29,7 +29,7 @@ else
     TRACE=bench/traces/pool/partial_rewrite_64m.trace
     AT=$(python3 bench/workloads/pool_trace.py "$TRACE" 64 $VOLUME 1)
 fi
-NAMES=${NAMES:-"plain contiguous sliced-30 sliced-4096 nearest contiguous-redirect nearest-redirect"}
+NAMES=${NAMES:-"plain contiguous sliced-30 sliced-4096 nearest contiguous-redirect nearest-redirect sliced-30-redirect-defrag"}
 for n in $NAMES; do
     msg=""
     [ "$n" = plain ] || msg="--message=@$AT:snapshot create snap"

@@ -482,14 +482,17 @@ fn a_redirected_origin_write_leaves_the_old_chunk_to_the_snapshots_and_waits_for
 
 #[test]
 fn once_quiet_the_defragmenter_puts_redirected_origin_chunks_back_home() {
-    // Every other chunk rewritten with redirects: the origin's new chunks
+    // Every third chunk rewritten with redirects: the origin's new chunks
     // land where there is room, some far, and the snapshot keeps the old
     // ones at the origin's homes. Once quiet, each snapshot chunk goes
-    // aside and the origin's chunk home (a copy-out's layout, the copy
-    // made in idle time), then line-ups bring copies nearer; every byte is
-    // kept, at crash images on the way too.
+    // aside (a free chunk within a line-up's reach) and the origin's chunk
+    // home (a copy-out's layout, the copy made in idle time), then
+    // line-ups bring copies nearer; every byte is kept, at crash images on
+    // the way too. (Every other chunk rewritten fills the pool's free
+    // chunks near the first homes: those stay away, see
+    // `a_redirected_chunk_goes_home_only_where_the_snapshots_chunk_can_stay_near_it`.)
     let redirect = "origin_shared_write = \"redirect\"\n";
-    let (placed, now, away) = defragment_spread_pool(redirect, 48, 0, 2);
+    let (placed, now, away) = defragment_spread_pool(redirect, 48, 0, 3);
     assert!(placed > 1000, "some of the origin's new chunks land away: {placed}");
     assert_eq!(away, 0, "the origin reads in line again");
     assert!(now < placed, "copies nearer than the origin's new chunks were: {now} vs {placed}");
@@ -500,7 +503,7 @@ fn redirected_origin_chunks_go_back_home_when_quiet_even_with_no_flush() {
     // No flush: the pool commits the redirects itself once quiet (the old
     // chunks are held until then), then puts the origin's chunks back.
     let redirect = "origin_shared_write = \"redirect\"\n";
-    let (_, mut h, _) = spread_pool_with_copies(redirect, 48, 0, 2);
+    let (_, mut h, _) = spread_pool_with_copies(redirect, 48, 0, 3);
     assert!(counter(&h, "origin_jumps_count") > 0, "{}", h.stack.status());
     let commits = counter(&h, "commits_count");
     let mut steps = 0u64;
@@ -510,7 +513,46 @@ fn redirected_origin_chunks_go_back_home_when_quiet_even_with_no_flush() {
     }
     assert!(counter(&h, "commits_count") > commits);
     assert_eq!(counter(&h, "origin_jumps_count"), 0, "{}", h.stack.status());
-    check_spread_pool(&mut h, 48, 0, 2);
+    check_spread_pool(&mut h, 48, 0, 3);
+}
+
+#[test]
+fn a_redirected_chunk_goes_home_only_where_the_snapshots_chunk_can_stay_near_it() {
+    // A dense origin (`contiguous`, every chunk written: the only free
+    // chunks are past its end). Putting lc 20's chunk home would move the
+    // snapshot's chunk there past the end, 172+ chunks away: the jump out
+    // and back would only move from the origin's read to the snapshot's.
+    // So it stays redirected (its partial chunk filled where it is); lc
+    // 180's goes home composed, its old chunk a few chunks away (a
+    // line-up's reach), and every byte of both volumes is kept.
+    let c =
+        cfg("contiguous", "origin_shared_write = \"redirect\"\ndefrag = true\ndefrag_partial_home = true\n")
+            .replace("384K", "1536K");
+    let (mut h, _) = harness(&c, DEVICE_BYTES);
+    let n = 192u64;
+    for i in 0..n {
+        assert_eq!(h.write(i * CHUNK as u64, vec![i as u8 + 1; CHUNK]).result, Ok(()));
+    }
+    ok(&mut h, "snapshot create s");
+    for i in [20u64, 180] {
+        assert_eq!(h.write(i * CHUNK as u64, vec![0xEE; 512]).result, Ok(()));
+    }
+    assert_eq!(counter(&h, "partial_chunks_count"), 2);
+    assert_eq!(counter(&h, "origin_jumps_count"), 4, "{}", h.stack.status());
+    h.settle();
+    assert_eq!(counter(&h, "partial_chunks_count"), 0, "{}", h.stack.status());
+    assert_eq!(counter(&h, "partial_chunks_composed_home_count"), 1, "{}", h.stack.status());
+    assert_eq!(counter(&h, "chunks_filled_count"), 1, "{}", h.stack.status());
+    assert_eq!(counter(&h, "origin_jumps_count"), 2, "lc 20 stays away: {}", h.stack.status());
+    let s = volume_offset(&mut h, "s");
+    for i in 0..n {
+        let mut want = vec![i as u8 + 1; CHUNK];
+        assert_eq!(read(&mut h, s + i * CHUNK as u64, CHUNK), want, "snapshot chunk {i}");
+        if i == 20 || i == 180 {
+            want[..512].fill(0xEE);
+        }
+        assert_eq!(read(&mut h, i * CHUNK as u64, CHUNK), want, "origin chunk {i}");
+    }
 }
 
 #[test]

@@ -89,6 +89,10 @@ impl PoolConfig {
             return Err(args
                 .error(format!("key `chunk_size`: {chunk_bytes} bytes; a power of two from 8KiB to 1MiB")));
         }
+        // The built-in default stays `nearest` although `examples/pool.toml`
+        // recommends `sliced` (docs/pool.md, "Default"): the placement is
+        // not recorded in the metadata, so a pool formatted without the
+        // key would be re-laid out by its defragmenter under a new default.
         let placement = match args.str_opt("placement")?.unwrap_or("nearest") {
             "contiguous" => PlacementKind::Contiguous,
             "sliced" => PlacementKind::Sliced,
@@ -318,6 +322,8 @@ mod tests {
         let ok = parse("", dev).expect("defaults");
         assert_eq!((ok.chunk_bytes, ok.volumes_max, ok.placement), (64 << 10, 16, PlacementKind::Nearest));
         assert!(ok.defrag && ok.zero_new_chunks && ok.volume_chunks == ok.data_chunks * 80 / 100);
+        let e = parse("placement = \"sliced\"\nvolume_size = \"1G\"", dev).expect_err("no gap");
+        assert!(e.contains("leaves no gap") && e.contains("`placement = \"nearest\"`"), "{e}");
         assert!(ok.redirect_origin, "redirect is the default (dm-thin's way)");
         assert!(!parse("origin_shared_write = \"copy-out\"", dev).expect("copy-out").redirect_origin);
         assert!(ok.data_start_bytes >= ok.journal_at() + ok.journal_bytes());

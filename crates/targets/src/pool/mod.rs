@@ -2095,7 +2095,7 @@ impl Pool {
             return None;
         }
         assert!(!self.held.contains_key(&h), "the home's sharers changed durably");
-        let aside = self.place.place_copy(&self.free, h)?;
+        let aside = self.aside_in_reach(h)?;
         // Partial chunks in a run over homes in a run go together (each
         // stage one write), up to one fill run's bytes, if their bases fit
         // a free run there.
@@ -2116,6 +2116,21 @@ impl Pool {
         }
         let moves = |from: u64, to: u64| (0..n).map(|i| (lc + i, from + i, to + i)).collect();
         Some(VecDeque::from([moves(h, aside), moves(p, h)]))
+    }
+
+    /// Where the snapshots' chunk at the origin's home `h` goes when the
+    /// origin's chunk is put back there ([`Pool::restore_home`]): the free
+    /// chunk nearest `h` within a line-up's reach ([`Pool::line_up_run_max`]
+    /// chunks), which a line-up can then bring next to `h` so that both
+    /// volumes read in line. `None` if there is none: the put-home would
+    /// only move the jump out and back from the origin's read to the
+    /// snapshots' (a layout without free chunks near the homes:
+    /// `contiguous`, few slices), at the cost of the moves, so the
+    /// origin's chunk stays where it is (and a partial one is filled there).
+    fn aside_in_reach(&self, h: u64) -> Option<u64> {
+        let reach = self.line_up_run_max();
+        let hi = h.saturating_add(reach + 1).min(self.cfg.data_chunks);
+        self.free.nearest_unit(h, h.saturating_sub(reach), hi)
     }
 
     /// Where a sequential read of the origin jumps: next lcs both mapped
@@ -2331,7 +2346,8 @@ impl Pool {
         let origin = self.vols[0].as_ref().is_some_and(|o| o.map.get(lc) == Some(q));
         origin
             && q.abs_diff(home) > 1
-            && (pt.base == home || self.defrag_plan.iter().flatten().any(|m| m.1 == q))
+            && (self.defrag_plan.iter().flatten().any(|m| m.1 == q)
+                || pt.base == home && self.aside_in_reach(home).is_some())
     }
 
     /// The mean distance, in chunks ×1000, between each snapshot chunk

@@ -94,7 +94,8 @@ impl Sliced {
         if origin_part >= slice_chunks {
             return Err(format!(
                 "`slices` = {slices} with a volume of {volume_chunks} chunks leaves no gap in slices of \
-                 {slice_chunks} chunks: lower `volume_size` or raise `copy_share_percent`, or use fewer slices"
+                 {slice_chunks} chunks: lower `volume_size` or raise `copy_share_percent`, or use fewer slices, or \
+                 `placement = \"nearest\"` (any volume size)"
             ));
         }
         Ok(Sliced { slices, slice_chunks, origin_part, data_chunks })
