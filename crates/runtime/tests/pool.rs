@@ -40,6 +40,8 @@ fn policies() -> Vec<String> {
         cfg("sliced", "slices = 6\norigin_shared_write = \"redirect\"\n"),
         // Redirect, the partial chunks put home composed by the defragmenter.
         cfg_default("contiguous", "defrag = true\ndefrag_partial_home = true\n"),
+        // The built-in default: `sliced` 30, redirect, defrag.
+        cfg_default("nearest", "").replace("placement = \"nearest\"\n", ""),
     ]
 }
 
