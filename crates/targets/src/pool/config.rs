@@ -268,7 +268,7 @@ impl PoolConfig {
         }
     }
 
-    /// The policy the config names.
+    /// The policy of `placement` (the config's, or the recorded one once open).
     pub fn placement_policy(&self) -> Result<Box<dyn ChunkPlacement>, String> {
         Ok(match self.placement {
             PlacementKind::Contiguous => Box::new(Contiguous::new(self.volume_chunks)),
