@@ -162,6 +162,13 @@ fn bring_up(
         )
     })?;
     stack = h.into_stack();
+    // A layer's one-line notice about how it opened (a pool's recorded
+    // placement overriding the config's).
+    for st in stack.layer_statuses() {
+        for (_, n) in st.config.iter().filter(|(k, _)| k == "notice") {
+            eprintln!("layoutd: {}: {n}", path.display());
+        }
+    }
     Ok(stack)
 }
 

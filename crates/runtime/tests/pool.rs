@@ -40,6 +40,8 @@ fn policies() -> Vec<String> {
         cfg("sliced", "slices = 6\norigin_shared_write = \"redirect\"\n"),
         // Redirect, the partial chunks put home composed by the defragmenter.
         cfg_default("contiguous", "defrag = true\ndefrag_partial_home = true\n"),
+        // The built-in default: `sliced` 30, redirect, defrag.
+        cfg_default("nearest", "").replace("placement = \"nearest\"\n", ""),
     ]
 }
 
@@ -1248,4 +1250,186 @@ fn the_defragmenters_scan_ends_its_pass_on_a_pool_larger_than_one_scan_call() {
     }
     assert!(scans[19] >= 3, "a pass over 12,288 chunks takes several calls: {scans:?}");
     assert_eq!(scans[18], scans[19], "the scan went on after a whole pass found nothing: {scans:?}");
+}
+
+// ---- the placement recorded in the header (format version 3) ----
+
+/// A pool of 48 chunks (8 KiB) with `keys` naming its placement or not.
+fn placed_cfg(keys: &str) -> String {
+    format!(
+        "version = 1\n[[layer]]\ntarget = \"pool\"\nchunk_size = \"8K\"\nvolume_size = \"384K\"\nvolumes_max = 4\n\
+         journal_blocks = 8\n{keys}"
+    )
+}
+
+fn status_value(h: &Harness, key: &str) -> Option<String> {
+    h.stack.status().config.into_iter().find(|(k, _)| k == key).map(|(_, v)| v)
+}
+
+/// The header codec of the pool's checkpoint copies, as on the device
+/// (version 3 records the placement after the geometry).
+const HEADER_V3: layoutd_core::metablock::MetaBlockCodec =
+    layoutd_core::metablock::MetaBlockCodec { magic: *b"LDPOOLCH", version: 3, block_bytes: 4096 };
+
+/// Rewrites each checkpoint copy's header block on `dev` through `edit`
+/// (its generation and payload; `None`: the block left as is): the codec
+/// and the payload to write.
+fn rewrite_headers(
+    dev: &Arc<MemDevice>,
+    copy_bytes: u64,
+    edit: impl Fn(&mut Vec<u8>) -> layoutd_core::metablock::MetaBlockCodec,
+) {
+    for at in [0, copy_bytes] {
+        let mut b = vec![0u8; 4096];
+        dev.read_at(&mut b, at).unwrap();
+        let Ok(d) = HEADER_V3.decode(&b) else { continue };
+        let mut p = d.payload;
+        let codec = edit(&mut p);
+        dev.write_at(&codec.encode(d.generation, &p).expect("fits"), at).unwrap();
+    }
+}
+
+/// The origin written whole (each chunk at its home), a snapshot, a few
+/// chunks rewritten, flushed: `(harness, device, origin bytes)`.
+fn written_pool(c: &str) -> (Harness, Arc<MemDevice>, Vec<u8>) {
+    let (mut h, dev) = harness(c, DEVICE_BYTES);
+    let origin: Vec<u8> = (0..48 * CHUNK).map(|i| (i / CHUNK) as u8 ^ (i % 251) as u8).collect();
+    assert_eq!(h.write(0, origin.clone()).result, Ok(()));
+    ok(&mut h, "snapshot create s");
+    assert_eq!(h.flush().result, Ok(()));
+    h.settle();
+    (h, dev, origin)
+}
+
+/// Reopens `dev` under `c`, lets the defragmenter run out; the origin and
+/// the snapshot read back `origin`. Returns the harness.
+fn reopen_and_idle(c: &str, dev: &Arc<MemDevice>, origin: &[u8]) -> Harness {
+    let mut h = reopen(c, dev);
+    h.bring_up().expect("opens");
+    let mut steps = 0u64;
+    while h.step() {
+        steps += 1;
+        assert!(steps < 10_000_000, "the defragmenter never settles");
+    }
+    assert_eq!(read(&mut h, 0, origin.len()), origin);
+    let s = volume_offset(&mut h, "s");
+    assert_eq!(read(&mut h, s, origin.len()), origin);
+    h
+}
+
+#[test]
+fn the_placement_recorded_in_the_header_wins_over_a_conflicting_config() {
+    // Formatted `sliced` 6: the origin's chunks at its homes. Opened with
+    // a config naming `nearest` (other homes), or `sliced` 30: the recorded
+    // placement serves, says so, and the defragmenter moves nothing (had
+    // the config's homes been taken, it would move every origin chunk).
+    let formatted = placed_cfg("placement = \"sliced\"\nslices = 6\n");
+    let (_, dev, origin) = written_pool(&formatted);
+    for (keys, said) in [
+        ("placement = \"nearest\"\n", "the config's `nearest` is ignored"),
+        ("placement = \"sliced\"\ndefrag = true\n", "the config's `sliced` 30 is ignored"),
+        ("placement = \"contiguous\"\ndefrag = true\n", "the config's `contiguous` is ignored"),
+    ] {
+        let h = reopen_and_idle(&placed_cfg(keys), &dev, &origin);
+        assert_eq!(status_value(&h, "placement").as_deref(), Some("sliced"), "{keys}");
+        assert_eq!(status_value(&h, "slices").as_deref(), Some("6"), "{keys}");
+        assert_eq!(status_value(&h, "defrag").as_deref(), Some("true"), "{keys}");
+        let notice = status_value(&h, "notice").unwrap_or_else(|| panic!("{keys}: no notice"));
+        assert!(
+            notice.contains("placement `sliced` 6 is recorded") && notice.contains(said),
+            "{keys}: {notice}"
+        );
+        assert_eq!(counter(&h, "defrag_moves_count"), 0, "{keys}: {}", h.stack.status());
+        // The origin reads in line but at the 5 slice boundaries.
+        assert_eq!(counter(&h, "origin_jumps_count"), 5, "{keys}");
+    }
+    // The config naming the recorded placement, or none: no notice.
+    for keys in ["placement = \"sliced\"\nslices = 6\n", ""] {
+        let h = reopen_and_idle(&placed_cfg(keys), &dev, &origin);
+        assert_eq!(status_value(&h, "placement").as_deref(), Some("sliced"), "{keys}");
+        assert_eq!(status_value(&h, "notice"), None, "{keys}");
+        assert_eq!(counter(&h, "defrag_moves_count"), 0, "{keys}");
+        assert_eq!(counter(&h, "origin_jumps_count"), 5, "{keys}");
+    }
+}
+
+#[test]
+fn a_new_pool_without_a_placement_is_sliced_30_and_keeps_it() {
+    let silent = placed_cfg("");
+    let (h, dev, origin) = written_pool(&silent);
+    assert_eq!(status_value(&h, "placement").as_deref(), Some("sliced"));
+    assert_eq!(status_value(&h, "slices").as_deref(), Some("30"));
+    assert_eq!(status_value(&h, "defrag").as_deref(), Some("true"));
+    let h = reopen_and_idle(&placed_cfg("placement = \"nearest\"\n"), &dev, &origin);
+    assert_eq!(status_value(&h, "placement").as_deref(), Some("sliced"));
+    assert_eq!(counter(&h, "defrag_moves_count"), 0);
+    // Overcommitted (volumes past the pool): the slices would get no gap,
+    // the default is `nearest`.
+    let (h, _) =
+        harness(&placed_cfg("volume_size = \"4M\"\n").replace("volume_size = \"384K\"\n", ""), DEVICE_BYTES);
+    assert_eq!(status_value(&h, "placement").as_deref(), Some("nearest"));
+}
+
+#[test]
+fn a_version_2_pool_opens_with_the_configs_placement_or_nearest_as_before() {
+    // A pool formatted `nearest` by a version 2 build (no placement in the
+    // header: built here by taking the fields out and writing version 2).
+    let (h, dev, origin) = written_pool(&placed_cfg("placement = \"nearest\"\n"));
+    let v2 = layoutd_core::metablock::MetaBlockCodec { version: 2, ..HEADER_V3 };
+    rewrite_headers(&dev, checkpoint_copy_bytes(&h), |p| {
+        p.drain(32..41);
+        v2
+    });
+    let mut b = vec![0u8; 4096];
+    dev.read_at(&mut b, 0).unwrap();
+    assert!(matches!(HEADER_V3.decode(&b), Err(layoutd_core::metablock::MetaError::Version(2))));
+    // A config naming no placement: `nearest`, the old built-in default
+    // (not the new one: its homes would move every origin chunk).
+    let mut h = reopen_and_idle(&placed_cfg(""), &dev, &origin);
+    assert_eq!(status_value(&h, "placement").as_deref(), Some("nearest"));
+    assert_eq!(status_value(&h, "notice"), None);
+    assert_eq!(counter(&h, "defrag_moves_count"), 0, "{}", h.stack.status());
+    // Its next checkpoint records it: a config naming another one no
+    // longer changes it.
+    ok(&mut h, "snapshot create t");
+    assert_eq!(h.flush().result, Ok(()));
+    h.settle();
+    let image = Arc::new(MemDevice::new(DEVICE_BYTES));
+    let mut all = vec![0u8; DEVICE_BYTES as usize];
+    h.device.read_at(&mut all, 0).unwrap();
+    image.write_at(&all, 0).unwrap();
+    let again = reopen_and_idle(&placed_cfg("placement = \"contiguous\"\n"), &image, &origin);
+    assert_eq!(status_value(&again, "placement").as_deref(), Some("nearest"));
+    assert!(status_value(&again, "notice").is_some());
+    // A config naming one: that one, as before (the old header cannot say
+    // otherwise).
+    let h = reopen_and_idle(&placed_cfg("placement = \"sliced\"\nslices = 6\n"), &dev, &origin);
+    assert_eq!(status_value(&h, "placement").as_deref(), Some("sliced"));
+    assert_eq!(status_value(&h, "notice"), None);
+}
+
+#[test]
+fn a_corrupt_placement_field_is_refused_naming_the_offset() {
+    let c = placed_cfg("placement = \"sliced\"\nslices = 6\n");
+    let (h, healthy, origin) = written_pool(&c);
+    let copy_bytes = checkpoint_copy_bytes(&h);
+    for (code, slices) in [(9u8, 6u64), (1, 0), (1, 1 << 33), (2, 6)] {
+        let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+        healthy.copy_to(&dev).expect("copy");
+        rewrite_headers(&dev, copy_bytes, |p| {
+            p[32] = code;
+            p[33..41].copy_from_slice(&slices.to_le_bytes());
+            HEADER_V3
+        });
+        let e = reopen(&c, &dev).bring_up().expect_err("refused");
+        assert!(
+            e.contains("lower offset 0") && e.contains(&format!("lower offset {copy_bytes}")),
+            "{code}/{slices}: {e}"
+        );
+        assert!(
+            e.contains(&format!("placement code {code}")) && e.contains("at byte 64 of the header block"),
+            "{e}"
+        );
+    }
+    reopen_and_idle(&c, &healthy, &origin);
 }

@@ -17,6 +17,8 @@ pub const VOLUMES_MAX_LIMIT: u64 = 40;
 /// The most data chunks a pool holds (2 bytes of RAM each for the share
 /// counts: 256 MiB at the limit; 8 TiB of 64 KiB chunks).
 pub const DATA_CHUNKS_MAX: u64 = 1 << 27;
+/// Slices of the built-in default placement (`sliced`).
+pub const DEFAULT_SLICES: u64 = 30;
 /// The longest volume name.
 pub const NAME_BYTES_MAX: usize = 64;
 
@@ -42,6 +44,9 @@ pub struct PoolConfig {
     pub volumes_max: u64,
     /// The placement policy.
     pub placement: PlacementKind,
+    /// Whether the config names the placement (`false`: the built-in
+    /// default chose it).
+    pub placement_named: bool,
     /// Slices (the `sliced` policy).
     pub slices: u64,
     /// Percent of the data area kept out of the origin's layout for copies.
@@ -89,25 +94,27 @@ impl PoolConfig {
             return Err(args
                 .error(format!("key `chunk_size`: {chunk_bytes} bytes; a power of two from 8KiB to 1MiB")));
         }
-        // The built-in default stays `nearest` although `examples/pool.toml`
-        // recommends `sliced` (docs/pool.md, "Default"): the placement is
-        // not recorded in the metadata, so a pool formatted without the
-        // key would be re-laid out by its defragmenter under a new default.
-        let placement = match args.str_opt("placement")?.unwrap_or("nearest") {
-            "contiguous" => PlacementKind::Contiguous,
-            "sliced" => PlacementKind::Sliced,
-            "nearest" => PlacementKind::Nearest,
-            other => {
+        // A config that names no placement gets the built-in default for a
+        // new pool, `sliced` 30 (or `nearest` where the volumes leave the
+        // slices no gap), decided below once the layout is known; a pool's
+        // header records its placement (format version 3), so an existing
+        // pool keeps its own (docs/pool.md, "Default placement").
+        let named = match args.str_opt("placement")? {
+            None => None,
+            Some("contiguous") => Some(PlacementKind::Contiguous),
+            Some("sliced") => Some(PlacementKind::Sliced),
+            Some("nearest") => Some(PlacementKind::Nearest),
+            Some(other) => {
                 return Err(args.error(format!(
                     "key `placement`: unknown policy `{other}` (contiguous, sliced, nearest)"
                 )))
             }
         };
         let slices_key = args.u64_opt("slices")?;
-        if slices_key.is_some() && placement != PlacementKind::Sliced {
+        if slices_key.is_some() && named != Some(PlacementKind::Sliced) {
             return Err(args.error("key `slices`: only the `sliced` placement takes it"));
         }
-        let slices = slices_key.unwrap_or(30);
+        let slices = slices_key.unwrap_or(DEFAULT_SLICES);
         let volumes_max = args.u64_opt("volumes_max")?.unwrap_or(16);
         if !(1..=VOLUMES_MAX_LIMIT).contains(&volumes_max) {
             return Err(
@@ -126,7 +133,9 @@ impl PoolConfig {
         }
         let copy_share = args.u64_opt("copy_share_percent")?;
         let volume_size = args.size_opt("volume_size")?;
-        let defrag = args.bool_opt("defrag")?.unwrap_or(placement == PlacementKind::Nearest);
+        // On for `nearest` and for the built-in default (`sliced` 30 +
+        // defrag, as `examples/pool.toml` recommends).
+        let defrag = args.bool_opt("defrag")?.unwrap_or(named.is_none_or(|p| p == PlacementKind::Nearest));
         let defrag_partial_home = args.bool_opt("defrag_partial_home")?.unwrap_or(false);
         let zero_new_chunks = args.bool_opt("zero_new_chunks")?.unwrap_or(true);
         let zero_in_write = match args.str_opt("zero_new_chunks_with")?.unwrap_or("write-zeroes") {
@@ -184,7 +193,7 @@ impl PoolConfig {
                 (data_chunks * (100 - share) / 100).max(1)
             }
         };
-        if placement == PlacementKind::Contiguous && volume_chunks > data_chunks {
+        if named == Some(PlacementKind::Contiguous) && volume_chunks > data_chunks {
             return Err(args.error(format!(
                 "key `volume_size`: {} bytes is past the data area ({} bytes); `contiguous` lays the \
                  origin out in it",
@@ -202,11 +211,17 @@ impl PoolConfig {
         if volume_chunks.checked_mul(chunk_bytes).and_then(|b| b.checked_mul(volumes_max)).is_none() {
             return Err(args.error("`volume_size` times `volumes_max` is past 2^64 bytes"));
         }
+        let placement = match named {
+            Some(p) => p,
+            None if Sliced::new(DEFAULT_SLICES, data_chunks, volume_chunks).is_ok() => PlacementKind::Sliced,
+            None => PlacementKind::Nearest,
+        };
         let cfg = PoolConfig {
             chunk_bytes,
             volume_chunks,
             volumes_max,
             placement,
+            placement_named: named.is_some(),
             slices,
             copy_share_percent: copy_share.unwrap_or(20),
             defrag,
@@ -224,7 +239,36 @@ impl PoolConfig {
         Ok(cfg)
     }
 
-    /// The policy the config names.
+    /// The placement recorded in a pool's header (`None`: a header of
+    /// version 1 or 2, which records none: the config's, or `nearest`, the
+    /// built-in default of those versions, when the config names none) put
+    /// in place of the config's: `Some(what the config said)` when that
+    /// differs, for the notice.
+    pub fn adopt_placement(&mut self, recorded: Option<(PlacementKind, u64)>) -> Option<String> {
+        let was = self.placement_label();
+        let (kind, slices) = match recorded {
+            Some(r) => r,
+            None if self.placement_named => return None,
+            None => (PlacementKind::Nearest, self.slices),
+        };
+        self.placement = kind;
+        if kind == PlacementKind::Sliced {
+            self.slices = slices;
+        }
+        (self.placement_named && self.placement_label() != was).then_some(was)
+    }
+
+    /// The placement and its layout parameter, as the docs write it
+    /// (`sliced` 30).
+    pub fn placement_label(&self) -> String {
+        match self.placement {
+            PlacementKind::Contiguous => "`contiguous`".into(),
+            PlacementKind::Sliced => format!("`sliced` {}", self.slices),
+            PlacementKind::Nearest => "`nearest`".into(),
+        }
+    }
+
+    /// The policy of `placement` (the config's, or the recorded one once open).
     pub fn placement_policy(&self) -> Result<Box<dyn ChunkPlacement>, String> {
         Ok(match self.placement {
             PlacementKind::Contiguous => Box::new(Contiguous::new(self.volume_chunks)),
@@ -320,12 +364,65 @@ mod tests {
         let e = parse("", 256 << 10).expect_err("tiny");
         assert!(e.contains("give a larger device or smaller chunks"), "{e}");
         let ok = parse("", dev).expect("defaults");
-        assert_eq!((ok.chunk_bytes, ok.volumes_max, ok.placement), (64 << 10, 16, PlacementKind::Nearest));
+        assert_eq!((ok.chunk_bytes, ok.volumes_max, ok.placement), (64 << 10, 16, PlacementKind::Sliced));
+        assert_eq!((ok.slices, ok.placement_named), (DEFAULT_SLICES, false));
         assert!(ok.defrag && ok.zero_new_chunks && ok.volume_chunks == ok.data_chunks * 80 / 100);
         let e = parse("placement = \"sliced\"\nvolume_size = \"1G\"", dev).expect_err("no gap");
         assert!(e.contains("leaves no gap") && e.contains("`placement = \"nearest\"`"), "{e}");
         assert!(ok.redirect_origin, "redirect is the default (dm-thin's way)");
         assert!(!parse("origin_shared_write = \"copy-out\"", dev).expect("copy-out").redirect_origin);
         assert!(ok.data_start_bytes >= ok.journal_at() + ok.journal_bytes());
+    }
+
+    #[test]
+    fn the_built_in_default_is_sliced_30_with_defrag_or_nearest_where_the_slices_get_no_gap() {
+        let dev = 64 << 20;
+        let d = parse("", dev).expect("default");
+        assert_eq!((d.placement, d.slices, d.defrag), (PlacementKind::Sliced, 30, true));
+        assert_eq!(d.placement_policy().expect("lays out").name(), "sliced");
+        // Overcommitted (volumes larger than the pool) and a pool with no
+        // copy share: `sliced` would leave no gap, the default is `nearest`.
+        for keys in ["volume_size = \"1G\"", "copy_share_percent = 0"] {
+            let c = parse(keys, dev).expect(keys);
+            assert_eq!(
+                (c.placement, c.defrag, c.placement_named),
+                (PlacementKind::Nearest, true, false),
+                "{keys}"
+            );
+            let named = parse(&format!("{keys}\nplacement = \"sliced\""), dev).expect_err(keys);
+            assert!(named.contains("leaves no gap"), "{keys}: {named}");
+        }
+        // Named policies keep their defaults (defrag on for `nearest` only).
+        assert!(!parse("placement = \"sliced\"", dev).expect("sliced").defrag);
+        assert!(!parse("placement = \"contiguous\"", dev).expect("contiguous").defrag);
+        assert!(parse("placement = \"nearest\"", dev).expect("nearest").placement_named);
+    }
+
+    #[test]
+    fn a_recorded_placement_replaces_the_configs_and_says_so_only_when_the_config_named_another() {
+        let dev = 64 << 20;
+        let mut c = parse("placement = \"contiguous\"", dev).expect("contiguous");
+        let said = c.adopt_placement(Some((PlacementKind::Sliced, 8)));
+        assert_eq!(
+            (said.as_deref(), c.placement, c.slices),
+            (Some("`contiguous`"), PlacementKind::Sliced, 8)
+        );
+        assert_eq!(c.placement_label(), "`sliced` 8");
+        let mut same = parse("placement = \"sliced\"\nslices = 8", dev).expect("sliced");
+        assert_eq!(same.adopt_placement(Some((PlacementKind::Sliced, 8))), None);
+        let mut other_slices = parse("placement = \"sliced\"", dev).expect("sliced 30");
+        assert_eq!(
+            other_slices.adopt_placement(Some((PlacementKind::Sliced, 8))).as_deref(),
+            Some("`sliced` 30")
+        );
+        // A silent config takes the recorded one without a word.
+        let mut silent = parse("", dev).expect("default");
+        assert_eq!(silent.adopt_placement(Some((PlacementKind::Nearest, 0))), None);
+        assert_eq!(silent.placement, PlacementKind::Nearest);
+        // No record (a version 2 header): the config's, or `nearest` if it names none.
+        let mut silent = parse("", dev).expect("default");
+        assert_eq!((silent.adopt_placement(None), silent.placement), (None, PlacementKind::Nearest));
+        let mut named = parse("placement = \"contiguous\"", dev).expect("contiguous");
+        assert_eq!((named.adopt_placement(None), named.placement), (None, PlacementKind::Contiguous));
     }
 }

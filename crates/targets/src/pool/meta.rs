@@ -13,16 +13,33 @@
 //!   length, fields` framing as [`JournalRecord`]): a redirected data
 //!   chunk's written sectors and the shared chunk the rest reads from.
 //!   Version 1 blocks (no partial records) are still read.
+//! - since version 3 of the header (body and journal blocks stay at 2),
+//!   the placement and its layout parameter (the slice count) after the
+//!   geometry; a version 1 or 2 header records none ([`Header::placement`]
+//!   `None`: the pool opens with the config's, or `nearest`, as before).
 
-use super::config::{PoolConfig, EXTENTS_PER_BLOCK, META_BLOCK_BYTES};
+use super::config::{PlacementKind, PoolConfig, EXTENTS_PER_BLOCK, META_BLOCK_BYTES};
 use super::partial::{Partial, Sectors, SECTOR_WORDS};
+use super::place::Sliced;
 use layoutd_core::metablock::{
     Decoded, JournalRecord, MetaBlockCodec, MetaError, Reader, GENERATION_READ_MAX,
 };
 
 /// Checkpoint header blocks.
 pub const HEADER_CODEC: MetaBlockCodec =
-    MetaBlockCodec { magic: *b"LDPOOLCH", version: 2, block_bytes: META_BLOCK_BYTES as usize };
+    MetaBlockCodec { magic: *b"LDPOOLCH", version: 3, block_bytes: META_BLOCK_BYTES as usize };
+/// Where in a version 3 header block its placement code is (after the
+/// metablock header and the four geometry fields); the slice count
+/// follows it.
+pub const PLACEMENT_OFFSET: usize = layoutd_core::metablock::HEADER_BYTES + 32;
+/// A placement's code in the header.
+fn placement_code(p: PlacementKind) -> u8 {
+    match p {
+        PlacementKind::Contiguous => 0,
+        PlacementKind::Sliced => 1,
+        PlacementKind::Nearest => 2,
+    }
+}
 /// Checkpoint body blocks.
 pub const BODY_CODEC: MetaBlockCodec =
     MetaBlockCodec { magic: *b"LDPOOLCB", version: 2, block_bytes: META_BLOCK_BYTES as usize };
@@ -37,13 +54,15 @@ const PARTIAL_FIELD_BYTES: usize = 16 + 8 * SECTOR_WORDS;
 /// records' room (it takes 50 bytes, two extents 52).
 pub const PARTIAL_EXTENT_UNITS: u64 = 2;
 
-/// Decodes a block of `codec`'s kind written by this version or by
-/// version 1 (same layout, no partial records): the block and whether
-/// partial records may be in it.
-fn decode_versioned(codec: &MetaBlockCodec, block: &[u8]) -> Result<(Decoded, bool), MetaError> {
+/// Decodes a block of `codec`'s kind written by this version or an
+/// earlier one (version 1: no partial records; a version 2 header: no
+/// placement): the block and the version it was written in.
+fn decode_versioned(codec: &MetaBlockCodec, block: &[u8]) -> Result<(Decoded, u32), MetaError> {
     match codec.decode(block) {
-        Err(MetaError::Version(1)) => Ok((MetaBlockCodec { version: 1, ..*codec }.decode(block)?, false)),
-        r => Ok((r?, true)),
+        Err(MetaError::Version(v)) if (1..codec.version).contains(&v) => {
+            Ok((MetaBlockCodec { version: v, ..*codec }.decode(block)?, v))
+        }
+        r => Ok((r?, codec.version)),
     }
 }
 
@@ -161,6 +180,9 @@ pub struct Header {
     pub extents: u64,
     /// The volume table.
     pub volumes: Vec<VolumeEntry>,
+    /// The placement and its slice count (0 but for `sliced`); `None` in a
+    /// header of version 1 or 2.
+    pub placement: Option<(PlacementKind, u64)>,
 }
 
 /// One run of a volume's map: `(slot, first chunk, count, first location)`.
@@ -198,6 +220,9 @@ pub fn encode_checkpoint(
     for v in [cfg.chunk_bytes, cfg.volume_chunks, cfg.data_chunks, cfg.volumes_max] {
         p.extend(v.to_le_bytes());
     }
+    p.push(placement_code(cfg.placement));
+    let slices = if cfg.placement == PlacementKind::Sliced { cfg.slices } else { 0 };
+    p.extend(slices.to_le_bytes());
     p.extend(journal_start.to_le_bytes());
     p.extend((body.len() as u64).to_le_bytes());
     p.extend(((runs.len() + partials.len()) as u64).to_le_bytes());
@@ -222,7 +247,7 @@ fn malformed(s: String) -> MetaError {
 
 /// Decodes and checks a checkpoint header against the config.
 pub fn decode_header(cfg: &PoolConfig, block: &[u8]) -> Result<Header, MetaError> {
-    let (d, _) = decode_versioned(&HEADER_CODEC, block)?;
+    let (d, version) = decode_versioned(&HEADER_CODEC, block)?;
     let mut r = Reader::new(&d.payload);
     let geometry = [r.u64()?, r.u64()?, r.u64()?, r.u64()?];
     let want = [cfg.chunk_bytes, cfg.volume_chunks, cfg.data_chunks, cfg.volumes_max];
@@ -232,6 +257,7 @@ pub fn decode_header(cfg: &PoolConfig, block: &[u8]) -> Result<Header, MetaError
              (a pool's geometry cannot change: use the config it was formatted with)"
         )));
     }
+    let placement = if version >= 3 { Some(decode_placement(cfg, &mut r)?) } else { None };
     let (journal_start, body_blocks, extents) = (r.u64()?, r.u64()?, r.u64()?);
     if journal_start > GENERATION_READ_MAX {
         // The journal's blocks are written with their seq as generation.
@@ -274,7 +300,39 @@ pub fn decode_header(cfg: &PoolConfig, block: &[u8]) -> Result<Header, MetaError
             v.parent.expect("found by it")
         )));
     }
-    Ok(Header { generation: d.generation, journal_start, body_blocks, extents, volumes })
+    Ok(Header { generation: d.generation, journal_start, body_blocks, extents, volumes, placement })
+}
+
+/// The placement fields of a version 3 header, checked against the
+/// geometry (the policy they name must lay this pool out).
+fn decode_placement(cfg: &PoolConfig, r: &mut Reader<'_>) -> Result<(PlacementKind, u64), MetaError> {
+    let at = PLACEMENT_OFFSET;
+    let kind = match r.u8()? {
+        0 => PlacementKind::Contiguous,
+        1 => PlacementKind::Sliced,
+        2 => PlacementKind::Nearest,
+        x => {
+            return Err(malformed(format!(
+                "placement code {x} at byte {at} of the header block (0 contiguous, 1 sliced, 2 nearest)"
+            )))
+        }
+    };
+    let slices = r.u64()?;
+    let fits = match kind {
+        PlacementKind::Sliced => Sliced::new(slices, cfg.data_chunks, cfg.volume_chunks).map(|_| ()),
+        _ if slices != 0 => Err("only `sliced` has slices".into()),
+        PlacementKind::Contiguous if cfg.volume_chunks > cfg.data_chunks => {
+            Err("the volume is past the data area".into())
+        }
+        _ => Ok(()),
+    };
+    fits.map_err(|e| {
+        malformed(format!(
+            "placement code {} with {slices} slices at byte {at} of the header block: {e}",
+            placement_code(kind)
+        ))
+    })?;
+    Ok((kind, slices))
 }
 
 /// Decodes the body blocks (`bytes` from the first body block on) of a
@@ -289,8 +347,9 @@ pub fn decode_body(
     let mut partials = Vec::new();
     for i in 0..header.body_blocks {
         let at = (i * META_BLOCK_BYTES) as usize;
-        let (d, v2) = decode_versioned(&BODY_CODEC, &bytes[at..at + META_BLOCK_BYTES as usize])
+        let (d, version) = decode_versioned(&BODY_CODEC, &bytes[at..at + META_BLOCK_BYTES as usize])
             .map_err(|e| (i + 1, e))?;
+        let v2 = version >= 2;
         if d.generation != header.generation {
             return Err((
                 i + 1,
@@ -354,7 +413,8 @@ pub fn encode_journal(seq: u64, payload: &[u8]) -> Vec<u8> {
 
 /// Decodes a journal block: `(seq, records)`.
 pub fn decode_journal(block: &[u8]) -> Result<(u64, Vec<Record>), MetaError> {
-    let (d, v2) = decode_versioned(&JOURNAL_CODEC, block)?;
+    let (d, version) = decode_versioned(&JOURNAL_CODEC, block)?;
+    let v2 = version >= 2;
     let recs = Record::decode_all(&d.payload)?;
     let allowed = |r: &Record| match r {
         Record::Core(JournalRecord::Exception { .. }) => true,
@@ -455,6 +515,79 @@ mod tests {
         assert!(e.to_string().contains("journal start 18374686479671623680 is past"), "{e}");
     }
 
+    fn pool_cfg(keys: &str) -> PoolConfig {
+        let table: toml::Table = toml::from_str(keys).expect("toml");
+        PoolConfig::parse(layoutd_core::config::ArgReader::new("pool", &table), 64 << 20).expect("a pool")
+    }
+
+    /// `block` (a version 3 header) as a version 2 header: the same
+    /// payload without the placement fields.
+    pub(crate) fn as_version_2(block: &[u8]) -> Vec<u8> {
+        let d = HEADER_CODEC.decode(block).expect("a version 3 header");
+        let mut p = d.payload.clone();
+        let at = PLACEMENT_OFFSET - layoutd_core::metablock::HEADER_BYTES;
+        p.drain(at..at + 9);
+        MetaBlockCodec { version: 2, ..HEADER_CODEC }.encode(d.generation, &p).expect("fits")
+    }
+
+    #[test]
+    fn the_header_records_the_placement_and_a_version_2_header_records_none() {
+        let vols = [VolumeEntry { slot: 0, name: "origin".into(), parent: None, read_only: false }];
+        for (keys, want) in [
+            ("placement = \"contiguous\"", (PlacementKind::Contiguous, 0)),
+            ("placement = \"sliced\"\nslices = 8", (PlacementKind::Sliced, 8)),
+            ("placement = \"nearest\"", (PlacementKind::Nearest, 0)),
+            ("", (PlacementKind::Sliced, 30)),
+        ] {
+            let cfg = pool_cfg(keys);
+            let b = encode_checkpoint(&cfg, 5, 2, &vols, &[], &[]);
+            assert_eq!(decode_header(&cfg, &b).expect(keys).placement, Some(want), "{keys}");
+            // Any config of the same geometry reads it: the header is the
+            // pool's word, the caller decides what wins.
+            let other = pool_cfg("placement = \"nearest\"");
+            assert_eq!(decode_header(&other, &b).expect(keys).placement, Some(want), "{keys}");
+            let old = decode_header(&cfg, &as_version_2(&b)).expect("a version 2 header reads");
+            assert_eq!((old.placement, old.generation, old.journal_start), (None, 5, 2), "{keys}");
+            assert_eq!(old.volumes, vols.to_vec());
+        }
+        let v4 = MetaBlockCodec { version: 4, ..HEADER_CODEC };
+        let cfg = pool_cfg("");
+        let d = HEADER_CODEC.decode(&encode_checkpoint(&cfg, 5, 2, &vols, &[], &[])).expect("v3");
+        assert_eq!(decode_header(&cfg, &v4.encode(5, &d.payload).expect("fits")), Err(MetaError::Version(4)));
+    }
+
+    #[test]
+    fn a_corrupt_placement_field_is_refused_naming_its_offset() {
+        let vols = [VolumeEntry { slot: 0, name: "origin".into(), parent: None, read_only: false }];
+        let cfg = pool_cfg("placement = \"sliced\"\nslices = 8");
+        let good = encode_checkpoint(&cfg, 5, 2, &vols, &[], &[]);
+        let crafted = |at: usize, bytes: &[u8]| {
+            let mut b = good.clone();
+            b[at..at + bytes.len()].copy_from_slice(bytes);
+            b[28..32].fill(0);
+            let crc = crc32c::crc32c(&b[..META_BLOCK_BYTES as usize]);
+            b[28..32].copy_from_slice(&crc.to_le_bytes());
+            decode_header(&cfg, &b).expect_err("crafted")
+        };
+        let e = crafted(PLACEMENT_OFFSET, &[7]);
+        assert!(e.to_string().contains("placement code 7 at byte 64 of the header block"), "{e}");
+        // Slices the geometry cannot lay out, and slices on a policy without.
+        for (code, slices, why) in
+            [(1u8, 0u64, "`slices` = 0"), (1, 1 << 40, "`slices` ="), (2, 8, "only `sliced`")]
+        {
+            let mut f = vec![code];
+            f.extend(slices.to_le_bytes());
+            let e = crafted(PLACEMENT_OFFSET, &f);
+            let msg = e.to_string();
+            assert!(msg.contains(&format!("placement code {code} with {slices} slices at byte 64")), "{msg}");
+            assert!(msg.contains(why), "{why}: {msg}");
+        }
+        // Unfixed crc: refused by the block check first.
+        let mut b = good.clone();
+        b[PLACEMENT_OFFSET] = 2;
+        assert!(decode_header(&cfg, &b).is_err());
+    }
+
     #[test]
     fn a_partial_record_of_the_wrong_length_is_refused() {
         let mut p = Vec::new();
@@ -479,6 +612,16 @@ mod tests {
             PoolConfig::parse(ArgReader::new("pool", &table), 64 << 20).expect("the default pool")
         }
 
+        /// The default pool's geometry under each placement the header
+        /// records (`sliced` with the default 30 slices or a few).
+        fn placed(which: u8, slices: u64) -> PoolConfig {
+            let mut c = cfg();
+            c.placement = [PlacementKind::Contiguous, PlacementKind::Sliced, PlacementKind::Nearest]
+                [usize::from(which % 3)];
+            c.slices = slices;
+            c
+        }
+
         fn volumes() -> Vec<VolumeEntry> {
             vec![
                 VolumeEntry { slot: 0, name: "origin".into(), parent: None, read_only: false },
@@ -498,10 +641,18 @@ mod tests {
                 crafted in f::crafted_writes(3 * META_BLOCK_BYTES as usize),
                 header_crafted in f::crafted_writes(128),
                 fix in any::<bool>(),
+                which in 0u8..3,
+                slices in prop_oneof![Just(30u64), 1u64..64],
+                old in any::<bool>(),
             ) {
-                let cfg = cfg();
+                let cfg = placed(which, slices);
                 let runs: Vec<Run> = (0..300).map(|i| (i as u32 % 2 * 2, i * 4, 2, i * 3)).collect();
                 let mut b = encode_checkpoint(&cfg, 6, 40, &volumes(), &runs, &[partial()]);
+                if old {
+                    // A version 2 header (no placement fields) over the same body.
+                    let v2 = super::as_version_2(&b[..META_BLOCK_BYTES as usize]);
+                    b[..META_BLOCK_BYTES as usize].copy_from_slice(&v2);
+                }
                 f::mutate(&mut b, &raw, &crafted);
                 f::mutate(&mut b[..META_BLOCK_BYTES as usize], &[], &header_crafted);
                 if fix {
@@ -514,6 +665,15 @@ mod tests {
                 prop_assert!(bytes <= f::allocation_bound(mb));
                 let Ok(h) = header else { return Ok(()) };
                 prop_assert!(h.body_blocks <= cfg.body_blocks);
+                // A recorded placement lays this geometry out (the caller
+                // builds its policy from it).
+                if let Some((kind, slices)) = h.placement {
+                    let mut c = cfg.clone();
+                    c.placement = kind;
+                    c.slices = slices;
+                    prop_assert!(c.placement_policy().is_ok(), "{kind:?} {slices}");
+                    prop_assert!(kind == PlacementKind::Sliced || slices == 0);
+                }
                 // The caller reads the body blocks the header names.
                 let mut body = b[mb..].to_vec();
                 body.resize(h.body_blocks as usize * mb, 0);

@@ -343,6 +343,9 @@ pub struct Pool {
     based: FxHashMap<u64, u32>,
     /// The lcs of partial chunks being filled.
     filling: FxHashSet<u64>,
+    /// Said on open when the header's recorded placement overrode the
+    /// config's (status key `notice`; the runtime prints it).
+    notice: Option<String>,
     counters: Counters,
 }
 
@@ -395,6 +398,7 @@ impl Pool {
             partial: BTreeMap::new(),
             based: FxHashMap::default(),
             filling: FxHashSet::default(),
+            notice: None,
             counters: Counters::default(),
             cfg,
         };
@@ -659,6 +663,28 @@ impl Pool {
                 return self.read_next_checkpoint();
             }
         };
+        // The placement the pool was laid out with wins over the config's
+        // (its homes are where the origin's chunks are).
+        let mut cfg = self.cfg.clone();
+        let config_said = cfg.adopt_placement(header.placement);
+        match cfg.placement_policy() {
+            Ok(place) => {
+                self.place = place;
+                self.notice = config_said.map(|said| {
+                    format!(
+                        "pool: placement {} is recorded in the pool's metadata; the config's {said} is \
+                         ignored (a pool's placement cannot change; name {} in the config to silence this)",
+                        cfg.placement_label(),
+                        cfg.placement_label()
+                    )
+                });
+                self.cfg = cfg;
+            }
+            Err(e) => {
+                self.phase = Phase::Failed(format!("pool: placement {}: {e}", cfg.placement_label()));
+                return;
+            }
+        }
         match self.rebuild(&header, &runs, &partials, &journal) {
             Ok(()) => {
                 self.checkpoint_gen = header.generation;
@@ -2577,6 +2603,9 @@ impl Target for Pool {
             config.push(("slices".into(), self.cfg.slices.to_string()));
         }
         config.extend(self.place.config());
+        if let Some(n) = &self.notice {
+            config.push(("notice".into(), n.clone()));
+        }
         if let Phase::Failed(e) = &self.phase {
             config.push(("error".into(), e.clone()));
         }
