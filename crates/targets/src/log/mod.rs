@@ -594,7 +594,7 @@ impl Log {
         for l in busy.chain(self.seg_buf.keys().copied()) {
             segs[l as usize].busy = true;
         }
-        let mut c = Census {
+        Census {
             segs,
             slot_count: self.geo.slot_count,
             head: self.head.0,
@@ -602,16 +602,7 @@ impl Log {
             free_segments_min: self.args.free_segments_min,
             compacting: self.compacting,
             home: self.compact_home.map(|h| h.0),
-            best_holes_runs: 0,
-        };
-        c.best_holes_runs = c.best_holes().map_or(0, |t| self.hole_runs(SegLoc(t)));
-        c
-    }
-
-    /// Runs of holes (maximal stretches of free slots) in segment `loc`.
-    fn hole_runs(&self, loc: SegLoc) -> u32 {
-        let hole = |s: u32| self.live.get(u64::from(self.slot_id(loc, s))) == 0;
-        (0..self.geo.slot_count).filter(|&s| hole(s) && (s == 0 || !hole(s - 1))).count() as u32
+        }
     }
 
     /// Free segments (eligible, empty, not reserved).

@@ -41,9 +41,6 @@ pub struct Census {
     pub compacting: bool,
     /// The home segment sliding compaction fills next.
     pub home: Option<u32>,
-    /// Runs of holes in [`Census::best_holes`]'s target (0 if none): each
-    /// costs SSR a positioning of the disk.
-    pub best_holes_runs: u32,
 }
 
 impl Census {
@@ -231,34 +228,23 @@ pub fn make(kind: PolicyKind, age_threshold_segments: u64, slack_min_pct: u64) -
 }
 
 impl Policy {
-    /// Cost-based (the paper's future work): per decision, in slot
-    /// transfers per useful slot, SSR into the best hole target against
-    /// cleaning the greedy victim. SSR sweeps the target (1 / density) and
-    /// positions the disk once per run of holes; cleaning reads the
-    /// victim whole (one positioning and a segment), writes its live
-    /// blocks at the head, then the write itself goes to a free segment.
-    /// A positioning (a short seek and half a rotation, about 5 ms on a
-    /// 7200 rpm disk) costs about as much as [`POSITIONING_SLOTS`] slot
-    /// transfers. Before session 24 the estimate charged one positioning
-    /// per target, not per run, and no positioning to cleaning: it chose
-    /// SSR into nearly empty segments of many runs (btrfs fio random
-    /// writes: 80-126 holes in 3-25 runs, victims 1-26% live), which the
-    /// disk paid 2.5x the on-demand cleaning's time for.
+    /// Cost-based (the paper's future work): per decision, SSR into the
+    /// best hole target costs about 1 / density slot writes per useful
+    /// slot plus a seek per run of holes; cleaning the greedy victim costs
+    /// a segment read and its live blocks' writes per slot it frees, then
+    /// the write itself: 2 / (1 - u).
     fn ssr_cheaper(c: &Census) -> bool {
         let sc = f64::from(c.slot_count);
         let Some(t) = c.best_holes() else { return false };
-        let holes = sc - f64::from(c.segs[t as usize].valid);
+        let density = (sc - f64::from(c.segs[t as usize].valid)) / sc;
         let Some(&v) = c.greedy(1).first() else { return true };
         let u = f64::from(c.segs[v as usize].valid) / sc;
-        let ssr = sc / holes + f64::from(c.best_holes_runs.max(1)) * POSITIONING_SLOTS / holes;
-        let clean = (sc + POSITIONING_SLOTS) / ((1.0 - u) * sc) + u / (1.0 - u) + 1.0;
+        let seek_equiv_slots = 8.0;
+        let ssr = 1.0 / density + seek_equiv_slots / (density * sc);
+        let clean = 2.0 / (1.0 - u);
         ssr <= clean
     }
 }
-
-/// A disk positioning in slot transfers (see `Policy::ssr_cheaper`): 5 ms
-/// against a 4 KiB slot at about 100 MB/s.
-const POSITIONING_SLOTS: f64 = 100.0;
 
 impl Reclaim for Policy {
     fn choose_next(&self, c: &Census, cause: Cause) -> Option<u32> {
@@ -283,7 +269,7 @@ impl Reclaim for Policy {
     fn user_holes(&self, c: &Census) -> bool {
         match self.kind {
             PolicyKind::Ssr => true,
-            PolicyKind::Adaptive => c.slack_pct() >= self.slack_min_pct && Self::ssr_cheaper(c),
+            PolicyKind::Adaptive => c.slack_pct() >= self.slack_min_pct,
             PolicyKind::Cost => Self::ssr_cheaper(c),
             _ => false,
         }
@@ -329,7 +315,6 @@ mod tests {
             free_segments_min: 1,
             compacting: false,
             home: None,
-            best_holes_runs: 1,
         }
     }
 
@@ -378,38 +363,5 @@ mod tests {
         assert_eq!(greedy.choose_next(&slide, Cause::User), Some(6), "home 2 is not free: the far end");
         slide.compacting = false;
         assert_eq!(greedy.choose_next(&slide, Cause::User), Some(1), "not compacting: next-fit");
-    }
-
-    #[test]
-    fn the_cost_estimate_charges_ssr_a_positioning_per_run_of_holes() {
-        // 128-slot segments: segment 0 (at the head, 120 holes) is the
-        // SSR target, segment 1 (2 live) the greedy victim.
-        let seg = |loc, valid| SegInfo { loc, valid, written_at_seq: 0, eligible: true, busy: false };
-        let mut c = Census {
-            segs: vec![seg(0, 8), seg(1, 2), seg(2, 115), seg(3, 128)],
-            slot_count: 128,
-            head: 0,
-            now_seq: 10,
-            free_segments_min: 1,
-            compacting: false,
-            home: None,
-            best_holes_runs: 1,
-        };
-        let (cost, adaptive) = (make(PolicyKind::Cost, 0, 10), make(PolicyKind::Adaptive, 0, 10));
-        assert_eq!(c.best_holes(), Some(0));
-        // One long run of holes: SSR sweeps it at the cost of the write.
-        assert!(cost.user_holes(&c) && adaptive.user_holes(&c));
-        // The same holes in 20 runs (btrfs random writes): 20 positionings
-        // for 126 slots, against reading a nearly empty victim once.
-        c.best_holes_runs = 20;
-        assert!(!cost.user_holes(&c) && !adaptive.user_holes(&c));
-        // Only mostly-live victims left: cleaning reads a segment per 28
-        // slots it frees, and SSR into a run of holes is the cheaper again.
-        c.segs = vec![seg(0, 100), seg(1, 110), seg(2, 115), seg(3, 128)];
-        c.best_holes_runs = 1;
-        assert!(cost.user_holes(&c) && adaptive.user_holes(&c));
-        // Scattered (28 holes in 8 runs): cleaning again.
-        c.best_holes_runs = 8;
-        assert!(!cost.user_holes(&c));
     }
 }
