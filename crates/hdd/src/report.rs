@@ -311,6 +311,15 @@ pub struct ReplayedRequest {
     pub seek_distance_cyl: u64,
 }
 
+/// Longest service time or gap a validation trace line may give: one hour.
+/// DiskSim's traces hold milliseconds; a larger figure is a damaged file, and
+/// refusing it keeps the replay's nanosecond clock far from overflow.
+const TRACE_TIME_US_MAX: f64 = 3.6e9;
+
+/// The replay's clock stays below this, so the disk model's own sums of
+/// a time and a service time cannot overflow.
+const REPLAY_CLOCK_NS_MAX: u64 = 1 << 62;
+
 /// One trace line.
 struct TraceRecord {
     write: bool,
@@ -319,6 +328,8 @@ struct TraceRecord {
     sectors: u32,
     service_us: f64,
     gap_us: f64,
+    /// 1-based line in the file.
+    line: u32,
 }
 
 fn parse_trace(path: &Path) -> Result<Vec<TraceRecord>, HddError> {
@@ -343,23 +354,34 @@ fn parse_trace(path: &Path) -> Result<Vec<TraceRecord>, HddError> {
             "W" => true,
             _ => return Err(fail("first field must be R or W")),
         };
-        let number = |at: usize, what: &str| -> Result<f64, HddError> {
+        let time_us = |at: usize, what: &str| -> Result<f64, HddError> {
             match fields[at].parse::<f64>() {
-                Ok(value) if value.is_finite() && value >= 0.0 => Ok(value),
-                _ => Err(fail(&format!("{what} {:?} is not a non-negative number", fields[at]))),
+                Ok(value) if value.is_finite() && (0.0..=TRACE_TIME_US_MAX).contains(&value) => Ok(value),
+                _ => Err(fail(&format!(
+                    "{what} {:?} is not a number of microseconds within 0..={TRACE_TIME_US_MAX}",
+                    fields[at]
+                ))),
             }
         };
-        let sectors = number(3, "block count")?;
-        if !(1.0..=65535.0).contains(&sectors) {
-            return Err(fail("block count must be within 1..=65535"));
-        }
+        // DiskSim reads the block number and the count with `%ld` / `%d`:
+        // integers, never fractions.
+        let lba = fields[2]
+            .parse::<u64>()
+            .map_err(|_| fail(&format!("block number {:?} is not a non-negative integer", fields[2])))?;
+        let sectors = match fields[3].parse::<u32>() {
+            Ok(count) if (1..=65535).contains(&count) => count,
+            _ => {
+                return Err(fail(&format!("block count {:?} must be an integer within 1..=65535", fields[3])))
+            }
+        };
         records.push(TraceRecord {
             write,
             hit: fields[1] == "Hit",
-            lba: number(2, "block number")? as u64,
-            sectors: sectors as u32,
-            service_us: number(4, "service time")?,
-            gap_us: number(5, "gap")?,
+            lba,
+            sectors,
+            service_us: time_us(4, "service time")?,
+            gap_us: time_us(5, "gap")?,
+            line: index as u32 + 1,
         });
     }
     if records.is_empty() {
@@ -382,10 +404,10 @@ pub fn validate(params: &DiskParams, trace: &Path) -> Result<ValidateReport, Hdd
     let mut requests = Vec::with_capacity(records.len());
     let mut hits = [0u64; 2];
     for (id, record) in records.iter().enumerate() {
-        if record.lba + u64::from(record.sectors) > params.sector_count {
+        if record.lba.checked_add(u64::from(record.sectors)).is_none_or(|end| end > params.sector_count) {
             return Err(HddError::Parse {
                 path: trace.to_path_buf(),
-                line: id as u32 + 1,
+                line: record.line,
                 message: format!(
                     "block {} + {} runs past the drive's {} sectors: wrong --diskspecs for this trace?",
                     record.lba, record.sectors, params.sector_count
@@ -410,7 +432,15 @@ pub fn validate(params: &DiskParams, trace: &Path) -> Result<ValidateReport, Hdd
             seek_distance_cyl: completion.seek_distance_cyl,
         });
         hits[usize::from(record.write)] += u64::from(completion.cache_hit);
-        now_ns = completion.complete_ns + (record.gap_us * 1.0e3).round() as u64;
+        // Each gap is at most an hour, so only a trace of millions of such
+        // gaps can run past the clock; refuse it rather than wrap.
+        let next_ns = completion.complete_ns.checked_add((record.gap_us * 1.0e3).round() as u64);
+        now_ns = next_ns.filter(|ns| *ns <= REPLAY_CLOCK_NS_MAX).ok_or_else(|| HddError::Parse {
+            path: trace.to_path_buf(),
+            line: record.line,
+            message: "the trace's gaps add up past the replay clock's range (2^62 ns, about 146 years)"
+                .into(),
+        })?;
     }
     let measured_ms: Vec<f64> = records.iter().map(|record| record.service_us / 1.0e3).collect();
     let mean = |values: &[f64], pick: &dyn Fn(usize) -> bool| -> f64 {

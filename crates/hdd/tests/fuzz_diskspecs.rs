@@ -1,6 +1,8 @@
 //! Byte-mutation fuzzing of the DiskSim importer (`layoutd serve
 //! --emulate-diskspecs FILE`, `layoutd disk --diskspecs FILE`: a file the
-//! user hands in). The corpus: the Barracuda's three files the preset
+//! user hands in), and of the validation-trace reader behind `layoutd disk
+//! validate --trace FILE` (the first lines of the Barracuda's trace,
+//! mutated the same way: refused with its line, or replayed). The corpus: the Barracuda's three files the preset
 //! embeds, one of them mutated by hostile numbers written over its
 //! numbers, random bytes, and truncation. The property: the importer
 //! refuses with an error or gives parameters a disk model serves requests
@@ -9,7 +11,7 @@
 //! A bounded pass in the default suite; `PROPTEST_CASES=100000 cargo test
 //! -p layoutd-hdd --test fuzz_diskspecs` for a long one.
 
-use layoutd_hdd::{Disk, DiskOp, DiskParams, DiskRequest, Scheduler};
+use layoutd_hdd::{validate, Disk, DiskOp, DiskParams, DiskRequest, HddError, Scheduler};
 use proptest::prelude::*;
 
 #[path = "../../core/tests/support/fuzz.rs"]
@@ -87,6 +89,62 @@ proptest! {
     }
 }
 
+/// The first lines of the Barracuda's validation trace (DiskSim's
+/// `R|W action block count service_us gap_us`).
+const TRACE: &str = "R Hit    2992396   4  13670.00000  35942.00000
+R Hit    2992400   4    874.00000  37426.00000
+W Hit    3865568   8   1971.00000  29108.00000
+R Miss   1000000  16  11023.00000   1200.00000
+W Miss         0   1   9000.00000      0.00000
+";
+
+proptest! {
+    #![proptest_config(config(256))]
+
+    #[test]
+    fn the_trace_reader_refuses_with_a_line_or_replays(
+        numbers in prop::collection::vec((any::<usize>(), hostile()), 0..4),
+        raw in prop::collection::vec((any::<usize>(), any::<u8>()), 0..4),
+        cut in prop::option::weighted(0.1, any::<usize>()),
+    ) {
+        let mut bytes = TRACE.as_bytes().to_vec();
+        mutate_text(&mut bytes, &numbers, &raw, cut);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mutated.trace");
+        std::fs::write(&path, &bytes).unwrap();
+        let params = DiskParams::preset("barracuda4g").unwrap();
+        match validate(&params, &path) {
+            Ok(report) => prop_assert!(report.requests.len() <= 5),
+            Err(HddError::Parse { path: named, .. } | HddError::Io { path: named, .. }) => {
+                prop_assert_eq!(named, path)
+            }
+            Err(other) => prop_assert!(false, "not a parse error: {other}"),
+        }
+    }
+}
+
+/// Found by reading: block numbers were read as floating point (a
+/// fraction was accepted, and the last block past 2^64 wrapped the range
+/// check), and a gap of 1e300 µs overflowed the replay clock.
+#[test]
+fn hostile_trace_numbers_are_refused_with_their_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let params = DiskParams::preset("barracuda4g").unwrap();
+    for (line, expect) in [
+        ("R Hit 18446744073709551615 4 100.0 10.0", "runs past"),
+        ("R Hit 1.5 4 100.0 10.0", "block number"),
+        ("R Hit 99999999999999999999999 4 100.0 10.0", "block number"),
+        ("R Hit 0 4.5 100.0 10.0", "block count"),
+        ("R Hit 0 4 100.0 1e300", "gap"),
+        ("R Hit 0 4 nan 10.0", "service time"),
+    ] {
+        let path = dir.path().join("hostile.trace");
+        std::fs::write(&path, format!("R Hit 0 4 100.0 10.0\n\n{line}\n")).unwrap();
+        let message = validate(&params, &path).unwrap_err().to_string();
+        assert!(message.contains("hostile.trace:3:") && message.contains(expect), "{line}: {message}");
+    }
+}
+
 /// The unmutated corpus imports and serves (the fuzz starts from files
 /// that reach the model).
 #[test]
@@ -98,4 +156,9 @@ fn the_corpus_imports() {
     let params = DiskParams::from_diskspecs(&dir.path().join("barracuda.diskspecs")).expect("imports");
     assert!(params.sector_count > 1_000_000);
     serve(params);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("corpus.trace"), TRACE).unwrap();
+    let report =
+        validate(&DiskParams::preset("barracuda4g").unwrap(), &dir.path().join("corpus.trace")).unwrap();
+    assert_eq!(report.requests.len(), 5);
 }
