@@ -554,6 +554,14 @@ fn load_runs(paths: &[PathBuf]) -> anyhow::Result<Vec<Run>> {
             .get("response_buckets")
             .and_then(|b| serde_json::from_value(b.clone()).ok())
             .unwrap_or_default();
+        for (kind, list) in [("read", &buckets.read), ("write", &buckets.write)] {
+            check_buckets(list).map_err(|why| {
+                anyhow::anyhow!(
+                    "{}: response_buckets.{kind} {why}: not as `layoutd sim --json` writes it (rerun the simulation)",
+                    p.display()
+                )
+            })?;
+        }
         let num = |k: &str| v.get(k).and_then(|x| x.as_f64()).unwrap_or(0.0);
         let busy = [
             num("disk_busy_bringup_seconds"),
@@ -571,6 +579,20 @@ fn load_runs(paths: &[PathBuf]) -> anyhow::Result<Vec<Run>> {
         });
     }
     Ok(runs)
+}
+
+/// A run's response buckets as `--json` writes them: `[lower_ns, width_ns,
+/// count]`, each bucket's end and the total count within `u64`, so the
+/// plots' sums cannot overflow.
+fn check_buckets(list: &[[u64; 3]]) -> Result<(), String> {
+    let mut total = 0u64;
+    for (i, [lower, width, count]) in list.iter().enumerate() {
+        if lower.checked_add(*width).is_none() {
+            return Err(format!("bucket {i} ends past 2^64 ns"));
+        }
+        total = total.checked_add(*count).ok_or_else(|| format!("counts past 2^64 at bucket {i}"))?;
+    }
+    Ok(())
 }
 
 /// The rows of the comparison: metric, then per run its value and (from
