@@ -166,6 +166,9 @@ pub fn parse_size_str(s: &str) -> Result<u64, String> {
     n.checked_mul(1u64 << shift).ok_or_else(|| format!("{s:?} is too large"))
 }
 
+/// The longest duration a config may give in milliseconds: ten years.
+pub const MS_MAX: u64 = 10 * 365 * 24 * 3_600_000;
+
 /// Reads a target's keys strictly: every key must be consumed, and errors
 /// name the target and the key.
 pub struct ArgReader<'a> {
@@ -204,6 +207,18 @@ impl<'a> ArgReader<'a> {
             None => Ok(None),
             Some(toml::Value::Integer(i)) if *i >= 0 => Ok(Some(*i as u64)),
             Some(v) => Err(self.error(format!("key `{key}`: expected a non-negative integer, found {v}"))),
+        }
+    }
+
+    /// An optional duration in milliseconds: a non-negative integer of at
+    /// most [`MS_MAX`] (ten years), so the nanoseconds a target computes
+    /// from it (`ms * 1_000_000`, added to a clock) cannot overflow.
+    pub fn ms_opt(&mut self, key: &str) -> Result<Option<u64>, ConfigError> {
+        match self.u64_opt(key)? {
+            Some(ms) if ms > MS_MAX => {
+                Err(self.error(format!("key `{key}`: {ms} ms is more than ten years ({MS_MAX} ms at most)")))
+            }
+            other => Ok(other),
         }
     }
 

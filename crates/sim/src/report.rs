@@ -568,7 +568,28 @@ fn load_runs(paths: &[PathBuf]) -> anyhow::Result<Vec<Run>> {
             num("disk_busy_seconds"),
             num("disk_busy_after_trace_seconds"),
         ];
-        let phases = v.get("phases").and_then(|b| serde_json::from_value(b.clone()).ok()).unwrap_or_default();
+        let phases: PhaseInfo =
+            v.get("phases").and_then(|b| serde_json::from_value(b.clone()).ok()).unwrap_or_default();
+        let plotted = busy
+            .iter()
+            .map(|b| ("disk busy seconds", *b))
+            .chain(std::iter::once(("phases.width_s", phases.width_s)))
+            .chain(phases.list.iter().flat_map(|ph| {
+                [
+                    ("phases.start_s", ph.start_s),
+                    ("phases.response_ms_mean", ph.response_ms_mean),
+                    ("phases.read_response_ms_mean", ph.read_response_ms_mean),
+                    ("phases.write_response_ms_mean", ph.write_response_ms_mean),
+                ]
+            }));
+        for (what, value) in plotted {
+            if !(0.0..=PLOTTED_VALUE_MAX).contains(&value) {
+                bail!(
+                    "{}: {what} {value} is not within 0..={PLOTTED_VALUE_MAX:e}: not as `layoutd sim --json` writes it (rerun the simulation)",
+                    p.display()
+                );
+            }
+        }
         runs.push(Run {
             path: p.clone(),
             values: flatten(&v).into_iter().collect(),
@@ -580,6 +601,11 @@ fn load_runs(paths: &[PathBuf]) -> anyhow::Result<Vec<Run>> {
     }
     Ok(runs)
 }
+
+/// The largest time a run's plotted figures may hold (seconds or ms): a
+/// thousand years in seconds. Past it (or negative) the file is not what
+/// `--json` wrote, and the plots' axes cannot hold it.
+const PLOTTED_VALUE_MAX: f64 = 3.2e10;
 
 /// A run's response buckets as `--json` writes them: `[lower_ns, width_ns,
 /// count]`, each bucket's end and the total count within `u64`, so the

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 #[path = "../../core/tests/support/fuzz.rs"]
 mod fuzz;
-use fuzz::{config, mutate_text};
+use fuzz::{config, hostile_text_number, mutate_text};
 
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
@@ -58,21 +58,6 @@ fn vscsi_sample() -> Vec<u8> {
     out
 }
 
-fn hostile() -> impl Strategy<Value = String> {
-    prop_oneof![
-        Just("0".to_string()),
-        Just("18446744073709551615".to_string()),
-        Just("18446744073709551616".to_string()),
-        Just("99999999999999999999999999".to_string()),
-        Just("18446744073709.551".to_string()),
-        Just("-1".to_string()),
-        Just("1e308".to_string()),
-        Just("4294967296".to_string()),
-        Just("".to_string()),
-        any::<u64>().prop_map(|v| v.to_string()),
-    ]
-}
-
 fn options() -> impl Strategy<Value = (ReadOptions, u64)> {
     (
         prop_oneof![Just(Fit::None), Just(Fit::Modulo), Just(Fit::Scale), Just(Fit::Compact)],
@@ -89,7 +74,7 @@ proptest! {
     fn no_reader_panics_on_mutated_input(
         which in 0..10usize,
         raw in prop::collection::vec((any::<usize>(), any::<u8>()), 0..8),
-        numbers in prop::collection::vec((any::<usize>(), hostile()), 0..4),
+        numbers in prop::collection::vec((any::<usize>(), hostile_text_number()), 0..4),
         cut in prop::option::of(any::<usize>()),
         (opts, volume) in options(),
     ) {
@@ -168,7 +153,7 @@ proptest! {
     #[test]
     fn compare_refuses_or_draws_mutated_runs(
         raw in prop::collection::vec((any::<usize>(), any::<u8>()), 0..4),
-        numbers in prop::collection::vec((any::<usize>(), hostile()), 0..6),
+        numbers in prop::collection::vec((any::<usize>(), hostile_text_number()), 0..6),
         cut in prop::option::weighted(0.1, any::<usize>()),
     ) {
         let good = std::fs::read(data("sample.run.json")).expect("sample");
@@ -211,7 +196,8 @@ fn the_compressed_and_run_samples_read() {
 }
 
 /// Found by the fuzz above: a bucket whose end is past 2^64 ns overflowed
-/// the CDF's sum in `--compare --report`; now refused naming the file.
+/// the CDF's sum in `--compare --report`, and a negative or huge figure
+/// panicked the plots' axes; now refused naming the file.
 #[test]
 fn a_run_with_an_overflowing_bucket_is_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -221,7 +207,15 @@ fn a_run_with_an_overflowing_bucket_is_refused() {
     let (a, b) = (dir.path().join("a.json"), dir.path().join("b.json"));
     std::fs::write(&a, &good).unwrap();
     std::fs::write(&b, v.to_string()).unwrap();
-    let e = layoutd_sim::report::write_compare_report(&dir.path().join("page"), &[a, b]).unwrap_err();
+    let e = layoutd_sim::report::write_compare_report(&dir.path().join("page"), &[a.clone(), b.clone()])
+        .unwrap_err();
     let message = format!("{e:#}");
     assert!(message.contains("b.json") && message.contains("response_buckets.read"), "{message}");
+    // And a phase's mean of -1e308 ms panicked plotters' axis.
+    let mut v: serde_json::Value = serde_json::from_str(&good).unwrap();
+    v["phases"]["list"][0]["response_ms_mean"] = serde_json::json!(-1e308);
+    std::fs::write(&b, v.to_string()).unwrap();
+    let e = layoutd_sim::report::write_compare_report(&dir.path().join("page"), &[a, b]).unwrap_err();
+    let message = format!("{e:#}");
+    assert!(message.contains("b.json") && message.contains("phases.response_ms_mean"), "{message}");
 }

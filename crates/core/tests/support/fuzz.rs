@@ -154,6 +154,36 @@ pub fn allocation_bound(input_bytes: usize) -> usize {
     16 * input_bytes + (64 << 10)
 }
 
+/// Hostile numbers to write over a text input's numbers (`mutate_text`):
+/// zero, one, negatives, the edges of u32/i64/u64 and past them, huge and
+/// tiny floats, fractions, NaN, empty, and random u16/u32/u64 values.
+pub fn hostile_text_number() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("0".to_string()),
+        Just("1".to_string()),
+        Just("-1".to_string()),
+        Just("511".to_string()),
+        Just("4294967295".to_string()),
+        Just("4294967296".to_string()),
+        Just("9223372036854775807".to_string()),
+        Just("18446744073709551615".to_string()),
+        Just("18446744073709551616".to_string()),
+        Just("99999999999999999999999".to_string()),
+        Just("18446744073709.551".to_string()),
+        Just("1e308".to_string()),
+        Just("-1e308".to_string()),
+        Just("1e-300".to_string()),
+        Just("0.5".to_string()),
+        Just("nan".to_string()),
+        Just("inf".to_string()),
+        Just("".to_string()),
+        any::<u16>().prop_map(|v| v.to_string()),
+        any::<u32>().prop_map(|v| v.to_string()),
+        any::<u64>().prop_map(|v| v.to_string()),
+        (any::<u16>(), any::<u16>()).prop_map(|(a, b)| format!("{a}.{b}")),
+    ]
+}
+
 /// Mutates a text input: each `(n, value)` written over the `n`-th number
 /// (modulo their count; a `.` inside a number is part of it), then the raw
 /// byte writes (offsets modulo the length), then the cut (the length kept,

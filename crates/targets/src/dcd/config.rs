@@ -153,7 +153,7 @@ fn parse_segments(a: &mut ArgReader<'_>) -> Result<(u64, u32, u32, u64, u32), Co
     let segment_bytes = a.size_opt("segment_bytes")?.unwrap_or(128 << 10);
     let slot_bytes = a.size_opt("slot_bytes")?.unwrap_or(4096);
     let buffer_count = a.u64_opt("buffer_count")?.unwrap_or(4);
-    let buffer_delay_ms = a.u64_opt("buffer_delay_ms")?.unwrap_or(200);
+    let buffer_delay_ms = a.ms_opt("buffer_delay_ms")?.unwrap_or(200);
     let bypass_bytes = a.size_opt("bypass_bytes")?.unwrap_or(64 << 10);
     if slot_bytes == 0
         || slot_bytes % SECTOR_BYTES != 0
@@ -232,8 +232,8 @@ impl Args {
             ReadFragmented::Assemble,
             &[("assemble", ReadFragmented::Assemble), ("destage", ReadFragmented::Destage)],
         )?;
-        let idle_ms_max = a.u64_opt("idle_ms_max")?.unwrap_or(1000);
-        let idle_ms_min = a.u64_opt("idle_ms_min")?.unwrap_or(1);
+        let idle_ms_max = a.ms_opt("idle_ms_max")?.unwrap_or(1000);
+        let idle_ms_min = a.ms_opt("idle_ms_min")?.unwrap_or(1);
         if idle_ms_min == 0 || idle_ms_min > idle_ms_max {
             return Err(a.error(format!(
                 "keys `idle_ms_min` ({idle_ms_min}) and `idle_ms_max` ({idle_ms_max}): need 1 <= min <= max"

@@ -169,7 +169,7 @@ impl Args {
         let clean_sorted = a.bool_opt("clean_sorted")?.unwrap_or(true);
         let partial_segments = a.bool_opt("partial_segments")?.unwrap_or(true);
         let resequence = a.bool_opt("resequence")?.unwrap_or(true);
-        let resequence_idle_ms = a.u64_opt("resequence_idle_ms")?.unwrap_or(100);
+        let resequence_idle_ms = a.ms_opt("resequence_idle_ms")?.unwrap_or(100);
         let resequence_sliding = parse_sliding(&mut a)?;
         let sliding_utilisation_min_percent = a.u64_opt("sliding_utilisation_min_percent")?.unwrap_or(55);
         if sliding_utilisation_min_percent > 100 {

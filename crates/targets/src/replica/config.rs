@@ -165,7 +165,7 @@ impl Args {
                 "key `snapshot_bytes`: {snapshot_bytes} must be a multiple of twice meta_record_bytes (0: no snapshot)"
             )));
         }
-        let snapshot_interval_ms = a.u64_opt("snapshot_interval_ms")?.unwrap_or(30_000);
+        let snapshot_interval_ms = a.ms_opt("snapshot_interval_ms")?.unwrap_or(30_000);
         let meta_bytes = 2 * meta_record_bytes + snapshot_bytes;
         let volume_bytes = lower_bytes.saturating_sub(meta_bytes) / block_bytes * block_bytes;
         if volume_bytes < 2 * block_bytes {
@@ -279,8 +279,8 @@ impl Args {
             "idle" => When::Idle,
             other => return Err(a.error(format!("key `replication`: `{other}` (known: inline, idle)"))),
         };
-        args.replication_idle_ms = a.u64_opt("replication_idle_ms")?.unwrap_or(0);
-        args.replication_wait_max_ms = a.u64_opt("replication_wait_max_ms")?.unwrap_or(0);
+        args.replication_idle_ms = a.ms_opt("replication_idle_ms")?.unwrap_or(0);
+        args.replication_wait_max_ms = a.ms_opt("replication_wait_max_ms")?.unwrap_or(0);
         if args.replication_wait_max_ms > 0 && args.replication != When::Idle {
             return Err(a.error(format!(
                 "key `replication_wait_max_ms`: {} has no effect with replication = \"inline\" (set replication = \"idle\")",
