@@ -3,9 +3,12 @@
 //!
 //! Format: every segment header's first sector is zeroed (nothing of an
 //! earlier log can be replayed), copy 0 of every map page is written
-//! (nothing mapped) and copy 1 zeroed, both checkpoint copies (boot 1, the
-//! chain starting at segment 0, seq 0) and both flush marks are written,
-//! then a flush.
+//! (nothing mapped) and copy 1 zeroed (the map area in writes of up to
+//! [`FORMAT_MAP_PAGES_PER_WRITE`] pages), then both checkpoint copies
+//! (boot 1, the chain starting at segment 0, seq 0) and both flush marks,
+//! then a flush. The writes are made one at a time as they are issued, at
+//! most [`FORMAT_WRITES_IN_FLIGHT`] at once, so formatting a terabyte
+//! holds kilobytes of write buffers, not the whole list (it held 3 GiB).
 //!
 //! Checkpoint (a work on the stack, so requests wait for it): write the
 //! open segment naming the segment that goes next, wait for every segment
@@ -34,6 +37,12 @@ use layoutd_core::{Completion, Op, OpenMode, ReqId, Request, SECTOR_BYTES};
 /// Map pages read per request in recovery.
 const MAP_PAGES_PER_READ: u32 = 512;
 
+/// Format writes in flight at once.
+pub(super) const FORMAT_WRITES_IN_FLIGHT: u32 = 64;
+
+/// Map pages (both copies of each) per format write: 2 MiB.
+pub(super) const FORMAT_MAP_PAGES_PER_WRITE: u32 = 256;
+
 /// What recovery found before the walk.
 pub(super) struct Found {
     ck: ChainCheckpoint,
@@ -44,8 +53,9 @@ pub(super) struct Found {
 
 /// The bring-up phases.
 pub(super) enum Bringup {
-    /// Format writes in flight, then the flush.
-    Formatting { left: u32, flushing: bool },
+    /// Format writes: the next to issue (an index into [`Log::format_write`]'s
+    /// list), how many are in flight, then the flush.
+    Formatting { next: u64, in_flight: u32, flushing: bool },
     /// Reading the checkpoint area.
     ReadCheckpoint { accept_loss: bool },
     /// Reading map pages from `next_page` on.
@@ -87,31 +97,71 @@ impl Log {
         }
     }
 
-    fn format_start(&mut self) {
-        let mut writes: Vec<(u64, Vec<u8>)> = Vec::new();
-        for l in 0..self.geo.segment_count {
-            writes.push((self.geo.segment_offset_bytes(SegLoc(l)), vec![0u8; SECTOR_BYTES as usize]));
+    /// How many writes a format makes: one per segment header, one per
+    /// [`FORMAT_MAP_PAGES_PER_WRITE`] map pages, and the two checkpoint
+    /// copies and two flush marks.
+    fn format_write_count(&self) -> u64 {
+        let map_writes = self.args.map.page_count.div_ceil(FORMAT_MAP_PAGES_PER_WRITE);
+        u64::from(self.geo.segment_count) + u64::from(map_writes) + 4
+    }
+
+    /// The `index`-th format write: `(offset, bytes)`. Headers first, then
+    /// the map, then the checkpoint copies and flush marks, so a crash in a
+    /// format leaves no checkpoint over stale headers.
+    fn format_write(&self, index: u64) -> (u64, Vec<u8>) {
+        let segments = u64::from(self.geo.segment_count);
+        if index < segments {
+            return (self.geo.segment_offset_bytes(SegLoc(index as u32)), vec![0u8; SECTOR_BYTES as usize]);
         }
-        for p in 0..self.args.map.page_count {
-            writes.push((self.args.map.copy_offset_bytes(p, 0), self.args.map.encode(p, &self.map, 0)));
-            writes.push((self.args.map.copy_offset_bytes(p, 1), vec![0u8; super::map::PAGE_BYTES as usize]));
+        let index = index - segments;
+        let map_writes = u64::from(self.args.map.page_count.div_ceil(FORMAT_MAP_PAGES_PER_WRITE));
+        if index < map_writes {
+            let first = index as u32 * FORMAT_MAP_PAGES_PER_WRITE;
+            let end = (first + FORMAT_MAP_PAGES_PER_WRITE).min(self.args.map.page_count);
+            let mut bytes = Vec::with_capacity(2 * (end - first) as usize * super::map::PAGE_BYTES as usize);
+            for p in first..end {
+                // Copy 1 follows copy 0 of the same page on the device.
+                debug_assert_eq!(
+                    self.args.map.copy_offset_bytes(p, 0) + super::map::PAGE_BYTES,
+                    self.args.map.copy_offset_bytes(p, 1)
+                );
+                bytes.extend(self.args.map.encode(p, &self.map, 0));
+                bytes.resize(bytes.len() + super::map::PAGE_BYTES as usize, 0);
+            }
+            return (self.args.map.copy_offset_bytes(first, 0), bytes);
         }
-        for g in 0..2u64 {
+        let index = index - map_writes;
+        assert!(index < 4, "format write {index} past the list");
+        let g = index / 2;
+        if index % 2 == 0 {
             let ck = ChainCheckpoint { generation: g, boot: 1, next_seq: Seq(0), next_loc: Some(SegLoc(0)) };
-            writes.push((self.geo.checkpoint_offset_bytes(g), ck.encode(&self.geo)));
+            (self.geo.checkpoint_offset_bytes(g), ck.encode(&self.geo))
+        } else {
             let mark = FlushMark { generation: g, boot: 1, durable_upto: Seq(0) };
-            writes.push((self.geo.mark_offset_bytes(g), mark.encode(&self.geo)));
+            (self.geo.mark_offset_bytes(g), mark.encode(&self.geo))
         }
-        let left = writes.len() as u32;
-        for (off, data) in writes {
+    }
+
+    /// Issues format writes from `next` until `in_flight` reaches the
+    /// window; returns the new `next` and `in_flight`.
+    fn format_issue(&mut self, mut next: u64, mut in_flight: u32) -> (u64, u32) {
+        while next < self.format_write_count() && in_flight < FORMAT_WRITES_IN_FLIGHT {
+            let (off, data) = self.format_write(next);
             self.emit(LowerOp::Bringup, Request::write(ReqId(0), off, Bytes::from(data)));
+            next += 1;
+            in_flight += 1;
         }
+        (next, in_flight)
+    }
+
+    fn format_start(&mut self) {
         self.epoch = 2;
         self.boot = 1;
         self.chain_next = Some(SegLoc(0));
         self.census_changed();
         self.mark_generation = 1;
-        self.phase = Phase::Bringup(Bringup::Formatting { left, flushing: false });
+        let (next, in_flight) = self.format_issue(0, 0);
+        self.phase = Phase::Bringup(Bringup::Formatting { next, in_flight, flushing: false });
     }
 
     /// A bring-up request completed.
@@ -120,7 +170,7 @@ impl Log {
             panic!("a bring-up completion after bring-up");
         };
         let next = match b {
-            Bringup::Formatting { left, flushing } => self.format_step(left, flushing),
+            Bringup::Formatting { next, in_flight, flushing } => self.format_step(next, in_flight, flushing),
             Bringup::ReadCheckpoint { accept_loss } => self.checkpoint_read(c.data, accept_loss),
             Bringup::ReadMap { found, next_page } => self.map_read(c.data, found, next_page),
             Bringup::Walk { found, walk, at } => self.walk_read(c.data, found, walk, at),
@@ -138,16 +188,17 @@ impl Log {
         self.pump();
     }
 
-    fn format_step(&mut self, left: u32, flushing: bool) -> Result<Option<Bringup>, String> {
+    fn format_step(&mut self, next: u64, in_flight: u32, flushing: bool) -> Result<Option<Bringup>, String> {
         if flushing {
             return Ok(None);
         }
-        assert!(left > 0);
-        if left == 1 {
+        assert!(in_flight > 0, "a format completion with none in flight");
+        let (next, in_flight) = self.format_issue(next, in_flight - 1);
+        if in_flight == 0 {
             self.emit(LowerOp::Bringup, Request::new(ReqId(0), Op::Flush, 0, 0));
-            return Ok(Some(Bringup::Formatting { left: 0, flushing: true }));
+            return Ok(Some(Bringup::Formatting { next, in_flight: 0, flushing: true }));
         }
-        Ok(Some(Bringup::Formatting { left: left - 1, flushing: false }))
+        Ok(Some(Bringup::Formatting { next, in_flight, flushing: false }))
     }
 
     fn checkpoint_read(&mut self, data: Option<Bytes>, accept_loss: bool) -> Result<Option<Bringup>, String> {
