@@ -4,7 +4,11 @@
 //! size, range: a bad request completes with `IoError::Invalid`, never a
 //! panic) and moves requests down and completions up between its layers
 //! after every input, so a runtime sees only the top's upper side and the
-//! bottom's lower side.
+//! bottom's lower side. A request for a layer that is not ready yet (its
+//! own format or recovery still running) waits in the stack, in order,
+//! until that layer is ready: an upper layer's bring-up I/O never reaches
+//! a lower one mid-bring-up (opt and pool failed it; a replica over them
+//! could not format).
 
 use crate::background::{Scheduler, SchedulerConfig};
 use crate::{Completion, Instant, Request, Status, Target, TraceRecord};
@@ -16,6 +20,9 @@ pub struct Stack {
     rejected: VecDeque<Completion>,
     requests_rejected_count: u64,
     scheduler: Scheduler,
+    /// Per boundary (`held[i]`: from layer `i` to layer `i + 1`), requests
+    /// waiting for the lower layer to be ready, oldest first.
+    held: Vec<VecDeque<Request>>,
 }
 
 /// Most background steps granted after one input (each is small: a segment).
@@ -35,8 +42,10 @@ impl Stack {
             layers.len() <= 64,
             "a stack has at most 64 layers (the background scheduler marks them in a u64)"
         );
+        let boundaries = layers.len() - 1;
         Stack {
             layers,
+            held: (0..boundaries).map(|_| VecDeque::new()).collect(),
             rejected: VecDeque::new(),
             requests_rejected_count: 0,
             scheduler: Scheduler::new(config),
@@ -83,14 +92,24 @@ impl Stack {
             for i in 0..n - 1 {
                 let (upper, lower) = self.layers.split_at_mut(i + 1);
                 let (up, down) = (&mut upper[i], &mut lower[0]);
+                let held = &mut self.held[i];
+                while !held.is_empty() && down.is_ready() {
+                    let r = held.pop_front().expect("not empty");
+                    down.handle_request(now, r);
+                    moved = true;
+                }
                 while let Some(r) = up.poll_lower() {
                     assert!(
                         r.validate(down.size_bytes()).is_ok(),
                         "{} sent an invalid request below: {r:?}",
                         up.name()
                     );
-                    down.handle_request(now, r);
-                    moved = true;
+                    if held.is_empty() && down.is_ready() {
+                        down.handle_request(now, r);
+                        moved = true;
+                    } else {
+                        held.push_back(r);
+                    }
                 }
                 while let Some(c) = down.poll_upper() {
                     up.handle_completion(now, c);

@@ -1,8 +1,8 @@
 //! Config fuzzing: every example stack config (`examples/*.toml`, what a
 //! user starts from) with hostile numbers written over its numbers (sizes
 //! inside strings included), random bytes and truncation, formatted over a
-//! device of a few sizes (a sparse in-memory device, so a "huge" device
-//! costs nothing). The property, the issues' "a config with impossible
+//! device of a few sizes (a sparse in-memory device), alone or with
+//! another example's layer below it (a stack of two). The property, the issues' "a config with impossible
 //! constants: one clear line, nothing written": parsing or building either
 //! refuses with a message, or the stack comes up and serves correctly (a
 //! write, a flush, and the read that follows returns what was written); no
@@ -102,12 +102,18 @@ proptest! {
     #[test]
     fn a_mutated_example_config_is_refused_or_serves_correctly(
         which in 0..EXAMPLES.len(),
+        below in prop::option::weighted(0.3, 0..EXAMPLES.len()),
         device in 0..DEVICE_BYTES.len(),
         numbers in prop::collection::vec((any::<usize>(), hostile_text_number()), 1..4),
         raw in prop::collection::vec((any::<usize>(), any::<u8>()), 0..2),
         cut in prop::option::weighted(0.05, any::<usize>()),
     ) {
-        let mut bytes = EXAMPLES[which].1.as_bytes().to_vec();
+        let mut text = EXAMPLES[which].1.to_string();
+        if let Some(below) = below {
+            // A stack of two: the other example's layer under this one.
+            text.extend(EXAMPLES[below].1.lines().filter(|l| !l.starts_with("version")).map(|l| format!("{l}\n")));
+        }
+        let mut bytes = text.into_bytes();
         mutate_text(&mut bytes, &numbers, &raw, cut);
         let text = String::from_utf8_lossy(&bytes);
         if let Err(defect) = try_config(&text, DEVICE_BYTES[device]) {
@@ -155,5 +161,36 @@ fn a_millisecond_key_past_ten_years_is_refused() {
             },
         };
         assert!(message.contains(key) && message.contains("ten years"), "{example}: {message}");
+    }
+}
+
+/// Every stack of two examples, unmutated: refused with a message at build
+/// (a layer above a pool), or formatted and serving correctly. Found by the
+/// fuzz above: a replica over `opt` or `pool` panicked at format (its
+/// region record write failed in the lower layer's bring-up, and the
+/// second copy's completion reached a failed format), and a replica whose
+/// format failed reported itself ready.
+#[test]
+fn every_stack_of_two_examples_is_refused_at_build_or_serves() {
+    for (top, top_text) in EXAMPLES {
+        for (below, below_text) in EXAMPLES {
+            let text: String = top_text.to_string()
+                + &below_text
+                    .lines()
+                    .filter(|l| !l.starts_with("version"))
+                    .map(|l| format!("{l}\n"))
+                    .collect::<String>();
+            let cfg = StackConfig::parse(&text, "pair.toml").expect("two examples parse");
+            match layoutd_targets::build_stack(&cfg, 2 << 30, OpenMode::Format) {
+                Err(e) => {
+                    let message = e.to_string();
+                    assert!(
+                        below == "pool.toml" && message.contains("above"),
+                        "{top} over {below}: {message}"
+                    );
+                }
+                Ok(_) => assert_eq!(try_config(&text, 2 << 30), Ok(Outcome::Served), "{top} over {below}"),
+            }
+        }
     }
 }

@@ -126,6 +126,22 @@ pub fn build_stack_members(
             .checked_add(m)
             .ok_or_else(|| ConfigError("the member devices add up to more than 2^64 bytes".into()))?;
     }
+    // A pool's upper address space is its volume slots side by side, each
+    // exported by name: a layer above it would see them as one device
+    // (and put its metadata in a slot that may hold no volume). Only the
+    // pass-through `trace` may sit above a pool.
+    if let Some(p) = cfg.layer.iter().position(|l| l.target == "pool") {
+        if let Some((a, above)) = cfg.layer[..p].iter().enumerate().find(|(_, l)| l.target != "trace") {
+            return Err(ConfigError(format!(
+                "layer {} ({}) sits above layer {} (pool): a pool's volumes are exported by name, so only a \
+                 `trace` layer may be above it; put `{}` below the pool",
+                a + 1,
+                above.target,
+                p + 1,
+                above.target
+            )));
+        }
+    }
     let mut layers: Vec<Box<dyn Target>> = Vec::with_capacity(cfg.layer.len());
     for (i, layer) in cfg.layer.iter().enumerate().rev() {
         let context = format!("layer {} ({})", i + 1, layer.target);

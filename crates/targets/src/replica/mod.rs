@@ -425,8 +425,11 @@ impl Target for Replica {
         [self.streams.deadline(self.args.queue_timeout_ms), idle, due].into_iter().flatten().min()
     }
 
+    /// Serving only: a failed bring-up is not ready, so the runtime refuses
+    /// the volume with the `error` status (it served every request an I/O
+    /// error before, and `format` reported success).
     fn is_ready(&self) -> bool {
-        matches!(self.phase, Phase::Serving | Phase::Failed(_))
+        matches!(self.phase, Phase::Serving)
     }
 
     /// Idle-time replica writes (`replication = "idle"`) and map

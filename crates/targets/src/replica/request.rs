@@ -598,9 +598,15 @@ impl Replica {
     }
 
     fn format_step(&mut self, now: Instant, result: Result<(), IoError>) {
-        let Phase::Format { writes_left } = &mut self.phase else { unreachable!() };
-        if result.is_err() {
-            self.phase = Phase::Failed("replica: writing the region record during format failed".into());
+        let writes_left = match &mut self.phase {
+            Phase::Format { writes_left } => writes_left,
+            // The other copy's write failed first: the format has failed.
+            Phase::Failed(_) => return,
+            _ => unreachable!("a format completion after bring-up"),
+        };
+        if let Err(e) = result {
+            self.phase =
+                Phase::Failed(format!("replica: writing the region record during format failed: {e}"));
             return;
         }
         *writes_left -= 1;
