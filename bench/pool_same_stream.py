@@ -25,12 +25,12 @@ import argparse
 import gzip
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench/harness"))
+import capreplay  # noqa: E402
 import readme  # noqa: E402
 import tracefile  # noqa: E402
 
@@ -72,18 +72,15 @@ def phases_with_messages(result):
 
 def replay(l, trace, stack, phases, eb, work):
     msgs = [] if stack == "plain" else tracefile.messages(trace, eb, phases)
-    rec, js = os.path.join(work, "rec"), os.path.join(work, "sim.json")
+    base = os.path.join(work, "sim")
     cmd = [l, "sim", "--trace", trace, "--format", "layoutd", "--disk", "wd800", "--closed-loop", "--scheduler", "fifo",
-           "--queue-depth", "1", "--config", os.path.join(STACK_DIR, stack + ".toml"), "--record-trace", rec,
-           "--json", js, "--no-progress", *[f"--message=@{n}:{t}" for n, t in msgs]]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError(f"`{' '.join(cmd)}` exited {p.returncode}: {p.stderr.strip()[-800:]}")
-    j = json.load(open(js))
+           "--queue-depth", "1", "--config", os.path.join(STACK_DIR, stack + ".toml"), "--record-trace", base + ".rec",
+           "--json", base + ".json", "--no-progress", *[f"--message=@{n}:{t}" for n, t in msgs]]
+    kept = [ph for ph in phases if ph["name"] in PHASES]
+    j, cut = capreplay.run_cut(cmd, base, eb, [ph["markers"] for ph in kept])
     if j["errors_count"]:
         raise RuntimeError(f"{stack}: {j['errors_count']} requests failed: {j['first_errors']}")
-    busy = {ph["name"]: tracefile.stats(rec, eb, ph["markers"])["busy_seconds"] for ph in phases
-            if ph["name"] in PHASES}
+    busy = {ph["name"]: c["busy_s"] for ph, c in zip(kept, cut)}
     pool = next((x["counters"] for x in j["stack"]["layers"] if x["target"] == "pool"), {})
     return {"busy": busy, "defrag_moves": pool.get("defrag_moves_count"), "messages": msgs}
 

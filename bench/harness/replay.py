@@ -19,7 +19,7 @@ import json
 import os
 import subprocess
 
-import tracefile
+import capreplay
 
 from log import log
 
@@ -79,24 +79,14 @@ def whole(sim, trace, out_base, disk, config, seed, scheduler, queue_depth, mess
            *[f"--message=@{n}:{text}" for n, text in messages]]
     if config:
         cmd += ["--config", config]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError(f"`{' '.join(cmd)}` exited {p.returncode}: {p.stderr.strip()[-800:]}")
-    log(f"sim: {p.stderr.strip().splitlines()[-1] if p.stderr.strip() else 'done'}")
-    with open(out_base + ".json") as fh:
-        js = json.load(fh)
+    js, cut = capreplay.run_cut(cmd, out_base, export_bytes, phases)
+    if js["errors_count"]:
+        raise RuntimeError(f"the replay of {trace} failed {js['errors_count']} requests (first: "
+                           f"{js.get('first_errors')}); it is not the recorded run")
     # Kept with the results: no path of this machine in it.
     js["trace"]["path"] = "trace.gz, as one stream"
     js["stack"]["config"] = f"{os.path.basename(config) if config else 'linear'} on {device[1]} bytes at byte {device[0]}"
     with open(out_base + ".json", "w") as fh:
         json.dump(js, fh, indent=1)
         fh.write("\n")
-    try:
-        if js["errors_count"]:
-            raise RuntimeError(f"the replay of {trace} failed {js['errors_count']} requests (first: "
-                               f"{js.get('first_errors')}); it is not the recorded run")
-        cut = [tracefile.stats(out_base + ".rec", export_bytes, markers) for markers in phases]
-    finally:
-        os.unlink(out_base + ".rec")
-    return js, [{"span_seconds": s["span_seconds"], "busy_seconds": s["busy_seconds"], "requests": s["requests"]}
-                for s in cut]
+    return js, [{"span_seconds": c["span_s"], "busy_seconds": c["busy_s"], "requests": c["requests"]} for c in cut]
