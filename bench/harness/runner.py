@@ -398,7 +398,7 @@ def replay_phases(sim, seeds, scheduler, queue_depth, rigsettings, phases, trace
     for i, p in enumerate(phases):
         p["sim"] = by_seed[0][2][i]
         p["sim_seconds_by_seed"] = {str(sd): cut[i]["span_seconds"] for sd, _, cut in by_seed}
-    return {"command": sim, "scheduler": scheduler, "queue_depth": queue_depth, "seed": seeds[0], "seeds": seeds,
+    return {"command": [repo_relative(c) for c in sim], "scheduler": scheduler, "queue_depth": queue_depth, "seed": seeds[0], "seeds": seeds,
             "disk": rigsettings["emulate"], "config": repo_relative(rigsettings["config"]),
             "design": "whole", "device_offset_bytes": device[0], "device_bytes": device[1], "messages": msgs,
             "whole_trace": sim_summary(by_seed[0][1])}
