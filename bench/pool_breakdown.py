@@ -131,16 +131,20 @@ def main():
     ap.add_argument("--set", action="append", default=[], help="KEY=VALUE pool key")
     ap.add_argument("--keep", action="store_true", help="keep the two record files (TMP/breakdown-*.rec)")
     ap.add_argument("--seeks", action="store_true", help="also bucket the lower requests by seek distance")
+    ap.add_argument("--capture", default=CAPTURE,
+                    help="the captured run (DIR/trace.gz, DIR/result.json; default: %(default)s); a live run of "
+                         "bench/results/pool/live-kernel-* works too (its snapshot operations are in result.json)")
     a = ap.parse_args()
     sets = [s.split("=", 1) for s in a.set]
     os.makedirs(pool_kernel.TMP, exist_ok=True)
     l = pool_kernel.layoutd()
     tracefile.use(l)
-    trace = tracefile.one_stream(os.path.join(CAPTURE, "trace.gz"), os.path.join(pool_kernel.TMP, "kernel-ext4.trace.gz"))
-    result = json.load(open(os.path.join(CAPTURE, "result.json")))
+    name = os.path.basename(os.path.normpath(a.capture))
+    trace = tracefile.one_stream(os.path.join(a.capture, "trace.gz"), os.path.join(pool_kernel.TMP, f"{name}.trace.gz"))
+    result = json.load(open(os.path.join(a.capture, "result.json")))
     msgs = pool_kernel.messages(trace, result)
     eb = result["rig"]["export_bytes"]
-    base = os.path.join(pool_kernel.TMP, f"breakdown-{a.stack}-{a.disk}")
+    base = os.path.join(pool_kernel.TMP, f"breakdown-{name}-{a.stack}-{a.disk}")
     above, under = configs(a.stack, sets, base)
     if above == under or "pool" not in open(above).read():
         msgs = []  # no pool: no snapshot operations (as pool_kernel.py's plain)

@@ -70,12 +70,8 @@ def capture(fs, extra):
 
 
 def messages(trace, result):
-    """[(request index, message)]: each snapshot operation goes before the
-    marker read the capture made right after it."""
-    eb = result["rig"]["export_bytes"]
-    lines = {k: m["line"] for k, m in tracefile.markers(trace, eb).items()}
-    index = {r.line: i for i, r in enumerate(tracefile.read(trace))}
-    return [(index[lines[k]], text) for ph in result["phases"] for k, text in ph.get("messages", [])]
+    """Each snapshot operation goes before the marker read the capture made right after it."""
+    return tracefile.messages(trace, result["rig"]["export_bytes"], result["phases"])
 
 
 def replay(l, fs, stack, trace, msgs, disk):

@@ -36,6 +36,26 @@ def captures(a, who, capture, capture_dir):
 ONE_STREAM = ("--format", "layoutd", "--no-stream-detect")
 
 
+def run_cut(cmd, base, export_bytes, windows):
+    """Runs the `layoutd sim` command `cmd` (it records to base.rec and writes
+    base.json) and cuts its record at the harness's marker reads: returns (the
+    simulator's JSON, [{"span_s", "busy_s", "requests"} per (from, to) marker
+    window]). The one replay-and-cut step of every capture-then-replay script
+    and of bench/run --replay. Failed requests are said on stderr (the JSON
+    names the first in `first_errors`): such a replay is not the recorded run."""
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"`{' '.join(cmd)}` exited {p.returncode}: {p.stderr.strip()[-800:]}")
+    j = json.load(open(base + ".json"))
+    if j.get("errors_count"):
+        print(f"replay {base}: {j['errors_count']} requests failed, first {j.get('first_errors')}", file=sys.stderr)
+    try:
+        cut = [tracefile.stats(base + ".rec", export_bytes, w) for w in windows]
+    finally:
+        os.unlink(base + ".rec")
+    return j, [{"span_s": s["span_seconds"], "busy_s": s["busy_seconds"], "requests": s["requests"]} for s in cut]
+
+
 def replay(l, trace, config, disk, base, capture_dir, extra=(), fmt=ONE_STREAM):
     """`layoutd sim` of `trace` closed-loop through `config` on `disk`, as one
     stream (or as `fmt`'s flags say), recording to base.rec; returns (the
@@ -44,15 +64,6 @@ def replay(l, trace, config, disk, base, capture_dir, extra=(), fmt=ONE_STREAM):
     cmd = [l, "sim", "--trace", trace, *fmt, "--config", config,
            "--disk", disk, "--closed-loop", "--no-progress", "--record-trace", base + ".rec", "--json", base + ".json",
            *extra]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError(f"`{' '.join(cmd)}` exited {p.returncode}: {p.stderr.strip()[-800:]}")
-    j = json.load(open(base + ".json"))
     result = json.load(open(os.path.join(capture_dir, "result.json")))
-    eb = result["rig"]["export_bytes"]
-    phases = {}
-    for ph in result["phases"]:
-        s = tracefile.stats(base + ".rec", eb, ph["markers"])
-        phases[ph["name"]] = {"span_s": s["span_seconds"], "busy_s": s["busy_seconds"], "requests": s["requests"]}
-    os.unlink(base + ".rec")
-    return j, phases
+    j, cut = run_cut(cmd, base, result["rig"]["export_bytes"], [ph["markers"] for ph in result["phases"]])
+    return j, {ph["name"]: c for ph, c in zip(result["phases"], cut)}

@@ -22,7 +22,7 @@ import replay  # noqa: E402
 import svg  # noqa: E402
 import tracefile  # noqa: E402
 from log import log  # noqa: E402
-from rig import FILE_SYSTEMS, Rig, drop_caches, parse_size  # noqa: E402
+from rig import FILE_SYSTEMS, SUPERBLOCK_BYTES, Rig, drop_caches, parse_size  # noqa: E402
 from workloads import WORKLOADS  # noqa: E402
 
 NOTES_MARK = "<!-- Notes below this line are written by hand and kept when bench/run regenerates this file. -->"
@@ -99,12 +99,20 @@ def parse(argv):
     ap = argparse.ArgumentParser(prog="bench/run", description=TOP_HELP, epilog=EXAMPLES,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--list", action="store_true", help="list the workloads")
+    ap.add_argument("--replay-only", metavar="DIR",
+                    help="replay a committed run again (DIR/result.json and trace.gz, no live run, no root) with "
+                         "this checkout's simulator and rewrite DIR's replay columns (hand notes kept)")
+    ap.add_argument("--layoutd-binary", default=os.path.join(ROOT, "target/release/layoutd"),
+                    help="with --replay-only: the layoutd binary (default: %(default)s)")
     sub = ap.add_subparsers(dest="name", metavar="NAME")
     for name, mod in WORKLOADS.items():
         sp = sub.add_parser(name, parents=[common], help=mod.HELP, description=mod.DESCRIPTION,
                             epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
         mod.add_args(sp)
     a = ap.parse_args(argv)
+    if a.replay_only:
+        replay_again(os.path.abspath(a.replay_only), os.path.abspath(a.layoutd_binary))
+        sys.exit(0)
     if a.list:
         for name, mod in WORKLOADS.items():
             print(f"{name:20} {mod.HELP}")
@@ -308,30 +316,9 @@ def analyze(a, wl, rig, phases, trace_path, out, work, sim, rigsettings, started
                      tracefile.read(trace_path), bands)
     sim_info = None
     if sim:
-        seeds = [int(x) for x in a.sim_seeds.split(",") if x.strip()]
-        sim_info = {"command": sim, "scheduler": a.sim_scheduler, "queue_depth": a.sim_queue_depth,
-                    "seed": seeds[0], "seeds": seeds, "disk": rigsettings["emulate"], "config": repo_relative(rigsettings["config"])}
-        simdir = os.path.join(out, "sim")
-        os.makedirs(simdir, exist_ok=True)
-        for p in phases:
-            t = os.path.join(work, f"{p['name']}.trace")
-            tracefile.cut(trace_path, eb, p["markers"][0], p["markers"][1], t)
-            runs = []
-            for seed in seeds:
-                sfx = "" if seed == seeds[0] else f"-seed{seed}"
-                js = replay.run(sim, t, os.path.join(simdir, f"{p['name']}{sfx}.json"), rigsettings["emulate"],
-                                rigsettings["config"], seed, a.sim_scheduler, a.sim_queue_depth)
-                runs.append(sim_summary(js))
-            p["sim"] = runs[0]
-            p["sim_seconds_by_seed"] = {str(sd): r["simulated_seconds"] for sd, r in zip(seeds, runs)}
-        js = replay.run(sim, trace_path, os.path.join(simdir, "whole.json"), rigsettings["emulate"],
-                        rigsettings["config"], seeds[0], a.sim_scheduler, a.sim_queue_depth)
-        sim_info["whole_trace"] = sim_summary(js)
-    cats = [p["name"] for p in phases]
-    series = [("live (workload + sync)", [p["live_seconds"] for p in phases])]
-    if sim:
-        series.append(("simulated, closed-loop replay", [p["sim"]["simulated_seconds"] for p in phases]))
-    svg.bars(os.path.join(out, "phases.svg"), f"{a.name}: seconds per phase", cats, series, "seconds")
+        sim_info = replay_phases(sim, [int(x) for x in a.sim_seeds.split(",") if x.strip()], a.sim_scheduler,
+                                 a.sim_queue_depth, rigsettings, phases, trace_path, eb, out, work)
+    phase_plot(out, a.name, phases)
     return {
         "workload": a.name,
         "params": wl.params(),
@@ -348,6 +335,73 @@ def analyze(a, wl, rig, phases, trace_path, out, work, sim, rigsettings, started
         "markers": [{"index": k, "offset": off, "label": lab} for k, off, lab in rig.markers],
         "replay": sim_info,
     }
+
+
+def phase_plot(out, name, phases):
+    """phases.svg: the live wall time per phase, or with a replay the live
+    trace span against the replay's."""
+    if phases and "sim" in phases[0]:
+        series = [("live (trace span)", [p["trace"]["span_seconds"] for p in phases]),
+                  ("simulated, closed-loop replay", [p["sim"]["span_seconds"] for p in phases])]
+    else:
+        series = [("live (workload + sync)", [p["live_seconds"] for p in phases])]
+    svg.bars(os.path.join(out, "phases.svg"), f"{name}: seconds per phase", [p["name"] for p in phases], series, "seconds")
+
+
+def replay_again(out, layoutd):
+    """bench/run --replay-only DIR: the replay half of a committed run, again."""
+    tracefile.use(layoutd)
+    sim = replay.find_sim(layoutd)
+    if sim is None:
+        sys.exit(f"bench/run: {layoutd} has no `sim` (cargo build --workspace --release)")
+    with open(os.path.join(out, "result.json")) as fh:
+        r = json.load(fh)
+    old = r.get("replay") or {}
+    rig = r["rig"]
+    settings = {"size_bytes": rig["size_bytes"], "emulate": rig["emulate"],
+                "config": os.path.join(ROOT, rig["config"]) if rig.get("config") else None}
+    if not settings["emulate"]:
+        sys.exit("bench/run: --replay-only compares against the emulated disk; this run had no --emulate")
+    work = tempfile.mkdtemp(prefix="layoutd-bench-replay-")
+    try:
+        r["replay"] = replay_phases(sim, old.get("seeds", [0]), old.get("scheduler", "fifo"), old.get("queue_depth", 1),
+                                    settings, r["phases"], os.path.join(out, "trace.gz"), rig["export_bytes"], out, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    r["replay"]["rerun"] = f"bench/run --replay-only {repo_relative(out)}` at git `{git_head()}"
+    phase_plot(out, r["workload"], r["phases"])
+    write_report(out, r)
+    log(f"wrote {out}/README.md, result.json, phases.svg, sim/")
+
+
+def replay_phases(sim, seeds, scheduler, queue_depth, rigsettings, phases, trace_path, eb, out, work):
+    """The whole capture replayed once per seed (replay.whole: the live stack
+    on the volume file's data area, the phases' runtime messages, one
+    stream), cut into the phases at their marker reads; sets each phase's
+    `sim` (the first seed's span, busy time and requests) and
+    `sim_seconds_by_seed` (spans); returns the run's `replay` record."""
+    simdir = os.path.join(out, "sim")
+    if os.path.isdir(simdir):  # results of an earlier replay design (one file a phase) would be stale
+        shutil.rmtree(simdir)
+    os.makedirs(simdir)
+    one = tracefile.one_stream(trace_path, os.path.join(work, "one-stream.trace.gz"))
+    msgs = tracefile.messages(one, eb, phases)
+    size_bytes = rigsettings["size_bytes"]
+    device = (SUPERBLOCK_BYTES, size_bytes - SUPERBLOCK_BYTES)
+    by_seed = []
+    for seed in seeds:
+        sfx = "" if seed == seeds[0] else f"-seed{seed}"
+        js, cut = replay.whole(sim, one, os.path.join(simdir, f"whole{sfx}"), rigsettings["emulate"],
+                               rigsettings["config"], seed, scheduler, queue_depth, msgs, device, eb,
+                               [p["markers"] for p in phases])
+        by_seed.append((seed, js, cut))
+    for i, p in enumerate(phases):
+        p["sim"] = by_seed[0][2][i]
+        p["sim_seconds_by_seed"] = {str(sd): cut[i]["span_seconds"] for sd, _, cut in by_seed}
+    return {"command": [repo_relative(c) for c in sim], "scheduler": scheduler, "queue_depth": queue_depth, "seed": seeds[0], "seeds": seeds,
+            "disk": rigsettings["emulate"], "config": repo_relative(rigsettings["config"]),
+            "design": "whole", "device_offset_bytes": device[0], "device_bytes": device[1], "messages": msgs,
+            "whole_trace": sim_summary(by_seed[0][1])}
 
 
 def sim_summary(js):
@@ -405,12 +459,13 @@ def write_report(out, r):
     head = ["phase", "caches", "live s", "of which sync s", "requests", "reads (loop dev)", "read MiB",
             "mean read KiB", "writes (loop dev)", "written MiB", "trace span s", "disk idle s"]
     if has_sim:
-        head += ["sim s (closed loop)", "sim / live"]
+        head += ["sim span s", "sim / live span", "sim busy s", "sim / live busy"]
     if multi:
-        head += [f"sim s, {len(r['replay']['seeds'])} seeds"]
+        head += [f"sim span s, {len(r['replay']['seeds'])} seeds"]
     L.append("| " + " | ".join(head) + " |")
     L.append("| --- | --- | " + " | ".join(["---:"] * (len(head) - 2)) + " |")
-    tot_live = tot_sim = 0.0
+    tot_live = tot_sim = tot_live_busy = tot_sim_busy = 0.0
+    ratio = lambda a, b: f"{a / b:.3f}" if b else "—"  # noqa: E731
     for ph in r["phases"]:
         t = ph["trace"]
         row = [ph["name"], "dropped" if ph["caches_dropped_before"] else "warm",
@@ -419,29 +474,40 @@ def write_report(out, r):
                f"{mib(t['read_bytes']):.1f}", f"{t['mean_read_kib']:.1f}",
                f"{t['writes']} ({ph['loop_device']['writes']})",
                f"{mib(t['written_bytes']):.1f}", f"{t['span_seconds']:.2f}", f"{t['idle_seconds']:.2f}"]
-        tot_live += ph["live_seconds"]
         if has_sim:
-            s = ph["sim"]["simulated_seconds"]
+            s, sb, lb = ph["sim"]["span_seconds"], ph["sim"]["busy_seconds"], t["span_seconds"] - t["idle_seconds"]
+            tot_live += t["span_seconds"]
             tot_sim += s
-            row += [f"{s:.2f}", f"{s / ph['live_seconds']:.3f}"]
+            tot_live_busy += lb
+            tot_sim_busy += sb
+            row += [f"{s:.2f}", ratio(s, t["span_seconds"]), f"{sb:.2f}", ratio(sb, lb)]
             if multi:
                 v = ph["sim_seconds_by_seed"].values()
                 row.append(f"{min(v):.2f} - {max(v):.2f}")
         L.append("| " + " | ".join(row) + " |")
     if has_sim:
-        L.append(f"| **total** | | **{tot_live:.2f}** | | | | | | | | | | **{tot_sim:.2f}** | **{tot_sim / tot_live:.3f}** |"
-                 + (" |" if multi else ""))
+        L.append(f"| **total** | | | | | | | | | | **{tot_live:.2f}** | | **{tot_sim:.2f}** | **{ratio(tot_sim, tot_live)}** "
+                 f"| **{tot_sim_busy:.2f}** | **{ratio(tot_sim_busy, tot_live_busy)}** |" + (" |" if multi else ""))
         w = r["replay"]["whole_trace"]
-        L += ["", f"Whole trace (mkfs, phases and the harness's gaps between them, replayed as one): "
+        rp = r["replay"]
+        L += ["", f"Whole trace (mkfs, phases and the harness's gaps between them): "
                   f"live span {r['whole_trace']['span_seconds']:.2f} s, simulated {w['simulated_seconds']:.2f} s.", "",
-              f"Replay: `layoutd sim --closed-loop --format layoutd --disk {r['replay']['disk']} --scheduler "
-              f"{r['replay']['scheduler']} --queue-depth {r['replay']['queue_depth']} --seed {r['replay']['seed']}` "
-              f"on each phase's slice of the trace (`sim/*.json`), run as `{' '.join(os.path.relpath(c, ROOT) if c.startswith(ROOT + '/') else c for c in r['replay']['command'])}`."]
+              f"Replay: the whole trace once, as one stream, `layoutd sim --closed-loop --format layoutd --disk "
+              f"{rp['disk']} --scheduler {rp['scheduler']} --queue-depth {rp['queue_depth']} --seed {rp['seed']} "
+              f"--device-offset {rp.get('device_offset_bytes')} --device-bytes {rp.get('device_bytes')}"
+              + (f" --config {rp['config']}" if rp.get("config") else "")
+              + "".join(f" --message=@{n}:'{text}'" for n, text in rp.get("messages", []))
+              + "` (the live stack on the volume file's data area; each runtime message before the marker read "
+              "that followed it live), its own record cut into the phases at the marker reads "
+              f"(`sim/whole.json`), run as `{' '.join(os.path.relpath(c, ROOT) if c.startswith(ROOT + '/') else c for c in rp['command'])}`"
+              + (f"; replayed again by `{rp['rerun']}`" if rp.get("rerun") else "") + "."]
     L += ["", "Columns: *live s* is the workload's wall time plus the `sync` after it; *trace span* is first "
               "submission to last completion of the phase's requests as recorded by the trace layer; "
               "*disk idle* is the part of the span with no request outstanding (the think time closed-loop "
               "replay keeps); *(loop dev)* is what the loop device completed in the phase "
-              "(/sys/block/loopN/stat), i.e. what ext4 sent before FUSE and NBD.", "",
+              "(/sys/block/loopN/stat), i.e. what ext4 sent before FUSE and NBD; *sim span* and *sim busy* "
+              "are the same two measures of the phase in the replay's record, against the live trace span "
+              "and the live busy time (trace span less disk idle).", "",
           "![seconds per phase](phases.svg)", "", "![address against time](address_time.svg)", "",
           f"Reproduce: `cargo build --workspace --release && {r['command']}`. The recorded trace is `trace.gz` "
           "(docs/trace-format.md; phases are cut at the marker reads listed in `result.json`).", "",

@@ -16,6 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
+import replay  # noqa: E402
 import runner  # noqa: E402
 import svg  # noqa: E402
 import tracefile  # noqa: E402
@@ -24,13 +25,62 @@ from rig import MARKER_AREA, MARKER_STRIDE, parse_size  # noqa: E402
 EXPORT = 1 << 30
 
 
-def line(s, c, op, off, ln):
+def line(s, c, op, off, ln, stream=0):
     """Times in ms."""
-    return f"{s * 1000000} {c * 1000000} 0 {op} {off} {ln} -\n"
+    return f"{s * 1000000} {c * 1000000} {stream} {op} {off} {ln} -\n"
 
 
 def marker(k, t):
     return line(t, t + 100, "R", EXPORT - MARKER_AREA + k * MARKER_STRIDE, 4096)
+
+
+POOL = """version = 1
+[[layer]]
+target = "pool"
+volumes_max = 2
+volume_size = "1GiB"
+placement = "contiguous"
+"""
+
+
+def check_replay(d):
+    """The replay of a run with state (a pool: origin written, a snapshot
+    created online, the snapshot read through its own export, stream 1) is
+    the whole run with its messages: the snapshot's read reaches the disk and
+    nothing fails. Each phase replayed alone on a fresh stack (the design
+    before session 25) fails it (EINVAL: no snapshot); without the message
+    the replay refuses to report."""
+    lines = [marker(0, 0), line(10, 20, "W", 0, 65536), line(20, 30, "F", 0, 0), marker(1, 40),
+             marker(2, 50), marker(3, 60), marker(4, 70),
+             marker(5, 80), line(90, 100, "R", EXPORT, 4096, 1), marker(6, 110)]
+    path = os.path.join(d, "pool.trace")
+    with open(path, "w") as fh:
+        fh.write(tracefile.HEADER + "".join(lines))
+    cfg = os.path.join(d, "pool.toml")
+    with open(cfg, "w") as fh:
+        fh.write(POOL)
+    phases = [{"name": "write", "markers": [0, 1]},
+              {"name": "snapshot", "markers": [2, 4], "messages": [[3, "snapshot create s ro"]]},
+              {"name": "read-snapshot", "markers": [5, 6]}]
+    sim = replay.find_sim(tracefile.layoutd())
+    settings = {"size_bytes": 3 << 30, "emulate": "wd800", "config": cfg}
+    rp = runner.replay_phases(sim, [0], "fifo", 1, settings, phases, path, EXPORT, d, d)
+    assert rp["messages"] == [(5, "snapshot create s ro")], rp["messages"]  # before marker 3, the 6th record
+    assert rp["device_offset_bytes"] == 1 << 20 and rp["device_bytes"] == (3 << 30) - (1 << 20), rp
+    assert rp["whole_trace"]["reads_count"] == 8, rp["whole_trace"]  # 7 markers and the snapshot's read
+    assert [p["sim"]["requests"] for p in phases] == [2, 0, 1], [p["sim"] for p in phases]
+    assert phases[2]["sim"]["busy_seconds"] > 0, phases[2]["sim"]  # read from the disk, not answered as a hole
+    try:
+        replay.whole(sim, path, os.path.join(d, "no-message"), "wd800", cfg, 0, "fifo", 1, [], (1 << 20, (3 << 30) - (1 << 20)),
+                     EXPORT, [[5, 6]])
+        raise AssertionError("a replay whose requests fail must not be reported")
+    except RuntimeError as e:
+        assert "failed 1 requests" in str(e) and "EINVAL" in str(e), e
+    # the old design: the read-snapshot phase alone on a fresh pool
+    alone = os.path.join(d, "alone.trace")
+    tracefile.cut(path, EXPORT, 5, 6, alone)
+    js = replay.run(sim, alone, os.path.join(d, "alone.json"), "wd800", cfg)
+    assert js["errors_count"] == 1, js["errors_count"]
 
 
 def main():
@@ -76,7 +126,8 @@ def check(d):
     for f in ("b.svg", "a.svg"):
         assert open(os.path.join(d, f)).read().startswith("<svg")
     ph = {"name": "a", "caches_dropped_before": True, "live_seconds": 1.0, "sync_seconds": 0.0,
-          "trace": s, "loop_device": {"reads": 2, "writes": 1}, "sim": {"simulated_seconds": 0.9},
+          "trace": s, "loop_device": {"reads": 2, "writes": 1},
+          "sim": {"span_seconds": 0.9, "busy_seconds": 0.02, "requests": 3},
           "sim_seconds_by_seed": {"0": 0.9, "1": 0.95}}
     r = {"workload": "w", "params": {"files": 1}, "command": "bench/run w", "started": "now", "git_head": "x",
          "machine": {"cpus": 1, "cpu": "c", "kernel": "k", "loadavg_at_start": [0], "loadavg_at_end": [0]},
@@ -93,6 +144,7 @@ def check(d):
     text = open(readme).read()
     assert text.count("hand-written note") == 1 and "| **total** |" in text and "0.90 - 0.95" in text
     json.load(open(os.path.join(d, "result.json")))
+    check_replay(d)
 
 
 if __name__ == "__main__":

@@ -132,6 +132,15 @@ def markers(path, export_bytes):
     return {m["index"]: m for m in stats(path, export_bytes)["markers"]}
 
 
+def messages(path, export_bytes, phases):
+    """[(request index, text)] for `layoutd sim --message @N:TEXT`: each
+    runtime message a phase sent (its `messages`, [marker k, text] pairs:
+    sent just before marker read k) goes before that marker read."""
+    lines = {k: m["line"] for k, m in markers(path, export_bytes).items()}
+    index = {r.line: i for i, r in enumerate(read(path))}
+    return [(index[lines[k]], text) for ph in phases for k, text in ph.get("messages", [])]
+
+
 def gzip_copy(src, dst):
     with open(src, "rb") as a, gzip.open(dst, "wb", compresslevel=9) as b:
         shutil.copyfileobj(a, b)

@@ -100,9 +100,20 @@ pub struct SimArgs {
     /// Write SVG plots and index.html into this directory.
     #[arg(long)]
     pub report: Option<PathBuf>,
-    /// Write the records of a `trace` layer in the stack to this file (layoutd format).
+    /// Write the requests the stack received to this file (layoutd format): the records of the
+    /// stack's `trace` layer, or of one put on top when it has none (as `serve --record-trace` does).
     #[arg(long)]
     pub record_trace: Option<PathBuf>,
+    /// The stack's bottom device is this many bytes of the disk (e.g. "4095MiB"), starting at
+    /// --device-offset, instead of the whole disk: the geometry `serve --emulate` gives a volume
+    /// file (its data area, the file's size less its 1 MiB superblock area, at byte 1 MiB of the
+    /// emulated disk). A target that sizes itself from its device (pool slices, a DCD's data
+    /// area) then has the live layout.
+    #[arg(long, value_name = "BYTES")]
+    pub device_bytes: Option<String>,
+    /// With --device-bytes: where that device starts on the disk (default 0).
+    #[arg(long, value_name = "BYTES", requires = "device_bytes")]
+    pub device_offset: Option<String>,
     /// Write every request the disk model served to this file, one line each: arrival, start and
     /// completion ns, op, byte offset and length, cache hit (0/1), seek and rotation ns, seek
     /// distance in cylinders (the rest of start to completion is transfer and overhead).
@@ -256,6 +267,33 @@ fn parse_opt<T>(v: &Option<String>, parse: fn(&str) -> Result<T, String>) -> any
     v.as_deref().map(parse).transpose().map_err(anyhow::Error::msg)
 }
 
+/// `--device-bytes` / `--device-offset`: a linear segment of the disk under
+/// the stack, so the stack sees a device of that size at that place.
+fn bound_device(opts: &mut SimOptions, bytes: &str, offset: &str) -> anyhow::Result<()> {
+    let size = |flag: &str, v: &str| {
+        layoutd_core::config::parse_size_str(v).map_err(|e| anyhow::anyhow!("--{flag}: {e}"))
+    };
+    let (bytes, offset) = (size("device-bytes", bytes)?, size("device-offset", offset)?);
+    let disk_bytes = opts.disk.sector_count * layoutd_core::SECTOR_BYTES;
+    if bytes == 0 || offset.checked_add(bytes).is_none_or(|end| end > disk_bytes) {
+        bail!(
+            "--device-offset {offset} + --device-bytes {bytes} must lie inside the disk's {disk_bytes} bytes"
+        );
+    }
+    if !opts.stack.device.is_empty() {
+        bail!("--device-bytes bounds one device; {} names member devices", opts.stack_origin);
+    }
+    let mut segment = toml::Table::new();
+    for (k, v) in [("offset", offset), ("length", bytes)] {
+        segment.insert(k.into(), toml::Value::Integer(i64::try_from(v).context("size past 2^63")?));
+    }
+    let mut args = toml::Table::new();
+    args.insert("segment".into(), toml::Value::Array(vec![toml::Value::Table(segment)]));
+    opts.stack.layer.push(layoutd_core::config::LayerConfig { target: "linear".into(), args });
+    opts.stack_origin = format!("{} on {bytes} bytes at byte {offset} of the disk", opts.stack_origin);
+    Ok(())
+}
+
 /// Builds the simulator's options from the flags.
 pub fn sim_options(args: &SimArgs) -> anyhow::Result<SimOptions> {
     let trace = args.trace.clone().context("--trace FILE is required")?;
@@ -270,6 +308,9 @@ pub fn sim_options(args: &SimArgs) -> anyhow::Result<SimOptions> {
             std::fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))?;
         opts.stack = StackConfig::parse(&text, &path.display().to_string())?;
         opts.stack_origin = path.display().to_string();
+    }
+    if let Some(bytes) = &args.device_bytes {
+        bound_device(&mut opts, bytes, args.device_offset.as_deref().unwrap_or("0"))?;
     }
     opts.read = read_options(args)?;
     opts.scheduler = Scheduler::from_name(&args.scheduler)
@@ -325,6 +366,13 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         s.requests as f64 / wall_s.max(1e-9),
         opts.seed
     );
+    if let Some(e) = s.first_errors.first() {
+        eprintln!(
+            "layoutd sim: WARNING: {} requests failed, the first a {} at {:.3} s of the trace: {} \
+             (a replay with failed requests is not the recorded run: a volume or message missing?)",
+            s.errors_count, e.op, e.trace_s, e.error
+        );
+    }
     let json = crate::summary_json(s);
     match &args.json {
         Some(path) => {

@@ -130,6 +130,11 @@ pub struct SimSummary {
     pub written_bytes: u64,
     /// Requests that completed with an error.
     pub errors_count: u64,
+    /// The first [`FIRST_ERRORS_MAX`] of them (absent when none failed): a
+    /// replay whose requests fail is not the run it replays (a volume that
+    /// does not exist in the replayed stack, a read past its end).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub first_errors: Vec<ErrorInfo>,
     /// From the first issue to the last completion.
     pub simulated_seconds: f64,
     /// Time the disk was serving a request (foreground or background)
@@ -244,6 +249,21 @@ impl From<&Status> for LayerInfo {
     }
 }
 
+/// How many failed requests [`SimSummary::first_errors`] names.
+pub const FIRST_ERRORS_MAX: usize = 8;
+
+/// A request that completed with an error, in the JSON summary.
+#[derive(Clone, Debug, Serialize)]
+pub struct ErrorInfo {
+    /// Its recorded submission, seconds after the trace's first request
+    /// (to the phases' grain, [`Phases::GRAIN_NS`]).
+    pub trace_s: f64,
+    /// `R`, `W`, `F`, `T` or `Z`.
+    pub op: String,
+    /// The error.
+    pub error: String,
+}
+
 /// See [`SimSummary::harness`].
 #[derive(Clone, Debug, Serialize)]
 pub struct HarnessInfo {
@@ -321,6 +341,7 @@ struct Tally {
     read_bytes: u64,
     written_bytes: u64,
     errors_count: u64,
+    first_errors: Vec<ErrorInfo>,
 }
 
 /// One replay in progress.
@@ -358,7 +379,21 @@ pub fn simulate(opts: &SimOptions) -> anyhow::Result<SimOutcome> {
             std::fs::File::create(path).with_context(|| format!("{}: cannot create", path.display()))?;
         timing.record = Some(crate::timing::DiskRecord::new(Box::new(std::io::BufWriter::new(file))));
     }
-    let stack = layoutd_targets::build_stack(&opts.stack, capacity_bytes, OpenMode::Format)
+    // A recording needs a trace layer: one on top when the stack has none
+    // (as `serve --record-trace` does), so the record is never silently empty.
+    let with_trace;
+    let config = if opts.record_trace.is_some() && !opts.stack.layer.iter().any(|l| l.target == "trace") {
+        let mut c = opts.stack.clone();
+        c.layer.insert(
+            0,
+            layoutd_core::config::LayerConfig { target: "trace".into(), args: toml::Table::new() },
+        );
+        with_trace = c;
+        &with_trace
+    } else {
+        &opts.stack
+    };
+    let stack = layoutd_targets::build_stack(config, capacity_bytes, OpenMode::Format)
         .map_err(|e| anyhow::anyhow!("{}: {e}", opts.stack_origin))?;
     let volume_bytes = stack.size_bytes();
     let device = Arc::new(NullDevice::new(capacity_bytes));
@@ -563,8 +598,15 @@ impl Replay<'_> {
         self.phases.record(p.trace_ns(), p.op(), response_ns);
         let t = &mut self.tally;
         t.all_ns.record(response_ns);
-        if c.result.is_err() {
+        if let Err(e) = &c.result {
             t.errors_count += 1;
+            if t.first_errors.len() < FIRST_ERRORS_MAX {
+                t.first_errors.push(ErrorInfo {
+                    trace_s: p.trace_ns() as f64 / 1e9,
+                    op: p.op().code().to_string(),
+                    error: e.to_string(),
+                });
+            }
         }
         match p.op() {
             Op::Read => {
@@ -636,6 +678,7 @@ impl Replay<'_> {
             read_bytes: t.read_bytes,
             written_bytes: t.written_bytes,
             errors_count: t.errors_count,
+            first_errors: t.first_errors,
             simulated_seconds,
             disk_busy_seconds: round6(disk_busy_ns as f64 / 1e9),
             disk_busy_bringup_seconds: round6(busy_at_origin_ns as f64 / 1e9),

@@ -31,5 +31,5 @@ pub mod source;
 pub mod timing;
 pub mod trace;
 
-pub use engine::{simulate, summary_json, SimOptions, SimOutcome, SimSummary};
+pub use engine::{simulate, summary_json, ErrorInfo, SimOptions, SimOutcome, SimSummary, FIRST_ERRORS_MAX};
 pub use trace::{BlkAction, Fit, ReadOptions, TraceError, TraceFormat, TraceReader, TraceReq};
