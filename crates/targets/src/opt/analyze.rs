@@ -560,10 +560,13 @@ pub fn plan_streams(a: &Analyzer, o: &StreamPlan, units: &mut u64) -> Vec<Range>
     };
     for g in a.streams.values() {
         let mut cursor: Option<u64> = None;
-        let order: Vec<Range> = stream_order(g, weight_min, units)
-            .into_iter()
-            .filter(|r| place_written || !g.written.contains(r) || g.read_written.contains(r))
-            .collect();
+        let mut order: Vec<Range> = stream_order(g, weight_min, units);
+        order.retain(|r| {
+            let keep = place_written || !g.written.contains(r) || g.read_written.contains(r);
+            // A range left out is visited all the same.
+            *units += if keep { 0 } else { r.1 - r.0 };
+            keep
+        });
         // With `relay`: the stream's walk through the sequence it follows,
         // the blocks it passed over included, its requests found nowhere
         // near inserted where it read them (`union`); `breaks`: how many
@@ -621,9 +624,6 @@ pub fn plan_streams(a: &Analyzer, o: &StreamPlan, units: &mut u64) -> Vec<Range>
             *units += r.1 - r.0;
             if pos >= capacity_blocks {
                 return out;
-            }
-            if !place_written && g.written.contains(&r) && !g.read_written.contains(&r) {
-                continue;
             }
             // A read's neighbours wait for the end (below), whether its
             // blocks are laid out here or found laid out already.

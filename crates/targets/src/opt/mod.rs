@@ -103,7 +103,7 @@ pub fn nearest_copy(
     // The block the stream read last: a copy laid out a little after a
     // copy of it continues the stream's sequence (a sequence made by a run
     // that went the same way).
-    let prev = last.checked_sub(1).and_then(&home_of);
+    let prev = if follow { last.checked_sub(1).and_then(&home_of) } else { None };
     let follows = |slot: u64| {
         follow
             && prev.is_some_and(|p| {
