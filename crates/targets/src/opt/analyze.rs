@@ -577,6 +577,7 @@ pub fn plan_streams(a: &Analyzer, o: &StreamPlan, units: &mut u64) -> Vec<Range>
         if relay {
             let mut c: Option<u64> = None;
             for &r in &order {
+                *units += r.1 - r.0;
                 let near = |s: u64| c.is_some_and(|c| s >= c && s - c <= FOLLOW_AHEAD_BLOCKS);
                 match in_row(&at, r, &near)
                     .or_else(|| c.is_none().then(|| in_row(&at, r, &|_| true)).flatten())
