@@ -69,6 +69,7 @@ STACKS = [("plain", "bench/results/opt/plain.toml", False, False),
           ("opt-run", "bench/results/opt/opt-run.toml", True, False),
           ("opt-home", "bench/results/opt/opt-home.toml", True, False),
           ("opt-ra", "bench/results/opt/opt-ra.toml", True, False),
+          ("opt-relay", "bench/results/opt/opt-relay.toml", True, False),
           ("replica", "examples/replica.toml", False, True),
           ("replica-all-goals", "examples/replica-all-goals.toml", False, True)]
 # How the replay gives the stacks their streams: "serve" = the layoutd trace
@@ -367,7 +368,8 @@ def report(runs, bd, progs, lives, a, meta):
          "into); `opt-run` by the detected run (`graph_stream = \"run\"`, the behaviour before); "
          "`opt-home` sends unmapped writes home (`absorb_writes = false`); `opt-ra` is `opt` reading ahead "
          "128 KiB along a planned sequence when a read resumes it after the disk went elsewhere (session 24's "
-         "shared read-ahead, `readahead_when = \"resumed\"`).", "",
+         "shared read-ahead, `readahead_when = \"resumed\"`); `opt-relay` is `opt` laying a sequence out anew "
+         "when a run leaves it and reads following the sequences (session 25, `plan_relay`, `read_follow`).", "",
          "Reproduce: `cargo build --workspace --release && bench/opt_real.py` (the replay of the committed "
          "captures, under a minute; `sudo bench/opt_real.py --capture K` captures capK again, `--live` runs "
          "the live confirmation too).", ""]

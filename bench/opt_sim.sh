@@ -27,7 +27,9 @@
 #                       and the continuous loop planning every 1, 4 and 16
 #                       s of virtual time on its own), opt-capped.toml (the
 #                       continuous loop with the copy rate and analysis
-#                       budget turned down), opt-home.toml (session 22's
+#                       budget turned down), opt-relay.toml (opt.toml laying
+#                       sequences out anew and reads following them, the
+#                       same four modes), opt-home.toml (session 22's
 #                       opt.toml: unmapped writes home), opt-written.toml
 #                       (session 21's: written ranges placed too), opt-padded.toml
 #                       (plan_pad_blocks = 4) and opt-region20.toml (the
@@ -125,6 +127,8 @@ done > $R/phases.md
     python3 bench/workloads/opt_variation.py $R/opt.toml "$LAYOUTD" --continuous 1024 4096 16384
     echo
     python3 bench/workloads/opt_variation.py $R/opt-capped.toml "$LAYOUTD" --continuous 4096
+    echo
+    python3 bench/workloads/opt_variation.py $R/opt-relay.toml "$LAYOUTD" --continuous 1024 4096 16384
     echo
     for c in opt-home opt-written opt-padded dcd opt-dcd; do
         python3 bench/workloads/opt_variation.py $R/$c.toml "$LAYOUTD"

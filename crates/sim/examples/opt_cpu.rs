@@ -14,7 +14,7 @@
 use layoutd_core::TraceRecord;
 use layoutd_targets::blockmap::BlockMap;
 use layoutd_targets::opt::analyze::{
-    master_graph, plan, plan_streams, Analyzer, Limits, ProfileEntry, WEIGHT_UNIT,
+    master_graph, plan, plan_streams, Analyzer, Limits, ProfileEntry, StreamPlan, WEIGHT_UNIT,
 };
 use layoutd_targets::opt::{for_each_piece, nearest_copy};
 use std::time::Instant;
@@ -56,7 +56,18 @@ fn main() {
         let t = Instant::now();
         let mut planning = 0;
         ranges = if copies > 1 {
-            plan_streams(&a, capacity, WEIGHT_UNIT, copies, 0, true, &mut planning)
+            plan_streams(
+                &a,
+                &StreamPlan {
+                    capacity_blocks: capacity,
+                    weight_min: WEIGHT_UNIT,
+                    copies_max: copies,
+                    pad_blocks: 0,
+                    place_written: true,
+                    relay: false,
+                },
+                &mut planning,
+            )
         } else {
             let m = master_graph(&a, &mut planning);
             plan(&m, capacity, WEIGHT_UNIT, 1, false, &mut planning)
@@ -100,7 +111,7 @@ fn main() {
                 while pos < start + n {
                     let (at, k) = match (extras.is_empty(), end.or(l)) {
                         (false, Some(l)) => {
-                            nearest_copy(home_of, extras, pos, start + n - pos, s + (pos - start), l)
+                            nearest_copy(home_of, extras, pos, start + n - pos, s + (pos - start), l, false)
                         }
                         _ => (s + (pos - start), start + n - pos),
                     };

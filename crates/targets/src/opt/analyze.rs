@@ -495,6 +495,24 @@ pub fn plan(
 /// read-ahead covers a short skip forward; see [`plan_streams`]).
 pub const FOLLOW_AHEAD_BLOCKS: u64 = 64;
 
+/// What [`plan_streams`] is asked for.
+#[derive(Clone, Copy, Debug)]
+pub struct StreamPlan {
+    /// The region's slots.
+    pub capacity_blocks: u64,
+    /// Requests and edges below this weight are left out.
+    pub weight_min: u64,
+    /// Copies of a block at most.
+    pub copies_max: u32,
+    /// Home neighbours laid out around each read request (`plan_pad_blocks`).
+    pub pad_blocks: u64,
+    /// Ranges a stream only wrote are laid out too (`plan_written`).
+    pub place_written: bool,
+    /// A stream that leaves the sequence it follows gets the sequence
+    /// laid out anew with its requests where it read them (`plan_relay`).
+    pub relay: bool,
+}
+
 /// The stream-sequence plan (`plan_streams`): each stream's requests, in
 /// the order its graph says ([`stream_order`]), are laid out one after the
 /// other, each request's blocks together, streams in id order (first seen
@@ -518,40 +536,95 @@ pub const FOLLOW_AHEAD_BLOCKS: u64 = 64;
 /// is laid out (nor found laid out): its writes go home with the rest of
 /// the stream's writes (`plan_written`, `docs/opt.md`).
 /// Returns block ranges in region order, cut at `capacity_blocks`.
-pub fn plan_streams(
-    a: &Analyzer,
-    capacity_blocks: u64,
-    weight_min: u64,
-    copies_max: u32,
-    pad_blocks: u64,
-    place_written: bool,
-    units: &mut u64,
-) -> Vec<Range> {
+pub fn plan_streams(a: &Analyzer, o: &StreamPlan, units: &mut u64) -> Vec<Range> {
+    let StreamPlan { capacity_blocks, weight_min, copies_max, pad_blocks, place_written, relay } = *o;
     // Where each placed block is (its slots, in placement order).
     let mut at: FxHashMap<u64, Vec<u64>> = FxHashMap::default();
     let mut out: Vec<Range> = Vec::new();
     let mut pos = 0u64;
+    // The home block at each position of the plan.
+    let mut layout: Vec<u64> = Vec::new();
     // Home neighbours of the requests laid out (`pad_blocks`).
     let mut neighbours: BTreeSet<u64> = BTreeSet::new();
     // The first slot from which all of `r`'s blocks lie in a row, among
     // the copies of its first block that `ok` accepts.
     let in_row = |at: &FxHashMap<u64, Vec<u64>>, (b, e): Range, ok: &dyn Fn(u64) -> bool| {
         let starts = at.get(&b)?;
-        starts
-            .iter()
-            .copied()
-            .filter(|&s| ok(s))
-            .find(|&s| (b + 1..e).all(|x| at.get(&x).is_some_and(|v| v.contains(&(s + (x - b))))))
+        let fits =
+            |&s: &u64| ok(s) && (b + 1..e).all(|x| at.get(&x).is_some_and(|v| v.contains(&(s + (x - b)))));
+        if relay {
+            starts.iter().rev().copied().find(fits)
+        } else {
+            starts.iter().copied().find(fits)
+        }
     };
     for g in a.streams.values() {
         let mut cursor: Option<u64> = None;
-        for r in stream_order(g, weight_min, units) {
+        let mut order: Vec<Range> = stream_order(g, weight_min, units);
+        order.retain(|r| {
+            let keep = place_written || !g.written.contains(r) || g.read_written.contains(r);
+            // A range left out is visited all the same.
+            *units += if keep { 0 } else { r.1 - r.0 };
+            keep
+        });
+        // With `relay`: the stream's walk through the sequence it follows,
+        // the blocks it passed over included, its requests found nowhere
+        // near inserted where it read them (`union`); `breaks`: how many
+        // of its requests lie elsewhere (a seek away and back for every
+        // later run that follows the sequence).
+        let mut union: Vec<Range> = Vec::new();
+        let mut breaks = 0u32;
+        if relay {
+            let mut c: Option<u64> = None;
+            for &r in &order {
+                *units += r.1 - r.0;
+                let near = |s: u64| c.is_some_and(|c| s >= c && s - c <= FOLLOW_AHEAD_BLOCKS);
+                match in_row(&at, r, &near)
+                    .or_else(|| c.is_none().then(|| in_row(&at, r, &|_| true)).flatten())
+                {
+                    Some(s) => {
+                        for v in c.unwrap_or(s)..s {
+                            let h = layout[v as usize];
+                            match union.last_mut() {
+                                Some(l) if l.1 == h => l.1 += 1,
+                                _ => union.push((h, h + 1)),
+                            }
+                        }
+                        union.push(r);
+                        c = Some(s + (r.1 - r.0));
+                    }
+                    None => {
+                        breaks += u32::from(c.is_some());
+                        union.push(r);
+                    }
+                }
+            }
+            if union
+                .iter()
+                .any(|r| (r.0..r.1).any(|x| at.get(&x).is_some_and(|v| v.len() >= copies_max as usize)))
+            {
+                breaks = 0;
+            }
+        }
+        if breaks > 0 {
+            for r in order.iter().filter(|r| pad_blocks > 0 && !g.written.contains(r)) {
+                neighbours
+                    .extend((r.0.saturating_sub(pad_blocks)..r.0).chain(r.1..r.1.saturating_add(pad_blocks)));
+            }
+            for r in union {
+                *units += r.1 - r.0;
+                if pos >= capacity_blocks {
+                    return out;
+                }
+                let take = (r.1 - r.0).min(capacity_blocks - pos);
+                append(&mut out, &mut at, &mut layout, &mut pos, (r.0, r.0 + take));
+            }
+            continue;
+        }
+        for r in order {
             *units += r.1 - r.0;
             if pos >= capacity_blocks {
                 return out;
-            }
-            if !place_written && g.written.contains(&r) && !g.read_written.contains(&r) {
-                continue;
             }
             // A read's neighbours wait for the end (below), whether its
             // blocks are laid out here or found laid out already.
@@ -572,7 +645,7 @@ pub fn plan_streams(
                 continue;
             }
             let take = (r.1 - r.0).min(capacity_blocks - pos);
-            append(&mut out, &mut at, &mut pos, (r.0, r.0 + take));
+            append(&mut out, &mut at, &mut layout, &mut pos, (r.0, r.0 + take));
             cursor = Some(pos);
         }
     }
@@ -585,7 +658,7 @@ pub fn plan_streams(
             break;
         }
         if !at.contains_key(&x) {
-            append(&mut out, &mut at, &mut pos, (x, x + 1));
+            append(&mut out, &mut at, &mut layout, &mut pos, (x, x + 1));
         }
     }
     out
@@ -593,10 +666,17 @@ pub fn plan_streams(
 
 /// Lays out `r`'s blocks at `pos` on (the plan `out`, where each block is
 /// `at`).
-fn append(out: &mut Vec<Range>, at: &mut FxHashMap<u64, Vec<u64>>, pos: &mut u64, r: Range) {
+fn append(
+    out: &mut Vec<Range>,
+    at: &mut FxHashMap<u64, Vec<u64>>,
+    layout: &mut Vec<u64>,
+    pos: &mut u64,
+    r: Range,
+) {
     assert!(r.0 < r.1);
     for x in r.0..r.1 {
         at.entry(x).or_default().push(*pos + (x - r.0));
+        layout.push(x);
     }
     match out.last_mut() {
         Some(l) if l.1 == r.0 => l.1 = r.1,
@@ -746,6 +826,17 @@ fn len((s, e): Range) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stream plan of `capacity_blocks` slots, `copies_max` copies.
+    fn sp(
+        capacity_blocks: u64,
+        copies_max: u32,
+        pad_blocks: u64,
+        place_written: bool,
+        relay: bool,
+    ) -> StreamPlan {
+        StreamPlan { capacity_blocks, weight_min: WEIGHT_UNIT, copies_max, pad_blocks, place_written, relay }
+    }
 
     fn analyzer() -> Analyzer {
         Analyzer::new(Limits { think_ns: 1_000_000, vertices_max: 1000, edges_max: 1000 })
@@ -947,6 +1038,60 @@ mod tests {
     }
 
     #[test]
+    fn a_run_that_leaves_its_sequence_gets_the_sequence_laid_out_anew_with_its_requests_in_place() {
+        // Requests of 40 blocks (so a sequence's next request is more than
+        // FOLLOW_AHEAD_BLOCKS past an earlier one's), each its own stream:
+        // program P reads P L (L a library); runs of another program read
+        // A B C D (run 1), A B X C L D (run 2: X a part run 1 skipped, L
+        // what run 1 found cached), A B X C Y D (run 3: Y new, L cached).
+        let sp = |relay| sp(1000, 4, 0, true, relay);
+        let (p_, l_, a_, b_, c_, d_, x_, y_) = (5000, 7000, 1000, 2000, 3000, 4000, 6000, 8000);
+        let runs: [&[u64]; 4] =
+            [&[p_, l_], &[a_, b_, c_, d_], &[a_, b_, x_, c_, l_, d_], &[a_, b_, x_, c_, y_, d_]];
+        let analyzer_of = |runs: &[&[u64]]| {
+            let mut a = analyzer();
+            for (k, run) in runs.iter().enumerate() {
+                for (i, &b) in run.iter().enumerate() {
+                    a.add(e(100 * k as u64 + i as u64, b, 40, 1 + k as u32));
+                }
+            }
+            a
+        };
+        // Each request's first block, in region order.
+        let firsts = |p: &[Range]| -> Vec<u64> {
+            p.iter().flat_map(|&(s, e)| s..e).filter(|b| b % 1000 == 0).collect()
+        };
+        let a = analyzer_of(&runs);
+        // Without: a run that leaves the sequence it reads on along gets
+        // its requests from there on laid out after everything (run 2: X C
+        // L D), apart from the part it found (A B); run 3 the same (X C Y
+        // D), so a later run seeks from one piece to the next.
+        let before = plan_streams(&a, &sp(false), &mut 0);
+        assert_eq!(firsts(&before), vec![p_, l_, a_, b_, c_, d_, x_, c_, l_, d_, x_, c_, y_, d_]);
+        // With: run 2's sequence is run 1's laid out anew with X and L
+        // where run 2 read them; run 3 follows that newest layout and gets
+        // it laid out anew with Y in place, keeping L, which it passed
+        // over (found cached): each run's sequence whole, and the last one
+        // holds what the runs before it read.
+        let after = plan_streams(&a, &sp(true), &mut 0);
+        assert_eq!(
+            firsts(&after),
+            vec![p_, l_, a_, b_, c_, d_, a_, b_, x_, c_, l_, d_, a_, b_, x_, c_, y_, l_, d_]
+        );
+        // A run that reads along its sequence without leaving it takes no
+        // room.
+        let same = analyzer_of(&[&[a_, b_, c_, d_], &[a_, b_, c_, d_]]);
+        assert_eq!(firsts(&plan_streams(&same, &sp(true), &mut 0)), vec![a_, b_, c_, d_]);
+        // A request the run skipped (B of A X C D) stays in the new layout,
+        // after the run's insertion.
+        let skip = analyzer_of(&[&[a_, b_, c_, d_], &[a_, x_, c_, d_]]);
+        assert_eq!(firsts(&plan_streams(&skip, &sp(true), &mut 0)), vec![a_, b_, c_, d_, a_, x_, b_, c_, d_]);
+        // At the copy cap the run is planned as without: X alone.
+        let capped = StreamPlan { copies_max: 1, ..sp(true) };
+        assert_eq!(firsts(&plan_streams(&skip, &capped, &mut 0)), vec![a_, b_, c_, d_, x_]);
+    }
+
+    #[test]
     fn stream_plans_lay_each_run_out_in_its_order_and_reuse_an_earlier_runs_layout() {
         let mut a = analyzer();
         // A file read backwards by growing windows (what a page cache makes
@@ -963,7 +1108,7 @@ mod tests {
         for (i, b) in [100, 26, 300].into_iter().enumerate() {
             a.add(e(20 + i as u64, b, 1 + u32::from(b == 26), 3));
         }
-        let p = plan_streams(&a, 100, WEIGHT_UNIT, 4, 0, true, &mut 0);
+        let p = plan_streams(&a, &sp(100, 4, 0, true, false), &mut 0);
         assert_eq!(
             p,
             vec![(27, 28), (26, 28), (25, 28), (100, 101), (26, 28), (200, 201), (300, 301)],
@@ -971,10 +1116,10 @@ mod tests {
         );
         // Three copies at most: stream 1 made three of 27, so stream 2 finds
         // none left for 26..28 and goes on from where it lies.
-        let p = plan_streams(&a, 100, WEIGHT_UNIT, 3, 0, true, &mut 0);
+        let p = plan_streams(&a, &sp(100, 3, 0, true, false), &mut 0);
         assert_eq!(p, vec![(27, 28), (26, 28), (25, 28), (100, 101), (200, 201), (300, 301)]);
         // The region's capacity cuts the plan.
-        assert_eq!(plan_streams(&a, 4, WEIGHT_UNIT, 4, 0, true, &mut 0), vec![(27, 28), (26, 28), (25, 26)]);
+        assert_eq!(plan_streams(&a, &sp(4, 4, 0, true, false), &mut 0), vec![(27, 28), (26, 28), (25, 26)]);
     }
 
     #[test]
@@ -987,12 +1132,12 @@ mod tests {
             a.add(e(i as u64, b, n, 1));
         }
         a.add(e(10, 17, 1, 2));
-        let unpadded = plan_streams(&a, 100, WEIGHT_UNIT, 4, 0, true, &mut 0);
+        let unpadded = plan_streams(&a, &sp(100, 4, 0, true, false), &mut 0);
         assert_eq!(unpadded, vec![(10, 12), (15, 16), (50, 52), (17, 18)]);
         // Two blocks each side: the sequences as before, then the
         // neighbours no request placed (17 is stream 2's), in home order,
         // so the skipped piece 12..15 is in the region.
-        let p = plan_streams(&a, 100, WEIGHT_UNIT, 4, 2, true, &mut 0);
+        let p = plan_streams(&a, &sp(100, 4, 2, true, false), &mut 0);
         let want = [
             (10, 12),
             (15, 16),
@@ -1011,19 +1156,19 @@ mod tests {
         assert_eq!(placed(7) + placed(20) + placed(47) + placed(54), 0);
         // The neighbours come last: the capacity cuts them first.
         assert_eq!(
-            plan_streams(&a, 8, WEIGHT_UNIT, 4, 2, true, &mut 0),
+            plan_streams(&a, &sp(8, 4, 2, true, false), &mut 0),
             vec![(10, 12), (15, 16), (50, 52), (17, 18), (8, 10)]
         );
         // A stream's own reads are never displaced by padding.
-        assert_eq!(plan_streams(&a, 6, WEIGHT_UNIT, 4, 2, true, &mut 0), unpadded);
+        assert_eq!(plan_streams(&a, &sp(6, 4, 2, true, false), &mut 0), unpadded);
         // A written range is placed, its neighbours are not (where the
         // next writes go); a read of the same range by another stream pads.
         a.add(ProfileEntry { read: false, ..e(20, 80, 2, 3) });
-        let p = plan_streams(&a, 100, WEIGHT_UNIT, 4, 2, true, &mut 0);
+        let p = plan_streams(&a, &sp(100, 4, 2, true, false), &mut 0);
         assert_eq!(p[..5], [(10, 12), (15, 16), (50, 52), (17, 18), (80, 82)]);
         assert_eq!(p[5..], want[4..], "no neighbour of the written 80..82");
         a.add(e(30, 80, 2, 4));
-        let p = plan_streams(&a, 100, WEIGHT_UNIT, 4, 2, true, &mut 0);
+        let p = plan_streams(&a, &sp(100, 4, 2, true, false), &mut 0);
         assert_eq!(p[p.len() - 2..], [(78, 80), (82, 84)]);
     }
 
@@ -1038,12 +1183,12 @@ mod tests {
             a.add(ProfileEntry { read, ..e(i as u64, b, n, 1) });
         }
         a.add(e(10, 40, 1, 2));
-        let all = plan_streams(&a, 100, WEIGHT_UNIT, 4, 0, true, &mut 0);
+        let all = plan_streams(&a, &sp(100, 4, 0, true, false), &mut 0);
         assert_eq!(all, vec![(10, 12), (40, 41), (15, 16), (60, 62)], "writes are vertices: placed in order");
         // Without written ranges: stream 1's reads alone, in order (15..16,
         // read and written, stays); stream 2 did not write 40..41, so its
         // read of it is laid out.
-        let reads = plan_streams(&a, 100, WEIGHT_UNIT, 4, 0, false, &mut 0);
+        let reads = plan_streams(&a, &sp(100, 4, 0, false, false), &mut 0);
         assert_eq!(reads, vec![(10, 12), (15, 16), (40, 41)]);
     }
 

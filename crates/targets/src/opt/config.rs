@@ -93,6 +93,17 @@ pub struct Args {
     /// paper profiles every request). Off: a written range stays home,
     /// where the stream's other writes go.
     pub plan_written: bool,
+    /// With `plan_streams`: a stream whose requests leave the sequence it
+    /// follows (read there by an earlier run) gets that sequence laid out
+    /// anew, as extra copies, with its own requests where it read them
+    /// (`analyze::plan_streams`); off: they go wherever the plan's next
+    /// free slots are.
+    pub plan_relay: bool,
+    /// Reads choose among a block's copies by the stream's sequence: the
+    /// stream's position in the region survives its reads from home, and
+    /// a copy laid out right after the block the stream read last wins
+    /// over a nearer one (`nearest_copy`).
+    pub read_follow: bool,
     /// A read partly in OPT, partly home goes wholly home when its OPT
     /// blocks are clean (one seek instead of two).
     pub partial_reads_home: bool,
@@ -332,6 +343,8 @@ impl Args {
             plan_streams: a.bool_opt("plan_streams")?.unwrap_or(false),
             plan_pad_blocks: u32_key(&mut a, "plan_pad_blocks", 0, 0, 1024)?,
             plan_written: a.bool_opt("plan_written")?.unwrap_or(true),
+            plan_relay: a.bool_opt("plan_relay")?.unwrap_or(false),
+            read_follow: a.bool_opt("read_follow")?.unwrap_or(false),
             partial_reads_home: a.bool_opt("partial_reads_home")?.unwrap_or(false),
             absorb_writes: a.bool_opt("absorb_writes")?.unwrap_or(false),
             absorb_blocks_max: u32_key(&mut a, "absorb_blocks_max", 16, 0, 1 << 20)?,
@@ -379,6 +392,11 @@ impl Args {
                 a.error("key `plan_written` is a stream plan's choice: it needs `plan_streams = true`")
             );
         }
+        if args.plan_relay && !args.plan_streams {
+            return Err(
+                a.error("key `plan_relay` lays out stream plans anew: it needs `plan_streams = true`")
+            );
+        }
         a.finish()?;
         let geo = Geometry::new(opt_offset_bytes, opt_length_bytes, lower_bytes, block_bytes, journal_blocks)
             .map_err(|e| ConfigError(format!("layer (opt): {e}")))?;
@@ -404,6 +422,8 @@ impl Args {
             ("plan_streams", self.plan_streams.to_string()),
             ("plan_pad_blocks", self.plan_pad_blocks.to_string()),
             ("plan_written", self.plan_written.to_string()),
+            ("plan_relay", self.plan_relay.to_string()),
+            ("read_follow", self.read_follow.to_string()),
             ("partial_reads_home", self.partial_reads_home.to_string()),
             ("absorb_writes", self.absorb_writes.to_string()),
             ("absorb_blocks_max", self.absorb_blocks_max.to_string()),

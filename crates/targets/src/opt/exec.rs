@@ -31,7 +31,7 @@
 //! mapped until its slot is needed (then every such slot is dropped at
 //! once), so a program not run since the last plan keeps its copies.
 
-use super::analyze::{master_graph, plan, plan_streams, Range, WEIGHT_UNIT};
+use super::analyze::{master_graph, plan, plan_streams, Range, StreamPlan, WEIGHT_UNIT};
 use super::{LowerOp, Opt, Slot};
 use bytes::Bytes;
 use layoutd_core::{Completion, Instant, Op, ReqId, Request, REQUEST_BYTES_MAX};
@@ -613,10 +613,15 @@ impl Opt {
         let mut units = 0;
         let (slots, weight_min) = (u64::from(self.geo.slot_count), self.args.edge_weight_min * WEIGHT_UNIT);
         let (p, from) = if self.args.plan_streams {
-            let (copies, pad, written) =
-                (self.args.copies_max, self.args.plan_pad_blocks, self.args.plan_written);
-            let p =
-                plan_streams(&self.analyzer, slots, weight_min, copies, u64::from(pad), written, &mut units);
+            let o = StreamPlan {
+                capacity_blocks: slots,
+                weight_min,
+                copies_max: self.args.copies_max,
+                pad_blocks: u64::from(self.args.plan_pad_blocks),
+                place_written: self.args.plan_written,
+                relay: self.args.plan_relay,
+            };
+            let p = plan_streams(&self.analyzer, &o, &mut units);
             (p, format!("{} stream graph(s)", self.analyzer.stream_count()))
         } else {
             let m = master_graph(&self.analyzer, &mut units);

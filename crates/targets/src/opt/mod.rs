@@ -81,7 +81,12 @@ const READ_AHEAD_PER_STREAM: usize = 8;
 /// `primary`, extra copies in `extras`; `home_of(slot)`: the block a slot
 /// holds), the one whose slot is nearest to `last` (the primary on a tie):
 /// `(its slot, blocks it holds in a row)`. The common case, a copy at
-/// `last` itself (the stream reads on), costs no map lookup.
+/// `last` itself (the stream reads on), costs no map lookup. With
+/// `follow` (`read_follow`), a copy laid out at most
+/// [`analyze::FOLLOW_AHEAD_BLOCKS`] slots after a copy of the block the
+/// stream read last (the one before `last`) wins over the others: a
+/// sequence an earlier run laid out going the same way, which the stream
+/// then reads on along.
 pub fn nearest_copy(
     home_of: impl Fn(u64) -> Option<u64>,
     extras: &[BlockMap<u64>],
@@ -89,17 +94,31 @@ pub fn nearest_copy(
     n: u64,
     primary: u64,
     last: u64,
+    follow: bool,
 ) -> (u64, u64) {
     if home_of(last) == Some(pos) {
         let k = (1..n).find(|&i| home_of(last + i) != Some(pos + i)).unwrap_or(n);
         return (last, k);
     }
+    // The block the stream read last: a copy laid out a little after a
+    // copy of it continues the stream's sequence (a sequence made by a run
+    // that went the same way).
+    let prev = if follow { last.checked_sub(1).and_then(&home_of) } else { None };
+    let follows = |slot: u64| {
+        follow
+            && prev.is_some_and(|p| {
+                (1..=analyze::FOLLOW_AHEAD_BLOCKS).any(|j| slot.checked_sub(j).and_then(&home_of) == Some(p))
+            })
+    };
     let mut best = (primary, n);
+    let mut best_follows = follows(primary);
     for layer in extras {
         if let Some(e) = layer.extent_at_or_after(pos).filter(|e| e.start <= pos) {
             let slot = e.value + (pos - e.start);
-            if slot.abs_diff(last) < best.0.abs_diff(last) {
+            let f = follows(slot);
+            if (f && !best_follows) || (f == best_follows && slot.abs_diff(last) < best.0.abs_diff(last)) {
                 best = (slot, (e.start + e.length - pos).min(n));
+                best_follows = f;
             }
         }
     }
@@ -479,7 +498,7 @@ impl Opt {
         // extra copies, and for read-ahead's "goes on" test.
         let choose = reader.filter(|_| !self.extras.is_empty() || self.args.readahead_bytes > 0);
         let mut last = choose.and_then(|r| self.read_last.get(&r).copied());
-        let (extras, mut from_extra) = (&self.extras, 0);
+        let (extras, mut from_extra, follow) = (&self.extras, 0, self.args.read_follow);
         let slots = &self.slots;
         let home_of = |s: u64| slots.get(s as usize).and_then(|x| x.home);
         for_each_piece(&self.map, first, end - first, |start, n, slot| {
@@ -488,9 +507,15 @@ impl Opt {
                     let mut pos = start;
                     while pos < start + n {
                         let (slot, k) = match (choose, last) {
-                            (Some(_), Some(l)) => {
-                                nearest_copy(home_of, extras, pos, start + n - pos, s + (pos - start), l)
-                            }
+                            (Some(_), Some(l)) => nearest_copy(
+                                home_of,
+                                extras,
+                                pos,
+                                start + n - pos,
+                                s + (pos - start),
+                                l,
+                                follow,
+                            ),
                             _ => (s + (pos - start), start + n - pos),
                         };
                         from_extra += u64::from(slot != s + (pos - start));
@@ -507,7 +532,11 @@ impl Opt {
                     }
                 }
                 None => {
-                    last = None;
+                    // With `read_follow` the stream's place in its
+                    // sequence survives a read from home.
+                    if !follow {
+                        last = None;
+                    }
                     home_pieces(
                         &geo,
                         (start * b).max(offset),
@@ -530,7 +559,9 @@ impl Opt {
             if clean {
                 out.clear();
                 home_pieces(&geo, offset, offset + length, offset, &mut out);
-                last = None;
+                if !self.args.read_follow {
+                    last = None;
+                }
                 self.counters.partial_reads_home_count += 1;
             }
         }
@@ -1205,5 +1236,35 @@ impl Target for Opt {
             config,
             counters: counters.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_follows_the_copy_laid_out_after_the_block_it_read_last() {
+        // Slots 3-4: blocks 150, 200 (the primary of 200, in a sequence
+        // without 100); slot 10: 100; slots 48-50: 90, 100, 200 (an extra
+        // copy of 200 laid out after a copy of 100). The stream read block
+        // 100 at slot 10 (so `last` = 11) and now reads 200.
+        let mut homes = vec![None; 64];
+        for (s, h) in [(3, 150), (4, 200), (10, 100), (48, 90), (49, 100), (50, 200)] {
+            homes[s] = Some(h);
+        }
+        let home_of = |s: u64| homes.get(s as usize).copied().flatten();
+        let mut layer = BlockMap::new();
+        layer.insert(200, 1, 50);
+        let extras = vec![layer];
+        // The nearest copy: the primary.
+        assert_eq!(nearest_copy(home_of, &extras, 200, 1, 4, 11, false), (4, 1));
+        // Following: the copy after the block read last, far as it is.
+        assert_eq!(nearest_copy(home_of, &extras, 200, 1, 4, 11, true), (50, 1));
+        // The stream's last read ended after an empty slot (nothing to
+        // follow): the nearest again.
+        assert_eq!(nearest_copy(home_of, &extras, 200, 1, 4, 14, true), (4, 1));
+        // Reading on at `last` needs no choice.
+        assert_eq!(nearest_copy(home_of, &extras, 150, 1, 3, 3, true), (3, 1));
     }
 }
