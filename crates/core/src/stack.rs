@@ -198,7 +198,8 @@ impl Target for Stack {
     }
 
     /// Offered to each layer, top first; the first that takes it answers.
-    /// `N:MSG` sends `MSG` to layer `N` (1 = top) only.
+    /// `N:MSG` sends `MSG` to layer `N` (1 = top) only. `status`, when no
+    /// layer takes it, answers every layer's status and counters.
     fn message(&mut self, now: Instant, msg: &str) -> Result<String, String> {
         if let Some((n, rest)) = msg.split_once(':').filter(|(n, _)| n.parse::<usize>().is_ok()) {
             let i: usize = n.parse().expect("checked");
@@ -222,6 +223,14 @@ impl Target for Stack {
                 }
                 Err(e) => errors.push(e),
             }
+        }
+        if msg.trim() == "status" {
+            // No layer has its own `status`: every layer's status and
+            // counters, one line each, top first (`layoutd message --socket
+            // S status` on a running volume).
+            let lines: Vec<String> =
+                self.layers.iter().enumerate().map(|(i, l)| format!("{}: {}", i + 1, l.status())).collect();
+            return Ok(lines.join("\n"));
         }
         Err(errors.join("; "))
     }

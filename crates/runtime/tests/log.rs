@@ -1013,3 +1013,27 @@ fn the_map_holds_sequential_data_in_runs_and_recovers_to_the_same_blocks() {
     let cuts = crash_check(&flat_cfg, DEVICE_BYTES, 3, &ops, 3, 30);
     assert!(cuts > 40, "{cuts}");
 }
+
+/// `status` (what `layoutd message --socket S status` sends a running
+/// volume) answers every layer's status and counters when no layer takes it
+/// itself: the log's counters are readable online, not only in `inspect`.
+#[test]
+fn status_message_answers_every_layers_counters() {
+    let text = cfg("adaptive", "") + "[[layer]]\ntarget = \"trace\"\n";
+    let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+    let mut h = Harness::new(
+        stack_from_toml(&text, DEVICE_BYTES, OpenMode::Format),
+        dev as Arc<dyn BlockDevice>,
+        ZeroLatency::default(),
+        1,
+    );
+    bring_up(&mut h);
+    assert!(h.write(0, vec![7u8; 8192]).result.is_ok());
+    assert!(h.flush().result.is_ok());
+    let reply = h.message("status").expect("status is answered");
+    let lines: Vec<&str> = reply.lines().collect();
+    assert_eq!(lines.len(), 2, "{reply}");
+    assert!(lines[0].starts_with("1: log ") && lines[0].contains(" slots_user_count=2"), "{reply}");
+    assert!(lines[1].starts_with("2: trace"), "{reply}");
+    assert!(h.message("1:status").is_err(), "a layer-addressed status goes to that layer only");
+}
