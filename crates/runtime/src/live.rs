@@ -203,6 +203,20 @@ impl Core {
     fn quiet(&self) -> bool {
         self.waiters.is_empty() && self.lower_in_flight_count == 0
     }
+
+    /// Delivers `handle_idle` if nothing is outstanding and no work is
+    /// queued: after a lower completion, and after a request that completed
+    /// without lower I/O (a read of unwritten blocks, a flush with nothing
+    /// dirty). Without the second, the background scheduler stayed "busy"
+    /// after such a request until some later lower completion, so idle
+    /// work (re-sequencing, destage, replication) did not run in the gap
+    /// the simulator gives it.
+    fn idle_if_quiet(&mut self, work: &mut VecDeque<Request>, now: Instant) -> Result<(), IoError> {
+        if self.quiet() && work.is_empty() {
+            self.step(work, |stack| stack.handle_idle(now))?;
+        }
+        Ok(())
+    }
 }
 
 impl LiveVolume {
@@ -290,7 +304,9 @@ impl LiveVolume {
             core.waiters.insert(req.id.0, waiter.clone());
             let now = self.now();
             // On failure the waiter has been completed with EIO.
-            let _ = core.step(&mut work, |stack| stack.handle_request(now, req));
+            if core.step(&mut work, |stack| stack.handle_request(now, req)).is_ok() {
+                let _ = core.idle_if_quiet(&mut work, now);
+            }
             if core.timer_needs_wake() {
                 self.timer_cv.notify_one();
             }
@@ -335,10 +351,7 @@ impl LiveVolume {
             if core.step(&mut work, |stack| stack.handle_completion(now, c)).is_err() {
                 return;
             }
-            if core.quiet()
-                && work.is_empty()
-                && core.step(&mut work, |stack| stack.handle_idle(now)).is_err()
-            {
+            if core.idle_if_quiet(&mut work, now).is_err() {
                 return;
             }
             if core.timer_needs_wake() {

@@ -131,3 +131,60 @@ fn the_write_that_seals_a_segment_is_acknowledged_before_the_segment_write() {
     assert_eq!(c.data.as_deref(), Some(&want[..]));
     vol.stop();
 }
+
+/// The live runtime delivers idle time after a request that completed
+/// without lower I/O, as the simulator does. Before, only a lower
+/// completion could deliver it: after a read of unwritten blocks (a log
+/// answers it with zeroes, no I/O), the background scheduler stayed busy
+/// and the log's idle re-sequencing never started (live runs re-sequenced a
+/// third of what their replays did). Here the last request before the
+/// pause is such a read; re-sequencing must start in the pause.
+#[test]
+fn idle_work_starts_after_a_request_that_needed_no_lower_io() {
+    let cfg = "version = 1\n[[layer]]\ntarget = \"log\"\nsegment_bytes = \"32KiB\"\nover_provision_pct = 20\n\
+               policy = \"greedy\"\nfree_segments_min = 1\nfree_segments_target = 2\nresequence_idle_ms = 1\n";
+    let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+    let mut h = Harness::new(
+        stack_from_toml(cfg, DEVICE_BYTES, OpenMode::Format),
+        dev.clone() as Arc<dyn BlockDevice>,
+        ZeroLatency::default(),
+        1,
+    );
+    bring_up(&mut h);
+    let vol = LiveVolume::start(h.into_stack(), dev.clone() as Arc<dyn BlockDevice>, None, None);
+    // Blocks 0..16 written backwards: their group is out of logical order.
+    for block in (0..16u64).rev() {
+        let c = vol.submit(Request::write(
+            ReqId(0),
+            block * 4096,
+            bytes::Bytes::from(vec![block as u8 + 1; 4096]),
+        ));
+        assert_eq!(c.result, Ok(()), "write {block}");
+    }
+    assert_eq!(vol.submit(Request::new(ReqId(0), Op::Flush, 0, 0)).result, Ok(()));
+    // The last request: a read of blocks never written (no lower I/O).
+    let c = vol.submit(Request::new(ReqId(0), Op::Read, 64 * 4096, 4096));
+    assert_eq!(c.data.as_deref(), Some(&[0u8; 4096][..]));
+    let passes = |reply: &str| -> u64 {
+        reply
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix("resequence_passes_count="))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no resequence_passes_count in {reply}"))
+    };
+    let v = vol.clone();
+    let started = within_a_minute(move || loop {
+        let n = passes(&v.message("status").expect("status"));
+        if n > 0 {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    });
+    assert!(started > 0);
+    // The data is where it was written.
+    for block in [0u64, 7, 15] {
+        let c = vol.submit(Request::new(ReqId(0), Op::Read, block * 4096, 4096));
+        assert_eq!(c.data.as_deref(), Some(&vec![block as u8 + 1; 4096][..]), "block {block}");
+    }
+    vol.stop();
+}
