@@ -600,6 +600,9 @@ impl Log {
         self.write_summary(o.loc, o.seq, o.buf, o.summary_slot, entries, true);
         self.counters.segments_written_count += 1;
         self.segments_since_checkpoint += 1;
+        if self.segments_since_checkpoint.is_power_of_two() {
+            self.dirty_at_pow2.push(self.dirty_count);
+        }
     }
 
     /// Writes a part of segment `loc`: the slots its `entries` name and its
