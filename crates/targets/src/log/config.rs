@@ -20,7 +20,9 @@ pub enum PolicyKind {
     Plugging,
     /// Slack Space Recycling: new writes go into holes instead of cleaning.
     Ssr,
-    /// The paper's rule: SSR unless the average slack is too small, then clean.
+    /// The paper's rule (SSR unless the average slack is too small, then
+    /// clean) where the cost estimate agrees that SSR is no dearer; greedy
+    /// victims on demand, cost-benefit's when idle.
     Adaptive,
     /// Per decision, the cheaper of SSR and cleaning by an estimated cost.
     Cost,

@@ -304,6 +304,13 @@ pub struct Log {
     /// Per buffer: which slots it holds (written in this pass).
     buf_filled: Vec<Vec<bool>>,
     dirty_pages: Vec<bool>,
+    /// Dirty map pages (`dirty_pages` set), counted as they are dirtied
+    /// while serving and recounted at each checkpoint.
+    dirty_count: u32,
+    /// Dirty map pages when the epoch's 1st, 2nd, 4th, ... 2^k-th segment
+    /// was sealed: how many pages a checkpoint writes after that many
+    /// segments of this workload (the cost estimate's checkpoint).
+    dirty_at_pow2: Vec<u32>,
     /// Per map page: the copy holding its current version.
     page_copy: Vec<u8>,
     segments_since_checkpoint: u32,
@@ -415,6 +422,8 @@ impl Log {
             seg_buf: FxHashMap::default(),
             buf_filled: vec![vec![false; geo.slot_count as usize]; args.buffer_count as usize],
             dirty_pages: vec![false; pages],
+            dirty_count: 0,
+            dirty_at_pow2: Vec::new(),
             page_copy: vec![0; pages],
             segments_since_checkpoint: 0,
             mark_generation: 0,
@@ -552,7 +561,27 @@ impl Log {
             self.usage.add(loc.0 as usize, 1, self.next_seq.0);
         }
         self.map.set(block, sid);
-        self.dirty_pages[Self::page_of(block)] = true;
+        let page = Self::page_of(block);
+        if !self.dirty_pages[page] {
+            self.dirty_pages[page] = true;
+            self.dirty_count += 1;
+        }
+    }
+
+    /// Map pages the checkpoint after a cleaning cycle of `segments`
+    /// segments (a pass's victims refilled) would write: the dirty pages
+    /// this epoch had after its first 2^k >= `segments` segments, or, in a
+    /// younger epoch, the pages dirty now scaled to that many segments.
+    fn checkpoint_pages_after(&self, segments: u32) -> u32 {
+        let k = segments.max(1).next_power_of_two().trailing_zeros() as usize;
+        match self.dirty_at_pow2.get(k) {
+            Some(&n) => n,
+            None => {
+                let scaled = u64::from(self.dirty_count) * u64::from(segments)
+                    / u64::from(self.segments_since_checkpoint + 1);
+                scaled.min(u64::from(self.args.map.page_count)) as u32
+            }
+        }
     }
 
     /// A client wrote or trimmed `block`: its group is looked at again by
@@ -594,7 +623,7 @@ impl Log {
         for l in busy.chain(self.seg_buf.keys().copied()) {
             segs[l as usize].busy = true;
         }
-        Census {
+        let mut c = Census {
             segs,
             slot_count: self.geo.slot_count,
             head: self.head.0,
@@ -602,7 +631,44 @@ impl Log {
             free_segments_min: self.args.free_segments_min,
             compacting: self.compacting,
             home: self.compact_home.map(|h| h.0),
+            ssr_shape: None,
+            checkpoint_pages: 0,
+            clean_batch: self.args.clean_batch_segments,
+        };
+        // What the cost estimate weighs (only policies that consult it pay
+        // for it): the SSR target's holes as the disk sees them, and the map
+        // pages the checkpoint after a cleaning pass would write.
+        if self.policy.weighs_ssr_against_cleaning() {
+            c.ssr_shape = c.best_holes().map(|t| self.hole_shape(SegLoc(t)));
+            c.checkpoint_pages = self.checkpoint_pages_after(self.args.clean_batch_segments);
         }
+        c
+    }
+
+    /// Segment `loc`'s holes as the disk sees an SSR pass over them: the
+    /// holes, and the stretches of live slots between two holes (each a
+    /// separate lower write after it), split into those shorter than
+    /// [`policy::ROTATION_MISS_BYTES`] (the write after one misses its
+    /// sector and waits a rotation) and the slots of the longer ones (the
+    /// disk passes over them).
+    fn hole_shape(&self, loc: SegLoc) -> policy::HoleShape {
+        let short_max = policy::ROTATION_MISS_BYTES.div_ceil(u64::from(self.args.block_bytes)) as u32;
+        let mut shape = policy::HoleShape { holes: 0, short_gaps: 0, long_gap_slots: 0 };
+        let mut live_run = None; // live slots since the last hole (None before the first)
+        for s in 0..self.geo.slot_count {
+            if self.live.get(u64::from(self.slot_id(loc, s))) == 0 {
+                match live_run {
+                    Some(n) if n > 0 && n < short_max => shape.short_gaps += 1,
+                    Some(n) if n >= short_max => shape.long_gap_slots += n,
+                    _ => {}
+                }
+                shape.holes += 1;
+                live_run = Some(0);
+            } else if let Some(n) = live_run.as_mut() {
+                *n += 1;
+            }
+        }
+        shape
     }
 
     /// Free segments (eligible, empty, not reserved).
@@ -632,6 +698,7 @@ impl Log {
             + self.written_now.ram_bytes()
             + self.freed_now.ram_bytes()
             + self.dirty_pages.capacity() as u64
+            + self.dirty_at_pow2.capacity() as u64 * 4
             + self.page_copy.capacity() as u64
             + self.group_dirty.ram_bytes()
     }
@@ -993,6 +1060,37 @@ mod tests {
             + 2 * words(segs, 1)
             + 2 * pages
             + words(groups, 1)
+    }
+
+    #[test]
+    fn the_cost_estimate_sees_the_targets_short_live_stretches_and_a_cycles_map_pages() {
+        let (args, geo) = args_over(64 << 20);
+        let mut log = Log::new(args, geo, OpenMode::Open { clean: true, accept_loss: false });
+        // Segment 3: live slots 0-1 (before the first hole: no stretch
+        // between holes), 5 and 9-11 (short: under 16 KiB), 20-35 (16
+        // slots: long) and 127 (after the last hole).
+        let live: Vec<u32> = [0, 1, 5, 9, 10, 11].into_iter().chain(20..36).chain([127]).collect();
+        for &s in &live {
+            log.live.set(u64::from(log.slot_id(SegLoc(3), s)), 1);
+        }
+        let shape = log.hole_shape(SegLoc(3));
+        assert_eq!(
+            shape,
+            policy::HoleShape { holes: 128 - live.len() as u32, short_gaps: 2, long_gap_slots: 16 }
+        );
+        // A cycle of 4 segments: the pages dirty when the epoch's 4th
+        // segment was sealed, not those dirty now.
+        log.dirty_at_pow2 = vec![3, 5, 9];
+        log.dirty_count = 70;
+        log.segments_since_checkpoint = 40;
+        assert_eq!(log.checkpoint_pages_after(4), 9);
+        assert_eq!(log.checkpoint_pages_after(3), 9, "the next power of two");
+        assert_eq!(log.checkpoint_pages_after(2), 5);
+        // A younger epoch (2 segments sealed, the third open): scaled.
+        log.dirty_at_pow2 = vec![3, 5];
+        log.dirty_count = 6;
+        log.segments_since_checkpoint = 2;
+        assert_eq!(log.checkpoint_pages_after(4), 8);
     }
 
     #[test]

@@ -504,6 +504,8 @@ impl Log {
                     self.freed_now.clear();
                     self.census_changed();
                     self.segments_since_checkpoint = 0;
+                    self.dirty_count = self.dirty_pages.iter().filter(|&&d| d).count() as u32;
+                    self.dirty_at_pow2.clear();
                     self.counters.checkpoints_count += 1;
                     if matches!(self.phase, Phase::Bringup(Bringup::Finishing)) {
                         self.phase = Phase::Serving;

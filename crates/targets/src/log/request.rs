@@ -600,6 +600,9 @@ impl Log {
         self.write_summary(o.loc, o.seq, o.buf, o.summary_slot, entries, true);
         self.counters.segments_written_count += 1;
         self.segments_since_checkpoint += 1;
+        if self.segments_since_checkpoint.is_power_of_two() {
+            self.dirty_at_pow2.push(self.dirty_count);
+        }
     }
 
     /// Writes a part of segment `loc`: the slots its `entries` name and its
@@ -788,8 +791,8 @@ impl Log {
     /// fit the space the cleaner may write. Returns the victim count.
     pub(super) fn push_clean(&mut self, on_demand: bool) -> Option<u64> {
         let c = self.census(false);
-        let victims =
-            self.fitting_victims(&c, self.policy.victims(&c, self.args.clean_batch_segments as usize));
+        let victims = self
+            .fitting_victims(&c, self.policy.victims(&c, self.args.clean_batch_segments as usize, on_demand));
         self.push_victims(victims, on_demand)
     }
 
@@ -1016,7 +1019,7 @@ impl Log {
         if c.segs.iter().any(|s| s.valid == 0 && !s.eligible && !s.busy) {
             return true;
         }
-        let candidates = self.policy.victims(&c, self.args.clean_batch_segments as usize);
+        let candidates = self.policy.victims(&c, self.args.clean_batch_segments as usize, false);
         let victims: Vec<u32> = self.fitting_victims(&c, candidates).iter().map(|v| v.0).collect();
         c.pass_gains(&victims)
     }
