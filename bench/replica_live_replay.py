@@ -332,6 +332,7 @@ def main():
     ap.add_argument("--dir", default="/dev/shm", help="where the volume files and sockets live (default: %(default)s)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "replica", "live-replay"))
     ap.add_argument("--no-sim", action="store_true", help="skip the simulator reference (the same trace in `layoutd sim`)")
+    ap.add_argument("--report", action="store_true", help="only rewrite OUT/README.md from OUT/result.json")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--stack", help=argparse.SUPPRESS)
     ap.add_argument("--trace", help=argparse.SUPPRESS)
@@ -341,6 +342,9 @@ def main():
     a.layoutd = os.path.abspath(a.layoutd)
     if a.worker:
         return worker(a)
+    if a.report:
+        with open(os.path.join(a.out, "result.json")) as f:
+            return write_readme(a.out, json.load(f))
     if shutil.which("nbdkit") is None or not os.access(a.layoutd, os.X_OK):
         sys.exit("replica_live_replay: needs nbdkit and a release build (cargo build --workspace --release)")
     with open(os.path.join(a.capture, "result.json")) as f:
@@ -397,7 +401,7 @@ def write_readme(out, r):
     base = r["stacks"][0]
 
     def pct(v, ref):
-        return f"{100 * (v / ref - 1):+.1f} %"
+        return f"{100 * (v / ref - 1):+.2f} %"
 
     lines = ["# replica: the noise experiment replayed live, one NBD connection per process", "",
              "A benchmark, not a test: live runs, numbers as measured (wall clock, load-sensitive). "
@@ -423,7 +427,7 @@ def write_readme(out, r):
                 v = ph[n]["process_2_mean_ms"]
                 mark = "†" if ph[n]["stalls"] or ref[n]["stalls"] else ""
                 d = "" if name == base else f" ({pct(v, ref[n]['process_2_mean_ms'])})"
-                cells.append(f"{v:.2f}{d}{mark}")
+                cells.append(f"{v:.3f}{d}{mark}")
             lines.append(f"| {run['pair']} | {load} | {name} | " + " | ".join(cells) + " |")
     lines += ["", "Process 1 (the Postmark pattern): span (s) per phase:", "",
               "| pair | stack | " + " | ".join(names) + " |", "| --- | --- |" + " ---: |" * len(names)]
@@ -446,7 +450,7 @@ def write_readme(out, r):
                     ("" if name == base else f" ({pct(ph[n]['process_2_mean_ms'], ref[n]['process_2_mean_ms'])})")
                     for n in names) + " |")
     lines += ["", "Reproduce: `cargo build --workspace --release && " + r["command"] + "` (about 9 minutes a pair, "
-              "plus 3 for the simulator reference)."]
+              "plus a minute for the simulator reference)."]
     rp.write_keeping_notes(os.path.join(out, "README.md"), lines)
 
 
