@@ -14,7 +14,7 @@ replica writes, upper writes, metadata writes), per request, against
 plain, with the own read's mean seek distance.
 
 Usage: bench/replica_noise_requests.py [--layoutd PATH] [--capture DIR]
-       [--stack NAME] [--phase N] [--stream-detect]
+       [--stack NAME] [--phase N] [--stream-detect] [--fifo]
 (stack names as in bench/replica_postmark.py; phase N = the N-th phase of
 the capture, 1 = read-1). Prints two tables; simulated time, deterministic.
 """
@@ -37,9 +37,14 @@ def main():
     ap.add_argument("--stack", default=rp.GOAL_STACK)
     ap.add_argument("--phase", type=int, default=1)
     ap.add_argument("--stream-detect", action="store_true", help="as bench/replica_postmark.py --stream-detect")
+    ap.add_argument("--fifo", action="store_true",
+                    help="the disk serves one request at a time in arrival order, as the live emulator "
+                         "(default: the simulator's CLOOK, depth 32, as bench/replica_postmark.py)")
     a = ap.parse_args()
     if a.stream_detect:
         rp.SIM_ARGS.append("--stream-detect")
+    if a.fifo:
+        rp.SIM_ARGS.extend(["--scheduler", "fifo", "--queue-depth", "1"])
     with open(os.path.join(a.capture, "result.json")) as f:
         meta = json.load(f)
     markers = [m["offset"] for m in meta["markers"]]

@@ -280,22 +280,31 @@ def noise(layoutd, trace_gz, markers, names, tmp):
         cfg = STACKS[0][1] if extra is None else config(extra)
         summary, with_streams = sim(layoutd, path, cfg, tmp, "noise-" + name, streams=True)
         records = [r[:5] for r in with_streams]
-        at = marker_times(records, markers)
-        # The simulator numbers streams itself: process 1 is the stream of
-        # the marker reads, process 2 the other stream that reads.
-        first = next(r[5] for r in with_streams if r[2] == "R" and r[3] == markers[0])
-        others = collections.Counter(r[5] for r in with_streams if r[2] == "R" and r[5] != first)
-        second = others.most_common(1)[0][0]
-        p2, p2_count = {}, {}
-        for i, phase in enumerate(names):
-            lo, hi = at[markers[2 * i]][1], at[markers[2 * i + 1]][0]
-            resp = [(c - a) / 1e6 for a, c, _, _, _, st in with_streams if st == second and lo <= a < hi]
-            p2[phase] = sum(resp) / len(resp) if resp else 0.0
-            p2_count[phase] = len(resp)
+        p2, p2_count = noise_process_2(with_streams, markers, names)
         out[name] = {"process_1_s": dict(phase_spans(records, markers, names)), "process_2_mean_ms": p2,
                      "process_2_requests": p2_count, "counters": counters(summary)}
         print("noise", name, out[name]["process_1_s"], p2, file=sys.stderr)
     return out
+
+
+def noise_process_2(with_streams, markers, names):
+    """Process 2's mean response (ms) and request count per phase of a
+    replay of the noise trace (records with their stream): the requests it
+    issued between the end of the phase's start marker read and the start
+    of its end marker read."""
+    at = marker_times([r[:5] for r in with_streams], markers)
+    # The simulator numbers streams itself: process 1 is the stream of
+    # the marker reads, process 2 the other stream that reads.
+    first = next(r[5] for r in with_streams if r[2] == "R" and r[3] == markers[0])
+    others = collections.Counter(r[5] for r in with_streams if r[2] == "R" and r[5] != first)
+    second = others.most_common(1)[0][0]
+    p2, p2_count = {}, {}
+    for i, phase in enumerate(names):
+        lo, hi = at[markers[2 * i]][1], at[markers[2 * i + 1]][0]
+        resp = [(c - a) / 1e6 for a, c, _, _, _, st in with_streams if st == second and lo <= a < hi]
+        p2[phase] = sum(resp) / len(resp) if resp else 0.0
+        p2_count[phase] = len(resp)
+    return p2, p2_count
 
 
 def two_processes(layoutd, trace_gz, markers, names, tmp):
