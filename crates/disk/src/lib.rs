@@ -14,6 +14,7 @@
 mod concat;
 mod file;
 mod mem;
+mod null;
 mod overlay;
 mod recorder;
 mod zeromap;
@@ -21,6 +22,7 @@ mod zeromap;
 pub use concat::ConcatDevice;
 pub use file::FileDevice;
 pub use mem::MemDevice;
+pub use null::NullDevice;
 pub use overlay::OverlayDevice;
 pub use recorder::{LogEntry, LogOp, Recorder, WriteLog};
 

@@ -11,7 +11,6 @@
 use crate::hist::Histogram;
 use crate::sample::Sampler;
 use layoutd_core::{Instant, Op, Request, SECTOR_BYTES};
-use layoutd_disk::BlockDevice;
 use layoutd_hdd::{Disk, DiskOp, DiskRequest};
 use layoutd_runtime::det::Timing;
 use rand_chacha::ChaCha8Rng;
@@ -245,37 +244,6 @@ impl Timing for HddTiming {
     }
 }
 
-/// A device of a given size that stores nothing: every operation succeeds.
-/// In timing-only mode no request carries data, so nothing is lost.
-pub struct NullDevice {
-    size_bytes: u64,
-}
-
-impl NullDevice {
-    /// A device of `size_bytes`.
-    pub fn new(size_bytes: u64) -> NullDevice {
-        NullDevice { size_bytes }
-    }
-}
-
-impl BlockDevice for NullDevice {
-    fn size_bytes(&self) -> u64 {
-        self.size_bytes
-    }
-    fn read_at(&self, buf: &mut [u8], _offset_bytes: u64) -> std::io::Result<()> {
-        buf.fill(0);
-        Ok(())
-    }
-    fn write_at(&self, _buf: &[u8], _offset_bytes: u64) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn trim(&self, _offset_bytes: u64, _length_bytes: u64) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn write_zeroes(&self, _offset_bytes: u64, _length_bytes: u64) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+/// A device that stores nothing (now in `layoutd_disk`, shared with the
+/// runtime's memory tests).
+pub use layoutd_disk::NullDevice;

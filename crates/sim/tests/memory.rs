@@ -11,49 +11,11 @@
 use layoutd_core::config::StackConfig;
 use layoutd_hdd::DiskParams;
 use layoutd_sim::{simulate, SimOptions, TraceFormat};
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-fn add(n: usize) {
-    let live = LIVE.fetch_add(n, Ordering::Relaxed) + n;
-    PEAK.fetch_max(live, Ordering::Relaxed);
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        add(layout.size());
-        System.alloc(layout)
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        add(layout.size());
-        System.alloc_zeroed(layout)
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        System.dealloc(ptr, layout)
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if new_size > layout.size() {
-            add(new_size - layout.size());
-        } else {
-            LIVE.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
-        }
-        System.realloc(ptr, layout, new_size)
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+#[path = "../../core/tests/support/counting_alloc.rs"]
+mod counting_alloc;
 
 /// Requests in the generated overload.
 const REQUESTS: u64 = 200_000;
@@ -96,10 +58,10 @@ fn peak_of_replay(trace: PathBuf, stack: &StackConfig) -> (usize, u64) {
     o.stack = stack.clone();
     o.stack_origin = "dcd".into();
     o.samples_max = 1000;
-    let before = LIVE.load(Ordering::Relaxed);
-    PEAK.store(before, Ordering::Relaxed);
+    let before = counting_alloc::live_bytes();
+    counting_alloc::reset_peak();
     let out = simulate(&o).unwrap();
-    let peak = PEAK.load(Ordering::Relaxed) - before;
+    let peak = counting_alloc::peak_bytes() - before;
     assert_eq!(out.summary.requests, REQUESTS);
     assert!(out.summary.reads_count > REQUESTS * 3 / 4);
     // Arrivals end after REQUESTS x 10 us; the disk serves at a roughly
