@@ -304,8 +304,7 @@ pub struct Log {
     /// Per buffer: which slots it holds (written in this pass).
     buf_filled: Vec<Vec<bool>>,
     dirty_pages: Vec<bool>,
-    /// Dirty map pages (`dirty_pages` set), counted as they are dirtied
-    /// while serving and recounted at each checkpoint.
+    /// Dirty map pages (`dirty_pages` set), kept by [`Log::set_page_dirty`].
     dirty_count: u32,
     /// Dirty map pages when the epoch's 1st, 2nd, 4th, ... 2^k-th segment
     /// was sealed: how many pages a checkpoint writes after that many
@@ -561,10 +560,18 @@ impl Log {
             self.usage.add(loc.0 as usize, 1, self.next_seq.0);
         }
         self.map.set(block, sid);
-        let page = Self::page_of(block);
-        if !self.dirty_pages[page] {
-            self.dirty_pages[page] = true;
-            self.dirty_count += 1;
+        self.set_page_dirty(Self::page_of(block), true);
+    }
+
+    /// Marks map page `page` dirty or clean, keeping `dirty_count` in step.
+    pub(super) fn set_page_dirty(&mut self, page: usize, dirty: bool) {
+        if self.dirty_pages[page] != dirty {
+            self.dirty_pages[page] = dirty;
+            if dirty {
+                self.dirty_count += 1;
+            } else {
+                self.dirty_count -= 1;
+            }
         }
     }
 

@@ -285,7 +285,7 @@ impl Log {
         self.page_copy[p as usize] = pick;
         // A copy of a checkpoint that never completed must not outlive this
         // recovery: a later checkpoint's generation would make it current.
-        self.dirty_pages[p as usize] = newer(&other);
+        self.set_page_dirty(p as usize, newer(&other));
         Ok(())
     }
 
@@ -343,13 +343,13 @@ impl Log {
                         return Err(format!("slot {slot} holds {sector_count} sectors, not one block"));
                     }
                     self.map.set(block, self.slot_id(at, u32::from(slot)));
-                    self.dirty_pages[Self::page_of(block)] = true;
+                    self.set_page_dirty(Self::page_of(block), true);
                 }
                 Entry::Invalidate { start_sector, sector_count } => {
                     let (a, n) = range(start_sector, sector_count)?;
                     for b in a..a + n {
                         self.map.set(b, UNMAPPED);
-                        self.dirty_pages[Self::page_of(b)] = true;
+                        self.set_page_dirty(Self::page_of(b), true);
                     }
                 }
                 Entry::Next { .. } | Entry::Continue { .. } => {}
@@ -497,14 +497,17 @@ impl Log {
                     self.take_io()?;
                     for &p in &k.pages {
                         self.page_copy[p as usize] ^= 1;
-                        self.dirty_pages[p as usize] = false;
+                        self.set_page_dirty(p as usize, false);
                     }
                     self.epoch += 1;
                     self.written_now.clear();
                     self.freed_now.clear();
                     self.census_changed();
                     self.segments_since_checkpoint = 0;
-                    self.dirty_count = self.dirty_pages.iter().filter(|&&d| d).count() as u32;
+                    debug_assert_eq!(
+                        self.dirty_count as usize,
+                        self.dirty_pages.iter().filter(|&&d| d).count()
+                    );
                     self.dirty_at_pow2.clear();
                     self.counters.checkpoints_count += 1;
                     if matches!(self.phase, Phase::Bringup(Bringup::Finishing)) {
