@@ -55,6 +55,22 @@ pub struct TargetType {
     pub about: &'static str,
     /// Builds the target, or says which key is wrong.
     pub ctr: fn(TargetContext<'_>) -> Result<Box<dyn Target>, ConfigError>,
+    /// What may sit above it in a stack.
+    pub stacking: Stacking,
+}
+
+/// How a target type stacks ([`build_stack`] checks it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stacking {
+    /// One device above, one below: any layer may sit above it.
+    Layer,
+    /// Passes every request through unchanged: it may sit above anything.
+    PassThrough,
+    /// Its upper address space is volumes side by side, each exported by
+    /// name: a layer above would see them as one device (and put its
+    /// metadata in a slot that may hold no volume), so only pass-through
+    /// layers may sit above it.
+    NamedVolumes,
 }
 
 /// The target types this build knows.
@@ -63,36 +79,43 @@ pub const TARGET_TYPES: &[TargetType] = &[
         name: "dcd",
         about: "Disk Caching Disk: small writes logged in segments, destaged home when idle, crash recovery by replay",
         ctr: |c| Ok(Box::new(dcd::Dcd::ctr(c.args, c.lower_bytes, c.members, c.mode)?)),
+        stacking: Stacking::Layer,
     },
     TargetType {
         name: "linear",
         about: "maps the volume onto one or more slices of the lower device (dm-linear)",
         ctr: |c| Ok(Box::new(linear::Linear::ctr(c.args, c.lower_bytes)?)),
+        stacking: Stacking::Layer,
     },
     TargetType {
         name: "pool",
         about: "an origin and copy-on-write snapshots in one thin pool, copies placed next to their origin chunk",
         ctr: |c| Ok(Box::new(pool::Pool::ctr(c.args, c.lower_bytes, c.mode)?)),
+        stacking: Stacking::NamedVolumes,
     },
     TargetType {
         name: "opt",
         about: "self-optimizing layout: profiles requests, plans correlated blocks into an OPT region, copies them there in idle time",
         ctr: |c| Ok(Box::new(opt::Opt::ctr(c.args, c.lower_bytes, c.mode)?)),
+        stacking: Stacking::Layer,
     },
     TargetType {
         name: "log",
         about: "log-structured layout: out-of-place writes in segments, cleaning, hole-plugging, slack space recycling, lazy map",
         ctr: |c| Ok(Box::new(log::Log::ctr(c.args, c.lower_bytes, c.mode)?)),
+        stacking: Stacking::Layer,
     },
     TargetType {
         name: "replica",
         about: "replicates repeated non-sequential reads, in access order, into blocks the file system declared free",
         ctr: |c| Ok(Box::new(replica::Replica::ctr(c.args, c.lower_bytes, c.mode)?)),
+        stacking: Stacking::Layer,
     },
     TargetType {
         name: "trace",
         about: "passes everything through and records each request (time, stream, op, offset, length)",
         ctr: |c| Ok(Box::new(trace::Trace::ctr(c.args, c.lower_bytes)?)),
+        stacking: Stacking::PassThrough,
     },
 ];
 
@@ -126,19 +149,24 @@ pub fn build_stack_members(
             .checked_add(m)
             .ok_or_else(|| ConfigError("the member devices add up to more than 2^64 bytes".into()))?;
     }
-    // A pool's upper address space is its volume slots side by side, each
-    // exported by name: a layer above it would see them as one device
-    // (and put its metadata in a slot that may hold no volume). Only the
-    // pass-through `trace` may sit above a pool.
-    if let Some(p) = cfg.layer.iter().position(|l| l.target == "pool") {
-        if let Some((a, above)) = cfg.layer[..p].iter().enumerate().find(|(_, l)| l.target != "trace") {
+    // Only pass-through layers above a target of named volumes (a pool);
+    // an unknown target is named by the loop below.
+    let stacking = |l: &layoutd_core::config::LayerConfig| target_type(&l.target).map(|t| t.stacking);
+    if let Some(p) = cfg.layer.iter().position(|l| stacking(l) == Some(Stacking::NamedVolumes)) {
+        if let Some((a, above)) = cfg.layer[..p]
+            .iter()
+            .enumerate()
+            .find(|(_, l)| stacking(l).is_some_and(|s| s != Stacking::PassThrough))
+        {
             return Err(ConfigError(format!(
-                "layer {} ({}) sits above layer {} (pool): a pool's volumes are exported by name, so only a \
-                 `trace` layer may be above it; put `{}` below the pool",
+                "layer {} ({}) sits above layer {} ({}): its volumes are exported by name, so only a \
+                 `trace` layer may be above it; put `{}` below the {}",
                 a + 1,
                 above.target,
                 p + 1,
-                above.target
+                cfg.layer[p].target,
+                above.target,
+                cfg.layer[p].target
             )));
         }
     }
