@@ -193,8 +193,10 @@ impl Target for Stack {
         self.layers.iter().all(|t| t.is_ready())
     }
 
+    /// Every layer's status, top first; a layer that is itself a stack (a
+    /// recording's trace layer put on top of one) gives its own layers'.
     fn layer_statuses(&self) -> Vec<Status> {
-        self.layers.iter().map(|t| t.status()).collect()
+        self.layers.iter().flat_map(|t| t.layer_statuses()).collect()
     }
 
     /// Offered to each layer, top first; the first that takes it answers.
@@ -229,7 +231,7 @@ impl Target for Stack {
             // counters, one line each, top first (`layoutd message --socket
             // S status` on a running volume).
             let lines: Vec<String> =
-                self.layers.iter().enumerate().map(|(i, l)| format!("{}: {}", i + 1, l.status())).collect();
+                self.layer_statuses().iter().enumerate().map(|(i, st)| format!("{}: {st}", i + 1)).collect();
             return Ok(lines.join("\n"));
         }
         Err(errors.join("; "))

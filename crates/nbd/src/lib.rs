@@ -24,12 +24,10 @@
 mod allocation;
 
 use allocation::Allocation;
-use layoutd_core::Stack;
 use layoutd_core::{Completion, IoError, Op, ReqId, Request, StreamId, REQUEST_BYTES_MAX};
 use layoutd_runtime::emulate::MemberEmulators;
 use layoutd_runtime::live::{LiveVolume, RecordSink};
 use layoutd_runtime::volume;
-use layoutd_targets::trace::Trace;
 use nbdkit::{Error, ExtentHandle, ExtentType, Flags, FuaFlags, Result, Server, ThreadModel};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
@@ -302,12 +300,8 @@ impl Server for Connection {
             let sink: Option<RecordSink> =
                 o.trace_file.take().map(|f| Box::new(std::io::BufWriter::new(f)) as RecordSink);
             let (mut stack, data) = o.pending.take().ok_or_else(|| eio("volume already started"))?;
-            let has_trace_layer = stack.layer_statuses().iter().any(|s| s.target == "trace");
-            if sink.is_some() && !has_trace_layer {
-                // Record what the client sent, whatever the stack: a trace layer on top.
-                // (A stack with its own trace layer records through that one.)
-                let size = stack.size_bytes();
-                stack = Box::new(Stack::new(vec![Box::new(Trace::new(size, 1 << 16)), stack]));
+            if sink.is_some() {
+                stack = layoutd_targets::trace::recording(stack);
             }
             // One emulated disk (one arm) per member device.
             let delay = params.map(|p| {

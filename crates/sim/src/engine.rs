@@ -379,25 +379,16 @@ pub fn simulate(opts: &SimOptions) -> anyhow::Result<SimOutcome> {
             std::fs::File::create(path).with_context(|| format!("{}: cannot create", path.display()))?;
         timing.record = Some(crate::timing::DiskRecord::new(Box::new(std::io::BufWriter::new(file))));
     }
-    // A recording needs a trace layer: one on top when the stack has none
-    // (as `serve --record-trace` does), so the record is never silently empty.
-    let with_trace;
-    let config = if opts.record_trace.is_some() && !opts.stack.layer.iter().any(|l| l.target == "trace") {
-        let mut c = opts.stack.clone();
-        c.layer.insert(
-            0,
-            layoutd_core::config::LayerConfig { target: "trace".into(), args: toml::Table::new() },
-        );
-        with_trace = c;
-        &with_trace
-    } else {
-        &opts.stack
-    };
-    let stack = layoutd_targets::build_stack(config, capacity_bytes, OpenMode::Format)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", opts.stack_origin))?;
+    let mut stack: Box<dyn Target> = Box::new(
+        layoutd_targets::build_stack(&opts.stack, capacity_bytes, OpenMode::Format)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", opts.stack_origin))?,
+    );
+    if opts.record_trace.is_some() {
+        stack = layoutd_targets::trace::recording(stack);
+    }
     let volume_bytes = stack.size_bytes();
     let device = Arc::new(NullDevice::new(capacity_bytes));
-    let mut h = Harness::new(Box::new(stack), device, timing, opts.seed);
+    let mut h = Harness::new(stack, device, timing, opts.seed);
     h.with_data = false;
     h.bring_up().map_err(|e| anyhow::anyhow!("{}: bring-up: {e}", opts.stack_origin))?;
     let origin_ns = h.now.as_ns();

@@ -14,8 +14,23 @@
 //! Status: `trace records_count=.. records_dropped_count=.. in_flight_count=..`.
 
 use layoutd_core::config::{ArgReader, ConfigError};
-use layoutd_core::{Completion, Instant, ReqId, Request, Status, Target, TraceRecord};
+use layoutd_core::{Completion, Instant, ReqId, Request, Stack, Status, Target, TraceRecord};
 use std::collections::{BTreeMap, VecDeque};
+
+/// Records held for the runtime to drain by default.
+pub const RECORD_QUEUE_MAX_DEFAULT: usize = 65536;
+
+/// `stack` ready to record what a client sends it: as it is when it has a
+/// `trace` layer (that one records), else with one put on top. Used by
+/// `serve --record-trace` and `sim --record-trace`, so a recording is never
+/// silently empty and never doubled.
+pub fn recording(stack: Box<dyn Target>) -> Box<dyn Target> {
+    if stack.layer_statuses().iter().any(|s| s.target == "trace") {
+        return stack;
+    }
+    let size = stack.size_bytes();
+    Box::new(Stack::new(vec![Box::new(Trace::new(size, RECORD_QUEUE_MAX_DEFAULT)), stack]))
+}
 
 /// The trace target.
 pub struct Trace {
@@ -34,7 +49,7 @@ pub struct Trace {
 impl Trace {
     /// Parses the config over a lower device of `lower_bytes`.
     pub fn ctr(mut args: ArgReader<'_>, lower_bytes: u64) -> Result<Trace, ConfigError> {
-        let record_queue_max = args.u64_opt("record_queue_max")?.unwrap_or(65536);
+        let record_queue_max = args.u64_opt("record_queue_max")?.unwrap_or(RECORD_QUEUE_MAX_DEFAULT as u64);
         if record_queue_max == 0 {
             return Err(args.error("`record_queue_max` must be at least 1"));
         }
