@@ -105,10 +105,9 @@ pub fn nearest_copy(
     // that went the same way).
     let prev = if follow { last.checked_sub(1).and_then(&home_of) } else { None };
     let follows = |slot: u64| {
-        follow
-            && prev.is_some_and(|p| {
-                (1..=analyze::FOLLOW_AHEAD_BLOCKS).any(|j| slot.checked_sub(j).and_then(&home_of) == Some(p))
-            })
+        prev.is_some_and(|p| {
+            (1..=analyze::FOLLOW_AHEAD_BLOCKS).any(|j| slot.checked_sub(j).and_then(&home_of) == Some(p))
+        })
     };
     let mut best = (primary, n);
     let mut best_follows = follows(primary);
