@@ -68,6 +68,11 @@ pub struct PoolConfig {
     /// write-zeroes requests beside it (`"write-zeroes"`, the default: a
     /// file or thin device may punch or zero-range them without writing).
     pub zero_in_write: bool,
+    /// Whether a fresh chunk's first (partial) write leaves the chunk
+    /// partial with no base instead (`zero_new_chunks_with = "partial"`):
+    /// only its written sectors are on disk, the rest reads as zeroes
+    /// from the metadata, nothing is zeroed.
+    pub zero_partial: bool,
     /// Whether the origin's first write to a shared chunk goes to a new
     /// chunk near it, leaving the old one to the snapshots
     /// (`origin_shared_write = "redirect"`, the default, as dm-thin: no
@@ -138,14 +143,17 @@ impl PoolConfig {
         let defrag = args.bool_opt("defrag")?.unwrap_or(named.is_none_or(|p| p == PlacementKind::Nearest));
         let defrag_partial_home = args.bool_opt("defrag_partial_home")?.unwrap_or(false);
         let zero_new_chunks = args.bool_opt("zero_new_chunks")?.unwrap_or(true);
-        let zero_in_write = match args.str_opt("zero_new_chunks_with")?.unwrap_or("write-zeroes") {
-            "write-zeroes" => false,
-            "write" => true,
-            other => {
-                return Err(args
-                    .error(format!("key `zero_new_chunks_with`: unknown `{other}` (write-zeroes, write)")))
-            }
-        };
+        let (zero_in_write, zero_partial) =
+            match args.str_opt("zero_new_chunks_with")?.unwrap_or("write-zeroes") {
+                "write-zeroes" => (false, false),
+                "write" => (true, false),
+                "partial" => (false, true),
+                other => {
+                    return Err(args.error(format!(
+                        "key `zero_new_chunks_with`: unknown `{other}` (write-zeroes, write, partial)"
+                    )))
+                }
+            };
         let redirect_origin = match args.str_opt("origin_shared_write")?.unwrap_or("redirect") {
             "copy-out" => false,
             "redirect" => true,
@@ -228,6 +236,7 @@ impl PoolConfig {
             defrag_partial_home,
             zero_new_chunks,
             zero_in_write,
+            zero_partial,
             redirect_origin,
             journal_blocks,
             body_blocks,
@@ -339,7 +348,7 @@ mod tests {
             ("slices = 8", "only the `sliced` placement takes it"),
             (
                 "zero_new_chunks_with = \"punch\"",
-                "key `zero_new_chunks_with`: unknown `punch` (write-zeroes, write)",
+                "key `zero_new_chunks_with`: unknown `punch` (write-zeroes, write, partial)",
             ),
             (
                 "origin_shared_write = \"in-place\"",
