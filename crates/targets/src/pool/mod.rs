@@ -2519,7 +2519,8 @@ impl Pool {
     fn fill_due(&self, now: Instant) -> bool {
         // A fresh chunk's zeroes are not written in idle time (that is
         // the write the partial chunk saves).
-        self.quiet.is_idle(now) && self.partial.values().any(|pt| pt.base != NO_BASE)
+        // (`based` counts the partial chunks that have a base.)
+        !self.based.is_empty() && self.quiet.is_idle(now)
     }
 
     fn pump(&mut self) {
