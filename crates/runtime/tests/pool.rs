@@ -40,8 +40,9 @@ fn policies() -> Vec<String> {
         cfg("sliced", "slices = 6\norigin_shared_write = \"redirect\"\n"),
         // Redirect, the partial chunks put home composed by the defragmenter.
         cfg_default("contiguous", "defrag = true\ndefrag_partial_home = true\n"),
-        // Fresh chunks kept partial with no base (redirect, defrag).
-        cfg_default("nearest", "zero_new_chunks_with = \"partial\"\n"),
+        // Fresh chunks zeroed with write-zeroes (the default before
+        // session 26 kept partial with no base; redirect, defrag).
+        cfg_default("nearest", "zero_new_chunks_with = \"write-zeroes\"\n"),
         // The built-in default: `sliced` 30, redirect, defrag.
         cfg_default("nearest", "").replace("placement = \"nearest\"\n", ""),
     ]

@@ -2409,7 +2409,11 @@ impl Pool {
     /// `(q, n)` if `moves` take the run of partial chunks `q..q + n`.
     fn composed_run(&self, moves: &[(u64, u64, u64)]) -> Option<(u64, u64)> {
         let q = moves.first()?.1;
-        let run = moves.iter().zip(q..).all(|(m, p)| m.1 == p && self.partial.contains_key(&p));
+        // (A fresh chunk's partial has no base to compose with: never.)
+        let run = moves
+            .iter()
+            .zip(q..)
+            .all(|(m, p)| m.1 == p && self.partial.get(&p).is_some_and(|pt| pt.base != NO_BASE));
         run.then_some((q, moves.len() as u64))
     }
 
