@@ -87,7 +87,8 @@ def replay(l, trace, stack, phases, eb, work):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--stacks", default="sliced-30-redirect-defrag,sliced-30-redirect,contiguous-redirect,"
+    ap.add_argument("--stacks", default="sliced-30-redirect-defrag,sliced-30-redirect-defrag-write-zeroes,"
+                    "sliced-30-redirect,contiguous-redirect,contiguous-redirect-write-zeroes,"
                     "contiguous-redirect-defrag,nearest-redirect,nearest-redirect-nodefrag", help="pool stacks of bench/workloads/pool/kernel/ (default: %(default)s)")
     a = ap.parse_args()
     l = os.path.join(ROOT, "target/release/layoutd")

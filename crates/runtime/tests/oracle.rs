@@ -69,6 +69,11 @@ target = "linear"
         "version = 1\n[[layer]]\ntarget = \"pool\"\nchunk_size = \"8K\"\nvolumes_max = 1\njournal_blocks = 8\n",
     ),
     (
+        "pool-origin-only-8k-chunks-fresh-partial",
+        "version = 1\n[[layer]]\ntarget = \"pool\"\nchunk_size = \"8K\"\nvolumes_max = 1\njournal_blocks = 8\n\
+         zero_new_chunks_with = \"partial\"\n",
+    ),
+    (
         "opt-tiny-region-frequent-plans-writes-home",
         opt_tiny!("absorb_writes = false\n"),
     ),

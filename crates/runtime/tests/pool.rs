@@ -40,6 +40,9 @@ fn policies() -> Vec<String> {
         cfg("sliced", "slices = 6\norigin_shared_write = \"redirect\"\n"),
         // Redirect, the partial chunks put home composed by the defragmenter.
         cfg_default("contiguous", "defrag = true\ndefrag_partial_home = true\n"),
+        // Fresh chunks zeroed with write-zeroes (the default before
+        // session 26 kept partial with no base; redirect, defrag).
+        cfg_default("nearest", "zero_new_chunks_with = \"write-zeroes\"\n"),
         // The built-in default: `sliced` 30, redirect, defrag.
         cfg_default("nearest", "").replace("placement = \"nearest\"\n", ""),
     ]
@@ -47,7 +50,7 @@ fn policies() -> Vec<String> {
 
 #[test]
 fn every_volume_reads_back_its_own_model_with_snapshots_at_random_points() {
-    let (mut partial_redirects, mut fills, mut fill_runs, mut homed) = (0, 0, 0, 0);
+    let (mut partial_redirects, mut fills, mut fill_runs, mut homed, mut fresh) = (0, 0, 0, 0, 0);
     for c in policies() {
         for seed in 0..4u64 {
             let make = |mode| stack_from_toml(&c, DEVICE_BYTES, mode);
@@ -74,12 +77,14 @@ fn every_volume_reads_back_its_own_model_with_snapshots_at_random_points() {
                 fill_runs += counter(&h, "fill_runs_count");
                 homed += counter(&h, "partial_chunks_composed_home_count");
             }
+            fresh += counter(&h, "fresh_partial_chunks_count");
         }
     }
     assert!(
         partial_redirects > 20 && fills > 10 && fill_runs > 0 && homed > 0,
         "partial redirects {partial_redirects}, fills {fills} ({fill_runs} runs of chunks), {homed} put home composed"
     );
+    assert!(fresh > 20, "fresh chunks kept partial: {fresh}");
 }
 
 #[test]
@@ -891,6 +896,8 @@ fn zero_new_chunks_with_write_sends_a_run_of_fresh_chunks_zeroes_included_as_one
             vec![(Op::Write, four as u32 * 4), (Op::WriteZeroes, 4096), (Op::WriteZeroes, 4096)],
         ),
         ("write", vec![(Op::Write, 3 * CHUNK as u32)]),
+        // Chunks 0 and 2 partial with no base: nothing zeroed.
+        ("partial", vec![(Op::Write, four as u32 * 4)]),
     ] {
         let c =
             cfg("contiguous", &format!("zero_new_chunks_with = \"{with}\"\n[[layer]]\ntarget = \"trace\"\n"));
@@ -904,6 +911,58 @@ fn zero_new_chunks_with_write_sends_a_run_of_fresh_chunks_zeroes_included_as_one
         let mut all = vec![0u8; 3 * CHUNK];
         all[four..5 * four].copy_from_slice(&data);
         assert_eq!(read(&mut h, 0, 3 * CHUNK), all, "zero_new_chunks_with = {with}");
+    }
+}
+
+#[test]
+fn a_fresh_chunk_kept_partial_writes_only_its_data_and_reads_zeroes_elsewhere_also_after_reopen() {
+    // A 64 KiB chunk written whole with 0x11, trimmed (freed once
+    // durable), then 4 KiB written at 8 KiB: the same chunk comes back
+    // (the origin's home, the device still holding 0x11 there). With
+    // `zero_new_chunks_with = "partial"` the write is one lower write of
+    // 4 KiB and no write-zeroes (the default zeroes the 60 KiB around
+    // it); the rest reads zeroes, with no lower read for a read of the
+    // unwritten part alone, and so after a flush and a reopen. A second
+    // write fills more; writing the rest makes the chunk whole.
+    const C: usize = 64 << 10;
+    for (with, zeroed) in [("write-zeroes", 60u64 << 10), ("partial", 0)] {
+        let c = format!(
+            "version = 1\n[[layer]]\ntarget = \"pool\"\nchunk_size = \"64K\"\nvolume_size = \"1M\"\n\
+             volumes_max = 2\njournal_blocks = 8\nplacement = \"contiguous\"\nzero_new_chunks_with = \"{with}\"\n\
+             [[layer]]\ntarget = \"trace\"\n"
+        );
+        let (mut h, dev) = harness(&c, 8 << 20);
+        assert_eq!(h.write(0, vec![0x11; C]).result, Ok(()));
+        assert_eq!(h.call(Request::new(ReqId(0), Op::Trim, 0, C as u32)).result, Ok(()));
+        assert_eq!(h.flush().result, Ok(()));
+        lower_data_requests(&mut h);
+        assert_eq!(h.write(8 << 10, vec![0x22; 4096]).result, Ok(()));
+        let reqs = lower_data_requests(&mut h);
+        let zeroes: u64 = reqs.iter().filter(|r| r.0 == Op::WriteZeroes).map(|r| r.2 as u64).sum();
+        let writes: Vec<u32> = reqs.iter().filter(|r| r.0 == Op::Write).map(|r| r.2).collect();
+        assert_eq!((writes, zeroes), (vec![4096], zeroed), "{with}: {reqs:?}");
+        let mut want = vec![0u8; C];
+        want[8 << 10..12 << 10].fill(0x22);
+        assert_eq!(read(&mut h, 0, C), want, "{with}");
+        assert_eq!(read(&mut h, 32 << 10, 4096), vec![0u8; 4096], "{with}");
+        if with == "partial" {
+            let reads = lower_data_requests(&mut h);
+            assert_eq!(reads.len(), 1, "only the whole-chunk read went down: {reads:?}");
+            assert_eq!(counter(&h, "fresh_partial_chunks_count"), 1);
+        }
+        assert_eq!(h.flush().result, Ok(()));
+        let mut h = reopen(&c, &dev);
+        bring_up(&mut h);
+        assert_eq!(read(&mut h, 0, C), want, "{with}, reopened");
+        // More of it written, then the rest: whole, the same bytes.
+        assert_eq!(h.write(0, vec![0x33; 4096]).result, Ok(()));
+        want[..4096].fill(0x33);
+        assert_eq!(read(&mut h, 0, C), want, "{with}, second write");
+        assert_eq!(h.write(12 << 10, vec![0x44; C - (12 << 10)]).result, Ok(()));
+        assert_eq!(h.write(4096, vec![0x55; 4096]).result, Ok(()));
+        want[12 << 10..].fill(0x44);
+        want[4096..8192].fill(0x55);
+        assert_eq!(read(&mut h, 0, C), want, "{with}, written whole");
     }
 }
 

@@ -65,9 +65,14 @@ pub struct PoolConfig {
     /// Whether that zeroing goes as zero bytes in the chunk's data write
     /// (`zero_new_chunks_with = "write"`: one lower request for the chunk,
     /// joined with its neighbours'; the bytes are written) rather than as
-    /// write-zeroes requests beside it (`"write-zeroes"`, the default: a
+    /// write-zeroes requests beside it (`"write-zeroes"`: a
     /// file or thin device may punch or zero-range them without writing).
     pub zero_in_write: bool,
+    /// Whether a fresh chunk's first (partial) write leaves the chunk
+    /// partial with no base instead (`zero_new_chunks_with = "partial"`):
+    /// only its written sectors are on disk, the rest reads as zeroes
+    /// from the metadata, nothing is zeroed (the default since session 26).
+    pub zero_partial: bool,
     /// Whether the origin's first write to a shared chunk goes to a new
     /// chunk near it, leaving the old one to the snapshots
     /// (`origin_shared_write = "redirect"`, the default, as dm-thin: no
@@ -138,12 +143,14 @@ impl PoolConfig {
         let defrag = args.bool_opt("defrag")?.unwrap_or(named.is_none_or(|p| p == PlacementKind::Nearest));
         let defrag_partial_home = args.bool_opt("defrag_partial_home")?.unwrap_or(false);
         let zero_new_chunks = args.bool_opt("zero_new_chunks")?.unwrap_or(true);
-        let zero_in_write = match args.str_opt("zero_new_chunks_with")?.unwrap_or("write-zeroes") {
-            "write-zeroes" => false,
-            "write" => true,
+        let (zero_in_write, zero_partial) = match args.str_opt("zero_new_chunks_with")?.unwrap_or("partial") {
+            "write-zeroes" => (false, false),
+            "write" => (true, false),
+            "partial" => (false, true),
             other => {
-                return Err(args
-                    .error(format!("key `zero_new_chunks_with`: unknown `{other}` (write-zeroes, write)")))
+                return Err(args.error(format!(
+                    "key `zero_new_chunks_with`: unknown `{other}` (write-zeroes, write, partial)"
+                )))
             }
         };
         let redirect_origin = match args.str_opt("origin_shared_write")?.unwrap_or("redirect") {
@@ -228,6 +235,7 @@ impl PoolConfig {
             defrag_partial_home,
             zero_new_chunks,
             zero_in_write,
+            zero_partial,
             redirect_origin,
             journal_blocks,
             body_blocks,
@@ -339,7 +347,7 @@ mod tests {
             ("slices = 8", "only the `sliced` placement takes it"),
             (
                 "zero_new_chunks_with = \"punch\"",
-                "key `zero_new_chunks_with`: unknown `punch` (write-zeroes, write)",
+                "key `zero_new_chunks_with`: unknown `punch` (write-zeroes, write, partial)",
             ),
             (
                 "origin_shared_write = \"in-place\"",

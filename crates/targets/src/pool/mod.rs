@@ -50,7 +50,7 @@ use layoutd_core::{
     Completion, Instant, IoError, Op, OpenMode, ReqId, Request, Status, Target, REQUEST_BYTES_MAX,
 };
 use meta::{Header, Record, Run, UNMAPPED};
-use partial::{Partial, Sectors, SECTORS_MAX};
+use partial::{Partial, Sectors, NO_BASE, SECTORS_MAX};
 use place::ChunkPlacement;
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::{BTreeMap, VecDeque};
@@ -161,6 +161,9 @@ enum Change {
     /// The origin's `lc` moves off the shared `p` to `q`, where only the
     /// piece `[coff, coff + len)` is written: `q` is partial, its base `p`.
     Redirect { lc: u64, p: u64, q: u64, coff: u64, len: u64 },
+    /// A fresh chunk for `slot`'s `lc` where only `[coff, coff + len)` is
+    /// written: `q` is partial with no base (the rest reads as zeroes).
+    Fresh { slot: u32, lc: u64, q: u64, coff: u64, len: u64 },
     /// Partial chunk `q`'s bytes `[coff, coff + len)` are written.
     Written { q: u64, coff: u64, len: u64 },
 }
@@ -269,6 +272,7 @@ struct Counters {
     joined_pieces: u64,
     joined_requests: u64,
     partial_redirects: u64,
+    fresh_partial: u64,
     partial_homed: u64,
     chunks_filled: u64,
     /// Fills of more than one chunk at once (counted in `chunks_filled`).
@@ -700,7 +704,7 @@ impl Pool {
     fn partial_of(&self, chunk: u64, base: u64, written: Sectors) -> Result<Option<Partial>, String> {
         let n = self.sectors_per_chunk();
         let ok = chunk < self.cfg.data_chunks
-            && (base == UNMAPPED || (base < self.cfg.data_chunks && base != chunk))
+            && (base == UNMAPPED || base == NO_BASE || (base < self.cfg.data_chunks && base != chunk))
             && n <= SECTORS_MAX
             && !written.any_past(n);
         if !ok {
@@ -823,7 +827,7 @@ impl Pool {
         self.partial.retain(|&q, _| chunks.refs(q) > 0);
         Self::add_bases(&cfg, &mut self.chunks, &self.partial)?;
         self.based.clear();
-        for pt in self.partial.values() {
+        for pt in self.partial.values().filter(|pt| pt.base != NO_BASE) {
             *self.based.entry(pt.base).or_default() += 1;
         }
         self.free = FreeSpace::new(cfg.data_chunks);
@@ -843,7 +847,7 @@ impl Pool {
         t: &mut ChunkTable,
         partial: &BTreeMap<u64, Partial>,
     ) -> Result<(), String> {
-        for (&q, pt) in partial {
+        for (&q, pt) in partial.iter().filter(|(_, pt)| pt.base != NO_BASE) {
             let lc = t.lc(q).expect("partial chunks are mapped");
             let fault = if partial.contains_key(&pt.base) {
                 Some(format!("reads from data chunk {}, partial itself", pt.base))
@@ -1041,10 +1045,18 @@ impl Pool {
                     if runs.is_empty() {
                         continue;
                     }
+                    let zeroes = self.partial[&q].base == NO_BASE;
                     for (o, k) in runs {
-                        let mut w = Request::new(ReqId(0), Op::Write, at + o, k as u32);
-                        w.data =
-                            buf.as_ref().map(|b| Bytes::copy_from_slice(&b[o as usize..(o + k) as usize]));
+                        let mut w = if zeroes {
+                            Request::new(ReqId(0), Op::WriteZeroes, at + o, k as u32)
+                        } else {
+                            Request::new(ReqId(0), Op::Write, at + o, k as u32)
+                        };
+                        if !zeroes {
+                            w.data = buf
+                                .as_ref()
+                                .map(|b| Bytes::copy_from_slice(&b[o as usize..(o + k) as usize]));
+                        }
                         w.background = true;
                         self.lower(Owner::Job(jid), w);
                     }
@@ -1247,6 +1259,13 @@ impl Pool {
             let at = self.cfg.chunk_at(q);
             return Ok(if full || !self.cfg.zero_new_chunks {
                 vec![Step::WriteUpper { at: at + coff }, Step::Apply(Change::Map { slot, lc, q })]
+            } else if self.cfg.zero_partial && self.partial_fits() {
+                // Only the piece on disk; the rest reads as zeroes until written.
+                self.counters.fresh_partial += 1;
+                vec![
+                    Step::WriteUpper { at: at + coff },
+                    Step::Apply(Change::Fresh { slot, lc, q, coff, len }),
+                ]
             } else if self.cfg.zero_in_write {
                 // The data in a zeroed chunk, written whole.
                 vec![Step::Patch, Step::WriteBuf { q, n: 1 }, Step::Apply(Change::Map { slot, lc, q })]
@@ -1357,6 +1376,21 @@ impl Pool {
     fn read_partial(&self, q: u64, coff: u64, len: u64) -> Step {
         let pt = &self.partial[&q];
         let runs = pt.written.runs(coff / SECTOR, len / SECTOR);
+        if pt.base == NO_BASE {
+            // The unwritten sectors are zeroes: no read for them alone.
+            return match runs[..] {
+                [(_, _, false)] => Step::Zeroes,
+                [(_, _, true)] => Step::ReadUpper { at: self.cfg.chunk_at(q) + coff, through: 0 },
+                _ => {
+                    let written: Vec<(u64, u64)> = runs
+                        .iter()
+                        .filter(|r| r.2)
+                        .map(|&(f, n, _)| (f * SECTOR - coff, n * SECTOR))
+                        .collect();
+                    Step::ReadParts(vec![(self.cfg.chunk_at(q) + coff, written)])
+                }
+            };
+        }
         if let [(_, _, written)] = runs[..] {
             let from = if written { q } else { pt.base };
             return Step::ReadUpper { at: self.cfg.chunk_at(from) + coff, through: 0 };
@@ -1400,6 +1434,10 @@ impl Pool {
     /// base goes.
     fn make_whole(&mut self, q: u64) {
         let pt = self.partial.remove(&q).expect("partial");
+        if pt.base == NO_BASE {
+            self.record_partial(q);
+            return;
+        }
         match self.based.get_mut(&pt.base) {
             Some(n) if *n > 1 => *n -= 1,
             _ => _ = self.based.remove(&pt.base),
@@ -1429,6 +1467,10 @@ impl Pool {
     /// same).
     fn fill_steps(&mut self, q: u64) -> Vec<Step> {
         let (base, c) = (self.partial[&q].base, self.cfg.chunk_bytes);
+        if base == NO_BASE {
+            // Zeroes into its unwritten sectors (no read).
+            return vec![Step::WriteUnwritten { q }, Step::Apply(Change::Written { q, coff: 0, len: c })];
+        }
         self.counters.copy_read_bytes += c;
         vec![
             Step::ReadBuf { p: base, n: 1, at: 0 },
@@ -1451,6 +1493,7 @@ impl Pool {
         for &pq in self.partial.range(q..).map(|e| e.0) {
             let lc = self.chunks.lc(pq).expect("a partial chunk is mapped");
             if pq != q + lcs.len() as u64
+                || self.partial[&pq].base == NO_BASE
                 || lcs.len() as u64 == run_max
                 || self.locked.contains(&lc)
                 || self.goes_home(pq)
@@ -1460,7 +1503,7 @@ impl Pool {
             lcs.push(lc);
         }
         let n = lcs.len() as u64;
-        if n == 1 {
+        if n <= 1 {
             self.start_fill(q);
             return 1;
         }
@@ -1526,8 +1569,12 @@ impl Pool {
     /// Fills started or running whose base only they hold: space a commit
     /// will free (for a write that found none).
     fn fills_to_free(&mut self) -> bool {
-        let candidates: Vec<u64> =
-            self.partial.iter().filter(|(_, pt)| self.chunks.refs(pt.base) == 1).map(|(&q, _)| q).collect();
+        let candidates: Vec<u64> = self
+            .partial
+            .iter()
+            .filter(|(_, pt)| pt.base != NO_BASE && self.chunks.refs(pt.base) == 1)
+            .map(|(&q, _)| q)
+            .collect();
         let mut any = false;
         for q in candidates {
             let lc = self.chunks.lc(q).expect("mapped");
@@ -1639,6 +1686,14 @@ impl Pool {
                 self.chunks.map(q, lc, 1);
                 self.record(0, lc, q);
                 // The origin's share of `p` is now `q`'s: `p`'s count stays.
+            }
+            Change::Fresh { slot, lc, q, coff, len } => {
+                let mut written = Sectors::default();
+                written.set(coff / SECTOR, len / SECTOR);
+                self.partial.insert(q, Partial { base: NO_BASE, written });
+                // Its record before its map record (as a redirect's).
+                self.record_partial(q);
+                self.apply(Change::Map { slot, lc, q });
             }
             Change::Written { q, coff, len } => {
                 let n = self.sectors_per_chunk();
@@ -2354,7 +2409,11 @@ impl Pool {
     /// `(q, n)` if `moves` take the run of partial chunks `q..q + n`.
     fn composed_run(&self, moves: &[(u64, u64, u64)]) -> Option<(u64, u64)> {
         let q = moves.first()?.1;
-        let run = moves.iter().zip(q..).all(|(m, p)| m.1 == p && self.partial.contains_key(&p));
+        // (A fresh chunk's partial has no base to compose with: never.)
+        let run = moves
+            .iter()
+            .zip(q..)
+            .all(|(m, p)| m.1 == p && self.partial.get(&p).is_some_and(|pt| pt.base != NO_BASE));
         run.then_some((q, moves.len() as u64))
     }
 
@@ -2368,6 +2427,9 @@ impl Pool {
             return false;
         }
         let (Some(pt), Some(lc)) = (self.partial.get(&q), self.chunks.lc(q)) else { return false };
+        if pt.base == NO_BASE {
+            return false;
+        }
         let home = self.place.home(lc);
         let origin = self.vols[0].as_ref().is_some_and(|o| o.map.get(lc) == Some(q));
         origin
@@ -2444,6 +2506,7 @@ impl Pool {
             ("joined_pieces_count".into(), k.joined_pieces),
             ("joined_requests_count".into(), k.joined_requests),
             ("origin_partial_redirects_count".into(), k.partial_redirects),
+            ("fresh_partial_chunks_count".into(), k.fresh_partial),
             ("partial_chunks_composed_home_count".into(), k.partial_homed),
             ("partial_chunks_count".into(), self.partial.len() as u64),
             ("chunks_filled_count".into(), k.chunks_filled),
@@ -2458,7 +2521,10 @@ impl Pool {
     /// Whether partial chunks wait to be filled and the pool is quiet
     /// (idle time: [`LINE_UP_QUIET_NS`] without an upper request).
     fn fill_due(&self, now: Instant) -> bool {
-        !self.partial.is_empty() && self.quiet.is_idle(now)
+        // A fresh chunk's zeroes are not written in idle time (that is
+        // the write the partial chunk saves).
+        // (`based` counts the partial chunks that have a base.)
+        !self.based.is_empty() && self.quiet.is_idle(now)
     }
 
     fn pump(&mut self) {
@@ -2591,7 +2657,14 @@ impl Target for Pool {
             ("zero_new_chunks".into(), self.cfg.zero_new_chunks.to_string()),
             (
                 "zero_new_chunks_with".into(),
-                (if self.cfg.zero_in_write { "write" } else { "write-zeroes" }).to_string(),
+                (if self.cfg.zero_partial {
+                    "partial"
+                } else if self.cfg.zero_in_write {
+                    "write"
+                } else {
+                    "write-zeroes"
+                })
+                .to_string(),
             ),
             (
                 "origin_shared_write".into(),
@@ -2639,7 +2712,7 @@ impl Target for Pool {
                 return None;
             }
             // Partial chunks the defragmenter puts home are left to it.
-            let q = self.partial.keys().copied().find(|&q| {
+            let q = self.partial.iter().filter(|(_, pt)| pt.base != NO_BASE).map(|(&q, _)| q).find(|&q| {
                 !self.locked.contains(&self.chunks.lc(q).expect("a partial chunk is mapped"))
                     && !self.goes_home(q)
             });

@@ -65,11 +65,16 @@ impl Sectors {
     }
 }
 
+/// The base of a fresh chunk kept partial (`zero_new_chunks_with =
+/// "partial"`): its unwritten sectors read as zeroes, from no chunk.
+pub const NO_BASE: u64 = u64::MAX - 1;
+
 /// A partly written chunk's state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Partial {
     /// The data chunk the unwritten sectors read from (the shared chunk
-    /// the write was redirected off; it holds one share for this chunk).
+    /// the write was redirected off; it holds one share for this chunk),
+    /// or [`NO_BASE`] (a fresh chunk: the rest reads as zeroes).
     pub base: u64,
     /// The sectors written.
     pub written: Sectors,
