@@ -13,13 +13,17 @@
 //!   length, fields` framing as [`JournalRecord`]): a redirected data
 //!   chunk's written sectors and the shared chunk the rest reads from.
 //!   Version 1 blocks (no partial records) are still read.
-//! - since version 3 of the header (body and journal blocks stay at 2),
-//!   the placement and its layout parameter (the slice count) after the
+//! - since version 3 of the body and journal blocks, a partial record's
+//!   base may be [`NO_BASE`]: a fresh chunk kept partial (its unwritten
+//!   sectors read as zeroes; `zero_new_chunks_with = "partial"`). A version
+//!   2 block holding one is refused; a build before this version refuses
+//!   version 3 blocks by their version (not as damage).
+//! - since version 3 of the header, the placement and its layout parameter (the slice count) after the
 //!   geometry; a version 1 or 2 header records none ([`Header::placement`]
 //!   `None`: the pool opens with the config's, or `nearest`, as before).
 
 use super::config::{PlacementKind, PoolConfig, EXTENTS_PER_BLOCK, META_BLOCK_BYTES};
-use super::partial::{Partial, Sectors, SECTOR_WORDS};
+use super::partial::{Partial, Sectors, NO_BASE, SECTOR_WORDS};
 use super::place::Sliced;
 use layoutd_core::metablock::{
     Decoded, JournalRecord, MetaBlockCodec, MetaError, Reader, GENERATION_READ_MAX,
@@ -42,10 +46,10 @@ fn placement_code(p: PlacementKind) -> u8 {
 }
 /// Checkpoint body blocks.
 pub const BODY_CODEC: MetaBlockCodec =
-    MetaBlockCodec { magic: *b"LDPOOLCB", version: 2, block_bytes: META_BLOCK_BYTES as usize };
+    MetaBlockCodec { magic: *b"LDPOOLCB", version: 3, block_bytes: META_BLOCK_BYTES as usize };
 /// Journal blocks.
 pub const JOURNAL_CODEC: MetaBlockCodec =
-    MetaBlockCodec { magic: *b"LDPOOLJN", version: 2, block_bytes: META_BLOCK_BYTES as usize };
+    MetaBlockCodec { magic: *b"LDPOOLJN", version: 3, block_bytes: META_BLOCK_BYTES as usize };
 /// The kind of a [`Record::Partial`] (past the core's record kinds).
 pub const PARTIAL_KIND: u8 = 0x50;
 /// Field bytes of a [`Record::Partial`]: chunk, base, the sector bitmap.
@@ -349,7 +353,6 @@ pub fn decode_body(
         let at = (i * META_BLOCK_BYTES) as usize;
         let (d, version) = decode_versioned(&BODY_CODEC, &bytes[at..at + META_BLOCK_BYTES as usize])
             .map_err(|e| (i + 1, e))?;
-        let v2 = version >= 2;
         if d.generation != header.generation {
             return Err((
                 i + 1,
@@ -358,7 +361,7 @@ pub fn decode_body(
         }
         for rec in Record::decode_all(&d.payload).map_err(|e| (i + 1, e))? {
             let Record::Core(JournalRecord::ExceptionRange { volume, chunk, count, location }) = rec else {
-                if matches!(rec, Record::Partial { .. }) && v2 {
+                if partial_allowed(&rec, version) {
                     partials.push(rec);
                     continue;
                 }
@@ -392,6 +395,16 @@ pub fn decode_body(
     Ok((runs, partials))
 }
 
+/// Whether a body or journal block of `version` may hold `rec` as a
+/// partial record: none in version 1, one with a base in version 2, one
+/// with [`NO_BASE`] (a fresh chunk kept partial) too since version 3.
+fn partial_allowed(rec: &Record, version: u32) -> bool {
+    match rec {
+        Record::Partial { base, .. } => version >= 3 || (version == 2 && *base != NO_BASE),
+        _ => false,
+    }
+}
+
 /// The payloads of the journal blocks that hold `records`, in order,
 /// each as full as it fits.
 pub fn pack_journal(records: &[Record]) -> Vec<Vec<u8>> {
@@ -414,11 +427,10 @@ pub fn encode_journal(seq: u64, payload: &[u8]) -> Vec<u8> {
 /// Decodes a journal block: `(seq, records)`.
 pub fn decode_journal(block: &[u8]) -> Result<(u64, Vec<Record>), MetaError> {
     let (d, version) = decode_versioned(&JOURNAL_CODEC, block)?;
-    let v2 = version >= 2;
     let recs = Record::decode_all(&d.payload)?;
     let allowed = |r: &Record| match r {
         Record::Core(JournalRecord::Exception { .. }) => true,
-        Record::Partial { .. } => v2,
+        Record::Partial { .. } => partial_allowed(r, version),
         _ => false,
     };
     if let Some(r) = recs.iter().find(|r| !allowed(r)) {
@@ -474,9 +486,27 @@ mod tests {
         partial().encode(&mut p);
         let e = decode_journal(&v1.encode(3, &p).expect("fits")).expect_err("a partial record in version 1");
         assert!(e.to_string().contains("unexpected record"), "{e}");
-        assert!(decode_journal(&JOURNAL_CODEC.encode(3, &p).expect("fits")).is_ok(), "version 2 holds both");
-        let v3 = MetaBlockCodec { version: 3, ..JOURNAL_CODEC };
-        assert_eq!(decode_journal(&v3.encode(3, &p).expect("fits")), Err(MetaError::Version(3)));
+        let v2 = MetaBlockCodec { version: 2, ..JOURNAL_CODEC };
+        assert!(decode_journal(&v2.encode(3, &p).expect("fits")).is_ok(), "version 2 holds both");
+        assert!(decode_journal(&JOURNAL_CODEC.encode(3, &p).expect("fits")).is_ok(), "and version 3");
+        let v4 = MetaBlockCodec { version: 4, ..JOURNAL_CODEC };
+        assert_eq!(decode_journal(&v4.encode(3, &p).expect("fits")), Err(MetaError::Version(4)));
+    }
+
+    #[test]
+    fn only_version_3_blocks_may_hold_a_fresh_chunk_without_base() {
+        let mut written = Sectors::default();
+        written.set(0, 8);
+        let mut p = Vec::new();
+        Record::Partial { chunk: 9, base: NO_BASE, written }.encode(&mut p);
+        let v2 = MetaBlockCodec { version: 2, ..JOURNAL_CODEC };
+        let e = decode_journal(&v2.encode(5, &p).expect("fits")).expect_err("no base in version 2");
+        assert!(e.to_string().contains("unexpected record"), "{e}");
+        let (_, recs) =
+            decode_journal(&JOURNAL_CODEC.encode(5, &p).expect("fits")).expect("version 3 reads it");
+        assert!(matches!(recs[..], [Record::Partial { base: NO_BASE, .. }]));
+        assert_eq!(JOURNAL_CODEC.version, 3);
+        assert_eq!(BODY_CODEC.version, 3);
     }
 
     /// Found by `fuzz_images` (a crafted parent slot, crc fixed, then
