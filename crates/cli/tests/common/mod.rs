@@ -130,24 +130,20 @@ pub struct Server {
 }
 
 impl Server {
+    /// Waits for the "serving ... at URI" line, not for the socket file:
+    /// `serve` binds the path once and lets go to check it before nbdkit
+    /// binds it, so the file can exist for a moment with nothing listening
+    /// (a connection then failed with "No such file or directory").
     pub fn start(dev: &Path) -> Server {
         let socket = dev.with_extension("sock");
         let _ = std::fs::remove_file(&socket);
-        let mut child = layoutd()
-            .args(["serve", "--device"])
-            .arg(dev)
-            .arg("--socket")
-            .arg(&socket)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        if wait_for_path(&socket, Some(&mut child)) {
-            return Server { child, socket };
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("layoutd serve did not create {} within 60 s", socket.display());
+        let (child, _uri, _line) = serve_until_banner(&[
+            "--device".as_ref(),
+            dev.as_os_str(),
+            "--socket".as_ref(),
+            socket.as_os_str(),
+        ]);
+        Server { child, socket }
     }
 
     pub fn uri(&self) -> String {
