@@ -33,6 +33,33 @@ pub enum PlacementKind {
     Nearest,
 }
 
+/// How the rest of a fresh chunk is zeroed on its first (partial) write
+/// (`zero_new_chunks_with`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ZeroWith {
+    /// Write-zeroes requests beside the data write (`"write-zeroes"`): a
+    /// file or thin device may punch or zero-range them without writing.
+    WriteZeroes,
+    /// Zero bytes in the chunk's data write (`"write"`): one lower request
+    /// for the chunk, joined with its neighbours'; the bytes are written.
+    Write,
+    /// Not at all (`"partial"`, the default since session 26): the chunk
+    /// stays partial with no base, only its written sectors on disk, the
+    /// rest read as zeroes from the metadata; zeroed as `WriteZeroes` when
+    /// the checkpoint has no room for another partial record.
+    Partial,
+}
+
+impl ZeroWith {
+    const NAMES: [(&'static str, ZeroWith); 3] =
+        [("write-zeroes", ZeroWith::WriteZeroes), ("write", ZeroWith::Write), ("partial", ZeroWith::Partial)];
+
+    /// The config name.
+    pub fn name(self) -> &'static str {
+        Self::NAMES.iter().find(|(_, z)| *z == self).map(|(n, _)| *n).expect("every value is named")
+    }
+}
+
 /// Parsed keys and the layout on the lower device.
 #[derive(Clone, Debug)]
 pub struct PoolConfig {
@@ -62,17 +89,8 @@ pub struct PoolConfig {
     /// (partial) write (dm-thin's default; `false` is its
     /// `skip_block_zeroing`: the rest reads what the device held).
     pub zero_new_chunks: bool,
-    /// Whether that zeroing goes as zero bytes in the chunk's data write
-    /// (`zero_new_chunks_with = "write"`: one lower request for the chunk,
-    /// joined with its neighbours'; the bytes are written) rather than as
-    /// write-zeroes requests beside it (`"write-zeroes"`: a
-    /// file or thin device may punch or zero-range them without writing).
-    pub zero_in_write: bool,
-    /// Whether a fresh chunk's first (partial) write leaves the chunk
-    /// partial with no base instead (`zero_new_chunks_with = "partial"`):
-    /// only its written sectors are on disk, the rest reads as zeroes
-    /// from the metadata, nothing is zeroed (the default since session 26).
-    pub zero_partial: bool,
+    /// How that zeroing is done (`zero_new_chunks_with`).
+    pub zero_with: ZeroWith,
     /// Whether the origin's first write to a shared chunk goes to a new
     /// chunk near it, leaving the old one to the snapshots
     /// (`origin_shared_write = "redirect"`, the default, as dm-thin: no
@@ -143,14 +161,14 @@ impl PoolConfig {
         let defrag = args.bool_opt("defrag")?.unwrap_or(named.is_none_or(|p| p == PlacementKind::Nearest));
         let defrag_partial_home = args.bool_opt("defrag_partial_home")?.unwrap_or(false);
         let zero_new_chunks = args.bool_opt("zero_new_chunks")?.unwrap_or(true);
-        let (zero_in_write, zero_partial) = match args.str_opt("zero_new_chunks_with")?.unwrap_or("partial") {
-            "write-zeroes" => (false, false),
-            "write" => (true, false),
-            "partial" => (false, true),
-            other => {
-                return Err(args.error(format!(
-                    "key `zero_new_chunks_with`: unknown `{other}` (write-zeroes, write, partial)"
-                )))
+        let zero_with = match args.str_opt("zero_new_chunks_with")? {
+            None => ZeroWith::Partial,
+            Some(name) => {
+                ZeroWith::NAMES.iter().find(|(n, _)| *n == name).map(|&(_, z)| z).ok_or_else(|| {
+                    args.error(format!(
+                        "key `zero_new_chunks_with`: unknown `{name}` (write-zeroes, write, partial)"
+                    ))
+                })?
             }
         };
         let redirect_origin = match args.str_opt("origin_shared_write")?.unwrap_or("redirect") {
@@ -234,8 +252,7 @@ impl PoolConfig {
             defrag,
             defrag_partial_home,
             zero_new_chunks,
-            zero_in_write,
-            zero_partial,
+            zero_with,
             redirect_origin,
             journal_blocks,
             body_blocks,

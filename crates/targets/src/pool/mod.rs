@@ -42,7 +42,7 @@ use crate::blockmap::{BlockMap, Extent};
 use crate::split::Assembly;
 use bytes::{Bytes, BytesMut};
 use chunks::ChunkTable;
-use config::META_BLOCK_BYTES;
+use config::{ZeroWith, META_BLOCK_BYTES};
 use layoutd_core::config::{ArgReader, ConfigError};
 use layoutd_core::idle::{IdleOptions, IdleTimer};
 use layoutd_core::metablock::{JournalRecord, MetaError};
@@ -827,7 +827,7 @@ impl Pool {
         self.partial.retain(|&q, _| chunks.refs(q) > 0);
         Self::add_bases(&cfg, &mut self.chunks, &self.partial)?;
         self.based.clear();
-        for pt in self.partial.values().filter(|pt| pt.base != NO_BASE) {
+        for pt in self.partial.values().filter(|pt| pt.has_base()) {
             *self.based.entry(pt.base).or_default() += 1;
         }
         self.free = FreeSpace::new(cfg.data_chunks);
@@ -847,7 +847,7 @@ impl Pool {
         t: &mut ChunkTable,
         partial: &BTreeMap<u64, Partial>,
     ) -> Result<(), String> {
-        for (&q, pt) in partial.iter().filter(|(_, pt)| pt.base != NO_BASE) {
+        for (&q, pt) in partial.iter().filter(|(_, pt)| pt.has_base()) {
             let lc = t.lc(q).expect("partial chunks are mapped");
             let fault = if partial.contains_key(&pt.base) {
                 Some(format!("reads from data chunk {}, partial itself", pt.base))
@@ -1045,13 +1045,10 @@ impl Pool {
                     if runs.is_empty() {
                         continue;
                     }
-                    let zeroes = self.partial[&q].base == NO_BASE;
+                    let zeroes = !self.partial[&q].has_base();
                     for (o, k) in runs {
-                        let mut w = if zeroes {
-                            Request::new(ReqId(0), Op::WriteZeroes, at + o, k as u32)
-                        } else {
-                            Request::new(ReqId(0), Op::Write, at + o, k as u32)
-                        };
+                        let op = if zeroes { Op::WriteZeroes } else { Op::Write };
+                        let mut w = Request::new(ReqId(0), op, at + o, k as u32);
                         if !zeroes {
                             w.data = buf
                                 .as_ref()
@@ -1259,14 +1256,14 @@ impl Pool {
             let at = self.cfg.chunk_at(q);
             return Ok(if full || !self.cfg.zero_new_chunks {
                 vec![Step::WriteUpper { at: at + coff }, Step::Apply(Change::Map { slot, lc, q })]
-            } else if self.cfg.zero_partial && self.partial_fits() {
+            } else if self.cfg.zero_with == ZeroWith::Partial && self.partial_fits() {
                 // Only the piece on disk; the rest reads as zeroes until written.
                 self.counters.fresh_partial += 1;
                 vec![
                     Step::WriteUpper { at: at + coff },
                     Step::Apply(Change::Fresh { slot, lc, q, coff, len }),
                 ]
-            } else if self.cfg.zero_in_write {
+            } else if self.cfg.zero_with == ZeroWith::Write {
                 // The data in a zeroed chunk, written whole.
                 vec![Step::Patch, Step::WriteBuf { q, n: 1 }, Step::Apply(Change::Map { slot, lc, q })]
             } else {
@@ -1376,7 +1373,7 @@ impl Pool {
     fn read_partial(&self, q: u64, coff: u64, len: u64) -> Step {
         let pt = &self.partial[&q];
         let runs = pt.written.runs(coff / SECTOR, len / SECTOR);
-        if pt.base == NO_BASE {
+        if !pt.has_base() {
             // The unwritten sectors are zeroes: no read for them alone.
             return match runs[..] {
                 [(_, _, false)] => Step::Zeroes,
@@ -1434,7 +1431,7 @@ impl Pool {
     /// base goes.
     fn make_whole(&mut self, q: u64) {
         let pt = self.partial.remove(&q).expect("partial");
-        if pt.base == NO_BASE {
+        if !pt.has_base() {
             self.record_partial(q);
             return;
         }
@@ -1493,7 +1490,7 @@ impl Pool {
         for &pq in self.partial.range(q..).map(|e| e.0) {
             let lc = self.chunks.lc(pq).expect("a partial chunk is mapped");
             if pq != q + lcs.len() as u64
-                || self.partial[&pq].base == NO_BASE
+                || !self.partial[&pq].has_base()
                 || lcs.len() as u64 == run_max
                 || self.locked.contains(&lc)
                 || self.goes_home(pq)
@@ -1572,7 +1569,7 @@ impl Pool {
         let candidates: Vec<u64> = self
             .partial
             .iter()
-            .filter(|(_, pt)| pt.base != NO_BASE && self.chunks.refs(pt.base) == 1)
+            .filter(|(_, pt)| pt.has_base() && self.chunks.refs(pt.base) == 1)
             .map(|(&q, _)| q)
             .collect();
         let mut any = false;
@@ -2413,7 +2410,7 @@ impl Pool {
         let run = moves
             .iter()
             .zip(q..)
-            .all(|(m, p)| m.1 == p && self.partial.get(&p).is_some_and(|pt| pt.base != NO_BASE));
+            .all(|(m, p)| m.1 == p && self.partial.get(&p).is_some_and(|pt| pt.has_base()));
         run.then_some((q, moves.len() as u64))
     }
 
@@ -2427,7 +2424,7 @@ impl Pool {
             return false;
         }
         let (Some(pt), Some(lc)) = (self.partial.get(&q), self.chunks.lc(q)) else { return false };
-        if pt.base == NO_BASE {
+        if !pt.has_base() {
             return false;
         }
         let home = self.place.home(lc);
@@ -2655,17 +2652,7 @@ impl Target for Pool {
             ("placement".into(), self.place.name().to_string()),
             ("defrag".into(), self.cfg.defrag.to_string()),
             ("zero_new_chunks".into(), self.cfg.zero_new_chunks.to_string()),
-            (
-                "zero_new_chunks_with".into(),
-                (if self.cfg.zero_partial {
-                    "partial"
-                } else if self.cfg.zero_in_write {
-                    "write"
-                } else {
-                    "write-zeroes"
-                })
-                .to_string(),
-            ),
+            ("zero_new_chunks_with".into(), self.cfg.zero_with.name().to_string()),
             (
                 "origin_shared_write".into(),
                 (if self.cfg.redirect_origin { "redirect" } else { "copy-out" }).to_string(),
@@ -2712,7 +2699,7 @@ impl Target for Pool {
                 return None;
             }
             // Partial chunks the defragmenter puts home are left to it.
-            let q = self.partial.iter().filter(|(_, pt)| pt.base != NO_BASE).map(|(&q, _)| q).find(|&q| {
+            let q = self.partial.iter().filter(|(_, pt)| pt.has_base()).map(|(&q, _)| q).find(|&q| {
                 !self.locked.contains(&self.chunks.lc(q).expect("a partial chunk is mapped"))
                     && !self.goes_home(q)
             });

@@ -80,6 +80,14 @@ pub struct Partial {
     pub written: Sectors,
 }
 
+impl Partial {
+    /// Whether the unwritten sectors read from a base chunk (a redirect's),
+    /// not as zeroes (a fresh chunk kept partial, [`NO_BASE`]).
+    pub fn has_base(&self) -> bool {
+        self.base != NO_BASE
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
