@@ -717,6 +717,41 @@ fn damaged_metadata_is_refused_naming_the_offset_and_nothing_is_changed() {
     assert_eq!(read(&mut h2, 0, 2 * CHUNK), vec![2; 2 * CHUNK]);
 }
 
+/// A journal block whose crc holds but whose version this build does not
+/// read (a newer build's) is refused by its version, not taken for a torn
+/// tail: that would end the journal there and drop its records (a build
+/// before this one lost a newer one's snapshot that way).
+#[test]
+fn a_journal_block_of_a_newer_version_is_refused_not_taken_for_a_torn_tail() {
+    let c = cfg("nearest", "defrag = false\n");
+    let (mut h, dev) = harness(&c, DEVICE_BYTES);
+    assert_eq!(h.write(0, vec![1; 2 * CHUNK]).result, Ok(()));
+    assert_eq!(h.flush().result, Ok(()));
+    h.settle();
+    let start = counter(&h, "journal_start_seq");
+    ok(&mut h, "snapshot create s");
+    assert_eq!(h.flush().result, Ok(()));
+    h.settle();
+    assert!(counter(&h, "journal_next_seq") > start, "the snapshot is a journal record");
+    // Both copies of the snapshot's journal block, rewritten as version 4 with a good crc.
+    for at in [journal_at(&h) + (start % 8) * 4096, journal_at(&h) + (start % 8 + 8) * 4096] {
+        let mut b = vec![0u8; 4096];
+        dev.read_at(&mut b, at).unwrap();
+        assert_eq!(&b[0..8], b"LDPOOLJN", "a journal block at {at}");
+        b[8..12].copy_from_slice(&4u32.to_le_bytes());
+        b[28..32].fill(0);
+        let crc = crc32c::crc32c(&b);
+        b[28..32].copy_from_slice(&crc.to_le_bytes());
+        dev.write_at(&b, at).unwrap();
+    }
+    let mut h2 = reopen(&c, &dev);
+    let e = h2.bring_up().expect_err("a newer version's journal block is refused");
+    assert!(
+        e.contains("format version 4") && e.contains("lower offset") && e.contains("newer layoutd"),
+        "{e}"
+    );
+}
+
 fn checkpoint_copy_bytes(h: &Harness) -> u64 {
     counter(h, "metadata_checkpoint_copy_bytes")
 }

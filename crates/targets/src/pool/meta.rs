@@ -16,8 +16,10 @@
 //! - since version 3 of the body and journal blocks, a partial record's
 //!   base may be [`NO_BASE`]: a fresh chunk kept partial (its unwritten
 //!   sectors read as zeroes; `zero_new_chunks_with = "partial"`). A version
-//!   2 block holding one is refused; a build before this version refuses
-//!   version 3 blocks by their version (not as damage).
+//!   2 block holding one is refused. A build before this version refuses
+//!   a version 3 body block by its version, but took a version 3 journal
+//!   block for a torn tail (dropping its records); since session 27 a
+//!   journal block with a good crc that this build cannot read is refused.
 //! - since version 3 of the header, the placement and its layout parameter (the slice count) after the
 //!   geometry; a version 1 or 2 header records none ([`Header::placement`]
 //!   `None`: the pool opens with the config's, or `nearest`, as before).

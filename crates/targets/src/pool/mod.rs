@@ -756,9 +756,25 @@ impl Pool {
         let mut blocks: Vec<(u64, u64, Vec<Record>)> = Vec::new();
         for i in 0..2 * cfg.journal_blocks {
             let at = (i * META_BLOCK_BYTES) as usize;
-            if let Ok((seq, recs)) = meta::decode_journal(&journal[at..at + META_BLOCK_BYTES as usize]) {
-                if seq >= header.journal_start && seq % cfg.journal_blocks == i % cfg.journal_blocks {
-                    blocks.push((seq, cfg.journal_at() + i * META_BLOCK_BYTES, recs));
+            let lower = cfg.journal_at() + i * META_BLOCK_BYTES;
+            match meta::decode_journal(&journal[at..at + META_BLOCK_BYTES as usize]) {
+                Ok((seq, recs)) => {
+                    if seq >= header.journal_start && seq % cfg.journal_blocks == i % cfg.journal_blocks {
+                        blocks.push((seq, lower, recs));
+                    }
+                }
+                // Never written, or torn: no block there.
+                Err(MetaError::Blank | MetaError::Foreign(_) | MetaError::BadCrc) => {}
+                // Whole (its crc holds) but not readable by this build: a
+                // newer build's block, or damage. Taking it for a torn tail
+                // would end the journal there and silently drop every record
+                // from it on (an older build did that to a newer one's
+                // snapshot).
+                Err(e) => {
+                    return Err(format!(
+                        "pool: journal block at lower offset {lower}: {e}: refusing to open \
+                         (written by a newer layoutd? open it with that one; otherwise damaged metadata)"
+                    ))
                 }
             }
         }
