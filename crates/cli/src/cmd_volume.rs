@@ -303,14 +303,28 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     cmd.arg("--foreground").arg("--threads").arg(a.threads.to_string());
     cmd.args(tls.nbdkit_args());
     let mut nbd_socket = None;
+    // Without --run, serve binds the address and hands the listener to nbdkit
+    // (socket activation), so the socket accepts connections from the moment
+    // it exists: a client that connects early waits in the backlog until the
+    // volume is open. nbdkit refuses activation together with --run; there
+    // nbdkit binds the address itself and starts the command once it has.
+    let activate = a.run.is_none();
+    let mut listener: Option<std::os::fd::OwnedFd> = None;
+    // The socket file serve bound, removed again if serve fails before nbdkit runs.
+    let mut bound_path = RemoveOnDrop(None);
     let uri = match &a.listen {
         Some(addr) => {
             let l = endpoint::Listen::parse(addr)?;
-            if let Some(host) = &l.host {
-                cmd.arg("--ipaddr").arg(host);
+            let bound = l.bind()?;
+            if activate {
+                listener = Some(std::os::fd::OwnedFd::from(bound));
+            } else {
+                drop(bound);
+                if let Some(host) = &l.host {
+                    cmd.arg("--ipaddr").arg(host);
+                }
+                cmd.arg("--port").arg(l.port.to_string());
             }
-            cmd.arg("--port").arg(l.port.to_string());
-            l.check_bindable()?;
             if !tls.is_on() && !l.is_loopback() {
                 eprintln!(
                     "layoutd: WARNING: listening on {} WITHOUT TLS: anyone who can reach it can read and \
@@ -326,13 +340,19 @@ pub fn serve(a: ServeArgs) -> Result<()> {
                 None => default_socket(&a.device[0])?,
             };
             clear_stale_socket(&sock)?;
-            // Bind once and let go, so an unusable path is refused before nbdkit opens the volume.
-            std::os::unix::net::UnixListener::bind(&sock)
-                .and_then(|_| std::fs::remove_file(&sock))
-                .with_context(|| {
-                    format!("{}: cannot listen on this socket path; choose another --socket", sock.display())
-                })?;
-            cmd.arg("--unix").arg(&sock);
+            // Bound here, so an unusable path is refused before nbdkit opens the volume.
+            let bound = std::os::unix::net::UnixListener::bind(&sock).with_context(|| {
+                format!("{}: cannot listen on this socket path; choose another --socket", sock.display())
+            })?;
+            if activate {
+                listener = Some(std::os::fd::OwnedFd::from(bound));
+                bound_path.0 = Some(sock.clone());
+            } else {
+                drop(bound);
+                std::fs::remove_file(&sock)
+                    .with_context(|| format!("{}: cannot remove the probe socket", sock.display()))?;
+                cmd.arg("--unix").arg(&sock);
+            }
             nbd_socket = Some(sock.clone());
             endpoint::unix_uri(&sock, &tls)
         }
@@ -386,12 +406,58 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     // The plugin prints "serving ... at URI" once nbdkit has bound the socket.
     cmd.arg(format!("announce-uri={uri}"));
     cmd.args(&a.plugin_arg);
+    if listener.is_some() {
+        cmd.env("LISTEN_FDS", "1")
+            .env("LISTEN_PID", std::process::id().to_string())
+            .env_remove("LISTEN_FDNAMES");
+    }
     if a.dry_run {
         println!("{cmd:?}");
         return Ok(());
     }
+    if let Some(fd) = listener {
+        listen_fd_3(fd)?;
+    }
     let err = cmd.exec();
     bail!("cannot start nbdkit: {err} (install it: apt-get install nbdkit)")
+}
+
+/// Socket activation (nbdkit-service(1)): the listener becomes file
+/// descriptor 3 of this process, which `exec` turns into nbdkit; the caller
+/// sets `LISTEN_FDS=1` and `LISTEN_PID` to this process (exec keeps the pid).
+fn listen_fd_3(fd: std::os::fd::OwnedFd) -> Result<()> {
+    use std::os::fd::{AsRawFd, IntoRawFd};
+    const FIRST_LISTEN_FD: i32 = 3;
+    let raw = fd.as_raw_fd();
+    // SAFETY: plain descriptor calls on a descriptor this function owns; dup2
+    // onto 3 replaces whatever was there (exec closes it anyway unless inherited).
+    let ok = unsafe {
+        if raw == FIRST_LISTEN_FD {
+            let flags = libc::fcntl(raw, libc::F_GETFD);
+            flags >= 0 && libc::fcntl(raw, libc::F_SETFD, flags & !libc::FD_CLOEXEC) == 0
+        } else {
+            libc::dup2(raw, FIRST_LISTEN_FD) == FIRST_LISTEN_FD
+        }
+    };
+    if !ok {
+        bail!("cannot hand the listening socket to nbdkit: {}", std::io::Error::last_os_error());
+    }
+    if raw == FIRST_LISTEN_FD {
+        let _ = fd.into_raw_fd(); // stays open across exec as nbdkit's listener
+    }
+    Ok(())
+}
+
+/// Removes a path when dropped: a socket file `serve` bound but never handed
+/// over (an error before exec, or `--dry-run`).
+struct RemoveOnDrop(Option<PathBuf>);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
 }
 
 /// Refuses the same device given twice (the second open would find the

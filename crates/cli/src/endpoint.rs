@@ -56,23 +56,23 @@ impl Listen {
         }
     }
 
-    /// Binds the address once and lets it go, so a port in use (or an address
-    /// not on this machine) is refused before nbdkit opens, and so marks, the
-    /// volume. (Something could still take the port in between; nbdkit then
-    /// fails to bind and the volume is recovered on its next open.)
-    pub fn check_bindable(&self) -> Result<()> {
+    /// Binds the address, so a port in use (or an address not on this
+    /// machine) is refused before nbdkit opens, and so marks, the volume.
+    /// `serve` hands the bound listener to nbdkit (socket activation), so
+    /// nothing can take the port in between; with `--run` (where nbdkit binds
+    /// the address itself) it is let go first.
+    pub fn bind(&self) -> Result<std::net::TcpListener> {
         let host = self.host.as_deref().unwrap_or("::");
         let r = std::net::TcpListener::bind((host, self.port)).or_else(|e| match self.host {
             None => std::net::TcpListener::bind(("0.0.0.0", self.port)),
             Some(_) => Err(e),
         });
-        match r {
-            Ok(_) => Ok(()),
-            Err(e) => bail!(
+        r.map_err(|e| {
+            anyhow::anyhow!(
                 "--listen {}: cannot listen there: {e}; choose another address or port",
                 self.describe()
-            ),
-        }
+            )
+        })
     }
 
     /// What the user sees: `127.0.0.1`, `[::1]`, or every address.

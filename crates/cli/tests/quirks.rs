@@ -64,14 +64,35 @@ fn listen_accepts_ipv6_and_every_address_and_refuses_bad_ports() {
         assert!(out.status.success(), "{listen}: {}", text(&out));
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
+    // serve binds the address itself and hands the listener to nbdkit.
     let p = free_port();
     let cmd = dry(&format!("[::1]:{p}"));
     assert!(
-        cmd.contains("\"--ipaddr\" \"::1\"") && cmd.contains(&format!("announce-uri=nbd://[::1]:{p}/")),
+        cmd.contains("LISTEN_FDS=\"1\"")
+            && !cmd.contains("--ipaddr")
+            && !cmd.contains("--port")
+            && cmd.contains(&format!("announce-uri=nbd://[::1]:{p}/")),
+        "{cmd}"
+    );
+    // With --run nbdkit binds it (it refuses socket activation with --run).
+    let p = free_port();
+    let out = layoutd()
+        .args(["serve", "--dry-run", "--device", d, "--listen", &format!("[::1]:{p}"), "--run", "true"])
+        .output()
+        .unwrap();
+    let cmd = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !cmd.contains("LISTEN_FDS")
+            && cmd.contains("\"--ipaddr\" \"::1\"")
+            && cmd.contains(&format!("\"--port\" \"{p}\"")),
         "{cmd}"
     );
     let p = free_port();
-    let cmd = dry(&format!(":{p}"));
+    let out = layoutd()
+        .args(["serve", "--dry-run", "--device", d, "--listen", &format!(":{p}"), "--run", "true"])
+        .output()
+        .unwrap();
+    let cmd = String::from_utf8_lossy(&out.stdout);
     assert!(!cmd.contains("--ipaddr") && cmd.contains(&format!("\"--port\" \"{p}\"")), "{cmd}");
     refused_line(
         &["serve", "--dry-run", "--device", d, "--listen", "127.0.0.1:99999"],
@@ -110,6 +131,43 @@ fn a_socket_path_that_cannot_be_bound_is_refused_before_the_volume_is_touched() 
         &["serve", "--device", dev.to_str().unwrap(), "--socket", sock.to_str().unwrap()],
         &["u.sock", "cannot listen", "--socket"],
     );
+    assert_eq!(state(&dev), "clean");
+}
+
+#[test]
+fn a_client_that_connects_as_soon_as_the_socket_file_exists_is_served() {
+    // serve binds the socket and hands it to nbdkit, so the file never exists
+    // with nothing listening: a client that connects early waits in the backlog
+    // until the volume is open (it used to get ENOENT or ECONNREFUSED).
+    if !tools(&["qemu-io"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dev = formatted(dir.path(), "early.img", "16M", None);
+    for round in 0..5 {
+        let sock = dir.path().join(format!("early{round}.sock"));
+        let mut child = layoutd()
+            .args(["serve", "--device", dev.to_str().unwrap(), "--socket", sock.to_str().unwrap()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut polls = 0u64;
+        while !sock.exists() {
+            assert!(child.try_wait().unwrap().is_none(), "serve exited before its socket existed");
+            polls += 1;
+            assert!(polls < 60_000_000, "no socket file");
+            std::hint::spin_loop();
+        }
+        let uri = format!("nbd+unix:///?socket={}", sock.display());
+        let out = std::process::Command::new("qemu-io")
+            .args(["-f", "raw", "-c", &format!("write -P {} 0 4k", round + 1), &uri])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "round {round}: {}", text(&out));
+        signal(child.id(), libc::SIGTERM);
+        assert!(child.wait().unwrap().success(), "round {round}: serve did not stop cleanly");
+    }
     assert_eq!(state(&dev), "clean");
 }
 

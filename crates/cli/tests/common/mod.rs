@@ -130,10 +130,9 @@ pub struct Server {
 }
 
 impl Server {
-    /// Waits for the "serving ... at URI" line, not for the socket file:
-    /// `serve` binds the path once and lets go to check it before nbdkit
-    /// binds it, so the file can exist for a moment with nothing listening
-    /// (a connection then failed with "No such file or directory").
+    /// Waits for the "serving ... at URI" line (the volume is open). The
+    /// socket file alone would do too since `serve` hands its bound listener
+    /// to nbdkit, but the banner also says the volume came up.
     pub fn start(dev: &Path) -> Server {
         let socket = dev.with_extension("sock");
         let _ = std::fs::remove_file(&socket);
