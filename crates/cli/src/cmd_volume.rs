@@ -135,7 +135,7 @@ fn check_whole_sectors(path: &Path) -> Result<()> {
 
 #[derive(Args)]
 #[command(
-    after_help = "Examples:\n  layoutd serve --device vol.img                          # private Unix socket, prints the NBD URI\n  layoutd serve --device vol.img --listen 127.0.0.1:10809\n  layoutd serve --device vol.img --listen :10809 --tls-psk keys.psk   # beyond loopback: TLS (psktool -p keys.psk -u USER)\n  layoutd serve --device vol.img --run 'qemu-io -f raw -c \"write -P 7 0 1M\" \"$uri\"'\n  layoutd serve --device vol.ssd --emulate wd800 --record-trace run.trace\n\nWith --run, nbdkit runs the command once the export is ready ($uri, $nbd, $unixsocket are set) and stops when it exits (captive mode); the exit status is the command's. SIGINT or SIGTERM flush the volume and write the clean-shutdown mark. Anyone who can connect can read and overwrite the volume: on a TCP address other than loopback use --tls-psk or --tls-certificates (a warning says so otherwise). Block sizes are advertised as 512 minimum, 4096 preferred, 32 MiB maximum. nbdkit must be installed; the plugin (liblayoutd_nbd.so) is looked up next to this binary or in $LAYOUTD_NBD_PLUGIN."
+    after_help = "Examples:\n  layoutd serve --device vol.img                          # private Unix socket, prints the NBD URI\n  layoutd serve --device vol.img --listen 127.0.0.1:10809\n  layoutd serve --device vol.img --listen :10809 --tls-psk keys.psk   # beyond loopback: TLS (psktool -p keys.psk -u USER)\n  layoutd serve --device vol.img --run 'qemu-io -f raw -c \"write -P 7 0 1M\" \"$uri\"'\n  layoutd serve --device vol.ssd --emulate wd800 --record-trace run.trace\n\nWith --run, nbdkit runs the command once the export is ready ($uri, $nbd, $unixsocket are set) and stops when it exits (captive mode); the exit status is the command's. SIGINT or SIGTERM flush the volume and write the clean-shutdown mark. Anyone who can connect can read and overwrite the volume: on a TCP address other than loopback use --tls-psk or --tls-certificates (a warning says so otherwise). Block sizes are advertised as 512 minimum, 4096 preferred, 32 MiB maximum. nbdkit must be installed; the plugin (liblayoutd_nbd.so) is looked up next to this binary or in $LAYOUTD_NBD_PLUGIN, and must come from the same build (a plugin built from other sources is refused: rebuild both)."
 )]
 pub struct ServeArgs {
     /// A device formatted with `layoutd format` (repeat, in order, for every member of a
@@ -405,6 +405,8 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     }
     // The plugin prints "serving ... at URI" once nbdkit has bound the socket.
     cmd.arg(format!("announce-uri={uri}"));
+    // The plugin refuses to start if it was built from other sources than this binary.
+    cmd.arg(format!("source-id={}", layoutd_runtime::SOURCE_ID));
     cmd.args(&a.plugin_arg);
     if listener.is_some() {
         cmd.env("LISTEN_FDS", "1")

@@ -172,6 +172,33 @@ fn a_client_that_connects_as_soon_as_the_socket_file_exists_is_served() {
 }
 
 #[test]
+fn a_plugin_built_from_other_sources_than_the_binary_is_refused_before_the_volume_is_opened() {
+    // What a stale plugin next to a rebuilt binary looks like to the plugin:
+    // another source id (the real one comes first; a second one overrides).
+    if !tools(&[]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dev = formatted(dir.path(), "m.img", "8M", None);
+    let sock = dir.path().join("m.sock");
+    let out = layoutd()
+        .args(["serve", "--device", dev.to_str().unwrap(), "--socket", sock.to_str().unwrap()])
+        .args(["--plugin-arg", "source-id=0123456789abcdef"])
+        .output()
+        .unwrap();
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(
+        t.contains("liblayoutd_nbd.so")
+            && t.contains("built from other sources")
+            && t.contains("cargo build --workspace --release")
+            && !t.contains("serving"),
+        "{t}"
+    );
+    assert_eq!(state(&dev), "clean");
+}
+
+#[test]
 fn the_banner_comes_after_binding_with_the_export_size_and_a_percent_encoded_uri() {
     if !tools(&["nbdinfo"]) {
         return;

@@ -93,6 +93,38 @@ fn member_names(members: &[volume::Member]) -> String {
     members.iter().map(|m| m.path.display().to_string()).collect::<Vec<_>>().join(", ")
 }
 
+/// Refuses to serve with a plugin built from other sources than the
+/// `layoutd` binary that started it: the two could disagree on the on-disk
+/// formats (a stale plugin once took a newer build's journal block for a
+/// torn tail and dropped a snapshot).
+fn check_source_id(theirs: &str) -> Result<()> {
+    let ours = layoutd_runtime::SOURCE_ID;
+    if theirs != ours {
+        let me = plugin_file().unwrap_or_else(|| "liblayoutd_nbd.so".into());
+        return Err(Error::new(
+            libc::EINVAL,
+            format!(
+                "the plugin {me} was built from other sources (source id {ours}) than the layoutd binary \
+                 that started it ({theirs}); a mismatched pair can misread the volume's metadata: \
+                 rebuild both with `cargo build --workspace --release`"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// This plugin's own file, for messages.
+fn plugin_file() -> Option<String> {
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr reads the loader's tables for an address inside this library.
+    let found = unsafe { libc::dladdr(plugin_file as *const libc::c_void, &mut info) } != 0;
+    if !found || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dli_fname is a NUL-terminated path owned by the loader.
+    Some(unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned())
+}
+
 fn parse_bool(key: &str, value: &str) -> Result<bool> {
     value.parse().map_err(|_| Error::new(libc::EINVAL, format!("{key}={value}: use true or false")))
 }
@@ -208,7 +240,9 @@ impl Server for Connection {
              announce-uri=URI   print this URI in the \"serving\" line (layoutd serve sets it)\n\
              emulate=PRESET     hold completions back by the HDD model's service time (wd800, ...)\n\
              emulate-diskspecs=FILE  the same, with a DiskSim parameter file\n\
-             control=SOCKET     accept runtime commands (`layoutd message`) on this Unix socket",
+             control=SOCKET     accept runtime commands (`layoutd message`) on this Unix socket\n\
+             source-id=ID       refuse to start unless built from the same sources as the layoutd\n\
+                    binary that passes it (layoutd serve sets it)",
         )
     }
 
@@ -229,6 +263,7 @@ impl Server for Connection {
                 "emulate" => s.emulate = Some(value.to_string()),
                 "emulate-diskspecs" => s.emulate_diskspecs = Some(PathBuf::from(value)),
                 "control" => s.control = Some(PathBuf::from(value)),
+                "source-id" => check_source_id(value)?,
                 "debug-panic-offset" => {
                     s.debug_panic_offset = Some(
                         value
@@ -239,7 +274,7 @@ impl Server for Connection {
                 other => {
                     return Err(Error::new(
                         libc::EINVAL,
-                        format!("unknown parameter `{other}` (known: device, direct, accept-loss, record-trace, record-trace-overwrite, announce-uri, emulate, emulate-diskspecs, control)"),
+                        format!("unknown parameter `{other}` (known: device, direct, accept-loss, record-trace, record-trace-overwrite, announce-uri, emulate, emulate-diskspecs, control, source-id)"),
                     ))
                 }
             }

@@ -16,6 +16,11 @@
 //! Targets are the same code in both runtimes.
 #![warn(missing_docs)]
 
+/// A hash of the sources that decide the on-disk formats (core, disk,
+/// targets, runtime; `build.rs`). `serve` hands its own to the nbdkit
+/// plugin, which refuses to start if it was built from other sources.
+pub const SOURCE_ID: &str = env!("LAYOUTD_SOURCE_ID");
+
 pub mod control;
 pub mod det;
 pub mod emulate;
