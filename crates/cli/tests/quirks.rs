@@ -59,14 +59,18 @@ fn listen_accepts_ipv6_and_every_address_and_refuses_bad_ports() {
     let dir = tempfile::tempdir().unwrap();
     let dev = formatted(dir.path(), "l.img", "8M", None);
     let d = dev.to_str().unwrap();
-    let dry = |listen: &str| {
-        let out = layoutd().args(["serve", "--dry-run", "--device", d, "--listen", listen]).output().unwrap();
+    let dry = |listen: &str, extra: &[&str]| {
+        let out = layoutd()
+            .args(["serve", "--dry-run", "--device", d, "--listen", listen])
+            .args(extra)
+            .output()
+            .unwrap();
         assert!(out.status.success(), "{listen}: {}", text(&out));
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     // serve binds the address itself and hands the listener to nbdkit.
     let p = free_port();
-    let cmd = dry(&format!("[::1]:{p}"));
+    let cmd = dry(&format!("[::1]:{p}"), &[]);
     assert!(
         cmd.contains("LISTEN_FDS=\"1\"")
             && !cmd.contains("--ipaddr")
@@ -75,12 +79,9 @@ fn listen_accepts_ipv6_and_every_address_and_refuses_bad_ports() {
         "{cmd}"
     );
     // With --run nbdkit binds it (it refuses socket activation with --run).
+    let run = ["--run", "true"];
     let p = free_port();
-    let out = layoutd()
-        .args(["serve", "--dry-run", "--device", d, "--listen", &format!("[::1]:{p}"), "--run", "true"])
-        .output()
-        .unwrap();
-    let cmd = String::from_utf8_lossy(&out.stdout);
+    let cmd = dry(&format!("[::1]:{p}"), &run);
     assert!(
         !cmd.contains("LISTEN_FDS")
             && cmd.contains("\"--ipaddr\" \"::1\"")
@@ -88,11 +89,7 @@ fn listen_accepts_ipv6_and_every_address_and_refuses_bad_ports() {
         "{cmd}"
     );
     let p = free_port();
-    let out = layoutd()
-        .args(["serve", "--dry-run", "--device", d, "--listen", &format!(":{p}"), "--run", "true"])
-        .output()
-        .unwrap();
-    let cmd = String::from_utf8_lossy(&out.stdout);
+    let cmd = dry(&format!(":{p}"), &run);
     assert!(!cmd.contains("--ipaddr") && cmd.contains(&format!("\"--port\" \"{p}\"")), "{cmd}");
     refused_line(
         &["serve", "--dry-run", "--device", d, "--listen", "127.0.0.1:99999"],
