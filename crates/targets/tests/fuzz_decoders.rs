@@ -44,6 +44,7 @@ fn header() -> SegmentHeader {
     SegmentHeader {
         seq: Seq(77),
         boot: 3,
+        format_id: 7,
         slots_used: 2,
         payload_crc: Some(0xDEAD_BEEF),
         entries: vec![
@@ -61,6 +62,7 @@ fn checkpoint() -> Checkpoint {
         replay_from_seq: Seq(10),
         resume_seq: Seq(12),
         durable_upto: Seq(11),
+        format_id: 7,
     }
 }
 
@@ -89,6 +91,7 @@ fn chain_disk(geo: &Geometry) -> Vec<Vec<u8>> {
         let h = SegmentHeader {
             seq: Seq(seq),
             boot: 2,
+            format_id: 7,
             slots_used: 1,
             payload_crc: Some(SegmentHeader::payload_crc_of(&seg[d..d + sb])),
             entries: vec![
@@ -175,7 +178,7 @@ proptest! {
         fix in any::<bool>(),
     ) {
         let g = chain_geo();
-        let ck = ChainCheckpoint { generation: 3, boot: 2, next_seq: Seq(5), next_loc: Some(SegLoc(0)) };
+        let ck = ChainCheckpoint { generation: 3, boot: 2, next_seq: Seq(5), next_loc: Some(SegLoc(0)), format_id: 7 };
         let mut b = ck.encode(&g);
         mutate(&mut b, &[], &ck_crafted);
         if fix { fix_crc(&mut b, 28, CHECKPOINT_BYTES); }
@@ -271,7 +274,7 @@ proptest! {
         }
         if let Ok(text) = String::from_utf8(bytes) {
             if let Ok(cfg) = StackConfig::parse(&text, "fuzz") {
-                let _ = layoutd_targets::build_stack(&cfg, device_bytes, OpenMode::Format);
+                let _ = layoutd_targets::build_stack(&cfg, device_bytes, OpenMode::format(1));
                 let _ = layoutd_targets::build_stack(&cfg, device_bytes, OpenMode::Open { clean: false, accept_loss: false });
             }
         }
@@ -298,7 +301,8 @@ const EXAMPLES: [&str; 10] = [
 fn the_chain_corpus_walks_to_its_end() {
     let g = chain_geo();
     let disk = chain_disk(&g);
-    let ck = ChainCheckpoint { generation: 3, boot: 2, next_seq: Seq(5), next_loc: Some(SegLoc(0)) };
+    let ck =
+        ChainCheckpoint { generation: 3, boot: 2, next_seq: Seq(5), next_loc: Some(SegLoc(0)), format_id: 7 };
     let mut w = ChainWalk::new(&ck, &g);
     let mut seqs = Vec::new();
     while let Some((loc, _)) = w.next() {

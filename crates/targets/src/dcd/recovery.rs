@@ -3,9 +3,12 @@
 //! order, until the first header that is missing, torn, stale or from
 //! another run (see [`crate::seglog::replay`]). Each phase is its own type.
 //!
-//! Format: every segment header's first sector is zeroed (so nothing of an
-//! earlier log can ever be replayed), both checkpoint copies are written
-//! (boot 1, tail 0), then a flush.
+//! Format: both checkpoint copies (boot 1, tail 0, the format's id) and
+//! both flush marks are written, then a flush. Nothing else: segments an
+//! earlier use of the device left carry another format id and are never
+//! replayed (seglog), so the region is not touched (before format
+//! identities every segment header's first sector was zeroed: a write per
+//! segment).
 //!
 //! Recovery, clean or not, reads only the live part of the ring: the
 //! checkpoint, then the segments from the tail on; a clean open finds no
@@ -35,11 +38,19 @@ use crate::seglog::{
 use bytes::Bytes;
 use layoutd_core::{Completion, Instant, Op, ReqId, Request, SECTOR_BYTES};
 
-/// Formatting: writes in flight before the final flush.
-#[derive(Default)]
+/// Formatting: the format's id, then the writes in flight before the
+/// final flush.
 pub(super) struct Formatting {
+    format_id: u64,
     writes_left: u32,
     flushing: bool,
+}
+
+impl Formatting {
+    pub(super) fn new(format_id: u64) -> Formatting {
+        assert_ne!(format_id, crate::seglog::LEGACY_FORMAT_ID, "a new format has an identity");
+        Formatting { format_id, writes_left: 0, flushing: false }
+    }
 }
 
 /// Recovering: which read is outstanding.
@@ -87,21 +98,17 @@ impl Dcd {
     }
 
     fn format_start(&mut self) {
-        let n = self.geo.segment_count;
-        for i in 0..n {
-            let offset = self.geo.segment_offset_bytes(SegLoc(i));
-            self.emit(
-                LowerOp::Bringup,
-                Request::write(ReqId(0), offset, Bytes::from(vec![0u8; SECTOR_BYTES as usize])),
-            );
-        }
-        self.log.ring = super::Ring { boot: 1, ..super::Ring::new(n, Seq(0), Seq(0)) };
+        let Phase::Format(f) = &self.phase else { unreachable!() };
+        let format_id = f.format_id;
+        self.log.ring =
+            super::Ring { boot: 1, format_id, ..super::Ring::new(self.geo.segment_count, Seq(0), Seq(0)) };
         let ck = |generation| Checkpoint {
             generation,
             boot: 1,
             replay_from_seq: Seq(0),
             resume_seq: Seq(0),
             durable_upto: Seq(0),
+            format_id,
         };
         let mark = |generation| FlushMark { generation, boot: 1, durable_upto: Seq(0) };
         for generation in [0u64, 1] {
@@ -115,7 +122,7 @@ impl Dcd {
         self.log.ring.generation = 1;
         self.log.ring.mark_generation = 1;
         let Phase::Format(f) = &mut self.phase else { unreachable!() };
-        f.writes_left = n + 4;
+        f.writes_left = 4;
     }
 
     /// A bring-up request completed.
@@ -250,6 +257,7 @@ impl Dcd {
         let mark_generation = r.mark.as_ref().map_or(0, |m| m.generation);
         self.log.ring = super::Ring {
             boot,
+            format_id: ck.format_id,
             generation: ck.generation,
             mark_generation,
             ..super::Ring::new(self.geo.segment_count, ck.replay_from_seq, end)

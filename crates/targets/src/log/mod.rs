@@ -291,6 +291,9 @@ pub struct Log {
     /// The current epoch: the generation the next checkpoint gets.
     epoch: u64,
     boot: u64,
+    /// The format's identity, stamped on every summary and checkpoint
+    /// (seglog: replay takes only summaries carrying the checkpoint's).
+    format_id: u64,
     next_seq: Seq,
     /// Where the next segment goes, as named by the last header or checkpoint.
     chain_next: Option<SegLoc>,
@@ -409,6 +412,7 @@ impl Log {
             freed_now: map::Packed::new(segs as u64, 1, false),
             epoch: 1,
             boot: 1,
+            format_id: crate::seglog::LEGACY_FORMAT_ID,
             next_seq: Seq(0),
             chain_next: None,
             head: SegLoc(0),
