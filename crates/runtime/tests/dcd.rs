@@ -152,6 +152,68 @@ fn a_format_over_a_used_log_region_never_brings_back_what_it_held() {
     }
 }
 
+#[path = "../../targets/tests/support/seglog_legacy.rs"]
+mod seglog_legacy;
+
+/// A dcd log of the release before format identities (headers and
+/// checkpoint of version 2, no format id) opens with this build: the
+/// writes it held read back, it takes more, and from its first open on it
+/// is written in the new versions with format id 0; the next recovery
+/// walks version-2 headers and then version-3 ones in one ring.
+#[test]
+fn a_dcd_log_of_the_release_before_format_ids_opens_and_goes_on_in_the_new_versions() {
+    use layoutd_runtime::det::{Harness, ZeroLatency};
+    let text = quiet();
+    let dev = std::sync::Arc::new(MemDevice::new(DEVICE_BYTES));
+    let mut h = Harness::new(
+        stack_from_toml(&text, DEVICE_BYTES, layoutd_core::OpenMode::format(1)),
+        dev.clone(),
+        ZeroLatency::default(),
+        1,
+    );
+    h.bring_up().expect("formats");
+    for i in 0..20u64 {
+        assert_eq!(h.write(i * 1024, vec![i as u8 + 1; 1024]).result, Ok(()));
+    }
+    assert_eq!(h.flush().result, Ok(()));
+    drop(h);
+    let sizes: Vec<usize> = (1..=16).map(|k| k * 512).collect();
+    let read = |b: &mut [u8]| dev.read_at(b, 0).expect("read");
+    let write = |b: &[u8]| dev.write_at(b, 0).expect("write");
+    assert!(seglog_legacy::downgrade_device(DEVICE_BYTES as usize, read, write, &sizes) >= 7);
+    let version = || {
+        let mut area = vec![0u8; 8192];
+        dev.read_at(&mut area, 0).expect("read");
+        seglog_legacy::newest_checkpoint_version(&area)
+    };
+    assert_eq!(version(), 2);
+    let open = || {
+        let mode = layoutd_core::OpenMode::Open { clean: false, accept_loss: false };
+        let mut h =
+            Harness::new(stack_from_toml(&text, DEVICE_BYTES, mode), dev.clone(), ZeroLatency::default(), 1);
+        h.bring_up().expect("opens");
+        h
+    };
+    let check = |h: &mut Harness, n: u64| {
+        for i in 0..n {
+            assert_eq!(h.read(i * 1024, 1024).data.as_deref(), Some(&vec![i as u8 + 1; 1024][..]), "{i}");
+        }
+    };
+    let mut h = open();
+    let old_segments = counter(&h, "recovered_segments_count");
+    assert!(old_segments >= 5, "{old_segments}");
+    check(&mut h, 20);
+    for i in 20..40u64 {
+        assert_eq!(h.write(i * 1024, vec![i as u8 + 1; 1024]).result, Ok(()));
+    }
+    assert_eq!(h.flush().result, Ok(()));
+    drop(h);
+    assert_eq!(version(), layoutd_targets::seglog::CHECKPOINT_VERSION);
+    let mut h = open();
+    assert!(counter(&h, "recovered_segments_count") > old_segments, "old and new headers in one walk");
+    check(&mut h, 40);
+}
+
 /// A debugging tool, not a test:
 /// `DCD_DEBUG=<stack index>,<seed> cargo test --test dcd dcd_debug_one -- --ignored --nocapture`
 /// reruns one oracle case and prints the dcd status even if it fails.

@@ -159,6 +159,70 @@ fn a_format_over_a_used_device_never_brings_back_what_it_held() {
 mod tagged;
 use tagged::{tag_of, tagged};
 
+#[path = "../../targets/tests/support/seglog_legacy.rs"]
+mod seglog_legacy;
+
+/// `dev` written back in the seglog versions before format identities (as
+/// the release before wrote it; its format zeroed every header); the
+/// number of blocks rewritten.
+fn downgraded(dev: &MemDevice, block_sizes: &[usize]) -> usize {
+    let read = |b: &mut [u8]| dev.read_at(b, 0).expect("read");
+    let write = |b: &[u8]| dev.write_at(b, 0).expect("write");
+    seglog_legacy::downgrade_device(dev.size_bytes() as usize, read, write, block_sizes)
+}
+
+/// The version of the newest checkpoint copy at the start of `dev`.
+fn checkpoint_version(dev: &MemDevice) -> u32 {
+    let mut area = vec![0u8; 8192];
+    dev.read_at(&mut area, 0).expect("read");
+    seglog_legacy::newest_checkpoint_version(&area)
+}
+
+/// A log of the release before format identities (summaries of version 2,
+/// checkpoint of version 3, no format id) opens with this build: what it
+/// held reads back (the roll-forward walks version-2 summaries), it takes
+/// writes, cleans (the cleaner reads version-2 summaries of its victims),
+/// and is written in the new versions, with format id 0, from its first
+/// open on; it reopens after a crash with everything flushed.
+#[test]
+fn a_log_of_the_release_before_format_ids_opens_and_goes_on_in_the_new_versions() {
+    let (image, cfg) = written_image(40, 0);
+    assert!(downgraded(&image, &[512, 4096]) >= 6, "checkpoints and summaries");
+    assert_eq!(checkpoint_version(&image), 3);
+    let dev = Arc::new(image);
+    let open = || {
+        let stack = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::Open { clean: false, accept_loss: false });
+        let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
+        h.bring_up().expect("opens");
+        h
+    };
+    let check = |h: &mut Harness<ZeroLatency>, version: &dyn Fn(u64) -> u64| {
+        for b in 0..40 {
+            let data = h.read(b * 4096, 4096).data.expect("data");
+            assert_eq!(data, block_bytes(version(b), b), "block {b}");
+        }
+    };
+    let mut h = open();
+    assert!(counter(&*h.stack, "recovered_segments_count") >= 2, "the roll-forward read version-2 summaries");
+    check(&mut h, &|_| 1);
+    // The victims are segments of the release before.
+    h.stack.message(h.now, "clean").expect("clean");
+    assert_eq!(h.flush().result, Ok(()));
+    assert!(counter(&*h.stack, "segments_cleaned_count") > 0);
+    check(&mut h, &|_| 1);
+    for round in 2..8 {
+        for b in (0..40).filter(|b| b % round != 0) {
+            assert_eq!(h.write(b * 4096, block_bytes(round, b)).result, Ok(()));
+        }
+    }
+    assert_eq!(h.flush().result, Ok(()));
+    let newest = |b: u64| (2..8).rev().find(|r| b % r != 0).unwrap_or(1);
+    check(&mut h, &newest);
+    drop(h);
+    assert_eq!(checkpoint_version(&dev), layoutd_targets::seglog::CHAIN_FORMAT_VERSION);
+    check(&mut open(), &newest);
+}
+
 /// Bytes of version `v` of 4 KiB block `b` (each sector tagged).
 fn block_bytes(v: u64, b: u64) -> Vec<u8> {
     (b * 8..b * 8 + 8).flat_map(|s| tagged(v, s)).collect()
