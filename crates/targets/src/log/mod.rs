@@ -46,7 +46,9 @@
 //!
 //! Recovery: the newest valid checkpoint, the map pages as of it, then the
 //! chain of segments written after it, each summary (every part of a
-//! segment) checked by seq, boot and payload crc; the first that fails
+//! segment) checked by format id, seq, boot and payload crc (format writes
+//! only the map and the checkpoint area: segments an earlier use of the
+//! device left carry another format id); the first that fails
 //! ends the log (a torn tail). If the
 //! flush mark says a client was told a later segment was durable, that is
 //! damage, and the open is refused (unless `--accept-loss`).

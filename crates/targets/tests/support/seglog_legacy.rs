@@ -6,6 +6,9 @@
 //! only the core codec (no target code), so unit tests and the runtime's
 //! tests include it alike.
 
+// Each includer uses part of it.
+#![allow(dead_code)]
+
 use layoutd_core::metablock::MetaBlockCodec;
 
 const HEADER_MAGIC: [u8; 8] = *b"LDSEGHD1";
