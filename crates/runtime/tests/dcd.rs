@@ -158,8 +158,10 @@ mod seglog_legacy;
 /// A dcd log of the release before format identities (headers and
 /// checkpoint of version 2, no format id) opens with this build: the
 /// writes it held read back, it takes more, and from its first open on it
-/// is written in the new versions with format id 0; the next recovery
-/// walks version-2 headers and then version-3 ones in one ring.
+/// is written in the new versions with format id 0 (both checkpoint
+/// copies at once, so a build before refuses it by its version instead of
+/// falling back to an old copy); the next recovery walks version-2
+/// headers and then version-3 ones in one ring.
 #[test]
 fn a_dcd_log_of_the_release_before_format_ids_opens_and_goes_on_in_the_new_versions() {
     use layoutd_runtime::det::{Harness, ZeroLatency};
@@ -184,9 +186,9 @@ fn a_dcd_log_of_the_release_before_format_ids_opens_and_goes_on_in_the_new_versi
     let version = || {
         let mut area = vec![0u8; 8192];
         dev.read_at(&mut area, 0).expect("read");
-        seglog_legacy::newest_checkpoint_version(&area)
+        (seglog_legacy::newest_checkpoint_version(&area), seglog_legacy::checkpoint_versions(&area))
     };
-    assert_eq!(version(), 2);
+    assert_eq!(version(), (2, [2, 2]));
     let open = || {
         let mode = layoutd_core::OpenMode::Open { clean: false, accept_loss: false };
         let mut h =
@@ -200,6 +202,8 @@ fn a_dcd_log_of_the_release_before_format_ids_opens_and_goes_on_in_the_new_versi
         }
     };
     let mut h = open();
+    let v = layoutd_targets::seglog::CHECKPOINT_VERSION;
+    assert_eq!(version(), (v, [v, v]), "both copies in the new version");
     let old_segments = counter(&h, "recovered_segments_count");
     assert!(old_segments >= 5, "{old_segments}");
     check(&mut h, 20);
@@ -208,7 +212,7 @@ fn a_dcd_log_of_the_release_before_format_ids_opens_and_goes_on_in_the_new_versi
     }
     assert_eq!(h.flush().result, Ok(()));
     drop(h);
-    assert_eq!(version(), layoutd_targets::seglog::CHECKPOINT_VERSION);
+    assert_eq!(version(), (v, [v, v]));
     let mut h = open();
     assert!(counter(&h, "recovered_segments_count") > old_segments, "old and new headers in one walk");
     check(&mut h, 40);

@@ -171,11 +171,12 @@ fn downgraded(dev: &MemDevice, block_sizes: &[usize]) -> usize {
     seglog_legacy::downgrade_device(dev.size_bytes() as usize, read, write, block_sizes)
 }
 
-/// The version of the newest checkpoint copy at the start of `dev`.
-fn checkpoint_version(dev: &MemDevice) -> u32 {
+/// The versions of the checkpoint copies at the start of `dev`: the
+/// newest's, and both.
+fn checkpoint_version(dev: &MemDevice) -> (u32, [u32; 2]) {
     let mut area = vec![0u8; 8192];
     dev.read_at(&mut area, 0).expect("read");
-    seglog_legacy::newest_checkpoint_version(&area)
+    (seglog_legacy::newest_checkpoint_version(&area), seglog_legacy::checkpoint_versions(&area))
 }
 
 /// A log of the release before format identities (summaries of version 2,
@@ -183,12 +184,14 @@ fn checkpoint_version(dev: &MemDevice) -> u32 {
 /// held reads back (the roll-forward walks version-2 summaries), it takes
 /// writes, cleans (the cleaner reads version-2 summaries of its victims),
 /// and is written in the new versions, with format id 0, from its first
-/// open on; it reopens after a crash with everything flushed.
+/// open on (both checkpoint copies at once, so a build before refuses it
+/// by its version instead of falling back to an old copy); it reopens
+/// after a crash with everything flushed.
 #[test]
 fn a_log_of_the_release_before_format_ids_opens_and_goes_on_in_the_new_versions() {
     let (image, cfg) = written_image(40, 0);
     assert!(downgraded(&image, &[512, 4096]) >= 6, "checkpoints and summaries");
-    assert_eq!(checkpoint_version(&image), 3);
+    assert_eq!(checkpoint_version(&image), (3, [3, 3]));
     let dev = Arc::new(image);
     let open = || {
         let stack = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::Open { clean: false, accept_loss: false });
@@ -203,6 +206,8 @@ fn a_log_of_the_release_before_format_ids_opens_and_goes_on_in_the_new_versions(
         }
     };
     let mut h = open();
+    let v = layoutd_targets::seglog::CHAIN_FORMAT_VERSION;
+    assert_eq!(checkpoint_version(&dev), (v, [v, v]), "both copies in the new version");
     assert!(counter(&*h.stack, "recovered_segments_count") >= 2, "the roll-forward read version-2 summaries");
     check(&mut h, &|_| 1);
     // The victims are segments of the release before.
@@ -219,7 +224,7 @@ fn a_log_of_the_release_before_format_ids_opens_and_goes_on_in_the_new_versions(
     let newest = |b: u64| (2..8).rev().find(|r| b % r != 0).unwrap_or(1);
     check(&mut h, &newest);
     drop(h);
-    assert_eq!(checkpoint_version(&dev), layoutd_targets::seglog::CHAIN_FORMAT_VERSION);
+    assert_eq!(checkpoint_version(&dev), (v, [v, v]));
     check(&mut open(), &newest);
 }
 

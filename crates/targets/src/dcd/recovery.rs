@@ -59,6 +59,8 @@ pub(super) struct Recovering {
     accept_loss: bool,
     walk: Option<ReplayWalk>,
     checkpoint: Option<Checkpoint>,
+    /// The checkpoint read is of the version before format identities.
+    legacy: bool,
     /// One checkpoint copy did not decode.
     copy_unreadable: bool,
     mark: Option<FlushMark>,
@@ -73,6 +75,7 @@ impl Recovering {
             accept_loss,
             walk: None,
             checkpoint: None,
+            legacy: false,
             copy_unreadable: false,
             mark: None,
             finishing: None,
@@ -181,6 +184,8 @@ impl Dcd {
             match Checkpoint::pick(&data, &self.geo) {
                 Ok((ck, copy_unreadable)) => {
                     r.walk = Some(ReplayWalk::new(ck.clone(), &self.geo));
+                    r.legacy = crate::seglog::copy_version(&data, ck.generation)
+                        != crate::seglog::CHECKPOINT_VERSION;
                     r.checkpoint = Some(ck);
                     r.copy_unreadable = copy_unreadable;
                     r.mark = FlushMark::pick(&data, &self.geo);
@@ -263,8 +268,19 @@ impl Dcd {
             ..super::Ring::new(self.geo.segment_count, ck.replay_from_seq, end)
         };
         let _ = r.clean;
-        r.finishing = Some(2);
+        r.finishing = Some(2 + u32::from(r.legacy));
+        let legacy = r.legacy;
         self.phase = Phase::Recover(r);
+        if legacy {
+            // The copy recovered from, in this build's version (see
+            // `seglog::copy_version`); the new checkpoint takes the other.
+            let req = Request::write(
+                ReqId(0),
+                self.geo.checkpoint_offset_bytes(ck.generation),
+                Bytes::from(ck.encode(&self.geo)),
+            );
+            self.emit(LowerOp::Bringup, Request { fua: true, ..req });
+        }
         self.write_checkpoint(LowerOp::Bringup, ck.replay_from_seq, true);
         self.write_mark(LowerOp::Bringup, end);
     }

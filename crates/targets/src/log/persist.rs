@@ -50,6 +50,8 @@ pub(super) const FORMAT_MAP_PAGES_PER_WRITE: u32 = 256;
 /// What recovery found before the walk.
 pub(super) struct Found {
     ck: ChainCheckpoint,
+    /// The checkpoint read is of the version before format identities.
+    legacy: bool,
     copy_unreadable: bool,
     mark: Option<FlushMark>,
     accept_loss: bool,
@@ -66,8 +68,10 @@ pub(super) enum Bringup {
     ReadMap { found: Found, next_page: u32 },
     /// Walking the chain; `at` is the segment being read.
     Walk { found: Found, walk: ChainWalk, at: SegLoc },
-    /// Writing the new flush mark.
-    Marking,
+    /// Writing the new flush mark (and, for a volume of the version
+    /// before format identities, its checkpoint in this build's version):
+    /// the writes left.
+    Marking { left: u32 },
     /// The checkpoint work for the new boot runs.
     Finishing,
 }
@@ -180,7 +184,8 @@ impl Log {
             Bringup::ReadCheckpoint { accept_loss } => self.checkpoint_read(c.data, accept_loss),
             Bringup::ReadMap { found, next_page } => self.map_read(c.data, found, next_page),
             Bringup::Walk { found, walk, at } => self.walk_read(c.data, found, walk, at),
-            Bringup::Marking => {
+            Bringup::Marking { left } if left > 1 => Ok(Some(Bringup::Marking { left: left - 1 })),
+            Bringup::Marking { .. } => {
                 self.works.push(super::Work::Checkpoint(CheckpointWork::default()));
                 Ok(Some(Bringup::Finishing))
             }
@@ -213,7 +218,8 @@ impl Log {
         let (ck, copy_unreadable) = ChainCheckpoint::pick(&data, &self.geo)
             .map_err(|e| format!("log checkpoint at lower offsets 0 and 4096: {e}; format the device"))?;
         let mark = FlushMark::pick(&data, &self.geo);
-        let found = Found { ck, copy_unreadable, mark, accept_loss };
+        let legacy = crate::seglog::copy_version(&data, ck.generation) != crate::seglog::CHAIN_FORMAT_VERSION;
+        let found = Found { ck, legacy, copy_unreadable, mark, accept_loss };
         self.read_map_pages(0);
         Ok(Some(Bringup::ReadMap { found, next_page: 0 }))
     }
@@ -419,7 +425,15 @@ impl Log {
         self.emit(LowerOp::Bringup, req);
         self.mark_generation = mark_generation;
         self.mark_upto = end;
-        Ok(Some(Bringup::Marking))
+        if found.legacy {
+            // The copy recovered from, in this build's version (see
+            // `seglog::copy_version`); the new checkpoint takes the other.
+            let off = self.geo.checkpoint_offset_bytes(ck.generation);
+            let mut req = Request::write(ReqId(0), off, Bytes::from(ck.encode(&self.geo)));
+            req.fua = true;
+            self.emit(LowerOp::Bringup, req);
+        }
+        Ok(Some(Bringup::Marking { left: 1 + u32::from(found.legacy) }))
     }
 
     /// The live bits and segment usage from the map; two blocks in one

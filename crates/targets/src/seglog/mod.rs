@@ -39,8 +39,8 @@ pub mod header;
 pub mod replay;
 
 pub use header::{
-    ChainCheckpoint, Checkpoint, Entry, FlushMark, HeaderError, SegmentHeader, CHAIN_FORMAT_VERSION,
-    CHECKPOINT_VERSION, HEADER_VERSION, LEGACY_FORMAT_ID, SEQ_MAX,
+    copy_version, ChainCheckpoint, Checkpoint, Entry, FlushMark, HeaderError, SegmentHeader,
+    CHAIN_FORMAT_VERSION, CHECKPOINT_VERSION, HEADER_VERSION, LEGACY_FORMAT_ID, SEQ_MAX,
 };
 pub use replay::{segment_summaries, ChainWalk, ReplayStep, ReplayWalk, StopReason};
 

@@ -82,6 +82,12 @@ pub fn newest_checkpoint_version(area: &[u8]) -> u32 {
     field(newest + 8, 4) as u32
 }
 
+/// The versions of both checkpoint copies of a seglog checkpoint area.
+pub fn checkpoint_versions(area: &[u8]) -> [u32; 2] {
+    let v = |at: usize| u32::from_le_bytes(area[at + 8..at + 12].try_into().expect("4 bytes"));
+    [v(0), v(4096)]
+}
+
 /// Reads a whole device image, downgrades it ([`downgrade_image`]) and
 /// writes it back; returns how many blocks were downgraded.
 pub fn downgrade_device(
