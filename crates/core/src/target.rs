@@ -33,7 +33,16 @@ use serde::Serialize;
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
 pub enum OpenMode {
     /// A freshly formatted device: targets initialise their metadata.
-    Format,
+    Format {
+        /// This format's identity: a nonce the caller draws per format
+        /// (the CLI from the volume's random uuid), never 0. Targets that
+        /// stamp it on their metadata (seglog's segment headers and
+        /// checkpoints) accept only metadata carrying it, so what an
+        /// earlier use of the device left is never mistaken for theirs and
+        /// need not be overwritten at format. Target code must not draw it
+        /// (determinism); make it with [`OpenMode::format`].
+        format_id: u64,
+    },
     /// An existing device; `clean` is true if the last shutdown was clean.
     Open {
         /// Whether the superblock recorded a clean shutdown.
@@ -43,6 +52,20 @@ pub enum OpenMode {
         /// the open being refused. Off unless the user asks for it.
         accept_loss: bool,
     },
+}
+
+impl OpenMode {
+    /// A format with identity `format_id` (0, which seglog reserves for
+    /// volumes formatted before identities existed, is taken as 1).
+    pub const fn format(format_id: u64) -> OpenMode {
+        OpenMode::Format { format_id: if format_id == 0 { 1 } else { format_id } }
+    }
+
+    /// A format identity from a volume's uuid (its two halves folded).
+    pub fn format_from_uuid(uuid: &[u8; 16]) -> OpenMode {
+        let half = |i: usize| u64::from_le_bytes(uuid[i..i + 8].try_into().expect("8 bytes"));
+        OpenMode::format(half(0) ^ half(8).rotate_left(32))
+    }
 }
 
 /// Counters and configuration of one target, in `key=value` form.

@@ -282,14 +282,80 @@ pub fn oracle_check_idle_with(
     depth: usize,
     idle_every: usize,
 ) -> Harness {
-    let dev = Arc::new(MemDevice::new(device_bytes));
-    let stack = make(OpenMode::Format);
-    let mut h = Harness::new(stack, dev, ZeroLatency::reordering(), seed);
+    oracle_check_over(make, device_bytes, Before::BLANK, seed, ops, depth, idle_every).0
+}
+
+/// What the device holds before the format under test, and that format's
+/// identity: the checks below run on a device an earlier use left (its
+/// bytes must never come back as data) as well as on a blank one.
+#[derive(Clone, Copy)]
+pub struct Before<'a> {
+    /// The device's bytes before the format (`None`: zeroes).
+    pub image: Option<&'a MemDevice>,
+    /// The identity the stack is formatted with ([`OpenMode::format`]).
+    pub format_id: u64,
+}
+
+impl Before<'_> {
+    /// A blank device, format identity 1.
+    pub const BLANK: Before<'static> = Before { image: None, format_id: 1 };
+
+    /// A fresh device holding the image (or zeroes).
+    fn device(&self, device_bytes: u64) -> MemDevice {
+        let dev = MemDevice::new(device_bytes);
+        if let Some(b) = self.image {
+            b.copy_to(&dev).expect("copy the earlier image");
+        }
+        dev
+    }
+}
+
+/// `ops` after as many one-sector reads: the same writes in the same
+/// order, but each tagged with a number the unshifted run never uses (a
+/// sector's tag is its write's position), so an earlier run's data is
+/// told from a later run's of the same `ops`.
+pub fn tags_shifted(ops: &[OpSpec]) -> Vec<OpSpec> {
+    let read = OpSpec { op: Op::Read, sector: 0, sectors: 1, fua: false, stream: 0 };
+    std::iter::repeat_n(read, ops.len()).chain(ops.iter().cloned()).collect()
+}
+
+/// A device of `device_bytes` holding seeded random bytes: a disk used
+/// by something else before (see [`Before`]).
+pub fn random_image(device_bytes: u64, seed: u64) -> MemDevice {
+    let dev = MemDevice::new(device_bytes);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut buf = vec![0u8; 1 << 16];
+    let mut at = 0;
+    while at < device_bytes {
+        let n = (device_bytes - at).min(buf.len() as u64) as usize;
+        rng.fill(&mut buf[..n]);
+        dev.write_at(&buf[..n], at).expect("write");
+        at += n as u64;
+    }
+    dev
+}
+
+/// [`oracle_check_idle_with`] on a device holding `before.image`, formatted
+/// with `before.format_id`: reads return what was written since, zeroes
+/// elsewhere. Returns the harness and the device (its bytes afterwards:
+/// the image a later check can start from).
+pub fn oracle_check_over(
+    make: MakeStack<'_>,
+    device_bytes: u64,
+    before: Before<'_>,
+    seed: u64,
+    ops: &[OpSpec],
+    depth: usize,
+    idle_every: usize,
+) -> (Harness, Arc<MemDevice>) {
+    let dev = Arc::new(before.device(device_bytes));
+    let stack = make(OpenMode::format(before.format_id));
+    let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::reordering(), seed);
     bring_up(&mut h);
     run_oracle_idle(&mut h, ops, depth, None, idle_every);
     h.settle();
     // A final full read-back through a fresh pass compares every sector.
-    h
+    (h, dev)
 }
 
 /// Records a random workload through a [`Recorder`], then for every flush
@@ -336,9 +402,27 @@ pub fn crash_check_idle_with(
     random_cuts: usize,
     idle_every: usize,
 ) -> usize {
-    let rec = Arc::new(Recorder::new(MemDevice::new(device_bytes)));
+    crash_check_over(make, device_bytes, Before::BLANK, seed, ops, depth, random_cuts, idle_every)
+}
+
+/// [`crash_check_idle_with`] on a device holding `before.image`, formatted
+/// with `before.format_id`: after a crash at any point, nothing of the
+/// earlier image comes back as data (a sector holds a write of this run
+/// or zeroes, by the same rules).
+#[allow(clippy::too_many_arguments)]
+pub fn crash_check_over(
+    make: MakeStack<'_>,
+    device_bytes: u64,
+    before: Before<'_>,
+    seed: u64,
+    ops: &[OpSpec],
+    depth: usize,
+    random_cuts: usize,
+    idle_every: usize,
+) -> usize {
+    let rec = Arc::new(Recorder::new(before.device(device_bytes)));
     let log = rec.log();
-    let stack = make(OpenMode::Format);
+    let stack = make(OpenMode::format(before.format_id));
     let mut h = Harness::new(stack, rec.clone() as Arc<dyn BlockDevice>, ZeroLatency::reordering(), seed);
     bring_up(&mut h);
     // A volume exists once format is done (the superblock is written after
@@ -349,7 +433,7 @@ pub fn crash_check_idle_with(
     let entries = log.entries();
     let cuts = cut_points(&log, formatted, seed, random_cuts);
     for &cut in &cuts {
-        check_cut(make, device_bytes, seed, &log, &entries[..cut], &ops_by_seq);
+        check_cut(make, device_bytes, before.image, seed, &log, &entries[..cut], &ops_by_seq);
     }
     cuts.len()
 }
@@ -371,13 +455,14 @@ pub(crate) fn cut_points(log: &WriteLog, formatted: usize, seed: u64, random_cut
 fn check_cut(
     make: MakeStack<'_>,
     device_bytes: u64,
+    base: Option<&MemDevice>,
     seed: u64,
     log: &WriteLog,
     prefix: &[layoutd_disk::LogEntry],
     ops: &[(Op, u64, u32, bool)],
 ) {
     let (submitted, durable_before) = upper_timeline(prefix, ops);
-    let image = Arc::new(log.image_at(prefix.len(), device_bytes, None).expect("replay"));
+    let image = Arc::new(log.image_at(prefix.len(), device_bytes, base).expect("replay"));
     let stack = make(OpenMode::Open { clean: false, accept_loss: false });
     let mut h = Harness::new(stack, image as Arc<dyn BlockDevice>, ZeroLatency::default(), seed);
     bring_up(&mut h);

@@ -289,7 +289,7 @@ pub fn volumes_oracle_check(
     w: Workload,
 ) -> (Harness, VolumesRun) {
     let dev = Arc::new(MemDevice::new(device_bytes));
-    let mut h = Harness::new(make(OpenMode::Format), dev, ZeroLatency::reordering(), seed);
+    let mut h = Harness::new(make(OpenMode::format(1)), dev, ZeroLatency::reordering(), seed);
     bring_up(&mut h);
     let run = run_volumes(&mut h, seed, w, None);
     h.settle();
@@ -309,7 +309,7 @@ pub fn volumes_crash_check(
     let rec = Arc::new(Recorder::new(MemDevice::new(device_bytes)));
     let log = rec.log();
     let mut h = Harness::new(
-        make(OpenMode::Format),
+        make(OpenMode::format(1)),
         rec.clone() as Arc<dyn BlockDevice>,
         ZeroLatency::reordering(),
         seed,

@@ -201,7 +201,7 @@ pub fn format(paths: &[PathBuf], cfg: &StackConfig, opts: &FormatOptions) -> Res
     }
     let sizes: Vec<u64> = devs.iter().map(|d| d.size_bytes() - DATA_START_BYTES).collect();
     // Validate the whole config before touching any device.
-    let stack = layoutd_targets::build_stack_members(&cfg, &sizes, OpenMode::Format)
+    let stack = layoutd_targets::build_stack_members(&cfg, &sizes, OpenMode::format_from_uuid(&opts.uuid))
         .map_err(|e| err(&paths[0], format!("bad config: {e}")))?;
     if !opts.force {
         for (path, dev) in paths.iter().zip(&devs) {

@@ -4,7 +4,11 @@
 //! checks live in `dcd_crash.rs`.
 
 use layoutd_core::Op;
-use layoutd_runtime::testkit::{crash_check, oracle_check, OpSpec};
+use layoutd_disk::{BlockDevice, MemDevice};
+use layoutd_runtime::testkit::{
+    crash_check, crash_check_over, oracle_check, oracle_check_over, random_image, stack_from_toml,
+    tags_shifted, Before, OpSpec,
+};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -100,6 +104,120 @@ fn dcd_crash_at_every_flush_and_random_points_keeps_flushed_data() {
     }
 }
 
+/// `image`'s log region (where the dcd layer of `h` keeps its log) on an
+/// otherwise blank device: what an earlier log leaves behind (its data
+/// region is the volume's data, which a format leaves as it is).
+fn log_region_of(h: &layoutd_runtime::det::Harness, image: &MemDevice) -> MemDevice {
+    let st = h.stack.layer_statuses().into_iter().find(|s| s.target == "dcd").expect("dcd layer");
+    let get = |k: &str| st.config.iter().find(|c| c.0 == k).map(|c| c.1.parse::<u64>().expect(k)).expect(k);
+    let (at, len) = (get("log_offset"), get("log_length"));
+    let out = MemDevice::new(DEVICE_BYTES);
+    let mut buf = vec![0u8; len as usize];
+    image.read_at(&mut buf, at).expect("read");
+    out.write_at(&buf, at).expect("write");
+    out
+}
+
+/// Format does not write the segments (format identities, seglog): the
+/// log region may still hold an earlier log. Over an earlier format of
+/// the same dcd that ran the same workload to its end (past any crash
+/// point of the new run its segments carry the seqs the walk expects
+/// next, at their locations, with valid crcs), over another dcd's log and
+/// over random bytes, a new format brings none of it back at any crash
+/// point: every sector holds a write of the new run submitted before the
+/// cut, or zeroes.
+#[test]
+fn a_format_over_a_used_log_region_never_brings_back_what_it_held() {
+    let all = stacks();
+    for (i, (name, cfg)) in all.iter().enumerate() {
+        let make = |mode| stack_from_toml(cfg, DEVICE_BYTES, mode);
+        let ops = dcd_ops(&mut ChaCha8Rng::seed_from_u64(3), 40, 128, DEVICE_BYTES / 512);
+        let first = Before { image: None, format_id: 0x1111 };
+        let (h, same) = oracle_check_over(&make, DEVICE_BYTES, first, 3, &ops, 4, 0);
+        let same = log_region_of(&h, &same);
+        let (_, other_cfg) = &all[(i + 1) % all.len()];
+        let other = |mode| stack_from_toml(other_cfg, DEVICE_BYTES, mode);
+        let other_ops = dcd_ops(&mut ChaCha8Rng::seed_from_u64(4), 250, 96, DEVICE_BYTES / 512);
+        let (_, other) = oracle_check_over(&other, DEVICE_BYTES, first, 4, &tags_shifted(&other_ops), 4, 0);
+        let other = log_region_of(&h, &other);
+        let random = log_region_of(&h, &random_image(DEVICE_BYTES, 5));
+        for (what, image) in
+            [("an earlier format", &same), ("another dcd", &other), ("random bytes", &random)]
+        {
+            let before = Before { image: Some(image), format_id: 0x2222 };
+            let cuts = crash_check_over(&make, DEVICE_BYTES, before, 3, &ops, 4, 30, 0);
+            eprintln!("{name} over {what}: {cuts} cut points");
+            assert!(cuts > 20, "{name} over {what}: {cuts}");
+        }
+    }
+}
+
+#[path = "../../targets/tests/support/seglog_legacy.rs"]
+mod seglog_legacy;
+
+/// A dcd log of the release before format identities (headers and
+/// checkpoint of version 2, no format id) opens with this build: the
+/// writes it held read back, it takes more, and from its first open on it
+/// is written in the new versions with format id 0 (both checkpoint
+/// copies at once, so a build before refuses it by its version instead of
+/// falling back to an old copy); the next recovery walks version-2
+/// headers and then version-3 ones in one ring.
+#[test]
+fn a_dcd_log_of_the_release_before_format_ids_opens_and_goes_on_in_the_new_versions() {
+    use layoutd_runtime::det::{Harness, ZeroLatency};
+    let text = quiet();
+    let dev = std::sync::Arc::new(MemDevice::new(DEVICE_BYTES));
+    let mut h = Harness::new(
+        stack_from_toml(&text, DEVICE_BYTES, layoutd_core::OpenMode::format(1)),
+        dev.clone(),
+        ZeroLatency::default(),
+        1,
+    );
+    h.bring_up().expect("formats");
+    for i in 0..20u64 {
+        assert_eq!(h.write(i * 1024, vec![i as u8 + 1; 1024]).result, Ok(()));
+    }
+    assert_eq!(h.flush().result, Ok(()));
+    drop(h);
+    let sizes: Vec<usize> = (1..=16).map(|k| k * 512).collect();
+    let read = |b: &mut [u8]| dev.read_at(b, 0).expect("read");
+    let write = |b: &[u8]| dev.write_at(b, 0).expect("write");
+    assert!(seglog_legacy::downgrade_device(DEVICE_BYTES as usize, read, write, &sizes) >= 7);
+    let version = || {
+        let mut area = vec![0u8; 8192];
+        dev.read_at(&mut area, 0).expect("read");
+        (seglog_legacy::newest_checkpoint_version(&area), seglog_legacy::checkpoint_versions(&area))
+    };
+    assert_eq!(version(), (2, [2, 2]));
+    let open = || {
+        let mode = layoutd_core::OpenMode::Open { clean: false, accept_loss: false };
+        let mut h =
+            Harness::new(stack_from_toml(&text, DEVICE_BYTES, mode), dev.clone(), ZeroLatency::default(), 1);
+        h.bring_up().expect("opens");
+        h
+    };
+    let check = |h: &mut Harness, n: u64| {
+        for i in 0..n {
+            assert_eq!(h.read(i * 1024, 1024).data.as_deref(), Some(&vec![i as u8 + 1; 1024][..]), "{i}");
+        }
+    };
+    let mut h = open();
+    let v = layoutd_targets::seglog::CHECKPOINT_VERSION;
+    assert_eq!(version(), (v, [v, v]), "both copies in the new version");
+    let old_segments = counter(&h, "recovered_segments_count");
+    assert!(old_segments >= 5, "{old_segments}");
+    check(&mut h, 20);
+    for i in 20..40u64 {
+        assert_eq!(h.write(i * 1024, vec![i as u8 + 1; 1024]).result, Ok(()));
+    }
+    assert_eq!(h.flush().result, Ok(()));
+    drop(h);
+    assert_eq!(version(), (v, [v, v]));
+    let mut h = open();
+    assert!(counter(&h, "recovered_segments_count") > old_segments, "old and new headers in one walk");
+    check(&mut h, 40);
+}
+
 /// A debugging tool, not a test:
 /// `DCD_DEBUG=<stack index>,<seed> cargo test --test dcd dcd_debug_one -- --ignored --nocapture`
 /// reruns one oracle case and prints the dcd status even if it fails.
@@ -115,7 +233,7 @@ fn dcd_debug_one() {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let ops = dcd_ops(&mut rng, 500, 96 + seed * 16, DEVICE_BYTES / 512);
     let dev = std::sync::Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
-    let stack = stack_from_toml(cfg, DEVICE_BYTES, layoutd_core::OpenMode::Format);
+    let stack = stack_from_toml(cfg, DEVICE_BYTES, layoutd_core::OpenMode::format(1));
     let mut h = Harness::new(stack, dev, ZeroLatency::reordering(), seed);
     bring_up(&mut h);
     let depth = 1 + (seed as usize % 6);
@@ -133,7 +251,7 @@ fn formatted(text: &str) -> layoutd_runtime::det::Harness {
     use layoutd_runtime::testkit::{bring_up, stack_from_toml};
     let dev = std::sync::Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
     let mut h = Harness::new(
-        stack_from_toml(text, DEVICE_BYTES, layoutd_core::OpenMode::Format),
+        stack_from_toml(text, DEVICE_BYTES, layoutd_core::OpenMode::format(1)),
         dev,
         ZeroLatency::default(),
         1,
@@ -151,7 +269,7 @@ fn counter(h: &layoutd_runtime::det::Harness, key: &str) -> u64 {
 
 fn build(text: &str, device_bytes: u64) -> Result<layoutd_core::Stack, String> {
     let cfg = layoutd_core::config::StackConfig::parse(text, "t.toml").map_err(|e| e.0)?;
-    layoutd_targets::build_stack(&cfg, device_bytes, layoutd_core::OpenMode::Format).map_err(|e| e.0)
+    layoutd_targets::build_stack(&cfg, device_bytes, layoutd_core::OpenMode::format(1)).map_err(|e| e.0)
 }
 
 #[test]
@@ -209,7 +327,7 @@ fn timing_only_mode_tracks_slots_without_bytes() {
     use layoutd_runtime::det::{Harness, ZeroLatency};
     use layoutd_runtime::testkit::{bring_up, stack_from_toml};
     let dev = std::sync::Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
-    let stack = stack_from_toml(&tiny(""), DEVICE_BYTES, layoutd_core::OpenMode::Format);
+    let stack = stack_from_toml(&tiny(""), DEVICE_BYTES, layoutd_core::OpenMode::format(1));
     let mut h = Harness::new(stack, dev, ZeroLatency::reordering(), 5);
     h.with_data = false;
     bring_up(&mut h);
@@ -244,7 +362,7 @@ fn a_clean_reopen_replays_the_live_log_and_a_corrupt_checkpoint_is_refused() {
     let text = quiet();
     let dev = std::sync::Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
     let mut h = Harness::new(
-        stack_from_toml(&text, DEVICE_BYTES, layoutd_core::OpenMode::Format),
+        stack_from_toml(&text, DEVICE_BYTES, layoutd_core::OpenMode::format(1)),
         dev.clone(),
         ZeroLatency::default(),
         1,

@@ -179,7 +179,7 @@ fn lossy_image(prefix: &[layoutd_disk::LogEntry], rng: &mut ChaCha8Rng) -> MemDe
 fn prefix_case(config: &str, seed: u64, fua: bool, lossy: bool) -> (usize, u64) {
     let rec = Arc::new(Recorder::new(MemDevice::new(DEVICE_BYTES)));
     let log = rec.log();
-    let stack = stack_from_toml(config, DEVICE_BYTES, OpenMode::Format);
+    let stack = stack_from_toml(config, DEVICE_BYTES, OpenMode::format(1));
     let mut h = Harness::new(stack, rec.clone() as Arc<dyn BlockDevice>, ZeroLatency::reordering(), seed);
     bring_up(&mut h);
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -302,7 +302,7 @@ fn recording_harness(config: &str) -> (Harness, layoutd_disk::WriteLog) {
     let rec = Arc::new(Recorder::new(MemDevice::new(DEVICE_BYTES)));
     let log = rec.log();
     let mut h = Harness::new(
-        stack_from_toml(config, DEVICE_BYTES, OpenMode::Format),
+        stack_from_toml(config, DEVICE_BYTES, OpenMode::format(1)),
         rec,
         ZeroLatency::reordering(),
         7,

@@ -60,7 +60,7 @@ fn crashed_volume(seed: u64, writes_count: u64) -> Crashed {
     let rec = Arc::new(Recorder::new(MemDevice::new(DEVICE_BYTES)));
     let log = rec.log();
     let mut h = Harness::new(
-        stack_from_toml(&cfg(), DEVICE_BYTES, OpenMode::Format),
+        stack_from_toml(&cfg(), DEVICE_BYTES, OpenMode::format(1)),
         rec as Arc<dyn BlockDevice>,
         ZeroLatency::reordering(),
         seed,
@@ -302,7 +302,7 @@ fn a_damaged_newest_checkpoint_copy_loses_nothing_and_resurrects_nothing() {
     // the other copy), then the workload.
     let formatted = Arc::new(MemDevice::new(DEV));
     let mut f = Harness::new(
-        stack_from_toml(cfg, DEV, OpenMode::Format),
+        stack_from_toml(cfg, DEV, OpenMode::format(1)),
         formatted.clone(),
         ZeroLatency::default(),
         2,

@@ -30,7 +30,7 @@ fn make(cfg: &StackConfig) -> impl Fn(OpenMode) -> Box<dyn Target> + '_ {
 #[test]
 fn the_log_takes_member_0_and_the_volume_is_member_1() {
     let cfg = config("");
-    let stack = make(&cfg)(OpenMode::Format);
+    let stack = make(&cfg)(OpenMode::format(1));
     assert_eq!(stack.size_bytes(), DATA_MEMBER_BYTES);
     let echo = stack.status().config;
     let get = |k: &str| echo.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone()).unwrap();
@@ -66,7 +66,7 @@ fn member_keys_are_checked_against_the_volume() {
     let build = |extra: &str, members: &[u64]| {
         let text = format!("version = 1\n[[layer]]\ntarget = \"dcd\"\n{extra}");
         let cfg = StackConfig::parse(&text, "t").unwrap();
-        layoutd_targets::build_stack_members(&cfg, members, OpenMode::Format).err().map(|e| e.0)
+        layoutd_targets::build_stack_members(&cfg, members, OpenMode::format(1)).err().map(|e| e.0)
     };
     let e = build("log_device = 2\ndata_device = 1\n", &[1 << 20, 1 << 20]).unwrap();
     assert!(e.contains("device 2 does not exist") && e.contains("2 device(s)"), "{e}");

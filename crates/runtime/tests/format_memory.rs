@@ -37,7 +37,7 @@ fn formatting_64_gib_peaks_within_4_bytes_a_block() {
         let cfg = StackConfig::parse(text, name).expect("example parses");
         let base = counting_alloc::live_bytes();
         counting_alloc::reset_peak();
-        let stack = layoutd_targets::build_stack(&cfg, DEVICE_BYTES, OpenMode::Format).expect("builds");
+        let stack = layoutd_targets::build_stack(&cfg, DEVICE_BYTES, OpenMode::format(1)).expect("builds");
         let dev = Arc::new(NullDevice::new(DEVICE_BYTES)) as Arc<dyn BlockDevice>;
         let mut h = Harness::new(Box::new(stack), dev, ZeroLatency::default(), 5);
         h.bring_up().unwrap_or_else(|e| panic!("{name}: {e}"));

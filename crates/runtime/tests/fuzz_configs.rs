@@ -50,7 +50,7 @@ enum Outcome {
 /// of `device_bytes` and checks a write-flush-read round trip.
 fn try_config(text: &str, device_bytes: u64) -> Result<Outcome, String> {
     let Ok(cfg) = StackConfig::parse(text, "fuzz.toml") else { return Ok(Outcome::Refused) };
-    let stack = match layoutd_targets::build_stack(&cfg, device_bytes, OpenMode::Format) {
+    let stack = match layoutd_targets::build_stack(&cfg, device_bytes, OpenMode::format(1)) {
         Ok(stack) => stack,
         Err(e) => {
             return if e.to_string().trim().is_empty() {
@@ -155,7 +155,7 @@ fn a_millisecond_key_past_ten_years_is_refused() {
         let cfg = StackConfig::parse(&text, "fuzz.toml");
         let message = match cfg {
             Err(e) => e.to_string(),
-            Ok(cfg) => match layoutd_targets::build_stack(&cfg, 2 << 30, OpenMode::Format) {
+            Ok(cfg) => match layoutd_targets::build_stack(&cfg, 2 << 30, OpenMode::format(1)) {
                 Err(e) => e.to_string(),
                 Ok(_) => panic!("{example}: {key} = 2^63-1 accepted"),
             },
@@ -181,7 +181,7 @@ fn every_stack_of_two_examples_is_refused_at_build_or_serves() {
                     .map(|l| format!("{l}\n"))
                     .collect::<String>();
             let cfg = StackConfig::parse(&text, "pair.toml").expect("two examples parse");
-            match layoutd_targets::build_stack(&cfg, 2 << 30, OpenMode::Format) {
+            match layoutd_targets::build_stack(&cfg, 2 << 30, OpenMode::format(1)) {
                 Err(e) => {
                     let message = e.to_string();
                     assert!(

@@ -93,7 +93,7 @@ struct Image {
 /// (a crash image: no clean shutdown).
 fn build(k: &Kind) -> Image {
     let dev = Arc::new(MemDevice::new(k.device_bytes));
-    let stack = stack_from_toml(k.config, k.device_bytes, OpenMode::Format);
+    let stack = stack_from_toml(k.config, k.device_bytes, OpenMode::format(1));
     let size = stack.size_bytes();
     let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 7);
     bring_up(&mut h);

@@ -88,7 +88,7 @@ fn the_write_that_seals_a_segment_is_acknowledged_before_the_segment_write() {
         log_writes_done: Mutex::new(0),
     });
     let mut h = Harness::new(
-        stack_from_toml(cfg, DEVICE_BYTES, OpenMode::Format),
+        stack_from_toml(cfg, DEVICE_BYTES, OpenMode::format(1)),
         dev.clone(),
         ZeroLatency::default(),
         1,
@@ -145,7 +145,7 @@ fn idle_work_starts_after_a_request_that_needed_no_lower_io() {
                policy = \"greedy\"\nfree_segments_min = 1\nfree_segments_target = 2\nresequence_idle_ms = 1\n";
     let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
     let mut h = Harness::new(
-        stack_from_toml(cfg, DEVICE_BYTES, OpenMode::Format),
+        stack_from_toml(cfg, DEVICE_BYTES, OpenMode::format(1)),
         dev.clone() as Arc<dyn BlockDevice>,
         ZeroLatency::default(),
         1,

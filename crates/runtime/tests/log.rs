@@ -9,8 +9,8 @@ use layoutd_core::{Op, OpenMode, Target};
 use layoutd_disk::{BlockDevice, LogOp, MemDevice, Recorder};
 use layoutd_runtime::det::{Harness, ZeroLatency};
 use layoutd_runtime::testkit::{
-    bring_up, crash_check, crash_check_idle_with, oracle_check, oracle_check_idle_with, stack_from_toml,
-    OpSpec,
+    bring_up, crash_check, crash_check_idle_with, crash_check_over, oracle_check, oracle_check_idle_with,
+    oracle_check_over, random_image, stack_from_toml, tags_shifted, Before, OpSpec,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -59,7 +59,7 @@ fn fill_then_update(volume_bytes: u64, fill_pct: u64, updates: usize, seed: u64)
 }
 
 fn volume_bytes(policy: &str) -> u64 {
-    stack_from_toml(&cfg(policy, ""), DEVICE_BYTES, OpenMode::Format).size_bytes()
+    stack_from_toml(&cfg(policy, ""), DEVICE_BYTES, OpenMode::format(1)).size_bytes()
 }
 
 #[test]
@@ -121,8 +121,112 @@ fn flushed_data_survives_a_crash_inside_a_chain_of_partial_writes() {
     }
 }
 
+/// Format does not write the segments (format identities, seglog): the
+/// device may still hold what an earlier use left there. Over an earlier
+/// format of the same log that ran the same workload to its end (so past
+/// any crash point of the new run its segments carry the seqs the new run
+/// expects next, at the locations it names, with partial summaries in the
+/// slots its continue links name, all crcs valid), over another log's
+/// segments and over random bytes, a new format brings none of it back at
+/// any crash point: every sector holds a write of the new run submitted
+/// before the cut, or zeroes (the crash check reads the whole volume after
+/// each cut).
+#[test]
+fn a_format_over_a_used_device_never_brings_back_what_it_held() {
+    for policy in ["greedy", "ssr", "adaptive"] {
+        let text = cfg(policy, "");
+        let make = |mode| stack_from_toml(&text, DEVICE_BYTES, mode);
+        let ops = sync_writes(volume_bytes(policy), 90, 150, 5);
+        let first = Before { image: None, format_id: 0x1111 };
+        let (_, same) = oracle_check_over(&make, DEVICE_BYTES, first, 5, &ops, 2, 0);
+        let other_text =
+            cfg("cost-benefit", "").replace("checkpoint_segments = 6", "checkpoint_segments = 2");
+        let other_ops = fill_then_update(volume_bytes(policy), 90, 600, 6);
+        let other = |mode| stack_from_toml(&other_text, DEVICE_BYTES, mode);
+        let (_, other) = oracle_check_over(&other, DEVICE_BYTES, first, 6, &tags_shifted(&other_ops), 3, 0);
+        let random = random_image(DEVICE_BYTES, 7);
+        for (what, image) in
+            [("an earlier format", &*same), ("another log", &*other), ("random bytes", &random)]
+        {
+            let before = Before { image: Some(image), format_id: 0x2222 };
+            let cuts = crash_check_over(&make, DEVICE_BYTES, before, 5, &ops, 2, 40, 0);
+            eprintln!("{policy} over {what}: {cuts} cut points");
+            assert!(cuts > 100, "{policy} over {what}: {cuts}");
+        }
+    }
+}
+
 mod tagged;
 use tagged::{tag_of, tagged};
+
+#[path = "../../targets/tests/support/seglog_legacy.rs"]
+mod seglog_legacy;
+
+/// `dev` written back in the seglog versions before format identities (as
+/// the release before wrote it; its format zeroed every header); the
+/// number of blocks rewritten.
+fn downgraded(dev: &MemDevice, block_sizes: &[usize]) -> usize {
+    let read = |b: &mut [u8]| dev.read_at(b, 0).expect("read");
+    let write = |b: &[u8]| dev.write_at(b, 0).expect("write");
+    seglog_legacy::downgrade_device(dev.size_bytes() as usize, read, write, block_sizes)
+}
+
+/// The versions of the checkpoint copies at the start of `dev`: the
+/// newest's, and both.
+fn checkpoint_version(dev: &MemDevice) -> (u32, [u32; 2]) {
+    let mut area = vec![0u8; 8192];
+    dev.read_at(&mut area, 0).expect("read");
+    (seglog_legacy::newest_checkpoint_version(&area), seglog_legacy::checkpoint_versions(&area))
+}
+
+/// A log of the release before format identities (summaries of version 2,
+/// checkpoint of version 3, no format id) opens with this build: what it
+/// held reads back (the roll-forward walks version-2 summaries), it takes
+/// writes, cleans (the cleaner reads version-2 summaries of its victims),
+/// and is written in the new versions, with format id 0, from its first
+/// open on (both checkpoint copies at once, so a build before refuses it
+/// by its version instead of falling back to an old copy); it reopens
+/// after a crash with everything flushed.
+#[test]
+fn a_log_of_the_release_before_format_ids_opens_and_goes_on_in_the_new_versions() {
+    let (image, cfg) = written_image(40, 0);
+    assert!(downgraded(&image, &[512, 4096]) >= 6, "checkpoints and summaries");
+    assert_eq!(checkpoint_version(&image), (3, [3, 3]));
+    let dev = Arc::new(image);
+    let open = || {
+        let stack = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::Open { clean: false, accept_loss: false });
+        let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
+        h.bring_up().expect("opens");
+        h
+    };
+    let check = |h: &mut Harness<ZeroLatency>, version: &dyn Fn(u64) -> u64| {
+        for b in 0..40 {
+            let data = h.read(b * 4096, 4096).data.expect("data");
+            assert_eq!(data, block_bytes(version(b), b), "block {b}");
+        }
+    };
+    let mut h = open();
+    let v = layoutd_targets::seglog::CHAIN_FORMAT_VERSION;
+    assert_eq!(checkpoint_version(&dev), (v, [v, v]), "both copies in the new version");
+    assert!(counter(&*h.stack, "recovered_segments_count") >= 2, "the roll-forward read version-2 summaries");
+    check(&mut h, &|_| 1);
+    // The victims are segments of the release before.
+    h.stack.message(h.now, "clean").expect("clean");
+    assert_eq!(h.flush().result, Ok(()));
+    assert!(counter(&*h.stack, "segments_cleaned_count") > 0);
+    check(&mut h, &|_| 1);
+    for round in 2..8 {
+        for b in (0..40).filter(|b| b % round != 0) {
+            assert_eq!(h.write(b * 4096, block_bytes(round, b)).result, Ok(()));
+        }
+    }
+    assert_eq!(h.flush().result, Ok(()));
+    let newest = |b: u64| (2..8).rev().find(|r| b % r != 0).unwrap_or(1);
+    check(&mut h, &newest);
+    drop(h);
+    assert_eq!(checkpoint_version(&dev), (v, [v, v]));
+    check(&mut open(), &newest);
+}
 
 /// Bytes of version `v` of 4 KiB block `b` (each sector tagged).
 fn block_bytes(v: u64, b: u64) -> Vec<u8> {
@@ -141,8 +245,11 @@ fn hazard_cfg(unsafe_reuse: bool) -> (String, u64) {
              policy = \"ssr\"\nclean_batch_segments = 1\ncheckpoint_segments = 100000\n\
              test_unsafe_reuse_before_checkpoint = {unsafe_reuse}\n"
         );
-        let probe =
-            stack_from_toml(&format!("{base}free_segments_min = 1\n"), HAZARD_DEVICE_BYTES, OpenMode::Format);
+        let probe = stack_from_toml(
+            &format!("{base}free_segments_min = 1\n"),
+            HAZARD_DEVICE_BYTES,
+            OpenMode::format(1),
+        );
         let (segs, volume) = (counter(&*probe, "segment_count"), counter(&*probe, "volume_blocks_count"));
         if volume % 4 == 0 && segs > volume / 4 + 2 {
             // After the fill, the free segments: one taken by the first
@@ -164,7 +271,7 @@ fn hazard_cfg(unsafe_reuse: bool) -> (String, u64) {
 fn ssr_hazard(unsafe_reuse: bool) -> Result<u64, String> {
     let (cfg, volume) = hazard_cfg(unsafe_reuse);
     let rec = Arc::new(Recorder::new(MemDevice::new(HAZARD_DEVICE_BYTES)));
-    let stack = stack_from_toml(&cfg, HAZARD_DEVICE_BYTES, OpenMode::Format);
+    let stack = stack_from_toml(&cfg, HAZARD_DEVICE_BYTES, OpenMode::format(1));
     let mut h = Harness::new(stack, rec.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
     bring_up(&mut h);
     for b in 0..volume {
@@ -242,7 +349,7 @@ fn ssr_never_reuses_a_slot_freed_since_the_last_durable_checkpoint() {
 /// A log formatted with `cfg` on a memory device, brought up.
 fn formatted(cfg: &str) -> (Arc<MemDevice>, Harness<ZeroLatency>) {
     let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
-    let stack = stack_from_toml(cfg, DEVICE_BYTES, OpenMode::Format);
+    let stack = stack_from_toml(cfg, DEVICE_BYTES, OpenMode::format(1));
     let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
     bring_up(&mut h);
     (dev, h)
@@ -302,7 +409,7 @@ fn reopen(image: MemDevice, cfg: &str, blocks: u64, unflushed: u64) -> Result<()
 /// it, so (seq, offset) is the order they were written in).
 fn summary_offsets(image: &MemDevice, in_slots: bool) -> Vec<(u64, u64)> {
     let cfg = cfg("greedy", "");
-    let probe = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::Format);
+    let probe = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::format(1));
     let segs = counter(&*probe, "segment_count");
     let stride = 512 + 8 * 4096;
     let mut found = Vec::new();
@@ -326,7 +433,8 @@ fn bad_input_is_refused_with_one_clear_line_and_never_read_as_data() {
     // Spare space too small for one cleaning pass.
     let cfg_text = cfg("greedy", "").replace("over_provision_pct = 20", "over_provision_pct = 2");
     let parsed = layoutd_core::config::StackConfig::parse(&cfg_text, "test").expect("toml");
-    let e = layoutd_targets::build_stack(&parsed, DEVICE_BYTES, OpenMode::Format).err().expect("refused").0;
+    let e =
+        layoutd_targets::build_stack(&parsed, DEVICE_BYTES, OpenMode::format(1)).err().expect("refused").0;
     assert!(e.contains("over_provision_pct = 2") && e.contains("cleaning pass"), "{e}");
 
     // A clean image reopens with every flushed block.
@@ -385,7 +493,7 @@ fn bad_input_is_refused_with_one_clear_line_and_never_read_as_data() {
 fn sync_write_footprint(partial: bool, syncs: u64) -> (Vec<u64>, Vec<u64>, u64) {
     let cfg = cfg("greedy", &format!("resequence = false\npartial_segments = {partial}\n"));
     let rec = Arc::new(Recorder::new(MemDevice::new(DEVICE_BYTES)));
-    let stack = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::Format);
+    let stack = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::format(1));
     let mut h = Harness::new(stack, rec.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
     bring_up(&mut h);
     let stride = 512 + 8 * 4096;
@@ -489,7 +597,8 @@ fn summaries_written(entries: &[layoutd_disk::LogEntry]) -> Vec<Vec<u64>> {
         if data.len() < 64 || &data[0..8] != b"LDSEGHD1" {
             continue;
         }
-        let entry_count = u32::from_le_bytes(data[48..52].try_into().expect("4")) as usize;
+        // Header version 3: entry_count u16 at payload offset 22.
+        let entry_count = u16::from_le_bytes(data[54..56].try_into().expect("2")) as usize;
         let blocks = (0..entry_count)
             .filter_map(|i| {
                 let at = 64 + 16 * i;
@@ -508,7 +617,7 @@ fn cleaner_summaries(sorted: bool) -> Vec<Vec<u64>> {
     let cfg = cfg("greedy", &format!("clean_sorted = {sorted}\n"))
         .replace("checkpoint_segments = 6", "checkpoint_segments = 1000");
     let rec = Arc::new(Recorder::new(MemDevice::new(DEVICE_BYTES)));
-    let stack = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::Format);
+    let stack = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::format(1));
     let mut h = Harness::new(stack, rec.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
     bring_up(&mut h);
     let volume = counter(&*h.stack, "volume_blocks_count") * 9 / 10;
@@ -554,7 +663,7 @@ fn the_cleaner_writes_the_blocks_it_moves_in_logical_order() {
 #[test]
 fn a_lower_read_error_fails_only_its_request_and_failed_writes_are_retried() {
     use layoutd_core::IoError;
-    let stack = stack_from_toml(&cfg("greedy", ""), DEVICE_BYTES, OpenMode::Format);
+    let stack = stack_from_toml(&cfg("greedy", ""), DEVICE_BYTES, OpenMode::format(1));
     let mut h = Harness::new(stack, Arc::new(MemDevice::new(DEVICE_BYTES)), ZeroLatency::default(), 1);
     bring_up(&mut h);
     for b in 0..24u64 {
@@ -606,7 +715,7 @@ fn shuffled(n: u64, seed: u64) -> (Vec<u64>, ChaCha8Rng) {
 /// harness.
 fn group_reads_after_idle(resequence: bool) -> (Vec<u64>, Harness<ZeroLatency>) {
     let cfg = cfg("greedy", &format!("resequence = {resequence}\nresequence_idle_ms = 10\n"));
-    let stack = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::Format);
+    let stack = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::format(1));
     let mut h = Harness::new(stack, Arc::new(MemDevice::new(DEVICE_BYTES)), ZeroLatency::default(), 1);
     bring_up(&mut h);
     let groups = counter(&*h.stack, "volume_blocks_count") * 9 / 10 / 8;
@@ -710,7 +819,7 @@ fn sweep_seeks_after_idle(sliding: bool, read_through: bool) -> (usize, Harness<
         "resequence_idle_ms = 10\nresequence_sliding = {sliding}\nread_through_headers = {read_through}\n"
     );
     let cfg = cfg("adaptive", &extra).replace("over_provision_pct = 20", "over_provision_pct = 30");
-    let stack = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::Format);
+    let stack = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::format(1));
     let dev = Arc::new(ReadLog { inner: MemDevice::new(DEVICE_BYTES), reads: Default::default() });
     let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
     bring_up(&mut h);
@@ -767,7 +876,7 @@ fn batched_resequencing(batch: u32) -> (usize, u64, Harness<ZeroLatency>) {
     let extra =
         format!("resequence_idle_ms = 10\nresequence_sliding = false\nresequence_batch_groups = {batch}\n");
     let cfg = cfg("greedy", &extra).replace("over_provision_pct = 20", "over_provision_pct = 30");
-    let stack = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::Format);
+    let stack = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::format(1));
     let dev = Arc::new(ReadLog { inner: MemDevice::new(DEVICE_BYTES), reads: Default::default() });
     let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
     bring_up(&mut h);
@@ -824,7 +933,7 @@ fn flushed_data_survives_a_crash_at_any_point_of_batched_resequencing() {
             cfg(policy, "resequence_sliding = false\nresequence_batch_groups = 4\nresequence_idle_ms = 0\n")
                 .replace("over_provision_pct = 20", "over_provision_pct = 30");
         let make = |mode| stack_from_toml(&cfg, DEVICE_BYTES, mode);
-        let volume_bytes = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::Format).size_bytes();
+        let volume_bytes = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::format(1)).size_bytes();
         let ops = fill_then_update(volume_bytes, 60, 300, 17);
         let h = oracle_check_idle_with(&make, DEVICE_BYTES, 17, &ops, 2, 5);
         let status = h.stack.status().to_string();
@@ -906,7 +1015,7 @@ fn flushed_data_survives_a_crash_at_any_point_of_sliding_compaction() {
             .replace("over_provision_pct = 20", "over_provision_pct = 30")
             .replace("free_segments_target = 3", "free_segments_target = 6");
         let make = |mode| stack_from_toml(&cfg, DEVICE_BYTES, mode);
-        let volume_bytes = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::Format).size_bytes();
+        let volume_bytes = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::format(1)).size_bytes();
         let ops = fill_then_update(volume_bytes, 90, 300, 13);
         let h = oracle_check_idle_with(&make, DEVICE_BYTES, 13, &ops, 2, 5);
         let status = h.stack.status().to_string();
@@ -967,7 +1076,7 @@ fn idle_cleaning_waits_for_idle_time_not_for_the_gaps_between_requests() {
 fn the_map_holds_sequential_data_in_runs_and_recovers_to_the_same_blocks() {
     let cfg = cfg("greedy", "resequence = false\n");
     let flat_cfg = cfg.clone() + "map_extents = false\n";
-    let flat = stack_from_toml(&flat_cfg, DEVICE_BYTES, OpenMode::Format);
+    let flat = stack_from_toml(&flat_cfg, DEVICE_BYTES, OpenMode::format(1));
     let flat_ram = counter(&*flat, "map_ram_bytes");
     assert_eq!(counter(&*flat, "map_flat_groups_count"), counter(&*flat, "map_groups_count"));
     let (dev, mut h) = formatted(&cfg);
@@ -1022,7 +1131,7 @@ fn status_message_answers_every_layers_counters() {
     let text = cfg("adaptive", "") + "[[layer]]\ntarget = \"trace\"\n";
     let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
     let mut h = Harness::new(
-        stack_from_toml(&text, DEVICE_BYTES, OpenMode::Format),
+        stack_from_toml(&text, DEVICE_BYTES, OpenMode::format(1)),
         dev as Arc<dyn BlockDevice>,
         ZeroLatency::default(),
         1,

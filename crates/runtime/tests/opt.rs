@@ -249,7 +249,7 @@ fn mapped_harness(dev: &Arc<MemDevice>) -> Harness {
 }
 
 fn mapped_harness_with(dev: &Arc<MemDevice>, cfg: &str) -> Harness {
-    let mut h = harness_with(dev, cfg, OpenMode::Format);
+    let mut h = harness_with(dev, cfg, OpenMode::format(1));
     for b in 10..14u8 {
         assert_eq!(h.write(u64::from(b) * B, block(b)).result, Ok(()));
     }
@@ -320,7 +320,7 @@ fn a_replan_keeps_placed_blocks_in_their_slots_and_copies_only_new_ones() {
 fn a_client_that_never_leaves_idle_ms_of_quiet_holds_a_job_back_only_while_it_bursts() {
     let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
     let cfg = manual().replace("idle_ms = 0", "idle_ms = 100");
-    let mut h = harness_with(&dev, &cfg, OpenMode::Format);
+    let mut h = harness_with(&dev, &cfg, OpenMode::format(1));
     read_twice(&mut h, 10..14);
     let reply = message(&mut h, "apply").expect("apply");
     assert!(reply.contains("to copy"), "{reply}");
@@ -376,7 +376,7 @@ fn blocks_a_plan_leaves_out_stay_until_their_slots_are_needed() {
 #[test]
 fn a_batch_of_copies_goes_to_adjacent_slots_in_fewer_writes() {
     let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
-    let mut h = harness(&dev, OpenMode::Format);
+    let mut h = harness(&dev, OpenMode::format(1));
     // Eight scattered blocks read in one order: eight runs, adjacent slots.
     let blocks = [90u64, 7, 150, 33, 120, 64, 3, 200];
     for &b in &blocks {
@@ -441,7 +441,7 @@ fn reads_of_mapped_blocks_come_from_the_copy_and_the_first_write_waits_for_its_d
 #[test]
 fn a_write_during_copy_in_makes_the_copy_stale_and_it_is_copied_again() {
     let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
-    let mut h = harness(&dev, OpenMode::Format);
+    let mut h = harness(&dev, OpenMode::format(1));
     for b in 10..14u64 {
         assert_eq!(h.write(b * B, block(b as u8)).result, Ok(()));
         h.read(b * B, B as u32);
@@ -584,7 +584,7 @@ fn bad_configs_say_what_is_wrong() {
     for (keys, want) in cases {
         let text = format!("version = 1\n[[layer]]\ntarget = \"opt\"\n{keys}");
         let cfg = layoutd_core::config::StackConfig::parse(&text, "t").unwrap();
-        let e = layoutd_targets::build_stack(&cfg, DEVICE_BYTES, OpenMode::Format).err().expect(keys).0;
+        let e = layoutd_targets::build_stack(&cfg, DEVICE_BYTES, OpenMode::format(1)).err().expect(keys).0;
         assert!(e.contains(want), "{keys}: {e}");
     }
 }
@@ -607,7 +607,7 @@ fn graph_stream_keys_the_profile_by_the_connection_or_by_its_runs() {
     for (key, edges) in [("base", 7), ("run", 4)] {
         let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
         let cfg = manual() + &format!("graph_stream = \"{key}\"\n");
-        let mut h = harness_with(&dev, &cfg, OpenMode::Format);
+        let mut h = harness_with(&dev, &cfg, OpenMode::format(1));
         for round in 0..2u64 {
             for run in 1..=4u32 {
                 let b = u64::from(run) * 40 + round;
@@ -626,7 +626,7 @@ fn a_shared_block_gets_a_copy_in_each_sequence_and_a_write_drops_the_extra_one_d
     let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
     let cfg = manual().replace("edge_weight_min = 0", "edge_weight_min = 2")
         + "copies_max = 2\nfollow_streams = true\n";
-    let mut h = harness_with(&dev, &cfg, OpenMode::Format);
+    let mut h = harness_with(&dev, &cfg, OpenMode::format(1));
     for b in 10..20u8 {
         assert_eq!(h.write(u64::from(b) * B, block(b)).result, Ok(()));
     }
@@ -701,7 +701,7 @@ fn a_stream_plan_without_written_ranges_leaves_them_home_and_their_writes_need_n
     for place in [true, false] {
         let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
         let cfg = manual() + &format!("plan_streams = true\nplan_written = {place}\n");
-        let mut h = harness_with(&dev, &cfg, OpenMode::Format);
+        let mut h = harness_with(&dev, &cfg, OpenMode::format(1));
         // One stream reads 10..14 and writes block 20 between its reads, twice.
         for _ in 0..2 {
             for b in 10..14u64 {
@@ -766,7 +766,7 @@ fn an_absorbed_write_goes_to_the_region_and_its_mapping_is_durable_after_the_nex
     let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
     let cfg = manual_absorbing(true);
     let unclean = OpenMode::Open { clean: false, accept_loss: false };
-    let mut h = harness_with(&dev, &cfg, OpenMode::Format);
+    let mut h = harness_with(&dev, &cfg, OpenMode::format(1));
     assert_eq!(h.write(30 * B, block(0x30)).result, Ok(()));
     assert_eq!(counter(&*h.stack, "absorbed_writes_count"), 1);
     assert_ne!(h.stack.map_extent(30 * B, B)[0].0, Some(30 * B), "in the region");
@@ -829,7 +829,7 @@ fn the_free_slots_are_the_unmapped_ones_after_random_operations_and_recovery() {
         let mut ops = shared_ops(&mut rng, 300);
         ops.extend(block_ops(&mut rng, 300));
         let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
-        let mut h = harness_with(&dev, &cfg, OpenMode::Format);
+        let mut h = harness_with(&dev, &cfg, OpenMode::format(1));
         let volume_sectors = h.stack.size_bytes() / 512;
         for (i, o) in ops.iter().enumerate() {
             let c = h.call(spec_request(o, volume_sectors));
@@ -864,7 +864,7 @@ fn weights_halve_by_virtual_time_not_by_plans_unless_the_half_life_is_zero() {
         let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
         let half_life = format!("weight_half_life_ms = {half_life_ms}");
         let cfg = manual().replace("weight_half_life_ms = 0", &half_life);
-        let mut h = harness_with(&dev, &cfg, OpenMode::Format);
+        let mut h = harness_with(&dev, &cfg, OpenMode::format(1));
         read_twice(&mut h, 10..14);
         for _ in 0..plans {
             let t = h.now.add_ms(pause_ms);
@@ -964,7 +964,7 @@ fn a_read_ahead_along_the_sequence_serves_the_next_reads_and_a_write_is_never_sh
 #[test]
 fn only_writes_that_would_seek_at_home_are_absorbed_and_the_plans_share_stays_free() {
     let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
-    let mut h = harness_with(&dev, &manual_absorbing(true), OpenMode::Format);
+    let mut h = harness_with(&dev, &manual_absorbing(true), OpenMode::format(1));
     let c = |h: &Harness, k| counter(&*h.stack, k);
     // A bulk write (more than absorb_blocks_max = 16 blocks) goes home.
     assert_eq!(h.write(0, vec![1; 32 * B as usize]).result, Ok(()));

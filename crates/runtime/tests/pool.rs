@@ -160,7 +160,7 @@ fn early_ack_pool(c: String) -> impl Fn(layoutd_core::OpenMode) -> Box<dyn Targe
     move |mode| {
         let pool = stack_from_toml(&c, DEVICE_BYTES, mode);
         let below = EarlyAck {
-            armed: mode != layoutd_core::OpenMode::Format,
+            armed: !matches!(mode, layoutd_core::OpenMode::Format { .. }),
             format_fua: None,
             lower: VecDeque::new(),
             upper: VecDeque::new(),
@@ -200,8 +200,12 @@ const CHUNK: usize = 8 << 10;
 
 fn harness(c: &str, device: u64) -> (Harness, Arc<MemDevice>) {
     let dev = Arc::new(MemDevice::new(device));
-    let mut h =
-        Harness::new(stack_from_toml(c, device, OpenMode::Format), dev.clone(), ZeroLatency::reordering(), 1);
+    let mut h = Harness::new(
+        stack_from_toml(c, device, OpenMode::format(1)),
+        dev.clone(),
+        ZeroLatency::reordering(),
+        1,
+    );
     bring_up(&mut h);
     (h, dev)
 }
@@ -1071,8 +1075,12 @@ fn partial_chunks_crash_from_first_write_to_fill(n: usize, home: bool) {
     let rec = Arc::new(Recorder::new(MemDevice::new(DEVICE_BYTES)));
     let log = rec.log();
     let make = |mode| stack_from_toml(&c, DEVICE_BYTES, mode);
-    let mut h =
-        Harness::new(make(OpenMode::Format), rec.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 7);
+    let mut h = Harness::new(
+        make(OpenMode::format(1)),
+        rec.clone() as Arc<dyn BlockDevice>,
+        ZeroLatency::default(),
+        7,
+    );
     bring_up(&mut h);
     assert_eq!(h.write(0, vec![1; n * CHUNK]).result, Ok(()));
     ok(&mut h, "snapshot create s");

@@ -249,7 +249,7 @@ fn fill(block: u64) -> u8 {
 /// timing is set to `timing` for the cell.
 fn setup(checks: bool, timing: Scripted) -> Harness<Scripted> {
     let dev = Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
-    let stack = stack_from_toml(&cell_config(checks), DEVICE_BYTES, OpenMode::Format);
+    let stack = stack_from_toml(&cell_config(checks), DEVICE_BYTES, OpenMode::format(1));
     let mut h = Harness::new(stack, dev, Scripted::new(1, 1, 1), 1);
     bring_up(&mut h);
     let volume_blocks = h.stack.size_bytes() / B;
@@ -444,7 +444,7 @@ fn streams_setup(extra: &str) -> Harness<Scripted> {
     }
     let text = text.replace("conflict_checks", &format!("{extra}\nconflict_checks"));
     let dev = Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
-    let stack = stack_from_toml(&text, DEVICE_BYTES, OpenMode::Format);
+    let stack = stack_from_toml(&text, DEVICE_BYTES, OpenMode::format(1));
     let mut h = Harness::new(stack, dev, Scripted::new(1, 1, 1), 1);
     bring_up(&mut h);
     let volume_blocks = h.stack.size_bytes() / B;
@@ -523,7 +523,8 @@ fn congestion_backs_off_for_the_configured_reads() {
 #[test]
 fn the_defaults_are_the_thesis_constants() {
     let dev = Arc::new(layoutd_disk::MemDevice::new(64 << 20));
-    let stack = stack_from_toml("version = 1\n[[layer]]\ntarget = \"replica\"\n", 64 << 20, OpenMode::Format);
+    let stack =
+        stack_from_toml("version = 1\n[[layer]]\ntarget = \"replica\"\n", 64 << 20, OpenMode::format(1));
     let mut h = Harness::new(stack, dev, Scripted::new(1, 1, 1), 1);
     bring_up(&mut h);
     let st = h.stack.status();
@@ -580,13 +581,13 @@ fn impossible_constants_fail_naming_the_key() {
         ("typo = 1", "`typo`"),
     ];
     for (line, want) in cases {
-        let e = build(&format!("{base}{line}\n"), 64 << 20, OpenMode::Format)
+        let e = build(&format!("{base}{line}\n"), 64 << 20, OpenMode::format(1))
             .err()
             .unwrap_or_else(|| panic!("accepted: {line}"));
         assert!(e.contains(want) && e.contains("replica"), "{e:?} should name {want}");
         assert_eq!(e.lines().count(), 1, "one line: {e}");
     }
-    let e = build(base, 64 << 10, OpenMode::Format).err().expect("too small");
+    let e = build(base, 64 << 10, OpenMode::format(1)).err().expect("too small");
     assert!(e.contains("too small"), "{e}");
 }
 
@@ -635,7 +636,7 @@ fn a_device_without_a_region_record_or_with_a_corrupt_one_is_refused_in_one_line
     assert_eq!(e.lines().count(), 1);
     // Format, then damage both copies.
     let dev = Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
-    let stack = stack_from_toml(&text, DEVICE_BYTES, OpenMode::Format);
+    let stack = stack_from_toml(&text, DEVICE_BYTES, OpenMode::format(1));
     let mut h = Harness::new(stack, dev.clone(), Scripted::new(1, 1, 1), 1);
     bring_up(&mut h);
     let meta = h.stack.size_bytes();
@@ -667,7 +668,7 @@ fn open_on(dev: &Arc<layoutd_disk::MemDevice>, mode: OpenMode) -> Harness<Script
 /// (the second, with no modify since the first, takes the snapshot).
 fn persisted() -> Arc<layoutd_disk::MemDevice> {
     let dev = Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
-    let mut h = open_on(&dev, OpenMode::Format);
+    let mut h = open_on(&dev, OpenMode::format(1));
     let volume_blocks = h.stack.size_bytes() / B;
     let trim = Request::new(ReqId(0), Op::Trim, 128 * B, ((volume_blocks - 128) * B) as u32);
     assert_eq!(h.call(trim).result, Ok(()));
@@ -689,7 +690,7 @@ fn persisted() -> Arc<layoutd_disk::MemDevice> {
 #[test]
 fn snapshots_are_taken_in_idle_time_at_most_every_interval() {
     let dev = Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
-    let mut h = open_on(&dev, OpenMode::Format);
+    let mut h = open_on(&dev, OpenMode::format(1));
     let t = h.now;
     assert_eq!(h.call(write(A, 1, false)).result, Ok(()));
     h.run_until(t.add_ms(59_000));
@@ -708,7 +709,7 @@ fn snapshots_under_a_trickle(extra: &str) -> (u64, u64) {
     let cfg = persist_config()
         .replace("snapshot_interval_ms = 60000", &format!("snapshot_interval_ms = 100\n{extra}"));
     let dev = Arc::new(layoutd_disk::MemDevice::new(DEVICE_BYTES));
-    let stack = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::Format);
+    let stack = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::format(1));
     let mut h = Harness::new(stack, dev, Scripted::new(1, 1, 1), 1);
     bring_up(&mut h);
     h.settle();
@@ -810,7 +811,7 @@ fn ext_volume(opts: &[&str], damage_bitmap: bool) -> Option<(Arc<layoutd_disk::M
     let dev = Arc::new(layoutd_disk::MemDevice::new(EXT_DEVICE_BYTES));
     let volume_bytes = {
         let mut h = Harness::new(
-            stack_from_toml(&ext_config(), EXT_DEVICE_BYTES, OpenMode::Format),
+            stack_from_toml(&ext_config(), EXT_DEVICE_BYTES, OpenMode::format(1)),
             dev.clone(),
             Scripted::new(1, 1, 1),
             1,
@@ -927,7 +928,7 @@ fn the_written_set_counts_in_memory_bytes_max_and_past_it_no_scan_declares_anyth
 fn an_unknown_or_corrupt_file_system_is_reported_once_and_declares_nothing() {
     let dev = Arc::new(layoutd_disk::MemDevice::new(EXT_DEVICE_BYTES));
     let mut h = Harness::new(
-        stack_from_toml(&ext_config(), EXT_DEVICE_BYTES, OpenMode::Format),
+        stack_from_toml(&ext_config(), EXT_DEVICE_BYTES, OpenMode::format(1)),
         dev.clone(),
         Scripted::new(1, 1, 1),
         1,

@@ -380,7 +380,7 @@ pub fn simulate(opts: &SimOptions) -> anyhow::Result<SimOutcome> {
         timing.record = Some(crate::timing::DiskRecord::new(Box::new(std::io::BufWriter::new(file))));
     }
     let mut stack: Box<dyn Target> = Box::new(
-        layoutd_targets::build_stack(&opts.stack, capacity_bytes, OpenMode::Format)
+        layoutd_targets::build_stack(&opts.stack, capacity_bytes, OpenMode::format(1))
             .map_err(|e| anyhow::anyhow!("{}: {e}", opts.stack_origin))?,
     );
     if opts.record_trace.is_some() {

@@ -31,10 +31,13 @@ use proptest::prelude::*;
 
 #[path = "../../core/tests/support/fuzz.rs"]
 mod fuzz;
+#[path = "support/seglog_legacy.rs"]
+mod seglog_legacy;
 use fuzz::{
     allocation_bound, config, crafted_writes, fix_crc, largest_allocation, mutate, nasty, number_spans,
     raw_writes,
 };
+use seglog_legacy::downgrade_block;
 
 fn geo() -> Geometry {
     Geometry::new(0, 1 << 20, 1024, 8).expect("valid")
@@ -44,6 +47,7 @@ fn header() -> SegmentHeader {
     SegmentHeader {
         seq: Seq(77),
         boot: 3,
+        format_id: 7,
         slots_used: 2,
         payload_crc: Some(0xDEAD_BEEF),
         entries: vec![
@@ -61,6 +65,7 @@ fn checkpoint() -> Checkpoint {
         replay_from_seq: Seq(10),
         resume_seq: Seq(12),
         durable_upto: Seq(11),
+        format_id: 7,
     }
 }
 
@@ -89,6 +94,7 @@ fn chain_disk(geo: &Geometry) -> Vec<Vec<u8>> {
         let h = SegmentHeader {
             seq: Seq(seq),
             boot: 2,
+            format_id: 7,
             slots_used: 1,
             payload_crc: Some(SegmentHeader::payload_crc_of(&seg[d..d + sb])),
             entries: vec![
@@ -119,9 +125,17 @@ proptest! {
     #![proptest_config(config(512))]
 
     #[test]
-    fn segment_headers_never_panic(raw in raw_writes(1024), crafted in crafted_writes(1024), fix in any::<bool>()) {
+    fn segment_headers_never_panic(
+        raw in raw_writes(1024),
+        crafted in crafted_writes(1024),
+        fix in any::<bool>(),
+        legacy in any::<bool>(),
+    ) {
         let g = geo();
         let mut b = header().encode(&g);
+        if legacy {
+            b = downgrade_block(&b).expect("a header");
+        }
         mutate(&mut b, &raw, &crafted);
         if fix {
             let len = g.header_bytes as usize;
@@ -137,11 +151,17 @@ proptest! {
     }
 
     #[test]
-    fn checkpoints_and_flush_marks_never_panic(raw in raw_writes(512), crafted in crafted_writes(512), fix in any::<bool>()) {
+    fn checkpoints_and_flush_marks_never_panic(
+        raw in raw_writes(512),
+        crafted in crafted_writes(512),
+        fix in any::<bool>(),
+        legacy in any::<bool>(),
+    ) {
         let g = geo();
         for which in 0..2 {
             let mut b = if which == 0 {
-                checkpoint().encode(&g)
+                let b = checkpoint().encode(&g);
+                if legacy { downgrade_block(&b).expect("a checkpoint") } else { b }
             } else {
                 FlushMark { generation: 5, boot: 2, durable_upto: Seq(40) }.encode(&g)
             };
@@ -173,10 +193,15 @@ proptest! {
         crafted in crafted_writes(1 << 16),
         ck_crafted in crafted_writes(CHECKPOINT_BYTES),
         fix in any::<bool>(),
+        legacy in any::<bool>(),
     ) {
         let g = chain_geo();
-        let ck = ChainCheckpoint { generation: 3, boot: 2, next_seq: Seq(5), next_loc: Some(SegLoc(0)) };
+        let id = if legacy { 0 } else { 7 };
+        let ck = ChainCheckpoint { generation: 3, boot: 2, next_seq: Seq(5), next_loc: Some(SegLoc(0)), format_id: id };
         let mut b = ck.encode(&g);
+        if legacy {
+            b = downgrade_block(&b).expect("a chain checkpoint");
+        }
         mutate(&mut b, &[], &ck_crafted);
         if fix { fix_crc(&mut b, 28, CHECKPOINT_BYTES); }
         let ck = match bounded(&b, |b| ChainCheckpoint::decode(b, &g))? {
@@ -185,6 +210,10 @@ proptest! {
         };
         // Mutations land in the first two locations (where the chain is).
         let mut disk = chain_disk(&g);
+        if legacy {
+            let sizes = [g.header_bytes as usize, g.slot_bytes as usize];
+            disk.iter_mut().for_each(|seg| { seglog_legacy::downgrade_image(seg, &sizes); });
+        }
         let stride = disk[0].len();
         let (hb, sb) = (g.header_bytes as usize, g.slot_bytes as usize);
         let mut touched = Vec::new();
@@ -271,7 +300,7 @@ proptest! {
         }
         if let Ok(text) = String::from_utf8(bytes) {
             if let Ok(cfg) = StackConfig::parse(&text, "fuzz") {
-                let _ = layoutd_targets::build_stack(&cfg, device_bytes, OpenMode::Format);
+                let _ = layoutd_targets::build_stack(&cfg, device_bytes, OpenMode::format(1));
                 let _ = layoutd_targets::build_stack(&cfg, device_bytes, OpenMode::Open { clean: false, accept_loss: false });
             }
         }
@@ -298,7 +327,8 @@ const EXAMPLES: [&str; 10] = [
 fn the_chain_corpus_walks_to_its_end() {
     let g = chain_geo();
     let disk = chain_disk(&g);
-    let ck = ChainCheckpoint { generation: 3, boot: 2, next_seq: Seq(5), next_loc: Some(SegLoc(0)) };
+    let ck =
+        ChainCheckpoint { generation: 3, boot: 2, next_seq: Seq(5), next_loc: Some(SegLoc(0)), format_id: 7 };
     let mut w = ChainWalk::new(&ck, &g);
     let mut seqs = Vec::new();
     while let Some((loc, _)) = w.next() {
@@ -306,4 +336,57 @@ fn the_chain_corpus_walks_to_its_end() {
     }
     assert_eq!(seqs, vec![5, 5, 5, 6]);
     assert_eq!(w.stopped(), Some(&layoutd_targets::seglog::StopReason::End));
+}
+
+/// Blocks of the release before format identities (headers and ring
+/// checkpoints of version 2, chain checkpoints of version 3) are read as
+/// format id 0, field for field; that release's codecs (this build's with
+/// the older version) refuse this build's blocks by their version number,
+/// not as damage; a version newer than this build's is refused naming both.
+#[test]
+fn the_release_before_format_ids_is_read_as_id_0_and_refuses_these_blocks_by_version() {
+    use layoutd_core::metablock::{MetaBlockCodec, MetaError};
+    use layoutd_targets::seglog::{HeaderError, CHAIN_FORMAT_VERSION, CHECKPOINT_VERSION, HEADER_VERSION};
+    let g = geo();
+    let h = SegmentHeader { format_id: 0, ..header() };
+    let ck = Checkpoint { format_id: 0, ..checkpoint() };
+    let chain = ChainCheckpoint { generation: 3, boot: 2, next_seq: Seq(5), next_loc: None, format_id: 0 };
+    let old_h = downgrade_block(&h.encode(&g)).expect("a header");
+    let old_ck = downgrade_block(&ck.encode(&g)).expect("a checkpoint");
+    let old_chain = downgrade_block(&chain.encode(&g)).expect("a chain checkpoint");
+    let version = |b: &[u8]| u32::from_le_bytes(b[8..12].try_into().expect("4"));
+    assert_eq!((version(&old_h), version(&old_ck), version(&old_chain)), (2, 2, 3));
+    assert_eq!(SegmentHeader::decode(&old_h, &g), Ok(h.clone()));
+    assert_eq!(Checkpoint::decode(&old_ck, &g), Ok(ck.clone()));
+    assert_eq!(ChainCheckpoint::decode(&old_chain, &g), Ok(chain.clone()));
+    // A summary in a slot, chained (the log's partial segments).
+    let cg = chain_geo();
+    let disk = chain_disk(&cg);
+    let (hb, sb) = (cg.header_bytes as usize, cg.slot_bytes as usize);
+    let slot1 = &disk[0][hb + sb..hb + 2 * sb];
+    let new = SegmentHeader::decode_slot(slot1, &cg).expect("a summary");
+    let old = downgrade_block(slot1).expect("a summary");
+    assert_eq!(SegmentHeader::decode_slot(&old, &cg), Ok(SegmentHeader { format_id: 0, ..new }));
+    // The release before reads only its own versions.
+    for (b, old_version, new_version) in [
+        (h.encode(&g), 2, HEADER_VERSION),
+        (ck.encode(&g), 2, CHECKPOINT_VERSION),
+        (chain.encode(&g), 3, CHAIN_FORMAT_VERSION),
+    ] {
+        let magic: [u8; 8] = b[0..8].try_into().expect("8");
+        let codec = MetaBlockCodec { magic, version: old_version, block_bytes: b.len() };
+        assert_eq!(codec.decode(&b), Err(MetaError::Version(new_version)));
+    }
+    // A later version: refused by its number, saying to upgrade.
+    let mut later = chain.encode(&g);
+    later[8..12].copy_from_slice(&5u32.to_le_bytes());
+    fix_crc(&mut later, 28, CHECKPOINT_BYTES);
+    let e = ChainCheckpoint::decode(&later, &g).unwrap_err();
+    assert_eq!(e, HeaderError::OtherVersion { found: 5, reads: CHAIN_FORMAT_VERSION });
+    assert!(e.to_string().contains("upgrade layoutd"), "{e}");
+    // The chain checkpoint of version 2 (before partial segments) stays refused.
+    let mut older = old_chain.clone();
+    older[8..12].copy_from_slice(&2u32.to_le_bytes());
+    fix_crc(&mut older, 28, CHECKPOINT_BYTES);
+    assert!(ChainCheckpoint::decode(&older, &g).unwrap_err().to_string().contains("older layoutd"));
 }

@@ -337,6 +337,7 @@ impl Dcd {
             replay_from_seq: tail,
             resume_seq: self.log.ring.resume,
             durable_upto: self.log.ring.durable_upto,
+            format_id: self.log.ring.format_id,
         };
         self.counters.checkpoints_written_count += 1;
         self.emit_metadata(op, self.geo.checkpoint_offset_bytes(ck.generation), ck.encode(&self.geo), fua);

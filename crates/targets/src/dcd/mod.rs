@@ -144,6 +144,9 @@ struct Ring {
     /// A flush issued only to advance `durable_upto` is in flight.
     durable_flush_busy: bool,
     boot: u64,
+    /// The format's identity, stamped on every header and checkpoint
+    /// (seglog: replay takes only headers carrying the checkpoint's).
+    format_id: u64,
     resume: Seq,
     generation: u64,
     checkpoint_busy: bool,
@@ -165,6 +168,7 @@ impl Ring {
             durable_upto: head,
             durable_flush_busy: false,
             boot: 0,
+            format_id: crate::seglog::LEGACY_FORMAT_ID,
             resume: head,
             generation: 0,
             checkpoint_busy: false,
@@ -536,7 +540,7 @@ impl Dcd {
         assert!(geo.segment_count >= 2);
         assert!(args.buffer_count >= 2);
         let phase = match mode {
-            OpenMode::Format => Phase::Format(recovery::Formatting::default()),
+            OpenMode::Format { format_id } => Phase::Format(recovery::Formatting::new(format_id)),
             OpenMode::Open { clean, accept_loss } => {
                 Phase::Recover(recovery::Recovering::new(clean, accept_loss))
             }

@@ -3,9 +3,12 @@
 //! order, until the first header that is missing, torn, stale or from
 //! another run (see [`crate::seglog::replay`]). Each phase is its own type.
 //!
-//! Format: every segment header's first sector is zeroed (so nothing of an
-//! earlier log can ever be replayed), both checkpoint copies are written
-//! (boot 1, tail 0), then a flush.
+//! Format: both checkpoint copies (boot 1, tail 0, the format's id) and
+//! both flush marks are written, then a flush. Nothing else: segments an
+//! earlier use of the device left carry another format id and are never
+//! replayed (seglog), so the region is not touched (before format
+//! identities every segment header's first sector was zeroed: a write per
+//! segment).
 //!
 //! Recovery, clean or not, reads only the live part of the ring: the
 //! checkpoint, then the segments from the tail on; a clean open finds no
@@ -35,11 +38,19 @@ use crate::seglog::{
 use bytes::Bytes;
 use layoutd_core::{Completion, Instant, Op, ReqId, Request, SECTOR_BYTES};
 
-/// Formatting: writes in flight before the final flush.
-#[derive(Default)]
+/// Formatting: the format's id, then the writes in flight before the
+/// final flush.
 pub(super) struct Formatting {
+    format_id: u64,
     writes_left: u32,
     flushing: bool,
+}
+
+impl Formatting {
+    pub(super) fn new(format_id: u64) -> Formatting {
+        assert_ne!(format_id, crate::seglog::LEGACY_FORMAT_ID, "a new format has an identity");
+        Formatting { format_id, writes_left: 0, flushing: false }
+    }
 }
 
 /// Recovering: which read is outstanding.
@@ -48,6 +59,8 @@ pub(super) struct Recovering {
     accept_loss: bool,
     walk: Option<ReplayWalk>,
     checkpoint: Option<Checkpoint>,
+    /// The checkpoint read is of the version before format identities.
+    legacy: bool,
     /// One checkpoint copy did not decode.
     copy_unreadable: bool,
     mark: Option<FlushMark>,
@@ -62,6 +75,7 @@ impl Recovering {
             accept_loss,
             walk: None,
             checkpoint: None,
+            legacy: false,
             copy_unreadable: false,
             mark: None,
             finishing: None,
@@ -87,21 +101,17 @@ impl Dcd {
     }
 
     fn format_start(&mut self) {
-        let n = self.geo.segment_count;
-        for i in 0..n {
-            let offset = self.geo.segment_offset_bytes(SegLoc(i));
-            self.emit(
-                LowerOp::Bringup,
-                Request::write(ReqId(0), offset, Bytes::from(vec![0u8; SECTOR_BYTES as usize])),
-            );
-        }
-        self.log.ring = super::Ring { boot: 1, ..super::Ring::new(n, Seq(0), Seq(0)) };
+        let Phase::Format(f) = &self.phase else { unreachable!() };
+        let format_id = f.format_id;
+        self.log.ring =
+            super::Ring { boot: 1, format_id, ..super::Ring::new(self.geo.segment_count, Seq(0), Seq(0)) };
         let ck = |generation| Checkpoint {
             generation,
             boot: 1,
             replay_from_seq: Seq(0),
             resume_seq: Seq(0),
             durable_upto: Seq(0),
+            format_id,
         };
         let mark = |generation| FlushMark { generation, boot: 1, durable_upto: Seq(0) };
         for generation in [0u64, 1] {
@@ -115,7 +125,7 @@ impl Dcd {
         self.log.ring.generation = 1;
         self.log.ring.mark_generation = 1;
         let Phase::Format(f) = &mut self.phase else { unreachable!() };
-        f.writes_left = n + 4;
+        f.writes_left = 4;
     }
 
     /// A bring-up request completed.
@@ -174,6 +184,8 @@ impl Dcd {
             match Checkpoint::pick(&data, &self.geo) {
                 Ok((ck, copy_unreadable)) => {
                     r.walk = Some(ReplayWalk::new(ck.clone(), &self.geo));
+                    r.legacy = crate::seglog::copy_version(&data, ck.generation)
+                        != crate::seglog::CHECKPOINT_VERSION;
                     r.checkpoint = Some(ck);
                     r.copy_unreadable = copy_unreadable;
                     r.mark = FlushMark::pick(&data, &self.geo);
@@ -250,13 +262,25 @@ impl Dcd {
         let mark_generation = r.mark.as_ref().map_or(0, |m| m.generation);
         self.log.ring = super::Ring {
             boot,
+            format_id: ck.format_id,
             generation: ck.generation,
             mark_generation,
             ..super::Ring::new(self.geo.segment_count, ck.replay_from_seq, end)
         };
         let _ = r.clean;
-        r.finishing = Some(2);
+        r.finishing = Some(2 + u32::from(r.legacy));
+        let legacy = r.legacy;
         self.phase = Phase::Recover(r);
+        if legacy {
+            // The copy recovered from, in this build's version (see
+            // `seglog::copy_version`); the new checkpoint takes the other.
+            let req = Request::write(
+                ReqId(0),
+                self.geo.checkpoint_offset_bytes(ck.generation),
+                Bytes::from(ck.encode(&self.geo)),
+            );
+            self.emit(LowerOp::Bringup, Request { fua: true, ..req });
+        }
         self.write_checkpoint(LowerOp::Bringup, ck.replay_from_seq, true);
         self.write_mark(LowerOp::Bringup, end);
     }

@@ -166,6 +166,7 @@ impl Dcd {
             let header = SegmentHeader {
                 seq: seg.seq,
                 boot: self.log.ring.boot,
+                format_id: self.log.ring.format_id,
                 slots_used: seg.slots.len() as u32,
                 payload_crc: Some(SegmentHeader::payload_crc_of(payload)),
                 entries: seg.entries.clone(),

@@ -46,7 +46,9 @@
 //!
 //! Recovery: the newest valid checkpoint, the map pages as of it, then the
 //! chain of segments written after it, each summary (every part of a
-//! segment) checked by seq, boot and payload crc; the first that fails
+//! segment) checked by format id, seq, boot and payload crc (format writes
+//! only the map and the checkpoint area: segments an earlier use of the
+//! device left carry another format id); the first that fails
 //! ends the log (a torn tail). If the
 //! flush mark says a client was told a later segment was durable, that is
 //! damage, and the open is refused (unless `--accept-loss`).
@@ -291,6 +293,9 @@ pub struct Log {
     /// The current epoch: the generation the next checkpoint gets.
     epoch: u64,
     boot: u64,
+    /// The format's identity, stamped on every summary and checkpoint
+    /// (seglog: replay takes only summaries carrying the checkpoint's).
+    format_id: u64,
     next_seq: Seq,
     /// Where the next segment goes, as named by the last header or checkpoint.
     chain_next: Option<SegLoc>,
@@ -409,6 +414,7 @@ impl Log {
             freed_now: map::Packed::new(segs as u64, 1, false),
             epoch: 1,
             boot: 1,
+            format_id: crate::seglog::LEGACY_FORMAT_ID,
             next_seq: Seq(0),
             chain_next: None,
             head: SegLoc(0),

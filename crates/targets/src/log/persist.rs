@@ -1,14 +1,16 @@
 //! Persistent state: format, recovery, checkpoints and flush marks. Each
 //! bring-up phase is its own state.
 //!
-//! Format: every segment header's first sector is zeroed (nothing of an
-//! earlier log can be replayed), copy 0 of every map page is written
-//! (nothing mapped) and copy 1 zeroed (the map area in writes of up to
-//! [`FORMAT_MAP_PAGES_PER_WRITE`] pages), then both checkpoint copies
-//! (boot 1, the chain starting at segment 0, seq 0) and both flush marks,
-//! then a flush. The writes are made one at a time as they are issued, at
+//! Format: copy 0 of every map page is written (nothing mapped) and copy 1
+//! zeroed (the map area in writes of up to [`FORMAT_MAP_PAGES_PER_WRITE`]
+//! pages), then both checkpoint copies (boot 1, the chain starting at
+//! segment 0, seq 0, the format's id) and both flush marks, then a flush.
+//! The segments are not touched: whatever an earlier use of the device
+//! left there carries another format id and is never replayed (seglog;
+//! before format identities each segment's header sector was zeroed, a
+//! write per segment: 2 M for 1 TiB). The writes are made one at a time as they are issued, at
 //! most [`FORMAT_WRITES_IN_FLIGHT`] at once, so formatting a terabyte
-//! holds kilobytes of write buffers, not the whole list (it held 3 GiB).
+//! holds megabytes of write buffers, not the whole list (it held 3 GiB).
 //!
 //! Checkpoint (a work on the stack, so requests wait for it): write the
 //! open segment naming the segment that goes next, wait for every segment
@@ -32,13 +34,15 @@ use crate::seglog::{
     CHECKPOINT_AREA_BYTES,
 };
 use bytes::Bytes;
-use layoutd_core::{Completion, Op, OpenMode, ReqId, Request, SECTOR_BYTES};
+use layoutd_core::{Completion, Op, OpenMode, ReqId, Request};
 
 /// Map pages read per request in recovery.
 const MAP_PAGES_PER_READ: u32 = 512;
 
-/// Format writes in flight at once.
-pub(super) const FORMAT_WRITES_IN_FLIGHT: u32 = 64;
+/// Format writes in flight at once: the map's writes of 2 MiB, so 8 MiB of
+/// buffers (64 when every segment header was zeroed too: 128 MiB once
+/// the map writes alone filled the window).
+pub(super) const FORMAT_WRITES_IN_FLIGHT: u32 = 4;
 
 /// Map pages (both copies of each) per format write: 2 MiB.
 pub(super) const FORMAT_MAP_PAGES_PER_WRITE: u32 = 256;
@@ -46,6 +50,8 @@ pub(super) const FORMAT_MAP_PAGES_PER_WRITE: u32 = 256;
 /// What recovery found before the walk.
 pub(super) struct Found {
     ck: ChainCheckpoint,
+    /// The checkpoint read is of the version before format identities.
+    legacy: bool,
     copy_unreadable: bool,
     mark: Option<FlushMark>,
     accept_loss: bool,
@@ -62,8 +68,10 @@ pub(super) enum Bringup {
     ReadMap { found: Found, next_page: u32 },
     /// Walking the chain; `at` is the segment being read.
     Walk { found: Found, walk: ChainWalk, at: SegLoc },
-    /// Writing the new flush mark.
-    Marking,
+    /// Writing the new flush mark (and, for a volume of the version
+    /// before format identities, its checkpoint in this build's version):
+    /// the writes left.
+    Marking { left: u32 },
     /// The checkpoint work for the new boot runs.
     Finishing,
 }
@@ -88,7 +96,7 @@ enum CkStage {
 impl Log {
     pub(super) fn start_bringup(&mut self, mode: OpenMode) {
         match mode {
-            OpenMode::Format => self.format_start(),
+            OpenMode::Format { format_id } => self.format_start(format_id),
             OpenMode::Open { accept_loss, .. } => {
                 self.phase = Phase::Bringup(Bringup::ReadCheckpoint { accept_loss });
                 let req = Request::new(ReqId(0), Op::Read, 0, CHECKPOINT_AREA_BYTES as u32);
@@ -97,23 +105,17 @@ impl Log {
         }
     }
 
-    /// How many writes a format makes: one per segment header, one per
+    /// How many writes a format makes: one per
     /// [`FORMAT_MAP_PAGES_PER_WRITE`] map pages, and the two checkpoint
     /// copies and two flush marks.
     fn format_write_count(&self) -> u64 {
         let map_writes = self.args.map.page_count.div_ceil(FORMAT_MAP_PAGES_PER_WRITE);
-        u64::from(self.geo.segment_count) + u64::from(map_writes) + 4
+        u64::from(map_writes) + 4
     }
 
-    /// The `index`-th format write: `(offset, bytes)`. Headers first, then
-    /// the map, then the checkpoint copies and flush marks, so a crash in a
-    /// format leaves no checkpoint over stale headers.
+    /// The `index`-th format write: `(offset, bytes)`. The map first, then
+    /// the checkpoint copies and flush marks.
     fn format_write(&self, index: u64) -> (u64, Vec<u8>) {
-        let segments = u64::from(self.geo.segment_count);
-        if index < segments {
-            return (self.geo.segment_offset_bytes(SegLoc(index as u32)), vec![0u8; SECTOR_BYTES as usize]);
-        }
-        let index = index - segments;
         let map_writes = u64::from(self.args.map.page_count.div_ceil(FORMAT_MAP_PAGES_PER_WRITE));
         if index < map_writes {
             let first = index as u32 * FORMAT_MAP_PAGES_PER_WRITE;
@@ -134,7 +136,13 @@ impl Log {
         assert!(index < 4, "format write {index} past the list");
         let g = index / 2;
         if index % 2 == 0 {
-            let ck = ChainCheckpoint { generation: g, boot: 1, next_seq: Seq(0), next_loc: Some(SegLoc(0)) };
+            let ck = ChainCheckpoint {
+                generation: g,
+                boot: 1,
+                next_seq: Seq(0),
+                next_loc: Some(SegLoc(0)),
+                format_id: self.format_id,
+            };
             (self.geo.checkpoint_offset_bytes(g), ck.encode(&self.geo))
         } else {
             let mark = FlushMark { generation: g, boot: 1, durable_upto: Seq(0) };
@@ -154,7 +162,9 @@ impl Log {
         (next, in_flight)
     }
 
-    fn format_start(&mut self) {
+    fn format_start(&mut self, format_id: u64) {
+        assert_ne!(format_id, crate::seglog::LEGACY_FORMAT_ID, "a new format has an identity");
+        self.format_id = format_id;
         self.epoch = 2;
         self.boot = 1;
         self.chain_next = Some(SegLoc(0));
@@ -174,7 +184,8 @@ impl Log {
             Bringup::ReadCheckpoint { accept_loss } => self.checkpoint_read(c.data, accept_loss),
             Bringup::ReadMap { found, next_page } => self.map_read(c.data, found, next_page),
             Bringup::Walk { found, walk, at } => self.walk_read(c.data, found, walk, at),
-            Bringup::Marking => {
+            Bringup::Marking { left } if left > 1 => Ok(Some(Bringup::Marking { left: left - 1 })),
+            Bringup::Marking { .. } => {
                 self.works.push(super::Work::Checkpoint(CheckpointWork::default()));
                 Ok(Some(Bringup::Finishing))
             }
@@ -207,7 +218,8 @@ impl Log {
         let (ck, copy_unreadable) = ChainCheckpoint::pick(&data, &self.geo)
             .map_err(|e| format!("log checkpoint at lower offsets 0 and 4096: {e}; format the device"))?;
         let mark = FlushMark::pick(&data, &self.geo);
-        let found = Found { ck, copy_unreadable, mark, accept_loss };
+        let legacy = crate::seglog::copy_version(&data, ck.generation) != crate::seglog::CHAIN_FORMAT_VERSION;
+        let found = Found { ck, legacy, copy_unreadable, mark, accept_loss };
         self.read_map_pages(0);
         Ok(Some(Bringup::ReadMap { found, next_page: 0 }))
     }
@@ -397,6 +409,7 @@ impl Log {
         }
         self.rebuild()?;
         self.boot = ck.boot + 1 + u64::from(found.copy_unreadable);
+        self.format_id = ck.format_id;
         self.epoch = ck.generation + 1;
         self.next_seq = end;
         self.chain_next = None;
@@ -412,7 +425,15 @@ impl Log {
         self.emit(LowerOp::Bringup, req);
         self.mark_generation = mark_generation;
         self.mark_upto = end;
-        Ok(Some(Bringup::Marking))
+        if found.legacy {
+            // The copy recovered from, in this build's version (see
+            // `seglog::copy_version`); the new checkpoint takes the other.
+            let off = self.geo.checkpoint_offset_bytes(ck.generation);
+            let mut req = Request::write(ReqId(0), off, Bytes::from(ck.encode(&self.geo)));
+            req.fua = true;
+            self.emit(LowerOp::Bringup, req);
+        }
+        Ok(Some(Bringup::Marking { left: 1 + u32::from(found.legacy) }))
     }
 
     /// The live bits and segment usage from the map; two blocks in one
@@ -486,6 +507,7 @@ impl Log {
                         boot: self.boot,
                         next_seq: self.next_seq,
                         next_loc: self.chain_next,
+                        format_id: self.format_id,
                     };
                     let off = self.geo.checkpoint_offset_bytes(self.epoch);
                     let mut req = Request::write(ReqId(0), off, Bytes::from(ck.encode(&self.geo)));

@@ -625,6 +625,7 @@ impl Log {
         let mut header = SegmentHeader {
             seq,
             boot: self.boot,
+            format_id: self.format_id,
             slots_used: filled.len() as u32,
             payload_crc: None,
             entries,
@@ -952,7 +953,7 @@ impl Log {
                         Ok(h)
                     }
                 };
-                segment_summaries(d, &self.geo, same_pass).0
+                segment_summaries(d, &self.geo, self.format_id, same_pass).0
             });
             for e in summaries.iter().flat_map(|h| h.entries.iter()) {
                 let Entry::Slot { start_sector, slot, .. } = *e else { continue };

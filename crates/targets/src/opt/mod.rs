@@ -398,7 +398,7 @@ impl Opt {
         };
         let ahead = ReadAhead::new(geo.block_bytes, READ_AHEAD_PER_STREAM, args.readahead_memory_bytes);
         let phase = match mode {
-            OpenMode::Format => Phase::Format { writes_left: 0, flushing: false },
+            OpenMode::Format { .. } => Phase::Format { writes_left: 0, flushing: false },
             OpenMode::Open { accept_loss, .. } => Phase::Recover(bringup::Recovering::new(accept_loss)),
         };
         let mut opt = Opt {

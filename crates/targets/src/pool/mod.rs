@@ -408,7 +408,7 @@ impl Pool {
         };
         pool.quiet.arm(Instant::ZERO, LINE_UP_QUIET_NS);
         match mode {
-            OpenMode::Format => pool.start_format(),
+            OpenMode::Format { .. } => pool.start_format(),
             OpenMode::Open { .. } => pool.start_recovery(),
         }
         Ok(pool)

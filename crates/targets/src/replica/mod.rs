@@ -266,7 +266,7 @@ impl Replica {
                 .then(|| args.replication_wait_max_ms.saturating_mul(1_000_000)),
         });
         let phase = match mode {
-            OpenMode::Format => Phase::Format { writes_left: 3 },
+            OpenMode::Format { .. } => Phase::Format { writes_left: 3 },
             OpenMode::Open { clean, .. } => Phase::Recover { copies: [None, None], reads_left: 2, clean },
         };
         let mut r = Replica {

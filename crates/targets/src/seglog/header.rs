@@ -5,11 +5,12 @@
 //! little endian, offsets within the payload (the block header is 32 bytes).
 //!
 //! Segment header (`header_bytes`, sector aligned; the block's generation is
-//! the segment's **seq**):
+//! the segment's **seq**), version 3:
 //! ```text
-//! 0  boot u64               8  slot_bytes u32    12 slot_count u32
-//! 16 entry_count u32        20 slots_used u32    24 payload_crc u32
-//! 28 flags u32 (bit 0: payload_crc valid)
+//! 0  boot u64               8  format_id u64
+//! 16 slot_bytes u32         20 slot_count u16    22 entry_count u16
+//! 24 slots_used u16         26 flags u16 (bit 0: payload_crc valid)
+//! 28 payload_crc u32
 //! 32 entries, 16 bytes each: start_sector u64, sector_count u32, kind u16, slot u16
 //!    kind 1 = slot `slot` holds sectors [start, start+count)
 //!    kind 2 = sectors [start, start+count) were overwritten outside the log
@@ -28,13 +29,32 @@
 //! summary sits in a slot (a block of `slot_bytes`, same codec, fewer
 //! entries: [`SegmentHeader::slot_entry_max`]) that the part before named
 //! with its continue link; see [`super::replay::segment_summaries`].
-//! Checkpoint (one 512-byte block per copy; generation picks the copy):
+//! Version 2 (before format identities) had the same fields in 32 bytes
+//! without `format_id`: boot u64, slot_bytes, slot_count, entry_count,
+//! slots_used, payload_crc, flags (u32 each); it is still read, as
+//! format id 0 ([`LEGACY_FORMAT_ID`]).
+//!
+//! Checkpoint (one 512-byte block per copy; generation picks the copy),
+//! version 3 (version 2: the same without `format_id`, read as id 0):
 //! ```text
 //! 0  boot u64               8  replay_from_seq u64   16 resume_seq u64
 //! 24 durable_upto_seq u64   32 region_offset_bytes u64
 //! 40 slot_bytes u32         44 slot_count u32        48 segment_count u32
-//! 52 header_bytes u32
+//! 52 header_bytes u32       56 format_id u64
 //! ```
+//!
+//! **Format identity.** `format_id` is a nonce the format was given
+//! (`OpenMode::Format`), kept in the checkpoint and stamped on every
+//! segment header and summary written under it; replay applies only
+//! summaries carrying the checkpoint's. So whatever an earlier use of the
+//! device left in the region (another log's segments with valid crcs, or
+//! an earlier format of this one, which writes the same seqs at the same
+//! places) is never walked into, and format writes the checkpoint area
+//! only, not a sector per segment. Id 0 is a volume formatted before
+//! identities (versions 2 / chain 3): its format zeroed every header, so
+//! its headers of version 2 and 3 with id 0 are all its own; a new
+//! format never uses 0. Such a volume is written in the new versions
+//! (with id 0) from its first open by this build on.
 //! `durable_upto_seq`: every segment below it was durable when the
 //! checkpoint was written; the tail advance that wrote it may have relied on
 //! segments up to there holding the newest copy of a sector (see the dcd
@@ -54,23 +74,37 @@
 //! boot counters above [`SEQ_MAX`] are refused as malformed, so that no
 //! arithmetic on them can overflow. Format version 1 (before the shared
 //! codec) is refused as another version. The chain checkpoint (the `log`
-//! target's) is version [`CHAIN_FORMAT_VERSION`] since partial segments; a
-//! `log` volume of version 2 is refused with a line saying so.
+//! target's) is version [`CHAIN_FORMAT_VERSION`] (3 since partial segments,
+//! 4 since format identities; 3 is read as id 0); a `log` volume of
+//! version 2 is refused with a line saying so. A version newer than this
+//! build's is refused naming both versions (an older build does the same
+//! with these: by version, not as damage).
 
 use super::{Geometry, Seq, ENTRY_BYTES, HEADER_FIXED_BYTES};
 use layoutd_core::metablock::{
-    MetaBlockCodec, MetaError, Reader, GENERATION_MAX, GENERATION_READ_MAX, HEADER_BYTES,
+    Decoded, MetaBlockCodec, MetaError, Reader, GENERATION_MAX, GENERATION_READ_MAX, HEADER_BYTES,
 };
 
-/// Format version of headers, checkpoints and marks written by this build.
-pub const FORMAT_VERSION: u32 = 2;
+/// Format version of segment headers (and summaries) written by this
+/// build: 3 since format identities; 2 is still read (as id 0).
+pub const HEADER_VERSION: u32 = 3;
+/// Format version of the ring checkpoint (`dcd`'s) written by this build:
+/// 3 since format identities; 2 is still read (as id 0).
+pub const CHECKPOINT_VERSION: u32 = 3;
+/// Format version of flush marks (unchanged by format identities).
+pub const MARK_VERSION: u32 = 2;
+/// The format identity of a volume formatted before identities existed.
+pub const LEGACY_FORMAT_ID: u64 = 0;
 const HEADER_MAGIC: [u8; 8] = *b"LDSEGHD1";
 /// Bytes of one encoded checkpoint (or flush mark).
 pub const CHECKPOINT_BYTES: usize = 512;
 const CHECKPOINT_CODEC: MetaBlockCodec =
-    MetaBlockCodec { magic: *b"LDSEGCK1", version: FORMAT_VERSION, block_bytes: CHECKPOINT_BYTES };
+    MetaBlockCodec { magic: *b"LDSEGCK1", version: CHECKPOINT_VERSION, block_bytes: CHECKPOINT_BYTES };
 const MARK_CODEC: MetaBlockCodec =
-    MetaBlockCodec { magic: *b"LDSEGFM1", version: FORMAT_VERSION, block_bytes: CHECKPOINT_BYTES };
+    MetaBlockCodec { magic: *b"LDSEGFM1", version: MARK_VERSION, block_bytes: CHECKPOINT_BYTES };
+/// The version before format identities, read as [`LEGACY_FORMAT_ID`], of
+/// headers and ring checkpoints (the chain checkpoint's is 3).
+const LEGACY_VERSION: u32 = 2;
 /// Largest sequence number, generation or boot counter accepted from disk
 /// (2^61, the codec's [`GENERATION_READ_MAX`]: a segment a microsecond for
 /// 73,000 years). Larger values are crafted or corrupt, and refusing them
@@ -95,8 +129,6 @@ pub enum HeaderError {
     NoMagic,
     /// The magic is there but the crc does not match: torn or corrupt.
     BadCrc,
-    /// Written by another format version.
-    Version(u32),
     /// Written by another format version than `reads`, the one this build
     /// reads for this kind of block.
     OtherVersion {
@@ -116,7 +148,6 @@ impl std::fmt::Display for HeaderError {
         match self {
             HeaderError::NoMagic => write!(f, "no magic (never written or not a layoutd segment log)"),
             HeaderError::BadCrc => write!(f, "crc32c mismatch (torn or corrupt)"),
-            HeaderError::Version(v) => write!(f, "format version {v}, this build reads {FORMAT_VERSION}"),
             HeaderError::OtherVersion { found, reads } if found < reads => write!(
                 f,
                 "format version {found}, written by an older layoutd (this build reads {reads}): copy the \
@@ -136,9 +167,30 @@ impl From<MetaError> for HeaderError {
         match e {
             MetaError::Blank | MetaError::Foreign(_) => HeaderError::NoMagic,
             MetaError::BadCrc => HeaderError::BadCrc,
-            MetaError::Version(v) => HeaderError::Version(v),
+            // Versions are judged by `decode_versioned`, before any `?`.
+            MetaError::Version(found) => HeaderError::Malformed(format!("unexpected version {found}")),
             MetaError::Malformed(m) => HeaderError::Malformed(m),
         }
+    }
+}
+
+/// Decodes `b` with `codec` (this build's version) or, if it holds
+/// version `legacy`, with that version's codec; says which. Any other
+/// version is refused naming it and the one this build writes.
+fn decode_versioned(
+    codec: MetaBlockCodec,
+    legacy: u32,
+    b: &[u8],
+    max: u64,
+) -> Result<(Decoded, bool), HeaderError> {
+    match codec.decode_up_to(b, max) {
+        Ok(d) => Ok((d, false)),
+        Err(MetaError::Version(v)) if v == legacy => {
+            let old = MetaBlockCodec { version: legacy, ..codec };
+            Ok((old.decode_up_to(b, max)?, true))
+        }
+        Err(MetaError::Version(found)) => Err(HeaderError::OtherVersion { found, reads: codec.version }),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -184,6 +236,9 @@ pub struct SegmentHeader {
     pub seq: Seq,
     /// Boot counter of the run that wrote it.
     pub boot: u64,
+    /// The identity of the format it was written under
+    /// ([`LEGACY_FORMAT_ID`] for version 2 headers).
+    pub format_id: u64,
     /// Slots written (a prefix of the segment).
     pub slots_used: u32,
     /// crc32c of the `slots_used` slots, when the writer had the bytes.
@@ -193,7 +248,14 @@ pub struct SegmentHeader {
 }
 
 fn header_codec(block_bytes: u32) -> MetaBlockCodec {
-    MetaBlockCodec { magic: HEADER_MAGIC, version: FORMAT_VERSION, block_bytes: block_bytes as usize }
+    MetaBlockCodec { magic: HEADER_MAGIC, version: HEADER_VERSION, block_bytes: block_bytes as usize }
+}
+
+// Version 3 keeps counts in u16 fields.
+const _: () = assert!(2 * super::SLOT_COUNT_MAX <= u16::MAX as u32);
+
+fn read_u16(r: &mut Reader<'_>) -> Result<u16, HeaderError> {
+    Ok(u16::from_le_bytes(r.bytes(2)?.try_into().expect("2 bytes")))
 }
 
 /// Entries a summary block of `block_bytes` holds.
@@ -239,12 +301,14 @@ impl SegmentHeader {
         let mut p =
             Vec::with_capacity(HEADER_PAYLOAD_FIXED_BYTES + self.entries.len() * ENTRY_BYTES as usize);
         p.extend(self.boot.to_le_bytes());
+        p.extend(self.format_id.to_le_bytes());
         p.extend(geo.slot_bytes.to_le_bytes());
-        p.extend(geo.slot_count.to_le_bytes());
-        p.extend((self.entries.len() as u32).to_le_bytes());
-        p.extend(self.slots_used.to_le_bytes());
+        for v in [geo.slot_count, self.entries.len() as u32, self.slots_used] {
+            p.extend(u16::try_from(v).expect("counts fit u16 (SLOT_COUNT_MAX)").to_le_bytes());
+        }
+        let flags = if self.payload_crc.is_some() { FLAG_PAYLOAD_CRC } else { 0 };
+        p.extend((flags as u16).to_le_bytes());
         p.extend(self.payload_crc.unwrap_or(0).to_le_bytes());
-        p.extend((if self.payload_crc.is_some() { FLAG_PAYLOAD_CRC } else { 0 }).to_le_bytes());
         assert_eq!(p.len(), HEADER_PAYLOAD_FIXED_BYTES);
         for e in &self.entries {
             let (start, count, kind, slot) = match *e {
@@ -281,22 +345,31 @@ impl SegmentHeader {
         max: u64,
     ) -> Result<SegmentHeader, HeaderError> {
         assert!(b.len() >= block_bytes as usize, "caller reads a whole header");
-        let block = header_codec(block_bytes).decode_up_to(&b[..block_bytes as usize], max)?;
+        let codec = header_codec(block_bytes);
+        let (block, legacy) = decode_versioned(codec, LEGACY_VERSION, &b[..block_bytes as usize], max)?;
         let mut r = Reader::new(&block.payload);
         let boot = seq_in_range("boot", r.u64()?, max)?;
-        let (slot_bytes, slot_count) = (r.u32()?, r.u32()?);
+        let (format_id, slot_bytes, slot_count, entry_count, slots_used, crc, flags) = if legacy {
+            let (slot_bytes, slot_count, entry_count, slots_used) = (r.u32()?, r.u32()?, r.u32()?, r.u32()?);
+            let (crc, flags) = (r.u32()?, r.u32()?);
+            (LEGACY_FORMAT_ID, slot_bytes, slot_count, entry_count, slots_used, crc, flags)
+        } else {
+            let (format_id, slot_bytes) = (r.u64()?, r.u32()?);
+            let (slot_count, entry_count) = (read_u16(&mut r)?, read_u16(&mut r)?);
+            let (slots_used, flags) = (read_u16(&mut r)?, read_u16(&mut r)?);
+            let crc = r.u32()?;
+            let wide = |v: u16| u32::from(v);
+            (format_id, slot_bytes, wide(slot_count), wide(entry_count), wide(slots_used), crc, wide(flags))
+        };
         if slot_bytes != geo.slot_bytes || slot_count != geo.slot_count {
             return Err(HeaderError::Geometry(format!(
                 "slots of {slot_count} x {slot_bytes} on disk, {} x {} configured",
                 geo.slot_count, geo.slot_bytes
             )));
         }
-        let entry_count = r.u32()?;
-        let slots_used = r.u32()?;
         if entry_count > entry_max || slots_used > geo.slot_count {
             return Err(HeaderError::Malformed(format!("{entry_count} entries, {slots_used} slots used")));
         }
-        let (crc, flags) = (r.u32()?, r.u32()?);
         if flags & !FLAG_PAYLOAD_CRC != 0 {
             return Err(HeaderError::Malformed(format!("unknown flags {flags:#x}")));
         }
@@ -313,6 +386,7 @@ impl SegmentHeader {
         Ok(SegmentHeader {
             seq: Seq(seq_in_range("seq", block.generation, max)?),
             boot,
+            format_id,
             slots_used,
             payload_crc,
             entries,
@@ -438,13 +512,15 @@ pub struct Checkpoint {
     pub resume_seq: Seq,
     /// Every segment below this was durable when the checkpoint was written.
     pub durable_upto: Seq,
+    /// The format's identity: only headers carrying it are replayed.
+    pub format_id: u64,
 }
 
 impl Checkpoint {
     /// Encodes one copy (512 bytes); checked by re-decoding.
     pub fn encode(&self, geo: &Geometry) -> Vec<u8> {
         assert!(self.boot > 0, "boot counts from 1");
-        let mut p = Vec::with_capacity(56);
+        let mut p = Vec::with_capacity(64);
         for v in [
             self.boot,
             self.replay_from_seq.0,
@@ -457,6 +533,7 @@ impl Checkpoint {
         for v in [geo.slot_bytes, geo.slot_count, geo.segment_count, geo.header_bytes] {
             p.extend(v.to_le_bytes());
         }
+        p.extend(self.format_id.to_le_bytes());
         let b = CHECKPOINT_CODEC.encode(self.generation, &p).expect("a checkpoint fits its block");
         let back = Checkpoint::decode_up_to(&b, geo, GENERATION_MAX);
         assert_eq!(back.as_ref(), Ok(self), "checkpoint round trip");
@@ -470,7 +547,7 @@ impl Checkpoint {
 
     fn decode_up_to(b: &[u8], geo: &Geometry, max: u64) -> Result<Checkpoint, HeaderError> {
         assert!(b.len() >= CHECKPOINT_BYTES, "caller reads a whole checkpoint");
-        let block = CHECKPOINT_CODEC.decode_up_to(b, max)?;
+        let (block, legacy) = decode_versioned(CHECKPOINT_CODEC, LEGACY_VERSION, b, max)?;
         let mut r = Reader::new(&block.payload);
         let boot = seq_in_range("boot", r.u64()?, max)?;
         let replay_from_seq = Seq(seq_in_range("replay_from_seq", r.u64()?, max)?);
@@ -484,13 +561,21 @@ impl Checkpoint {
                 "(log offset, slot_bytes, slot_count, segment_count, header_bytes) on disk {found:?}, configured {want:?}"
             )));
         }
+        let format_id = if legacy { LEGACY_FORMAT_ID } else { r.u64()? };
         if r.remaining() != 0 {
             return Err(HeaderError::Malformed(format!("{} bytes after the checkpoint", r.remaining())));
         }
         if boot == 0 {
             return Err(HeaderError::Malformed("boot counter is zero".into()));
         }
-        Ok(Checkpoint { generation: block.generation, boot, replay_from_seq, resume_seq, durable_upto })
+        Ok(Checkpoint {
+            generation: block.generation,
+            boot,
+            replay_from_seq,
+            resume_seq,
+            durable_upto,
+            format_id,
+        })
     }
 
     /// Picks the newest valid of the two copies (`area` holds both, copy 0
@@ -502,9 +587,11 @@ impl Checkpoint {
 }
 
 /// Format version of the chain checkpoint (the `log` target's format):
-/// 3 since partial segments (continue links); a version-2 `log` volume is
+/// 3 since partial segments (continue links), 4 since format identities
+/// (3 is still read, as [`LEGACY_FORMAT_ID`]); a version-2 `log` volume is
 /// refused (the old build reads it).
-pub const CHAIN_FORMAT_VERSION: u32 = 3;
+pub const CHAIN_FORMAT_VERSION: u32 = 4;
+const CHAIN_LEGACY_VERSION: u32 = 3;
 const CHAIN_CHECKPOINT_CODEC: MetaBlockCodec =
     MetaBlockCodec { magic: *b"LDSEGCC1", version: CHAIN_FORMAT_VERSION, block_bytes: CHECKPOINT_BYTES };
 
@@ -516,7 +603,7 @@ const CHAIN_CHECKPOINT_CODEC: MetaBlockCodec =
 /// ```text
 /// 0  boot u64     8 next_seq u64    16 next_loc u32 (u32::MAX: none)
 /// 20 slot_bytes u32  24 slot_count u32  28 segment_count u32  32 header_bytes u32
-/// 36 region_offset_bytes u64
+/// 36 region_offset_bytes u64          44 format_id u64 (not in version 3)
 /// ```
 /// Stored in the same two copies as [`Checkpoint`] (generation `% 2`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -531,13 +618,15 @@ pub struct ChainCheckpoint {
     /// Where that segment goes (`None`: nothing may be written before the
     /// next checkpoint, which will name it).
     pub next_loc: Option<super::SegLoc>,
+    /// The format's identity: only summaries carrying it are replayed.
+    pub format_id: u64,
 }
 
 impl ChainCheckpoint {
     /// Encodes one copy; checked by re-decoding.
     pub fn encode(&self, geo: &Geometry) -> Vec<u8> {
         assert!(self.boot > 0, "boot counts from 1");
-        let mut p = Vec::with_capacity(44);
+        let mut p = Vec::with_capacity(52);
         p.extend(self.boot.to_le_bytes());
         p.extend(self.next_seq.0.to_le_bytes());
         p.extend(self.next_loc.map_or(u32::MAX, |l| l.0).to_le_bytes());
@@ -545,6 +634,7 @@ impl ChainCheckpoint {
             p.extend(v.to_le_bytes());
         }
         p.extend(geo.region_offset_bytes.to_le_bytes());
+        p.extend(self.format_id.to_le_bytes());
         let b = CHAIN_CHECKPOINT_CODEC.encode(self.generation, &p).expect("a checkpoint fits its block");
         let back = ChainCheckpoint::decode_up_to(&b, geo, GENERATION_MAX);
         assert_eq!(back.as_ref(), Ok(self), "chain checkpoint round trip");
@@ -558,10 +648,7 @@ impl ChainCheckpoint {
 
     fn decode_up_to(b: &[u8], geo: &Geometry, max: u64) -> Result<ChainCheckpoint, HeaderError> {
         assert!(b.len() >= CHECKPOINT_BYTES, "caller reads a whole checkpoint");
-        let block = CHAIN_CHECKPOINT_CODEC.decode_up_to(b, max).map_err(|e| match e {
-            MetaError::Version(found) => HeaderError::OtherVersion { found, reads: CHAIN_FORMAT_VERSION },
-            e => HeaderError::from(e),
-        })?;
+        let (block, legacy) = decode_versioned(CHAIN_CHECKPOINT_CODEC, CHAIN_LEGACY_VERSION, b, max)?;
         let mut r = Reader::new(&block.payload);
         let boot = seq_in_range("boot", r.u64()?, max)?;
         let next_seq = Seq(seq_in_range("next_seq", r.u64()?, max)?);
@@ -574,6 +661,7 @@ impl ChainCheckpoint {
                 "(slot_bytes, slot_count, segment_count, header_bytes, log offset) on disk {found:?}, configured {want:?}"
             )));
         }
+        let format_id = if legacy { LEGACY_FORMAT_ID } else { r.u64()? };
         if r.remaining() != 0 || boot == 0 {
             return Err(HeaderError::Malformed(format!("boot {boot}, {} trailing bytes", r.remaining())));
         }
@@ -582,7 +670,7 @@ impl ChainCheckpoint {
             l if l < geo.segment_count => Some(super::SegLoc(l)),
             l => return Err(HeaderError::Malformed(format!("next_loc {l} outside the log"))),
         };
-        Ok(ChainCheckpoint { generation: block.generation, boot, next_seq, next_loc })
+        Ok(ChainCheckpoint { generation: block.generation, boot, next_seq, next_loc, format_id })
     }
 
     /// The newest valid of the two copies (`area` holds both, copy 0
@@ -590,6 +678,19 @@ impl ChainCheckpoint {
     pub fn pick(area: &[u8], geo: &Geometry) -> Result<(ChainCheckpoint, bool), String> {
         pick_copy(area, |b| ChainCheckpoint::decode(b, geo), |c| c.generation)
     }
+}
+
+/// The format version of the checkpoint copy in `area` (both copies, copy
+/// 0 first) that holds generation `generation`. When the copy recovery
+/// picked is of the version before format identities, the recovering
+/// build writes it again in its own version (same generation and fields,
+/// format id 0) beside its new checkpoint, which goes to the other copy:
+/// then no copy of the old version is left, and a build before format
+/// identities refuses the volume by its version instead of falling back
+/// to a stale copy.
+pub fn copy_version(area: &[u8], generation: u64) -> u32 {
+    let at = (generation % 2) as usize * super::CHECKPOINT_COPY_BYTES as usize;
+    u32::from_le_bytes(area[at + 8..at + 12].try_into().expect("4 bytes"))
 }
 
 /// The newest valid of the two checkpoint copies in `area` (copy 0 first)
@@ -643,7 +744,7 @@ impl FlushMark {
 
     fn decode_up_to(b: &[u8], geo: &Geometry, max: u64) -> Result<FlushMark, HeaderError> {
         assert!(b.len() >= CHECKPOINT_BYTES, "caller reads a whole mark");
-        let block = MARK_CODEC.decode_up_to(b, max)?;
+        let (block, _) = decode_versioned(MARK_CODEC, MARK_VERSION, b, max)?;
         let mut r = Reader::new(&block.payload);
         let boot = seq_in_range("boot", r.u64()?, max)?;
         let durable_upto = Seq(seq_in_range("durable_upto_seq", r.u64()?, max)?);
@@ -689,6 +790,7 @@ mod tests {
             replay_from_seq: Seq(SEQ_MAX),
             resume_seq: Seq(SEQ_MAX),
             durable_upto: Seq(SEQ_MAX),
+            format_id: 9,
         };
         assert_eq!(Checkpoint::decode(&ck(SEQ_MAX).encode(&g), &g).map(|c| c.generation), Ok(SEQ_MAX));
         for past in [SEQ_MAX + 1, GENERATION_MAX] {
@@ -700,6 +802,7 @@ mod tests {
         let h = SegmentHeader {
             seq: Seq(SEQ_MAX + 1),
             boot: 1,
+            format_id: 9,
             slots_used: 0,
             payload_crc: None,
             entries: vec![],
@@ -713,6 +816,7 @@ mod tests {
         let h = SegmentHeader {
             seq: Seq(77),
             boot: 3,
+            format_id: 9,
             slots_used: 2,
             payload_crc: Some(0xDEAD_BEEF),
             entries: vec![
@@ -756,6 +860,7 @@ mod tests {
             replay_from_seq: Seq(5),
             resume_seq: Seq(9),
             durable_upto: Seq(7),
+            format_id: 9,
         };
         for (at, value, field) in [
             (0, u64::MAX, "boot"),
@@ -776,7 +881,14 @@ mod tests {
         b[28..32].copy_from_slice(&crc.to_le_bytes());
         assert!(Checkpoint::decode(&b, &g).unwrap_err().to_string().contains("generation"));
         // A segment header's boot near 2^64.
-        let h = SegmentHeader { seq: Seq(3), boot: 1, slots_used: 0, payload_crc: None, entries: Vec::new() };
+        let h = SegmentHeader {
+            seq: Seq(3),
+            boot: 1,
+            format_id: 9,
+            slots_used: 0,
+            payload_crc: None,
+            entries: Vec::new(),
+        };
         let e = SegmentHeader::decode(&crafted(h.encode(&g), 0, u64::MAX), &g).unwrap_err();
         assert!(e.to_string().contains("boot"), "{e}");
     }
@@ -790,6 +902,7 @@ mod tests {
             replay_from_seq: Seq(5),
             resume_seq: Seq(9),
             durable_upto: Seq(7),
+            format_id: 9,
         };
         let mut area = vec![0u8; 8192];
         area[..512].copy_from_slice(&mk(4).encode(&g));

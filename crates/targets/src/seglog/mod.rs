@@ -15,6 +15,10 @@
 //! - *boot*: a counter bumped and persisted at every open; segments written
 //!   since the last open carry it, so leftovers of a crashed run beyond the
 //!   replay point can never be mistaken for new segments.
+//! - *format id*: a nonce given at format, kept in the checkpoint and on
+//!   every header; replay takes only headers carrying the checkpoint's, so
+//!   segments an earlier use of the device left are never replayed and
+//!   format need not overwrite them (see [`header`]).
 //!
 //! Region layout (offsets relative to the region start):
 //! ```text
@@ -35,7 +39,8 @@ pub mod header;
 pub mod replay;
 
 pub use header::{
-    ChainCheckpoint, Checkpoint, Entry, FlushMark, HeaderError, SegmentHeader, CHAIN_FORMAT_VERSION, SEQ_MAX,
+    copy_version, ChainCheckpoint, Checkpoint, Entry, FlushMark, HeaderError, SegmentHeader,
+    CHAIN_FORMAT_VERSION, CHECKPOINT_VERSION, HEADER_VERSION, LEGACY_FORMAT_ID, SEQ_MAX,
 };
 pub use replay::{segment_summaries, ChainWalk, ReplayStep, ReplayWalk, StopReason};
 

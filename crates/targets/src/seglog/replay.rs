@@ -2,7 +2,9 @@
 //! in sequence order, deciding for each header read whether it belongs to
 //! the log (apply it) or marks its end (stop).
 //!
-//! A header is applied only if it has the expected seq (the segment with
+//! A header is applied only if it carries the checkpoint's format id (any
+//! other is a leftover of an earlier use of the device: format does not
+//! overwrite the region), has the expected seq (the segment with
 //! seq `s` lives at location `s mod segment_count`, so anything else there
 //! is older or a leftover), its crc and payload crc hold (a header with
 //! used slots and no payload crc is refused: only the timing-only simulator
@@ -33,6 +35,9 @@ pub enum StopReason {
     Seq(Seq),
     /// A segment of the right seq from another run (a leftover of a crash).
     Boot(u64),
+    /// A segment of another format (its id): left by an earlier use of the
+    /// device.
+    Format(u64),
     /// The slots do not match the header's payload crc: a torn write.
     Payload,
     /// Every location has been walked.
@@ -47,6 +52,9 @@ impl std::fmt::Display for StopReason {
             StopReason::Header(e) => write!(f, "segment header: {e}"),
             StopReason::Seq(s) => write!(f, "the location holds seq {} instead", s.0),
             StopReason::Boot(b) => write!(f, "a segment of run {b}, a leftover of an earlier crash"),
+            StopReason::Format(id) => {
+                write!(f, "a segment of another format (id {id:#x}), left by an earlier use of the device")
+            }
             StopReason::Payload => write!(f, "the slots do not match the header's payload crc32c"),
             StopReason::Full => write!(f, "every location was replayed"),
             StopReason::End => write!(f, "the last segment named no successor"),
@@ -143,6 +151,9 @@ impl ReplayWalk {
             Ok(h) => h,
             Err(e) => return ReplayStep::Stop(StopReason::Header(e)),
         };
+        if h.format_id != self.checkpoint.format_id {
+            return ReplayStep::Stop(StopReason::Format(h.format_id));
+        }
         if h.seq != self.next {
             return ReplayStep::Stop(StopReason::Seq(h.seq));
         }
@@ -176,7 +187,10 @@ fn payload_holds(h: &SegmentHeader, payload: Option<&[u8]>, slot_bytes: usize) -
 /// The summaries of one pass of a chained segment, read whole (`seg`: the
 /// header area, then the slots), in the order they were written: the
 /// header, then each summary the one before names with its continue link
-/// (partial segments, see [`super::header`]). Each is offered to `judge`
+/// (partial segments, see [`super::header`]). A summary of another format
+/// than `format_id` ends the walk (a slot named by a continue link whose
+/// part never reached the disk may hold one: format does not overwrite
+/// the region). Each is offered to `judge`
 /// with the slots (`seg` after the header area), which accepts it or says
 /// why it does not belong. The walk ends at a summary without a continue
 /// link (the segment's last), or at the first refused, undecodable or out
@@ -186,6 +200,7 @@ fn payload_holds(h: &SegmentHeader, payload: Option<&[u8]>, slot_bytes: usize) -
 pub fn segment_summaries(
     seg: &[u8],
     geo: &Geometry,
+    format_id: u64,
     mut judge: impl FnMut(SegmentHeader, &[u8]) -> Result<SegmentHeader, StopReason>,
 ) -> (Vec<SegmentHeader>, Option<(StopReason, Option<u16>)>) {
     let hb = geo.header_bytes as usize;
@@ -198,7 +213,10 @@ pub fn segment_summaries(
             None => SegmentHeader::decode(&seg[..hb], geo),
             Some(s) => SegmentHeader::decode_slot(&payload[s as usize * sb..(s as usize + 1) * sb], geo),
         };
-        let judged = decoded.map_err(StopReason::Header).and_then(|h| judge(h, payload));
+        let judged = decoded.map_err(StopReason::Header).and_then(|h| match h {
+            h if h.format_id != format_id => Err(StopReason::Format(h.format_id)),
+            h => judge(h, payload),
+        });
         let h = match judged {
             Ok(h) => h,
             Err(r) => return (out, Some((r, at))),
@@ -219,7 +237,7 @@ pub fn segment_summaries(
 /// Replay of a chained log (the `log` target): from the checkpoint's
 /// `(next_loc, next_seq)`, each segment's last summary names the location
 /// of the next (see [`super::ChainCheckpoint`]). A summary is applied only
-/// if it has the segment's seq, the checkpoint's boot (the run that wrote
+/// if it carries the checkpoint's format id, has the segment's seq, the checkpoint's boot (the run that wrote
 /// the checkpoint wrote everything after it; a recovery writes a checkpoint
 /// with a new boot before writing anything) and a matching payload crc.
 /// Within a segment the summaries of its parts are walked in order
@@ -228,6 +246,7 @@ pub fn segment_summaries(
 /// write order.
 pub struct ChainWalk {
     boot: u64,
+    format_id: u64,
     next: Option<(SegLoc, Seq)>,
     slot_bytes: usize,
     applied_count: u64,
@@ -242,6 +261,7 @@ impl ChainWalk {
         let next = ck.next_loc.map(|l| (l, ck.next_seq));
         ChainWalk {
             boot: ck.boot,
+            format_id: ck.format_id,
             next,
             slot_bytes: geo.slot_bytes as usize,
             applied_count: 0,
@@ -289,7 +309,7 @@ impl ChainWalk {
             h if !payload_holds(&h, Some(payload), slot_bytes) => Err(StopReason::Payload),
             h => Ok(h),
         };
-        let (applied, stop) = segment_summaries(seg, geo, judge);
+        let (applied, stop) = segment_summaries(seg, geo, self.format_id, judge);
         if !applied.is_empty() {
             // Seqs only grow and each location holds one pass, so a chain
             // longer than the log would have to revisit one.
@@ -318,10 +338,14 @@ mod tests {
     use super::*;
     use crate::seglog::Entry;
 
+    /// The format id of the logs these tests walk.
+    const ID: u64 = 0x5eed;
+
     fn header(seq: u64, boot: u64, payload: &[u8]) -> SegmentHeader {
         SegmentHeader {
             seq: Seq(seq),
             boot,
+            format_id: ID,
             slots_used: 1,
             payload_crc: Some(SegmentHeader::payload_crc_of(payload)),
             entries: vec![Entry::Slot { start_sector: seq, sector_count: 1, slot: 0 }],
@@ -336,6 +360,7 @@ mod tests {
             replay_from_seq: Seq(replay_from),
             resume_seq: Seq(resume),
             durable_upto: Seq(0),
+            format_id: ID,
         };
         ReplayWalk::new(ck, geo)
     }
@@ -388,6 +413,7 @@ mod tests {
             let h = SegmentHeader {
                 seq: Seq(seq),
                 boot,
+                format_id: ID,
                 slots_used: 1,
                 payload_crc: Some(SegmentHeader::payload_crc_of(&seg[d..d + sb])),
                 entries: vec![
@@ -414,6 +440,7 @@ mod tests {
             boot: 2,
             next_seq: Seq(5),
             next_loc: Some(SegLoc(0)),
+            format_id: ID,
         };
         let slots_of = |hs: &[SegmentHeader]| -> Vec<u16> {
             hs.iter()
@@ -452,13 +479,14 @@ mod tests {
         let h = SegmentHeader {
             seq: Seq(5),
             boot: 2,
+            format_id: ID,
             slots_used: 0,
             payload_crc: None,
             entries: vec![Entry::Continue { slot: 1 }],
         };
         let mut seg = three_parts(&geo, 5, 2);
         seg[hb + 3 * 512..hb + 4 * 512].copy_from_slice(&h.encode_slot(&geo));
-        let (got, stop) = segment_summaries(&seg, &geo, |h, _| Ok(h));
+        let (got, stop) = segment_summaries(&seg, &geo, ID, |h, _| Ok(h));
         assert_eq!(got.len(), 3);
         assert!(matches!(stop, Some((StopReason::Header(HeaderError::Malformed(_)), Some(1)))), "{stop:?}");
     }

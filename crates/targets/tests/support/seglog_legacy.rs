@@ -1,0 +1,104 @@
+//! The seglog blocks of the release before format identities: segment
+//! headers and summaries of version 2, ring checkpoints of version 2, chain
+//! checkpoints of version 3 (none carries a format id). Made here from this
+//! build's blocks by moving their fields back, so tests can build the
+//! image an older release left and check that this build opens it. Uses
+//! only the core codec (no target code), so unit tests and the runtime's
+//! tests include it alike.
+
+// Each includer uses part of it.
+#![allow(dead_code)]
+
+use layoutd_core::metablock::MetaBlockCodec;
+
+const HEADER_MAGIC: [u8; 8] = *b"LDSEGHD1";
+const CHECKPOINT_MAGIC: [u8; 8] = *b"LDSEGCK1";
+const CHAIN_MAGIC: [u8; 8] = *b"LDSEGCC1";
+
+/// `block` (a whole block: header, summary or checkpoint of this build) as
+/// the release before wrote it, or `None` if it is not one.
+pub fn downgrade_block(block: &[u8]) -> Option<Vec<u8>> {
+    let magic: [u8; 8] = block.get(0..8)?.try_into().ok()?;
+    let (new, old) = match magic {
+        HEADER_MAGIC | CHECKPOINT_MAGIC => (3, 2),
+        CHAIN_MAGIC => (4, 3),
+        _ => return None,
+    };
+    let codec = MetaBlockCodec { magic, version: new, block_bytes: block.len() };
+    let d = codec.decode(block).ok()?;
+    let p = d.payload;
+    let payload = if magic == HEADER_MAGIC {
+        // v3: boot u64, format_id u64, slot_bytes u32, slot_count u16,
+        // entry_count u16, slots_used u16, flags u16, payload_crc u32.
+        // v2: boot u64, then slot_bytes, slot_count, entry_count,
+        // slots_used, payload_crc, flags as u32.
+        let u16_at = |o: usize| u32::from(u16::from_le_bytes([p[o], p[o + 1]]));
+        let mut q = p[0..8].to_vec();
+        q.extend_from_slice(&p[16..20]);
+        for v in [u16_at(20), u16_at(22), u16_at(24)] {
+            q.extend(v.to_le_bytes());
+        }
+        q.extend_from_slice(&p[28..32]);
+        q.extend(u16_at(26).to_le_bytes());
+        q.extend_from_slice(&p[32..]);
+        q
+    } else {
+        // Checkpoints: the format id is the last field.
+        p[..p.len() - 8].to_vec()
+    };
+    MetaBlockCodec { version: old, ..codec }.encode(d.generation, &payload).ok()
+}
+
+/// Downgrades every block found in `image` (at 512-byte steps, trying each
+/// of `block_sizes` and 512) in place; returns how many.
+pub fn downgrade_image(image: &mut [u8], block_sizes: &[usize]) -> usize {
+    let mut count = 0;
+    let mut at = 0;
+    while at + 512 <= image.len() {
+        for &size in block_sizes.iter().chain(&[512]) {
+            let Some(block) = image.get(at..at + size) else { continue };
+            if let Some(old) = downgrade_block(block) {
+                image[at..at + size].copy_from_slice(&old);
+                count += 1;
+                break;
+            }
+        }
+        at += 512;
+    }
+    count
+}
+
+/// The version of the newer of the two checkpoint copies in a seglog
+/// checkpoint area (8 KiB: copies at 0 and 4096; generation at 16).
+pub fn newest_checkpoint_version(area: &[u8]) -> u32 {
+    let field = |at: usize, n: usize| {
+        u64::from_le_bytes({
+            let mut b = [0u8; 8];
+            b[..n].copy_from_slice(&area[at..at + n]);
+            b
+        })
+    };
+    let newest = if field(4096 + 16, 8) > field(16, 8) { 4096 } else { 0 };
+    field(newest + 8, 4) as u32
+}
+
+/// The versions of both checkpoint copies of a seglog checkpoint area.
+pub fn checkpoint_versions(area: &[u8]) -> [u32; 2] {
+    let v = |at: usize| u32::from_le_bytes(area[at + 8..at + 12].try_into().expect("4 bytes"));
+    [v(0), v(4096)]
+}
+
+/// Reads a whole device image, downgrades it ([`downgrade_image`]) and
+/// writes it back; returns how many blocks were downgraded.
+pub fn downgrade_device(
+    size: usize,
+    read: impl Fn(&mut [u8]),
+    write: impl Fn(&[u8]),
+    block_sizes: &[usize],
+) -> usize {
+    let mut bytes = vec![0u8; size];
+    read(&mut bytes);
+    let n = downgrade_image(&mut bytes, block_sizes);
+    write(&bytes);
+    n
+}
