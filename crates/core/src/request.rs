@@ -99,8 +99,9 @@ impl IoError {
     }
 }
 
-/// A request travelling down the stack.
-#[derive(Clone, Debug)]
+/// A request travelling down the stack. (Its `Debug` shows a payload's
+/// length, not its bytes: an assertion message stays one line.)
+#[derive(Clone)]
 pub struct Request {
     /// Assigned by the caller of this layer.
     pub id: ReqId,
@@ -121,6 +122,43 @@ pub struct Request {
     /// emitted: the live runtime performs it off the client's thread, so no
     /// client waits for I/O that is not its own. Layers below pass it on.
     pub background: bool,
+}
+
+/// A payload in `Debug` output: its length, not its bytes.
+struct PayloadLen<'a>(&'a Option<Bytes>);
+
+impl std::fmt::Debug for PayloadLen<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(b) => write!(f, "Some(<{} bytes>)", b.len()),
+            None => write!(f, "None"),
+        }
+    }
+}
+
+impl std::fmt::Debug for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request")
+            .field("id", &self.id)
+            .field("op", &self.op)
+            .field("offset_bytes", &self.offset_bytes)
+            .field("length_bytes", &self.length_bytes)
+            .field("fua", &self.fua)
+            .field("stream", &self.stream)
+            .field("data", &PayloadLen(&self.data))
+            .field("background", &self.background)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Completion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Completion")
+            .field("id", &self.id)
+            .field("result", &self.result)
+            .field("data", &PayloadLen(&self.data))
+            .finish()
+    }
 }
 
 impl Request {
@@ -188,8 +226,8 @@ impl Request {
     }
 }
 
-/// The answer to a [`Request`].
-#[derive(Clone, Debug)]
+/// The answer to a [`Request`]. (`Debug` shows a payload's length only.)
+#[derive(Clone)]
 pub struct Completion {
     /// The id of the request this completes.
     pub id: ReqId,
@@ -214,6 +252,16 @@ impl Completion {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_output_shows_a_payloads_length_not_its_bytes() {
+        let r = Request::write(ReqId(7), 4096, Bytes::from(vec![0xAB; 1 << 20]));
+        let text = format!("{r:?}");
+        assert!(text.contains("<1048576 bytes>") && text.contains("offset_bytes: 4096"), "{text}");
+        assert!(text.len() < 300, "{text}");
+        let c = Completion { id: ReqId(7), result: Ok(()), data: Some(Bytes::from(vec![1; 512])) };
+        assert!(format!("{c:?}").contains("<512 bytes>"));
+    }
 
     #[test]
     fn validate_rejects_misaligned_oversized_and_out_of_range() {

@@ -150,9 +150,14 @@ impl Args {
             )));
         }
         let meta_record_bytes = a.size_opt("meta_record_bytes")?.unwrap_or(64 << 10);
-        if meta_record_bytes < 4096 || !meta_record_bytes.is_multiple_of(block_bytes.max(4096)) {
+        // A record (and each snapshot block) goes down as one request.
+        if meta_record_bytes < 4096
+            || meta_record_bytes > u64::from(REQUEST_BYTES_MAX)
+            || !meta_record_bytes.is_multiple_of(block_bytes.max(4096))
+        {
             return Err(a.error(format!(
-                "key `meta_record_bytes`: {meta_record_bytes} must be at least 4096 and a multiple of block_bytes"
+                "key `meta_record_bytes`: {meta_record_bytes} must be at least 4096, at most \
+                 {REQUEST_BYTES_MAX} (one request) and a multiple of block_bytes"
             )));
         }
         // A 64th of the device, at most 64 MiB (about 2.7 million replica
