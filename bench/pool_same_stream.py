@@ -36,7 +36,8 @@ import tracefile  # noqa: E402
 
 OUT = os.path.join(ROOT, "bench/results/pool")
 STACK_DIR = os.path.join(ROOT, "bench/workloads/pool/kernel")
-CAPTURES = ["live-kernel-linear", "live-kernel-sliced-30-redirect-defrag", "live-kernel-contiguous-redirect"]
+CAPTURES = ["live-kernel-linear", "live-kernel-sliced-30-redirect-defrag", "live-kernel-contiguous-redirect",
+            "live-kernel-sliced-30-redirect-defrag-partial"]
 # The plain run has no snapshot phases: where the pool runs made theirs, as
 # (phase, before its first (0) or last (1) marker, message): snap1 before the
 # build; snapshot-2 (here `list`) deletes snap1, lists the files, creates snap2.
