@@ -19,6 +19,7 @@
 pub mod control;
 pub mod det;
 pub mod emulate;
+pub mod events;
 pub mod live;
 pub mod probe;
 pub mod testkit;
