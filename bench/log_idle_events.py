@@ -48,7 +48,7 @@ BLOCK = 4096
 
 def live(args, d):
     img, sock = os.path.join(d, "vol.img"), os.path.join(d, "vol.sock")
-    trace, events = os.path.join(d, "live.trace"), os.path.join(d, "live.events")
+    trace, events = os.path.join(d, "live.trace"), os.path.join(d, "events")
     subprocess.run([LAYOUTD, "format", "--device", img, "--size", SIZE, "--force", "--config", CONFIG],
                    check=True, capture_output=True)
     env = dict(os.environ, LAYOUTD_EVENT_LOG=events)
@@ -90,12 +90,12 @@ def live(args, d):
     c.close()
     srv.send_signal(signal.SIGTERM)
     srv.wait(timeout=120)
-    return trace, events
+    return trace, events + ".live"
 
 
 def replay(args, d, trace, live_dispatch):
     name = "sim-live-dispatch" if live_dispatch else "sim"
-    events = os.path.join(d, name + ".events")
+    events = os.path.join(d, name)
     env = dict(os.environ, LAYOUTD_EVENT_LOG=events)
     img_bytes = os.path.getsize(os.path.join(d, "vol.img"))
     subprocess.run([LAYOUTD, "sim", "--trace", trace, "--closed-loop", "--format", "layoutd", "--disk", args.disk,
@@ -104,7 +104,7 @@ def replay(args, d, trace, live_dispatch):
                     "--config", CONFIG, "--no-progress", "--json", os.path.join(d, name + ".json")]
                    + (["--live-dispatch"] if live_dispatch else []),
                    check=True, capture_output=True, env=env)
-    return events
+    return events + ".sim"
 
 
 def parse(path):
@@ -176,7 +176,7 @@ def main():
         trace, lev = live(args, d)
         print("load:", open("/proc/loadavg").read().strip())
     else:
-        trace, lev = os.path.join(d, "live.trace"), os.path.join(d, "live.events")
+        trace, lev = os.path.join(d, "live.trace"), os.path.join(d, "events.live")
     marker_page = (args.groups + 10) * GROUP_BYTES // BLOCK
     L = gaps(parse(lev), marker_page)
     for live_dispatch in (False, True):

@@ -118,9 +118,10 @@ impl InFlight {
 /// Requests a client's request emits are performed by the client's thread
 /// one after another until its own completion is ready (a `background`
 /// one, and whatever is left after that, go to the executor); requests a
-/// completion emits are performed next by the thread that completed it;
-/// requests a timeout, an idle report or a message emits go to the
-/// executor's queue, which `threads` threads take one at a time. The
+/// completion emits are performed next by the thread that completed it
+/// (an executor thread keeps one and queues the rest); requests a
+/// timeout, an idle report or a message emits go to the executor's queue,
+/// which `threads` threads take one at a time. The
 /// simulator without this model puts every emitted request at the device
 /// at once: a background step of 16 reads is all queued at the arm ahead
 /// of the next client read, where live the read waits for the one in
@@ -386,7 +387,12 @@ impl<T: Timing> Harness<T> {
             match self.dispatch.as_mut() {
                 None => self.to_device(r, None),
                 Some(d) => match d.context {
-                    Context::Lane(lane) if !(r.background && d.lanes[&lane].client.is_some()) => {
+                    // A client's thread performs its own requests; an
+                    // executor thread one (the rest go to the queue).
+                    Context::Lane(lane)
+                        if (d.lanes[&lane].client.is_some() && !r.background)
+                            || (d.lanes[&lane].client.is_none() && d.lanes[&lane].waiting.is_empty()) =>
+                    {
                         d.lanes.get_mut(&lane).expect("a lane's input").waiting.push_back(r);
                     }
                     _ => d.queue.push_back(r),

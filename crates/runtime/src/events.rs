@@ -7,7 +7,8 @@
 //!
 //! Off unless the environment names a file: `LAYOUTD_EVENT_LOG=PATH`
 //! (read once when a live volume starts or the simulator builds its
-//! harness). One line per event: `ms kind fields`, times in ms on the
+//! harness); the live runtime writes `PATH.live`, the simulator
+//! `PATH.sim`, so one variable set for a capture and its replay keeps both. One line per event: `ms kind fields`, times in ms on the
 //! runtime's clock (the live volume's start, the simulator's virtual
 //! clock). Observation only: it changes no decision of either runtime.
 
@@ -33,10 +34,12 @@ pub struct EventLog {
 }
 
 impl EventLog {
-    /// The log `LAYOUTD_EVENT_LOG` names, if set (`None` if unset or
-    /// the file cannot be created, with a line on stderr).
-    pub fn from_env() -> Option<EventLog> {
-        let path = std::env::var_os(ENV)?;
+    /// The log `LAYOUTD_EVENT_LOG` names, with `.RUNTIME` appended
+    /// (`live`, `sim`), if set (`None` if unset or the file cannot be
+    /// created, with a line on stderr).
+    pub fn from_env(runtime: &str) -> Option<EventLog> {
+        let mut path = std::env::var_os(ENV)?;
+        path.push(format!(".{runtime}"));
         match std::fs::File::create(&path) {
             Ok(f) => Some(EventLog {
                 out: Box::new(std::io::BufWriter::new(f)),

@@ -44,28 +44,35 @@ impl Timing for OneArm {
 }
 
 /// At its first idle report, a background step of `burst` reads (pages
-/// 0..burst) at once, as a log re-sequencing pass reads its group's runs.
-/// A client read is two lower reads (pages CLIENT_PAGE and the next one).
-/// Notes the page of each lower completion, in order.
+/// 0..burst) at once, as a log re-sequencing pass reads its group's runs
+/// (with `from_completion`: one read of page FIRST_PAGE first, and the
+/// burst when it completes, as a pass that follows another). A client read
+/// is two lower reads (pages CLIENT_PAGE and the next one). Notes the page
+/// of each lower completion, in order (CLIENT_PAGE for both client reads).
 struct Burst {
     burst: u64,
+    from_completion: bool,
     started: bool,
     lower: VecDeque<Request>,
     upper: VecDeque<Completion>,
-    next_lower: u64,
-    /// Lower id -> (client request, lower reads of it still out).
-    client: Vec<(u64, ReqId)>,
+    /// Each lower request's page and client request, by lower id.
+    pages: Vec<(u64, Option<ReqId>)>,
     completed: Arc<Mutex<Vec<u64>>>,
 }
 
+const FIRST_PAGE: u64 = 50;
+
 impl Burst {
-    fn emit(&mut self, page: u64, background: bool) -> u64 {
-        let id = self.next_lower;
-        self.next_lower += 1;
-        let mut r = Request::new(ReqId(id), Op::Read, page * PAGE, PAGE as u32);
-        r.background = background;
-        self.lower.push_back(r);
-        id
+    fn emit(&mut self, page: u64, client: Option<ReqId>) {
+        let id = self.pages.len() as u64;
+        self.pages.push((page, client));
+        self.lower.push_back(Request::new(ReqId(id), Op::Read, page * PAGE, PAGE as u32));
+    }
+
+    fn emit_burst(&mut self) {
+        for page in 0..self.burst {
+            self.emit(page, None);
+        }
     }
 }
 
@@ -77,28 +84,28 @@ impl Target for Burst {
         1 << 20
     }
     fn handle_request(&mut self, _now: Instant, req: Request) {
-        for page in [CLIENT_PAGE, CLIENT_PAGE + 1] {
-            let id = self.emit(page, false);
-            self.client.push((id, req.id));
-        }
+        self.emit(CLIENT_PAGE, Some(req.id));
+        self.emit(CLIENT_PAGE + 1, Some(req.id));
     }
     fn handle_completion(&mut self, _now: Instant, c: Completion) {
-        let page = if let Some(i) = self.client.iter().position(|&(l, _)| l == c.id.0) {
-            let (_, up) = self.client.swap_remove(i);
-            if !self.client.iter().any(|&(_, u)| u == up) {
+        let (page, client) = std::mem::replace(&mut self.pages[c.id.0 as usize], (u64::MAX, None));
+        if let Some(up) = client {
+            if !self.pages.iter().any(|&(_, u)| u == Some(up)) {
                 self.upper.push_back(Completion::ok(up));
             }
-            CLIENT_PAGE
-        } else {
-            c.id.0
-        };
-        self.completed.lock().unwrap().push(page);
+        }
+        if page == FIRST_PAGE {
+            self.emit_burst();
+        }
+        self.completed.lock().unwrap().push(page.min(CLIENT_PAGE));
     }
     fn handle_idle(&mut self, _now: Instant) {
         if !self.started {
             self.started = true;
-            for page in 0..self.burst {
-                self.emit(page, false);
+            if self.from_completion {
+                self.emit(FIRST_PAGE, None);
+            } else {
+                self.emit_burst();
             }
         }
     }
@@ -120,18 +127,19 @@ struct Run {
     arrivals: Vec<(u64, u64)>,
 }
 
-/// A burst of 8 background reads at the first idle report (t = 0), a
-/// client read at 15 ms.
-fn run(dispatch: Option<LiveDispatch>) -> Run {
+/// A burst of 8 background reads at the first idle report (t = 0; with
+/// `from_completion` at 10 ms, when the first read completes), a client
+/// read at 15 ms.
+fn run(dispatch: Option<LiveDispatch>, from_completion: bool) -> Run {
     let completed = Arc::new(Mutex::new(Vec::new()));
     let arrivals = Arc::new(Mutex::new(Vec::new()));
     let target = Burst {
         burst: 8,
+        from_completion,
         started: false,
         lower: VecDeque::new(),
         upper: VecDeque::new(),
-        next_lower: 0,
-        client: Vec::new(),
+        pages: Vec::new(),
         completed: completed.clone(),
     };
     let timing = OneArm { queue: VecDeque::new(), free_at: Instant::ZERO, arrivals: arrivals.clone() };
@@ -146,7 +154,11 @@ fn run(dispatch: Option<LiveDispatch>) -> Run {
     let done = completed.lock().unwrap().clone();
     let background_before_client = done.iter().take_while(|&&p| p != CLIENT_PAGE).count();
     h.settle();
-    assert_eq!(completed.lock().unwrap().len(), 10, "every lower read completes");
+    assert_eq!(
+        completed.lock().unwrap().len(),
+        10 + usize::from(from_completion),
+        "every lower read completes"
+    );
     assert!(h.is_quiet());
     let arrivals = arrivals.lock().unwrap().clone();
     Run { background_before_client, arrivals }
@@ -156,26 +168,42 @@ fn run(dispatch: Option<LiveDispatch>) -> Run {
 fn a_client_read_waits_only_for_the_background_reads_the_executor_threads_have_at_the_arm() {
     // Without the model, all 8 are queued at the arm at 0 ms: the client
     // waits for every one.
-    assert_eq!(run(None).background_before_client, 8);
+    assert_eq!(run(None, false).background_before_client, 8);
     // Live with 4 executor threads: at 15 ms read 0 is done and reads 1-4
     // are at the arm (read 4 arrived at 10 ms, when read 0's thread took
     // it); the client's first read queues behind those four.
-    let four = run(Some(LiveDispatch::new(4)));
+    let four = run(Some(LiveDispatch::new(4)), false);
     assert_eq!(four.background_before_client, 5);
     let arrivals_of = |r: &Run, page: u64| r.arrivals.iter().filter(|a| a.0 == page).map(|a| a.1).next();
     assert_eq!(arrivals_of(&four, 4), Some(10), "the fifth read when the first completes");
     // One thread: one background read at the arm at a time.
-    assert_eq!(run(Some(LiveDispatch::new(1))).background_before_client, 2);
+    assert_eq!(run(Some(LiveDispatch::new(1)), false).background_before_client, 2);
 }
 
 #[test]
 fn a_clients_own_lower_requests_reach_the_device_one_after_another() {
     let at =
         |r: &Run| -> Vec<u64> { r.arrivals.iter().filter(|a| a.0 >= CLIENT_PAGE).map(|a| a.1).collect() };
-    let all_at_once = run(None);
+    let all_at_once = run(None, false);
     assert_eq!(at(&all_at_once), [15, 15], "both at the device when the request arrives");
-    let live = run(Some(LiveDispatch::new(4)));
+    let live = run(Some(LiveDispatch::new(4)), false);
     let live_at = at(&live);
     assert_eq!(live_at[0], 15);
     assert!(live_at[1] > live_at[0], "the second when the first completed: {live_at:?}");
+}
+
+#[test]
+fn requests_a_background_completion_emits_go_to_every_free_executor_thread() {
+    // The burst emitted by the first read's completion at 10 ms: the
+    // completing thread keeps one, the three free threads take three, so
+    // four are at the arm at 10 ms and the client's first read (15 ms)
+    // queues behind them: the first read and four of the burst before it.
+    let four = run(Some(LiveDispatch::new(4)), true);
+    let at_10: Vec<u64> = four.arrivals.iter().filter(|a| a.1 == 10).map(|a| a.0).collect();
+    assert_eq!(at_10, [0, 1, 2, 3]);
+    assert_eq!(four.background_before_client, 5);
+    // One thread: one of the burst at the arm at a time.
+    let one = run(Some(LiveDispatch::new(1)), true);
+    assert_eq!(one.background_before_client, 2);
+    assert_eq!(run(None, true).background_before_client, 9, "without the model, all of it");
 }

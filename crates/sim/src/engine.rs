@@ -399,7 +399,7 @@ pub fn simulate(opts: &SimOptions) -> anyhow::Result<SimOutcome> {
     let device = Arc::new(NullDevice::new(capacity_bytes));
     let mut h = Harness::new(stack, device, timing, opts.seed);
     h.with_data = false;
-    h.events = layoutd_runtime::events::EventLog::from_env();
+    h.events = layoutd_runtime::events::EventLog::from_env("sim");
     h.bring_up().map_err(|e| anyhow::anyhow!("{}: bring-up: {e}", opts.stack_origin))?;
     if opts.live_dispatch {
         h.dispatch = Some(layoutd_runtime::det::LiveDispatch::new(layoutd_runtime::live::EXECUTOR_THREADS));
