@@ -22,7 +22,7 @@ import replay  # noqa: E402
 import svg  # noqa: E402
 import tracefile  # noqa: E402
 from log import log  # noqa: E402
-from rig import FILE_SYSTEMS, SUPERBLOCK_BYTES, Rig, drop_caches, parse_size  # noqa: E402
+from rig import FILE_SYSTEMS, SUPERBLOCK_BYTES, Rig, drop_caches, parse_size, sync_fs  # noqa: E402
 from workloads import WORKLOADS  # noqa: E402
 
 NOTES_MARK = "<!-- Notes below this line are written by hand and kept when bench/run regenerates this file. -->"
@@ -251,7 +251,7 @@ def main(argv=None):
                 t = time.monotonic()
                 if a.cold == "remount":
                     rig.remount()
-                drop_caches()
+                drop_caches(rig.mnt)
                 ph["cold_seconds"] = round(time.monotonic() - t, 3)
             m0 = rig.marker(f"{name} start")
             ls0 = rig.loop_stat()
@@ -259,7 +259,7 @@ def main(argv=None):
             t0 = time.monotonic()
             ph.update(fn(rig.mnt))
             t1 = time.monotonic()
-            os.sync()
+            sync_fs(rig.mnt)
             t2 = time.monotonic()
             ls1 = rig.loop_stat()
             m1 = rig.marker(f"{name} end")
