@@ -66,7 +66,7 @@ def command_text(sim, trace, json_out, disk, config=None, seed=0, scheduler="fif
 
 
 def whole(sim, trace, out_base, disk, config, seed, scheduler, queue_depth, messages, device, export_bytes, phases,
-          live_dispatch=False):
+          live_dispatch=False, delivery_us=0):
     """Replays the live `trace` (already one stream) closed-loop through
     `config` on `device` = (offset, bytes) of `disk`, with `messages`
     [(request index, text)], recording to out_base.rec; returns (the
@@ -83,6 +83,8 @@ def whole(sim, trace, out_base, disk, config, seed, scheduler, queue_depth, mess
         cmd += ["--config", config]
     if live_dispatch:
         cmd.append("--live-dispatch")
+        if delivery_us:
+            cmd += ["--live-delivery-us", str(delivery_us)]
     js, cut = capreplay.run_cut(cmd, out_base, export_bytes, phases)
     if js["errors_count"]:
         raise RuntimeError(f"the replay of {trace} failed {js['errors_count']} requests (first: "

@@ -99,6 +99,10 @@ def parse(argv):
                    help="how lower requests reach the simulated disk: `live` = as `serve` submits them, each "
                         "thread one at a time (`layoutd sim --live-dispatch`); `device` = all at once "
                         "(default: %(default)s)")
+    g.add_argument("--sim-delivery-us", type=int, default=0,
+                   help="with --sim-dispatch live: microseconds from a disk completion to the stack seeing it "
+                        "(`layoutd sim --live-delivery-us`; the live runtime's wake-up, measured with "
+                        "LAYOUTD_EVENT_LOG; default: %(default)s)")
 
     ap = argparse.ArgumentParser(prog="bench/run", description=TOP_HELP, epilog=EXAMPLES,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -108,6 +112,8 @@ def parse(argv):
                          "this checkout's simulator and rewrite DIR's replay columns (hand notes kept)")
     ap.add_argument("--dispatch", choices=("live", "device"), default="live",
                     help="with --replay-only: as --sim-dispatch (default: %(default)s)")
+    ap.add_argument("--delivery-us", type=int, default=0,
+                    help="with --replay-only: as --sim-delivery-us (default: %(default)s)")
     ap.add_argument("--layoutd-binary", default=os.path.join(ROOT, "target/release/layoutd"),
                     help="with --replay-only: the layoutd binary (default: %(default)s)")
     sub = ap.add_subparsers(dest="name", metavar="NAME")
@@ -117,7 +123,7 @@ def parse(argv):
         mod.add_args(sp)
     a = ap.parse_args(argv)
     if a.replay_only:
-        replay_again(os.path.abspath(a.replay_only), os.path.abspath(a.layoutd_binary), a.dispatch)
+        replay_again(os.path.abspath(a.replay_only), os.path.abspath(a.layoutd_binary), a.dispatch, a.delivery_us)
         sys.exit(0)
     if a.list:
         for name, mod in WORKLOADS.items():
@@ -324,7 +330,7 @@ def analyze(a, wl, rig, phases, trace_path, out, work, sim, rigsettings, started
     if sim:
         sim_info = replay_phases(sim, [int(x) for x in a.sim_seeds.split(",") if x.strip()], a.sim_scheduler,
                                  a.sim_queue_depth, rigsettings, phases, trace_path, eb, out, work,
-                                 dispatch=a.sim_dispatch)
+                                 dispatch=a.sim_dispatch, delivery_us=a.sim_delivery_us)
     phase_plot(out, a.name, phases)
     return {
         "workload": a.name,
@@ -355,7 +361,7 @@ def phase_plot(out, name, phases):
     svg.bars(os.path.join(out, "phases.svg"), f"{name}: seconds per phase", [p["name"] for p in phases], series, "seconds")
 
 
-def replay_again(out, layoutd, dispatch="live"):
+def replay_again(out, layoutd, dispatch="live", delivery_us=0):
     """bench/run --replay-only DIR: the replay half of a committed run, again."""
     tracefile.use(layoutd)
     sim = replay.find_sim(layoutd)
@@ -373,18 +379,20 @@ def replay_again(out, layoutd, dispatch="live"):
     try:
         r["replay"] = replay_phases(sim, old.get("seeds", [0]), old.get("scheduler", "fifo"), old.get("queue_depth", 1),
                                     settings, r["phases"], os.path.join(out, "trace.gz"), rig["export_bytes"], out, work,
-                                    dispatch=dispatch)
+                                    dispatch=dispatch, delivery_us=delivery_us)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     r["replay"]["rerun"] = (f"bench/run --replay-only {repo_relative(out)}"
                             + (" --dispatch device" if dispatch == "device" else "")
+                            + (f" --delivery-us {delivery_us}" if delivery_us else "")
                             + f"` at git `{git_head()}")
     phase_plot(out, r["workload"], r["phases"])
     write_report(out, r)
     log(f"wrote {out}/README.md, result.json, phases.svg, sim/")
 
 
-def replay_phases(sim, seeds, scheduler, queue_depth, rigsettings, phases, trace_path, eb, out, work, dispatch="live"):
+def replay_phases(sim, seeds, scheduler, queue_depth, rigsettings, phases, trace_path, eb, out, work, dispatch="live",
+                  delivery_us=0):
     """The whole capture replayed once per seed (replay.whole: the live stack
     on the volume file's data area, the phases' runtime messages, one
     stream), cut into the phases at their marker reads; sets each phase's
@@ -403,13 +411,14 @@ def replay_phases(sim, seeds, scheduler, queue_depth, rigsettings, phases, trace
         sfx = "" if seed == seeds[0] else f"-seed{seed}"
         js, cut = replay.whole(sim, one, os.path.join(simdir, f"whole{sfx}"), rigsettings["emulate"],
                                rigsettings["config"], seed, scheduler, queue_depth, msgs, device, eb,
-                               [p["markers"] for p in phases], live_dispatch=dispatch == "live")
+                               [p["markers"] for p in phases], live_dispatch=dispatch == "live",
+                               delivery_us=delivery_us)
         by_seed.append((seed, js, cut))
     for i, p in enumerate(phases):
         p["sim"] = by_seed[0][2][i]
         p["sim_seconds_by_seed"] = {str(sd): cut[i]["span_seconds"] for sd, _, cut in by_seed}
     return {"command": [repo_relative(c) for c in sim], "scheduler": scheduler, "queue_depth": queue_depth, "seed": seeds[0], "seeds": seeds,
-            "dispatch": dispatch, "disk": rigsettings["emulate"], "config": repo_relative(rigsettings["config"]),
+            "dispatch": dispatch, "delivery_us": delivery_us, "disk": rigsettings["emulate"], "config": repo_relative(rigsettings["config"]),
             "design": "whole", "device_offset_bytes": device[0], "device_bytes": device[1], "messages": msgs,
             "whole_trace": sim_summary(by_seed[0][1])}
 
@@ -506,6 +515,7 @@ def write_report(out, r):
               f"{rp['disk']} --scheduler {rp['scheduler']} --queue-depth {rp['queue_depth']} --seed {rp['seed']} "
               f"--device-offset {rp.get('device_offset_bytes')} --device-bytes {rp.get('device_bytes')}"
               + (" --live-dispatch" if rp.get("dispatch") == "live" else "")
+              + (f" --live-delivery-us {rp['delivery_us']}" if rp.get("delivery_us") else "")
               + (f" --config {rp['config']}" if rp.get("config") else "")
               + "".join(f" --message=@{n}:'{text}'" for n, text in rp.get("messages", []))
               + "` (the live stack on the volume file's data area; each runtime message before the marker read "

@@ -130,6 +130,11 @@ impl InFlight {
 pub struct LiveDispatch {
     /// Executor threads (live: [`crate::live::EXECUTOR_THREADS`]).
     pub threads: usize,
+    /// How long after the device completes a request the stack sees it
+    /// (live: the performing thread's wake-up after its emulated sleep and
+    /// the handling before its next request; 0: at once). A replayed
+    /// client's think time starts after it, as it did live.
+    pub delivery_ns: u64,
     /// Requests waiting for an executor thread.
     queue: VecDeque<Request>,
     /// Each thread with work (a lane): its requests after the one at the
@@ -164,6 +169,7 @@ impl LiveDispatch {
         assert!(threads >= 1, "at least one executor thread");
         LiveDispatch {
             threads,
+            delivery_ns: 0,
             queue: VecDeque::new(),
             lanes: FxHashMap::default(),
             lane_of: FxHashMap::default(),
@@ -434,7 +440,14 @@ impl<T: Timing> Harness<T> {
 
     /// The instant of the next event, if any.
     pub fn next_event(&self) -> Option<Instant> {
-        [self.timing.next_completion(), self.stack.poll_timeout()].into_iter().flatten().min()
+        [self.next_delivery(), self.stack.poll_timeout()].into_iter().flatten().min()
+    }
+
+    /// When the next lower completion reaches the stack: when the device
+    /// completes it, plus the dispatch model's delivery time.
+    fn next_delivery(&self) -> Option<Instant> {
+        let delay = self.dispatch.as_ref().map_or(0, |d| d.delivery_ns);
+        self.timing.next_completion().map(|t| t.add_ns(delay))
     }
 
     /// Whether the next [`Harness::step`] will deliver an idle event (the
@@ -472,7 +485,7 @@ impl<T: Timing> Harness<T> {
             self.drain();
             return true;
         }
-        let completion_at = self.timing.next_completion();
+        let completion_at = self.next_delivery();
         let timeout_at = self.stack.poll_timeout();
         let completion_first = match (completion_at, timeout_at) {
             (Some(c), Some(t)) => c <= t,

@@ -207,3 +207,35 @@ fn requests_a_background_completion_emits_go_to_every_free_executor_thread() {
     assert_eq!(one.background_before_client, 2);
     assert_eq!(run(None, true).background_before_client, 9, "without the model, all of it");
 }
+
+#[test]
+fn a_completion_reaches_the_stack_the_delivery_time_after_the_device_completes_it() {
+    // No burst: the client's two reads alone, from 15 ms on the 10 ms arm.
+    let finish = |delivery_ns: u64| -> (u64, Vec<(u64, u64)>) {
+        let arrivals = Arc::new(Mutex::new(Vec::new()));
+        let target = Burst {
+            burst: 0,
+            from_completion: false,
+            started: true,
+            lower: VecDeque::new(),
+            upper: VecDeque::new(),
+            pages: Vec::new(),
+            completed: Arc::new(Mutex::new(Vec::new())),
+        };
+        let timing = OneArm { queue: VecDeque::new(), free_at: Instant::ZERO, arrivals: arrivals.clone() };
+        let mut h = Harness::new(Box::new(target), Arc::new(MemDevice::new(1 << 20)), timing, 1);
+        let mut d = LiveDispatch::new(4);
+        d.delivery_ns = delivery_ns;
+        h.dispatch = Some(d);
+        h.run_until(Instant::ZERO.add_ns(15 * MS));
+        assert!(h.read(0, 4096).result.is_ok());
+        let done_ms = h.now.as_ns() / MS;
+        let arrivals = arrivals.lock().unwrap().clone();
+        (done_ms, arrivals)
+    };
+    // The first read completes on the device at 25 ms; the stack sees it
+    // (and the thread sends the second read) at 25, or at 26 with 1 ms of
+    // delivery; the second completes 10 ms later, seen as late again.
+    assert_eq!(finish(0), (35, vec![(CLIENT_PAGE, 15), (CLIENT_PAGE + 1, 25)]));
+    assert_eq!(finish(MS), (37, vec![(CLIENT_PAGE, 15), (CLIENT_PAGE + 1, 26)]));
+}

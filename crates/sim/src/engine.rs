@@ -55,6 +55,9 @@ pub struct SimOptions {
     /// (`layoutd_runtime::det::LiveDispatch`: each thread one at a time),
     /// not all at once: for replays that predict a live run.
     pub live_dispatch: bool,
+    /// With `live_dispatch`: µs from a disk completion to the stack seeing
+    /// it (`LiveDispatch::delivery_ns`).
+    pub live_delivery_us: u64,
     /// Seeds the harness RNG and the platter's phase.
     pub seed: u64,
     /// Split interleaved sequential runs into their own streams. Applied
@@ -95,6 +98,7 @@ impl SimOptions {
             closed_loop: false,
             closed_loop_window: 65536,
             live_dispatch: false,
+            live_delivery_us: 0,
             seed: 0,
             stream_detect: true,
             stream_detect_layoutd: false,
@@ -228,6 +232,13 @@ pub struct DiskInfo {
     /// (`--live-dispatch`); omitted when off.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub live_dispatch: bool,
+    /// `--live-delivery-us`; omitted when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub live_delivery_us: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// See [`SimSummary::stack`].
@@ -402,7 +413,9 @@ pub fn simulate(opts: &SimOptions) -> anyhow::Result<SimOutcome> {
     h.events = layoutd_runtime::events::EventLog::from_env("sim");
     h.bring_up().map_err(|e| anyhow::anyhow!("{}: bring-up: {e}", opts.stack_origin))?;
     if opts.live_dispatch {
-        h.dispatch = Some(layoutd_runtime::det::LiveDispatch::new(layoutd_runtime::live::EXECUTOR_THREADS));
+        let mut d = layoutd_runtime::det::LiveDispatch::new(layoutd_runtime::live::EXECUTOR_THREADS);
+        d.delivery_ns = opts.live_delivery_us.saturating_mul(1000);
+        h.dispatch = Some(d);
     }
     let origin_ns = h.now.as_ns();
     let busy_at_origin_ns = h.timing.disk().busy_ns_total();
@@ -733,6 +746,7 @@ fn disk_info(opts: &SimOptions, timing: &HddTiming) -> DiskInfo {
         zero_seeks_count,
         service_ms: stats.service_ns.summary(1e6),
         live_dispatch: opts.live_dispatch,
+        live_delivery_us: opts.live_delivery_us,
     }
 }
 
