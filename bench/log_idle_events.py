@@ -18,10 +18,14 @@ client sleeps PERIOD ms after each completion) of blocks written above
 (`--reads written`, as fio's random read after the update phase) or of
 unwritten blocks (`--reads unwritten`: no lower I/O), then a quiet tail.
 
-Reproduce (root not needed; about 30 s):
+The replay runs twice: every emitted lower request at the disk at once
+(the simulator's default), and as the live runtime submits them
+(`--live-dispatch --live-delivery-us DELIVERY_US`).
+
+Reproduce (root not needed; about 30 s; DIR is a scratch directory):
 
     cargo build --workspace --release
-    bench/log_idle_events.py --out /tmp/idle-events
+    bench/log_idle_events.py --out DIR
 """
 
 import argparse
@@ -102,7 +106,7 @@ def replay(args, d, trace, live_dispatch):
                     "--scheduler", "fifo", "--queue-depth", "1", "--seed", "0",
                     "--device-offset", str(DEVICE_OFFSET), "--device-bytes", str(img_bytes - DEVICE_OFFSET),
                     "--config", CONFIG, "--no-progress", "--json", os.path.join(d, name + ".json")]
-                   + (["--live-dispatch"] if live_dispatch else []),
+                   + (["--live-dispatch", "--live-delivery-us", str(args.delivery_us)] if live_dispatch else []),
                    check=True, capture_output=True, env=env)
     return events + ".sim"
 
@@ -166,6 +170,8 @@ def main():
     ap.add_argument("--tail-ms", type=int, default=500)
     ap.add_argument("--reads-of", dest="read_kind", choices=["written", "unwritten"], default="written")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--delivery-us", type=int, default=90,
+                    help="the live-dispatch replay's --live-delivery-us (default: %(default)s)")
     ap.add_argument("--replay-only", action="store_true", help="replay the trace already in --out")
     args = ap.parse_args()
     d = args.out
@@ -181,7 +187,8 @@ def main():
     L = gaps(parse(lev), marker_page)
     for live_dispatch in (False, True):
         S = gaps(parse(replay(args, d, trace, live_dispatch)), marker_page)
-        print(f"\n== live against the replay{' with --live-dispatch' if live_dispatch else ''}")
+        how = f" with --live-dispatch --live-delivery-us {args.delivery_us}" if live_dispatch else ""
+        print(f"\n== live against the replay{how}")
         compare(L, S)
 
 
