@@ -336,7 +336,7 @@ impl<T: Timing> Harness<T> {
     }
 
     /// Puts `r` at the device now; with the dispatch model, as `lane`'s.
-    fn to_device(&mut self, r: Request, lane: Option<u64>) {
+    fn put_at_device(&mut self, r: Request, lane: Option<u64>) {
         let tag = self.next_tag;
         self.next_tag += 1;
         if let (Some(d), Some(lane)) = (self.dispatch.as_mut(), lane) {
@@ -381,7 +381,7 @@ impl<T: Timing> Harness<T> {
         }
         d.context = Context::Executor;
         for (r, lane) in start {
-            self.to_device(r, Some(lane));
+            self.put_at_device(r, Some(lane));
         }
     }
 
@@ -391,7 +391,7 @@ impl<T: Timing> Harness<T> {
                 ev.lower(self.now, "lo+", &r);
             }
             match self.dispatch.as_mut() {
-                None => self.to_device(r, None),
+                None => self.put_at_device(r, None),
                 Some(d) => match d.context {
                     // A client's thread performs its own requests; an
                     // executor thread one (the rest go to the queue).
