@@ -65,12 +65,14 @@ def command_text(sim, trace, json_out, disk, config=None, seed=0, scheduler="fif
     return " ".join(parts)
 
 
-def whole(sim, trace, out_base, disk, config, seed, scheduler, queue_depth, messages, device, export_bytes, phases):
+def whole(sim, trace, out_base, disk, config, seed, scheduler, queue_depth, messages, device, export_bytes, phases,
+          live_dispatch=False, delivery_us=0):
     """Replays the live `trace` (already one stream) closed-loop through
     `config` on `device` = (offset, bytes) of `disk`, with `messages`
     [(request index, text)], recording to out_base.rec; returns (the
     simulator's JSON, [{"span_seconds", "busy_seconds", "requests"} of each
-    phase of `phases` (their marker pairs)]). A replay in which a request
+    phase of `phases` (their marker pairs)]); `live_dispatch`: lower
+    requests reach the disk as `serve` submits them (--live-dispatch). A replay in which a request
     failed is not the run it replays: raises, naming the first failures."""
     cmd = [*sim, "--trace", trace, "--format", "layoutd", "--disk", disk, "--closed-loop",
            "--scheduler", scheduler, "--queue-depth", str(queue_depth), "--seed", str(seed),
@@ -79,6 +81,10 @@ def whole(sim, trace, out_base, disk, config, seed, scheduler, queue_depth, mess
            *[f"--message=@{n}:{text}" for n, text in messages]]
     if config:
         cmd += ["--config", config]
+    if live_dispatch:
+        cmd.append("--live-dispatch")
+        if delivery_us:
+            cmd += ["--live-delivery-us", str(delivery_us)]
     js, cut = capreplay.run_cut(cmd, out_base, export_bytes, phases)
     if js["errors_count"]:
         raise RuntimeError(f"the replay of {trace} failed {js['errors_count']} requests (first: "

@@ -22,7 +22,7 @@ import replay  # noqa: E402
 import svg  # noqa: E402
 import tracefile  # noqa: E402
 from log import log  # noqa: E402
-from rig import FILE_SYSTEMS, SUPERBLOCK_BYTES, Rig, drop_caches, parse_size  # noqa: E402
+from rig import FILE_SYSTEMS, SUPERBLOCK_BYTES, Rig, drop_caches, parse_size, sync_fs  # noqa: E402
 from workloads import WORKLOADS  # noqa: E402
 
 NOTES_MARK = "<!-- Notes below this line are written by hand and kept when bench/run regenerates this file. -->"
@@ -95,6 +95,14 @@ def parse(argv):
     g.add_argument("--sim-scheduler", default="fifo",
                    help="simulated disk scheduler (default: %(default)s, as the live emulator: FIFO, one arm)")
     g.add_argument("--sim-queue-depth", type=int, default=1, help="simulated disk queue depth (default: %(default)s, as live)")
+    g.add_argument("--sim-dispatch", choices=("live", "device"), default="live",
+                   help="how lower requests reach the simulated disk: `live` = as `serve` submits them, each "
+                        "thread one at a time (`layoutd sim --live-dispatch`); `device` = all at once "
+                        "(default: %(default)s)")
+    g.add_argument("--sim-delivery-us", type=int, default=0,
+                   help="with --sim-dispatch live: microseconds from a disk completion to the stack seeing it "
+                        "(`layoutd sim --live-delivery-us`; the live runtime's wake-up, measured with "
+                        "LAYOUTD_EVENT_LOG; default: %(default)s)")
 
     ap = argparse.ArgumentParser(prog="bench/run", description=TOP_HELP, epilog=EXAMPLES,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -102,6 +110,10 @@ def parse(argv):
     ap.add_argument("--replay-only", metavar="DIR",
                     help="replay a committed run again (DIR/result.json and trace.gz, no live run, no root) with "
                          "this checkout's simulator and rewrite DIR's replay columns (hand notes kept)")
+    ap.add_argument("--dispatch", choices=("live", "device"), default="live",
+                    help="with --replay-only: as --sim-dispatch (default: %(default)s)")
+    ap.add_argument("--delivery-us", type=int, default=0,
+                    help="with --replay-only: as --sim-delivery-us (default: %(default)s)")
     ap.add_argument("--layoutd-binary", default=os.path.join(ROOT, "target/release/layoutd"),
                     help="with --replay-only: the layoutd binary (default: %(default)s)")
     sub = ap.add_subparsers(dest="name", metavar="NAME")
@@ -111,7 +123,7 @@ def parse(argv):
         mod.add_args(sp)
     a = ap.parse_args(argv)
     if a.replay_only:
-        replay_again(os.path.abspath(a.replay_only), os.path.abspath(a.layoutd_binary))
+        replay_again(os.path.abspath(a.replay_only), os.path.abspath(a.layoutd_binary), a.dispatch, a.delivery_us)
         sys.exit(0)
     if a.list:
         for name, mod in WORKLOADS.items():
@@ -245,7 +257,7 @@ def main(argv=None):
                 t = time.monotonic()
                 if a.cold == "remount":
                     rig.remount()
-                drop_caches()
+                drop_caches(rig.mnt)
                 ph["cold_seconds"] = round(time.monotonic() - t, 3)
             m0 = rig.marker(f"{name} start")
             ls0 = rig.loop_stat()
@@ -253,7 +265,7 @@ def main(argv=None):
             t0 = time.monotonic()
             ph.update(fn(rig.mnt))
             t1 = time.monotonic()
-            os.sync()
+            sync_fs(rig.mnt)
             t2 = time.monotonic()
             ls1 = rig.loop_stat()
             m1 = rig.marker(f"{name} end")
@@ -317,7 +329,8 @@ def analyze(a, wl, rig, phases, trace_path, out, work, sim, rigsettings, started
     sim_info = None
     if sim:
         sim_info = replay_phases(sim, [int(x) for x in a.sim_seeds.split(",") if x.strip()], a.sim_scheduler,
-                                 a.sim_queue_depth, rigsettings, phases, trace_path, eb, out, work)
+                                 a.sim_queue_depth, rigsettings, phases, trace_path, eb, out, work,
+                                 dispatch=a.sim_dispatch, delivery_us=a.sim_delivery_us)
     phase_plot(out, a.name, phases)
     return {
         "workload": a.name,
@@ -348,7 +361,7 @@ def phase_plot(out, name, phases):
     svg.bars(os.path.join(out, "phases.svg"), f"{name}: seconds per phase", [p["name"] for p in phases], series, "seconds")
 
 
-def replay_again(out, layoutd):
+def replay_again(out, layoutd, dispatch="live", delivery_us=0):
     """bench/run --replay-only DIR: the replay half of a committed run, again."""
     tracefile.use(layoutd)
     sim = replay.find_sim(layoutd)
@@ -365,16 +378,21 @@ def replay_again(out, layoutd):
     work = tempfile.mkdtemp(prefix="layoutd-bench-replay-")
     try:
         r["replay"] = replay_phases(sim, old.get("seeds", [0]), old.get("scheduler", "fifo"), old.get("queue_depth", 1),
-                                    settings, r["phases"], os.path.join(out, "trace.gz"), rig["export_bytes"], out, work)
+                                    settings, r["phases"], os.path.join(out, "trace.gz"), rig["export_bytes"], out, work,
+                                    dispatch=dispatch, delivery_us=delivery_us)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    r["replay"]["rerun"] = f"bench/run --replay-only {repo_relative(out)}` at git `{git_head()}"
+    r["replay"]["rerun"] = (f"bench/run --replay-only {repo_relative(out)}"
+                            + (" --dispatch device" if dispatch == "device" else "")
+                            + (f" --delivery-us {delivery_us}" if delivery_us else "")
+                            + f"` at git `{git_head()}")
     phase_plot(out, r["workload"], r["phases"])
     write_report(out, r)
     log(f"wrote {out}/README.md, result.json, phases.svg, sim/")
 
 
-def replay_phases(sim, seeds, scheduler, queue_depth, rigsettings, phases, trace_path, eb, out, work):
+def replay_phases(sim, seeds, scheduler, queue_depth, rigsettings, phases, trace_path, eb, out, work, dispatch="live",
+                  delivery_us=0):
     """The whole capture replayed once per seed (replay.whole: the live stack
     on the volume file's data area, the phases' runtime messages, one
     stream), cut into the phases at their marker reads; sets each phase's
@@ -393,13 +411,14 @@ def replay_phases(sim, seeds, scheduler, queue_depth, rigsettings, phases, trace
         sfx = "" if seed == seeds[0] else f"-seed{seed}"
         js, cut = replay.whole(sim, one, os.path.join(simdir, f"whole{sfx}"), rigsettings["emulate"],
                                rigsettings["config"], seed, scheduler, queue_depth, msgs, device, eb,
-                               [p["markers"] for p in phases])
+                               [p["markers"] for p in phases], live_dispatch=dispatch == "live",
+                               delivery_us=delivery_us)
         by_seed.append((seed, js, cut))
     for i, p in enumerate(phases):
         p["sim"] = by_seed[0][2][i]
         p["sim_seconds_by_seed"] = {str(sd): cut[i]["span_seconds"] for sd, _, cut in by_seed}
     return {"command": [repo_relative(c) for c in sim], "scheduler": scheduler, "queue_depth": queue_depth, "seed": seeds[0], "seeds": seeds,
-            "disk": rigsettings["emulate"], "config": repo_relative(rigsettings["config"]),
+            "dispatch": dispatch, "delivery_us": delivery_us, "disk": rigsettings["emulate"], "config": repo_relative(rigsettings["config"]),
             "design": "whole", "device_offset_bytes": device[0], "device_bytes": device[1], "messages": msgs,
             "whole_trace": sim_summary(by_seed[0][1])}
 
@@ -495,6 +514,8 @@ def write_report(out, r):
               f"Replay: the whole trace once, as one stream, `layoutd sim --closed-loop --format layoutd --disk "
               f"{rp['disk']} --scheduler {rp['scheduler']} --queue-depth {rp['queue_depth']} --seed {rp['seed']} "
               f"--device-offset {rp.get('device_offset_bytes')} --device-bytes {rp.get('device_bytes')}"
+              + (" --live-dispatch" if rp.get("dispatch") == "live" else "")
+              + (f" --live-delivery-us {rp['delivery_us']}" if rp.get("delivery_us") else "")
               + (f" --config {rp['config']}" if rp.get("config") else "")
               + "".join(f" --message=@{n}:'{text}'" for n, text in rp.get("messages", []))
               + "` (the live stack on the volume file's data area; each runtime message before the marker read "

@@ -18,6 +18,9 @@ worker's file):
                     (O_SYNC writes), one file of --fio-mib per worker; the
                     read phases start with cold caches; the files are
                     deleted after each J.
+  fio-J-idle        with --fio-idle-s S: S seconds without requests after
+                    the random write (the idle work the issue's "read
+                    after the update phase" row needs).
 Postmark runs in a memory cgroup of --memory-mib (page cache included),
 as on the paper's machine, whose file sets were far larger than its RAM:
 without it this machine's page cache would absorb the whole file set and
@@ -31,6 +34,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 
 from log import log
 
@@ -55,6 +59,9 @@ def add_args(ap):
     g.add_argument("--fio-mib", type=int, default=64, help="MiB of each fio worker's file (default: %(default)s)")
     g.add_argument("--fio-jobs", default="1,4", help="fio worker counts (default: %(default)s)")
     g.add_argument("--parts", default="postmark,fio", help="which parts to run (default: %(default)s)")
+    g.add_argument("--fio-idle-s", type=float, default=0,
+                   help="seconds of idle time (no requests) after each random write, as a phase of its own "
+                        "(`fio-J-idle`), before the reads: the idle work a log does there (default: %(default)s)")
     g.add_argument("--seed", type=int, default=1, help="Postmark's seed (default: %(default)s)")
     g.add_argument("--memory-mib", type=int, default=64,
                    help="memory (page cache included) of Postmark's cgroup; 0: no limit (default: %(default)s)")
@@ -120,7 +127,7 @@ class Workload:
             {"phase": n, "min_bytes": lo, "max_bytes": hi, "subdirectories": d, "files": f, "transactions": t}
             for n, lo, hi, d, f, t in self.postmark_runs()],
             "fio_mib_per_worker": self.a.fio_mib, "fio_jobs": self.jobs, "seed": self.a.seed,
-            "parts": self.a.parts, "postmark_memory_mib": self.a.memory_mib}
+            "parts": self.a.parts, "postmark_memory_mib": self.a.memory_mib, "fio_idle_s": self.a.fio_idle_s}
 
     def phases(self):
         """[(name, kind, drop caches before?, function(mnt) -> dict)]"""
@@ -134,6 +141,8 @@ class Workload:
                     read = "read" in rw
                     out.append((f"fio-{j}-{name}", "read" if read else "write", read,
                                 lambda mnt, j=j, rw=rw: self.fio(mnt, j, rw)))
+                    if rw == "randwrite" and self.a.fio_idle_s > 0:
+                        out.append((f"fio-{j}-idle", "write", False, lambda mnt: self.idle()))
                 out.append((f"fio-{j}-delete", "write", False, lambda mnt, j=j: self.fio_delete(mnt, j)))
         return out
 
@@ -164,6 +173,11 @@ class Workload:
         j = json.loads(p.stdout[p.stdout.index("{"):])["jobs"][0]
         side = j["read"] if "read" in rw else j["write"]
         return {"fio_command": " ".join(cmd), "fio_bytes": side["io_bytes"], "fio_iops_live": side["iops"]}
+
+    def idle(self):
+        log(f"  idle: {self.a.fio_idle_s:g} s without requests")
+        time.sleep(self.a.fio_idle_s)
+        return {"idle_seconds": self.a.fio_idle_s}
 
     def fio_delete(self, mnt, jobs):
         shutil.rmtree(os.path.join(mnt, f"fio-{jobs}"))

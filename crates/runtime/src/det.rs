@@ -7,6 +7,12 @@
 //! target timeout, then (once the device has nothing in flight and no upper
 //! request is outstanding) one `handle_idle` per transition to idle.
 //!
+//! Lower requests reach the device as soon as the stack emits them, unless
+//! [`Harness::dispatch`] models the live runtime's submission
+//! ([`LiveDispatch`]): each thread performs its lower requests one at a
+//! time, so a client's request waits at the device only for what is
+//! already there, not for everything a background step emitted.
+//!
 //! Faults are injected by editing fields: [`Harness::fail_lower_writes`],
 //! [`Harness::fail_lower_reads`], [`Harness::lower_failures_left`],
 //! the [`ZeroLatency`] reorder switch, or by cutting a recorder's log.
@@ -106,6 +112,82 @@ impl InFlight {
     }
 }
 
+/// The live runtime's submission of lower requests (`crates/runtime/src/
+/// live.rs`), for a replay that predicts a live run. Live, lower I/O is
+/// synchronous: each thread has one request at the device at a time.
+/// Requests a client's request emits are performed by the client's thread
+/// one after another until its own completion is ready (a `background`
+/// one, and whatever is left after that, go to the executor); requests a
+/// completion emits are performed next by the thread that completed it
+/// (an executor thread keeps one and queues the rest); requests a
+/// timeout, an idle report or a message emits go to the executor's queue,
+/// which `threads` threads take one at a time. The
+/// simulator without this model puts every emitted request at the device
+/// at once: a background step of 16 reads is all queued at the arm ahead
+/// of the next client read, where live the read waits for the one in
+/// flight (`bench/results/log/live-fio/README.md`, session 27).
+#[derive(Debug)]
+pub struct LiveDispatch {
+    /// Executor threads (live: [`crate::live::EXECUTOR_THREADS`]).
+    pub threads: usize,
+    /// How long after the device completes a request the stack sees it
+    /// (live: the performing thread's wake-up after its emulated sleep and
+    /// the handling before its next request; 0: at once). A replayed
+    /// client's think time starts after it, as it did live.
+    pub delivery_ns: u64,
+    /// Requests waiting for an executor thread.
+    queue: VecDeque<Request>,
+    /// Each thread with work (a lane): its requests after the one at the
+    /// device, and the client request it serves (`None`: an executor thread).
+    lanes: FxHashMap<u64, Lane>,
+    /// The lane of each request at the device, by tag.
+    lane_of: FxHashMap<u64, u64>,
+    next_lane: u64,
+    /// Where the requests the current input emits go.
+    context: Context,
+}
+
+#[derive(Debug, Default)]
+struct Lane {
+    waiting: VecDeque<Request>,
+    client: Option<ReqId>,
+    /// The client request is complete: what is left goes to the executor.
+    client_done: bool,
+}
+
+#[derive(Copy, Clone, Debug)]
+enum Context {
+    /// The executor's queue (timeout, idle, message).
+    Executor,
+    /// A thread's own lane (its request, or the completion it handles).
+    Lane(u64),
+}
+
+impl LiveDispatch {
+    /// The live runtime's submission with `threads` executor threads.
+    pub fn new(threads: usize) -> LiveDispatch {
+        assert!(threads >= 1, "at least one executor thread");
+        LiveDispatch {
+            threads,
+            delivery_ns: 0,
+            queue: VecDeque::new(),
+            lanes: FxHashMap::default(),
+            lane_of: FxHashMap::default(),
+            next_lane: 0,
+            context: Context::Executor,
+        }
+    }
+
+    /// Requests emitted and not yet at the device.
+    fn held_count(&self) -> usize {
+        self.queue.len() + self.lanes.values().map(|l| l.waiting.len()).sum::<usize>()
+    }
+
+    fn executor_lanes(&self) -> usize {
+        self.lanes.values().filter(|l| l.client.is_none()).count()
+    }
+}
+
 /// Counts the harness keeps about what it did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HarnessStats {
@@ -152,6 +234,10 @@ pub struct Harness<T: Timing = ZeroLatency> {
     idle_delivered: bool,
     /// What happened so far.
     pub stats: HarnessStats,
+    /// The debug event log (see [`crate::events`]); `None`: off.
+    pub events: Option<crate::events::EventLog>,
+    /// How lower requests reach the device: `None`, at once; see [`LiveDispatch`].
+    pub dispatch: Option<LiveDispatch>,
 }
 
 impl<T: Timing> Harness<T> {
@@ -178,12 +264,14 @@ impl<T: Timing> Harness<T> {
             records: Vec::new(),
             idle_delivered: false,
             stats: HarnessStats::default(),
+            events: None,
+            dispatch: None,
         }
     }
 
     /// Gives back the stack (after bring-up, or at the end of a test).
     pub fn into_stack(self) -> Box<dyn Target> {
-        assert!(self.lower.is_empty(), "lower requests still in flight");
+        assert!(self.lower.is_empty() && self.held_count() == 0, "lower requests still in flight");
         self.stack
     }
 
@@ -199,6 +287,24 @@ impl<T: Timing> Harness<T> {
         self.upper_outstanding.insert(req.id.0, ());
         self.idle_delivered = false;
         let id = req.id;
+        if let Some(ev) = self.events.as_mut() {
+            ev.event(
+                self.now,
+                format_args!(
+                    "up {} {:?} {} {}",
+                    id.0,
+                    req.op,
+                    req.offset_bytes >> 12,
+                    req.length_bytes >> 12
+                ),
+            );
+        }
+        if let Some(d) = self.dispatch.as_mut() {
+            let lane = d.next_lane;
+            d.next_lane += 1;
+            d.lanes.insert(lane, Lane { client: Some(id), ..Lane::default() });
+            d.context = Context::Lane(lane);
+        }
         self.stack.handle_request(self.now, req);
         self.drain();
         id
@@ -219,29 +325,105 @@ impl<T: Timing> Harness<T> {
         self.upper_outstanding.len()
     }
 
-    /// Lower requests in flight.
+    /// Lower requests in flight (at the device, or held by the
+    /// [`LiveDispatch`] model).
     pub fn lower_in_flight_count(&self) -> usize {
-        self.lower.len()
+        self.lower.len() + self.held_count()
+    }
+
+    fn held_count(&self) -> usize {
+        self.dispatch.as_ref().map_or(0, LiveDispatch::held_count)
+    }
+
+    /// Puts `r` at the device now; with the dispatch model, as `lane`'s.
+    fn put_at_device(&mut self, r: Request, lane: Option<u64>) {
+        let tag = self.next_tag;
+        self.next_tag += 1;
+        if let (Some(d), Some(lane)) = (self.dispatch.as_mut(), lane) {
+            d.lane_of.insert(tag, lane);
+        }
+        self.timing.submit(self.now, &r, tag, &mut self.rng);
+        let Request { id, offset_bytes, length_bytes, op, fua, data, .. } = r;
+        if let Some(data) = data {
+            self.payloads.insert(tag, data);
+        }
+        self.lower.insert(tag, InFlight { id, offset_bytes, length_bytes, op, fua });
+    }
+
+    /// The dispatch model: a lane whose thread is free takes its next
+    /// request (a client's thread hands what is left to the executor once
+    /// its request is complete; an executor thread whose own work is done
+    /// takes the executor's queue), and free executor threads take the queue.
+    fn dispatch_advance(&mut self) {
+        let Some(d) = self.dispatch.as_mut() else { return };
+        let busy: rustc_hash::FxHashSet<u64> = d.lane_of.values().copied().collect();
+        let mut lanes: Vec<u64> = d.lanes.keys().copied().filter(|l| !busy.contains(l)).collect();
+        lanes.sort_unstable();
+        let mut start: Vec<(Request, u64)> = Vec::new();
+        for lane in lanes {
+            let l = d.lanes.get_mut(&lane).expect("listed");
+            if l.client_done {
+                d.queue.extend(l.waiting.drain(..));
+            }
+            match l.waiting.pop_front() {
+                Some(r) => start.push((r, lane)),
+                None => {
+                    d.lanes.remove(&lane);
+                }
+            }
+        }
+        while d.executor_lanes() < d.threads {
+            let Some(r) = d.queue.pop_front() else { break };
+            let lane = d.next_lane;
+            d.next_lane += 1;
+            d.lanes.insert(lane, Lane::default());
+            start.push((r, lane));
+        }
+        d.context = Context::Executor;
+        for (r, lane) in start {
+            self.put_at_device(r, Some(lane));
+        }
     }
 
     fn drain(&mut self) {
         while let Some(r) = self.stack.poll_lower() {
-            let tag = self.next_tag;
-            self.next_tag += 1;
-            self.timing.submit(self.now, &r, tag, &mut self.rng);
-            let Request { id, offset_bytes, length_bytes, op, fua, data, .. } = r;
-            if let Some(data) = data {
-                self.payloads.insert(tag, data);
+            if let Some(ev) = self.events.as_mut() {
+                ev.lower(self.now, "lo+", &r);
             }
-            self.lower.insert(tag, InFlight { id, offset_bytes, length_bytes, op, fua });
+            match self.dispatch.as_mut() {
+                None => self.put_at_device(r, None),
+                Some(d) => match d.context {
+                    // A client's thread performs its own requests; an
+                    // executor thread one (the rest go to the queue).
+                    Context::Lane(lane)
+                        if (d.lanes[&lane].client.is_some() && !r.background)
+                            || (d.lanes[&lane].client.is_none() && d.lanes[&lane].waiting.is_empty()) =>
+                    {
+                        d.lanes.get_mut(&lane).expect("a lane's input").waiting.push_back(r);
+                    }
+                    _ => d.queue.push_back(r),
+                },
+            }
         }
         while let Some(c) = self.stack.poll_upper() {
+            if let Some(ev) = self.events.as_mut() {
+                ev.event(self.now, format_args!("done {}", c.id.0));
+            }
+            if let Some(d) = self.dispatch.as_mut() {
+                if let Some(l) = d.lanes.values_mut().find(|l| l.client == Some(c.id)) {
+                    l.client_done = true;
+                }
+            }
             let submitted = self.upper_outstanding.remove(c.id.0);
             assert!(submitted.is_some(), "completion for unknown upper request {:?}", c.id);
             self.completions.push_back(c);
         }
         while let Some(r) = self.stack.poll_record() {
             self.records.push(r);
+        }
+        self.dispatch_advance();
+        if let Some(ev) = self.events.as_mut() {
+            ev.after(self.now, &*self.stack);
         }
     }
 
@@ -250,7 +432,7 @@ impl<T: Timing> Harness<T> {
     pub fn message(&mut self, text: &str) -> Result<String, String> {
         let reply = self.stack.message(self.now, text);
         self.drain();
-        if !self.lower.is_empty() || !self.upper_outstanding.is_empty() {
+        if self.lower_in_flight_count() > 0 || !self.upper_outstanding.is_empty() {
             self.idle_delivered = false;
         }
         reply
@@ -258,7 +440,14 @@ impl<T: Timing> Harness<T> {
 
     /// The instant of the next event, if any.
     pub fn next_event(&self) -> Option<Instant> {
-        [self.timing.next_completion(), self.stack.poll_timeout()].into_iter().flatten().min()
+        [self.next_delivery(), self.stack.poll_timeout()].into_iter().flatten().min()
+    }
+
+    /// When the next lower completion reaches the stack: when the device
+    /// completes it, plus the dispatch model's delivery time.
+    fn next_delivery(&self) -> Option<Instant> {
+        let delay = self.dispatch.as_ref().map_or(0, |d| d.delivery_ns);
+        self.timing.next_completion().map(|t| t.add_ns(delay))
     }
 
     /// Whether the next [`Harness::step`] will deliver an idle event (the
@@ -277,7 +466,10 @@ impl<T: Timing> Harness<T> {
 
     /// Whether the device is idle and nothing is outstanding above.
     pub fn is_quiet(&self) -> bool {
-        !self.timing.busy() && self.lower.is_empty() && self.upper_outstanding.is_empty()
+        !self.timing.busy()
+            && self.lower.is_empty()
+            && self.held_count() == 0
+            && self.upper_outstanding.is_empty()
     }
 
     /// Handles the next event. Returns false when there is nothing left to
@@ -286,11 +478,14 @@ impl<T: Timing> Harness<T> {
         if self.is_quiet() && !self.idle_delivered {
             self.idle_delivered = true;
             self.stats.idle_count += 1;
+            if let Some(ev) = self.events.as_mut() {
+                ev.event(self.now, format_args!("idle"));
+            }
             self.stack.handle_idle(self.now);
             self.drain();
             return true;
         }
-        let completion_at = self.timing.next_completion();
+        let completion_at = self.next_delivery();
         let timeout_at = self.stack.poll_timeout();
         let completion_first = match (completion_at, timeout_at) {
             (Some(c), Some(t)) => c <= t,
@@ -304,9 +499,15 @@ impl<T: Timing> Harness<T> {
         } else {
             self.now = self.now.max(timeout_at.expect("some"));
             self.stats.timeout_count += 1;
+            if let Some(ev) = self.events.as_mut() {
+                ev.event(
+                    self.now,
+                    format_args!("timeout {:.3}", timeout_at.expect("some").as_ns() as f64 / 1e6),
+                );
+            }
             self.stack.handle_timeout(self.now);
             self.drain();
-            if !self.lower.is_empty() || !self.upper_outstanding.is_empty() {
+            if self.lower_in_flight_count() > 0 || !self.upper_outstanding.is_empty() {
                 self.idle_delivered = false;
             }
         }
@@ -325,6 +526,13 @@ impl<T: Timing> Harness<T> {
             if let Some(n) = self.lower_failures_left.as_mut() {
                 *n -= 1;
             }
+        }
+        if let Some(ev) = self.events.as_mut() {
+            ev.lower(self.now, "lo-", &req);
+        }
+        if let Some(d) = self.dispatch.as_mut() {
+            let lane = d.lane_of.remove(&tag).expect("a request at the device has a lane");
+            d.context = Context::Lane(lane);
         }
         let completion = if fail {
             let e = if req.op == Op::Read { layoutd_core::IoError::Io } else { self.lower_write_error };

@@ -24,6 +24,7 @@ pub const SOURCE_ID: &str = env!("LAYOUTD_SOURCE_ID");
 pub mod control;
 pub mod det;
 pub mod emulate;
+pub mod events;
 pub mod live;
 pub mod probe;
 pub mod testkit;

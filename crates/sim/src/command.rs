@@ -54,6 +54,17 @@ pub struct SimArgs {
     /// recorded timestamps).
     #[arg(long)]
     pub closed_loop: bool,
+    /// Lower requests reach the disk as the live runtime (`serve`) submits
+    /// them: each of its threads one request at a time, a background step's
+    /// requests through its 4 executor threads. Default: every request the
+    /// stack emits is at the disk at once. For replays of live captures.
+    #[arg(long)]
+    pub live_dispatch: bool,
+    /// With --live-dispatch: microseconds from a disk completion to the
+    /// stack seeing it (the live runtime's wake-up and handling; measured
+    /// with `LAYOUTD_EVENT_LOG`, `bench/log_events_diff.py`). Default 0.
+    #[arg(long, default_value_t = 0, requires = "live_dispatch")]
+    pub live_delivery_us: u64,
     /// Closed loop: most requests read ahead of the oldest unissued one.
     #[arg(long, default_value_t = 65536)]
     pub window: usize,
@@ -321,6 +332,8 @@ pub fn sim_options(args: &SimArgs) -> anyhow::Result<SimOptions> {
     opts.queue_depth = args.queue_depth;
     opts.closed_loop = args.closed_loop;
     opts.closed_loop_window = args.window;
+    opts.live_dispatch = args.live_dispatch;
+    opts.live_delivery_us = args.live_delivery_us;
     opts.seed = args.seed;
     opts.stream_detect = !args.no_stream_detect;
     opts.stream_detect_layoutd = args.stream_detect;

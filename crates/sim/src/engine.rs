@@ -51,6 +51,13 @@ pub struct SimOptions {
     pub closed_loop: bool,
     /// Closed loop: most requests read ahead.
     pub closed_loop_window: usize,
+    /// Lower requests reach the disk as the live runtime submits them
+    /// (`layoutd_runtime::det::LiveDispatch`: each thread one at a time),
+    /// not all at once: for replays that predict a live run.
+    pub live_dispatch: bool,
+    /// With `live_dispatch`: µs from a disk completion to the stack seeing
+    /// it (`LiveDispatch::delivery_ns`).
+    pub live_delivery_us: u64,
     /// Seeds the harness RNG and the platter's phase.
     pub seed: u64,
     /// Split interleaved sequential runs into their own streams. Applied
@@ -90,6 +97,8 @@ impl SimOptions {
             queue_depth: 32,
             closed_loop: false,
             closed_loop_window: 65536,
+            live_dispatch: false,
+            live_delivery_us: 0,
             seed: 0,
             stream_detect: true,
             stream_detect_layoutd: false,
@@ -219,6 +228,17 @@ pub struct DiskInfo {
     pub zero_seeks_count: u64,
     /// Service time (start to completion), queueing excluded.
     pub service_ms: Summary,
+    /// Lower requests reached the disk as the live runtime submits them
+    /// (`--live-dispatch`); omitted when off.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub live_dispatch: bool,
+    /// `--live-delivery-us`; omitted when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub live_delivery_us: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// See [`SimSummary::stack`].
@@ -390,7 +410,13 @@ pub fn simulate(opts: &SimOptions) -> anyhow::Result<SimOutcome> {
     let device = Arc::new(NullDevice::new(capacity_bytes));
     let mut h = Harness::new(stack, device, timing, opts.seed);
     h.with_data = false;
+    h.events = layoutd_runtime::events::EventLog::from_env("sim");
     h.bring_up().map_err(|e| anyhow::anyhow!("{}: bring-up: {e}", opts.stack_origin))?;
+    if opts.live_dispatch {
+        let mut d = layoutd_runtime::det::LiveDispatch::new(layoutd_runtime::live::EXECUTOR_THREADS);
+        d.delivery_ns = opts.live_delivery_us.saturating_mul(1000);
+        h.dispatch = Some(d);
+    }
     let origin_ns = h.now.as_ns();
     let busy_at_origin_ns = h.timing.disk().busy_ns_total();
     h.timing.start_busy_window(origin_ns);
@@ -719,6 +745,8 @@ fn disk_info(opts: &SimOptions, timing: &HddTiming) -> DiskInfo {
         seek_distance_cyl_mean: round6(seek_mean),
         zero_seeks_count,
         service_ms: stats.service_ns.summary(1e6),
+        live_dispatch: opts.live_dispatch,
+        live_delivery_us: opts.live_delivery_us,
     }
 }
 
