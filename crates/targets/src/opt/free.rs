@@ -54,6 +54,16 @@ impl FreeSlots {
         FreeSlots { space: self.space.clone(), next: NextFit::default() }
     }
 
+    /// A copy without the slots of `runs` (a job's copies go there), its
+    /// cursor kept: the slots absorption may take while the job runs.
+    pub(super) fn without(&self, runs: impl Iterator<Item = (u32, u32)>) -> FreeSlots {
+        let mut f = self.clone();
+        for (s, n) in runs {
+            f.space.take_range(u64::from(s), u64::from(n));
+        }
+        f
+    }
+
     /// Frees `[start, start + len)` (it must be taken).
     pub(super) fn add(&mut self, start: u32, len: u32) {
         self.space.release(u64::from(start), u64::from(len));
