@@ -20,13 +20,14 @@
 //! not journaled waits for an internal flush. A job dropping an absorbed
 //! slot copies it home first (it is dirty) and the journal then skips it.
 //!
-//! While a job runs (session 27), writes are absorbed too, into the free
+//! With `absorb_during_jobs` (session 27; off by default), writes are
+//! absorbed while a job runs too, into the free
 //! slots its copies do not go to (`Job::absorb_free`, taken at its start:
 //! the region's free slots less its runs'); blocks the job is copying in
 //! stay out (they go home and make the copy stale, as before), so a block
-//! is never mapped by both. Before, every write during a job went home:
-//! with plans copying more (`plan_relay`), jobs ran longer and more writes
-//! paid a seek at home.
+//! is never mapped by both. Without it every write during a job goes
+//! home: with plans copying more (`plan_relay`), jobs run longer and more
+//! writes pay a seek at home.
 //!
 //! What is absorbed (session 24): only writes that would cost a seek at
 //! home. A write of more than `absorb_blocks_max` blocks, or one whose
@@ -125,7 +126,7 @@ impl Opt {
         if !self.args.absorb_writes
             || req.op != Op::Write
             || req.fua
-            || self.job.as_ref().is_some_and(|j| j.aborted)
+            || self.job.as_ref().is_some_and(|j| j.aborted || !self.args.absorb_during_jobs)
             || !req.offset_bytes.is_multiple_of(b)
             || !u64::from(req.length_bytes).is_multiple_of(b)
         {
