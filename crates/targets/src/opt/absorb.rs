@@ -38,6 +38,7 @@
 //! live populate did: 246,711 of 257,902 slots).
 
 use super::{LowerOp, Opt, Slot};
+use crate::blockmap::outside;
 use crate::opt::analyze::Range;
 use layoutd_core::{Completion, IoError, Op, ReqId, Request};
 use rustc_hash::FxHashMap;
@@ -150,7 +151,7 @@ impl Opt {
         let mut unmapped = Vec::new();
         super::for_each_piece(&self.map, first, end - first, |start, n, slot| {
             if slot.is_none() {
-                unmapped.extend(subtract((start, start + n), &copying));
+                unmapped.extend(outside(start, start + n, &copying));
             }
         });
         if unmapped.is_empty() {
@@ -342,25 +343,6 @@ impl Opt {
         }
         true
     }
-}
-
-/// The parts of `(start, end)` outside `cut` (sorted, disjoint ranges),
-/// as `(start, blocks)`.
-fn subtract((mut start, end): Range, cut: &[Range]) -> Vec<(u64, u64)> {
-    let mut out = Vec::new();
-    for &(a, z) in cut {
-        if z <= start || a >= end {
-            continue;
-        }
-        if a > start {
-            out.push((start, a - start));
-        }
-        start = start.max(z);
-    }
-    if start < end {
-        out.push((start, end - start));
-    }
-    out
 }
 
 /// Appends one block's run to `runs`, joining it to the last run when it
