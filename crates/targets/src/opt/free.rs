@@ -156,6 +156,19 @@ mod tests {
     }
 
     #[test]
+    fn a_jobs_view_leaves_out_its_runs_free_parts_and_keeps_the_cursor() {
+        let mut f = FreeSlots::new(16);
+        assert!(f.take_at(4, 2)); // slots 4-5 mapped; the cursor at 6
+                                  // The job copies to [2, 5) (slot 4 is one it reclaims) and [10, 12).
+        let mut j = f.without([(2, 3), (10, 2)].into_iter());
+        assert_eq!(j.extents(), vec![(0, 2), (6, 4), (12, 4)]);
+        assert_eq!(f.extents(), vec![(0, 4), (6, 10)], "the region's own free slots are untouched");
+        // Next fit from the kept cursor (6), not from slot 0.
+        assert_eq!(j.take_fit(3), Some(6));
+        assert_eq!(j.take_fit(2), Some(12));
+    }
+
+    #[test]
     fn a_fit_after_the_cursor_starts_inside_a_free_extent_and_wraps_at_the_end() {
         let mut f = FreeSlots::new(16);
         assert_eq!(f.take_fit(2), Some(0));
