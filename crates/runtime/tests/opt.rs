@@ -149,6 +149,7 @@ fn opt_crash_at_every_flush_and_random_points_keeps_flushed_data() {
 fn tiny_copies(every: u64, pad: u32, absorb: bool, relay: bool) -> String {
     tiny(every)
         + &format!("absorb_writes = {absorb}\nplan_relay = {relay}\nread_follow = {relay}\n")
+        + &format!("absorb_during_jobs = {relay}\n")
         + &format!(
             "copies_max = 3\nplan_streams = true\nplan_pad_blocks = {pad}\npartial_reads_home = true\n"
         )
@@ -461,6 +462,56 @@ fn a_write_during_copy_in_makes_the_copy_stale_and_it_is_copied_again() {
 }
 
 #[test]
+fn a_write_during_copy_in_is_absorbed_beside_the_jobs_slots_unless_the_job_copies_its_block() {
+    let during = |on: bool| manual_absorbing(true) + &format!("absorb_during_jobs = {on}\n");
+    let start = |dev: &Arc<MemDevice>, cfg: &str| {
+        let mut h = harness_with(dev, cfg, OpenMode::Format);
+        read_twice(&mut h, 10..14);
+        message(&mut h, "apply").expect("apply");
+        step_until(&mut h, "a copy read in flight", |h| {
+            describe(h).contains("phase CopyIn") && h.lower_in_flight_count() > 0
+        });
+        h
+    };
+    // Off (the default): a write during a job goes home.
+    let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+    let mut h = start(&dev, &during(false));
+    assert_eq!(h.write(30 * B, block(0x30)).result, Ok(()));
+    assert_eq!(counter(&*h.stack, "absorbed_blocks_count"), 0);
+    h.settle();
+    assert_eq!(lower_of(&h, 30..31), vec![30 * B], "home");
+    let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+    let mut h = start(&dev, &during(true));
+    // Block 30 is none of the job's: absorbed now, into a slot no copy
+    // of the job goes to. Block 12 is the job's: it goes home (the job
+    // copies it again and maps it).
+    assert_eq!(h.write(30 * B, block(0x30)).result, Ok(()));
+    assert_eq!(counter(&*h.stack, "absorbed_during_job_count"), 1);
+    assert_eq!(counter(&*h.stack, "absorbed_blocks_count"), 1);
+    assert_eq!(h.write(12 * B, block(0x77)).result, Ok(()));
+    assert_eq!(counter(&*h.stack, "absorbed_blocks_count"), 1, "the job's block went home");
+    h.settle();
+    assert_eq!(counter(&*h.stack, "job_active"), 0, "{}", describe(&mut h));
+    assert_eq!(counter(&*h.stack, "mapped_blocks_count"), 5, "{}", describe(&mut h));
+    let at = lower_of(&h, 30..31)[0];
+    assert_ne!(at, 30 * B, "in the region");
+    let copies = lower_of(&h, 10..14);
+    assert!(!copies.contains(&at), "{copies:?} and the absorbed slot {at}");
+    assert!(adjacent(copies), "the job's slots stayed its own");
+    assert_eq!(read_block(&mut h, 12), block(0x77));
+    assert_eq!(read_block(&mut h, 30), block(0x30));
+    assert_eq!(message(&mut h, "verify").map(|r| r.starts_with("slots consistent")), Ok(true));
+    // Flushed, it survives a crash.
+    assert_eq!(h.flush().result, Ok(()));
+    drop(h);
+    let unclean = OpenMode::Open { clean: false, accept_loss: false };
+    let mut h = harness_with(&dev, &during(true), unclean);
+    assert_eq!(read_block(&mut h, 30), block(0x30));
+    assert_eq!(read_block(&mut h, 12), block(0x77));
+    assert_eq!(lower_of(&h, 30..31)[0], at);
+}
+
+#[test]
 fn a_write_during_copy_home_keeps_the_slot_dirty_until_copied_again() {
     let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
     let mut h = mapped_harness(&dev);
@@ -736,9 +787,15 @@ fn block_ops(rng: &mut ChaCha8Rng, count: usize) -> Vec<OpSpec> {
 }
 
 /// The tiny region absorbing writes (said, though the default),
-/// planning every `every` requests.
-fn tiny_absorb(every: u64) -> String {
-    tiny(every) + "absorb_writes = true\n"
+/// planning every `every` requests; `wide`: twice as many slots, and
+/// writes absorbed while jobs run too (`absorb_during_jobs`), so that
+/// they find free slots beside a running job's.
+fn tiny_absorb(every: u64, wide: bool) -> String {
+    let cfg = tiny(every) + "absorb_writes = true\n";
+    if wide {
+        return cfg.replace("opt_length = \"96K\"", "opt_length = \"192K\"") + "absorb_during_jobs = true\n";
+    }
+    cfg
 }
 
 #[test]
@@ -746,19 +803,21 @@ fn opt_absorbing_writes_reads_back_what_a_byte_array_would() {
     let keys = [
         "absorbed_writes_count",
         "absorbed_blocks_count",
+        "absorbed_during_job_count",
         "reconfigurations_count",
         "copied_home_bytes",
         "journal_writes_count",
         "dropped_blocks_count",
     ];
-    let totals = oracle_seeds(&keys, block_ops, 400, |seed| tiny_absorb(6 + seed % 5));
-    // Writes were absorbed, journaled, copied home and dropped by plans.
+    let totals = oracle_seeds(&keys, block_ops, 400, |seed| tiny_absorb(6 + seed % 5, seed % 4 != 0));
+    // Writes were absorbed (while jobs ran too), journaled, copied home
+    // and dropped by plans.
     assert_each_exercised(&keys, &totals);
 }
 
 #[test]
 fn opt_absorbing_writes_crash_at_every_flush_and_random_points_keeps_flushed_data() {
-    crash_seeds(block_ops, |_| tiny_absorb(6));
+    crash_seeds(block_ops, |seed| tiny_absorb(6, seed % 2 == 1));
 }
 
 #[test]

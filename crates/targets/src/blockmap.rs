@@ -59,6 +59,23 @@ impl<V: MapValue> Extent<V> {
     }
 }
 
+/// The parts `(start, length)` of `[s, e)` outside the sorted, disjoint
+/// ranges `taken` (`[start, end)` each): the gaps a set of ranges leaves.
+pub fn outside(s: u64, e: u64, taken: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut pos = s;
+    for &(a, b) in taken.iter().filter(|&&(a, b)| a < e && s < b) {
+        if a > pos {
+            out.push((pos, a - pos));
+        }
+        pos = pos.max(b);
+    }
+    if pos < e {
+        out.push((pos, e - pos));
+    }
+    out
+}
+
 /// `[start, start + length)` piece by piece from the mapped extents within
 /// it (in order, clipped): mapped runs and the gaps between them. Shared
 /// by every map that answers in extents.

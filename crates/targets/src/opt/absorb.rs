@@ -17,9 +17,17 @@
 //! dirty), FUA, then completes. A map write leaves out every mapping not
 //! yet journaled (its data may not be durable); such runs go to a journal
 //! block of the new generation. A FUA write to a block whose mapping is
-//! not journaled waits for an internal flush. No write is absorbed while
-//! a job runs (its slots are spoken for); a job dropping an absorbed slot
-//! copies it home first (it is dirty) and the journal then skips it.
+//! not journaled waits for an internal flush. A job dropping an absorbed
+//! slot copies it home first (it is dirty) and the journal then skips it.
+//!
+//! With `absorb_during_jobs` (session 27; off by default), writes are
+//! absorbed while a job runs too, into the free
+//! slots its copies do not go to (`Job::absorb_free`, taken at its start:
+//! the region's free slots less its runs'); blocks the job is copying in
+//! stay out (they go home and make the copy stale, as before), so a block
+//! is never mapped by both. Without it every write during a job goes
+//! home: with plans copying more (`plan_relay`), jobs run longer and more
+//! writes pay a seek at home.
 //!
 //! What is absorbed (session 24): only writes that would cost a seek at
 //! home. A write of more than `absorb_blocks_max` blocks, or one whose
@@ -30,6 +38,7 @@
 //! live populate did: 246,711 of 257,902 slots).
 
 use super::{LowerOp, Opt, Slot};
+use crate::blockmap::outside;
 use crate::opt::analyze::Range;
 use layoutd_core::{Completion, IoError, Op, ReqId, Request};
 use rustc_hash::FxHashMap;
@@ -86,6 +95,8 @@ pub(super) struct Absorber {
     pub(super) skipped_bulk_count: u64,
     pub(super) skipped_sequential_count: u64,
     pub(super) skipped_reserve_count: u64,
+    /// Writes absorbed (some of their blocks) while a job ran.
+    pub(super) during_job_count: u64,
 }
 
 impl Absorber {
@@ -116,7 +127,7 @@ impl Opt {
         if !self.args.absorb_writes
             || req.op != Op::Write
             || req.fua
-            || self.job.is_some()
+            || self.job.as_ref().is_some_and(|j| j.aborted || !self.args.absorb_during_jobs)
             || !req.offset_bytes.is_multiple_of(b)
             || !u64::from(req.length_bytes).is_multiple_of(b)
         {
@@ -135,21 +146,31 @@ impl Opt {
             self.absorber.skipped_sequential_count += 1;
             return;
         }
+        // Blocks a running job is copying in stay out: the job maps them.
+        let copying = self.job_copying((first, end));
         let mut unmapped = Vec::new();
         super::for_each_piece(&self.map, first, end - first, |start, n, slot| {
             if slot.is_none() {
-                unmapped.push((start, n));
+                unmapped.extend(outside(start, start + n, &copying));
             }
         });
         if unmapped.is_empty() {
             return;
         }
-        // The plan's share of the region stays free.
+        // The plan's share of the region stays free. While a job runs, only
+        // slots its runs do not go to are free for writes.
         let want: u64 = unmapped.iter().map(|u| u.1).sum();
         let reserve = u64::from(self.geo.slot_count) * u64::from(self.args.absorb_reserve_pct) / 100;
-        if self.free.free_count() < reserve + want {
+        let free_count = match &self.job {
+            Some(j) => j.absorb_free.free_count(),
+            None => self.free.free_count(),
+        };
+        if free_count < reserve + want {
             self.absorber.skipped_reserve_count += 1;
             return;
+        }
+        if self.job.is_some() {
+            self.absorber.during_job_count += 1;
         }
         // The region's free slots, next fit: their cursor is the slot after
         // the previous absorbed run.
@@ -157,7 +178,13 @@ impl Opt {
         let mut gap = GAPS[i];
         let mut runs = Vec::new();
         for (home, n) in unmapped {
-            let Some(s) = self.free.take_fit_after(gap, n as u32) else { break };
+            let s = match self.job.as_mut() {
+                Some(j) => j.absorb_free.take_fit_after(gap, n as u32).inspect(|&s| {
+                    assert!(self.free.take_at(s, n as u32), "the job's free slots are the region's");
+                }),
+                None => self.free.take_fit_after(gap, n as u32),
+            };
+            let Some(s) = s else { break };
             let s = u64::from(s);
             gap = 0;
             for k in 0..n {

@@ -121,6 +121,10 @@ pub struct Args {
     /// With `absorb_writes`: absorption never takes the last this many
     /// percent of the region's slots (free slots kept for the plan).
     pub absorb_reserve_pct: u32,
+    /// With `absorb_writes`: absorb while a reconfiguration runs too, into
+    /// the free slots its copies do not go to; false (the default): every
+    /// write goes home while a job runs.
+    pub absorb_during_jobs: bool,
     /// Most blocks one copy read moves (a run of the plan; the rate is
     /// capped by `[background] rate`).
     pub copy_blocks_per_step: u32,
@@ -350,6 +354,7 @@ impl Args {
             absorb_blocks_max: u32_key(&mut a, "absorb_blocks_max", 16, 0, 1 << 20)?,
             absorb_sequential: a.bool_opt("absorb_sequential")?.unwrap_or(false),
             absorb_reserve_pct: u32_key(&mut a, "absorb_reserve_pct", 50, 0, 100)?,
+            absorb_during_jobs: a.bool_opt("absorb_during_jobs")?.unwrap_or(false),
             copy_blocks_per_step: u32_key(&mut a, "copy_blocks_per_step", 64, 1, 8192)?,
             copies_in_flight: u32_key(&mut a, "copies_in_flight", 4, 1, 64)?,
             copy_batch_blocks: u32_key(&mut a, "copy_batch_blocks", 256, 1, 1 << 16)?,
@@ -429,6 +434,7 @@ impl Args {
             ("absorb_blocks_max", self.absorb_blocks_max.to_string()),
             ("absorb_sequential", self.absorb_sequential.to_string()),
             ("absorb_reserve_pct", self.absorb_reserve_pct.to_string()),
+            ("absorb_during_jobs", self.absorb_during_jobs.to_string()),
             ("copy_blocks_per_step", self.copy_blocks_per_step.to_string()),
             ("copies_in_flight", self.copies_in_flight.to_string()),
             ("copy_batch_blocks", self.copy_batch_blocks.to_string()),

@@ -32,6 +32,7 @@
 //! once), so a program not run since the last plan keeps its copies.
 
 use super::analyze::{master_graph, plan, plan_streams, Range, StreamPlan, WEIGHT_UNIT};
+use super::free::FreeSlots;
 use super::{LowerOp, Opt, Slot};
 use bytes::Bytes;
 use layoutd_core::{Completion, Instant, Op, ReqId, Request, REQUEST_BYTES_MAX};
@@ -110,7 +111,10 @@ pub(super) struct Job {
     /// Blocks copied (`Done`) and not committed yet.
     uncommitted_blocks: u64,
     /// A lower error: finish what is in flight, then give the job up.
-    aborted: bool,
+    pub(super) aborted: bool,
+    /// The region's free slots less the runs' slots: where writes are
+    /// absorbed while the job runs (see `absorb.rs`).
+    pub(super) absorb_free: FreeSlots,
 }
 
 impl Job {
@@ -438,6 +442,26 @@ impl Opt {
                 self.counters.copies_stale_count += 1;
             }
         }
+    }
+
+    /// The parts of home blocks `[first, end)` the job is to map (runs
+    /// neither committed nor given up), in home order, overlaps merged.
+    pub(super) fn job_copying(&self, (first, end): Range) -> Vec<Range> {
+        let Some(j) = self.job.as_ref() else { return Vec::new() };
+        let from = first.saturating_sub(u64::from(self.args.copy_blocks_per_step));
+        let mut out: Vec<Range> = Vec::new();
+        for &(_, i) in j.by_home.range((from, 0)..(end, 0)) {
+            let r = &j.runs[i as usize];
+            let (a, z) = (r.home.max(first), (r.home + u64::from(r.count)).min(end));
+            if a >= z || matches!(r.state, RunState::Committed | RunState::Abandoned) {
+                continue;
+            }
+            match out.last_mut() {
+                Some(l) if a <= l.1 => l.1 = l.1.max(z),
+                _ => out.push((a, z)),
+            }
+        }
+        out
     }
 
     /// Whether the job waits for a map write.
@@ -809,6 +833,7 @@ impl Opt {
         let mut todo: Vec<u32> = (0..runs.len() as u32).collect();
         todo.sort_by_key(|&r| runs[r as usize].slot);
         let home_todo = drop.iter().copied().filter(|&s| self.slots[s as usize].dirty).collect();
+        let absorb_free = self.free.without(runs.iter().map(|r| (r.slot, r.count)));
         self.idle.progressed(now);
         self.job = Some(Job {
             phase: JobPhase::CopyHome,
@@ -825,6 +850,7 @@ impl Opt {
             writes_in_flight: 0,
             uncommitted_blocks: 0,
             aborted: false,
+            absorb_free,
         });
         Ok(reply)
     }

@@ -54,6 +54,16 @@ impl FreeSlots {
         FreeSlots { space: self.space.clone(), next: NextFit::default() }
     }
 
+    /// A copy without the slots of `runs` (a job's copies go there), its
+    /// cursor kept: the slots absorption may take while the job runs.
+    pub(super) fn without(&self, runs: impl Iterator<Item = (u32, u32)>) -> FreeSlots {
+        let mut f = self.clone();
+        for (s, n) in runs {
+            f.space.take_range(u64::from(s), u64::from(n));
+        }
+        f
+    }
+
     /// Frees `[start, start + len)` (it must be taken).
     pub(super) fn add(&mut self, start: u32, len: u32) {
         self.space.release(u64::from(start), u64::from(len));
@@ -143,6 +153,19 @@ mod tests {
         assert_eq!(f.take_fit(9), None);
         assert_eq!(f.take_longest(9), Some((12, 4)));
         assert_eq!(f.extents(), vec![(0, 2), (5, 1)]);
+    }
+
+    #[test]
+    fn a_jobs_view_leaves_out_its_runs_free_parts_and_keeps_the_cursor() {
+        let mut f = FreeSlots::new(16);
+        assert!(f.take_at(4, 2)); // slots 4-5 mapped; the cursor at 6
+                                  // The job copies to [2, 5) (slot 4 is one it reclaims) and [10, 12).
+        let mut j = f.without([(2, 3), (10, 2)].into_iter());
+        assert_eq!(j.extents(), vec![(0, 2), (6, 4), (12, 4)]);
+        assert_eq!(f.extents(), vec![(0, 4), (6, 10)], "the region's own free slots are untouched");
+        // Next fit from the kept cursor (6), not from slot 0.
+        assert_eq!(j.take_fit(3), Some(6));
+        assert_eq!(j.take_fit(2), Some(12));
     }
 
     #[test]

@@ -1221,6 +1221,7 @@ impl Target for Opt {
             ("absorb_skipped_bulk_count", self.absorber.skipped_bulk_count),
             ("absorb_skipped_sequential_count", self.absorber.skipped_sequential_count),
             ("absorb_skipped_reserve_count", self.absorber.skipped_reserve_count),
+            ("absorbed_during_job_count", self.absorber.during_job_count),
             ("recovered_absorbed_blocks_count", c.recovered_absorbed_blocks_count),
             ("readahead_reads_count", c.readahead_reads_count),
             ("readahead_read_blocks", c.readahead_read_blocks),

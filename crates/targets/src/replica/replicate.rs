@@ -4,6 +4,7 @@
 
 use super::streams::{close, Candidate};
 use super::{Choice, Held, LowerOp, Pending, Replica, When};
+use crate::blockmap::outside;
 use bytes::Bytes;
 use layoutd_core::streams::base_run;
 use layoutd_core::{Instant, Op, ReqId, Request, StreamId};
@@ -502,22 +503,6 @@ impl Replica {
         }
         all > 0 && young * 2 > all
     }
-}
-
-/// The parts `(start, length)` of `[s, e)` outside the sorted ranges `taken`.
-fn outside(s: u64, e: u64, taken: &[(u64, u64)]) -> Vec<(u64, u64)> {
-    let mut out = Vec::new();
-    let mut pos = s;
-    for &(a, b) in taken.iter().filter(|&&(a, b)| a < e && s < b) {
-        if a > pos {
-            out.push((pos, a - pos));
-        }
-        pos = pos.max(b);
-    }
-    if pos < e {
-        out.push((pos, e - pos));
-    }
-    out
 }
 
 /// Of candidate extents `(start, length)` in address order, the window of
