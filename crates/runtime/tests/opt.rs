@@ -465,7 +465,7 @@ fn a_write_during_copy_in_makes_the_copy_stale_and_it_is_copied_again() {
 fn a_write_during_copy_in_is_absorbed_beside_the_jobs_slots_unless_the_job_copies_its_block() {
     let during = |on: bool| manual_absorbing(true) + &format!("absorb_during_jobs = {on}\n");
     let start = |dev: &Arc<MemDevice>, cfg: &str| {
-        let mut h = harness_with(dev, cfg, OpenMode::Format);
+        let mut h = harness_with(dev, cfg, OpenMode::format(1));
         read_twice(&mut h, 10..14);
         message(&mut h, "apply").expect("apply");
         step_until(&mut h, "a copy read in flight", |h| {
