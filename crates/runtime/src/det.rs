@@ -288,16 +288,7 @@ impl<T: Timing> Harness<T> {
         self.idle_delivered = false;
         let id = req.id;
         if let Some(ev) = self.events.as_mut() {
-            ev.event(
-                self.now,
-                format_args!(
-                    "up {} {:?} {} {}",
-                    id.0,
-                    req.op,
-                    req.offset_bytes >> 12,
-                    req.length_bytes >> 12
-                ),
-            );
+            ev.upper(self.now, &req);
         }
         if let Some(d) = self.dispatch.as_mut() {
             let lane = d.next_lane;
@@ -500,10 +491,7 @@ impl<T: Timing> Harness<T> {
             self.now = self.now.max(timeout_at.expect("some"));
             self.stats.timeout_count += 1;
             if let Some(ev) = self.events.as_mut() {
-                ev.event(
-                    self.now,
-                    format_args!("timeout {:.3}", timeout_at.expect("some").as_ns() as f64 / 1e6),
-                );
+                ev.timeout(self.now, timeout_at.expect("some"));
             }
             self.stack.handle_timeout(self.now);
             self.drain();

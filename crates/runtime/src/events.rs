@@ -58,6 +58,19 @@ impl EventLog {
         let _ = writeln!(self.out, "{:.3} {what}", now.as_ns() as f64 / 1e6);
     }
 
+    /// A request from above.
+    pub fn upper(&mut self, now: Instant, r: &Request) {
+        self.event(
+            now,
+            format_args!("up {} {:?} {} {}", r.id.0, r.op, r.offset_bytes >> 12, r.length_bytes >> 12),
+        );
+    }
+
+    /// A timeout due at `due` delivered.
+    pub fn timeout(&mut self, now: Instant, due: Instant) {
+        self.event(now, format_args!("timeout {:.3}", due.as_ns() as f64 / 1e6));
+    }
+
     /// A lower request: `kind` is `lo+` (emitted), `lo-` (completed).
     pub fn lower(&mut self, now: Instant, kind: &str, r: &Request) {
         self.event(

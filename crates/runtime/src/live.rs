@@ -332,16 +332,7 @@ impl LiveVolume {
             core.waiters.insert(req.id.0, waiter.clone());
             let now = self.now();
             if let Some(ev) = core.events.as_mut() {
-                ev.event(
-                    now,
-                    format_args!(
-                        "up {} {:?} {} {}",
-                        req.id.0,
-                        req.op,
-                        req.offset_bytes >> 12,
-                        req.length_bytes >> 12
-                    ),
-                );
+                ev.upper(now, &req);
             }
             // On failure the waiter has been completed with EIO.
             if core.step(&mut work, now, |stack| stack.handle_request(now, req)).is_ok() {
@@ -490,7 +481,7 @@ fn timer_loop(vol: Weak<LiveVolume>) {
             match core.stack.poll_timeout() {
                 Some(t) if t <= now => {
                     if let Some(ev) = core.events.as_mut() {
-                        ev.event(now, format_args!("timeout {:.3}", t.as_ns() as f64 / 1e6));
+                        ev.timeout(now, t);
                     }
                     if core.step(&mut work, now, |stack| stack.handle_timeout(now)).is_err() {
                         return;
