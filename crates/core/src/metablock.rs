@@ -150,6 +150,25 @@ impl MetaBlockCodec {
         self.decode_up_to(block, GENERATION_READ_MAX)
     }
 
+    /// [`MetaBlockCodec::decode_up_to`] of a block written in this codec's
+    /// version or in an older one that `readable` accepts (its payload is
+    /// then the caller's to read in that version's layout): the block and
+    /// the version it was written in. Any other version is
+    /// [`MetaError::Version`].
+    pub fn decode_versioned(
+        &self,
+        block: &[u8],
+        generation_max: u64,
+        readable: impl Fn(u32) -> bool,
+    ) -> Result<(Decoded, u32), MetaError> {
+        match self.decode_up_to(block, generation_max) {
+            Err(MetaError::Version(v)) if v != self.version && readable(v) => {
+                Ok((MetaBlockCodec { version: v, ..*self }.decode_up_to(block, generation_max)?, v))
+            }
+            r => Ok((r?, self.version)),
+        }
+    }
+
     /// [`MetaBlockCodec::decode`] accepting generations up to
     /// `generation_max`: for a writer checking its own block's round trip
     /// (up to [`GENERATION_MAX`]); what is read from disk goes through

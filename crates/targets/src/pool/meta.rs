@@ -64,12 +64,7 @@ pub const PARTIAL_EXTENT_UNITS: u64 = 2;
 /// earlier one (version 1: no partial records; a version 2 header: no
 /// placement): the block and the version it was written in.
 fn decode_versioned(codec: &MetaBlockCodec, block: &[u8]) -> Result<(Decoded, u32), MetaError> {
-    match codec.decode(block) {
-        Err(MetaError::Version(v)) if (1..codec.version).contains(&v) => {
-            Ok((MetaBlockCodec { version: v, ..*codec }.decode(block)?, v))
-        }
-        r => Ok((r?, codec.version)),
-    }
+    codec.decode_versioned(block, GENERATION_READ_MAX, |v| (1..codec.version).contains(&v))
 }
 
 /// A record of the pool's journal or checkpoint body.

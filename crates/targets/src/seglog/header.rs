@@ -183,12 +183,8 @@ fn decode_versioned(
     b: &[u8],
     max: u64,
 ) -> Result<(Decoded, bool), HeaderError> {
-    match codec.decode_up_to(b, max) {
-        Ok(d) => Ok((d, false)),
-        Err(MetaError::Version(v)) if v == legacy => {
-            let old = MetaBlockCodec { version: legacy, ..codec };
-            Ok((old.decode_up_to(b, max)?, true))
-        }
+    match codec.decode_versioned(b, max, |v| v == legacy) {
+        Ok((d, version)) => Ok((d, version != codec.version)),
         Err(MetaError::Version(found)) => Err(HeaderError::OtherVersion { found, reads: codec.version }),
         Err(e) => Err(e.into()),
     }
