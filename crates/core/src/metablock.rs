@@ -56,6 +56,16 @@ pub enum MetaError {
     Malformed(String),
 }
 
+impl MetaError {
+    /// No block there: never written, another kind of block, or torn (its
+    /// crc fails). Any other error is a whole block this build cannot read
+    /// (a newer version, or damage under a good crc): a journal must not
+    /// take it for its torn tail.
+    pub fn is_absent_or_torn(&self) -> bool {
+        matches!(self, MetaError::Blank | MetaError::Foreign(_) | MetaError::BadCrc)
+    }
+}
+
 impl std::fmt::Display for MetaError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

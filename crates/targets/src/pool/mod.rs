@@ -764,12 +764,11 @@ impl Pool {
                     }
                 }
                 // Never written, or torn: no block there.
-                Err(MetaError::Blank | MetaError::Foreign(_) | MetaError::BadCrc) => {}
-                // Whole (its crc holds) but not readable by this build: a
-                // newer build's block, or damage. Taking it for a torn tail
-                // would end the journal there and silently drop every record
-                // from it on (an older build did that to a newer one's
-                // snapshot).
+                Err(e) if e.is_absent_or_torn() => {}
+                // Whole but not readable by this build: taking it for a torn
+                // tail would end the journal there and silently drop every
+                // record from it on (an older build did that to a newer
+                // one's snapshot).
                 Err(e) => {
                     return Err(format!(
                         "pool: journal block at lower offset {lower}: {e}: refusing to open \
