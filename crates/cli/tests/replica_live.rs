@@ -59,14 +59,19 @@ fn start_rig(dev: &Path, work: &Path, log: &Path) -> BlockRig {
     rig
 }
 
-/// A counter from the server's final status line in `log`.
-fn final_counter(log: &Path, key: &str) -> u64 {
+/// The server's final status line in `log`.
+fn final_status(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap();
-    let line = text
-        .lines()
+    text.lines()
         .rev()
         .find(|l| l.contains("final status:"))
-        .unwrap_or_else(|| panic!("no final status in {text}"));
+        .unwrap_or_else(|| panic!("no final status in {text}"))
+        .to_string()
+}
+
+/// A counter from the server's final status line in `log`.
+fn final_counter(log: &Path, key: &str) -> u64 {
+    let line = final_status(log);
     let kv = line
         .split(' ')
         .find_map(|w| w.strip_prefix(&format!("{key}=")))
@@ -110,6 +115,7 @@ fn ext4_on_replica_reads_from_replicas_across_a_clean_restart_and_survives_sigki
     }
     rig.umount();
     drop(rig);
+    eprintln!("run 1: {}", final_status(&log(1)));
     for key in ["discards_count", "replicas_created_blocks", "reads_replica_count", "queues_committed_count"]
     {
         let v = final_counter(&log(1), key);
@@ -178,6 +184,11 @@ fn free_space_refuses_a_volume_without_a_file_system_in_one_line() {
 /// side file, optionally with group 0's block bitmap damaged, then copied
 /// in at the data area); `None` without e2fsprogs.
 fn ext4_volume(dir: &Path, size: &str, damage: bool) -> Option<PathBuf> {
+    ext4_volume_with(dir, size, damage, 4096)
+}
+
+/// [`ext4_volume`] whose ext4 has `fs_block_bytes` blocks.
+fn ext4_volume_with(dir: &Path, size: &str, damage: bool, fs_block_bytes: usize) -> Option<PathBuf> {
     if !(have_cmd("mkfs.ext4") && have_cmd("dumpe2fs")) {
         eprintln!("e2fsprogs not installed: skipped");
         return None;
@@ -186,13 +197,13 @@ fn ext4_volume(dir: &Path, size: &str, damage: bool) -> Option<PathBuf> {
     let volume = inspect_json(&dev)["volume_size_bytes"].as_u64().unwrap();
     let side = dir.join("side.img");
     std::fs::File::create(&side).unwrap().set_len(volume).unwrap();
-    sh_ok(&format!("mkfs.ext4 -q -F -b 4096 '{}'", side.display()));
+    sh_ok(&format!("mkfs.ext4 -q -F -b {fs_block_bytes} '{}'", side.display()));
     let mut fs = std::fs::read(&side).unwrap();
     if damage {
         let info = sh_ok(&format!("dumpe2fs '{}' 2>/dev/null", side.display()));
         let at = info.lines().find_map(|l| l.trim().strip_prefix("Block bitmap at ")).expect("a bitmap");
         let block: usize = at.split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap();
-        fs[block * 4096 + 3] ^= 0x10;
+        fs[block * fs_block_bytes + 3] ^= 0x10;
     }
     use std::os::unix::fs::FileExt;
     let f = std::fs::OpenOptions::new().write(true).open(&dev).unwrap();
@@ -219,4 +230,20 @@ fn free_space_reads_an_unmounted_ext4_and_refuses_a_corrupt_bitmap_in_one_line()
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("checksum") && err.contains("nothing written"), "{err}");
     assert!(std::fs::read(&dev).unwrap() == before, "nothing written");
+}
+
+#[test]
+fn free_space_on_an_ext4_of_smaller_blocks_says_why_its_reads_pass_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(dev) = ext4_volume_with(dir.path(), "96M", false, 1024) else { return };
+    let o = layoutd().args(["free-space", "--device"]).arg(&dev).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("fs_block_bytes=1024"), "{out}");
+    assert!(out.contains("fs_block_note=") && out.contains("block_bytes = 1024"), "{out}");
+    let dir = tempfile::tempdir().unwrap();
+    let Some(dev) = ext4_volume(dir.path(), "96M", false) else { return };
+    let o = layoutd().args(["free-space", "--device"]).arg(&dev).output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("fs_block_bytes=4096") && !out.contains("fs_block_note"), "{out}");
 }

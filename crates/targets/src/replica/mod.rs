@@ -532,6 +532,9 @@ impl Target for Replica {
         if let Some(e) = &self.scan.error {
             config.push(("fs_scan_error".into(), e.clone()));
         }
+        if let Some(note) = self.fs_block_note() {
+            config.push(("fs_block_note".into(), note));
+        }
         if let Some(e) = &self.snap.load_error {
             config.push(("snapshot_load_error".into(), e.clone()));
         }
@@ -540,6 +543,21 @@ impl Target for Replica {
 }
 
 impl Replica {
+    /// Why a file system with smaller blocks than `block_bytes` gains
+    /// little: its single-block reads are unaligned here and pass through.
+    fn fs_block_note(&self) -> Option<String> {
+        let fs = self.scan.fs_block_bytes;
+        (fs != 0 && fs < self.args.block_bytes).then(|| {
+            format!(
+                "the file system's blocks are {fs} bytes, smaller than block_bytes {}: its \
+                 single-block reads are unaligned here and pass through unreplicated \
+                 (reads_unaligned_count); format the volume with block_bytes = {fs}, or the \
+                 file system with {}-byte blocks (mkfs.ext4 -b {})",
+                self.args.block_bytes, self.args.block_bytes, self.args.block_bytes
+            )
+        })
+    }
+
     fn counters(&self) -> Vec<(String, u64)> {
         let c = &self.counters;
         let b = self.block();
@@ -586,6 +604,7 @@ impl Replica {
             ("fs_scan_runs_count", self.scan.runs_count),
             ("fs_scan_declared_blocks", self.scan.declared_blocks),
             ("fs_scan_free_blocks", self.scan.found_blocks),
+            ("fs_block_bytes", u64::from(self.scan.fs_block_bytes)),
             ("snapshots_written_count", c.snapshots_written_count),
             ("snapshots_too_large_count", c.snapshots_too_large_count),
             ("snapshot_loaded_blocks", self.snap.loaded_blocks),

@@ -62,6 +62,8 @@ pub(super) struct Scan {
     /// The written set outgrew `memory_bytes_max` and was dropped: no
     /// scan may declare anything until the next open.
     pub written_dropped: bool,
+    /// The block size of the file system the last scan read (0: none yet).
+    pub fs_block_bytes: u32,
 }
 
 impl Scan {
@@ -75,6 +77,7 @@ impl Scan {
             found_blocks: 0,
             written: Written::new(blocks),
             written_dropped: false,
+            fs_block_bytes: 0,
         }
     }
 
@@ -249,6 +252,7 @@ impl Replica {
     fn scan_super(&mut self, d: &[u8]) -> Result<(), String> {
         let at = ext::SUPERBLOCK_OFFSET_BYTES as usize;
         let geo = ext::parse_superblock(&d[at..at + ext::SUPERBLOCK_BYTES])?;
+        self.scan.fs_block_bytes = geo.block_bytes;
         let end = geo.blocks_count * u64::from(geo.block_bytes);
         if end > self.args.volume_bytes {
             return Err(format!("the file system ({end} bytes) is larger than the volume"));
