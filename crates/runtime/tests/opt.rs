@@ -587,6 +587,52 @@ fn after_a_crash_only_the_slots_written_are_dirty_and_reads_see_flushed_data() {
     assert_eq!(read_block(&mut h, 12), block(0x41));
 }
 
+/// A journal block whose crc holds but which this build cannot read (a
+/// newer version's) is refused naming its offset, not skipped as torn:
+/// skipping it would drop the dirty bit it holds, and reads would take the
+/// home copy, older than the flushed write. `--accept-loss` skips it and
+/// says so.
+#[test]
+fn a_journal_block_of_a_newer_version_is_refused_and_accept_loss_skips_it() {
+    let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+    let mut h = mapped_harness(&dev);
+    assert_eq!(h.write(12 * B, block(0x41)).result, Ok(()));
+    assert_eq!(h.flush().result, Ok(()));
+    drop(h); // the journal alone knows the dirty bit
+    let journal_at = (512 << 10) + 2 * 4096;
+    let mut rewritten = Vec::new();
+    for i in 0..16u64 {
+        let at = journal_at + i * 4096;
+        let mut b = vec![0u8; 4096];
+        dev.read_at(&mut b, at).unwrap();
+        if &b[0..8] == b"LDOPTJNL" {
+            b[8..12].copy_from_slice(&2u32.to_le_bytes());
+            b[28..32].fill(0);
+            let crc = crc32c::crc32c(&b);
+            b[28..32].copy_from_slice(&crc.to_le_bytes());
+            dev.write_at(&b, at).unwrap();
+            rewritten.push(at);
+        }
+    }
+    assert!(!rewritten.is_empty(), "a journal block holds the dirty bit");
+    let unclean = OpenMode::Open { clean: false, accept_loss: false };
+    let stack = stack_from_toml(&manual(), DEVICE_BYTES, unclean);
+    let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
+    let e = h.bring_up().expect_err("refused");
+    assert!(
+        e.contains(&format!("opt journal block at lower offset {}", rewritten[0]))
+            && e.contains("format version 2")
+            && e.contains("newer layoutd")
+            && e.contains("accept-loss"),
+        "{e}"
+    );
+    let h = harness(&dev, OpenMode::Open { clean: false, accept_loss: true });
+    let st = h.stack.layer_statuses().into_iter().find(|s| s.target == "opt").unwrap();
+    let loss = st.config.iter().find(|(k, _)| k == "accepted_loss").map(|(_, v)| v.clone());
+    assert!(loss.is_some_and(|l| l.contains("opt journal block")), "{:?}", st.config);
+    assert_eq!(counter(&*h.stack, "journal_blocks_unreadable_count"), rewritten.len() as u64);
+}
+
 #[test]
 fn a_corrupt_map_is_refused_by_name_and_accept_loss_falls_back_to_home() {
     let dev = Arc::new(MemDevice::new(DEVICE_BYTES));

@@ -121,6 +121,27 @@ impl Opt {
             .chunks(super::config::JOURNAL_BLOCK_BYTES as usize)
             .map(|b| JournalBlock::decode(b, g.slot_count))
             .collect();
+        // A blank or torn block (bad crc) was never acknowledged and is
+        // skipped; a whole block this build cannot read (a newer version,
+        // a record it may not hold) may carry acknowledged writes.
+        let unreadable = journals.iter().enumerate().find_map(|(i, j)| match j {
+            Err(e) if !e.is_absent_or_torn() => Some((i, e)),
+            _ => None,
+        });
+        if let Some((i, e)) = unreadable {
+            let off = g.journal_offset_bytes(i as u32);
+            let why = format!(
+                "opt journal block at lower offset {off}: {e} (its crc holds: written by a newer layoutd?)"
+            );
+            if !r.accept_loss {
+                self.phase = Phase::Failed(format!(
+                    "{why}; refusing to open (nothing was written): use the layoutd that wrote it, or \
+                     open with --accept-loss to skip the block (its absorbed writes are lost)"
+                ));
+                return;
+            }
+            self.loss = Some(format!("{why}: skipped, its absorbed writes are lost"));
+        }
         // A generation past every one on disk, for a fallback map.
         let header_generation = |b: &[u8]| u64::from_le_bytes(b[16..24].try_into().expect("8 bytes"));
         let newest = [&m0, &m1].into_iter().map(|b| header_generation(b).min(GENERATION_MAX - 2));
