@@ -438,11 +438,13 @@ pub fn crash_check_over(
     cuts.len()
 }
 
-/// Where to cut a recorded log: every flush point after `formatted`,
-/// `random_cuts` seeded random points, and the end.
+/// Where to cut a recorded log: right after the format (the volume reads
+/// zeroes), every flush point after it, `random_cuts` seeded random
+/// points, and the end.
 pub(crate) fn cut_points(log: &WriteLog, formatted: usize, seed: u64, random_cuts: usize) -> Vec<usize> {
     let len = log.len();
     let mut cuts: Vec<usize> = log.flush_points().into_iter().filter(|&c| c >= formatted).collect();
+    cuts.push(formatted);
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xC0FFEE);
     cuts.extend((0..random_cuts).map(|_| rng.gen_range(formatted..=len)));
     cuts.push(len);

@@ -121,16 +121,21 @@ fn flushed_data_survives_a_crash_inside_a_chain_of_partial_writes() {
     }
 }
 
-/// Format does not write the segments (format identities, seglog): the
-/// device may still hold what an earlier use left there. Over an earlier
-/// format of the same log that ran the same workload to its end (so past
-/// any crash point of the new run its segments carry the seqs the new run
-/// expects next, at the locations it names, with partial summaries in the
-/// slots its continue links name, all crcs valid), over another log's
-/// segments and over random bytes, a new format brings none of it back at
-/// any crash point: every sector holds a write of the new run submitted
-/// before the cut, or zeroes (the crash check reads the whole volume after
-/// each cut).
+/// Format writes neither the segments nor the map pages (format
+/// identities: seglog, `log::map`): the device may still hold what an
+/// earlier use left there. Over an earlier format of the same log that ran
+/// the same workload to its end (so past any crash point of the new run
+/// its segments carry the seqs the new run expects next, at the locations
+/// it names, with partial summaries in the slots its continue links name,
+/// and its map pages sit where the new run's go, all crcs valid), over the
+/// same moved back to the versions of the releases before (map pages
+/// without an id, which a volume of those releases takes as its own),
+/// over another log's segments and map pages (more checkpoints: higher
+/// generations than the new run's) and over random bytes, a new format
+/// brings none of it back at any crash point: every sector holds a write
+/// of the new run submitted before the cut, or zeroes (the crash check
+/// reads the whole volume after each cut, the first right after the
+/// format).
 #[test]
 fn a_format_over_a_used_device_never_brings_back_what_it_held() {
     for policy in ["greedy", "ssr", "adaptive"] {
@@ -145,14 +150,66 @@ fn a_format_over_a_used_device_never_brings_back_what_it_held() {
         let other = |mode| stack_from_toml(&other_text, DEVICE_BYTES, mode);
         let (_, other) = oracle_check_over(&other, DEVICE_BYTES, first, 6, &tags_shifted(&other_ops), 3, 0);
         let random = random_image(DEVICE_BYTES, 7);
-        for (what, image) in
-            [("an earlier format", &*same), ("another log", &*other), ("random bytes", &random)]
-        {
+        let older = |release| {
+            let image = MemDevice::new(DEVICE_BYTES);
+            same.copy_to(&image).expect("copy");
+            assert!(downgraded_to(&image, &[512, 4096], release) > 0);
+            image
+        };
+        let (before_map_ids, before_format_ids) =
+            (older(seglog_legacy::Release::BeforeMapIds), older(seglog_legacy::Release::BeforeFormatIds));
+        for (what, image) in [
+            ("an earlier format", &*same),
+            ("an earlier format of the release before", &before_map_ids),
+            ("an earlier format of the release before format ids", &before_format_ids),
+            ("another log", &*other),
+            ("random bytes", &random),
+        ] {
             let before = Before { image: Some(image), format_id: 0x2222 };
             let cuts = crash_check_over(&make, DEVICE_BYTES, before, 5, &ops, 2, 40, 0);
             eprintln!("{policy} over {what}: {cuts} cut points");
             assert!(cuts > 100, "{policy} over {what}: {cuts}");
         }
+    }
+}
+
+/// Map pages an earlier format left, valid crcs, on a page the new run
+/// never writes and at generations its checkpoints pass (so a copy judged
+/// by generation alone would be taken as the page's newest): the earlier
+/// format wrote the whole volume (two map pages) with few checkpoints,
+/// the new one writes only the first page's blocks and checkpoints every
+/// two segments. At every cut (the first right after the format) the
+/// second page's blocks read zeroes, never the earlier format's slots;
+/// also with the earlier format's pages moved back to the version before
+/// map pages carried the id.
+#[test]
+fn a_format_never_takes_map_pages_an_earlier_format_left_at_lower_generations() {
+    const DEV: u64 = 8 << 20;
+    let few =
+        cfg("greedy", "resequence = false\n").replace("checkpoint_segments = 6", "checkpoint_segments = 40");
+    let many = cfg("greedy", "").replace("checkpoint_segments = 6", "checkpoint_segments = 2");
+    let (make_few, make_many) =
+        (|mode| stack_from_toml(&few, DEV, mode), |mode| stack_from_toml(&many, DEV, mode));
+    let volume = make_many(OpenMode::format(1)).size_bytes();
+    assert!((1015..=2028).contains(&(volume / 4096)), "{} blocks: two map pages", volume / 4096);
+    let old_ops = tags_shifted(&fill_then_update(volume, 90, 0, 8));
+    let first = Before { image: None, format_id: 0x1111 };
+    let (h, earlier) = oracle_check_over(&make_few, DEV, first, 8, &old_ops, 2, 0);
+    let old_checkpoints = counter(&*h.stack, "checkpoints_count");
+    let new_ops = sync_writes(1000 * 4096, 100, 150, 9);
+    let (h, _) = oracle_check_over(&make_many, DEV, first, 9, &new_ops, 2, 0);
+    let new_checkpoints = counter(&*h.stack, "checkpoints_count");
+    assert!(new_checkpoints > old_checkpoints + 2, "{new_checkpoints} vs {old_checkpoints} checkpoints");
+    let older = MemDevice::new(DEV);
+    earlier.copy_to(&older).expect("copy");
+    assert!(downgraded_to(&older, &[512, 4096], seglog_legacy::Release::BeforeMapIds) > 2);
+    for (what, image) in [("an earlier format", &*earlier), ("one of the release before", &older)] {
+        let before = Before { image: Some(image), format_id: 0x2222 };
+        let cuts = crash_check_over(&make_many, DEV, before, 9, &new_ops, 2, 10, 0);
+        eprintln!(
+            "over {what}: {cuts} cut points ({old_checkpoints} checkpoints before, {new_checkpoints} now)"
+        );
+        assert!(cuts > 100, "over {what}: {cuts} cut points");
     }
 }
 
@@ -162,13 +219,13 @@ use tagged::{tag_of, tagged};
 #[path = "../../targets/tests/support/seglog_legacy.rs"]
 mod seglog_legacy;
 
-/// `dev` written back in the seglog versions before format identities (as
-/// the release before wrote it; its format zeroed every header); the
-/// number of blocks rewritten.
-fn downgraded(dev: &MemDevice, block_sizes: &[usize]) -> usize {
+/// `dev` written back in the versions of `release` (before format
+/// identities, whose format zeroed every header; before map pages carried
+/// the id); the number of blocks rewritten.
+fn downgraded_to(dev: &MemDevice, block_sizes: &[usize], release: seglog_legacy::Release) -> usize {
     let read = |b: &mut [u8]| dev.read_at(b, 0).expect("read");
     let write = |b: &[u8]| dev.write_at(b, 0).expect("write");
-    seglog_legacy::downgrade_device(dev.size_bytes() as usize, read, write, block_sizes)
+    seglog_legacy::downgrade_device_to(dev.size_bytes() as usize, read, write, block_sizes, release)
 }
 
 /// The versions of the checkpoint copies at the start of `dev`: the
@@ -180,21 +237,35 @@ fn checkpoint_version(dev: &MemDevice) -> (u32, [u32; 2]) {
 }
 
 /// A log of the release before format identities (summaries of version 2,
-/// checkpoint of version 3, no format id) opens with this build: what it
-/// held reads back (the roll-forward walks version-2 summaries), it takes
-/// writes, cleans (the cleaner reads version-2 summaries of its victims),
-/// and is written in the new versions, with format id 0, from its first
-/// open on (both checkpoint copies at once, so a build before refuses it
-/// by its version instead of falling back to an old copy); it reopens
-/// after a crash with everything flushed.
+/// checkpoint of version 3, no format id, map pages of version 1) or of
+/// the release before map pages carried the id (checkpoint of version 4,
+/// its format id, map pages of version 1) opens with this build: what it
+/// held reads back (its map page of version 1, written by its checkpoint,
+/// holds the first half of the blocks; the roll-forward walks its
+/// summaries for the rest), it takes writes, cleans (the cleaner reads the
+/// summaries of its victims), checkpoints (map pages of version 2 beside
+/// those of version 1), and is written in the new versions, with its
+/// format id (0 before identities), from its first open on (both
+/// checkpoint copies at once, so an older build refuses it by its version
+/// instead of falling back to an old copy); it reopens after a crash with
+/// everything flushed.
 #[test]
 fn a_log_of_the_release_before_format_ids_opens_and_goes_on_in_the_new_versions() {
-    let (image, cfg) = written_image(40, 0);
-    assert!(downgraded(&image, &[512, 4096]) >= 6, "checkpoints and summaries");
-    assert_eq!(checkpoint_version(&image), (3, [3, 3]));
+    for (release, old_version) in
+        [(seglog_legacy::Release::BeforeFormatIds, 3), (seglog_legacy::Release::BeforeMapIds, 4)]
+    {
+        let (image, cfg) = written_image(40, 0);
+        let (summaries, pages) = (usize::from(old_version == 3) * 4, 1);
+        assert!(downgraded_to(&image, &[512, 4096], release) >= 2 + summaries + pages, "{release:?}");
+        assert_eq!(checkpoint_version(&image), (old_version, [old_version, old_version]));
+        opens_and_goes_on(image, &cfg);
+    }
+}
+
+fn opens_and_goes_on(image: MemDevice, cfg: &str) {
     let dev = Arc::new(image);
     let open = || {
-        let stack = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::Open { clean: false, accept_loss: false });
+        let stack = stack_from_toml(cfg, DEVICE_BYTES, OpenMode::Open { clean: false, accept_loss: false });
         let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
         h.bring_up().expect("opens");
         h
@@ -218,6 +289,9 @@ fn a_log_of_the_release_before_format_ids_opens_and_goes_on_in_the_new_versions(
     for round in 2..8 {
         for b in (0..40).filter(|b| b % round != 0) {
             assert_eq!(h.write(b * 4096, block_bytes(round, b)).result, Ok(()));
+        }
+        if round == 4 {
+            h.stack.message(h.now, "checkpoint").expect("checkpoint");
         }
     }
     assert_eq!(h.flush().result, Ok(()));

@@ -1,8 +1,8 @@
 //! Byte-mutation fuzzing of the targets crate's public on-disk decoders
 //! (the segment log's header, slot summary, checkpoints, flush mark and
-//! chain checkpoint, with the ring and chain walks they drive; `opt`'s map
-//! and journal) and of the stack config. The private formats (`log`'s map
-//! pages, `pool`'s and `replica`'s metadata) are fuzzed in their modules
+//! chain checkpoint, with the ring and chain walks they drive; `log`'s map
+//! pages; `opt`'s map and journal) and of the stack config. The private
+//! formats (`pool`'s and `replica`'s metadata) are fuzzed in their modules
 //! (`fuzz` tests), every target's recovery in `layoutd-runtime`'s
 //! `fuzz_images`. A bounded pass runs in the default suite;
 //! `PROPTEST_CASES=1000000 cargo test -p layoutd-targets --test
@@ -20,6 +20,7 @@
 
 use layoutd_core::config::StackConfig;
 use layoutd_core::OpenMode;
+use layoutd_targets::log::map::{MapGeometry, PageOwner, SlotMap, UNMAPPED};
 use layoutd_targets::opt::config::Geometry as OptGeometry;
 use layoutd_targets::opt::meta::{encode_map, pick_map, JournalBlock, MapImage};
 use layoutd_targets::seglog::header::CHECKPOINT_BYTES;
@@ -37,7 +38,7 @@ use fuzz::{
     allocation_bound, config, crafted_writes, fix_crc, largest_allocation, mutate, nasty, number_spans,
     raw_writes,
 };
-use seglog_legacy::downgrade_block;
+use seglog_legacy::{downgrade_block, downgrade_block_to, Release};
 
 fn geo() -> Geometry {
     Geometry::new(0, 1 << 20, 1024, 8).expect("valid")
@@ -197,7 +198,7 @@ proptest! {
     ) {
         let g = chain_geo();
         let id = if legacy { 0 } else { 7 };
-        let ck = ChainCheckpoint { generation: 3, boot: 2, next_seq: Seq(5), next_loc: Some(SegLoc(0)), format_id: id };
+        let ck = ChainCheckpoint { generation: 3, boot: 2, next_seq: Seq(5), next_loc: Some(SegLoc(0)), format_id: id, legacy_map: legacy };
         let mut b = ck.encode(&g);
         if legacy {
             b = downgrade_block(&b).expect("a chain checkpoint");
@@ -327,8 +328,14 @@ const EXAMPLES: [&str; 10] = [
 fn the_chain_corpus_walks_to_its_end() {
     let g = chain_geo();
     let disk = chain_disk(&g);
-    let ck =
-        ChainCheckpoint { generation: 3, boot: 2, next_seq: Seq(5), next_loc: Some(SegLoc(0)), format_id: 7 };
+    let ck = ChainCheckpoint {
+        generation: 3,
+        boot: 2,
+        next_seq: Seq(5),
+        next_loc: Some(SegLoc(0)),
+        format_id: 7,
+        legacy_map: false,
+    };
     let mut w = ChainWalk::new(&ck, &g);
     let mut seqs = Vec::new();
     while let Some((loc, _)) = w.next() {
@@ -350,7 +357,14 @@ fn the_release_before_format_ids_is_read_as_id_0_and_refuses_these_blocks_by_ver
     let g = geo();
     let h = SegmentHeader { format_id: 0, ..header() };
     let ck = Checkpoint { format_id: 0, ..checkpoint() };
-    let chain = ChainCheckpoint { generation: 3, boot: 2, next_seq: Seq(5), next_loc: None, format_id: 0 };
+    let chain = ChainCheckpoint {
+        generation: 3,
+        boot: 2,
+        next_seq: Seq(5),
+        next_loc: None,
+        format_id: 0,
+        legacy_map: true,
+    };
     let old_h = downgrade_block(&h.encode(&g)).expect("a header");
     let old_ck = downgrade_block(&ck.encode(&g)).expect("a checkpoint");
     let old_chain = downgrade_block(&chain.encode(&g)).expect("a chain checkpoint");
@@ -379,14 +393,113 @@ fn the_release_before_format_ids_is_read_as_id_0_and_refuses_these_blocks_by_ver
     }
     // A later version: refused by its number, saying to upgrade.
     let mut later = chain.encode(&g);
-    later[8..12].copy_from_slice(&5u32.to_le_bytes());
+    later[8..12].copy_from_slice(&(CHAIN_FORMAT_VERSION + 1).to_le_bytes());
     fix_crc(&mut later, 28, CHECKPOINT_BYTES);
     let e = ChainCheckpoint::decode(&later, &g).unwrap_err();
-    assert_eq!(e, HeaderError::OtherVersion { found: 5, reads: CHAIN_FORMAT_VERSION });
+    assert_eq!(e, HeaderError::OtherVersion { found: CHAIN_FORMAT_VERSION + 1, reads: CHAIN_FORMAT_VERSION });
     assert!(e.to_string().contains("upgrade layoutd"), "{e}");
     // The chain checkpoint of version 2 (before partial segments) stays refused.
     let mut older = old_chain.clone();
     older[8..12].copy_from_slice(&2u32.to_le_bytes());
     fix_crc(&mut older, 28, CHECKPOINT_BYTES);
     assert!(ChainCheckpoint::decode(&older, &g).unwrap_err().to_string().contains("older layoutd"));
+}
+
+/// The `log`'s map geometry the map page tests use: 1500 blocks (a full
+/// page and a short one) over 100 slots.
+fn map_geo() -> MapGeometry {
+    MapGeometry { offset_bytes: 8192, page_count: 2, slot_total: 100 }
+}
+
+fn map_of(extents: bool) -> SlotMap {
+    let mut map = SlotMap::new(1500, 100, extents);
+    map.set(3, 7);
+    map.set(1200, 99);
+    map
+}
+
+proptest! {
+    #![proptest_config(config(512))]
+
+    /// A `log` map page copy (this build's version, or the release
+    /// before's, which carries no format id) with random bytes anywhere,
+    /// or crafted numbers in its fields (crc fixed or not), decoded for
+    /// its own format, another, or a volume of the release before: refused,
+    /// not the owner's, or exactly the page's entries, each a slot of the
+    /// log or unmapped; never more allocated than the page holds.
+    #[test]
+    fn map_pages_never_panic(
+        raw in raw_writes(4096),
+        crafted in crafted_writes(64),
+        fix in any::<bool>(),
+        page in 0u32..2,
+        extents in any::<bool>(),
+        old in any::<bool>(),
+        owner_id in prop_oneof![Just(9u64), any::<u64>()],
+        legacy in any::<bool>(),
+    ) {
+        let g = map_geo();
+        let mut b = g.encode(page, &map_of(extents), 5, 9);
+        if old {
+            b = downgrade_block_to(&b, Release::BeforeMapIds, Some(9)).expect("a map page");
+        }
+        mutate(&mut b, &raw, &crafted);
+        if fix {
+            fix_crc(&mut b, 28, 4096);
+        }
+        let owner = PageOwner { format_id: owner_id, legacy };
+        if let Ok(Some((_, entries))) = bounded(&b, |b| g.decode(page, b, 1500, owner))? {
+            prop_assert_eq!(entries.len() as u64, g.blocks_of(page, 1500).count() as u64);
+            prop_assert!(entries.iter().all(|&e| e == UNMAPPED || e < 100));
+        }
+    }
+}
+
+/// Map pages of the release before (version 1: page index and entry
+/// count, no format id) are read, entry for entry, on a volume of that
+/// release (`legacy`) and are another format's on a volume formatted by
+/// this build; that release's codec refuses this build's pages by their
+/// version; chain checkpoints of that release (version 4) read with
+/// `legacy_map` set, and it refuses this build's (version 5) by version.
+#[test]
+fn the_release_before_map_ids_is_read_on_its_volumes_only_and_refuses_these_blocks_by_version() {
+    use layoutd_core::metablock::{MetaBlockCodec, MetaError};
+    use layoutd_targets::log::map::{PAGE_LEGACY_VERSION, PAGE_VERSION};
+    use layoutd_targets::seglog::CHAIN_FORMAT_VERSION;
+    let g = map_geo();
+    for page in 0..2 {
+        let new = g.encode(page, &map_of(true), 5, 9);
+        let old = downgrade_block_to(&new, Release::BeforeMapIds, Some(9)).expect("a map page");
+        let ours = g.decode(page, &new, 1500, PageOwner { format_id: 9, legacy: false }).expect("valid");
+        assert!(ours.is_some());
+        for format_id in [0, 9] {
+            assert_eq!(g.decode(page, &old, 1500, PageOwner { format_id, legacy: true }), Ok(ours.clone()));
+            assert_eq!(g.decode(page, &old, 1500, PageOwner { format_id, legacy: false }), Ok(None));
+        }
+        // A page of version 1 in the wrong place is refused on its volume.
+        let e = g.decode(1 - page, &old, 1500, PageOwner { format_id: 9, legacy: true }).unwrap_err();
+        assert!(e.to_string().contains("belongs"), "{e}");
+        let codec = MetaBlockCodec { magic: *b"LDLOGMP1", version: PAGE_LEGACY_VERSION, block_bytes: 4096 };
+        assert_eq!(codec.decode(&new), Err(MetaError::Version(PAGE_VERSION)));
+    }
+    let cg = chain_geo();
+    let chain = ChainCheckpoint {
+        generation: 3,
+        boot: 2,
+        next_seq: Seq(5),
+        next_loc: None,
+        format_id: 9,
+        legacy_map: false,
+    };
+    let new = chain.encode(&cg);
+    let old = downgrade_block_to(&new, Release::BeforeMapIds, None).expect("a chain checkpoint");
+    assert_eq!(u32::from_le_bytes(old[8..12].try_into().expect("4")), 4);
+    assert_eq!(ChainCheckpoint::decode(&old, &cg), Ok(ChainCheckpoint { legacy_map: true, ..chain.clone() }));
+    let codec = MetaBlockCodec { magic: *b"LDSEGCC1", version: 4, block_bytes: CHECKPOINT_BYTES };
+    assert_eq!(codec.decode(&new), Err(MetaError::Version(CHAIN_FORMAT_VERSION)));
+    // Unknown flags are refused.
+    let mut flagged = new.clone();
+    flagged[32 + 52] = 2;
+    fix_crc(&mut flagged, 28, CHECKPOINT_BYTES);
+    assert!(ChainCheckpoint::decode(&flagged, &cg).unwrap_err().to_string().contains("flags"));
 }

@@ -47,7 +47,7 @@
 //! Recovery: the newest valid checkpoint, the map pages as of it, then the
 //! chain of segments written after it, each summary (every part of a
 //! segment) checked by format id, seq, boot and payload crc (format writes
-//! only the map and the checkpoint area: segments an earlier use of the
+//! only the checkpoint area: segments and map pages an earlier use of the
 //! device left carry another format id); the first that fails
 //! ends the log (a torn tail). If the
 //! flush mark says a client was told a later segment was durable, that is
@@ -294,8 +294,12 @@ pub struct Log {
     epoch: u64,
     boot: u64,
     /// The format's identity, stamped on every summary and checkpoint
-    /// (seglog: replay takes only summaries carrying the checkpoint's).
+    /// (seglog: replay takes only summaries carrying the checkpoint's) and
+    /// map page (`map`: recovery takes only copies carrying it).
     format_id: u64,
+    /// Map pages of the version before they carried the id are the
+    /// volume's own (`seglog::ChainCheckpoint::legacy_map`).
+    legacy_map: bool,
     next_seq: Seq,
     /// Where the next segment goes, as named by the last header or checkpoint.
     chain_next: Option<SegLoc>,
@@ -415,6 +419,7 @@ impl Log {
             epoch: 1,
             boot: 1,
             format_id: crate::seglog::LEGACY_FORMAT_ID,
+            legacy_map: false,
             next_seq: Seq(0),
             chain_next: None,
             head: SegLoc(0),

@@ -1,16 +1,17 @@
 //! Persistent state: format, recovery, checkpoints and flush marks. Each
 //! bring-up phase is its own state.
 //!
-//! Format: copy 0 of every map page is written (nothing mapped) and copy 1
-//! zeroed (the map area in writes of up to [`FORMAT_MAP_PAGES_PER_WRITE`]
-//! pages), then both checkpoint copies (boot 1, the chain starting at
-//! segment 0, seq 0, the format's id) and both flush marks, then a flush.
-//! The segments are not touched: whatever an earlier use of the device
-//! left there carries another format id and is never replayed (seglog;
-//! before format identities each segment's header sector was zeroed, a
-//! write per segment: 2 M for 1 TiB). The writes are made one at a time as they are issued, at
-//! most [`FORMAT_WRITES_IN_FLIGHT`] at once, so formatting a terabyte
-//! holds megabytes of write buffers, not the whole list (it held 3 GiB).
+//! Format: both checkpoint copies (boot 1, the chain starting at segment
+//! 0, seq 0, the format's id, not `legacy_map`) and both flush marks (a
+//! mark carries no id: one an earlier use left would claim durable seqs
+//! this log never wrote), then a flush. Neither the segments nor the map
+//! pages are touched: whatever an earlier use of the device left there
+//! carries another format id and is never replayed (seglog) nor taken
+//! (`map`: a page with no copy of this format is unmapped). Before format
+//! identities each segment's header sector was zeroed (a write per
+//! segment: 2 M for 1 TiB), and before map pages carried the id every map
+//! page was written (1.8 GiB for 1 TiB). The writes are made as they are
+//! issued, at most [`FORMAT_WRITES_IN_FLIGHT`] at once.
 //!
 //! Checkpoint (a work on the stack, so requests wait for it): write the
 //! open segment naming the segment that goes next, wait for every segment
@@ -20,37 +21,37 @@
 //! be reused (the crash rule).
 //!
 //! Recovery: the newest valid checkpoint copy; per map page the newest
-//! valid copy not newer than it (a newer one belongs to a checkpoint that
-//! never completed: the page is rewritten before serving); then the chain
+//! valid copy of its format not newer than it (a newer one belongs to a
+//! checkpoint that never completed: the page is rewritten before serving;
+//! none: unmapped); then the chain
 //! walk, applying each summary in order; the reverse map and segment usage
 //! are rebuilt from the map. A flush mark past the end of the walk means
 //! flushed data is lost: refused unless the opener accepts the loss. Then
 //! a new flush mark and a checkpoint with the next boot, before serving.
 
-use super::{map::UNMAPPED, Blocked, Log, LowerOp, Phase};
+use super::map::{PageOwner, UNMAPPED};
+use super::{Blocked, Log, LowerOp, Phase};
 use crate::alloc::SegmentUsage;
 use crate::seglog::{
     ChainCheckpoint, ChainWalk, Entry, FlushMark, SegLoc, SegmentHeader, Seq, StopReason,
     CHECKPOINT_AREA_BYTES,
 };
 use bytes::Bytes;
+use layoutd_core::metablock::MetaError;
 use layoutd_core::{Completion, Op, OpenMode, ReqId, Request};
 
 /// Map pages read per request in recovery.
 const MAP_PAGES_PER_READ: u32 = 512;
 
-/// Format writes in flight at once: the map's writes of 2 MiB, so 8 MiB of
-/// buffers (64 when every segment header was zeroed too: 128 MiB once
-/// the map writes alone filled the window).
+/// Format writes in flight at once (all four: 2 KiB; 64 when every
+/// segment header was zeroed, 4 of 2 MiB when the map was written).
 pub(super) const FORMAT_WRITES_IN_FLIGHT: u32 = 4;
-
-/// Map pages (both copies of each) per format write: 2 MiB.
-pub(super) const FORMAT_MAP_PAGES_PER_WRITE: u32 = 256;
 
 /// What recovery found before the walk.
 pub(super) struct Found {
     ck: ChainCheckpoint,
-    /// The checkpoint read is of the version before format identities.
+    /// The checkpoint read is of an older version (before format
+    /// identities, or before map pages carried the id).
     legacy: bool,
     copy_unreadable: bool,
     mark: Option<FlushMark>,
@@ -74,6 +75,50 @@ pub(super) enum Bringup {
     Marking { left: u32 },
     /// The checkpoint work for the new boot runs.
     Finishing,
+}
+
+/// A map page copy as decoded for the checkpoint's format
+/// ([`super::map::MapGeometry::decode`]).
+type DecodedPage = Result<Option<(u64, Vec<u32>)>, MetaError>;
+
+/// A map page copy as recovery judges it.
+enum PageCopy {
+    /// Of the checkpoint's format, not newer than it: generation, entries.
+    Usable(u64, Vec<u32>),
+    /// Of the checkpoint's format, written by a checkpoint that never
+    /// completed (its generation).
+    Newer(u64),
+    /// Not a copy of this format's page: blank, torn (bad crc), another
+    /// kind of block, another format's (or another page's), or of a
+    /// version this build does not read (which a page of a volume whose
+    /// checkpoint this build reads never is: a build that writes newer map
+    /// pages writes newer checkpoints). Why.
+    Absent(String),
+    /// A whole copy of this format that does not decode (damage under a
+    /// good crc). Why.
+    Bad(String),
+}
+
+impl PageCopy {
+    fn judge(c: DecodedPage, ck_generation: u64) -> PageCopy {
+        match c {
+            Ok(Some((g, entries))) if g <= ck_generation => PageCopy::Usable(g, entries),
+            Ok(Some((g, _))) => PageCopy::Newer(g),
+            Ok(None) => PageCopy::Absent("another format's".into()),
+            Err(e) if e.is_absent_or_torn() || matches!(e, MetaError::Version(_)) => {
+                PageCopy::Absent(e.to_string())
+            }
+            Err(e) => PageCopy::Bad(e.to_string()),
+        }
+    }
+
+    fn why(&self, ck_generation: u64) -> String {
+        match self {
+            PageCopy::Usable(g, _) => format!("generation {g}"),
+            PageCopy::Newer(g) => format!("generation {g}, newer than the checkpoint's {ck_generation}"),
+            PageCopy::Absent(why) | PageCopy::Bad(why) => why.clone(),
+        }
+    }
 }
 
 /// A checkpoint in progress.
@@ -105,34 +150,14 @@ impl Log {
         }
     }
 
-    /// How many writes a format makes: one per
-    /// [`FORMAT_MAP_PAGES_PER_WRITE`] map pages, and the two checkpoint
-    /// copies and two flush marks.
+    /// How many writes a format makes: the two checkpoint copies and the
+    /// two flush marks.
     fn format_write_count(&self) -> u64 {
-        let map_writes = self.args.map.page_count.div_ceil(FORMAT_MAP_PAGES_PER_WRITE);
-        u64::from(map_writes) + 4
+        4
     }
 
-    /// The `index`-th format write: `(offset, bytes)`. The map first, then
-    /// the checkpoint copies and flush marks.
+    /// The `index`-th format write: `(offset, bytes)`.
     fn format_write(&self, index: u64) -> (u64, Vec<u8>) {
-        let map_writes = u64::from(self.args.map.page_count.div_ceil(FORMAT_MAP_PAGES_PER_WRITE));
-        if index < map_writes {
-            let first = index as u32 * FORMAT_MAP_PAGES_PER_WRITE;
-            let end = (first + FORMAT_MAP_PAGES_PER_WRITE).min(self.args.map.page_count);
-            let mut bytes = Vec::with_capacity(2 * (end - first) as usize * super::map::PAGE_BYTES as usize);
-            for p in first..end {
-                // Copy 1 follows copy 0 of the same page on the device.
-                debug_assert_eq!(
-                    self.args.map.copy_offset_bytes(p, 0) + super::map::PAGE_BYTES,
-                    self.args.map.copy_offset_bytes(p, 1)
-                );
-                bytes.extend(self.args.map.encode(p, &self.map, 0));
-                bytes.resize(bytes.len() + super::map::PAGE_BYTES as usize, 0);
-            }
-            return (self.args.map.copy_offset_bytes(first, 0), bytes);
-        }
-        let index = index - map_writes;
         assert!(index < 4, "format write {index} past the list");
         let g = index / 2;
         if index % 2 == 0 {
@@ -142,6 +167,7 @@ impl Log {
                 next_seq: Seq(0),
                 next_loc: Some(SegLoc(0)),
                 format_id: self.format_id,
+                legacy_map: false,
             };
             (self.geo.checkpoint_offset_bytes(g), ck.encode(&self.geo))
         } else {
@@ -165,6 +191,7 @@ impl Log {
     fn format_start(&mut self, format_id: u64) {
         assert_ne!(format_id, crate::seglog::LEGACY_FORMAT_ID, "a new format has an identity");
         self.format_id = format_id;
+        self.legacy_map = false;
         self.epoch = 2;
         self.boot = 1;
         self.chain_next = Some(SegLoc(0));
@@ -219,6 +246,7 @@ impl Log {
             .map_err(|e| format!("log checkpoint at lower offsets 0 and 4096: {e}; format the device"))?;
         let mark = FlushMark::pick(&data, &self.geo);
         let legacy = crate::seglog::copy_version(&data, ck.generation) != crate::seglog::CHAIN_FORMAT_VERSION;
+        self.legacy_map = ck.legacy_map;
         let found = Found { ck, legacy, copy_unreadable, mark, accept_loss };
         self.read_map_pages(0);
         Ok(Some(Bringup::ReadMap { found, next_page: 0 }))
@@ -235,11 +263,12 @@ impl Log {
         let data = data.ok_or("log recovery needs the device's bytes")?;
         let pb = super::map::PAGE_BYTES as usize;
         let n = (data.len() / (2 * pb)) as u32;
+        let owner = PageOwner { format_id: found.ck.format_id, legacy: found.ck.legacy_map };
         for i in 0..n {
             let p = first + i;
             let copy = |c: usize| {
                 let at = (2 * i as usize + c) * pb;
-                self.args.map.decode(p, &data[at..at + pb], self.args.volume_blocks)
+                self.args.map.decode(p, &data[at..at + pb], self.args.volume_blocks, owner)
             };
             let (c0, c1) = (copy(0), copy(1));
             self.pick_page(p, c0, c1, found.ck.generation)?;
@@ -259,45 +288,47 @@ impl Log {
         }
     }
 
-    /// Takes the newest copy of page `p` not newer than the checkpoint.
+    /// Takes the newest copy of page `p` of the checkpoint's format not
+    /// newer than the checkpoint; with none, the page is unmapped.
     fn pick_page(
         &mut self,
         p: u32,
-        c0: Result<(u64, Vec<u32>), layoutd_core::metablock::MetaError>,
-        c1: Result<(u64, Vec<u32>), layoutd_core::metablock::MetaError>,
+        c0: DecodedPage,
+        c1: DecodedPage,
         ck_generation: u64,
     ) -> Result<(), String> {
-        let usable = |c: &Result<(u64, Vec<u32>), _>| c.as_ref().is_ok_and(|(g, _)| *g <= ck_generation);
-        let newer = |c: &Result<(u64, Vec<u32>), _>| c.as_ref().is_ok_and(|(g, _)| *g > ck_generation);
-        let pick = match (usable(&c0), usable(&c1)) {
-            (true, true) if c1.as_ref().expect("ok").0 > c0.as_ref().expect("ok").0 => 1,
-            (true, _) => 0,
-            (false, true) => 1,
-            (false, false) => {
-                let why = |c: &Result<(u64, Vec<u32>), layoutd_core::metablock::MetaError>| match c {
-                    Ok((g, _)) => format!("generation {g}, newer than the checkpoint's {ck_generation}"),
-                    Err(e) => e.to_string(),
-                };
+        let (c0, c1) = (PageCopy::judge(c0, ck_generation), PageCopy::judge(c1, ck_generation));
+        let pick = match (&c0, &c1) {
+            (PageCopy::Usable(g0, _), PageCopy::Usable(g1, _)) => usize::from(g1 > g0),
+            (PageCopy::Usable(..), _) => 0,
+            (_, PageCopy::Usable(..)) => 1,
+            (PageCopy::Bad(_), _) | (_, PageCopy::Bad(_)) | (PageCopy::Newer(_), PageCopy::Newer(_)) => {
                 return Err(format!(
                     "log map page {p} at lower offsets {} and {}: copy 0: {}; copy 1: {}; the map is lost: \
                      restore the device from a copy or format it",
                     self.args.map.copy_offset_bytes(p, 0),
                     self.args.map.copy_offset_bytes(p, 1),
-                    why(&c0),
-                    why(&c1)
+                    c0.why(ck_generation),
+                    c1.why(ck_generation)
                 ));
             }
+            // No copy of this format as of the checkpoint (as after a
+            // format): unmapped. The next write of the page goes to the
+            // copy a checkpoint that never completed wrote, if one did.
+            (PageCopy::Newer(_), _) => 1,
+            _ => 0,
         };
         let (chosen, other) = if pick == 0 { (c0, c1) } else { (c1, c0) };
-        let entries = chosen.expect("usable").1;
-        let r = self.args.map.blocks_of(p, self.args.volume_blocks);
-        for (b, e) in r.zip(entries) {
-            self.map.set(b, e);
+        if let PageCopy::Usable(_, entries) = chosen {
+            let r = self.args.map.blocks_of(p, self.args.volume_blocks);
+            for (b, e) in r.zip(entries) {
+                self.map.set(b, e);
+            }
         }
-        self.page_copy[p as usize] = pick;
+        self.page_copy[p as usize] = pick as u8;
         // A copy of a checkpoint that never completed must not outlive this
         // recovery: a later checkpoint's generation would make it current.
-        self.set_page_dirty(p as usize, newer(&other));
+        self.set_page_dirty(p as usize, matches!(other, PageCopy::Newer(_)));
         Ok(())
     }
 
@@ -483,7 +514,7 @@ impl Log {
                     k.pages =
                         (0..self.args.map.page_count).filter(|&p| self.dirty_pages[p as usize]).collect();
                     for &p in &k.pages {
-                        let bytes = self.args.map.encode(p, &self.map, self.epoch);
+                        let bytes = self.args.map.encode(p, &self.map, self.epoch, self.format_id);
                         let off = self.args.map.copy_offset_bytes(p, 1 - self.page_copy[p as usize]);
                         self.work_io(Request::write(ReqId(0), off, Bytes::from(bytes)));
                     }
@@ -508,6 +539,7 @@ impl Log {
                         next_seq: self.next_seq,
                         next_loc: self.chain_next,
                         format_id: self.format_id,
+                        legacy_map: self.legacy_map,
                     };
                     let off = self.geo.checkpoint_offset_bytes(self.epoch);
                     let mut req = Request::write(ReqId(0), off, Bytes::from(ck.encode(&self.geo)));

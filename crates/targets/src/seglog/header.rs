@@ -75,7 +75,8 @@
 //! arithmetic on them can overflow. Format version 1 (before the shared
 //! codec) is refused as another version. The chain checkpoint (the `log`
 //! target's) is version [`CHAIN_FORMAT_VERSION`] (3 since partial segments,
-//! 4 since format identities; 3 is read as id 0); a `log` volume of
+//! 4 since format identities, 5 since the log's map pages carry the id;
+//! 3 is read as id 0, 3 and 4 as `legacy_map`); a `log` volume of
 //! version 2 is refused with a line saying so. A version newer than this
 //! build's is refused naming both versions (an older build does the same
 //! with these: by version, not as damage).
@@ -174,17 +175,17 @@ impl From<MetaError> for HeaderError {
     }
 }
 
-/// Decodes `b` with `codec` (this build's version) or, if it holds
-/// version `legacy`, with that version's codec; says which. Any other
-/// version is refused naming it and the one this build writes.
+/// Decodes `b` with `codec` (this build's version) or, if it holds one of
+/// the versions `older`, with that version's codec; says which version.
+/// Any other version is refused naming it and the one this build writes.
 fn decode_versioned(
     codec: MetaBlockCodec,
-    legacy: u32,
+    older: &[u32],
     b: &[u8],
     max: u64,
-) -> Result<(Decoded, bool), HeaderError> {
-    match codec.decode_versioned(b, max, |v| v == legacy) {
-        Ok((d, version)) => Ok((d, version != codec.version)),
+) -> Result<(Decoded, u32), HeaderError> {
+    match codec.decode_versioned(b, max, |v| older.contains(&v)) {
+        Ok((d, version)) => Ok((d, version)),
         Err(MetaError::Version(found)) => Err(HeaderError::OtherVersion { found, reads: codec.version }),
         Err(e) => Err(e.into()),
     }
@@ -342,7 +343,8 @@ impl SegmentHeader {
     ) -> Result<SegmentHeader, HeaderError> {
         assert!(b.len() >= block_bytes as usize, "caller reads a whole header");
         let codec = header_codec(block_bytes);
-        let (block, legacy) = decode_versioned(codec, LEGACY_VERSION, &b[..block_bytes as usize], max)?;
+        let (block, version) = decode_versioned(codec, &[LEGACY_VERSION], &b[..block_bytes as usize], max)?;
+        let legacy = version == LEGACY_VERSION;
         let mut r = Reader::new(&block.payload);
         let boot = seq_in_range("boot", r.u64()?, max)?;
         let (format_id, slot_bytes, slot_count, entry_count, slots_used, crc, flags) = if legacy {
@@ -543,7 +545,8 @@ impl Checkpoint {
 
     fn decode_up_to(b: &[u8], geo: &Geometry, max: u64) -> Result<Checkpoint, HeaderError> {
         assert!(b.len() >= CHECKPOINT_BYTES, "caller reads a whole checkpoint");
-        let (block, legacy) = decode_versioned(CHECKPOINT_CODEC, LEGACY_VERSION, b, max)?;
+        let (block, version) = decode_versioned(CHECKPOINT_CODEC, &[LEGACY_VERSION], b, max)?;
+        let legacy = version == LEGACY_VERSION;
         let mut r = Reader::new(&block.payload);
         let boot = seq_in_range("boot", r.u64()?, max)?;
         let replay_from_seq = Seq(seq_in_range("replay_from_seq", r.u64()?, max)?);
@@ -584,10 +587,16 @@ impl Checkpoint {
 
 /// Format version of the chain checkpoint (the `log` target's format):
 /// 3 since partial segments (continue links), 4 since format identities
-/// (3 is still read, as [`LEGACY_FORMAT_ID`]); a version-2 `log` volume is
-/// refused (the old build reads it).
-pub const CHAIN_FORMAT_VERSION: u32 = 4;
+/// (3 is still read, as [`LEGACY_FORMAT_ID`]), 5 since the log's map pages
+/// carry the format id (4 is still read; both as `legacy_map`); a
+/// version-2 `log` volume is refused (the old build reads it).
+pub const CHAIN_FORMAT_VERSION: u32 = 5;
+/// The chain checkpoint before format identities.
 const CHAIN_LEGACY_VERSION: u32 = 3;
+/// The chain checkpoint before map pages carried the format id.
+const CHAIN_UNTAGGED_MAP_VERSION: u32 = 4;
+/// `flags` bit 0 of a chain checkpoint: [`ChainCheckpoint::legacy_map`].
+const CHAIN_FLAG_LEGACY_MAP: u32 = 1;
 const CHAIN_CHECKPOINT_CODEC: MetaBlockCodec =
     MetaBlockCodec { magic: *b"LDSEGCC1", version: CHAIN_FORMAT_VERSION, block_bytes: CHECKPOINT_BYTES };
 
@@ -600,6 +609,7 @@ const CHAIN_CHECKPOINT_CODEC: MetaBlockCodec =
 /// 0  boot u64     8 next_seq u64    16 next_loc u32 (u32::MAX: none)
 /// 20 slot_bytes u32  24 slot_count u32  28 segment_count u32  32 header_bytes u32
 /// 36 region_offset_bytes u64          44 format_id u64 (not in version 3)
+/// 52 flags u32 (bit 0: legacy_map; only in version 5)
 /// ```
 /// Stored in the same two copies as [`Checkpoint`] (generation `% 2`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -616,6 +626,13 @@ pub struct ChainCheckpoint {
     pub next_loc: Option<super::SegLoc>,
     /// The format's identity: only summaries carrying it are replayed.
     pub format_id: u64,
+    /// The volume was formatted before the log's map pages carried the
+    /// format id (that format wrote every map page): its map pages of the
+    /// older version, which carry no id, are its own. Set for every
+    /// checkpoint of version 3 or 4 read, and kept from then on; a new
+    /// format clears it, so such pages left by an earlier use of the
+    /// device are never taken (`log::map`).
+    pub legacy_map: bool,
 }
 
 impl ChainCheckpoint {
@@ -631,6 +648,7 @@ impl ChainCheckpoint {
         }
         p.extend(geo.region_offset_bytes.to_le_bytes());
         p.extend(self.format_id.to_le_bytes());
+        p.extend((if self.legacy_map { CHAIN_FLAG_LEGACY_MAP } else { 0 }).to_le_bytes());
         let b = CHAIN_CHECKPOINT_CODEC.encode(self.generation, &p).expect("a checkpoint fits its block");
         let back = ChainCheckpoint::decode_up_to(&b, geo, GENERATION_MAX);
         assert_eq!(back.as_ref(), Ok(self), "chain checkpoint round trip");
@@ -644,7 +662,8 @@ impl ChainCheckpoint {
 
     fn decode_up_to(b: &[u8], geo: &Geometry, max: u64) -> Result<ChainCheckpoint, HeaderError> {
         assert!(b.len() >= CHECKPOINT_BYTES, "caller reads a whole checkpoint");
-        let (block, legacy) = decode_versioned(CHAIN_CHECKPOINT_CODEC, CHAIN_LEGACY_VERSION, b, max)?;
+        let older = [CHAIN_LEGACY_VERSION, CHAIN_UNTAGGED_MAP_VERSION];
+        let (block, version) = decode_versioned(CHAIN_CHECKPOINT_CODEC, &older, b, max)?;
         let mut r = Reader::new(&block.payload);
         let boot = seq_in_range("boot", r.u64()?, max)?;
         let next_seq = Seq(seq_in_range("next_seq", r.u64()?, max)?);
@@ -657,7 +676,16 @@ impl ChainCheckpoint {
                 "(slot_bytes, slot_count, segment_count, header_bytes, log offset) on disk {found:?}, configured {want:?}"
             )));
         }
-        let format_id = if legacy { LEGACY_FORMAT_ID } else { r.u64()? };
+        let format_id = if version == CHAIN_LEGACY_VERSION { LEGACY_FORMAT_ID } else { r.u64()? };
+        let legacy_map = match version {
+            CHAIN_FORMAT_VERSION => match r.u32()? {
+                f if f & !CHAIN_FLAG_LEGACY_MAP != 0 => {
+                    return Err(HeaderError::Malformed(format!("unknown flags {f:#x}")))
+                }
+                f => f & CHAIN_FLAG_LEGACY_MAP != 0,
+            },
+            _ => true,
+        };
         if r.remaining() != 0 || boot == 0 {
             return Err(HeaderError::Malformed(format!("boot {boot}, {} trailing bytes", r.remaining())));
         }
@@ -666,7 +694,7 @@ impl ChainCheckpoint {
             l if l < geo.segment_count => Some(super::SegLoc(l)),
             l => return Err(HeaderError::Malformed(format!("next_loc {l} outside the log"))),
         };
-        Ok(ChainCheckpoint { generation: block.generation, boot, next_seq, next_loc, format_id })
+        Ok(ChainCheckpoint { generation: block.generation, boot, next_seq, next_loc, format_id, legacy_map })
     }
 
     /// The newest valid of the two copies (`area` holds both, copy 0
@@ -678,12 +706,14 @@ impl ChainCheckpoint {
 
 /// The format version of the checkpoint copy in `area` (both copies, copy
 /// 0 first) that holds generation `generation`. When the copy recovery
-/// picked is of the version before format identities, the recovering
-/// build writes it again in its own version (same generation and fields,
-/// format id 0) beside its new checkpoint, which goes to the other copy:
-/// then no copy of the old version is left, and a build before format
-/// identities refuses the volume by its version instead of falling back
-/// to a stale copy.
+/// picked is of an older version (before format identities; for the
+/// chain checkpoint, also before the log's map pages carried the id), the
+/// recovering build writes it again in its own version (same generation
+/// and fields: format id 0, `legacy_map`) beside its new checkpoint, which
+/// goes to the other copy: then no copy of the old version is left, and
+/// an older build refuses the volume by its version instead of falling
+/// back to a stale copy (or, for the log, to a map page of its version
+/// older than the one this build wrote beside it).
 pub fn copy_version(area: &[u8], generation: u64) -> u32 {
     let at = (generation % 2) as usize * super::CHECKPOINT_COPY_BYTES as usize;
     u32::from_le_bytes(area[at + 8..at + 12].try_into().expect("4 bytes"))
@@ -740,7 +770,7 @@ impl FlushMark {
 
     fn decode_up_to(b: &[u8], geo: &Geometry, max: u64) -> Result<FlushMark, HeaderError> {
         assert!(b.len() >= CHECKPOINT_BYTES, "caller reads a whole mark");
-        let (block, _) = decode_versioned(MARK_CODEC, MARK_VERSION, b, max)?;
+        let (block, _) = decode_versioned(MARK_CODEC, &[], b, max)?;
         let mut r = Reader::new(&block.payload);
         let boot = seq_in_range("boot", r.u64()?, max)?;
         let durable_upto = Seq(seq_in_range("durable_upto_seq", r.u64()?, max)?);

@@ -441,6 +441,7 @@ mod tests {
             next_seq: Seq(5),
             next_loc: Some(SegLoc(0)),
             format_id: ID,
+            legacy_map: false,
         };
         let slots_of = |hs: &[SegmentHeader]| -> Vec<u16> {
             hs.iter()

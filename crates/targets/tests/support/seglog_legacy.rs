@@ -1,10 +1,13 @@
-//! The seglog blocks of the release before format identities: segment
-//! headers and summaries of version 2, ring checkpoints of version 2, chain
-//! checkpoints of version 3 (none carries a format id). Made here from this
-//! build's blocks by moving their fields back, so tests can build the
-//! image an older release left and check that this build opens it. Uses
-//! only the core codec (no target code), so unit tests and the runtime's
-//! tests include it alike.
+//! The seglog blocks (and the `log`'s map pages) of the releases before:
+//! before format identities, segment headers and summaries of version 2,
+//! ring checkpoints of version 2, chain checkpoints of version 3 (none
+//! carries a format id); before the log's map pages carried the format
+//! id, chain checkpoints of version 4; both wrote map pages of version 1
+//! (page index and entry count, no id). Made here from this build's
+//! blocks by moving their fields back, so tests can build the image an
+//! older release left and check that this build opens it. Uses only the
+//! core codec (no target code), so unit tests and the runtime's tests
+//! include it alike.
 
 // Each includer uses part of it.
 #![allow(dead_code)]
@@ -14,20 +17,53 @@ use layoutd_core::metablock::MetaBlockCodec;
 const HEADER_MAGIC: [u8; 8] = *b"LDSEGHD1";
 const CHECKPOINT_MAGIC: [u8; 8] = *b"LDSEGCK1";
 const CHAIN_MAGIC: [u8; 8] = *b"LDSEGCC1";
+const MAP_PAGE_MAGIC: [u8; 8] = *b"LDLOGMP1";
+
+/// The release whose versions blocks are moved back to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Release {
+    /// Before format identities (session 26).
+    BeforeFormatIds,
+    /// Before the log's map pages carried the format id (session 27).
+    BeforeMapIds,
+}
 
 /// `block` (a whole block: header, summary or checkpoint of this build) as
-/// the release before wrote it, or `None` if it is not one.
+/// the release before format identities wrote it, or `None` if it is not
+/// one.
 pub fn downgrade_block(block: &[u8]) -> Option<Vec<u8>> {
+    downgrade_block_to(block, Release::BeforeFormatIds, None)
+}
+
+/// `block` as `release` wrote it, or `None` if it is not one of the blocks
+/// that release wrote otherwise. A map page is moved back only if it is a
+/// page of format `format_id` (its page index is its owner field XOR the
+/// id).
+pub fn downgrade_block_to(block: &[u8], release: Release, format_id: Option<u64>) -> Option<Vec<u8>> {
     let magic: [u8; 8] = block.get(0..8)?.try_into().ok()?;
-    let (new, old) = match magic {
-        HEADER_MAGIC | CHECKPOINT_MAGIC => (3, 2),
-        CHAIN_MAGIC => (4, 3),
+    let (new, old) = match (magic, release) {
+        (HEADER_MAGIC | CHECKPOINT_MAGIC, Release::BeforeFormatIds) => (3, 2),
+        (CHAIN_MAGIC, Release::BeforeFormatIds) => (5, 3),
+        (CHAIN_MAGIC, Release::BeforeMapIds) => (5, 4),
+        (MAP_PAGE_MAGIC, _) => (2, 1),
         _ => return None,
     };
     let codec = MetaBlockCodec { magic, version: new, block_bytes: block.len() };
     let d = codec.decode(block).ok()?;
     let p = d.payload;
-    let payload = if magic == HEADER_MAGIC {
+    let payload = if magic == MAP_PAGE_MAGIC {
+        // v2: owner u64 (format id XOR page index), entries u32.
+        // v1: page_index u32, entry_count u32, entries u32.
+        let owner = u64::from_le_bytes(p.get(0..8)?.try_into().ok()?);
+        let page = u32::try_from(owner ^ format_id?).ok()?;
+        let mut q = page.to_le_bytes().to_vec();
+        q.extend((((p.len() - 8) / 4) as u32).to_le_bytes());
+        q.extend_from_slice(&p[8..]);
+        q
+    } else if magic == CHAIN_MAGIC {
+        // v5: ..., format_id u64, flags u32; v4 without flags, v3 without both.
+        p[..p.len() - if old == 3 { 12 } else { 4 }].to_vec()
+    } else if magic == HEADER_MAGIC {
         // v3: boot u64, format_id u64, slot_bytes u32, slot_count u16,
         // entry_count u16, slots_used u16, flags u16, payload_crc u32.
         // v2: boot u64, then slot_bytes, slot_count, entry_count,
@@ -50,14 +86,32 @@ pub fn downgrade_block(block: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// Downgrades every block found in `image` (at 512-byte steps, trying each
-/// of `block_sizes` and 512) in place; returns how many.
+/// of `block_sizes` and 512) in place, to the release before format
+/// identities; returns how many.
 pub fn downgrade_image(image: &mut [u8], block_sizes: &[usize]) -> usize {
+    downgrade_image_to(image, block_sizes, Release::BeforeFormatIds)
+}
+
+/// The format id of the first chain checkpoint of this build found in
+/// `image` (at 512-byte steps; the id at payload offset 44).
+fn chain_format_id(image: &[u8]) -> Option<u64> {
+    let codec = MetaBlockCodec { magic: CHAIN_MAGIC, version: 5, block_bytes: 512 };
+    (0..image.len() / 512).find_map(|i| {
+        let d = codec.decode(&image[i * 512..i * 512 + 512]).ok()?;
+        Some(u64::from_le_bytes(d.payload.get(44..52)?.try_into().ok()?))
+    })
+}
+
+/// [`downgrade_image`] to `release`'s versions (map pages of the format
+/// named by the image's chain checkpoint, if it holds one).
+pub fn downgrade_image_to(image: &mut [u8], block_sizes: &[usize], release: Release) -> usize {
+    let format_id = chain_format_id(image);
     let mut count = 0;
     let mut at = 0;
     while at + 512 <= image.len() {
         for &size in block_sizes.iter().chain(&[512]) {
             let Some(block) = image.get(at..at + size) else { continue };
-            if let Some(old) = downgrade_block(block) {
+            if let Some(old) = downgrade_block_to(block, release, format_id) {
                 image[at..at + size].copy_from_slice(&old);
                 count += 1;
                 break;
@@ -96,9 +150,20 @@ pub fn downgrade_device(
     write: impl Fn(&[u8]),
     block_sizes: &[usize],
 ) -> usize {
+    downgrade_device_to(size, read, write, block_sizes, Release::BeforeFormatIds)
+}
+
+/// [`downgrade_device`] to `release`'s versions.
+pub fn downgrade_device_to(
+    size: usize,
+    read: impl Fn(&mut [u8]),
+    write: impl Fn(&[u8]),
+    block_sizes: &[usize],
+    release: Release,
+) -> usize {
     let mut bytes = vec![0u8; size];
     read(&mut bytes);
-    let n = downgrade_image(&mut bytes, block_sizes);
+    let n = downgrade_image_to(&mut bytes, block_sizes, release);
     write(&bytes);
     n
 }
