@@ -53,6 +53,10 @@ const CODEC: MetaBlockCodec =
 const _: () =
     assert!(ENTRIES_PER_PAGE == 1014 && HEADER_BYTES as u64 + 8 + 4 * ENTRIES_PER_PAGE == PAGE_BYTES);
 
+/// A map page copy decoded ([`MapGeometry::decode`]): its generation and
+/// entries, `None` if it is not the owner's, or why it does not decode.
+pub type DecodedPage = Result<Option<(u64, Vec<u32>)>, MetaError>;
+
 /// Whose map page copies recovery takes: the checkpoint's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PageOwner {
@@ -625,14 +629,7 @@ impl MapGeometry {
     /// `None` if it is not `owner`'s (another format's, or another page's;
     /// of version 1 on a volume formatted by this build). Every entry of
     /// an owner's copy is range-checked.
-    #[allow(clippy::type_complexity)]
-    pub fn decode(
-        &self,
-        page: u32,
-        b: &[u8],
-        volume_blocks: u64,
-        owner: PageOwner,
-    ) -> Result<Option<(u64, Vec<u32>)>, MetaError> {
+    pub fn decode(&self, page: u32, b: &[u8], volume_blocks: u64, owner: PageOwner) -> DecodedPage {
         let (block, version) =
             CODEC.decode_versioned(b, GENERATION_READ_MAX, |v| v == PAGE_LEGACY_VERSION)?;
         let mut r = Reader::new(&block.payload);

@@ -29,7 +29,7 @@
 //! flushed data is lost: refused unless the opener accepts the loss. Then
 //! a new flush mark and a checkpoint with the next boot, before serving.
 
-use super::map::{PageOwner, UNMAPPED};
+use super::map::{DecodedPage, PageOwner, UNMAPPED};
 use super::{Blocked, Log, LowerOp, Phase};
 use crate::alloc::SegmentUsage;
 use crate::seglog::{
@@ -76,10 +76,6 @@ pub(super) enum Bringup {
     /// The checkpoint work for the new boot runs.
     Finishing,
 }
-
-/// A map page copy as decoded for the checkpoint's format
-/// ([`super::map::MapGeometry::decode`]).
-type DecodedPage = Result<Option<(u64, Vec<u32>)>, MetaError>;
 
 /// A map page copy as recovery judges it.
 enum PageCopy {
