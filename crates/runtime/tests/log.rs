@@ -562,6 +562,37 @@ fn bad_input_is_refused_with_one_clear_line_and_never_read_as_data() {
     assert!(e.contains("format version 2") && e.contains("older layoutd") && !e.contains('\n'), "{e}");
 }
 
+/// Format writes the checkpoint area only (both checkpoint copies and
+/// both flush marks, 512 bytes each, within the first 8 KiB), then a
+/// flush: no map page, no segment. Opened, the volume reads zeroes.
+#[test]
+fn format_writes_the_checkpoint_area_only() {
+    let rec = Arc::new(Recorder::new(random_image(DEVICE_BYTES, 3)));
+    let stack = stack_from_toml(&cfg("greedy", ""), DEVICE_BYTES, OpenMode::format(1));
+    let mut h = Harness::new(stack, rec.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
+    bring_up(&mut h);
+    let writes: Vec<(u64, usize)> = rec
+        .log()
+        .entries()
+        .iter()
+        .filter_map(|e| match &e.op {
+            LogOp::Write { offset_bytes, data } => Some((*offset_bytes, data.len())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(writes.len(), 4, "{writes:?}");
+    assert!(writes.iter().all(|&(o, n)| n == 512 && o + 512 <= 8192), "{writes:?}");
+    assert_eq!(rec.log().entries().last().map(|e| e.op.clone()), Some(LogOp::Flush));
+    drop(h);
+    let stack =
+        stack_from_toml(&cfg("greedy", ""), DEVICE_BYTES, OpenMode::Open { clean: true, accept_loss: false });
+    let mut h = Harness::new(stack, rec as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
+    bring_up(&mut h);
+    let size = h.stack.size_bytes();
+    let data = h.read(0, size as u32).data.expect("data");
+    assert!(data.iter().all(|&b| b == 0), "a fresh format reads zeroes over random bytes");
+}
+
 /// Lower bytes written and the segments written into by `syncs` single
 /// block writes each followed by a flush, on a fresh log.
 fn sync_write_footprint(partial: bool, syncs: u64) -> (Vec<u64>, Vec<u64>, u64) {
