@@ -7,27 +7,34 @@ region whose disk head came from the region more than 1 MiB away (the
 class "OPT: seek within the region" of `opt_phases.py`), and classes the
 ones that follow a read of the same stream by what the program's earlier
 runs (the generator's tags name the program, `opt_desktop.py --tags`) did
-between the two requests:
+with the seek's two ends, the previous read's last block and the current
+read's first:
 
-- laid out apart: an earlier run read the two one right after the other
-  (the transition was in the profile), yet the region has them more than
-  1 MiB apart;
+- not the program's: no earlier run of the program requested the block
+  the seek lands on (or leaves); the last column says how often another
+  program's run requested it before (a shared library whose copies lie in
+  that program's sequence: under a page cache, whichever program reads a
+  library first in a day makes the request, and its read-ahead window
+  starts where the cache ends);
+- laid out apart: an earlier run read the two ends one right after the
+  other (the transition was in the profile), yet the region has them more
+  than 1 MiB apart; told apart by where that earlier run read them (both
+  from the region next to each other: the copies this run read are
+  others; both from the region apart; one from home);
 - skipped between: an earlier run read them in this order with requests
   between whose blocks this run never requested: skipped by this run
-  (`--skip`), or cached because another program read them first today
-  (the two are told apart);
-- other order: an earlier run read the current request before the
-  previous one (the order differs from the layout's);
-- not the program's: no earlier run of the program read the current
-  request's (or the previous one's) blocks: a copy laid out for another
-  program (a shared library), or read ahead / padded.
+  (`--skip`), or cached because another program read them first today;
+- other order: an earlier run read the two ends the other way round, or
+  with blocks between that this run reads elsewhere;
+- not read together in one earlier run: each end by a different one.
 
-Each class: requests, I/O time, and how many seek backwards. The seeks that
-follow another stream's request (a run's first read, a run interleaved
-with another) are counted apart.
+Each class: requests, I/O time (the requests' response times), how many
+seek backwards, and how many land on a block another program's run
+requested before. The seeks that follow another stream's request (a run's
+first read) are counted apart.
 
-    opt_seeks.py CONFIG VARIATION SEED [LAYOUTD] [--continuous MS]
-        (e.g. bench/results/opt/opt-relay.toml 0.5 1 --continuous 1024)
+    opt_seeks.py CONFIG VARIATION SEED... [--layoutd PATH] [--continuous MS]
+        (e.g. bench/results/opt/opt-relay.toml 0.5 1 2 3 4 --continuous 1024)
 
 Without `--continuous`: one plan after day 1, as `opt_phases.py`.
 """
@@ -63,7 +70,8 @@ def tags_of(s, seed, out, trace_rows):
 
 
 def classify(trace_rows, tags, up, down):
-    """Counts per class: [requests, ms, backwards]."""
+    """Counts per class: [requests, ms, backwards, landing on another
+    program's block]."""
     # The up record's requests are the trace's, in its order (a
     # closed-loop replay shifts the times, not the order); the stream is
     # the trace's.
@@ -90,7 +98,7 @@ def classify(trace_rows, tags, up, down):
         if r[3] == "R":
             reads_of[r[2]].append(set(opt_phases.blocks(r[4], r[5])))
     day_read = collections.defaultdict(set)  # day -> blocks requested so far (grows as we go)
-    c = collections.defaultdict(lambda: [0, 0.0, 0])
+    c = collections.defaultdict(lambda: [0, 0.0, 0, 0])
     last_piece = None  # (stream, lower end)
     last_of = {}  # stream -> (block set of its previous read, slot end)
     o0, o1 = opt_phases.OPT0, opt_phases.OPT1
@@ -113,6 +121,7 @@ def classify(trace_rows, tags, up, down):
                 c[k][0] += 1
                 c[k][1] += (done - t) / 1e6
                 c[k][2] += back
+                c[k][3] += others_read(min(bs), stream, prog_of, reads_of)
         if op == "R":
             day_read[day] |= bs
             last_of[stream] = bs
@@ -123,9 +132,20 @@ def classify(trace_rows, tags, up, down):
     return c
 
 
+def others_read(block, stream, prog_of, reads_of):
+    """Whether a run of another program before `stream` requested `block`
+    (streams are numbered in the order the runs start)."""
+    return any(int(s) < int(stream) and prog_of[s] != prog_of[stream] and any(block in b for b in rs)
+               for s, rs in reads_of.items())
+
+
 def cause(prev, cur, stream, prog_of, runs, reads_of, read_today, served):
     """The class of a seek from the stream's read `prev` (block set) to
     `cur`, from what the program's earlier runs did."""
+    # The seek goes from the previous read's last block to the current
+    # one's first: an earlier run that read other blocks of the same files
+    # (a read-ahead window placed otherwise) did not read this transition.
+    prev, cur = {max(prev)}, {min(cur)}
     prog = prog_of[stream]
     earlier = [s for s in runs[prog][: runs[prog].index(stream)]]
     mine = set().union(*reads_of[stream])
@@ -193,7 +213,7 @@ def main():
     ap.add_argument("--layoutd", default="target/release/layoutd")
     ap.add_argument("--continuous", type=int, metavar="MS")
     a = ap.parse_args()
-    total = collections.defaultdict(lambda: [0, 0.0, 0])
+    total = collections.defaultdict(lambda: [0, 0.0, 0, 0])
     for seed in a.seeds:
         d = opt_variation.trace_dir(a.variation, seed)
         trace = f"{d}/desktop-4days.trace.gz"
@@ -206,7 +226,7 @@ def main():
             tags = tags_of(a.variation, seed, out, rows)
             up, down = opt_phases.run(a.layoutd, config, trace, plan_ms, out)
             for k, v in classify(rows, tags, up, down).items():
-                for x in range(3):
+                for x in range(4):
                     total[k][x] += v[x]
     n = sum(v[0] for v in total.values())
     ms = sum(v[1] for v in total.values())
@@ -214,10 +234,10 @@ def main():
     print(f"Seeks within the OPT region, held-out days ({a.config}, {mode}, variation {a.variation:g}, "
           f"seeds {' '.join(map(str, a.seeds))} summed): {n} requests, {ms / 1000:.2f} s")
     print()
-    print("| cause | requests | I/O time | backwards |")
-    print("| --- | ---: | ---: | ---: |")
-    for k, (cnt, t, back) in sorted(total.items(), key=lambda kv: -kv[1][1]):
-        print(f"| {k} | {cnt} | {t / 1000:.2f} s | {back} |")
+    print("| cause | requests | I/O time | share | backwards | landing on another program's block |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for k, (cnt, t, back, other) in sorted(total.items(), key=lambda kv: -kv[1][1]):
+        print(f"| {k} | {cnt} | {t / 1000:.2f} s | {100 * t / ms:.0f}% | {back} | {other} |")
 
 
 if __name__ == "__main__":

@@ -104,14 +104,6 @@ pub struct Args {
     /// a copy laid out right after the block the stream read last wins
     /// over a nearer one (`nearest_copy`).
     pub read_follow: bool,
-    /// A reconfiguration keeps the plan's sequences in a row of slots:
-    /// new blocks that cannot go right after the kept copy the plan puts
-    /// before them take the kept runs before and after them along, as new
-    /// extra copies (up to 64 blocks each side, within `copies_max`; the
-    /// kept copies stay until their slots are needed); off: the new
-    /// blocks go to the next free slots that hold them, apart from the
-    /// kept ones.
-    pub plan_in_row: bool,
     /// A read partly in OPT, partly home goes wholly home when its OPT
     /// blocks are clean (one seek instead of two).
     pub partial_reads_home: bool,
@@ -357,7 +349,6 @@ impl Args {
             plan_written: a.bool_opt("plan_written")?.unwrap_or(true),
             plan_relay: a.bool_opt("plan_relay")?.unwrap_or(false),
             read_follow: a.bool_opt("read_follow")?.unwrap_or(false),
-            plan_in_row: a.bool_opt("plan_in_row")?.unwrap_or(false),
             partial_reads_home: a.bool_opt("partial_reads_home")?.unwrap_or(false),
             absorb_writes: a.bool_opt("absorb_writes")?.unwrap_or(false),
             absorb_blocks_max: u32_key(&mut a, "absorb_blocks_max", 16, 0, 1 << 20)?,
@@ -438,7 +429,6 @@ impl Args {
             ("plan_written", self.plan_written.to_string()),
             ("plan_relay", self.plan_relay.to_string()),
             ("read_follow", self.read_follow.to_string()),
-            ("plan_in_row", self.plan_in_row.to_string()),
             ("partial_reads_home", self.partial_reads_home.to_string()),
             ("absorb_writes", self.absorb_writes.to_string()),
             ("absorb_blocks_max", self.absorb_blocks_max.to_string()),

@@ -36,12 +36,9 @@ use super::free::FreeSlots;
 use super::{LowerOp, Opt, Slot};
 use bytes::Bytes;
 use layoutd_core::{Completion, Instant, Op, ReqId, Request, REQUEST_BYTES_MAX};
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 use std::collections::{BTreeSet, VecDeque};
 
-/// `plan_in_row`: kept blocks copied anew at most this many before and
-/// after a group of new ones.
-const IN_ROW_BLOCKS: usize = 64;
 /// Copies of one run given up after this many stale attempts.
 const COPY_TRIES_MAX: u8 = 3;
 /// Copy-home chains (read, then write) in flight at once.
@@ -730,11 +727,12 @@ impl Opt {
             }
         }
         // Existing copies match the plan's by rank (primary first).
-        let mut assigned: Vec<Option<u32>> =
-            want.iter().map(|&(h, rank)| self.copies_of(h).nth(rank).map(|s| s as u32)).collect();
+        let copy_slot = |(h, rank): (u64, usize)| self.copies_of(h).nth(rank);
         let mut keep = vec![false; slot_count];
-        for s in assigned.iter().flatten() {
-            keep[*s as usize] = true;
+        for &w in &want {
+            if let Some(s) = copy_slot(w) {
+                keep[s as usize] = true;
+            }
         }
         // The plan's view of the free slots: the region's, plus the slots
         // it reclaims (still mapped until the job's unmap).
@@ -755,58 +753,17 @@ impl Opt {
         // slots that hold it from the cursor on; when none do, the slots of
         // blocks the plan left out are dropped, and at last a group is split.
         let mut new: Vec<(u64, u32, bool)> = Vec::new();
-        // Blocks with a primary: a new copy of one is an extra.
-        let mut primaries: FxHashSet<u64> = FxHashSet::default();
         let mut prev_slot: Option<u32> = None;
-        // `plan_in_row`: the slot each want went to, and the new copies of
-        // each block so far.
-        let mut slot_of: Vec<Option<u32>> = vec![None; want.len()];
-        let mut made: FxHashMap<u64, usize> = FxHashMap::default();
         let mut i = 0;
         while i < want.len() {
-            if let Some(s) = assigned[i] {
-                prev_slot = Some(s);
-                slot_of[i] = Some(s);
+            if let Some(s) = copy_slot(want[i]) {
+                prev_slot = Some(s as u32);
                 i += 1;
                 continue;
             }
             let mut k = i;
-            while k < want.len() && assigned[k].is_none() {
+            while k < want.len() && copy_slot(want[k]).is_none() {
                 k += 1;
-            }
-            if self.args.plan_in_row && !prev_slot.is_some_and(|p| free.is_free(p + 1, (k - i) as u32)) {
-                // The new blocks cannot go right after the kept copy before
-                // them: the kept run before them and the one after (up to
-                // IN_ROW_BLOCKS each) are copied anew with them, so the
-                // plan's sequence lies in a row of slots.
-                let mut spare = |h: u64| {
-                    let primary_clean = self.map.get(h).is_some_and(|p| !self.slots[p as usize].dirty);
-                    let n = made.entry(h).or_insert(0);
-                    let ok = primary_clean && self.copies_of(h).count() + *n < self.args.copies_max as usize;
-                    *n += usize::from(ok);
-                    ok
-                };
-                let (i0, k0) = (i, k);
-                while i > 0
-                    && i0 - i < IN_ROW_BLOCKS
-                    && assigned[i - 1].is_some_and(|s| i == i0 || assigned[i] == Some(s + 1))
-                    && spare(want[i - 1].0)
-                {
-                    i -= 1;
-                }
-                while k < want.len()
-                    && k - k0 < IN_ROW_BLOCKS
-                    && assigned[k].is_some_and(|s| k == k0 || assigned[k - 1] == Some(s - 1))
-                    && spare(want[k].0)
-                {
-                    k += 1;
-                }
-                for a in &mut assigned[i..k] {
-                    // The kept copy stays (`keep`) until its slot is needed.
-                    *a = None;
-                }
-                self.counters.in_row_copies_count += ((i0 - i) + (k - k0)) as u64;
-                prev_slot = i.checked_sub(1).and_then(|p| slot_of[p]);
             }
             while i < k {
                 let n = (k - i) as u32;
@@ -826,10 +783,7 @@ impl Opt {
                     None => free.take_longest(n).expect("the plan fits the region"),
                 };
                 for x in 0..at.1 {
-                    let h = want[i].0;
-                    let extra = self.map.get(h).is_some() || !primaries.insert(h);
-                    new.push((h, at.0 + x, extra));
-                    slot_of[i] = Some(at.0 + x);
+                    new.push((want[i].0, at.0 + x, want[i].1 > 0));
                     i += 1;
                 }
                 prev_slot = Some(at.0 + at.1 - 1);

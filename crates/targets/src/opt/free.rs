@@ -90,14 +90,10 @@ impl FreeSlots {
         self.next.cursor = u64::from(at + n);
     }
 
-    /// Whether `[at, at + n)` is all free.
-    pub(super) fn is_free(&self, at: u32, n: u32) -> bool {
-        u64::from(at) + u64::from(n) <= self.space.total_units() && self.space.is_free(u64::from(at), u64::from(n))
-    }
-
     /// Takes `[at, at + n)` if all of it is free.
     pub(super) fn take_at(&mut self, at: u32, n: u32) -> bool {
-        let free = self.is_free(at, n);
+        let free = u64::from(at) + u64::from(n) <= self.space.total_units()
+            && self.space.is_free(u64::from(at), u64::from(n));
         if free {
             self.cut(at, n);
         }

@@ -294,8 +294,6 @@ struct Counters {
     recovered_dirty_slots_count: u64,
     journal_blocks_unreadable_count: u64,
     read_extra_count: u64,
-    /// Kept blocks copied anew to keep a sequence in a row (`plan_in_row`).
-    in_row_copies_count: u64,
     extras_dropped_count: u64,
     partial_reads_home_count: u64,
     recovered_absorbed_blocks_count: u64,
@@ -1215,7 +1213,6 @@ impl Target for Opt {
             ("journal_blocks_unreadable_count", c.journal_blocks_unreadable_count),
             ("extra_copies_count", self.extras.iter().map(|l| l.mapped_blocks()).sum()),
             ("read_extra_count", c.read_extra_count),
-            ("in_row_copies_count", c.in_row_copies_count),
             ("extras_dropped_count", c.extras_dropped_count),
             ("partial_reads_home_count", c.partial_reads_home_count),
             ("absorbed_writes_count", self.absorber.writes_count),
