@@ -40,7 +40,6 @@ Without `--continuous`: one plan after day 1, as `opt_phases.py`.
 """
 import argparse
 import collections
-import os
 import subprocess
 import tempfile
 
@@ -48,16 +47,6 @@ import opt_phases
 import opt_variation
 
 MIB_BLOCKS = 256
-
-
-def load_streams(path):
-    """(submit ns, complete ns, stream, op, offset, length) of each row."""
-    import gzip
-
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt") as f:
-        rows = (line.split() for line in f if not line.startswith("#"))
-        return [(int(r[0]), int(r[1]), r[2], r[3], int(r[4]), int(r[5])) for r in rows]
 
 
 def tags_of(s, seed, out, trace_rows):
@@ -76,9 +65,9 @@ def classify(trace_rows, tags, up, down):
     # closed-loop replay shifts the times, not the order); the stream is
     # the trace's.
     pieces = collections.defaultdict(list)
-    for r in load_streams(down):
+    for r in opt_phases.load_streams(down):
         pieces[r[0]].append(r)
-    ups = sorted(load_streams(up))
+    ups = sorted(opt_phases.load_streams(up))
     assert len(ups) == len(trace_rows), "the up record is not the trace's"
     reqs = []  # (trace index, up row with the trace's stream, pieces)
     for i, r in enumerate(ups):
@@ -222,7 +211,7 @@ def main():
             config = a.config
             if a.continuous is not None:
                 config, plan_ms = opt_phases.continuous_config(config, a.continuous, out), None
-            rows = load_streams(trace)
+            rows = opt_phases.load_streams(trace)
             tags = tags_of(a.variation, seed, out, rows)
             up, down = opt_phases.run(a.layoutd, config, trace, plan_ms, out)
             for k, v in classify(rows, tags, up, down).items():
