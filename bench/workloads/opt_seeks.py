@@ -40,22 +40,12 @@ Without `--continuous`: one plan after day 1, as `opt_phases.py`.
 """
 import argparse
 import collections
-import subprocess
 import tempfile
 
 import opt_phases
 import opt_variation
 
 MIB_BLOCKS = 256
-
-
-def tags_of(s, seed, out, trace_rows):
-    """The generator's (kind, program) of each request of the trace."""
-    subprocess.run(["python3", "bench/workloads/opt_desktop.py", f"{out}/t.trace", "--days", "4", "--seed",
-                    str(seed), "--variation", f"{s:g}", "--tags", f"{out}/t.tags"], check=True)
-    tags = [tuple(l.split()) for l in open(f"{out}/t.tags") if not l.startswith("#")]
-    assert len(tags) == len(trace_rows), "not the trace of its seed and variation"
-    return tags
 
 
 def classify(trace_rows, tags, up, down):
@@ -212,7 +202,7 @@ def main():
             if a.continuous is not None:
                 config, plan_ms = opt_phases.continuous_config(config, a.continuous, out), None
             rows = opt_phases.load_streams(trace)
-            tags = tags_of(a.variation, seed, out, rows)
+            tags = opt_variation.tags_of(a.variation, seed, out, len(rows))
             up, down = opt_phases.run(a.layoutd, config, trace, plan_ms, out)
             for k, v in classify(rows, tags, up, down).items():
                 for x in range(4):
