@@ -20,6 +20,8 @@
 #                       results under seeds/seedN/) and a table of every
 #                       seed with the medians; then where each seed's
 #                       held-out I/O time goes (opt_phases.py, phases.md);
+#                       why a stream seeks within the region at S = 0.5
+#                       (opt_seeks.py, seeks.md);
 #                       then the held-out experiment across the generator's
 #                       day-to-day variation (opt_variation.py, traces under
 #                       bench/traces/opt/variation/, made if missing) with
@@ -122,6 +124,14 @@ for s in 1 $SEEDS; do
     python3 bench/workloads/opt_phases.py $R/opt.toml $t "$LAYOUTD"
     echo
 done > $R/phases.md
+# Why a stream seeks within the region (S = 0.5, seeds 1-4).
+{
+    python3 bench/workloads/opt_seeks.py $R/opt.toml 0.5 1 2 3 4 --layoutd "$LAYOUTD" --continuous 1024
+    echo
+    python3 bench/workloads/opt_seeks.py $R/opt-relay.toml 0.5 1 2 3 4 --layoutd "$LAYOUTD" --continuous 1024
+    echo
+    python3 bench/workloads/opt_seeks.py $R/opt-relay.toml 0.5 1 2 3 4 --layoutd "$LAYOUTD"
+} > $R/seeks.md
 # The held-out experiment across the generator's variation, seeds 1-4.
 {
     python3 bench/workloads/opt_variation.py $R/opt.toml "$LAYOUTD" --continuous 1024 4096 16384

@@ -28,11 +28,18 @@ DAY_NS = 65.536e9
 OPT0, OPT1 = 37 << 30, 38 << 30  # the region of bench/results/opt/opt.toml
 
 
-def load(path):
+def load_streams(path):
+    """(submit ns, complete ns, stream, op, offset, length) of each row of
+    a layoutd trace."""
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as f:
         rows = (line.split() for line in f if not line.startswith("#"))
-        return [(int(r[0]), int(r[1]), r[3], int(r[4]), int(r[5])) for r in rows]
+        return [(int(r[0]), int(r[1]), r[2], r[3], int(r[4]), int(r[5])) for r in rows]
+
+
+def load(path):
+    """The rows of `load_streams` without the stream."""
+    return [r[:2] + r[3:] for r in load_streams(path)]
 
 
 def blocks(off, n):

@@ -132,16 +132,23 @@ def one(layoutd, config, plain, s, seed, out, continuous=()):
             base / held_out(plans[:3]), read_mean(up) / read_mean(opt_up), cont, never_before(up))
 
 
+def tags_of(s, seed, out, count):
+    """The generator's (kind, program) of each request of the trace of
+    variation `s`, seed `seed` (`count` requests), made again in `out`."""
+    subprocess.run(["python3", "bench/workloads/opt_desktop.py", f"{out}/t.trace", "--days", "4", "--seed",
+                    str(seed), "--variation", f"{s:g}", "--tags", f"{out}/t.tags"], check=True)
+    tags = [tuple(l.split()) for l in open(f"{out}/t.tags") if not l.startswith("#")]
+    assert len(tags) == count, f"variation {s:g} seed {seed}: not the trace of its seed and variation"
+    return tags
+
+
 def kinds(s, seed, out):
     """Shares of the held-out reads that day 1 never read, by kind: new
     file, program not run on day 1, program run on day 1 (and of those,
     within 4 blocks of a block day 1 read)."""
     trace = f"{trace_dir(s, seed)}/desktop-4days.trace.gz"
-    subprocess.run(["python3", "bench/workloads/opt_desktop.py", f"{out}/t.trace", "--days", "4", "--seed",
-                    str(seed), "--variation", f"{s:g}", "--tags", f"{out}/t.tags"], check=True)
-    tags = [l.split() for l in open(f"{out}/t.tags") if not l.startswith("#")]
     rows = opt_phases.load(trace)
-    assert len(rows) == len(tags), f"{trace}: not the trace of its seed and variation"
+    tags = tags_of(s, seed, out, len(rows))
     seen, ran = set(), set()
     for (t, _, op, off, n), (kind, prog) in zip(rows, tags):
         if op == "R" and t < opt_phases.DAY_NS:
