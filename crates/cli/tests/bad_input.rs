@@ -146,3 +146,26 @@ fn foreign_file_systems_and_swap_anywhere_are_named_and_refused_without_force() 
     let out = layoutd().args(["format", "--device", b, "--force"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// A log whose checkpoint area is gone is refused at open by every command
+/// that opens it, naming why (a failed log bring-up counted as ready: the
+/// offline command said only "the final flush failed (EIO)"), and the
+/// device is not written.
+#[test]
+fn a_log_without_a_checkpoint_is_refused_at_open_naming_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev =
+        common::formatted(dir.path(), "log.img", "64M", Some("version = 1\n[[layer]]\ntarget = \"log\"\n"));
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(&dev).unwrap();
+    f.write_all_at(&[0u8; 8192], 1 << 20).unwrap(); // both checkpoint copies, after the 1 MiB header
+    drop(f);
+    let dev_s = dev.to_str().unwrap();
+    let why = ["log checkpoint at lower offsets 0 and 4096", "no valid checkpoint", "format the device"];
+    refused(&["message", "--device", dev_s, "checkpoint"], &dev, &why);
+    let before = digest(&dev);
+    let o = layoutd().args(["destage", "--device", dev_s]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && why.iter().all(|w| err.contains(w)), "{err}");
+    assert_eq!(digest(&dev), before, "destage modified the device");
+}

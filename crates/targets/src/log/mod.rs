@@ -898,8 +898,11 @@ impl Target for Log {
         self.lower_io.upper_q.pop_front()
     }
 
+    /// A failed bring-up is not ready: the runtime refuses the open with
+    /// the status's `error` (it was taken for ready, and `serve` and the
+    /// offline commands served or flushed into EIO without saying why).
     fn is_ready(&self) -> bool {
-        !matches!(self.phase, Phase::Bringup(_))
+        self.serving()
     }
 
     /// `checkpoint`: write a checkpoint now. `clean`: one cleaning pass now.
