@@ -296,6 +296,11 @@ pub struct Log {
     /// The format's identity, stamped on every summary and checkpoint
     /// (seglog: replay takes only summaries carrying the checkpoint's).
     format_id: u64,
+    /// Bring-up of a volume of the version before format identities: the
+    /// checkpoint recovered from, to be written again in place in this
+    /// build's version once the bring-up checkpoint is durable (see
+    /// `seglog::copy_version`).
+    legacy_rewrite: Option<crate::seglog::ChainCheckpoint>,
     next_seq: Seq,
     /// Where the next segment goes, as named by the last header or checkpoint.
     chain_next: Option<SegLoc>,
@@ -415,6 +420,7 @@ impl Log {
             epoch: 1,
             boot: 1,
             format_id: crate::seglog::LEGACY_FORMAT_ID,
+            legacy_rewrite: None,
             next_seq: Seq(0),
             chain_next: None,
             head: SegLoc(0),

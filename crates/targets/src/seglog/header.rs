@@ -680,10 +680,12 @@ impl ChainCheckpoint {
 /// 0 first) that holds generation `generation`. When the copy recovery
 /// picked is of the version before format identities, the recovering
 /// build writes it again in its own version (same generation and fields,
-/// format id 0) beside its new checkpoint, which goes to the other copy:
-/// then no copy of the old version is left, and a build before format
-/// identities refuses the volume by its version instead of falling back
-/// to a stale copy.
+/// format id 0) once its new checkpoint, which goes to the other copy, is
+/// durable (a crash that tore it earlier would leave the copy before as
+/// the newest, whose replay range may have been reused), and serves only
+/// after that: then no copy of the old version is left, and a build
+/// before format identities refuses the volume by its version instead of
+/// falling back to a stale copy.
 pub fn copy_version(area: &[u8], generation: u64) -> u32 {
     let at = (generation % 2) as usize * super::CHECKPOINT_COPY_BYTES as usize;
     u32::from_le_bytes(area[at + 8..at + 12].try_into().expect("4 bytes"))

@@ -88,6 +88,23 @@ pub fn checkpoint_versions(area: &[u8]) -> [u32; 2] {
     [v(0), v(4096)]
 }
 
+/// The generation of the newest checkpoint copy in a seglog checkpoint
+/// area (ring or chain, this build's version or the one before) whose
+/// block decodes (magic, version and checksum); `None` if neither does.
+pub fn newest_readable_generation(area: &[u8]) -> Option<u64> {
+    let generation = |at: usize| {
+        let block = area.get(at..at + 512)?;
+        let (magic, new, old) = match block[0..8].try_into().ok()? {
+            CHECKPOINT_MAGIC => (CHECKPOINT_MAGIC, 3, 2),
+            CHAIN_MAGIC => (CHAIN_MAGIC, 4, 3),
+            _ => return None,
+        };
+        let codec = MetaBlockCodec { magic, version: new, block_bytes: 512 };
+        codec.decode_versioned(block, u64::MAX, |v| v == old).ok().map(|(d, _)| d.generation)
+    };
+    generation(0).max(generation(4096))
+}
+
 /// Reads a whole device image, downgrades it ([`downgrade_image`]) and
 /// writes it back; returns how many blocks were downgraded.
 pub fn downgrade_device(
