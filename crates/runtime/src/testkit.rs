@@ -442,27 +442,34 @@ pub fn crash_check_over(
 /// crash): for each of `seeds`, records one open over a zero-latency
 /// reordering device, then at every point of its writes, and again with
 /// the last write before that point torn (each [`Tear`]), reopens the
-/// device and reads the whole volume. Every reopen must succeed and read
-/// what the uninterrupted open reads (nothing is written above, so all of
-/// it was flushed before), and `newest_checkpoint` (the generation of the
-/// newest checkpoint copy a device holds that decodes) must never be
-/// older than on `image`: a crash may not leave recovery an older
-/// checkpoint than the one it started from. Returns the number of crash
-/// images checked and the volume's bytes.
+/// device and reads the whole volume. `checkpoints` says which
+/// checkpoint copies a device holds that decode: (generation, version)
+/// each. At every crash image the newest of them must not be older than
+/// on `image` (a crash may not leave recovery an older checkpoint than
+/// the one it started from); the reopen must succeed, read what the
+/// uninterrupted open reads (nothing is written above, so all of it was
+/// flushed before) and leave no copy of another version than the
+/// uninterrupted open leaves (an upgrade a crash cut short is finished by
+/// the next open). Returns the number of crash images checked and the
+/// volume's bytes.
 pub fn crash_check_open(
     make: MakeStack<'_>,
     image: &MemDevice,
     seeds: std::ops::Range<u64>,
-    newest_checkpoint: &dyn Fn(&MemDevice) -> Option<u64>,
+    checkpoints: &dyn Fn(&MemDevice) -> Vec<(u64, u32)>,
 ) -> (usize, Vec<u8>) {
     let device_bytes = image.size_bytes();
-    let recovered_from = newest_checkpoint(image).expect("the image holds a checkpoint");
+    let newest = |dev: &MemDevice| checkpoints(dev).into_iter().max();
+    let recovered_from = newest(image).expect("the image holds a checkpoint").0;
     let copy = || {
         let dev = MemDevice::new(device_bytes);
         image.copy_to(&dev).expect("copy the image");
         dev
     };
-    let volume = read_volume(&mut open_image(make, copy(), 0).expect("the image opens"), "on the image");
+    let opened = Arc::new(copy());
+    let volume =
+        read_volume(&mut open_image(make, opened.clone(), 0).expect("the image opens"), "on the image");
+    let version = newest(&opened).expect("a checkpoint").1;
     let mut checked = 0;
     for seed in seeds {
         let rec = Arc::new(Recorder::new(copy()));
@@ -478,17 +485,24 @@ pub fn crash_check_open(
             for (tear, dev) in [(None, whole)].into_iter().chain(torn) {
                 let Some(dev) = dev else { continue };
                 let at = format!("at cut {cut} of {} (torn: {tear:?}, seed {seed})", log.len());
-                let newest = newest_checkpoint(&dev);
+                let found = newest(&dev).map(|c| c.0);
                 assert!(
-                    newest >= Some(recovered_from),
-                    "newest readable checkpoint {newest:?}, older than generation {recovered_from} the open \
+                    found >= Some(recovered_from),
+                    "newest readable checkpoint {found:?}, older than generation {recovered_from} the open \
                      recovered from, {at}"
                 );
-                let mut h = open_image(make, dev, seed)
+                let dev = Arc::new(dev);
+                let mut h = open_image(make, dev.clone(), seed)
                     .unwrap_or_else(|e| panic!("the volume does not reopen {at}: {e}"));
                 assert!(
                     read_volume(&mut h, &at) == volume,
                     "the volume reads otherwise than before the crash {at}"
+                );
+                let left = checkpoints(&dev);
+                assert!(
+                    left.iter().all(|c| c.1 == version),
+                    "after the reopen the checkpoint copies are {left:?} (generation, version), not all of \
+                     version {version}, {at}"
                 );
                 checked += 1;
             }
@@ -500,9 +514,9 @@ pub fn crash_check_open(
 /// Opens the volume on `dev` as after a crash (unclean, no loss
 /// accepted) over a zero-latency device: the harness, or why the open
 /// was refused.
-pub fn open_image(make: MakeStack<'_>, dev: MemDevice, seed: u64) -> Result<Harness, String> {
+pub fn open_image(make: MakeStack<'_>, dev: Arc<MemDevice>, seed: u64) -> Result<Harness, String> {
     let stack = make(OpenMode::Open { clean: false, accept_loss: false });
-    let mut h = Harness::new(stack, Arc::new(dev) as Arc<dyn BlockDevice>, ZeroLatency::default(), seed);
+    let mut h = Harness::new(stack, dev as Arc<dyn BlockDevice>, ZeroLatency::default(), seed);
     h.bring_up()?;
     // A refused open is ready too (it fails every request).
     let errors: Vec<String> = h

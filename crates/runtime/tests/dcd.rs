@@ -256,12 +256,9 @@ fn a_crash_in_the_first_open_of_a_dcd_log_of_the_release_before_format_ids_loses
     let write = |b: &[u8]| dev.write_at(b, 0).expect("write");
     assert!(seglog_legacy::downgrade_device(DEVICE_BYTES as usize, read, write, &sizes) >= 7);
     let make = |mode| stack_from_toml(&text, DEVICE_BYTES, mode);
-    let newest_checkpoint = |d: &MemDevice| {
-        let mut area = vec![0u8; 8192];
-        d.read_at(&mut area, 0).expect("read");
-        seglog_legacy::newest_readable_generation(&area)
-    };
-    let (checked, volume) = crash_check_open(&make, &dev, 0..8, &newest_checkpoint);
+    let checkpoints =
+        |d: &MemDevice| seglog_legacy::readable_checkpoints_on(|b| d.read_at(b, 0).expect("read"));
+    let (checked, volume) = crash_check_open(&make, &dev, 0..8, &checkpoints);
     eprintln!("{checked} crash images");
     assert!(checked > 8 * 4, "{checked}");
     for (k, got) in volume.chunks(1024).enumerate() {

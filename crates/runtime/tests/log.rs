@@ -262,18 +262,15 @@ fn a_crash_in_the_first_open_of_a_log_of_the_release_before_format_ids_loses_not
     assert!(downgraded(&dev, &[512, 4096]) >= 6, "checkpoints and summaries");
     assert_eq!(checkpoint_version(&dev).1, [3, 3]);
     let make = |mode| stack_from_toml(&cfg, DEVICE_BYTES, mode);
-    let newest_checkpoint = |d: &MemDevice| {
-        let mut area = vec![0u8; 8192];
-        d.read_at(&mut area, 0).expect("read");
-        seglog_legacy::newest_readable_generation(&area)
-    };
-    let g = newest_checkpoint(&dev).expect("a checkpoint");
-    let fallback = MemDevice::new(DEVICE_BYTES);
+    let checkpoints =
+        |d: &MemDevice| seglog_legacy::readable_checkpoints_on(|b| d.read_at(b, 0).expect("read"));
+    let g = checkpoints(&dev).into_iter().max().expect("a checkpoint").0;
+    let fallback = Arc::new(MemDevice::new(DEVICE_BYTES));
     dev.copy_to(&fallback).expect("copy");
     fallback.write_at(&[0xA5; 512], g % 2 * 4096).expect("write");
     let refused = open_image(&make, fallback, 0).err().expect("the copy before is stale");
     assert!(refused.contains("log damaged"), "{refused}");
-    let (checked, volume) = crash_check_open(&make, &dev, 0..8, &newest_checkpoint);
+    let (checked, volume) = crash_check_open(&make, &dev, 0..8, &checkpoints);
     eprintln!("{checked} crash images");
     assert!(checked > 8 * 8, "{checked}");
     for b in 0..blocks {
