@@ -24,7 +24,7 @@ pub use file::FileDevice;
 pub use mem::MemDevice;
 pub use null::NullDevice;
 pub use overlay::OverlayDevice;
-pub use recorder::{LogEntry, LogOp, Recorder, WriteLog};
+pub use recorder::{LogEntry, LogOp, Recorder, Tear, WriteLog};
 
 use bytes::Bytes;
 use layoutd_core::{Completion, IoError, Op, Request};

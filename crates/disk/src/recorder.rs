@@ -1,7 +1,9 @@
 //! A write recorder in the spirit of dm-log-writes: every write, trim, zero
 //! and flush that reaches the device is appended to a log, in completion
 //! order, with its data. Any prefix of the log can be replayed onto a fresh
-//! device to see exactly what a crash at that point would have left.
+//! device to see exactly what a crash at that point would have left, or
+//! what it would have left had the prefix's last write been torn
+//! ([`Tear`]).
 
 use crate::{BlockDevice, MemDevice};
 use bytes::Bytes;
@@ -36,6 +38,17 @@ pub enum LogOp {
     Flush,
     /// A marker placed by a test (for example "upper write N acknowledged").
     Mark(u64),
+}
+
+/// How the last write of a log prefix is torn by a crash during it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tear {
+    /// Only its first sector reached the device (the rest holds what was
+    /// there before).
+    FirstSector,
+    /// Its whole range reads back as bytes no one wrote (each byte of the
+    /// write inverted): a sector left unreadable, which a checksum refuses.
+    Garbage,
 }
 
 /// One entry, numbered from zero.
@@ -114,6 +127,32 @@ impl WriteLog {
         }
         self.replay_prefix(count, &dev)?;
         Ok(dev)
+    }
+
+    /// [`WriteLog::image_at`] with the `count`-th entry (the prefix's last)
+    /// torn as `tear` says; `None` if that entry is not a write, or if the
+    /// tear would leave what the whole write does (a one-sector write's
+    /// first sector).
+    pub fn image_torn_at(
+        &self,
+        count: usize,
+        size_bytes: u64,
+        base: Option<&MemDevice>,
+        tear: Tear,
+    ) -> io::Result<Option<MemDevice>> {
+        let Some(last) = count.checked_sub(1) else { return Ok(None) };
+        let LogOp::Write { offset_bytes, data } = self.entries.lock().expect("log lock")[last].op.clone()
+        else {
+            return Ok(None);
+        };
+        let torn: Vec<u8> = match tear {
+            Tear::FirstSector if data.len() <= 512 => return Ok(None),
+            Tear::FirstSector => data[..512].to_vec(),
+            Tear::Garbage => data.iter().map(|b| !b).collect(),
+        };
+        let dev = self.image_at(last, size_bytes, base)?;
+        dev.write_at(&torn, offset_bytes)?;
+        Ok(Some(dev))
     }
 }
 
@@ -215,5 +254,29 @@ mod tests {
         let none = log.image_at(0, 1 << 16, None).unwrap();
         none.read_at(&mut b, 0).unwrap();
         assert_eq!(b, [0; 512]);
+    }
+
+    #[test]
+    fn a_torn_last_write_leaves_its_first_sector_or_garbage() {
+        let rec = Recorder::new(MemDevice::new(1 << 16));
+        rec.write_at(&[1; 1024], 0).unwrap();
+        rec.flush().unwrap();
+        rec.write_at(&[2; 1024], 0).unwrap();
+        rec.write_at(&[3; 512], 4096).unwrap();
+        let log = rec.log();
+        let read = |d: &MemDevice, at: u64| {
+            let mut b = [0u8; 512];
+            d.read_at(&mut b, at).unwrap();
+            b[0]
+        };
+        let first = log.image_torn_at(3, 1 << 16, None, Tear::FirstSector).unwrap().expect("a write");
+        assert_eq!((read(&first, 0), read(&first, 512)), (2, 1));
+        let garbage = log.image_torn_at(3, 1 << 16, None, Tear::Garbage).unwrap().expect("a write");
+        assert_eq!((read(&garbage, 0), read(&garbage, 512)), (!2, !2));
+        assert!(log.image_torn_at(4, 1 << 16, None, Tear::FirstSector).unwrap().is_none(), "one sector");
+        let one = log.image_torn_at(4, 1 << 16, None, Tear::Garbage).unwrap().expect("a write");
+        assert_eq!((read(&one, 0), read(&one, 4096)), (2, !3));
+        assert!(log.image_torn_at(2, 1 << 16, None, Tear::Garbage).unwrap().is_none(), "a flush");
+        assert!(log.image_torn_at(0, 1 << 16, None, Tear::Garbage).unwrap().is_none());
     }
 }

@@ -12,7 +12,7 @@ use crate::det::{Harness, Timing, ZeroLatency};
 use bytes::Bytes;
 use layoutd_core::config::StackConfig;
 use layoutd_core::{Completion, Op, OpenMode, ReqId, Request, StreamId, Target, SECTOR_BYTES};
-use layoutd_disk::{BlockDevice, LogOp, MemDevice, Recorder, WriteLog};
+use layoutd_disk::{BlockDevice, LogOp, MemDevice, Recorder, Tear, WriteLog};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, HashMap};
@@ -438,6 +438,117 @@ pub fn crash_check_over(
     cuts.len()
 }
 
+/// Crashes while opening the volume in `image` (unclean, as after a
+/// crash): for each of `seeds`, records one open over a zero-latency
+/// reordering device, then at every point of its writes, and again with
+/// the last write before that point torn (each [`Tear`]), reopens the
+/// device and reads the whole volume. `checkpoints` says which
+/// checkpoint copies a device holds that decode: (generation, version)
+/// each. At every crash image the newest of them must not be older than
+/// on `image` (a crash may not leave recovery an older checkpoint than
+/// the one it started from); the reopen must succeed, read what the
+/// uninterrupted open reads (nothing is written above, so all of it was
+/// flushed before) and leave no copy of another version than the
+/// uninterrupted open leaves (an upgrade a crash cut short is finished by
+/// the next open). Returns the number of crash images checked and the
+/// volume's bytes.
+pub fn crash_check_open(
+    make: MakeStack<'_>,
+    image: &MemDevice,
+    seeds: std::ops::Range<u64>,
+    checkpoints: &dyn Fn(&MemDevice) -> Vec<(u64, u32)>,
+) -> (usize, Vec<u8>) {
+    let device_bytes = image.size_bytes();
+    let newest = |dev: &MemDevice| checkpoints(dev).into_iter().max();
+    let recovered_from = newest(image).expect("the image holds a checkpoint").0;
+    let copy = || {
+        let dev = MemDevice::new(device_bytes);
+        image.copy_to(&dev).expect("copy the image");
+        dev
+    };
+    let opened = Arc::new(copy());
+    let volume =
+        read_volume(&mut open_image(make, opened.clone(), 0).expect("the image opens"), "on the image");
+    let version = newest(&opened).expect("a checkpoint").1;
+    let mut checked = 0;
+    for seed in seeds {
+        let rec = Arc::new(Recorder::new(copy()));
+        let log = rec.log();
+        let stack = make(OpenMode::Open { clean: false, accept_loss: false });
+        let mut h = Harness::new(stack, rec as Arc<dyn BlockDevice>, ZeroLatency::reordering(), seed);
+        bring_up(&mut h);
+        drop(h);
+        for cut in 0..=log.len() {
+            let whole = Some(log.image_at(cut, device_bytes, Some(image)).expect("replay"));
+            let torn = [Tear::FirstSector, Tear::Garbage]
+                .map(|t| (Some(t), log.image_torn_at(cut, device_bytes, Some(image), t).expect("replay")));
+            for (tear, dev) in [(None, whole)].into_iter().chain(torn) {
+                let Some(dev) = dev else { continue };
+                let at = format!("at cut {cut} of {} (torn: {tear:?}, seed {seed})", log.len());
+                let found = newest(&dev).map(|c| c.0);
+                assert!(
+                    found >= Some(recovered_from),
+                    "newest readable checkpoint {found:?}, older than generation {recovered_from} the open \
+                     recovered from, {at}"
+                );
+                let dev = Arc::new(dev);
+                let mut h = open_image(make, dev.clone(), seed)
+                    .unwrap_or_else(|e| panic!("the volume does not reopen {at}: {e}"));
+                assert!(
+                    read_volume(&mut h, &at) == volume,
+                    "the volume reads otherwise than before the crash {at}"
+                );
+                let left = checkpoints(&dev);
+                assert!(
+                    left.iter().all(|c| c.1 == version),
+                    "after the reopen the checkpoint copies are {left:?} (generation, version), not all of \
+                     version {version}, {at}"
+                );
+                checked += 1;
+            }
+        }
+    }
+    (checked, volume)
+}
+
+/// Opens the volume on `dev` as after a crash (unclean, no loss
+/// accepted) over a zero-latency device: the harness, or why the open
+/// was refused.
+pub fn open_image(make: MakeStack<'_>, dev: Arc<MemDevice>, seed: u64) -> Result<Harness, String> {
+    let stack = make(OpenMode::Open { clean: false, accept_loss: false });
+    let mut h = Harness::new(stack, dev as Arc<dyn BlockDevice>, ZeroLatency::default(), seed);
+    h.bring_up()?;
+    // A refused open may count as ready (it fails every request).
+    let errors: Vec<String> = h
+        .stack
+        .layer_statuses()
+        .into_iter()
+        .flat_map(|st| st.config.into_iter().filter(|(k, _)| k == "error").map(|(_, v)| v))
+        .collect();
+    if errors.is_empty() {
+        Ok(h)
+    } else {
+        Err(errors.join("; "))
+    }
+}
+
+/// Every byte of the volume, read in 128 KiB requests; a failed read
+/// panics naming `when`.
+fn read_volume<T: Timing>(h: &mut Harness<T>, when: &str) -> Vec<u8> {
+    let size = h.stack.size_bytes();
+    let chunk = 256 * S;
+    let mut bytes = Vec::with_capacity(size as usize);
+    let mut off = 0;
+    while off < size {
+        let len = chunk.min(size - off);
+        let c = h.read(off, len as u32);
+        assert_eq!(c.result, Ok(()), "read at volume offset {off} failed {when}");
+        bytes.extend_from_slice(&c.data.expect("data mode"));
+        off += len;
+    }
+    bytes
+}
+
 /// Where to cut a recorded log: right after the format (the volume reads
 /// zeroes), every flush point after it, `random_cuts` seeded random
 /// points, and the end.
@@ -468,22 +579,13 @@ fn check_cut(
     let stack = make(OpenMode::Open { clean: false, accept_loss: false });
     let mut h = Harness::new(stack, image as Arc<dyn BlockDevice>, ZeroLatency::default(), seed);
     bring_up(&mut h);
-    let size = h.stack.size_bytes();
-    let chunk = 256 * S;
-    let mut off = 0;
-    while off < size {
-        let len = chunk.min(size - off);
-        let c = h.read(off, len as u32);
-        assert_eq!(c.result, Ok(()), "read after recovery failed at cut {} (seed {seed})", prefix.len());
-        let data = c.data.expect("data mode");
-        for i in 0..len / S {
-            let s = off / S + i;
-            let got = sector_tag(&data[(i * S) as usize..((i + 1) * S) as usize], s).unwrap_or_else(|| {
-                panic!("sector {s} holds bytes no write ever wrote, at cut {} (seed {seed})", prefix.len())
-            });
-            check_sector(s, got, ops, &submitted, &durable_before, prefix.len(), seed);
-        }
-        off += len;
+    let data = read_volume(&mut h, &format!("after recovery at cut {} (seed {seed})", prefix.len()));
+    for (s, bytes) in data.chunks(S as usize).enumerate() {
+        let s = s as u64;
+        let got = sector_tag(bytes, s).unwrap_or_else(|| {
+            panic!("sector {s} holds bytes no write ever wrote, at cut {} (seed {seed})", prefix.len())
+        });
+        check_sector(s, got, ops, &submitted, &durable_before, prefix.len(), seed);
     }
 }
 

@@ -9,8 +9,9 @@ use layoutd_core::{Op, OpenMode, Target};
 use layoutd_disk::{BlockDevice, LogOp, MemDevice, Recorder};
 use layoutd_runtime::det::{Harness, ZeroLatency};
 use layoutd_runtime::testkit::{
-    bring_up, crash_check, crash_check_idle_with, crash_check_over, oracle_check, oracle_check_idle_with,
-    oracle_check_over, random_image, stack_from_toml, tags_shifted, Before, OpSpec,
+    bring_up, crash_check, crash_check_idle_with, crash_check_open, crash_check_over, open_image,
+    oracle_check, oracle_check_idle_with, oracle_check_over, random_image, stack_from_toml, tags_shifted,
+    Before, OpSpec,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -300,6 +301,65 @@ fn opens_and_goes_on(image: MemDevice, cfg: &str) {
     drop(h);
     assert_eq!(checkpoint_version(&dev), (v, [v, v]));
     check(&mut open(), &newest);
+}
+
+/// A crash anywhere in the first open of a log of either release before
+/// (before format identities; before map pages carried the id: chain
+/// checkpoint versions 3 and 4), with the last write before it torn or not, loses
+/// nothing: the open rewrites the checkpoint copy it recovered from (in
+/// this build's version) only once its own checkpoint, in the other copy,
+/// is durable, so a torn rewrite never leaves the copy before it, whose
+/// chain the log has since overwritten, as the newest (checked: with the
+/// newest copy destroyed the image is refused).
+#[test]
+fn a_crash_in_the_first_open_of_a_log_of_the_release_before_format_ids_loses_nothing() {
+    for (release, version) in
+        [(seglog_legacy::Release::BeforeFormatIds, 3), (seglog_legacy::Release::BeforeMapIds, 4)]
+    {
+        crash_in_the_first_open_of_a_log_of(release, version);
+    }
+}
+
+fn crash_in_the_first_open_of_a_log_of(release: seglog_legacy::Release, version: u32) {
+    let cfg = cfg("greedy", "resequence = false\n")
+        .replace("checkpoint_segments = 6", "checkpoint_segments = 1000");
+    let (dev, mut h) = formatted(&cfg);
+    // Every block once, then rounds over a hot few, with a checkpoint
+    // every 10 rounds: the segments of an epoch die within it and are
+    // reused after the checkpoint that ends the next one.
+    let blocks = counter(&*h.stack, "volume_blocks_count") * 9 / 10;
+    let newest = |b: u64| if b < 8 { 41 } else { 1 };
+    for b in 0..blocks {
+        assert_eq!(h.write(b * 4096, block_bytes(1, b)).result, Ok(()));
+    }
+    for round in 2..42 {
+        if round % 10 == 0 && round <= 30 {
+            h.stack.message(h.now, "checkpoint").expect("checkpoint");
+        }
+        for b in 0..8 {
+            assert_eq!(h.write(b * 4096, block_bytes(round, b)).result, Ok(()));
+        }
+        assert_eq!(h.flush().result, Ok(()));
+    }
+    drop(h);
+    assert!(downgraded_to(&dev, &[512, 4096], release) >= 2, "{release:?}: checkpoints and more");
+    assert_eq!(checkpoint_version(&dev).1, [version, version], "{release:?}");
+    let make = |mode| stack_from_toml(&cfg, DEVICE_BYTES, mode);
+    let checkpoints =
+        |d: &MemDevice| seglog_legacy::readable_checkpoints_on(|b| d.read_at(b, 0).expect("read"));
+    let g = checkpoints(&dev).into_iter().max().expect("a checkpoint").0;
+    let fallback = Arc::new(MemDevice::new(DEVICE_BYTES));
+    dev.copy_to(&fallback).expect("copy");
+    fallback.write_at(&[0xA5; 512], g % 2 * 4096).expect("write");
+    let refused = open_image(&make, fallback, 0).err().expect("the copy before is stale");
+    assert!(refused.contains("log damaged"), "{release:?}: {refused}");
+    let (checked, volume) = crash_check_open(&make, &dev, 0..8, &checkpoints);
+    eprintln!("{release:?}: {checked} crash images");
+    assert!(checked > 8 * 8, "{release:?}: {checked}");
+    for b in 0..blocks {
+        let at = (b * 4096) as usize;
+        assert_eq!(volume[at..at + 4096], block_bytes(newest(b), b)[..], "block {b}");
+    }
 }
 
 /// Bytes of version `v` of 4 KiB block `b` (each sector tagged).

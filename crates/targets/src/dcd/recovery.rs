@@ -16,6 +16,9 @@
 //! checkpoint with the next boot and `resume_seq` = the replay end is
 //! written with FUA, so leftovers past the end are never replayed later,
 //! and a new flush mark saying the log is durable up to the replay end.
+//! For a log of the version before format identities, once both are
+//! durable, the copy recovered from is written again in this build's
+//! version (`seglog::copy_version`), and then the log serves.
 //!
 //! Torn tail or damage: the walk stops at the first segment that does not
 //! belong to the log. If the flush mark says the log was durable past that
@@ -59,12 +62,15 @@ pub(super) struct Recovering {
     accept_loss: bool,
     walk: Option<ReplayWalk>,
     checkpoint: Option<Checkpoint>,
-    /// The checkpoint read is of the version before format identities.
+    /// The checkpoint read is of the version before format identities:
+    /// its copy is written again in this build's version once the new
+    /// checkpoint and mark are durable.
     legacy: bool,
     /// One checkpoint copy did not decode.
     copy_unreadable: bool,
     mark: Option<FlushMark>,
-    /// Writes before serving still in flight (new checkpoint, new mark).
+    /// Writes before serving still in flight (new checkpoint and mark,
+    /// then the legacy rewrite).
     finishing: Option<u32>,
 }
 
@@ -166,11 +172,28 @@ impl Dcd {
     fn recover_step(&mut self, mut r: Recovering, data: Option<Bytes>) {
         if let Some(left) = r.finishing {
             assert!(left > 0);
-            if left == 1 {
-                self.phase = Phase::Serving;
-            } else {
+            if left > 1 {
                 r.finishing = Some(left - 1);
                 self.phase = Phase::Recover(r);
+            } else if std::mem::take(&mut r.legacy) {
+                // The copy recovered from, in this build's version (see
+                // `seglog::copy_version`), only now that the new checkpoint
+                // (the other copy) is durable: a crash that tears this
+                // write leaves that one, never the copy before, whose
+                // replay range may have been reused. Serving waits for it,
+                // so no copy of the old version is left once this build
+                // writes anything of its own.
+                let ck = r.checkpoint.as_ref().expect("read before the walk");
+                let req = Request::write(
+                    ReqId(0),
+                    self.geo.checkpoint_offset_bytes(ck.generation),
+                    Bytes::from(ck.encode(&self.geo)),
+                );
+                self.emit(LowerOp::Bringup, Request { fua: true, ..req });
+                r.finishing = Some(1);
+                self.phase = Phase::Recover(r);
+            } else {
+                self.phase = Phase::Serving;
             }
             return;
         }
@@ -268,19 +291,8 @@ impl Dcd {
             ..super::Ring::new(self.geo.segment_count, ck.replay_from_seq, end)
         };
         let _ = r.clean;
-        r.finishing = Some(2 + u32::from(r.legacy));
-        let legacy = r.legacy;
+        r.finishing = Some(2);
         self.phase = Phase::Recover(r);
-        if legacy {
-            // The copy recovered from, in this build's version (see
-            // `seglog::copy_version`); the new checkpoint takes the other.
-            let req = Request::write(
-                ReqId(0),
-                self.geo.checkpoint_offset_bytes(ck.generation),
-                Bytes::from(ck.encode(&self.geo)),
-            );
-            self.emit(LowerOp::Bringup, Request { fua: true, ..req });
-        }
         self.write_checkpoint(LowerOp::Bringup, ck.replay_from_seq, true);
         self.write_mark(LowerOp::Bringup, end);
     }

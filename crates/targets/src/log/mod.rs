@@ -300,6 +300,11 @@ pub struct Log {
     /// Map pages of the version before they carried the id are the
     /// volume's own (`seglog::ChainCheckpoint::legacy_map`).
     legacy_map: bool,
+    /// Bring-up of a volume of the version before format identities: the
+    /// checkpoint recovered from, to be written again in place in this
+    /// build's version once the bring-up checkpoint is durable (see
+    /// `seglog::copy_version`).
+    legacy_rewrite: Option<crate::seglog::ChainCheckpoint>,
     next_seq: Seq,
     /// Where the next segment goes, as named by the last header or checkpoint.
     chain_next: Option<SegLoc>,
@@ -420,6 +425,7 @@ impl Log {
             boot: 1,
             format_id: crate::seglog::LEGACY_FORMAT_ID,
             legacy_map: false,
+            legacy_rewrite: None,
             next_seq: Seq(0),
             chain_next: None,
             head: SegLoc(0),

@@ -27,7 +27,10 @@
 //! walk, applying each summary in order; the reverse map and segment usage
 //! are rebuilt from the map. A flush mark past the end of the walk means
 //! flushed data is lost: refused unless the opener accepts the loss. Then
-//! a new flush mark and a checkpoint with the next boot, before serving.
+//! a new flush mark and a checkpoint with the next boot, before serving;
+//! for a volume of the version before format identities, after that
+//! checkpoint's record, the copy recovered from again in this build's
+//! version (`seglog::copy_version`), waited for before serving.
 
 use super::map::{DecodedPage, PageOwner, UNMAPPED};
 use super::{Blocked, Log, LowerOp, Phase};
@@ -69,11 +72,11 @@ pub(super) enum Bringup {
     ReadMap { found: Found, next_page: u32 },
     /// Walking the chain; `at` is the segment being read.
     Walk { found: Found, walk: ChainWalk, at: SegLoc },
-    /// Writing the new flush mark (and, for a volume of the version
-    /// before format identities, its checkpoint in this build's version):
-    /// the writes left.
-    Marking { left: u32 },
-    /// The checkpoint work for the new boot runs.
+    /// Writing the new flush mark.
+    Marking,
+    /// The checkpoint work for the new boot runs (and then, for a volume
+    /// of the version before format identities, rewrites the copy
+    /// recovered from in this build's version: `Log::legacy_rewrite`).
     Finishing,
 }
 
@@ -132,6 +135,9 @@ enum CkStage {
     Pages,
     Flush,
     Record,
+    /// The bring-up checkpoint is durable; the copy recovered from is
+    /// being rewritten in this build's version.
+    Rewrite,
 }
 
 impl Log {
@@ -207,8 +213,7 @@ impl Log {
             Bringup::ReadCheckpoint { accept_loss } => self.checkpoint_read(c.data, accept_loss),
             Bringup::ReadMap { found, next_page } => self.map_read(c.data, found, next_page),
             Bringup::Walk { found, walk, at } => self.walk_read(c.data, found, walk, at),
-            Bringup::Marking { left } if left > 1 => Ok(Some(Bringup::Marking { left: left - 1 })),
-            Bringup::Marking { .. } => {
+            Bringup::Marking => {
                 self.works.push(super::Work::Checkpoint(CheckpointWork::default()));
                 Ok(Some(Bringup::Finishing))
             }
@@ -452,15 +457,10 @@ impl Log {
         self.emit(LowerOp::Bringup, req);
         self.mark_generation = mark_generation;
         self.mark_upto = end;
-        if found.legacy {
-            // The copy recovered from, in this build's version (see
-            // `seglog::copy_version`); the new checkpoint takes the other.
-            let off = self.geo.checkpoint_offset_bytes(ck.generation);
-            let mut req = Request::write(ReqId(0), off, Bytes::from(ck.encode(&self.geo)));
-            req.fua = true;
-            self.emit(LowerOp::Bringup, req);
-        }
-        Ok(Some(Bringup::Marking { left: 1 + u32::from(found.legacy) }))
+        // Rewritten once the bring-up checkpoint, in the other copy, is
+        // durable (`CkStage::Rewrite`).
+        self.legacy_rewrite = found.legacy.then(|| found.ck.clone());
+        Ok(Some(Bringup::Marking))
     }
 
     /// The live bits and segment usage from the map; two blocks in one
@@ -560,12 +560,39 @@ impl Log {
                     );
                     self.dirty_at_pow2.clear();
                     self.counters.checkpoints_count += 1;
-                    if matches!(self.phase, Phase::Bringup(Bringup::Finishing)) {
-                        self.phase = Phase::Serving;
+                    if let Some(ck) = self.legacy_rewrite.take() {
+                        // The copy recovered from, in this build's version
+                        // (see `seglog::copy_version`), only now that the
+                        // checkpoint in the other copy is durable: a crash
+                        // that tears this write leaves that one, never the
+                        // copy before, whose chain may have been reused.
+                        // The work waits for it (the next checkpoint writes
+                        // this copy) and serving waits for the work, so no
+                        // copy of the old version is left once this build
+                        // writes anything of its own.
+                        let off = self.geo.checkpoint_offset_bytes(ck.generation);
+                        let mut req = Request::write(ReqId(0), off, Bytes::from(ck.encode(&self.geo)));
+                        req.fua = true;
+                        self.work_io(req);
+                        k.stage = CkStage::Rewrite;
+                        continue;
                     }
+                    self.end_bringup();
+                    return Ok(());
+                }
+                CkStage::Rewrite => {
+                    self.take_io()?;
+                    self.end_bringup();
                     return Ok(());
                 }
             }
+        }
+    }
+
+    /// The bring-up checkpoint work ended: serve.
+    fn end_bringup(&mut self) {
+        if matches!(self.phase, Phase::Bringup(Bringup::Finishing)) {
+            self.phase = Phase::Serving;
         }
     }
 

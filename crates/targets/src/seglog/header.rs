@@ -709,11 +709,13 @@ impl ChainCheckpoint {
 /// picked is of an older version (before format identities; for the
 /// chain checkpoint, also before the log's map pages carried the id), the
 /// recovering build writes it again in its own version (same generation
-/// and fields: format id 0, `legacy_map`) beside its new checkpoint, which
-/// goes to the other copy: then no copy of the old version is left, and
-/// an older build refuses the volume by its version instead of falling
-/// back to a stale copy (or, for the log, to a map page of its version
-/// older than the one this build wrote beside it).
+/// and fields: format id 0, `legacy_map`) once its new checkpoint, which
+/// goes to the other copy, is durable (a crash that tore it earlier would
+/// leave the copy before as the newest, whose replay range may have been
+/// reused), and serves only after that: then no copy of the old version is
+/// left, and an older build refuses the volume by its version instead of
+/// falling back to a stale copy (or, for the log, to a map page of its
+/// version older than the one this build wrote beside it).
 pub fn copy_version(area: &[u8], generation: u64) -> u32 {
     let at = (generation % 2) as usize * super::CHECKPOINT_COPY_BYTES as usize;
     u32::from_le_bytes(area[at + 8..at + 12].try_into().expect("4 bytes"))

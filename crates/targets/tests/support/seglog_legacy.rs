@@ -142,6 +142,32 @@ pub fn checkpoint_versions(area: &[u8]) -> [u32; 2] {
     [v(0), v(4096)]
 }
 
+/// The checkpoint copies of a seglog checkpoint area (ring or chain, at
+/// 0 and 4096) whose blocks decode (magic, version and checksum) in this
+/// build's version or an older one a release before wrote: (generation,
+/// version) of each.
+pub fn readable_checkpoints(area: &[u8]) -> Vec<(u64, u32)> {
+    let copy = |at: usize| {
+        let block = area.get(at..at + 512)?;
+        // This build's version, and the older ones the releases before wrote.
+        let (magic, new, old) = match block[0..8].try_into().ok()? {
+            CHECKPOINT_MAGIC => (CHECKPOINT_MAGIC, 3, 2..=2),
+            CHAIN_MAGIC => (CHAIN_MAGIC, 5, 3..=4),
+            _ => return None,
+        };
+        let codec = MetaBlockCodec { magic, version: new, block_bytes: 512 };
+        codec.decode_versioned(block, u64::MAX, |v| old.contains(&v)).ok().map(|(d, v)| (d.generation, v))
+    };
+    [0, 4096].into_iter().filter_map(copy).collect()
+}
+
+/// [`readable_checkpoints`] of the checkpoint area `read` fills (8 KiB).
+pub fn readable_checkpoints_on(read: impl Fn(&mut [u8])) -> Vec<(u64, u32)> {
+    let mut area = vec![0u8; 8192];
+    read(&mut area);
+    readable_checkpoints(&area)
+}
+
 /// Reads a whole device image, downgrades it ([`downgrade_image`]) and
 /// writes it back; returns how many blocks were downgraded.
 pub fn downgrade_device(
