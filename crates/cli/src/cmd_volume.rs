@@ -560,8 +560,7 @@ pub struct DestageArgs {
 pub fn destage(a: DestageArgs) -> Result<()> {
     distinct(&a.device)?;
     volume::check(&a.device)?;
-    eprintln!("layoutd: draining {} ...", names(&a.device));
-    let statuses = volume::destage(&a.device)?;
+    let statuses = volume::destage(&a.device, || eprintln!("layoutd: draining {} ...", names(&a.device)))?;
     println!("drained {}; stack now:", names(&a.device));
     for s in statuses {
         println!("  {s}");

@@ -109,7 +109,17 @@ fn read_superblock(path: &Path, dev: &FileDevice) -> Result<Superblock, VolumeEr
     }
     let mut buf = vec![0u8; 2 * SUPERBLOCK_BYTES];
     dev.read_at(&mut buf, 0).map_err(|e| err(path, format!("cannot read the superblock: {e}")))?;
-    Superblock::decode(&buf).map_err(|e| err(path, e.to_string()))
+    Superblock::decode(&buf).map_err(|e| match e {
+        SuperblockError::Corrupt(why) => err(
+            path,
+            format!(
+                "superblock corrupt (copy A at byte 0, copy B at byte {SUPERBLOCK_BYTES}): {why}; the stack config \
+                 is lost with them: restore the device from a copy, or `layoutd format --force` it to start over \
+                 (erases the volume)"
+            ),
+        ),
+        e => err(path, e.to_string()),
+    })
 }
 
 fn write_superblock(path: &Path, dev: &FileDevice, sb: &Superblock) -> Result<(), VolumeError> {
@@ -119,10 +129,20 @@ fn write_superblock(path: &Path, dev: &FileDevice, sb: &Superblock) -> Result<()
         .map_err(|e| err(path, format!("cannot write the superblock: {e}")))
 }
 
+/// A device error as a [`VolumeError`], naming `path` once (the device's
+/// own message already starts with it).
+fn device_err(path: &Path, e: std::io::Error) -> VolumeError {
+    err(path, e.to_string().replace(&format!("{}: ", path.display()), ""))
+}
+
 /// Opens and locks `path`, naming it in any error.
 fn open_locked(path: &Path, direct: bool) -> Result<FileDevice, VolumeError> {
-    FileDevice::open(path, direct, true)
-        .map_err(|e| err(path, e.to_string().replace(&format!("{}: ", path.display()), "")))
+    FileDevice::open(path, direct, true).map_err(|e| device_err(path, e))
+}
+
+/// Opens `path` read-only without locking it, naming it in any error.
+fn open_read_only(path: &Path) -> Result<FileDevice, VolumeError> {
+    FileDevice::open_read_only(path).map_err(|e| device_err(path, e))
 }
 
 /// Rewrites every member's superblock with `clean`, bumping its generation.
@@ -215,6 +235,9 @@ pub fn format(paths: &[PathBuf], cfg: &StackConfig, opts: &FormatOptions) -> Res
                 Err(e) => {
                     // Name what the foreign data is when libblkid knows it.
                     crate::probe::refuse_foreign(path).map_err(|msg| err(path, msg))?;
+                    if e.msg.contains("--force") {
+                        return Err(e);
+                    }
                     return Err(err(path, format!("{}; pass --force to overwrite it", e.msg)));
                 }
             }
@@ -344,17 +367,14 @@ pub fn open_with(paths: &[PathBuf], direct: bool, accept_loss: bool) -> Result<V
 
 /// Reads one device's superblock without locking or modifying it.
 pub fn inspect(path: &Path) -> Result<Superblock, VolumeError> {
-    let dev = FileDevice::open_read_only(path).map_err(|e| err(path, e.to_string()))?;
+    let dev = open_read_only(path)?;
     read_superblock(path, &dev)
 }
 
 /// Checks that `paths` are the members of one formatted volume, in order,
 /// without locking or modifying anything; returns member 0's superblock.
 pub fn check(paths: &[PathBuf]) -> Result<Superblock, VolumeError> {
-    let devs: Vec<FileDevice> = paths
-        .iter()
-        .map(|p| FileDevice::open_read_only(p).map_err(|e| err(p, e.to_string())))
-        .collect::<Result<_, _>>()?;
+    let devs: Vec<FileDevice> = paths.iter().map(|p| open_read_only(p)).collect::<Result<_, _>>()?;
     Ok(check_members(paths, &devs)?.swap_remove(0))
 }
 
@@ -369,10 +389,7 @@ pub fn inspect_stack(paths: &[PathBuf]) -> Result<(Superblock, Box<dyn Target>),
 fn overlay_stack(
     paths: &[PathBuf],
 ) -> Result<(Superblock, Box<dyn Target>, Arc<dyn BlockDevice>), VolumeError> {
-    let devs: Vec<FileDevice> = paths
-        .iter()
-        .map(|p| FileDevice::open_read_only(p).map_err(|e| err(p, e.to_string())))
-        .collect::<Result<_, _>>()?;
+    let devs: Vec<FileDevice> = paths.iter().map(|p| open_read_only(p)).collect::<Result<_, _>>()?;
     let sb = check_members(paths, &devs)?.swap_remove(0);
     let sizes = member_data_bytes(&sb);
     let mode = OpenMode::Open { clean: sb.clean, accept_loss: false };
@@ -429,9 +446,11 @@ pub fn message(paths: &[PathBuf], text: &str) -> Result<Result<String, String>, 
 
 /// Drains all background work offline (for `dcd`: destages the whole log
 /// home), checks that nothing is left dirty, flushes, and marks the volume
-/// clean. Returns the stack's statuses afterwards.
-pub fn destage(paths: &[PathBuf]) -> Result<Vec<layoutd_core::Status>, VolumeError> {
-    let ((), stack, members) = run_offline(paths, "background work", |_| ())?;
+/// clean. Returns the stack's statuses afterwards. `opened` is called once
+/// the volume is open and recovered (for a progress note: a refusal at
+/// open stays one line).
+pub fn destage(paths: &[PathBuf], opened: impl FnOnce()) -> Result<Vec<layoutd_core::Status>, VolumeError> {
+    let ((), stack, members) = run_offline(paths, "background work", |_| opened())?;
     if !stack.is_drained() {
         let statuses: Vec<String> = stack.layer_statuses().iter().map(|s| s.to_string()).collect();
         return Err(err(
