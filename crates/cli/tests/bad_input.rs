@@ -176,3 +176,36 @@ fn a_log_without_a_checkpoint_is_refused_at_open_naming_why() {
     // One line: destage's progress note comes only once the volume is open.
     refused(&["destage", "--device", dev_s], &dev, &why);
 }
+
+/// A two-layer stack whose upper layer refuses the open (a pool over a log,
+/// both pool checkpoint copies damaged) leaves the device untouched: the
+/// log below had already recovered and written its bring-up checkpoint
+/// before the pool refused, so the device changed although the pool said
+/// "nothing was changed".
+#[test]
+fn an_upper_layer_refusing_the_open_leaves_the_device_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = "version = 1\n[[layer]]\ntarget = \"pool\"\n[[layer]]\ntarget = \"log\"\n";
+    let dev = common::formatted(dir.path(), "stack.img", "64M", Some(cfg));
+    // A snapshot writes the pool's second checkpoint copy; a log
+    // checkpoint then covers the segments holding them (not replayed).
+    for args in [&["snapshot", "create", "s1"][..], &["message", "checkpoint"]] {
+        let o = layoutd().args(args).args(["--device", dev.to_str().unwrap()]).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let mut bytes = std::fs::read(&dev).unwrap();
+    let mut damaged = 0;
+    for off in (0..bytes.len()).step_by(512) {
+        if &bytes[off..off + 8] == b"LDPOOLCH" {
+            bytes[off + 40] ^= 0xff;
+            damaged += 1;
+        }
+    }
+    assert!(damaged >= 2, "both pool checkpoint copies are on the device ({damaged} found)");
+    std::fs::write(&dev, &bytes).unwrap();
+    let d = dev.to_str().unwrap();
+    let why = ["stack.img", "pool: metadata checkpoint unreadable", "lower offset", "Restore the device"];
+    refused(&["message", "--device", d, "snapshot list"], &dev, &why);
+    refused(&["destage", "--device", d], &dev, &why);
+    refused(&["snapshot", "list", "--device", d], &dev, &why);
+}

@@ -163,9 +163,9 @@ pub fn mark_clean(members: &[Member]) -> Result<(), VolumeError> {
 
 /// Drives a stack in the deterministic runtime over the real device until it
 /// is ready (formatting or recovering its metadata), then returns it.
-fn bring_up(
+fn bring_up_quiet(
     path: &Path,
-    mut stack: Box<dyn Target>,
+    stack: Box<dyn Target>,
     data: Arc<dyn BlockDevice>,
 ) -> Result<Box<dyn Target>, VolumeError> {
     if stack.is_ready() {
@@ -181,9 +181,17 @@ fn bring_up(
             ),
         )
     })?;
-    stack = h.into_stack();
-    // A layer's one-line notice about how it opened (a pool's recorded
-    // placement overriding the config's).
+    Ok(h.into_stack())
+}
+
+/// [`bring_up_quiet`], then each layer's one-line notice about how it
+/// opened (a pool's recorded placement overriding the config's).
+fn bring_up(
+    path: &Path,
+    stack: Box<dyn Target>,
+    data: Arc<dyn BlockDevice>,
+) -> Result<Box<dyn Target>, VolumeError> {
+    let stack = bring_up_quiet(path, stack, data)?;
     for st in stack.layer_statuses() {
         for (_, n) in st.config.iter().filter(|(k, _)| k == "notice") {
             eprintln!("layoutd: {}: {n}", path.display());
@@ -354,9 +362,22 @@ pub fn open_with(paths: &[PathBuf], direct: bool, accept_loss: bool) -> Result<V
     let sb = sbs[0].clone();
     let sizes = member_data_bytes(&sb);
     let mode = OpenMode::Open { clean: sb.clean, accept_loss };
-    let stack = layoutd_targets::build_stack_members(&sb.config, &sizes, mode)
-        .map_err(|e| err(&paths[0], format!("the stored stack config is unusable: {e}")))?;
+    let build = || {
+        layoutd_targets::build_stack_members(&sb.config, &sizes, mode)
+            .map_err(|e| err(&paths[0], format!("the stored stack config is unusable: {e}")))
+    };
+    let stack = build()?;
     let devs: Vec<Arc<FileDevice>> = devs.into_iter().map(Arc::new).collect();
+    if sb.config.layer.len() > 1 {
+        // Recover over a copy-on-write overlay first: when an upper layer
+        // refuses the open (damaged metadata), the layers below it have
+        // already recovered and written (a log's bring-up checkpoint), and
+        // a refusal must leave every device as it was.
+        let overlay = concat_data(&devs, &sizes, |d, n| {
+            Arc::new(OverlayDevice::new(SliceDevice::new(d, DATA_START_BYTES, n)))
+        });
+        bring_up_quiet(&paths[0], Box::new(build()?), overlay)?;
+    }
     let data = concat_data(&devs, &sizes, |d, n| Arc::new(SliceDevice::new(d, DATA_START_BYTES, n)));
     let stack = bring_up(&paths[0], Box::new(stack), data.clone())?;
     let members: Vec<Member> =
