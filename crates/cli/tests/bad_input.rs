@@ -209,3 +209,36 @@ fn an_upper_layer_refusing_the_open_leaves_the_device_untouched() {
     refused(&["destage", "--device", d], &dev, &why);
     refused(&["snapshot", "list", "--device", d], &dev, &why);
 }
+
+/// The subcommands listed under "Commands:" in `layoutd ARGS --help`.
+fn subcommands(args: &[String]) -> Vec<String> {
+    let out = layoutd().args(args).arg("--help").output().unwrap();
+    assert!(out.status.success(), "{args:?} --help failed");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let listed = text.lines().skip_while(|l| *l != "Commands:").skip(1).take_while(|l| !l.is_empty());
+    // A command's line starts two spaces in; a wrapped description further.
+    let names = listed.filter(|l| l.starts_with("  ") && !l.starts_with("   "));
+    names.filter_map(|l| l.split_whitespace().next()).filter(|n| *n != "help").map(String::from).collect()
+}
+
+/// Every subcommand's --help teaches by example (`snapshot list`, `delete`
+/// and `merge` had none), walking the whole command tree.
+#[test]
+fn every_subcommand_help_has_an_example() {
+    let mut todo = vec![Vec::<String>::new()];
+    let mut leaves = 0;
+    while let Some(args) = todo.pop() {
+        let subs = subcommands(&args);
+        if !args.is_empty() && subs.is_empty() {
+            let out = layoutd().args(&args).arg("--help").output().unwrap();
+            assert!(
+                String::from_utf8_lossy(&out.stdout).contains("Example"),
+                "`layoutd {}` --help has no example",
+                args.join(" ")
+            );
+            leaves += 1;
+        }
+        todo.extend(subs.into_iter().map(|s| args.iter().cloned().chain([s]).collect()));
+    }
+    assert!(leaves >= 15, "walked {leaves} subcommands");
+}
