@@ -67,6 +67,7 @@ enum SnapshotCmd {
 
 pub fn run(a: SnapshotArgs) -> Result<()> {
     let target = CommandTarget::from_flags(&a.device, &a.socket, &a.control)?;
+    target.require_layer("pool")?;
     let text = match &a.cmd {
         SnapshotCmd::Create { name, of, ro } => format!(
             "snapshot create {name}{}{}",

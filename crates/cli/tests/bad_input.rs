@@ -242,3 +242,21 @@ fn every_subcommand_help_has_an_example() {
     }
     assert!(leaves >= 15, "walked {leaves} subcommands");
 }
+
+/// A command the volume cannot take is refused naming the device, and the
+/// device is not opened for writing: `opt status` on a volume without an
+/// `opt` layer printed the log's status and succeeded; `snapshot list`
+/// without a pool and an unknown message opened, recovered and marked the
+/// device before the refusal.
+#[test]
+fn commands_the_volume_cannot_take_leave_it_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = "version = 1\n[[layer]]\ntarget = \"log\"\n";
+    let dev = common::formatted(dir.path(), "plain.img", "64M", Some(cfg));
+    let d = dev.to_str().unwrap();
+    refused(&["opt", "status", "--device", d], &dev, &["plain.img", "no `opt` layer", "top first: log"]);
+    refused(&["snapshot", "list", "--device", d], &dev, &["plain.img", "no `pool` layer", "top first: log"]);
+    let why = ["plain.img", "refused `bogus`", "unknown message", "known: checkpoint"];
+    refused(&["message", "--device", d, "bogus"], &dev, &why);
+    refused(&["message", "--device", d, "2:checkpoint"], &dev, &["plain.img", "no layer 2"]);
+}

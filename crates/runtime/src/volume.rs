@@ -403,12 +403,13 @@ pub fn check(paths: &[PathBuf]) -> Result<Superblock, VolumeError> {
 /// over a copy-on-write overlay, so counters reflect the volume's persistent
 /// state while no device is ever written.
 pub fn inspect_stack(paths: &[PathBuf]) -> Result<(Superblock, Box<dyn Target>), VolumeError> {
-    overlay_stack(paths).map(|(sb, stack, _)| (sb, stack))
+    overlay_stack(paths, true).map(|(sb, stack, _)| (sb, stack))
 }
 
 /// [`inspect_stack`], with the overlay device the stack runs on.
 fn overlay_stack(
     paths: &[PathBuf],
+    notices: bool,
 ) -> Result<(Superblock, Box<dyn Target>, Arc<dyn BlockDevice>), VolumeError> {
     let devs: Vec<FileDevice> = paths.iter().map(|p| open_read_only(p)).collect::<Result<_, _>>()?;
     let sb = check_members(paths, &devs)?.swap_remove(0);
@@ -420,7 +421,11 @@ fn overlay_stack(
     let data = concat_data(&devs, &sizes, |d, n| {
         Arc::new(OverlayDevice::new(SliceDevice::new(d, DATA_START_BYTES, n)))
     });
-    let stack = bring_up(&paths[0], Box::new(stack), data.clone())?;
+    let stack = if notices {
+        bring_up(&paths[0], Box::new(stack), data.clone())?
+    } else {
+        bring_up_quiet(&paths[0], Box::new(stack), data.clone())?
+    };
     Ok((sb, stack, data))
 }
 
@@ -460,6 +465,16 @@ fn run_offline<R>(
 /// it starts and any other background work finish, flushes, and marks the
 /// volume clean. Returns the stack's reply or refusal.
 pub fn message(paths: &[PathBuf], text: &str) -> Result<Result<String, String>, VolumeError> {
+    // Delivered over a copy-on-write overlay first: a message the stack
+    // refuses (unknown, or not possible now) leaves the device untouched
+    // instead of opening, recovering and marking it.
+    // Locked meanwhile, so a served device is refused as in use.
+    let locks: Vec<FileDevice> = paths.iter().map(|p| open_locked(p, false)).collect::<Result<_, _>>()?;
+    let (_, stack, data) = overlay_stack(paths, false)?;
+    if let Err(why) = Harness::new(stack, data, ZeroLatency::default(), 0).message(text) {
+        return Ok(Err(why));
+    }
+    drop(locks);
     let (reply, _, members) = run_offline(paths, "the work the message started", |h| h.message(text))?;
     mark_clean(&members)?;
     Ok(reply)
@@ -494,7 +509,7 @@ pub fn message_dry_run(
     paths: &[PathBuf],
     message: &str,
 ) -> Result<(String, Vec<layoutd_core::Status>), VolumeError> {
-    let (_, stack, data) = overlay_stack(paths)?;
+    let (_, stack, data) = overlay_stack(paths, true)?;
     let mut h = Harness::new(stack, data, ZeroLatency::default(), 0);
     let reply = h.message(message).map_err(|e| err(&paths[0], e))?;
     h.drive_bounded(100_000_000);
