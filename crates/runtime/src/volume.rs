@@ -181,6 +181,17 @@ fn bring_up_quiet(
             ),
         )
     })?;
+    // A stack can be ready while a lower write is still in flight (opt over
+    // dcd: opt's bring-up map write, FUA, goes home through dcd, which then
+    // logs an invalidation record): finish those, starting nothing else
+    // (no idle, so no background work), before handing the stack on.
+    let mut steps = 0u64;
+    while h.lower_in_flight_count() > 0 && steps < 10_000_000 && h.step() {
+        steps += 1;
+    }
+    if h.lower_in_flight_count() > 0 {
+        return Err(err(path, "the stack's bring-up writes did not complete; refusing to serve"));
+    }
     Ok(h.into_stack())
 }
 
