@@ -695,7 +695,7 @@ fn scan_result(statuses: &[layoutd_core::Status]) -> (Option<String>, u64) {
 
 pub fn free_space(a: FreeSpaceArgs) -> Result<()> {
     distinct(&a.device)?;
-    volume::check(&a.device)?;
+    CommandTarget::Offline(a.device.clone()).require_layer("replica")?;
     let (_, dry) = volume::message_dry_run(&a.device, "free-space")?;
     if let (Some(e), _) = scan_result(&dry) {
         bail!("{}: {e}; nothing written", names(&a.device));

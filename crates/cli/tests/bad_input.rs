@@ -256,6 +256,7 @@ fn commands_the_volume_cannot_take_leave_it_untouched() {
     let d = dev.to_str().unwrap();
     refused(&["opt", "status", "--device", d], &dev, &["plain.img", "no `opt` layer", "top first: log"]);
     refused(&["snapshot", "list", "--device", d], &dev, &["plain.img", "no `pool` layer", "top first: log"]);
+    refused(&["free-space", "--device", d], &dev, &["plain.img", "no `replica` layer", "top first: log"]);
     let why = ["plain.img", "refused `bogus`", "unknown message", "known: checkpoint"];
     refused(&["message", "--device", d, "bogus"], &dev, &why);
     refused(&["message", "--device", d, "2:checkpoint"], &dev, &["plain.img", "no layer 2"]);
