@@ -261,3 +261,29 @@ fn commands_the_volume_cannot_take_leave_it_untouched() {
     refused(&["message", "--device", d, "bogus"], &dev, &why);
     refused(&["message", "--device", d, "2:checkpoint"], &dev, &["plain.img", "no layer 2"]);
 }
+
+/// Members whose superblocks disagree on a member's size are refused in
+/// one readable line (the message held a run of 22 spaces from a broken
+/// line continuation).
+#[test]
+fn members_whose_superblocks_disagree_are_refused_in_one_line() {
+    use layoutd_core::superblock::{Superblock, SUPERBLOCK_BYTES};
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let a = device(dir.path(), "a.img", 8 << 20);
+    let b = device(dir.path(), "b.img", 8 << 20);
+    let (a_s, b_s) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let o = layoutd().args(["format", "--device", a_s, "--device", b_s]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Member 0 lists member 1 one sector larger than it is (a valid crc).
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(&a).unwrap();
+    let mut both = vec![0u8; 2 * SUPERBLOCK_BYTES];
+    f.read_exact_at(&mut both, 0).unwrap();
+    let mut sb = Superblock::decode(&both).unwrap();
+    sb.config.device[1].size_bytes += 512;
+    sb.generation += 1;
+    f.write_all_at(&sb.encode().unwrap(), Superblock::copy_offset_bytes(sb.generation)).unwrap();
+    drop(f);
+    let why = ["b.img", "the superblocks disagree (damaged metadata)", "refusing"];
+    refused(&["inspect", "--device", a_s, "--device", b_s], &b, &why);
+}

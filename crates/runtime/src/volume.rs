@@ -336,7 +336,8 @@ fn check_members(paths: &[PathBuf], devs: &[FileDevice]) -> Result<Vec<Superbloc
             return Err(err(
                 path,
                 format!(
-                    "is listed by {} as {} bytes, but its own superblock says {}: the superblocks disagree                      (damaged metadata), refusing to serve",
+                    "is listed by {} as {} bytes, but its own superblock says {}: the superblocks disagree \
+                     (damaged metadata), refusing to serve",
                     paths[0].display(),
                     listed.size_bytes,
                     sb.device_size_bytes
