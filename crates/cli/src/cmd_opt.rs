@@ -32,6 +32,7 @@ pub struct OptArgs {
 
 pub fn run(a: OptArgs) -> Result<()> {
     let target = a.to.target()?;
+    target.require_layer("opt")?;
     let text = match a.action {
         Action::Status => "status",
         Action::Plan => "plan",

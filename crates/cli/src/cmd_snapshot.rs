@@ -29,6 +29,9 @@ pub struct SnapshotArgs {
 #[derive(Subcommand)]
 enum SnapshotCmd {
     /// Take a snapshot of the origin (or of `--of VOLUME`).
+    #[command(
+        after_help = "Examples:\n  layoutd snapshot create --device pool.img nightly            # offline\n  layoutd snapshot create --socket vol.sock nightly --ro       # online, read-only\n  layoutd snapshot create --socket vol.sock test1 --of nightly # a snapshot of a snapshot\n\nDefault: writable, of the origin. The new volume is an NBD export of its name (`nbdinfo --list`)."
+    )]
     Create {
         /// The new volume's name (its NBD export name).
         name: String,
@@ -40,13 +43,22 @@ enum SnapshotCmd {
         ro: bool,
     },
     /// List the pool's volumes: name, slot, offset, parent, mode, allocated bytes.
+    #[command(
+        after_help = "Examples:\n  layoutd snapshot list --device pool.img\n  layoutd snapshot list --socket vol.sock"
+    )]
     List,
     /// Delete a snapshot (its chunks no other volume shares are freed).
+    #[command(
+        after_help = "Examples:\n  layoutd snapshot delete --device pool.img test1\n  layoutd snapshot delete --socket vol.sock test1"
+    )]
     Delete {
         /// The snapshot.
         name: String,
     },
     /// Roll the origin back to a snapshot's contents; the snapshot goes.
+    #[command(
+        after_help = "Examples:\n  layoutd snapshot merge --device pool.img nightly   # the origin now reads as `nightly` did\n\nAs lvconvert --merge: the snapshot is gone afterwards."
+    )]
     Merge {
         /// The snapshot.
         name: String,
@@ -55,6 +67,7 @@ enum SnapshotCmd {
 
 pub fn run(a: SnapshotArgs) -> Result<()> {
     let target = CommandTarget::from_flags(&a.device, &a.socket, &a.control)?;
+    target.require_layer("pool")?;
     let text = match &a.cmd {
         SnapshotCmd::Create { name, of, ro } => format!(
             "snapshot create {name}{}{}",

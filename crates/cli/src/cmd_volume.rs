@@ -560,8 +560,7 @@ pub struct DestageArgs {
 pub fn destage(a: DestageArgs) -> Result<()> {
     distinct(&a.device)?;
     volume::check(&a.device)?;
-    eprintln!("layoutd: draining {} ...", names(&a.device));
-    let statuses = volume::destage(&a.device)?;
+    let statuses = volume::destage(&a.device, || eprintln!("layoutd: draining {} ...", names(&a.device)))?;
     println!("drained {}; stack now:", names(&a.device));
     for s in statuses {
         println!("  {s}");
@@ -632,6 +631,25 @@ impl CommandTarget {
         }
     }
 
+    /// Offline, refuses a volume without a `target` layer before opening
+    /// it, naming the stack (an `opt status` on a log volume printed the
+    /// log's status and succeeded; a `snapshot` command opened the volume
+    /// before the log refused the message). Online, the running stack
+    /// refuses the command itself.
+    pub fn require_layer(&self, target: &str) -> Result<()> {
+        let CommandTarget::Offline(paths) = self else { return Ok(()) };
+        let sb = volume::check(paths)?;
+        if sb.config.layer.iter().any(|l| l.target == target) {
+            return Ok(());
+        }
+        let stack: Vec<&str> = sb.config.layer.iter().map(|l| l.target.as_str()).collect();
+        bail!(
+            "{}: this volume has no `{target}` layer (its stack, top first: {}); `layoutd message` sends what its targets take",
+            names(paths),
+            stack.join(", ")
+        )
+    }
+
     /// Delivers `text`: the target's reply, or an error with its refusal.
     pub fn send(&self, text: &str) -> Result<String> {
         let reply = match self {
@@ -643,7 +661,11 @@ impl CommandTarget {
             })?,
             CommandTarget::Offline(paths) => volume::message(paths, text)?,
         };
-        reply.map_err(|why| anyhow::anyhow!("the volume refused `{text}`: {why}"))
+        let named = match self {
+            CommandTarget::Online(path) => path.display().to_string(),
+            CommandTarget::Offline(paths) => names(paths),
+        };
+        reply.map_err(|why| anyhow::anyhow!("{named}: the volume refused `{text}`: {why}"))
     }
 }
 
@@ -673,7 +695,7 @@ fn scan_result(statuses: &[layoutd_core::Status]) -> (Option<String>, u64) {
 
 pub fn free_space(a: FreeSpaceArgs) -> Result<()> {
     distinct(&a.device)?;
-    volume::check(&a.device)?;
+    CommandTarget::Offline(a.device.clone()).require_layer("replica")?;
     let (_, dry) = volume::message_dry_run(&a.device, "free-space")?;
     if let (Some(e), _) = scan_result(&dry) {
         bail!("{}: {e}; nothing written", names(&a.device));

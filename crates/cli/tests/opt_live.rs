@@ -151,3 +151,24 @@ fn ext4_and_xfs_on_opt_survive_reconfigurations_a_clean_restart_and_a_kill() {
     through_reconfiguration_restart_and_kill("ext4");
     through_reconfiguration_restart_and_kill("xfs");
 }
+
+/// An `opt` over a `dcd` opens again after a serve: at bring-up opt
+/// writes its map with FUA, dcd sends it home and logs an invalidation
+/// record, and the stack was ready while that segment write was still in
+/// flight; every open after the first serve panicked ("lower requests
+/// still in flight", exit 101, the device written). Found by the s28-ux
+/// damage audit.
+#[test]
+fn opt_over_dcd_opens_again_after_a_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = "version = 1\n[[layer]]\ntarget = \"opt\"\nopt_length = \"8MiB\"\n[[layer]]\ntarget = \"dcd\"\nlog_length = \"8MiB\"\n";
+    let dev = formatted(dir.path(), "od.img", "64M", Some(cfg));
+    for round in 0..2 {
+        let o = serve_run(&dev, "true", &[]);
+        assert!(o.status.success(), "serve {round}: {}", text(&o));
+        let o = layoutd().args(["message", "--device"]).arg(&dev).arg("status").output().unwrap();
+        assert!(o.status.success(), "offline open {round}: {}", text(&o));
+    }
+    let o = layoutd().args(["destage", "--device"]).arg(&dev).output().unwrap();
+    assert!(o.status.success(), "destage: {}", text(&o));
+}

@@ -109,7 +109,17 @@ fn read_superblock(path: &Path, dev: &FileDevice) -> Result<Superblock, VolumeEr
     }
     let mut buf = vec![0u8; 2 * SUPERBLOCK_BYTES];
     dev.read_at(&mut buf, 0).map_err(|e| err(path, format!("cannot read the superblock: {e}")))?;
-    Superblock::decode(&buf).map_err(|e| err(path, e.to_string()))
+    Superblock::decode(&buf).map_err(|e| match e {
+        SuperblockError::Corrupt(why) => err(
+            path,
+            format!(
+                "superblock corrupt (copy A at byte 0, copy B at byte {SUPERBLOCK_BYTES}): {why}; the stack config \
+                 is lost with them: restore the device from a copy, or `layoutd format --force` it to start over \
+                 (erases the volume)"
+            ),
+        ),
+        e => err(path, e.to_string()),
+    })
 }
 
 fn write_superblock(path: &Path, dev: &FileDevice, sb: &Superblock) -> Result<(), VolumeError> {
@@ -119,10 +129,20 @@ fn write_superblock(path: &Path, dev: &FileDevice, sb: &Superblock) -> Result<()
         .map_err(|e| err(path, format!("cannot write the superblock: {e}")))
 }
 
+/// A device error as a [`VolumeError`], naming `path` once (the device's
+/// own message already starts with it).
+fn device_err(path: &Path, e: std::io::Error) -> VolumeError {
+    err(path, e.to_string().replace(&format!("{}: ", path.display()), ""))
+}
+
 /// Opens and locks `path`, naming it in any error.
 fn open_locked(path: &Path, direct: bool) -> Result<FileDevice, VolumeError> {
-    FileDevice::open(path, direct, true)
-        .map_err(|e| err(path, e.to_string().replace(&format!("{}: ", path.display()), "")))
+    FileDevice::open(path, direct, true).map_err(|e| device_err(path, e))
+}
+
+/// Opens `path` read-only without locking it, naming it in any error.
+fn open_read_only(path: &Path) -> Result<FileDevice, VolumeError> {
+    FileDevice::open_read_only(path).map_err(|e| device_err(path, e))
 }
 
 /// Rewrites every member's superblock with `clean`, bumping its generation.
@@ -143,9 +163,9 @@ pub fn mark_clean(members: &[Member]) -> Result<(), VolumeError> {
 
 /// Drives a stack in the deterministic runtime over the real device until it
 /// is ready (formatting or recovering its metadata), then returns it.
-fn bring_up(
+fn bring_up_quiet(
     path: &Path,
-    mut stack: Box<dyn Target>,
+    stack: Box<dyn Target>,
     data: Arc<dyn BlockDevice>,
 ) -> Result<Box<dyn Target>, VolumeError> {
     if stack.is_ready() {
@@ -161,9 +181,28 @@ fn bring_up(
             ),
         )
     })?;
-    stack = h.into_stack();
-    // A layer's one-line notice about how it opened (a pool's recorded
-    // placement overriding the config's).
+    // A stack can be ready while a lower write is still in flight (opt over
+    // dcd: opt's bring-up map write, FUA, goes home through dcd, which then
+    // logs an invalidation record): finish those, starting nothing else
+    // (no idle, so no background work), before handing the stack on.
+    let mut steps = 0u64;
+    while h.lower_in_flight_count() > 0 && steps < 10_000_000 && h.step() {
+        steps += 1;
+    }
+    if h.lower_in_flight_count() > 0 {
+        return Err(err(path, "the stack's bring-up writes did not complete; refusing to serve"));
+    }
+    Ok(h.into_stack())
+}
+
+/// [`bring_up_quiet`], then each layer's one-line notice about how it
+/// opened (a pool's recorded placement overriding the config's).
+fn bring_up(
+    path: &Path,
+    stack: Box<dyn Target>,
+    data: Arc<dyn BlockDevice>,
+) -> Result<Box<dyn Target>, VolumeError> {
+    let stack = bring_up_quiet(path, stack, data)?;
     for st in stack.layer_statuses() {
         for (_, n) in st.config.iter().filter(|(k, _)| k == "notice") {
             eprintln!("layoutd: {}: {n}", path.display());
@@ -215,6 +254,9 @@ pub fn format(paths: &[PathBuf], cfg: &StackConfig, opts: &FormatOptions) -> Res
                 Err(e) => {
                     // Name what the foreign data is when libblkid knows it.
                     crate::probe::refuse_foreign(path).map_err(|msg| err(path, msg))?;
+                    if e.msg.contains("--force") {
+                        return Err(e);
+                    }
                     return Err(err(path, format!("{}; pass --force to overwrite it", e.msg)));
                 }
             }
@@ -294,7 +336,8 @@ fn check_members(paths: &[PathBuf], devs: &[FileDevice]) -> Result<Vec<Superbloc
             return Err(err(
                 path,
                 format!(
-                    "is listed by {} as {} bytes, but its own superblock says {}: the superblocks disagree                      (damaged metadata), refusing to serve",
+                    "is listed by {} as {} bytes, but its own superblock says {}: the superblocks disagree \
+                     (damaged metadata), refusing to serve",
                     paths[0].display(),
                     listed.size_bytes,
                     sb.device_size_bytes
@@ -331,9 +374,22 @@ pub fn open_with(paths: &[PathBuf], direct: bool, accept_loss: bool) -> Result<V
     let sb = sbs[0].clone();
     let sizes = member_data_bytes(&sb);
     let mode = OpenMode::Open { clean: sb.clean, accept_loss };
-    let stack = layoutd_targets::build_stack_members(&sb.config, &sizes, mode)
-        .map_err(|e| err(&paths[0], format!("the stored stack config is unusable: {e}")))?;
+    let build = || {
+        layoutd_targets::build_stack_members(&sb.config, &sizes, mode)
+            .map_err(|e| err(&paths[0], format!("the stored stack config is unusable: {e}")))
+    };
+    let stack = build()?;
     let devs: Vec<Arc<FileDevice>> = devs.into_iter().map(Arc::new).collect();
+    if sb.config.layer.len() > 1 {
+        // Recover over a copy-on-write overlay first: when an upper layer
+        // refuses the open (damaged metadata), the layers below it have
+        // already recovered and written (a log's bring-up checkpoint), and
+        // a refusal must leave every device as it was.
+        let overlay = concat_data(&devs, &sizes, |d, n| {
+            Arc::new(OverlayDevice::new(SliceDevice::new(d, DATA_START_BYTES, n)))
+        });
+        bring_up_quiet(&paths[0], Box::new(build()?), overlay)?;
+    }
     let data = concat_data(&devs, &sizes, |d, n| Arc::new(SliceDevice::new(d, DATA_START_BYTES, n)));
     let stack = bring_up(&paths[0], Box::new(stack), data.clone())?;
     let members: Vec<Member> =
@@ -344,17 +400,14 @@ pub fn open_with(paths: &[PathBuf], direct: bool, accept_loss: bool) -> Result<V
 
 /// Reads one device's superblock without locking or modifying it.
 pub fn inspect(path: &Path) -> Result<Superblock, VolumeError> {
-    let dev = FileDevice::open_read_only(path).map_err(|e| err(path, e.to_string()))?;
+    let dev = open_read_only(path)?;
     read_superblock(path, &dev)
 }
 
 /// Checks that `paths` are the members of one formatted volume, in order,
 /// without locking or modifying anything; returns member 0's superblock.
 pub fn check(paths: &[PathBuf]) -> Result<Superblock, VolumeError> {
-    let devs: Vec<FileDevice> = paths
-        .iter()
-        .map(|p| FileDevice::open_read_only(p).map_err(|e| err(p, e.to_string())))
-        .collect::<Result<_, _>>()?;
+    let devs: Vec<FileDevice> = paths.iter().map(|p| open_read_only(p)).collect::<Result<_, _>>()?;
     Ok(check_members(paths, &devs)?.swap_remove(0))
 }
 
@@ -362,17 +415,15 @@ pub fn check(paths: &[PathBuf]) -> Result<Superblock, VolumeError> {
 /// over a copy-on-write overlay, so counters reflect the volume's persistent
 /// state while no device is ever written.
 pub fn inspect_stack(paths: &[PathBuf]) -> Result<(Superblock, Box<dyn Target>), VolumeError> {
-    overlay_stack(paths).map(|(sb, stack, _)| (sb, stack))
+    overlay_stack(paths, true).map(|(sb, stack, _)| (sb, stack))
 }
 
 /// [`inspect_stack`], with the overlay device the stack runs on.
 fn overlay_stack(
     paths: &[PathBuf],
+    notices: bool,
 ) -> Result<(Superblock, Box<dyn Target>, Arc<dyn BlockDevice>), VolumeError> {
-    let devs: Vec<FileDevice> = paths
-        .iter()
-        .map(|p| FileDevice::open_read_only(p).map_err(|e| err(p, e.to_string())))
-        .collect::<Result<_, _>>()?;
+    let devs: Vec<FileDevice> = paths.iter().map(|p| open_read_only(p)).collect::<Result<_, _>>()?;
     let sb = check_members(paths, &devs)?.swap_remove(0);
     let sizes = member_data_bytes(&sb);
     let mode = OpenMode::Open { clean: sb.clean, accept_loss: false };
@@ -382,7 +433,11 @@ fn overlay_stack(
     let data = concat_data(&devs, &sizes, |d, n| {
         Arc::new(OverlayDevice::new(SliceDevice::new(d, DATA_START_BYTES, n)))
     });
-    let stack = bring_up(&paths[0], Box::new(stack), data.clone())?;
+    let stack = if notices {
+        bring_up(&paths[0], Box::new(stack), data.clone())?
+    } else {
+        bring_up_quiet(&paths[0], Box::new(stack), data.clone())?
+    };
     Ok((sb, stack, data))
 }
 
@@ -422,6 +477,16 @@ fn run_offline<R>(
 /// it starts and any other background work finish, flushes, and marks the
 /// volume clean. Returns the stack's reply or refusal.
 pub fn message(paths: &[PathBuf], text: &str) -> Result<Result<String, String>, VolumeError> {
+    // Delivered over a copy-on-write overlay first: a message the stack
+    // refuses (unknown, or not possible now) leaves the device untouched
+    // instead of opening, recovering and marking it.
+    // Locked meanwhile, so a served device is refused as in use.
+    let locks: Vec<FileDevice> = paths.iter().map(|p| open_locked(p, false)).collect::<Result<_, _>>()?;
+    let (_, stack, data) = overlay_stack(paths, false)?;
+    if let Err(why) = Harness::new(stack, data, ZeroLatency::default(), 0).message(text) {
+        return Ok(Err(why));
+    }
+    drop(locks);
     let (reply, _, members) = run_offline(paths, "the work the message started", |h| h.message(text))?;
     mark_clean(&members)?;
     Ok(reply)
@@ -429,9 +494,11 @@ pub fn message(paths: &[PathBuf], text: &str) -> Result<Result<String, String>, 
 
 /// Drains all background work offline (for `dcd`: destages the whole log
 /// home), checks that nothing is left dirty, flushes, and marks the volume
-/// clean. Returns the stack's statuses afterwards.
-pub fn destage(paths: &[PathBuf]) -> Result<Vec<layoutd_core::Status>, VolumeError> {
-    let ((), stack, members) = run_offline(paths, "background work", |_| ())?;
+/// clean. Returns the stack's statuses afterwards. `opened` is called once
+/// the volume is open and recovered (for a progress note: a refusal at
+/// open stays one line).
+pub fn destage(paths: &[PathBuf], opened: impl FnOnce()) -> Result<Vec<layoutd_core::Status>, VolumeError> {
+    let ((), stack, members) = run_offline(paths, "background work", |_| opened())?;
     if !stack.is_drained() {
         let statuses: Vec<String> = stack.layer_statuses().iter().map(|s| s.to_string()).collect();
         return Err(err(
@@ -454,7 +521,7 @@ pub fn message_dry_run(
     paths: &[PathBuf],
     message: &str,
 ) -> Result<(String, Vec<layoutd_core::Status>), VolumeError> {
-    let (_, stack, data) = overlay_stack(paths)?;
+    let (_, stack, data) = overlay_stack(paths, true)?;
     let mut h = Harness::new(stack, data, ZeroLatency::default(), 0);
     let reply = h.message(message).map_err(|e| err(&paths[0], e))?;
     h.drive_bounded(100_000_000);
