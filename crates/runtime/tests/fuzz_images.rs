@@ -17,6 +17,11 @@
 //! names and layer prefixes, and then its own `verify` where it has one:
 //! a volume that opened must be consistent.
 //!
+//! The `log` also has images formatted over an earlier format's (whose
+//! segments and map page copies, valid crcs, higher generations, stay
+//! where the new format did not write) and images of the releases before
+//! (written by this build, then moved back to their versions).
+//!
 //! A bounded pass in the default suite; `PROPTEST_CASES=20000 cargo test
 //! -p layoutd-runtime --test fuzz_images` for a long one.
 
