@@ -17,6 +17,11 @@
 //! names and layer prefixes, and then its own `verify` where it has one:
 //! a volume that opened must be consistent.
 //!
+//! The `log` also has images formatted over an earlier format's (whose
+//! segments and map page copies, valid crcs, higher generations, stay
+//! where the new format did not write) and images of the releases before
+//! (written by this build, then moved back to their versions).
+//!
 //! A bounded pass in the default suite; `PROPTEST_CASES=20000 cargo test
 //! -p layoutd-runtime --test fuzz_images` for a long one.
 
@@ -32,6 +37,9 @@ use std::sync::{Arc, OnceLock};
 #[path = "../../core/tests/support/fuzz.rs"]
 mod fuzz;
 use fuzz::{config, crafted_writes, fix_crc, mutate, raw_writes};
+#[path = "../../targets/tests/support/seglog_legacy.rs"]
+mod seglog_legacy;
+use seglog_legacy::Release;
 
 /// One target's volume: its config and device size.
 struct Kind {
@@ -40,30 +48,58 @@ struct Kind {
     device_bytes: u64,
     /// Messages sent after the writes (a snapshot, a plan), best effort.
     messages: &'static [&'static str],
+    /// What the device held before, or what the image is made into.
+    earlier: Earlier,
 }
 
-const KINDS: [Kind; 5] = [
+/// How a kind's image comes about, besides a format over a blank device.
+#[derive(Clone, Copy)]
+enum Earlier {
+    /// Formatted over a blank device.
+    Blank,
+    /// Formatted (another format id) over the image of an earlier format
+    /// of the same config that ran another workload: the earlier format's
+    /// segments, summaries and map pages (valid crcs) stay where the new
+    /// one did not write.
+    Format,
+    /// Written by this build, then moved back to the versions of a release
+    /// before (`seglog_legacy`): what this build opens from a volume of
+    /// that release.
+    Release(Release),
+}
+
+const LOG_CONFIG: &str = "version = 1\n[[layer]]\ntarget = \"log\"\nsegment_bytes = \"32KiB\"\n\
+                          over_provision_pct = 20\npolicy = \"cost-benefit\"\nclean_batch_segments = 2\n\
+                          free_segments_min = 1\nfree_segments_target = 3\ncheckpoint_segments = 6\n\
+                          age_threshold_segments = 40\n";
+
+/// The format id of [`Earlier::Format`]'s earlier format.
+const EARLIER_FORMAT_ID: u64 = 0x5EED;
+
+/// A `log` kind made by `earlier`.
+const fn log_kind(name: &'static str, earlier: Earlier) -> Kind {
+    Kind { name, config: LOG_CONFIG, device_bytes: 1 << 20, messages: &[], earlier }
+}
+
+/// The kinds, new ones at the end (the saved regressions name kinds by
+/// index).
+const KINDS: [Kind; 8] = [
     Kind {
         name: "dcd",
         config: "version = 1\n[[layer]]\ntarget = \"dcd\"\nlog_length = \"64KiB\"\nsegment_bytes = 4096\n\
                  slot_bytes = 512\nbuffer_count = 3\nbuffer_delay_ms = 5\nbypass_bytes = 4096\n",
         device_bytes: 256 << 10,
         messages: &[],
+        earlier: Earlier::Blank,
     },
-    Kind {
-        name: "log",
-        config: "version = 1\n[[layer]]\ntarget = \"log\"\nsegment_bytes = \"32KiB\"\nover_provision_pct = 20\n\
-                 policy = \"cost-benefit\"\nclean_batch_segments = 2\nfree_segments_min = 1\n\
-                 free_segments_target = 3\ncheckpoint_segments = 6\nage_threshold_segments = 40\n",
-        device_bytes: 1 << 20,
-        messages: &[],
-    },
+    log_kind("log", Earlier::Blank),
     Kind {
         name: "pool",
         config: "version = 1\n[[layer]]\ntarget = \"pool\"\nchunk_size = \"8K\"\nvolume_size = \"384K\"\n\
                  volumes_max = 4\njournal_blocks = 8\nplacement = \"nearest\"\norigin_shared_write = \"redirect\"\n",
         device_bytes: 2 << 20,
         messages: &["snapshot create s"],
+        earlier: Earlier::Blank,
     },
     Kind {
         name: "opt",
@@ -72,13 +108,18 @@ const KINDS: [Kind; 5] = [
                  idle_ms = 0\nweight_half_life_ms = 0\nabsorb_writes = true\n",
         device_bytes: 1 << 20,
         messages: &[],
+        earlier: Earlier::Blank,
     },
     Kind {
         name: "replica",
         config: "version = 1\n[[layer]]\ntarget = \"replica\"\nmeta_record_bytes = 4096\n",
         device_bytes: 8 << 20,
         messages: &[],
+        earlier: Earlier::Blank,
     },
+    log_kind("log over an earlier format", Earlier::Format),
+    log_kind("log of the release before map ids", Earlier::Release(Release::BeforeMapIds)),
+    log_kind("log of the release before format ids", Earlier::Release(Release::BeforeFormatIds)),
 ];
 
 /// A volume's image after a workload, and its metadata blocks.
@@ -93,13 +134,30 @@ struct Image {
 /// (a crash image: no clean shutdown).
 fn build(k: &Kind) -> Image {
     let dev = Arc::new(MemDevice::new(k.device_bytes));
-    let stack = stack_from_toml(k.config, k.device_bytes, OpenMode::format(1));
-    let size = stack.size_bytes();
-    let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 7);
-    bring_up(&mut h);
-    assert_eq!(workload(&mut h, k, size), 0, "{}: a write or flush failed", k.name);
+    let run = |format_id: u64, seeds: &[u64], writes: u64| {
+        let stack = stack_from_toml(k.config, k.device_bytes, OpenMode::format(format_id));
+        let size = stack.size_bytes();
+        let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 7);
+        bring_up(&mut h);
+        for &seed in seeds {
+            assert_eq!(workload(&mut h, k, size, seed, writes), 0, "{}: a write or flush failed", k.name);
+        }
+    };
+    if let Earlier::Format = k.earlier {
+        // More writes and checkpoints than the new format makes: its map
+        // pages carry higher generations.
+        run(EARLIER_FORMAT_ID, &[12, 13, 14], 120);
+        // Fewer writes: one checkpoint, so the map page's copy 0 is the
+        // earlier format's still.
+        run(1, &[11], 30);
+    } else {
+        run(1, &[11], 120);
+    }
     let mut bytes = vec![0u8; k.device_bytes as usize];
     dev.read_at(&mut bytes, 0).expect("read the image");
+    if let Earlier::Release(r) = k.earlier {
+        assert!(seglog_legacy::downgrade_image_to(&mut bytes, &[512, 4096], r) > 2, "{}", k.name);
+    }
     let blocks = metadata_blocks(&bytes);
     Image { bytes, blocks }
 }
@@ -108,11 +166,11 @@ fn build(k: &Kind) -> Image {
 /// messages, then idle time: what builds an image, and what a reopened
 /// one is put through to write its metadata again. Returns how many
 /// writes and flushes failed.
-fn workload(h: &mut Harness, k: &Kind, size: u64) -> usize {
+fn workload(h: &mut Harness, k: &Kind, size: u64, seed: u64, writes: u64) -> usize {
     let mut failed = 0;
-    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let sectors = size / 512;
-    for i in 0..120u64 {
+    for i in 0..writes {
         let n = if i % 10 == 0 { 16 } else { rng.gen_range(1..=8u64) };
         let at = rng.gen_range(0..sectors.min(512) - n);
         let data: Vec<u8> = (0..n * 512).map(|b| (b as u64 ^ (i * 131)) as u8).collect();
@@ -160,7 +218,7 @@ fn metadata_blocks(b: &[u8]) -> Vec<(usize, usize)> {
 }
 
 fn image(which: usize) -> &'static Image {
-    static IMAGES: [OnceLock<Image>; 5] = [const { OnceLock::new() }; 5];
+    static IMAGES: [OnceLock<Image>; KINDS.len()] = [const { OnceLock::new() }; KINDS.len()];
     IMAGES[which].get_or_init(|| build(&KINDS[which]))
 }
 
@@ -182,6 +240,17 @@ fn every_image_has_metadata_and_recovers_undamaged() {
         assert!(img.blocks.len() >= 2, "{}: {} metadata blocks found", k.name, img.blocks.len());
         let mut h = open(k, &img.bytes, OpenMode::Open { clean: false, accept_loss: false })
             .unwrap_or_else(|e| panic!("{}: {e}", k.name));
+        if let Earlier::Format = k.earlier {
+            // The earlier format's blocks are left to damage and copy: a
+            // map page copy (at a higher generation than the new format's
+            // checkpoint) and segment headers.
+            let id = EARLIER_FORMAT_ID.to_le_bytes();
+            let earlier: Vec<&[u8]> = (img.blocks.iter())
+                .filter(|&&(at, len)| img.bytes[at + 32..at + len].windows(8).step_by(4).any(|w| w == id))
+                .map(|&(at, _)| &img.bytes[at..at + 8])
+                .collect();
+            assert!(earlier.contains(&&b"LDLOGMP1"[..]) && earlier.contains(&&b"LDSEGHD1"[..]), "{}", k.name);
+        }
         assert_eq!(h.read(0, 4096).result, Ok(()), "{}", k.name);
     }
 }
@@ -355,7 +424,7 @@ fn generations_at_the_limit_are_refused_or_written_past() {
                     continue;
                 };
                 let size = h.stack.size_bytes();
-                let _ = workload(&mut h, k, size);
+                let _ = workload(&mut h, k, size, 11, 120);
             }
         }
     }

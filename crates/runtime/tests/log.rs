@@ -1311,3 +1311,127 @@ fn status_message_answers_every_layers_counters() {
     assert!(lines[1].starts_with("2: trace"), "{reply}");
     assert!(h.message("1:status").is_err(), "a layer-addressed status goes to that layer only");
 }
+
+/// A volume of two map pages (8 MiB device) written by this build then
+/// moved back to `release`'s versions: version 1 of blocks 0..40 (the
+/// first page) and of the [`SECOND_PAGE`] blocks, the second page's and
+/// half the first's before its one checkpoint (so each page has a copy of
+/// version 1), the rest after (the roll-forward). The image and config.
+fn legacy_two_page_image(release: seglog_legacy::Release) -> (MemDevice, String) {
+    let cfg = cfg("greedy", "resequence = false\n")
+        .replace("checkpoint_segments = 6", "checkpoint_segments = 1000");
+    let dev = Arc::new(MemDevice::new(TWO_PAGE_DEVICE_BYTES));
+    let stack = stack_from_toml(&cfg, TWO_PAGE_DEVICE_BYTES, OpenMode::format(1));
+    let volume_blocks = stack.size_bytes() / 4096;
+    assert!(SECOND_PAGE.end <= volume_blocks, "{volume_blocks} blocks: two map pages");
+    let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
+    bring_up(&mut h);
+    for b in SECOND_PAGE.chain(0..40) {
+        assert_eq!(h.write(b * 4096, block_bytes(1, b)).result, Ok(()));
+        if b == 20 {
+            h.stack.message(h.now, "checkpoint").expect("checkpoint");
+        }
+    }
+    assert_eq!(h.flush().result, Ok(()));
+    drop(h);
+    let image = MemDevice::new(TWO_PAGE_DEVICE_BYTES);
+    dev.copy_to(&image).expect("copy");
+    assert!(downgraded_to(&image, &[512, 4096], release) >= 4, "{release:?}");
+    (image, cfg)
+}
+
+const TWO_PAGE_DEVICE_BYTES: u64 = 8 << 20;
+/// Blocks of the second map page (a page holds 1014) written once, by the
+/// release before, and never after.
+const SECOND_PAGE: std::ops::Range<u64> = 1014..1022;
+
+/// A log of a release before ([`legacy_two_page_image`]) opened by this
+/// build and put through rounds of writes (round `r` writes version `r`
+/// of the blocks `b % r != 0` below 40, some rounds a checkpoint or a
+/// cleaning pass, each ending with a flush), recorded; cut at every write
+/// of the open (its new flush mark, the checkpoint in the new version,
+/// the first checkpoint, whose map pages of version 2 go beside those of
+/// version 1: the second page's is not rewritten), every flush point and
+/// `random_cuts` seeded random points (`seed` also reorders the writes in
+/// flight). At every cut the volume opens again and each block reads the
+/// version of the last round flushed before the cut, or of a later round
+/// submitted before it (the second page's blocks: version 1); never an
+/// older version (an old map page or checkpoint taken over a newer one,
+/// or a page of version 1 no longer taken as the volume's), never bytes
+/// no write wrote. Returns the cut points checked.
+fn legacy_crash_check(release: seglog_legacy::Release, seed: u64, random_cuts: usize) -> usize {
+    use layoutd_disk::Recorder;
+    const ROUNDS: u64 = 12;
+    let dev_bytes = TWO_PAGE_DEVICE_BYTES;
+    let (image, cfg) = legacy_two_page_image(release);
+    let base = MemDevice::new(dev_bytes);
+    image.copy_to(&base).expect("copy");
+    let rec = Arc::new(Recorder::new(image));
+    let log = rec.log();
+    let open_mode = OpenMode::Open { clean: false, accept_loss: false };
+    let stack = stack_from_toml(&cfg, dev_bytes, open_mode);
+    let mut h = Harness::new(stack, rec.clone() as Arc<dyn BlockDevice>, ZeroLatency::reordering(), seed);
+    h.bring_up().expect("the old release's volume opens");
+    h.settle();
+    let opened = log.len();
+    // Per round: where its writes start and where its flush ended.
+    let (mut starts, mut flushed) = (vec![0; ROUNDS as usize + 1], vec![0; ROUNDS as usize + 1]);
+    let written = |r: u64, b: u64| r == 1 || (b < 40 && b % r != 0);
+    for r in 2..=ROUNDS {
+        starts[r as usize] = log.len();
+        for b in (0..40).filter(|&b| written(r, b)) {
+            assert_eq!(h.write(b * 4096, block_bytes(r, b)).result, Ok(()));
+        }
+        match r % 4 {
+            0 => drop(h.stack.message(h.now, "checkpoint").expect("checkpoint")),
+            1 => drop(h.stack.message(h.now, "clean").expect("clean")),
+            _ => {}
+        }
+        assert_eq!(h.flush().result, Ok(()));
+        flushed[r as usize] = log.len();
+    }
+    h.settle();
+    let len = log.len();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut cuts: Vec<usize> = (0..=opened).chain(log.flush_points()).collect();
+    cuts.extend((0..random_cuts).map(|_| rng.gen_range(0..=len)));
+    cuts.push(len);
+    cuts.sort_unstable();
+    cuts.dedup();
+    for &cut in &cuts {
+        let dev = Arc::new(log.image_at(cut, dev_bytes, Some(&base)).expect("replay"));
+        let stack = stack_from_toml(&cfg, dev_bytes, open_mode);
+        let mut h = Harness::new(stack, dev as Arc<dyn BlockDevice>, ZeroLatency::default(), seed);
+        if let Err(e) = h.bring_up() {
+            panic!("{release:?} seed {seed}: cut {cut} of {len} (open ends at {opened}): refused: {e}");
+        }
+        let durable = (2..=ROUNDS).rev().find(|&r| flushed[r as usize] <= cut).unwrap_or(1);
+        for b in (0..40).chain(SECOND_PAGE) {
+            let newest = (1..=durable).rev().find(|&r| written(r, b)).expect("round 1 wrote every block");
+            let mut allowed = vec![newest];
+            allowed.extend((durable + 1..=ROUNDS).filter(|&r| written(r, b) && starts[r as usize] < cut));
+            let data = h.read(b * 4096, 4096).data.expect("data");
+            for (i, s) in (b * 8..b * 8 + 8).enumerate() {
+                let got = tag_of(&data[i * 512..(i + 1) * 512], s);
+                assert!(
+                    got.is_some_and(|v| allowed.contains(&v)),
+                    "{release:?} seed {seed}: cut {cut} of {len} (open ends at {opened}, round {durable} \
+                     flushed): block {b} sector {s} holds {got:?}, allowed {allowed:?}"
+                );
+            }
+        }
+    }
+    cuts.len()
+}
+
+/// [`legacy_crash_check`] for both releases before: a crash at any point
+/// of the first open (the upgrade) or of the work after it keeps what the
+/// old volume held and what was flushed since.
+#[test]
+fn a_log_of_a_release_before_keeps_flushed_data_at_any_crash_point_of_its_upgrade_and_after() {
+    for release in [seglog_legacy::Release::BeforeMapIds, seglog_legacy::Release::BeforeFormatIds] {
+        let cuts = legacy_crash_check(release, 1, 30);
+        eprintln!("{release:?}: {cuts} cut points");
+        assert!(cuts > 40, "{release:?}: {cuts} cut points");
+    }
+}

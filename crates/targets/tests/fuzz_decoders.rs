@@ -195,13 +195,21 @@ proptest! {
         ck_crafted in crafted_writes(CHECKPOINT_BYTES),
         fix in any::<bool>(),
         legacy in any::<bool>(),
+        map_release in 0..3u8,
     ) {
         let g = chain_geo();
         let id = if legacy { 0 } else { 7 };
-        let ck = ChainCheckpoint { generation: 3, boot: 2, next_seq: Seq(5), next_loc: Some(SegLoc(0)), format_id: id, legacy_map: legacy };
+        // The checkpoint: of the release before format ids (version 3),
+        // or with this id of the release before map ids (version 4) or of
+        // this build (version 5), its map pages of the version before
+        // (`legacy_map`) or not.
+        let legacy_map = legacy || map_release > 0;
+        let ck = ChainCheckpoint { generation: 3, boot: 2, next_seq: Seq(5), next_loc: Some(SegLoc(0)), format_id: id, legacy_map };
         let mut b = ck.encode(&g);
         if legacy {
             b = downgrade_block(&b).expect("a chain checkpoint");
+        } else if map_release == 2 {
+            b = downgrade_block_to(&b, Release::BeforeMapIds, None).expect("a chain checkpoint");
         }
         mutate(&mut b, &[], &ck_crafted);
         if fix { fix_crc(&mut b, 28, CHECKPOINT_BYTES); }
