@@ -198,7 +198,7 @@ proptest! {
     ) {
         let g = chain_geo();
         let id = if legacy { 0 } else { 7 };
-        let ck = ChainCheckpoint { generation: 3, boot: 2, next_seq: Seq(5), next_loc: Some(SegLoc(0)), format_id: id, legacy_map: legacy };
+        let ck = ChainCheckpoint { generation: 3, boot: 2, next_seq: Seq(5), next_loc: Some(SegLoc(0)), format_id: id, legacy_map: legacy, map_pages_written: if legacy { 0 } else { 2 } };
         let mut b = ck.encode(&g);
         if legacy {
             b = downgrade_block(&b).expect("a chain checkpoint");
@@ -335,6 +335,7 @@ fn the_chain_corpus_walks_to_its_end() {
         next_loc: Some(SegLoc(0)),
         format_id: 7,
         legacy_map: false,
+        map_pages_written: 2,
     };
     let mut w = ChainWalk::new(&ck, &g);
     let mut seqs = Vec::new();
@@ -364,6 +365,7 @@ fn the_release_before_format_ids_is_read_as_id_0_and_refuses_these_blocks_by_ver
         next_loc: None,
         format_id: 0,
         legacy_map: true,
+        map_pages_written: 0,
     };
     let old_h = downgrade_block(&h.encode(&g)).expect("a header");
     let old_ck = downgrade_block(&ck.encode(&g)).expect("a checkpoint");
@@ -490,11 +492,15 @@ fn the_release_before_map_ids_is_read_on_its_volumes_only_and_refuses_these_bloc
         next_loc: None,
         format_id: 9,
         legacy_map: false,
+        map_pages_written: 2,
     };
     let new = chain.encode(&cg);
     let old = downgrade_block_to(&new, Release::BeforeMapIds, None).expect("a chain checkpoint");
     assert_eq!(u32::from_le_bytes(old[8..12].try_into().expect("4")), 4);
-    assert_eq!(ChainCheckpoint::decode(&old, &cg), Ok(ChainCheckpoint { legacy_map: true, ..chain.clone() }));
+    assert_eq!(
+        ChainCheckpoint::decode(&old, &cg),
+        Ok(ChainCheckpoint { legacy_map: true, map_pages_written: 0, ..chain.clone() })
+    );
     let codec = MetaBlockCodec { magic: *b"LDSEGCC1", version: 4, block_bytes: CHECKPOINT_BYTES };
     assert_eq!(codec.decode(&new), Err(MetaError::Version(CHAIN_FORMAT_VERSION)));
     // Unknown flags are refused.

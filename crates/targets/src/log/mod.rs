@@ -230,6 +230,9 @@ struct Counters {
     rmw_count: u64,
     recovered_segments_count: u64,
     lost_segments_count: u64,
+    /// Map pages with no readable copy whose mappings an opener accepted
+    /// to lose (`--accept-loss`).
+    lost_map_pages_count: u64,
     /// Lower writes or flushes sent again after an error.
     lower_retries_count: u64,
     /// Lower reads that failed (each failed its own request, or ended a
@@ -326,6 +329,11 @@ pub struct Log {
     dirty_at_pow2: Vec<u32>,
     /// Per map page: the copy holding its current version.
     page_copy: Vec<u8>,
+    /// Per map page: it has a copy of this format (written by a
+    /// checkpoint, or found usable by recovery); `map_pages_written`
+    /// counts them and goes into every checkpoint.
+    page_written: Vec<bool>,
+    map_pages_written: u32,
     segments_since_checkpoint: u32,
     /// The flush mark: generation and how far it says the log is durable.
     mark_generation: u64,
@@ -441,6 +449,8 @@ impl Log {
             dirty_count: 0,
             dirty_at_pow2: Vec::new(),
             page_copy: vec![0; pages],
+            page_written: vec![false; pages],
+            map_pages_written: 0,
             segments_since_checkpoint: 0,
             mark_generation: 0,
             mark_upto: Seq(0),
@@ -724,6 +734,7 @@ impl Log {
             + self.dirty_pages.capacity() as u64
             + self.dirty_at_pow2.capacity() as u64 * 4
             + self.page_copy.capacity() as u64
+            + self.page_written.capacity() as u64
             + self.group_dirty.ram_bytes()
     }
 
@@ -1013,6 +1024,7 @@ impl Target for Log {
             ("rmw_count", c.rmw_count),
             ("recovered_segments_count", c.recovered_segments_count),
             ("lost_segments_count", c.lost_segments_count),
+            ("lost_map_pages_count", c.lost_map_pages_count),
             ("live_blocks_count", self.live_blocks()),
             ("volume_blocks_count", self.args.volume_blocks),
             ("utilization_pct", self.live_blocks() * 100 / self.args.volume_blocks),
