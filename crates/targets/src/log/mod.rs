@@ -327,12 +327,12 @@ pub struct Log {
     /// was sealed: how many pages a checkpoint writes after that many
     /// segments of this workload (the cost estimate's checkpoint).
     dirty_at_pow2: Vec<u32>,
-    /// Per map page: the copy holding its current version.
+    /// Per map page: bit 0 the copy holding its current version; bit 1
+    /// (`persist::PAGE_WRITTEN`) set once the page has a copy of this format
+    /// (written by a checkpoint, or found usable by recovery).
     page_copy: Vec<u8>,
-    /// Per map page: it has a copy of this format (written by a
-    /// checkpoint, or found usable by recovery); `map_pages_written`
-    /// counts them and goes into every checkpoint.
-    page_written: Vec<bool>,
+    /// Map pages with that bit set; goes into every checkpoint
+    /// (`seglog::ChainCheckpoint::map_pages_written`).
     map_pages_written: u32,
     segments_since_checkpoint: u32,
     /// The flush mark: generation and how far it says the log is durable.
@@ -449,7 +449,6 @@ impl Log {
             dirty_count: 0,
             dirty_at_pow2: Vec::new(),
             page_copy: vec![0; pages],
-            page_written: vec![false; pages],
             map_pages_written: 0,
             segments_since_checkpoint: 0,
             mark_generation: 0,
@@ -734,7 +733,6 @@ impl Log {
             + self.dirty_pages.capacity() as u64
             + self.dirty_at_pow2.capacity() as u64 * 4
             + self.page_copy.capacity() as u64
-            + self.page_written.capacity() as u64
             + self.group_dirty.ram_bytes()
     }
 

@@ -43,6 +43,9 @@ use bytes::Bytes;
 use layoutd_core::metablock::MetaError;
 use layoutd_core::{Completion, Op, OpenMode, ReqId, Request};
 
+/// `Log::page_copy` bit: the page has a copy of this format.
+pub(super) const PAGE_WRITTEN: u8 = 2;
+
 /// Map pages read per request in recovery.
 const MAP_PAGES_PER_READ: u32 = 512;
 
@@ -408,16 +411,16 @@ impl Log {
                 );
                 (torn, desc)
             });
+        let usable = unusable.is_none();
         let (chosen, other) = if pick == 0 { (c0, c1) } else { (c1, c0) };
         if let PageCopy::Usable(_, entries) = chosen {
             let r = self.args.map.blocks_of(p, self.args.volume_blocks);
             for (b, e) in r.zip(entries) {
                 self.map.set(b, e);
             }
-            self.page_written[p as usize] = true;
             self.map_pages_written += 1;
         }
-        self.page_copy[p as usize] = pick as u8;
+        self.page_copy[p as usize] = pick as u8 | if usable { PAGE_WRITTEN } else { 0 };
         // A copy of a checkpoint that never completed must not outlive this
         // recovery: a later checkpoint's generation would make it current.
         self.set_page_dirty(p as usize, matches!(other, PageCopy::Newer(_)));
@@ -606,11 +609,13 @@ impl Log {
                     for &p in &k.pages {
                         // Counted at its first write: the checkpoint of
                         // this epoch covers exactly the pages durable by it.
-                        if !std::mem::replace(&mut self.page_written[p as usize], true) {
+                        let state = &mut self.page_copy[p as usize];
+                        if *state & PAGE_WRITTEN == 0 {
+                            *state |= PAGE_WRITTEN;
                             self.map_pages_written += 1;
                         }
                         let bytes = self.args.map.encode(p, &self.map, self.epoch, self.format_id);
-                        let off = self.args.map.copy_offset_bytes(p, 1 - self.page_copy[p as usize]);
+                        let off = self.args.map.copy_offset_bytes(p, 1 - (self.page_copy[p as usize] & 1));
                         self.work_io(Request::write(ReqId(0), off, Bytes::from(bytes)));
                     }
                     self.counters.map_bytes_written += k.pages.len() as u64 * super::map::PAGE_BYTES;
