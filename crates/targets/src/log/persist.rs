@@ -23,7 +23,9 @@
 //! Recovery: the newest valid checkpoint copy; per map page the newest
 //! valid copy of its format not newer than it (a newer one belongs to a
 //! checkpoint that never completed: the page is rewritten before serving;
-//! none: unmapped); then the chain
+//! none: unmapped; but fewer pages with a usable copy than the
+//! checkpoint's `map_pages_written`, which counts the pages written by
+//! then, is damage: refused unless the opener accepts the loss); then the chain
 //! walk, applying each summary in order; the reverse map and segment usage
 //! are rebuilt from the map. A flush mark past the end of the walk means
 //! flushed data is lost: refused unless the opener accepts the loss. Then
