@@ -180,9 +180,10 @@ pub struct ServeArgs {
     #[arg(long)]
     direct: bool,
     /// Serve even if recovery finds damaged metadata that costs data a client was told
-    /// was safe (a dcd log damaged before its last flushed segment). Without it such a
-    /// volume is refused, naming the damage; with it the loss is counted
-    /// (`lost_segments_count`) and described in `layoutd inspect`. Copy the device first.
+    /// was safe (a dcd or log damaged before its last flushed segment, a log map page
+    /// written before the checkpoint with no readable copy). Without it such a volume is
+    /// refused, naming the damage; with it the loss is counted (`lost_segments_count`,
+    /// `lost_map_pages_count`) and described in `layoutd inspect`. Copy the device first.
     #[arg(long)]
     accept_loss: bool,
     /// Hold every completion back by the HDD model's service time on one simulated arm, so a

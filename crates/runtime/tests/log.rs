@@ -622,6 +622,58 @@ fn bad_input_is_refused_with_one_clear_line_and_never_read_as_data() {
     assert!(e.contains("format version 2") && e.contains("older layoutd") && !e.contains('\n'), "{e}");
 }
 
+/// The current copy of a map page written before the checkpoint, damaged
+/// (a flipped byte, or zeroed): the page was counted in the checkpoint
+/// (`map_pages_written`), so the open is refused naming the page and its
+/// offsets, not served with its blocks unmapped (before, it opened and
+/// the blocks written before the checkpoint read zeroes). With the loss
+/// accepted it opens, the page unmapped, and says so.
+#[test]
+fn a_damaged_map_page_written_before_the_checkpoint_is_refused() {
+    let (blocks, unflushed) = (60, 0);
+    for zero in [false, true] {
+        let (image, cfg) = written_image(blocks, unflushed);
+        // The map page copies (magic at a 4 KiB boundary), newest last.
+        let mut pages: Vec<(u64, u64)> = (0..DEVICE_BYTES / 4096)
+            .filter_map(|i| {
+                let mut b = vec![0u8; 32];
+                image.read_at(&mut b, i * 4096).expect("read");
+                (&b[0..8] == b"LDLOGMP1")
+                    .then(|| (u64::from_le_bytes(b[16..24].try_into().expect("8")), i * 4096))
+            })
+            .collect();
+        pages.sort();
+        assert_eq!(pages.len(), 1, "one page, written once: {pages:?}");
+        let at = pages[0].1;
+        if zero {
+            image.write_at(&[0u8; 4096], at).expect("damage");
+        } else {
+            image.write_at(&[0xAB], at + 100).expect("damage");
+        }
+        let copy = MemDevice::new(DEVICE_BYTES);
+        image.copy_to(&copy).expect("copy");
+        let e = reopen(image, &cfg, blocks, unflushed).expect_err("a written map page is lost");
+        let why = if zero { "blank" } else { "crc32c mismatch" };
+        assert!(
+            e.contains("log map: 1 page(s) written before checkpoint")
+                && e.contains("page 0 at lower offsets")
+                && e.contains(&at.to_string())
+                && e.contains(why)
+                && e.contains("--accept-loss")
+                && !e.contains('\n'),
+            "{e}"
+        );
+        let stack = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::Open { clean: false, accept_loss: true });
+        let mut h = Harness::new(stack, Arc::new(copy) as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
+        h.bring_up().expect("the loss accepted");
+        let config = h.stack.status().config;
+        assert!(config.iter().all(|c| c.0 != "error"), "{config:?}");
+        let loss = config.iter().find(|c| c.0 == "accepted_loss").expect("the loss is reported");
+        assert!(loss.1.contains("log map: 1 page(s)"), "{loss:?}");
+        assert_eq!(counter(&*h.stack, "lost_map_pages_count"), 1);
+    }
+}
+
 /// Format writes the checkpoint area only (both checkpoint copies and
 /// both flush marks, 512 bytes each, within the first 8 KiB), then a
 /// flush: no map page, no segment. Opened, the volume reads zeroes.

@@ -202,9 +202,10 @@ proptest! {
         // The checkpoint: of the release before format ids (version 3),
         // or with this id of the release before map ids (version 4) or of
         // this build (version 5), its map pages of the version before
-        // (`legacy_map`) or not.
+        // (`legacy_map`) or not; version 5 counts the map pages written.
         let legacy_map = legacy || map_release > 0;
-        let ck = ChainCheckpoint { generation: 3, boot: 2, next_seq: Seq(5), next_loc: Some(SegLoc(0)), format_id: id, legacy_map };
+        let map_pages_written = if legacy || map_release == 2 { 0 } else { 2 };
+        let ck = ChainCheckpoint { generation: 3, boot: 2, next_seq: Seq(5), next_loc: Some(SegLoc(0)), format_id: id, legacy_map, map_pages_written };
         let mut b = ck.encode(&g);
         if legacy {
             b = downgrade_block(&b).expect("a chain checkpoint");
@@ -343,6 +344,7 @@ fn the_chain_corpus_walks_to_its_end() {
         next_loc: Some(SegLoc(0)),
         format_id: 7,
         legacy_map: false,
+        map_pages_written: 2,
     };
     let mut w = ChainWalk::new(&ck, &g);
     let mut seqs = Vec::new();
@@ -372,6 +374,7 @@ fn the_release_before_format_ids_is_read_as_id_0_and_refuses_these_blocks_by_ver
         next_loc: None,
         format_id: 0,
         legacy_map: true,
+        map_pages_written: 0,
     };
     let old_h = downgrade_block(&h.encode(&g)).expect("a header");
     let old_ck = downgrade_block(&ck.encode(&g)).expect("a checkpoint");
@@ -498,11 +501,15 @@ fn the_release_before_map_ids_is_read_on_its_volumes_only_and_refuses_these_bloc
         next_loc: None,
         format_id: 9,
         legacy_map: false,
+        map_pages_written: 2,
     };
     let new = chain.encode(&cg);
     let old = downgrade_block_to(&new, Release::BeforeMapIds, None).expect("a chain checkpoint");
     assert_eq!(u32::from_le_bytes(old[8..12].try_into().expect("4")), 4);
-    assert_eq!(ChainCheckpoint::decode(&old, &cg), Ok(ChainCheckpoint { legacy_map: true, ..chain.clone() }));
+    assert_eq!(
+        ChainCheckpoint::decode(&old, &cg),
+        Ok(ChainCheckpoint { legacy_map: true, map_pages_written: 0, ..chain.clone() })
+    );
     let codec = MetaBlockCodec { magic: *b"LDSEGCC1", version: 4, block_bytes: CHECKPOINT_BYTES };
     assert_eq!(codec.decode(&new), Err(MetaError::Version(CHAIN_FORMAT_VERSION)));
     // Unknown flags are refused.

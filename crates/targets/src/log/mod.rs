@@ -230,6 +230,9 @@ struct Counters {
     rmw_count: u64,
     recovered_segments_count: u64,
     lost_segments_count: u64,
+    /// Map pages with no readable copy whose mappings an opener accepted
+    /// to lose (`--accept-loss`).
+    lost_map_pages_count: u64,
     /// Lower writes or flushes sent again after an error.
     lower_retries_count: u64,
     /// Lower reads that failed (each failed its own request, or ended a
@@ -324,8 +327,13 @@ pub struct Log {
     /// was sealed: how many pages a checkpoint writes after that many
     /// segments of this workload (the cost estimate's checkpoint).
     dirty_at_pow2: Vec<u32>,
-    /// Per map page: the copy holding its current version.
+    /// Per map page: bit 0 the copy holding its current version; bit 1
+    /// (`persist::PAGE_WRITTEN`) set once the page has a copy of this format
+    /// (written by a checkpoint, or found usable by recovery).
     page_copy: Vec<u8>,
+    /// Map pages with that bit set; goes into every checkpoint
+    /// (`seglog::ChainCheckpoint::map_pages_written`).
+    map_pages_written: u32,
     segments_since_checkpoint: u32,
     /// The flush mark: generation and how far it says the log is durable.
     mark_generation: u64,
@@ -441,6 +449,7 @@ impl Log {
             dirty_count: 0,
             dirty_at_pow2: Vec::new(),
             page_copy: vec![0; pages],
+            map_pages_written: 0,
             segments_since_checkpoint: 0,
             mark_generation: 0,
             mark_upto: Seq(0),
@@ -1013,6 +1022,7 @@ impl Target for Log {
             ("rmw_count", c.rmw_count),
             ("recovered_segments_count", c.recovered_segments_count),
             ("lost_segments_count", c.lost_segments_count),
+            ("lost_map_pages_count", c.lost_map_pages_count),
             ("live_blocks_count", self.live_blocks()),
             ("volume_blocks_count", self.args.volume_blocks),
             ("utilization_pct", self.live_blocks() * 100 / self.args.volume_blocks),

@@ -23,7 +23,9 @@
 //! Recovery: the newest valid checkpoint copy; per map page the newest
 //! valid copy of its format not newer than it (a newer one belongs to a
 //! checkpoint that never completed: the page is rewritten before serving;
-//! none: unmapped); then the chain
+//! none: unmapped; but fewer pages with a usable copy than the
+//! checkpoint's `map_pages_written`, which counts the pages written by
+//! then, is damage: refused unless the opener accepts the loss); then the chain
 //! walk, applying each summary in order; the reverse map and segment usage
 //! are rebuilt from the map. A flush mark past the end of the walk means
 //! flushed data is lost: refused unless the opener accepts the loss. Then
@@ -43,6 +45,9 @@ use bytes::Bytes;
 use layoutd_core::metablock::MetaError;
 use layoutd_core::{Completion, Op, OpenMode, ReqId, Request};
 
+/// `Log::page_copy` bit: the page has a copy of this format.
+pub(super) const PAGE_WRITTEN: u8 = 2;
+
 /// Map pages read per request in recovery.
 const MAP_PAGES_PER_READ: u32 = 512;
 
@@ -59,6 +64,19 @@ pub(super) struct Found {
     copy_unreadable: bool,
     mark: Option<FlushMark>,
     accept_loss: bool,
+    /// Map pages with no usable copy: how many, the first, and the first
+    /// (and how many) with a copy of the map's magic whose crc fails, the
+    /// suspects when fewer pages are usable than the checkpoint says were
+    /// written (a torn first write looks the same, but is not counted).
+    unusable: UnusablePages,
+}
+
+#[derive(Default)]
+struct UnusablePages {
+    count: u32,
+    first: Option<String>,
+    torn: u32,
+    first_torn: Option<String>,
 }
 
 /// The bring-up phases.
@@ -170,6 +188,7 @@ impl Log {
                 next_loc: Some(SegLoc(0)),
                 format_id: self.format_id,
                 legacy_map: false,
+                map_pages_written: 0,
             };
             (self.geo.checkpoint_offset_bytes(g), ck.encode(&self.geo))
         } else {
@@ -248,7 +267,8 @@ impl Log {
         let mark = FlushMark::pick(&data, &self.geo);
         let legacy = crate::seglog::copy_version(&data, ck.generation) != crate::seglog::CHAIN_FORMAT_VERSION;
         self.legacy_map = ck.legacy_map;
-        let found = Found { ck, legacy, copy_unreadable, mark, accept_loss };
+        let found =
+            Found { ck, legacy, copy_unreadable, mark, accept_loss, unusable: UnusablePages::default() };
         self.read_map_pages(0);
         Ok(Some(Bringup::ReadMap { found, next_page: 0 }))
     }
@@ -260,7 +280,12 @@ impl Log {
         self.emit(LowerOp::Bringup, Request::new(ReqId(0), Op::Read, off, len as u32));
     }
 
-    fn map_read(&mut self, data: Option<Bytes>, found: Found, first: u32) -> Result<Option<Bringup>, String> {
+    fn map_read(
+        &mut self,
+        data: Option<Bytes>,
+        mut found: Found,
+        first: u32,
+    ) -> Result<Option<Bringup>, String> {
         let data = data.ok_or("log recovery needs the device's bytes")?;
         let pb = super::map::PAGE_BYTES as usize;
         let n = (data.len() / (2 * pb)) as u32;
@@ -272,13 +297,22 @@ impl Log {
                 self.args.map.decode(p, &data[at..at + pb], self.args.volume_blocks, owner)
             };
             let (c0, c1) = (copy(0), copy(1));
-            self.pick_page(p, c0, c1, found.ck.generation)?;
+            if let Some((torn, why)) = self.pick_page(p, c0, c1, found.ck.generation)? {
+                let u = &mut found.unusable;
+                u.count += 1;
+                u.first.get_or_insert_with(|| why.clone());
+                if torn {
+                    u.torn += 1;
+                    u.first_torn.get_or_insert(why);
+                }
+            }
         }
         let next_page = first + n;
         if next_page < self.args.map.page_count {
             self.read_map_pages(next_page);
             return Ok(Some(Bringup::ReadMap { found, next_page }));
         }
+        self.judge_map(&found)?;
         let walk = ChainWalk::new(&found.ck, &self.geo);
         match walk.next() {
             Some((at, _)) => {
@@ -289,15 +323,64 @@ impl Log {
         }
     }
 
+    /// Every map page read: as many pages must have a usable copy as the
+    /// checkpoint says had one written by then (legacy volumes: every
+    /// page, their format wrote them all). A page once written keeps a
+    /// current copy (checkpoints write the other one), so fewer means
+    /// damage: refused, or with `accept_loss` the pages stay unmapped and
+    /// the loss is reported.
+    fn judge_map(&mut self, found: &Found) -> Result<(), String> {
+        let (ck, u, pages) = (&found.ck, &found.unusable, self.args.map.page_count);
+        if !ck.legacy_map && ck.map_pages_written > pages {
+            return Err(format!(
+                "log checkpoint {}: {} map pages written, the map has {pages}; the checkpoint is corrupt: \
+                 restore the device from a copy or format it",
+                ck.generation, ck.map_pages_written
+            ));
+        }
+        let expected = if ck.legacy_map { pages } else { ck.map_pages_written };
+        let Some(missing) = expected.checked_sub(self.map_pages_written).filter(|&m| m > 0) else {
+            return Ok(());
+        };
+        let which = match (&u.first_torn, &u.first) {
+            (Some(t), _) if u.torn == 1 || u.torn == missing => t.clone(),
+            (Some(t), _) => {
+                format!("{} pages with no usable copy have a torn or damaged one; the first is {t}", u.torn)
+            }
+            (None, Some(f)) if u.count == missing => f.clone(),
+            (None, Some(f)) => format!(
+                "which of the {} pages with no copy of this format cannot be told: a zeroed copy looks \
+                 unwritten; the first is {f}",
+                u.count
+            ),
+            (None, None) => unreachable!("fewer usable pages than expected, and none unusable"),
+        };
+        let why = format!(
+            "log map: {missing} page(s) written before checkpoint {} have no readable copy ({which})",
+            ck.generation
+        );
+        if !found.accept_loss {
+            return Err(format!(
+                "{why}; restore the device from a copy, or serve with --accept-loss to lose their mappings"
+            ));
+        }
+        self.counters.lost_map_pages_count = u64::from(missing);
+        self.loss = Some(why);
+        Ok(())
+    }
+
     /// Takes the newest copy of page `p` of the checkpoint's format not
-    /// newer than the checkpoint; with none, the page is unmapped.
+    /// newer than the checkpoint; with none, the page is unmapped and
+    /// this says whether a copy has the map's magic and a bad crc (torn
+    /// or damaged), and describes both copies.
     fn pick_page(
         &mut self,
         p: u32,
         c0: DecodedPage,
         c1: DecodedPage,
         ck_generation: u64,
-    ) -> Result<(), String> {
+    ) -> Result<Option<(bool, String)>, String> {
+        let torn = [&c0, &c1].iter().any(|c| matches!(c, Err(MetaError::BadCrc)));
         let (c0, c1) = (PageCopy::judge(c0, ck_generation), PageCopy::judge(c1, ck_generation));
         let pick = match (&c0, &c1) {
             (PageCopy::Usable(g0, _), PageCopy::Usable(g1, _)) => usize::from(g1 > g0),
@@ -319,18 +402,31 @@ impl Log {
             (PageCopy::Newer(_), _) => 1,
             _ => 0,
         };
+        let unusable =
+            (!matches!((&c0, &c1), (PageCopy::Usable(..), _) | (_, PageCopy::Usable(..)))).then(|| {
+                let desc = format!(
+                    "page {p} at lower offsets {} and {}: copy 0: {}; copy 1: {}",
+                    self.args.map.copy_offset_bytes(p, 0),
+                    self.args.map.copy_offset_bytes(p, 1),
+                    c0.why(ck_generation),
+                    c1.why(ck_generation)
+                );
+                (torn, desc)
+            });
+        let usable = unusable.is_none();
         let (chosen, other) = if pick == 0 { (c0, c1) } else { (c1, c0) };
         if let PageCopy::Usable(_, entries) = chosen {
             let r = self.args.map.blocks_of(p, self.args.volume_blocks);
             for (b, e) in r.zip(entries) {
                 self.map.set(b, e);
             }
+            self.map_pages_written += 1;
         }
-        self.page_copy[p as usize] = pick as u8;
+        self.page_copy[p as usize] = pick as u8 | if usable { PAGE_WRITTEN } else { 0 };
         // A copy of a checkpoint that never completed must not outlive this
         // recovery: a later checkpoint's generation would make it current.
         self.set_page_dirty(p as usize, matches!(other, PageCopy::Newer(_)));
-        Ok(())
+        Ok(unusable)
     }
 
     fn read_segment(&mut self, at: SegLoc) {
@@ -437,7 +533,10 @@ impl Log {
                 ));
             }
             self.counters.lost_segments_count = lost;
-            self.loss = Some(why);
+            self.loss = Some(match self.loss.take() {
+                Some(map) => format!("{map}; {why}"),
+                None => why,
+            });
         }
         self.rebuild()?;
         self.boot = ck.boot + 1 + u64::from(found.copy_unreadable);
@@ -510,8 +609,15 @@ impl Log {
                     k.pages =
                         (0..self.args.map.page_count).filter(|&p| self.dirty_pages[p as usize]).collect();
                     for &p in &k.pages {
+                        // Counted at its first write: the checkpoint of
+                        // this epoch covers exactly the pages durable by it.
+                        let state = &mut self.page_copy[p as usize];
+                        if *state & PAGE_WRITTEN == 0 {
+                            *state |= PAGE_WRITTEN;
+                            self.map_pages_written += 1;
+                        }
                         let bytes = self.args.map.encode(p, &self.map, self.epoch, self.format_id);
-                        let off = self.args.map.copy_offset_bytes(p, 1 - self.page_copy[p as usize]);
+                        let off = self.args.map.copy_offset_bytes(p, 1 - (self.page_copy[p as usize] & 1));
                         self.work_io(Request::write(ReqId(0), off, Bytes::from(bytes)));
                     }
                     self.counters.map_bytes_written += k.pages.len() as u64 * super::map::PAGE_BYTES;
@@ -536,6 +642,7 @@ impl Log {
                         next_loc: self.chain_next,
                         format_id: self.format_id,
                         legacy_map: self.legacy_map,
+                        map_pages_written: self.map_pages_written,
                     };
                     let off = self.geo.checkpoint_offset_bytes(self.epoch);
                     let mut req = Request::write(ReqId(0), off, Bytes::from(ck.encode(&self.geo)));

@@ -610,6 +610,7 @@ const CHAIN_CHECKPOINT_CODEC: MetaBlockCodec =
 /// 20 slot_bytes u32  24 slot_count u32  28 segment_count u32  32 header_bytes u32
 /// 36 region_offset_bytes u64          44 format_id u64 (not in version 3)
 /// 52 flags u32 (bit 0: legacy_map; only in version 5)
+/// 56 map_pages_written u32 (only in version 5)
 /// ```
 /// Stored in the same two copies as [`Checkpoint`] (generation `% 2`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -633,13 +634,20 @@ pub struct ChainCheckpoint {
     /// format clears it, so such pages left by an earlier use of the
     /// device are never taken (`log::map`).
     pub legacy_map: bool,
+    /// How many of the log's map pages had a copy written by this format
+    /// at generations up to this one (monotonic: a page once written
+    /// always keeps a current copy). Recovery refuses the volume when
+    /// fewer pages have a usable copy (`log::persist`). Added to version
+    /// 5 in the session it was introduced (no volume of 5 without it);
+    /// read as 0 from versions 3 and 4 (`legacy_map`: every page counts).
+    pub map_pages_written: u32,
 }
 
 impl ChainCheckpoint {
     /// Encodes one copy; checked by re-decoding.
     pub fn encode(&self, geo: &Geometry) -> Vec<u8> {
         assert!(self.boot > 0, "boot counts from 1");
-        let mut p = Vec::with_capacity(52);
+        let mut p = Vec::with_capacity(60);
         p.extend(self.boot.to_le_bytes());
         p.extend(self.next_seq.0.to_le_bytes());
         p.extend(self.next_loc.map_or(u32::MAX, |l| l.0).to_le_bytes());
@@ -649,6 +657,7 @@ impl ChainCheckpoint {
         p.extend(geo.region_offset_bytes.to_le_bytes());
         p.extend(self.format_id.to_le_bytes());
         p.extend((if self.legacy_map { CHAIN_FLAG_LEGACY_MAP } else { 0 }).to_le_bytes());
+        p.extend(self.map_pages_written.to_le_bytes());
         let b = CHAIN_CHECKPOINT_CODEC.encode(self.generation, &p).expect("a checkpoint fits its block");
         let back = ChainCheckpoint::decode_up_to(&b, geo, GENERATION_MAX);
         assert_eq!(back.as_ref(), Ok(self), "chain checkpoint round trip");
@@ -686,6 +695,7 @@ impl ChainCheckpoint {
             },
             _ => true,
         };
+        let map_pages_written = if version == CHAIN_FORMAT_VERSION { r.u32()? } else { 0 };
         if r.remaining() != 0 || boot == 0 {
             return Err(HeaderError::Malformed(format!("boot {boot}, {} trailing bytes", r.remaining())));
         }
@@ -694,7 +704,15 @@ impl ChainCheckpoint {
             l if l < geo.segment_count => Some(super::SegLoc(l)),
             l => return Err(HeaderError::Malformed(format!("next_loc {l} outside the log"))),
         };
-        Ok(ChainCheckpoint { generation: block.generation, boot, next_seq, next_loc, format_id, legacy_map })
+        Ok(ChainCheckpoint {
+            generation: block.generation,
+            boot,
+            next_seq,
+            next_loc,
+            format_id,
+            legacy_map,
+            map_pages_written,
+        })
     }
 
     /// The newest valid of the two copies (`area` holds both, copy 0

@@ -442,6 +442,7 @@ mod tests {
             next_loc: Some(SegLoc(0)),
             format_id: ID,
             legacy_map: false,
+            map_pages_written: 0,
         };
         let slots_of = |hs: &[SegmentHeader]| -> Vec<u16> {
             hs.iter()

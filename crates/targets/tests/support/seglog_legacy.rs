@@ -61,8 +61,9 @@ pub fn downgrade_block_to(block: &[u8], release: Release, format_id: Option<u64>
         q.extend_from_slice(&p[8..]);
         q
     } else if magic == CHAIN_MAGIC {
-        // v5: ..., format_id u64, flags u32; v4 without flags, v3 without both.
-        p[..p.len() - if old == 3 { 12 } else { 4 }].to_vec()
+        // v5: ..., format_id u64, flags u32, map_pages_written u32; v4
+        // without the last two, v3 without the last three.
+        p[..p.len() - if old == 3 { 16 } else { 8 }].to_vec()
     } else if magic == HEADER_MAGIC {
         // v3: boot u64, format_id u64, slot_bytes u32, slot_count u16,
         // entry_count u16, slots_used u16, flags u16, payload_crc u32.
