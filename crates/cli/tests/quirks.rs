@@ -188,10 +188,13 @@ fn a_plugin_built_from_other_sources_than_the_binary_is_refused_before_the_volum
     assert!(
         t.contains("liblayoutd_nbd.so")
             && t.contains("built from other sources")
-            && t.contains("cargo build --workspace --release")
+            && t.contains("cargo build --workspace")
             && !t.contains("serving"),
         "{t}"
     );
+    // The rebuild hint names the plugin's own profile.
+    let release_hint = t.contains("cargo build --workspace --release");
+    assert_eq!(release_hint, !t.contains("/debug/liblayoutd_nbd.so"), "{t}");
     assert_eq!(state(&dev), "clean");
 }
 

@@ -101,12 +101,18 @@ fn check_source_id(theirs: &str) -> Result<()> {
     let ours = layoutd_runtime::SOURCE_ID;
     if theirs != ours {
         let me = plugin_file().unwrap_or_else(|| "liblayoutd_nbd.so".into());
+        // The profile the plugin sits in (cargo's target/debug or target/release).
+        let build = if me.contains("/debug/") {
+            "cargo build --workspace"
+        } else {
+            "cargo build --workspace --release"
+        };
         return Err(Error::new(
             libc::EINVAL,
             format!(
                 "the plugin {me} was built from other sources (source id {ours}) than the layoutd binary \
                  that started it ({theirs}); a mismatched pair can misread the volume's metadata: \
-                 rebuild both with `cargo build --workspace --release`"
+                 rebuild both with `{build}`"
             ),
         ));
     }
