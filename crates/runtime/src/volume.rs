@@ -368,6 +368,18 @@ pub fn open(paths: &[PathBuf], direct: bool) -> Result<Volume, VolumeError> {
 /// finds damaged (`serve --accept-loss`): the loss is counted in the
 /// stack's status instead of the open being refused.
 pub fn open_with(paths: &[PathBuf], direct: bool, accept_loss: bool) -> Result<Volume, VolumeError> {
+    open_checked(paths, direct, accept_loss, false)
+}
+
+/// [`open_with`]; `checked`: the caller has just brought the stack up over
+/// an overlay (so a refusal would already have been seen, with nothing
+/// written), and the multi-layer overlay pass is not repeated.
+fn open_checked(
+    paths: &[PathBuf],
+    direct: bool,
+    accept_loss: bool,
+    checked: bool,
+) -> Result<Volume, VolumeError> {
     assert!(!paths.is_empty(), "at least one device");
     let devs: Vec<FileDevice> = paths.iter().map(|p| open_locked(p, direct)).collect::<Result<_, _>>()?;
     let sbs = check_members(paths, &devs)?;
@@ -380,15 +392,12 @@ pub fn open_with(paths: &[PathBuf], direct: bool, accept_loss: bool) -> Result<V
     };
     let stack = build()?;
     let devs: Vec<Arc<FileDevice>> = devs.into_iter().map(Arc::new).collect();
-    if sb.config.layer.len() > 1 {
+    if sb.config.layer.len() > 1 && !checked {
         // Recover over a copy-on-write overlay first: when an upper layer
         // refuses the open (damaged metadata), the layers below it have
         // already recovered and written (a log's bring-up checkpoint), and
         // a refusal must leave every device as it was.
-        let overlay = concat_data(&devs, &sizes, |d, n| {
-            Arc::new(OverlayDevice::new(SliceDevice::new(d, DATA_START_BYTES, n)))
-        });
-        bring_up_quiet(&paths[0], Box::new(build()?), overlay)?;
+        bring_up_quiet(&paths[0], Box::new(build()?), overlay_data(&devs, &sizes))?;
     }
     let data = concat_data(&devs, &sizes, |d, n| Arc::new(SliceDevice::new(d, DATA_START_BYTES, n)));
     let stack = bring_up(&paths[0], Box::new(stack), data.clone())?;
@@ -430,15 +439,19 @@ fn overlay_stack(
     let stack = layoutd_targets::build_stack_members(&sb.config, &sizes, mode)
         .map_err(|e| err(&paths[0], format!("the stored stack config is unusable: {e}")))?;
     let devs: Vec<Arc<FileDevice>> = devs.into_iter().map(Arc::new).collect();
-    let data = concat_data(&devs, &sizes, |d, n| {
-        Arc::new(OverlayDevice::new(SliceDevice::new(d, DATA_START_BYTES, n)))
-    });
+    let data = overlay_data(&devs, &sizes);
     let stack = if notices {
         bring_up(&paths[0], Box::new(stack), data.clone())?
     } else {
         bring_up_quiet(&paths[0], Box::new(stack), data.clone())?
     };
     Ok((sb, stack, data))
+}
+
+/// The members' data areas as one device behind a copy-on-write overlay:
+/// reads see the devices, writes stay in memory.
+fn overlay_data(devs: &[Arc<FileDevice>], sizes: &[u64]) -> Arc<dyn BlockDevice> {
+    concat_data(devs, sizes, |d, n| Arc::new(OverlayDevice::new(SliceDevice::new(d, DATA_START_BYTES, n))))
 }
 
 /// What [`run_offline`] leaves: the first step's result, the stack, the members.
@@ -448,12 +461,14 @@ type Offline<R> = (R, Box<dyn Target>, Vec<Member>);
 /// background job finish (bounded), flushes and settles; returns `first`'s
 /// result and the stack, with the volume still marked dirty (the caller
 /// marks it clean once satisfied).
+/// `checked` as in [`open_checked`].
 fn run_offline<R>(
     paths: &[PathBuf],
     what: &str,
+    checked: bool,
     first: impl FnOnce(&mut Harness<ZeroLatency>) -> R,
 ) -> Result<Offline<R>, VolumeError> {
-    let vol = open(paths, false)?;
+    let vol = open_checked(paths, false, false, checked)?;
     let path = &paths[0];
     let mut h = Harness::new(vol.stack, vol.data.clone(), ZeroLatency::default(), 0);
     let r = first(&mut h);
@@ -487,7 +502,7 @@ pub fn message(paths: &[PathBuf], text: &str) -> Result<Result<String, String>, 
         return Ok(Err(why));
     }
     drop(locks);
-    let (reply, _, members) = run_offline(paths, "the work the message started", |h| h.message(text))?;
+    let (reply, _, members) = run_offline(paths, "the work the message started", true, |h| h.message(text))?;
     mark_clean(&members)?;
     Ok(reply)
 }
@@ -498,7 +513,7 @@ pub fn message(paths: &[PathBuf], text: &str) -> Result<Result<String, String>, 
 /// the volume is open and recovered (for a progress note: a refusal at
 /// open stays one line).
 pub fn destage(paths: &[PathBuf], opened: impl FnOnce()) -> Result<Vec<layoutd_core::Status>, VolumeError> {
-    let ((), stack, members) = run_offline(paths, "background work", |_| opened())?;
+    let ((), stack, members) = run_offline(paths, "background work", false, |_| opened())?;
     if !stack.is_drained() {
         let statuses: Vec<String> = stack.layer_statuses().iter().map(|s| s.to_string()).collect();
         return Err(err(
@@ -535,7 +550,7 @@ pub fn drain(
     message: Option<&str>,
 ) -> Result<(Option<String>, Vec<layoutd_core::Status>), VolumeError> {
     let (reply, stack, members) =
-        run_offline(paths, "the work the message started", |h| message.map(|m| h.message(m)))?;
+        run_offline(paths, "the work the message started", false, |h| message.map(|m| h.message(m)))?;
     mark_clean(&members)?;
     let reply = reply.transpose().map_err(|e| err(&paths[0], e))?;
     Ok((reply, stack.layer_statuses()))
