@@ -433,9 +433,23 @@ pub fn crash_check_over(
     let entries = log.entries();
     let cuts = cut_points(&log, formatted, seed, random_cuts);
     for &cut in &cuts {
-        check_cut(make, device_bytes, before.image, seed, &log, &entries[..cut], &ops_by_seq);
+        check_cut(make, device_bytes, before.image, seed, &log, &entries[..cut], &ops_by_seq, None);
     }
-    cuts.len()
+    let torn = torn_cuts(&entries, formatted, &cuts);
+    let mut checked = cuts.len();
+    for (cut, tear) in torn {
+        checked += usize::from(check_cut(
+            make,
+            device_bytes,
+            before.image,
+            seed,
+            &log,
+            &entries[..cut],
+            &ops_by_seq,
+            Some(tear),
+        ));
+    }
+    checked
 }
 
 /// Crashes while opening the volume in `image` (unclean, as after a
@@ -554,7 +568,76 @@ pub(crate) fn cut_points(log: &WriteLog, formatted: usize, seed: u64, random_cut
     cuts
 }
 
-/// Checks one cut point: which values each sector may hold, and that it does.
+/// Where [`crash_check_over`] and the volumes' crash check also tear the
+/// last write: the write just before each flush after `formatted` (a
+/// commit record, a checkpoint, a journal block, or data) cut short at
+/// its first sector and left unreadable; the last write of each of `cuts`
+/// torn one way or the other (alternating, to bound the tests' time).
+pub(crate) fn torn_cuts(
+    entries: &[layoutd_disk::LogEntry],
+    formatted: usize,
+    cuts: &[usize],
+) -> Vec<(usize, Tear)> {
+    let before_flush = (formatted + 1..entries.len()).filter(|&i| {
+        matches!(entries[i].op, LogOp::Flush) && matches!(entries[i - 1].op, LogOp::Write { .. })
+    });
+    let both = [Tear::FirstSector, Tear::Garbage];
+    let mut torn: Vec<(usize, Tear)> = before_flush.flat_map(|cut| both.map(|t| (cut, t))).collect();
+    torn.extend(cuts.iter().filter(|&&c| c > formatted).enumerate().map(|(k, &c)| (c, both[k % 2])));
+    torn.sort_unstable_by_key(|&(cut, t)| (cut, t as u8));
+    torn.dedup();
+    torn
+}
+
+/// The device after the first `cut` entries of `log` over `base`, the last
+/// torn as `tear` says; `None` if `tear` is given and that entry is no
+/// write (or tearing would change nothing).
+pub(crate) fn crash_image(
+    log: &WriteLog,
+    cut: usize,
+    device_bytes: u64,
+    base: Option<&MemDevice>,
+    tear: Option<Tear>,
+) -> Option<MemDevice> {
+    match tear {
+        None => Some(log.image_at(cut, device_bytes, base).expect("replay")),
+        Some(t) => log.image_torn_at(cut, device_bytes, base, t).expect("replay"),
+    }
+}
+
+/// What a sector read back after a crash holds: a write's tag (0: zeroes),
+/// or, where the crash left a write unreadable ([`Tear::Garbage`]), the
+/// tag of the write it tore (`torn` true): only a write still in flight
+/// may read back so.
+pub(crate) fn crash_sector_tag(bytes: &[u8], s: u64, tear: Option<Tear>) -> Option<(u64, bool)> {
+    if let Some(got) = sector_tag(bytes, s) {
+        return Some((got, false));
+    }
+    if tear != Some(Tear::Garbage) {
+        return None;
+    }
+    let inverted: Vec<u8> = bytes.iter().map(|b| !b).collect();
+    sector_tag(&inverted, s).map(|got| (got, true))
+}
+
+/// Whether a sector holding `got` (see [`crash_sector_tag`]) is allowed
+/// when it may hold `allowed` (the newest durable value first, then the
+/// writes in flight).
+pub(crate) fn crash_sector_fine(got: Option<(u64, bool)>, allowed: &[u64]) -> bool {
+    match got {
+        Some((g, false)) => allowed.contains(&g),
+        Some((g, true)) => allowed[1..].contains(&g),
+        None => false,
+    }
+}
+
+/// Checks one cut point: which values each sector may hold, and that it
+/// does. With `tear`, the prefix's last entry, a write, lands torn (see
+/// [`Tear`]); returns false if it is no write (nothing checked). An
+/// unreadable sector ([`Tear::Garbage`]) may then read back through the
+/// volume only where a write still in flight at the cut went: the sector
+/// of a write not yet durable, never the durable value's.
+#[allow(clippy::too_many_arguments)]
 fn check_cut(
     make: MakeStack<'_>,
     device_bytes: u64,
@@ -563,20 +646,36 @@ fn check_cut(
     log: &WriteLog,
     prefix: &[layoutd_disk::LogEntry],
     ops: &[(Op, u64, u32, bool)],
-) {
+    tear: Option<Tear>,
+) -> bool {
     let (submitted, durable_before) = upper_timeline(prefix, ops);
-    let image = Arc::new(log.image_at(prefix.len(), device_bytes, base).expect("replay"));
+    let cut = prefix.len();
+    let Some(image) = crash_image(log, cut, device_bytes, base, tear) else { return false };
+    let at = match tear {
+        None => format!("at cut {cut} (seed {seed})"),
+        Some(t) => format!("at cut {cut}, its last write torn ({t:?}) (seed {seed})"),
+    };
     let stack = make(OpenMode::Open { clean: false, accept_loss: false });
-    let mut h = Harness::new(stack, image as Arc<dyn BlockDevice>, ZeroLatency::default(), seed);
+    let mut h = Harness::new(stack, Arc::new(image) as Arc<dyn BlockDevice>, ZeroLatency::default(), seed);
     bring_up(&mut h);
-    let data = read_volume(&mut h, &format!("after recovery at cut {} (seed {seed})", prefix.len()));
+    let data = read_volume(&mut h, &format!("after recovery {at}"));
     for (s, bytes) in data.chunks(S as usize).enumerate() {
         let s = s as u64;
-        let got = sector_tag(bytes, s).unwrap_or_else(|| {
-            panic!("sector {s} holds bytes no write ever wrote, at cut {} (seed {seed})", prefix.len())
-        });
-        check_sector(s, got, ops, &submitted, &durable_before, prefix.len(), seed);
+        let allowed = allowed_values(s, ops, &submitted, &durable_before);
+        let got = crash_sector_tag(bytes, s, tear);
+        assert!(
+            crash_sector_fine(got, &allowed),
+            "{} after a crash {at}; allowed {allowed:?} (newest durable write #{}; only a write in flight \
+             may be torn)",
+            match got {
+                Some((g, false)) => format!("sector {s} holds write #{g}"),
+                Some((g, true)) => format!("sector {s} reads back unreadable (torn) bytes of write #{g}"),
+                None => format!("sector {s} holds bytes no write ever wrote"),
+            },
+            allowed[0]
+        );
     }
+    true
 }
 
 /// From the marks in the log prefix: which seqs were submitted, and the
@@ -618,15 +717,7 @@ pub(crate) fn upper_timeline(
 
 /// A sector may hold the value of its newest durable write, or of any later
 /// write submitted before the cut; nothing else.
-fn check_sector(
-    s: u64,
-    got: u64,
-    ops: &[(Op, u64, u32, bool)],
-    submitted: &[bool],
-    durable: &[bool],
-    cut: usize,
-    seed: u64,
-) {
+fn allowed_values(s: u64, ops: &[(Op, u64, u32, bool)], submitted: &[bool], durable: &[bool]) -> Vec<u64> {
     let touches = |seq: usize| {
         let (op, start, n, _) = ops[seq];
         op.is_modify() && start <= s && s < start + u64::from(n)
@@ -634,12 +725,6 @@ fn check_sector(
     let value = |seq: usize| if ops[seq].0 == Op::Write { seq as u64 } else { 0 };
     let history: Vec<usize> = (0..ops.len()).filter(|&i| i == 0 || touches(i)).collect();
     let newest_durable = history.iter().rposition(|&i| durable[i]).expect("seq 0 is durable");
-    let allowed: Vec<u64> =
-        history[newest_durable..].iter().filter(|&&i| submitted[i]).map(|&i| value(i)).collect();
-    assert!(
-        allowed.contains(&got),
-        "sector {s} holds write #{got} after a crash at log entry {cut}; allowed {allowed:?} \
-         (newest durable write #{}) (seed {seed})",
-        value(history[newest_durable])
-    );
+    // The newest durable write is submitted: it comes first.
+    history[newest_durable..].iter().filter(|&&i| submitted[i]).map(|&i| value(i)).collect()
 }
