@@ -227,8 +227,13 @@ proptest! {
 
 #[test]
 fn crash_at_every_flush_and_random_points_keeps_flushed_data() {
+    // A long campaign: LAYOUTD_CRASH_SEEDS=6..200 (a range of seeds).
+    let seeds = std::env::var("LAYOUTD_CRASH_SEEDS").map_or(0..6u64, |v| {
+        let (a, b) = v.split_once("..").expect("LAYOUTD_CRASH_SEEDS is a range, e.g. 6..200");
+        a.parse().expect("a seed")..b.parse().expect("a seed")
+    });
     for (name, cfg) in STACKS {
-        for seed in 0..6u64 {
+        for seed in seeds.clone() {
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
             let ops = random_ops(&mut rng, 300, DEVICE_BYTES / 512, 200);
             let cuts = crash_check(cfg, DEVICE_BYTES, seed, &ops, 4, 40);
