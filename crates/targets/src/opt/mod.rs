@@ -42,6 +42,7 @@ pub mod config;
 mod exec;
 mod free;
 pub mod meta;
+pub mod place;
 
 use crate::blockmap::BlockMap;
 use crate::gate::OverlapGate;
