@@ -133,6 +133,8 @@ done > $R/phases.md
     python3 bench/workloads/opt_seeks.py $R/opt-relay.toml 0.5 1 2 3 4 --layoutd "$LAYOUTD" --continuous 1024
     echo
     python3 bench/workloads/opt_seeks.py $R/opt-relay.toml 0.5 1 2 3 4 --layoutd "$LAYOUTD"
+    echo
+    python3 bench/workloads/opt_seeks.py $R/opt-relay.toml 0.5 1 2 3 4 --layoutd "$LAYOUTD" --continuous 1024 --place
 } > $R/seeks.md
 # The held-out experiment across the generator's variation, seeds 1-4.
 {

@@ -143,7 +143,7 @@ def one(layoutd, config, plain, s, seed, out, continuous=(), place=False):
     d = trace_dir(s, seed)
     trace = f"{d}/desktop-4days.trace.gz"
     plans = open(f"{d}/desktop-4days.plan-times").read().split()
-    offset = None
+    offset, plain0 = None, plain
     if place:
         config, plain, offset = placed(layoutd, config, trace, plans[0], out)
     (up,) = opt_phases.run(layoutd, plain, trace, None, out, ("up",))
@@ -163,8 +163,12 @@ def one(layoutd, config, plain, s, seed, out, continuous=(), place=False):
     os.makedirs(f"{out}/opt")
     (opt_up,) = opt_phases.run(layoutd, config, trace, plans[0] if has_opt else None, f"{out}/opt", ("up",))
     cont = [base / held_out([], opt_phases.continuous_config(config, ms, out)) for ms in continuous]
+    # With `place`: (the offset, the baseline's held-out mean over plain's
+    # with `plain`'s own home layout: multiply a speedup by it for one over
+    # that plain).
+    placing = (offset, held_out([], plain0) / base) if place else None
     return (opt_report.day1_coverage(trace), shares(trace, up), base / held_out(plans[:1]),
-            base / held_out(plans[:3]), read_mean(up) / read_mean(opt_up), cont, never_before(up), offset)
+            base / held_out(plans[:3]), read_mean(up) / read_mean(opt_up), cont, never_before(up), placing)
 
 
 def tags_of(s, seed, out, count):
@@ -244,11 +248,12 @@ def main():
     if a.continuous:
         extra += " | plain I/O time in reads of blocks no earlier request read (u') | online ceiling 1/u'"
     if a.place:
-        extra += " | region placed at (GiB, per seed)"
+        extra += (" | region placed at (GiB, per seed) | plain with that home layout against --plain's "
+                  "(a speedup times it: one over --plain)")
     print("| variation | held-out reads seen on day 1 | plain I/O time in reads day 1 never read (u) "
           "| in writes and flushes (w) | ceiling 1/(u + w) | one plan after day 1 | a plan every day "
           f"| share of the daily gain after day 1 | reads alone, one plan{extra} |")
-    print("| --- " * (9 + 2 * len(a.continuous) + 2 * bool(a.continuous) + a.place) + "|")
+    print("| --- " * (9 + 2 * len(a.continuous) + 2 * bool(a.continuous) + 2 * a.place) + "|")
     gain_share = lambda one_plan, other: (one_plan - 1) / (other - 1) if other > 1 else float("nan")
     for s in a.variations:
         rows, offsets = [], []
@@ -269,7 +274,11 @@ def main():
         times = lambda x: f"{x:.2f}x"
         fmts = [pct, pct, pct, times, times, times, pct, times] + [times, pct] * len(a.continuous)
         fmts += [pct, times] * bool(a.continuous)
-        placed_at = f" | {' / '.join(f'{o / (1 << 30):.1f}' for o in offsets)}" if a.place else ""
+        placed_at = ""
+        if a.place:
+            shift = [x[1] for x in offsets]
+            placed_at = (f" | {' / '.join(f'{x[0] / (1 << 30):.1f}' for x in offsets)} | "
+                         f"{median(shift):.3f}x ({min(shift):.3f}x-{max(shift):.3f}x)")
         print(f"| {s:g} | " + " | ".join(rng(c, f) for c, f in zip(cols, fmts)) + placed_at + " |")
 
 

@@ -29,7 +29,7 @@ pub enum Action {
 
 #[derive(Args)]
 #[command(
-    after_help = "Examples:\n  layoutd opt status --socket /run/user/0/layoutd/vol.img.sock   # online\n  layoutd opt plan --control vol.ctl\n  layoutd opt drop --device vol.img                             # offline: runs the job to the end, marks clean\n\nThe profile lives in memory while the volume is served, so `plan` learns from what the running server saw; offline it starts empty (a plan then keeps nothing). The messages are `status`, `plan`, `apply` and `drop` (docs/opt.md); `layoutd message` sends them as well.\n\n`place` works on a config, not a volume: the region's place is fixed at `format` (the volume is the device minus the region, 1:1), so it is chosen before, from a trace of the volume's use (e.g. `layoutd serve --trace` of a plain stack): the region starts at the weighted median of the trace's reads (one each), which minimises the expected seek between the region and a read left home. Prints the `opt_offset`; with --out writes the config with it set, for `layoutd format --config`:\n  layoutd opt place --config opt.toml --trace day1.trace --size 80G --out opt-placed.toml"
+    after_help = "Examples:\n  layoutd opt status --socket /run/user/0/layoutd/vol.img.sock   # online\n  layoutd opt plan --control vol.ctl\n  layoutd opt drop --device vol.img                             # offline: runs the job to the end, marks clean\n\nThe profile lives in memory while the volume is served, so `plan` learns from what the running server saw; offline it starts empty (a plan then keeps nothing). The messages are `status`, `plan`, `apply` and `drop` (docs/opt.md); `layoutd message` sends them as well.\n\n`place` works on a config, not a volume: the region's place is fixed at `format` (the volume is the device minus the region, 1:1), so it is chosen before, from a trace of the volume's use (e.g. `layoutd serve --record-trace` of the volume under a plain stack): the region starts at the weighted median of the trace's reads (one each), which minimises the expected seek between the region and a read left home. Prints the `opt_offset`; with --out writes the config with it set, for `layoutd format --config`:\n  layoutd opt place --config opt.toml --trace day1.trace --size 80G --out opt-placed.toml"
 )]
 pub struct OptArgs {
     /// status, plan, apply or drop.
@@ -107,7 +107,8 @@ fn place(p: &PlaceArgs) -> Result<()> {
         }
     }
     let count = reads.len();
-    let Some(offset) = opt::place::region_offset(&mut reads, geo.volume_bytes) else {
+    let Some(offset) = opt::place::region_offset(&mut reads, geo.volume_bytes, opt::place::PLACE_ALIGN_BYTES)
+    else {
         bail!("{}: no read to place the region by (before --until-ms?)", trace.display());
     };
     println!(
