@@ -416,7 +416,10 @@ def report(runs, bd, progs, lives, a, meta):
          "`opt-home` sends unmapped writes home (`absorb_writes = false`); `opt-ra` is `opt` reading ahead "
          "128 KiB along a planned sequence when a read resumes it after the disk went elsewhere (session 24's "
          "shared read-ahead, `readahead_when = \"resumed\"`); `opt-relay` is `opt` laying a sequence out anew "
-         "when a run leaves it and reads following the sequences (session 25, `plan_relay`, `read_follow`).", "",
+         "when a run leaves it and reads following the sequences (session 25, `plan_relay`, `read_follow`); "
+         "`opt-placed` and `opt-relay-placed` are `opt` and `opt-relay` with the region where `layoutd opt place` "
+         "puts it from the capture's run 1 (session 29), each against `plain-placed`, plain with the same home "
+         "layout (its own column is against `plain`).", "",
          "Reproduce: `cargo build --workspace --release && bench/opt_real.py` (the replay of the committed "
          "captures, under a minute; `sudo bench/opt_real.py --capture K` captures capK again, `--live` runs "
          "the live confirmation too).", ""]
