@@ -49,7 +49,9 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench/harness"))
+sys.path.insert(0, os.path.join(ROOT, "bench/workloads"))
 import capreplay  # noqa: E402
+import opt_variation  # noqa: E402
 import readme  # noqa: E402
 import tracefile  # noqa: E402
 
@@ -59,6 +61,12 @@ TMP = os.path.join(OUT, "tmp")
 DISK = "wd800"
 MARK = "<!-- Notes below this line are written by hand and kept when bench/opt_real.py regenerates this file. -->"
 OPT0, OPT1 = 37 << 30, 38 << 30  # the region of bench/results/opt/opt.toml
+# A config PLACED + CONFIG (session 29): CONFIG with the region where
+# `layoutd opt place` puts it from the capture's run 1 (the training
+# run's requests, marker reads left out), per capture; PLACED alone: plain
+# with that home layout, the baseline of the placed stacks (BASELINE).
+PLACED = "placed:"
+BASELINE = {"opt-placed": "plain-placed", "opt-relay-placed": "plain-placed"}
 # (name, config, plans at the reconfigure marker?, the free space declared
 # first?). replica replicates into free space only: it learns it from an
 # ext scan at open (live) or from discards; the simulator has no data to
@@ -70,6 +78,9 @@ STACKS = [("plain", "bench/results/opt/plain.toml", False, False),
           ("opt-home", "bench/results/opt/opt-home.toml", True, False),
           ("opt-ra", "bench/results/opt/opt-ra.toml", True, False),
           ("opt-relay", "bench/results/opt/opt-relay.toml", True, False),
+          ("plain-placed", PLACED, False, False),
+          ("opt-placed", PLACED + "bench/results/opt/opt.toml", True, False),
+          ("opt-relay-placed", PLACED + "bench/results/opt/opt-relay.toml", True, False),
           ("replica", "examples/replica.toml", False, True),
           ("replica-all-goals", "examples/replica-all-goals.toml", False, True)]
 # How the replay gives the stacks their streams: "serve" = the layoutd trace
@@ -152,6 +163,37 @@ def with_free(trace, result):
                 first = False
             out.write(line)
     return dst
+
+
+def training(trace, plan_at, eb):
+    """The first `plan_at` requests of `trace` (run 1, what the opt stacks
+    plan from), the harness's marker reads (the export's last 8 MiB) left
+    out, as a trace file beside it."""
+    dst = trace.replace(".trace.gz", "-run1.trace")
+    n = 0
+    with gzip.open(trace, "rt") as src, open(dst, "w") as out:
+        for line in src:
+            if line.startswith("#") or not line.strip():
+                out.write(line)
+                continue
+            if n == plan_at:
+                break
+            n += 1
+            if int(line.split()[4]) < eb - (8 << 20):
+                out.write(line)
+    return dst
+
+
+def placed_configs(l, cap, trace, plan_at, eb):
+    """{PLACED + CONFIG: the placed copy, PLACED: plain with its home
+    layout} for capture `cap`."""
+    run1 = training(trace, plan_at, eb)
+    out, k = {}, os.path.basename(cap)
+    for _, c, _, _ in STACKS:
+        if c.startswith(PLACED) and c != PLACED:
+            name = f"{k}-" + os.path.basename(c[len(PLACED):]).replace(".toml", "-placed")
+            out[c], out[PLACED], _ = opt_variation.placed(l, c[len(PLACED):], run1, None, TMP, name)
+    return out
 
 
 def replay(l, name, config, plans, cap, trace, plan_at, mode):
@@ -325,7 +367,9 @@ def main():
         traces = {("one", False): trace, ("one", True): free,
                   ("serve", False): trace, ("serve", True): free}
         meta[f"cap{k}"] = (traces, plan_at, eb, result)
-        jobs += [(n, c, p, cap, traces[mode, f], plan_at, mode) for mode in MODES for n, c, p, f in STACKS]
+        configs = placed_configs(l, cap, trace, plan_at, eb)
+        jobs += [(n, configs.get(c, c), p, cap, traces[mode, f], plan_at, mode) for mode in MODES
+                 for n, c, p, f in STACKS]
     with concurrent.futures.ThreadPoolExecutor(a.jobs) as ex:
         runs = dict(ex.map(lambda j: replay(l, *j), jobs))
     bd = {mode: {c: breakdown(l, "bench/results/opt/opt.toml", m[0][mode, False], m[1], m[2], m[3], mode)
@@ -349,6 +393,9 @@ def report(runs, bd, progs, lives, a, meta):
     def val(c, m, n, p):
         return tot[c, m, n] if p == "all six" else runs[c, m, n]["busy_s"][f"run2-{p}"]
 
+    def base(n):
+        return BASELINE.get(n, "plain")
+
     L = ["# `opt`: cold start-ups of real programs, captured and replayed (issue 15, start-up row)", "",
          "A benchmark, not a test. Six programs of this machine, installed on the volume as a copy of the "
          "needed parts of /usr (1.4 GiB) on ext4 and run through `chroot` "
@@ -369,7 +416,10 @@ def report(runs, bd, progs, lives, a, meta):
          "`opt-home` sends unmapped writes home (`absorb_writes = false`); `opt-ra` is `opt` reading ahead "
          "128 KiB along a planned sequence when a read resumes it after the disk went elsewhere (session 24's "
          "shared read-ahead, `readahead_when = \"resumed\"`); `opt-relay` is `opt` laying a sequence out anew "
-         "when a run leaves it and reads following the sequences (session 25, `plan_relay`, `read_follow`).", "",
+         "when a run leaves it and reads following the sequences (session 25, `plan_relay`, `read_follow`); "
+         "`opt-placed` and `opt-relay-placed` are `opt` and `opt-relay` with the region where `layoutd opt place` "
+         "puts it from the capture's run 1 (session 29), each against `plain-placed`, plain with the same home "
+         "layout (its own column is against `plain`).", "",
          "Reproduce: `cargo build --workspace --release && bench/opt_real.py` (the replay of the committed "
          "captures, under a minute; `sudo bench/opt_real.py --capture K` captures capK again, `--live` runs "
          "the live confirmation too).", ""]
@@ -381,7 +431,7 @@ def report(runs, bd, progs, lives, a, meta):
         for p in progs + ["all six"]:
             cells = [f"{median([val(c, m, 'plain', p) for c in caps]):.3f}"]
             for n in names[1:]:
-                sp = [val(c, m, "plain", p) / val(c, m, n, p) for c in caps]
+                sp = [val(c, m, base(n), p) / val(c, m, n, p) for c in caps]
                 cells.append(f"{median(sp):.2f}x ({min(sp):.2f}-{max(sp):.2f})")
             b = "**" if p == "all six" else ""
             L.append(f"| {b}{p}{b} | " + " | ".join(f"{b}{x}{b}" for x in cells) + " |")
@@ -393,7 +443,7 @@ def report(runs, bd, progs, lives, a, meta):
             cells = []
             for n in names:
                 cells.append(" / ".join(f"{val(c, m, n, p):.3f}" + ("" if n == "plain" else
-                                                                      f" ({val(c, m, 'plain', p) / val(c, m, n, p):.2f}x)")
+                                                                      f" ({val(c, m, base(n), p) / val(c, m, n, p):.2f}x)")
                                         for m in MODES))
             b = "**" if p == "all six" else ""
             L.append(f"| {b}{p}{b} | " + " | ".join(cells) + " |")

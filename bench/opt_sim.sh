@@ -38,7 +38,9 @@
 #                       region in the middle of the used area), dcd.toml
 #                       and opt-dcd.toml (opt over a Disk Caching Disk that
 #                       takes the writes), and what the reads day 1 never
-#                       read are (variation.md); last, the held-out time by
+#                       read are (variation.md); the same held-out days and
+#                       the start-up with the region placed from day 1's
+#                       reads (`layoutd opt place`; placed.md); last, the held-out time by
 #                       op and by mapped or not, plain against opt,
 #                       opt-home, opt-written and opt-dcd (opt_ops.py,
 #                       ops.md)
@@ -131,6 +133,8 @@ done > $R/phases.md
     python3 bench/workloads/opt_seeks.py $R/opt-relay.toml 0.5 1 2 3 4 --layoutd "$LAYOUTD" --continuous 1024
     echo
     python3 bench/workloads/opt_seeks.py $R/opt-relay.toml 0.5 1 2 3 4 --layoutd "$LAYOUTD"
+    echo
+    python3 bench/workloads/opt_seeks.py $R/opt-relay.toml 0.5 1 2 3 4 --layoutd "$LAYOUTD" --continuous 1024 --place
 } > $R/seeks.md
 # The held-out experiment across the generator's variation, seeds 1-4.
 {
@@ -148,6 +152,18 @@ done > $R/phases.md
     echo
     python3 bench/workloads/opt_variation.py --kinds
 } > $R/variation.md
+# The region where day 1's reads are (`layoutd opt place`, session 29):
+# the held-out days and the synthetic start-up, opt.toml and opt-relay.toml.
+{
+    for c in opt opt-relay; do
+        python3 bench/workloads/opt_variation.py $R/$c.toml "$LAYOUTD" --continuous 1024 4096 16384 --place
+        echo
+    done
+    for c in opt opt-relay; do
+        python3 bench/workloads/opt_place.py $R/$c.toml "$LAYOUTD"
+        echo
+    done
+} > $R/placed.md
 # The held-out time by op and by mapped or not (one plan after day 1).
 python3 bench/workloads/opt_ops.py $R/opt.toml "$LAYOUTD" \
     --also opt-home=$R/opt-home.toml opt-written=$R/opt-written.toml opt-dcd=$R/opt-dcd.toml > $R/ops.md

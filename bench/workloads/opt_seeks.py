@@ -33,10 +33,12 @@ seek backwards, and how many land on a block another program's run
 requested before. The seeks that follow another stream's request (a run's
 first read) are counted apart.
 
-    opt_seeks.py CONFIG VARIATION SEED... [--layoutd PATH] [--continuous MS]
+    opt_seeks.py CONFIG VARIATION SEED... [--layoutd PATH] [--continuous MS] [--place]
         (e.g. bench/results/opt/opt-relay.toml 0.5 1 2 3 4 --continuous 1024)
 
-Without `--continuous`: one plan after day 1, as `opt_phases.py`.
+Without `--continuous`: one plan after day 1, as `opt_phases.py`. With
+`--place`: the region where `layoutd opt place` puts it from day 1's reads
+(as `opt_variation.py --place`).
 """
 import argparse
 import collections
@@ -48,9 +50,9 @@ import opt_variation
 MIB_BLOCKS = 256
 
 
-def classify(trace_rows, tags, up, down):
+def classify(trace_rows, tags, up, down, region=(opt_phases.OPT0, opt_phases.OPT1)):
     """Counts per class: [requests, ms, backwards, landing on another
-    program's block]."""
+    program's block]; `region`: the OPT region's lower bytes."""
     # The up record's requests are the trace's, in its order (a
     # closed-loop replay shifts the times, not the order); the stream is
     # the trace's.
@@ -80,7 +82,7 @@ def classify(trace_rows, tags, up, down):
     c = collections.defaultdict(lambda: [0, 0.0, 0, 0])
     last_piece = None  # (stream, lower end)
     last_of = {}  # stream -> (block set of its previous read, slot end)
-    o0, o1 = opt_phases.OPT0, opt_phases.OPT1
+    o0, o1 = region
     # Where each read of each stream was served: stream -> [(first lower
     # byte, last) or None (from home, wholly or in part)], in order.
     served = collections.defaultdict(list)
@@ -191,6 +193,7 @@ def main():
     ap.add_argument("seeds", type=int, nargs="+")
     ap.add_argument("--layoutd", default="target/release/layoutd")
     ap.add_argument("--continuous", type=int, metavar="MS")
+    ap.add_argument("--place", action="store_true", help="the region placed from each trace's day 1")
     a = ap.parse_args()
     total = collections.defaultdict(lambda: [0, 0.0, 0, 0])
     for seed in a.seeds:
@@ -198,18 +201,22 @@ def main():
         trace = f"{d}/desktop-4days.trace.gz"
         plan_ms = open(f"{d}/desktop-4days.plan-times").readline().strip()
         with tempfile.TemporaryDirectory() as out:
-            config = a.config
+            config, region = a.config, (opt_phases.OPT0, opt_phases.OPT1)
+            if a.place:
+                config, _, at = opt_variation.placed(a.layoutd, config, trace, plan_ms, out)
+                region = (at, at + (1 << 30))
             if a.continuous is not None:
                 config, plan_ms = opt_phases.continuous_config(config, a.continuous, out), None
             rows = opt_phases.load_streams(trace)
             tags = opt_variation.tags_of(a.variation, seed, out, len(rows))
             up, down = opt_phases.run(a.layoutd, config, trace, plan_ms, out)
-            for k, v in classify(rows, tags, up, down).items():
+            for k, v in classify(rows, tags, up, down, region).items():
                 for x in range(4):
                     total[k][x] += v[x]
     n = sum(v[0] for v in total.values())
     ms = sum(v[1] for v in total.values())
     mode = f"continuous every {a.continuous} ms" if a.continuous is not None else "one plan after day 1"
+    mode += ", the region placed from day 1's reads" if a.place else ""
     print(f"Seeks within the OPT region, held-out days ({a.config}, {mode}, variation {a.variation:g}, "
           f"seeds {' '.join(map(str, a.seeds))} summed): {n} requests, {ms / 1000:.2f} s")
     print()

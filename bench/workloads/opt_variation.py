@@ -17,7 +17,7 @@ every day, as bench/opt_sim.sh does. Per S, the medians over the seeds of:
   means).
 
     opt_variation.py CONFIG [LAYOUTD] [--variations 0 0.25 0.5 0.75 1] [--seeds 1 2 3 4]
-                     [--plain bench/results/opt/plain.toml] [--continuous MS ...]
+                     [--plain bench/results/opt/plain.toml] [--continuous MS ...] [--place]
 
 `--continuous MS`: also the continuous loop, CONFIG with `plan_interval_ms
 = MS` and told of no plan: the target plans on its own every MS of virtual
@@ -28,6 +28,11 @@ speedup and the share of its gain that the one plan after day 1 gives;
 then the share of plain's held-out I/O time in reads of blocks no earlier
 request read (u': not even a loop planning before every request could
 have placed them) and 1/u', the speedup if every other request were free.
+`--place` (session 29): the OPT region where day 1's reads are, per
+trace: `layoutd opt place` on the trace's requests before the first plan
+time (day 1, the training period) sets CONFIG's `opt_offset`, and the
+baseline is plain with the same home layout (the device minus the region
+there); the held-out days are evaluated as without.
     opt_variation.py --kinds [--variations ...] [--seeds ...]
 
 `--kinds`: what the held-out reads day 1 never read are (the generator's
@@ -104,13 +109,43 @@ def read_mean(up):
     return sum(rs) / len(rs)
 
 
-def one(layoutd, config, plain, s, seed, out, continuous=()):
+def disk_bytes(layoutd, disk="wd800"):
+    """The simulated device's size in bytes (`layoutd disk show`)."""
+    text = subprocess.run([layoutd, "disk", "show", disk], check=True, capture_output=True, text=True).stdout
+    line = next(l for l in text.splitlines() if l.strip().startswith("capacity"))
+    return int(line.split("(")[1].split()[0]) * 512
+
+
+def placed(layoutd, config, trace, until_ms, out, name="placed"):
+    """(`config` with `opt_offset` chosen by `layoutd opt place` from the
+    trace's requests before `until_ms` (None: all of them), plain with the
+    same home layout, the offset), written in `out` as NAME.toml and
+    plain-NAME.toml."""
+    size = disk_bytes(layoutd)
+    path = os.path.join(out, f"{name}.toml")
+    until = ["--until-ms", str(until_ms)] if until_ms is not None else []
+    line = subprocess.run([layoutd, "opt", "place", "--config", config, "--trace", trace, "--size", str(size),
+                           *until, "--out", path], check=True, capture_output=True, text=True).stdout
+    offset = int(line.split()[2])
+    length = next(l for l in open(config) if l.startswith("opt_length"))
+    assert length.strip() == 'opt_length = "1GiB"', f"{config}: the baseline below assumes a 1 GiB region"
+    plain = os.path.join(out, f"plain-{name}.toml")
+    with open(plain, "w") as f:
+        f.write(f'version = 1\n[[layer]]\ntarget = "linear"\n[[layer.segment]]\noffset = 0\nlength = {offset}\n'
+                f"[[layer.segment]]\noffset = {offset + (1 << 30)}\n")
+    return path, plain, offset
+
+
+def one(layoutd, config, plain, s, seed, out, continuous=(), place=False):
     """(reads seen on day 1, (u, w), one-plan speedup, daily speedup, one-plan
     speedup of the reads alone, [continuous speedup per interval]) of one
     trace."""
     d = trace_dir(s, seed)
     trace = f"{d}/desktop-4days.trace.gz"
     plans = open(f"{d}/desktop-4days.plan-times").read().split()
+    offset, plain0 = None, plain
+    if place:
+        config, plain, offset = placed(layoutd, config, trace, plans[0], out)
     (up,) = opt_phases.run(layoutd, plain, trace, None, out, ("up",))
     base = opt_report.held_out(json.load(open(os.path.join(out, "up.json"))))
 
@@ -128,8 +163,12 @@ def one(layoutd, config, plain, s, seed, out, continuous=()):
     os.makedirs(f"{out}/opt")
     (opt_up,) = opt_phases.run(layoutd, config, trace, plans[0] if has_opt else None, f"{out}/opt", ("up",))
     cont = [base / held_out([], opt_phases.continuous_config(config, ms, out)) for ms in continuous]
+    # With `place`: (the offset, the baseline's held-out mean over plain's
+    # with `plain`'s own home layout: multiply a speedup by it for one over
+    # that plain).
+    placing = (offset, held_out([], plain0) / base) if place else None
     return (opt_report.day1_coverage(trace), shares(trace, up), base / held_out(plans[:1]),
-            base / held_out(plans[:3]), read_mean(up) / read_mean(opt_up), cont, never_before(up))
+            base / held_out(plans[:3]), read_mean(up) / read_mean(opt_up), cont, never_before(up), placing)
 
 
 def tags_of(s, seed, out, count):
@@ -184,6 +223,8 @@ def main():
     ap.add_argument("--plain", default="bench/results/opt/plain.toml", help="the baseline's config")
     ap.add_argument("--continuous", type=int, nargs="+", default=[], metavar="MS",
                     help="also the continuous loop, planning every MS of virtual time")
+    ap.add_argument("--place", action="store_true",
+                    help="the region placed by `layoutd opt place` from each trace's day 1")
     if len(sys.argv) > 1 and sys.argv[1] == "--kinds":
         sys.argv[1:2] = ["-"]
         a = ap.parse_args()
@@ -199,23 +240,28 @@ def main():
             print(f"| {s:g} | " + " | ".join(f"{100 * median(c):.1f}%" for c in cols) + " |")
         return
     a = ap.parse_args()
-    print(f"Held-out days 2-4 against the generator's variation ({a.config}; medians of seeds "
+    placing = ", the region placed from each trace's day 1 (`layoutd opt place`)" if a.place else ""
+    print(f"Held-out days 2-4 against the generator's variation ({a.config}{placing}; medians of seeds "
           f"{' '.join(map(str, a.seeds))}, the range in brackets):")
     print()
     extra = "".join(f" | continuous, a plan every {ms} ms | share of its gain after day 1" for ms in a.continuous)
     if a.continuous:
         extra += " | plain I/O time in reads of blocks no earlier request read (u') | online ceiling 1/u'"
+    if a.place:
+        extra += (" | region placed at (GiB, per seed) | plain with that home layout against --plain's "
+                  "(a speedup times it: one over --plain)")
     print("| variation | held-out reads seen on day 1 | plain I/O time in reads day 1 never read (u) "
           "| in writes and flushes (w) | ceiling 1/(u + w) | one plan after day 1 | a plan every day "
           f"| share of the daily gain after day 1 | reads alone, one plan{extra} |")
-    print("| --- " * (9 + 2 * len(a.continuous) + 2 * bool(a.continuous)) + "|")
+    print("| --- " * (9 + 2 * len(a.continuous) + 2 * bool(a.continuous) + 2 * a.place) + "|")
     gain_share = lambda one_plan, other: (one_plan - 1) / (other - 1) if other > 1 else float("nan")
     for s in a.variations:
-        rows = []
+        rows, offsets = [], []
         for seed in a.seeds:
             with tempfile.TemporaryDirectory() as out:
-                cov, (u, w), one_plan, daily, reads, cont, u_online = one(a.layoutd, a.config, a.plain, s, seed,
-                                                                          out, a.continuous)
+                cov, (u, w), one_plan, daily, reads, cont, u_online, offset = one(a.layoutd, a.config, a.plain, s,
+                                                                                  seed, out, a.continuous, a.place)
+            offsets.append(offset)
             row = [cov, u, w, 1 / (u + w), one_plan, daily, gain_share(one_plan, daily), reads]
             for c in cont:
                 row += [c, gain_share(one_plan, c)]
@@ -228,7 +274,12 @@ def main():
         times = lambda x: f"{x:.2f}x"
         fmts = [pct, pct, pct, times, times, times, pct, times] + [times, pct] * len(a.continuous)
         fmts += [pct, times] * bool(a.continuous)
-        print(f"| {s:g} | " + " | ".join(rng(c, f) for c, f in zip(cols, fmts)) + " |")
+        placed_at = ""
+        if a.place:
+            shift = [x[1] for x in offsets]
+            placed_at = (f" | {' / '.join(f'{x[0] / (1 << 30):.1f}' for x in offsets)} | "
+                         f"{median(shift):.3f}x ({min(shift):.3f}x-{max(shift):.3f}x)")
+        print(f"| {s:g} | " + " | ".join(rng(c, f) for c, f in zip(cols, fmts)) + placed_at + " |")
 
 
 if __name__ == "__main__":

@@ -1100,3 +1100,35 @@ fn only_writes_that_would_seek_at_home_are_absorbed_and_the_plans_share_stays_fr
         assert_eq!(read_block(&mut h, 60 + 3 * i), block(0x80 + i as u8));
     }
 }
+
+#[test]
+fn status_names_the_place_the_reads_served_from_home_give_the_region() {
+    // The tiny region sits at 512 KiB of a 1 MiB device (the volume is the
+    // rest, 928 KiB). Before any read from home: the configured place.
+    let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+    let mut h = harness(&dev, OpenMode::format(1));
+    assert_eq!(counter(&*h.stack, "home_reads_count"), 0);
+    assert_eq!(counter(&*h.stack, "opt_offset_best"), 512 << 10);
+    // Reads near the volume's start, one far up: the start's place.
+    for b in [2u64, 3, 4, 2, 3, 200] {
+        assert_eq!(h.read(b * B, B as u32).result, Ok(()));
+    }
+    assert_eq!(counter(&*h.stack, "home_reads_count"), 6);
+    let best = counter(&*h.stack, "opt_offset_best");
+    assert!((2 * B..=4 * B).contains(&best) && best % B == 0, "{best}: {}", describe(&mut h));
+    // Blocks 10..14 read often and placed in the region: reads of them no
+    // longer count; more reads up high move the place there.
+    let mut h = mapped_harness(&Arc::new(MemDevice::new(DEVICE_BYTES)));
+    let before = counter(&*h.stack, "home_reads_count");
+    for _ in 0..5 {
+        for b in 10..14u64 {
+            assert_eq!(h.read(b * B, B as u32).result, Ok(()));
+        }
+    }
+    assert_eq!(counter(&*h.stack, "home_reads_count"), before, "{}", describe(&mut h));
+    for _ in 0..2 * before + 1 {
+        assert_eq!(h.read(190 * B, B as u32).result, Ok(()));
+    }
+    let best = counter(&*h.stack, "opt_offset_best");
+    assert!((189 * B..=190 * B).contains(&best), "{best}: {}", describe(&mut h));
+}

@@ -42,6 +42,7 @@ pub mod config;
 mod exec;
 mod free;
 pub mod meta;
+pub mod place;
 
 use crate::blockmap::BlockMap;
 use crate::gate::OverlapGate;
@@ -335,6 +336,9 @@ pub struct Opt {
     /// sequence goes on): the slot after its last read from OPT (a read
     /// picks the copy nearest to it: the one continuing the sequence).
     read_last: FxHashMap<u32, u64>,
+    /// The reads served from home, by where they are: the region's best
+    /// place for this workload (`opt_offset_best` in `status`).
+    home_reads: place::HomeReads,
     /// Generation of the newest map on disk.
     map_generation: u64,
     /// Journal blocks written under `map_generation`.
@@ -412,6 +416,7 @@ impl Opt {
             map: BlockMap::new(),
             extras: Vec::new(),
             read_last: FxHashMap::default(),
+            home_reads: place::HomeReads::new(geo.volume_bytes),
             map_generation: 0,
             journal_next: 0,
             meta_busy: false,
@@ -710,6 +715,9 @@ impl Opt {
         let key = self.next_key;
         self.next_key += 1;
         self.assemblies.insert(key, Assembly::new(req.id, req.op, req.length_bytes, pieces.len() as u32));
+        if let Some(&(_, within, _, _)) = pieces.iter().find(|p| reader.is_some() && p.3.is_none()) {
+            self.home_reads.add(req.offset_bytes + u64::from(within));
+        }
         let c = &mut self.counters;
         for &(_, _, len, slot) in &pieces {
             match (req.op == Op::Read, slot.is_some()) {
@@ -1230,6 +1238,13 @@ impl Target for Opt {
             ("readahead_evicted_count", self.ahead.evicted_count),
             ("readahead_held_blocks", self.ahead.held_blocks()),
             ("job_active", u64::from(self.job.is_some())),
+            ("home_reads_count", self.home_reads.count()),
+            (
+                "opt_offset_best",
+                self.home_reads
+                    .best_offset(self.geo.volume_bytes, self.geo.block_bytes)
+                    .unwrap_or(self.geo.opt_offset_bytes),
+            ),
         ];
         Status {
             target: "opt".into(),
