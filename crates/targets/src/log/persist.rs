@@ -121,23 +121,19 @@ impl StalePages {
     /// The pages, named: the page when there is one, else how many and
     /// the first few (those with a bad crc first).
     fn describe(&self) -> String {
-        if let ([one], []) | ([], [one]) = (&self.first_torn[..], &self.first_other[..]) {
-            if self.pages.len() == 1 {
-                return one.clone();
-            }
-        }
+        let mut named = self.first_torn.iter().chain(&self.first_other).take(STALE_NAMED_MAX);
         let n = self.pages.len();
-        let named: Vec<&str> = self
-            .first_torn
-            .iter()
-            .chain(&self.first_other)
-            .take(STALE_NAMED_MAX)
-            .map(String::as_str)
-            .collect();
+        if n == 1 {
+            return named.next().expect("the page described").clone();
+        }
+        let named: Vec<&str> = named.map(String::as_str).collect();
         let more = n - named.len();
+        let torn = match self.torn {
+            0 => String::new(),
+            t => format!(" ({t} with a crc32c mismatch)"),
+        };
         format!(
-            "{n} pages have one usable copy, older than the checkpoint, beside an unusable one ({} with a              crc32c mismatch): {}{}",
-            self.torn,
+            "{n} pages have one usable copy, older than the checkpoint, beside an unusable one{torn}: {}{}",
             named.join("; "),
             if more > 0 { format!("; and {more} more") } else { String::new() }
         )
@@ -484,20 +480,24 @@ impl Log {
                 return Ok(());
             }
             return Err(format!(
-                "log checkpoint {}: the map's digest is {digest}, the map pages' copies sum to {}, and no page                  has an older copy to have fallen back to; the checkpoint is corrupt: restore the device                  from a copy or format it",
+                "log checkpoint {}: the map's digest is {digest}, the map pages' copies sum to {}, and no page \
+                 has an older copy to have fallen back to; the checkpoint is corrupt: restore the device \
+                 from a copy or format it",
                 ck.generation, self.map_digest
             ));
         }
         let why = format!(
-            "log map: the generations of the map pages' copies sum to {}, checkpoint {} recorded {digest}:              a page's current copy is damaged and its older copy would serve stale mappings ({})",
+            "log map: the generations of the map pages' copies sum to {}, checkpoint {} recorded {digest}: \
+             a page's current copy is damaged and its older copy would serve stale mappings ({})",
             self.map_digest,
             ck.generation,
             stale.describe()
         );
         if !found.accept_loss {
-            let them = if stale.pages.len() == 1 { "it" } else { "them" };
+            let (them, their) = if stale.pages.len() == 1 { ("it", "its") } else { ("them", "their") };
             return Err(format!(
-                "{why}; restore the device from a copy, or serve with --accept-loss to unmap {them} (their                  blocks not written since checkpoint {} read zeroes)",
+                "{why}; restore the device from a copy, or serve with --accept-loss to unmap {them} ({their} \
+                 blocks not written since checkpoint {} read zeroes)",
                 ck.generation
             ));
         }
