@@ -637,25 +637,10 @@ fn a_damaged_map_page_written_before_the_checkpoint_is_refused() {
     let (blocks, unflushed) = (60, 0);
     for zero in [false, true] {
         let (image, cfg) = written_image(blocks, unflushed);
-        // The map page copies (magic at a 4 KiB boundary), newest last.
-        let mut pages: Vec<(u64, u64)> = (0..DEVICE_BYTES / 4096)
-            .filter_map(|i| {
-                let mut b = vec![0u8; 32];
-                image.read_at(&mut b, i * 4096).expect("read");
-                (&b[0..8] == b"LDLOGMP1")
-                    .then(|| (u64::from_le_bytes(b[16..24].try_into().expect("8")), i * 4096))
-            })
-            .collect();
-        pages.sort();
+        let pages = map_page_copies(&image);
         assert_eq!(pages.len(), 1, "one page, written once: {pages:?}");
-        let at = pages[0].1;
-        if zero {
-            image.write_at(&[0u8; 4096], at).expect("damage");
-        } else {
-            image.write_at(&[0xAB], at + 100).expect("damage");
-        }
-        let copy = MemDevice::new(DEVICE_BYTES);
-        image.copy_to(&copy).expect("copy");
+        let at = pages[0].2;
+        let copy = damaged(&image, at, zero);
         let e = reopen(image, &cfg, blocks, unflushed).expect_err("a written map page is lost");
         let why = if zero { "blank" } else { "crc32c mismatch" };
         assert!(
@@ -702,6 +687,19 @@ fn twice_written_image(two_pages: bool) -> (MemDevice, u64, String) {
     let image = MemDevice::new(dev_bytes);
     dev.copy_to(&image).expect("copy");
     (image, dev_bytes, cfg)
+}
+
+/// Damages the map page copy at `at` of `image` (the first 4 KiB zeroed,
+/// or a byte flipped in its payload); returns a copy of the result.
+fn damaged(image: &MemDevice, at: u64, zero: bool) -> MemDevice {
+    if zero {
+        image.write_at(&[0u8; 4096], at).expect("damage");
+    } else {
+        image.write_at(&[0xAB], at + 100).expect("damage");
+    }
+    let copy = MemDevice::new(image.size_bytes());
+    image.copy_to(&copy).expect("copy");
+    copy
 }
 
 /// The map page copies on `image` (of format id 1): (page, generation,
@@ -757,13 +755,7 @@ fn a_damaged_newer_copy_of_a_map_page_written_twice_is_refused_never_served_stal
         assert_eq!(first.iter().map(|c| c.1).collect::<Vec<_>>(), [3, 2], "{case}: {copies:?}");
         assert_eq!(copies.len(), 2 + usize::from(two_pages), "{case}: {copies:?}");
         let at = first[0].2;
-        if zero {
-            image.write_at(&[0u8; 4096], at).expect("damage");
-        } else {
-            image.write_at(&[0xAB], at + 100).expect("damage");
-        }
-        let kept = MemDevice::new(dev_bytes);
-        image.copy_to(&kept).expect("copy");
+        let kept = damaged(&image, at, zero);
         let open = |dev: &Arc<MemDevice>, accept_loss: bool| {
             let stack = stack_from_toml(&cfg, dev_bytes, OpenMode::Open { clean: false, accept_loss });
             let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
