@@ -90,8 +90,8 @@ pub(super) struct Found {
     /// written (a torn first write looks the same, but is not counted).
     unusable: UnusablePages,
     /// Map pages that could serve stale mappings: one usable copy, older
-    /// than the checkpoint, beside a copy that is blank, torn or damaged
-    /// (the current copy, if the digest falls short).
+    /// than the checkpoint, beside a copy that is blank, torn or does not
+    /// decode (the current copy, damaged, if the digest falls short).
     stale: StalePages,
 }
 
@@ -540,9 +540,10 @@ impl Log {
         ck_generation: u64,
     ) -> Result<Option<PageTrouble>, String> {
         let torn = [&c0, &c1].iter().any(|c| matches!(c, Err(MetaError::BadCrc)));
-        // Blank, torn or another kind of block: what a damaged copy looks
-        // like (a whole copy of another format or version is not damage).
-        let lost = [&c0, &c1].map(|c| matches!(c, Err(e) if e.is_absent_or_torn()));
+        // Blank, torn, another kind of block, or a whole copy that does
+        // not decode: what a damaged copy looks like (a whole copy of
+        // another format or version is not damage).
+        let lost = [&c0, &c1].map(|c| matches!(c, Err(e) if !matches!(e, MetaError::Version(_))));
         let (c0, c1) = (PageCopy::judge(c0, ck_generation), PageCopy::judge(c1, ck_generation));
         let pick = match (&c0, &c1) {
             (PageCopy::Usable(g0, _), PageCopy::Usable(g1, _)) => usize::from(g1 > g0),
