@@ -181,8 +181,9 @@ pub struct ServeArgs {
     direct: bool,
     /// Serve even if recovery finds damaged metadata that costs data a client was told
     /// was safe (a dcd or log damaged before its last flushed segment, a log map page
-    /// written before the checkpoint with no readable copy). Without it such a volume is
-    /// refused, naming the damage; with it the loss is counted (`lost_segments_count`,
+    /// written before the checkpoint with no readable copy or with its current copy damaged:
+    /// every page that could be stale is unmapped). Without it such a volume is refused,
+    /// naming the damage; with it the loss is counted (`lost_segments_count`,
     /// `lost_map_pages_count`) and described in `layoutd inspect`. Copy the device first.
     #[arg(long)]
     accept_loss: bool,

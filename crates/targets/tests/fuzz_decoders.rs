@@ -195,27 +195,33 @@ proptest! {
         ck_crafted in crafted_writes(CHECKPOINT_BYTES),
         fix in any::<bool>(),
         legacy in any::<bool>(),
-        map_release in 0..3u8,
+        map_release in 0..4u8,
+        digest in any::<u64>(),
     ) {
         let g = chain_geo();
         let id = if legacy { 0 } else { 7 };
         // The checkpoint: of the release before format ids (version 3),
-        // or with this id of the release before map ids (version 4) or of
-        // this build (version 5), its map pages of the version before
-        // (`legacy_map`) or not; version 5 counts the map pages written.
-        let legacy_map = legacy || map_release > 0;
+        // or with this id of the release before map ids (version 4), of
+        // the release before the map's digest (version 5) or of this build
+        // (version 6), its map pages of the version before (`legacy_map`)
+        // or not; version 5 counts the map pages written, 6 also records
+        // the map's digest.
+        let legacy_map = legacy || map_release == 1 || map_release == 2;
         let map_pages_written = if legacy || map_release == 2 { 0 } else { 2 };
-        let ck = ChainCheckpoint { generation: 3, boot: 2, next_seq: Seq(5), next_loc: Some(SegLoc(0)), format_id: id, legacy_map, map_pages_written };
+        let ck = ChainCheckpoint { generation: 3, boot: 2, next_seq: Seq(5), next_loc: Some(SegLoc(0)), format_id: id, legacy_map, map_pages_written, map_digest: Some(digest) };
         let mut b = ck.encode(&g);
         if legacy {
             b = downgrade_block(&b).expect("a chain checkpoint");
         } else if map_release == 2 {
             b = downgrade_block_to(&b, Release::BeforeMapIds, None).expect("a chain checkpoint");
+        } else if map_release == 3 {
+            b = downgrade_block_to(&b, Release::BeforeMapDigest, None).expect("a chain checkpoint");
         }
         mutate(&mut b, &[], &ck_crafted);
         if fix { fix_crc(&mut b, 28, CHECKPOINT_BYTES); }
         let ck = match bounded(&b, |b| ChainCheckpoint::decode(b, &g))? {
-            Ok(c) => { let _ = c.encode(&g); c }
+            // Versions before 6 carry no digest; this build writes one.
+            Ok(c) => { let _ = ChainCheckpoint { map_digest: c.map_digest.or(Some(0)), ..c.clone() }.encode(&g); c }
             Err(_) => ck,
         };
         // Mutations land in the first two locations (where the chain is).
@@ -345,6 +351,7 @@ fn the_chain_corpus_walks_to_its_end() {
         format_id: 7,
         legacy_map: false,
         map_pages_written: 2,
+        map_digest: Some(9),
     };
     let mut w = ChainWalk::new(&ck, &g);
     let mut seqs = Vec::new();
@@ -375,6 +382,7 @@ fn the_release_before_format_ids_is_read_as_id_0_and_refuses_these_blocks_by_ver
         format_id: 0,
         legacy_map: true,
         map_pages_written: 0,
+        map_digest: Some(0),
     };
     let old_h = downgrade_block(&h.encode(&g)).expect("a header");
     let old_ck = downgrade_block(&ck.encode(&g)).expect("a checkpoint");
@@ -383,7 +391,10 @@ fn the_release_before_format_ids_is_read_as_id_0_and_refuses_these_blocks_by_ver
     assert_eq!((version(&old_h), version(&old_ck), version(&old_chain)), (2, 2, 3));
     assert_eq!(SegmentHeader::decode(&old_h, &g), Ok(h.clone()));
     assert_eq!(Checkpoint::decode(&old_ck, &g), Ok(ck.clone()));
-    assert_eq!(ChainCheckpoint::decode(&old_chain, &g), Ok(chain.clone()));
+    assert_eq!(
+        ChainCheckpoint::decode(&old_chain, &g),
+        Ok(ChainCheckpoint { map_digest: None, ..chain.clone() })
+    );
     // A summary in a slot, chained (the log's partial segments).
     let cg = chain_geo();
     let disk = chain_disk(&cg);
@@ -471,7 +482,9 @@ proptest! {
 /// release (`legacy`) and are another format's on a volume formatted by
 /// this build; that release's codec refuses this build's pages by their
 /// version; chain checkpoints of that release (version 4) read with
-/// `legacy_map` set, and it refuses this build's (version 5) by version.
+/// `legacy_map` set, and it refuses this build's (version 6) by version;
+/// so does the release before the map's digest (version 5, read without
+/// one).
 #[test]
 fn the_release_before_map_ids_is_read_on_its_volumes_only_and_refuses_these_blocks_by_version() {
     use layoutd_core::metablock::{MetaBlockCodec, MetaError};
@@ -502,16 +515,26 @@ fn the_release_before_map_ids_is_read_on_its_volumes_only_and_refuses_these_bloc
         format_id: 9,
         legacy_map: false,
         map_pages_written: 2,
+        map_digest: Some(0x0123_4567_89ab_cdef),
     };
     let new = chain.encode(&cg);
     let old = downgrade_block_to(&new, Release::BeforeMapIds, None).expect("a chain checkpoint");
     assert_eq!(u32::from_le_bytes(old[8..12].try_into().expect("4")), 4);
     assert_eq!(
         ChainCheckpoint::decode(&old, &cg),
-        Ok(ChainCheckpoint { legacy_map: true, map_pages_written: 0, ..chain.clone() })
+        Ok(ChainCheckpoint { legacy_map: true, map_pages_written: 0, map_digest: None, ..chain.clone() })
     );
     let codec = MetaBlockCodec { magic: *b"LDSEGCC1", version: 4, block_bytes: CHECKPOINT_BYTES };
     assert_eq!(codec.decode(&new), Err(MetaError::Version(CHAIN_FORMAT_VERSION)));
+    // The release before the map's digest (version 5): read field for
+    // field, without a digest; it refuses this build's by the version.
+    let v5 = downgrade_block_to(&new, Release::BeforeMapDigest, None).expect("a chain checkpoint");
+    assert_eq!(u32::from_le_bytes(v5[8..12].try_into().expect("4")), 5);
+    assert_eq!(ChainCheckpoint::decode(&v5, &cg), Ok(ChainCheckpoint { map_digest: None, ..chain.clone() }));
+    let codec = MetaBlockCodec { magic: *b"LDSEGCC1", version: 5, block_bytes: CHECKPOINT_BYTES };
+    assert_eq!(codec.decode(&new), Err(MetaError::Version(CHAIN_FORMAT_VERSION)));
+    // The digest is the last field of the payload (offset 60), every bit kept.
+    assert_eq!(new[32 + 60..32 + 68], 0x0123_4567_89ab_cdefu64.to_le_bytes());
     // Unknown flags are refused.
     let mut flagged = new.clone();
     flagged[32 + 52] = 2;

@@ -230,8 +230,10 @@ struct Counters {
     rmw_count: u64,
     recovered_segments_count: u64,
     lost_segments_count: u64,
-    /// Map pages with no readable copy whose mappings an opener accepted
-    /// to lose (`--accept-loss`).
+    /// Map pages whose mappings an opener accepted to lose
+    /// (`--accept-loss`): pages written before the checkpoint with no
+    /// readable copy, and pages the map's digest could not clear of
+    /// serving stale mappings (unmapped).
     lost_map_pages_count: u64,
     /// Lower writes or flushes sent again after an error.
     lower_retries_count: u64,
@@ -276,7 +278,7 @@ enum Phase {
 /// The log target. Memory ([`Log::translation_ram_bytes`]): the map
 /// (per group of blocks its runs, or entries of the fewest bits that hold
 /// a slot id; see [`map::SlotMap`]), one live bit a slot,
-/// 12 bytes and two bits a segment, 2 bytes a map page: under 4 bytes a
+/// 12 bytes and two bits a segment, 10 bytes a map page: under 4 bytes a
 /// block up to 29-bit slot ids (1 TiB exposed; see docs/log.md); plus `buffer_count`
 /// segment buffers. Every queue is bounded by the upper requests in flight
 /// (the runtime bounds them) plus one stack of at most three works.
@@ -334,6 +336,12 @@ pub struct Log {
     /// Map pages with that bit set; goes into every checkpoint
     /// (`seglog::ChainCheckpoint::map_pages_written`).
     map_pages_written: u32,
+    /// Per map page: the generation of its current copy (0 for a page
+    /// with none), kept by `Log::set_page_generation`.
+    page_generation: Vec<u64>,
+    /// The wrapping sum of `page_generation`: the map's digest, in every
+    /// checkpoint (`seglog::ChainCheckpoint::map_digest`).
+    map_digest: u64,
     segments_since_checkpoint: u32,
     /// The flush mark: generation and how far it says the log is durable.
     mark_generation: u64,
@@ -450,6 +458,8 @@ impl Log {
             dirty_at_pow2: Vec::new(),
             page_copy: vec![0; pages],
             map_pages_written: 0,
+            page_generation: vec![0; pages],
+            map_digest: 0,
             segments_since_checkpoint: 0,
             mark_generation: 0,
             mark_upto: Seq(0),
@@ -733,6 +743,7 @@ impl Log {
             + self.dirty_pages.capacity() as u64
             + self.dirty_at_pow2.capacity() as u64 * 4
             + self.page_copy.capacity() as u64
+            + 8 * self.page_generation.capacity() as u64
             + self.group_dirty.ram_bytes()
     }
 
@@ -1095,7 +1106,7 @@ mod tests {
             + words(slots, 1)
             + 12 * segs
             + 2 * words(segs, 1)
-            + 2 * pages
+            + 10 * pages
             + words(groups, 1)
     }
 
@@ -1157,8 +1168,12 @@ mod tests {
         // allocations above. 1 TiB exposed needs 29-bit entries and fits
         // the bound with every group flat. 30 bits (up to about 3.6 TiB)
         // fit it without the groups' 18 bytes (the flat map of sessions
-        // before 24) and exceed it by those (17.6 thousandths) with them.
-        for (exposed, bits, milli_max) in [(1u64 << 40, 29u32, 4000), (3 << 40, 30, 4000 + 18_000 / 1024)] {
+        // before 24) and exceed it by those (17.6 thousandths) and by each
+        // map page's generation (8 bytes a page of 1014 blocks: 7.9
+        // thousandths, since session 29) with them.
+        for (exposed, bits, milli_max) in
+            [(1u64 << 40, 29u32, 4000), (3 << 40, 30, 4000 + 18_000 / 1024 + 8000 / 1014)]
+        {
             let lower = exposed / 9 * 10 / 100 * 102;
             let (args, geo) = args_over(lower);
             assert!(args.volume_blocks * 4096 >= exposed);

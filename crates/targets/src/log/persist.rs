@@ -25,14 +25,34 @@
 //! checkpoint that never completed: the page is rewritten before serving;
 //! none: unmapped; but fewer pages with a usable copy than the
 //! checkpoint's `map_pages_written`, which counts the pages written by
-//! then, is damage: refused unless the opener accepts the loss); then the chain
+//! then, is damage: refused unless the opener accepts the loss; and so is
+//! a sum of the copies' generations other than the checkpoint's
+//! `map_digest`: a page's newer copy is damaged and its older one would
+//! serve stale mappings); then the chain
 //! walk, applying each summary in order; the reverse map and segment usage
 //! are rebuilt from the map. A flush mark past the end of the walk means
 //! flushed data is lost: refused unless the opener accepts the loss. Then
 //! a new flush mark and a checkpoint with the next boot, before serving;
-//! for a volume of the version before format identities, after that
+//! for a volume of an older version (before format identities, before map
+//! pages carried the id, before the map's digest), after that
 //! checkpoint's record, the copy recovered from again in this build's
-//! version (`seglog::copy_version`), waited for before serving.
+//! version (`seglog::copy_version`; its digest the one recovery summed),
+//! waited for before serving.
+//!
+//! **The map's digest.** A checkpoint writes a dirty page to the copy
+//! that does not hold its current version, with the checkpoint's
+//! generation: a page's current copy is the newest of its format at or
+//! below the checkpoint's generation, and its other copy is older (or
+//! newer than the checkpoint: a checkpoint that never completed). The
+//! checkpoint records the wrapping sum of the current copies'
+//! generations (kept per page in RAM, 8 bytes a page, and summed as pages
+//! are written). Recovery sums the copies it takes: if a current copy is
+//! damaged (bad crc, zeroed) and recovery falls back to the older copy,
+//! that page adds less, so the sum falls short, and if no copy is left
+//! the count falls short. A checkpoint torn while writing a page leaves
+//! the sum whole: the torn copy was not the current one. Short of a
+//! multiple of 2^64 (more than 8 pages each missing 2^61 generations), a
+//! wrapped sum differs too.
 
 use super::map::{DecodedPage, PageOwner, UNMAPPED};
 use super::{Blocked, Log, LowerOp, Phase};
@@ -69,6 +89,63 @@ pub(super) struct Found {
     /// suspects when fewer pages are usable than the checkpoint says were
     /// written (a torn first write looks the same, but is not counted).
     unusable: UnusablePages,
+    /// Map pages that could serve stale mappings: one usable copy, older
+    /// than the checkpoint, beside a copy that is blank, torn or does not
+    /// decode (the current copy, damaged, if the digest falls short).
+    stale: StalePages,
+}
+
+/// [`Found::stale`]: every such page, how many of them have a copy with a
+/// bad crc, and the first few described (those first).
+#[derive(Default)]
+struct StalePages {
+    pages: Vec<u32>,
+    torn: u32,
+    first_torn: Vec<String>,
+    first_other: Vec<String>,
+}
+
+/// Pages a refusal names at most.
+const STALE_NAMED_MAX: usize = 3;
+
+impl StalePages {
+    fn add(&mut self, p: u32, torn: bool, desc: String) {
+        self.pages.push(p);
+        self.torn += u32::from(torn);
+        let list = if torn { &mut self.first_torn } else { &mut self.first_other };
+        if list.len() < STALE_NAMED_MAX {
+            list.push(desc);
+        }
+    }
+
+    /// The pages, named: the page when there is one, else how many and
+    /// the first few (those with a bad crc first).
+    fn describe(&self) -> String {
+        let mut named = self.first_torn.iter().chain(&self.first_other).take(STALE_NAMED_MAX);
+        let n = self.pages.len();
+        if n == 1 {
+            return named.next().expect("the page described").clone();
+        }
+        let named: Vec<&str> = named.map(String::as_str).collect();
+        let more = n - named.len();
+        let torn = match self.torn {
+            0 => String::new(),
+            t => format!(" ({t} with a crc32c mismatch)"),
+        };
+        format!(
+            "{n} pages have one usable copy, older than the checkpoint, beside an unusable one{torn}: {}{}",
+            named.join("; "),
+            if more > 0 { format!("; and {more} more") } else { String::new() }
+        )
+    }
+}
+
+/// What [`Log::pick_page`] found wrong with a page.
+enum PageTrouble {
+    /// No usable copy (whether a copy has a bad crc, and both described).
+    Unusable(bool, String),
+    /// Could be stale ([`Found::stale`]; the same).
+    Stale(bool, String),
 }
 
 #[derive(Default)]
@@ -189,6 +266,7 @@ impl Log {
                 format_id: self.format_id,
                 legacy_map: false,
                 map_pages_written: 0,
+                map_digest: Some(0),
             };
             (self.geo.checkpoint_offset_bytes(g), ck.encode(&self.geo))
         } else {
@@ -267,8 +345,15 @@ impl Log {
         let mark = FlushMark::pick(&data, &self.geo);
         let legacy = crate::seglog::copy_version(&data, ck.generation) != crate::seglog::CHAIN_FORMAT_VERSION;
         self.legacy_map = ck.legacy_map;
-        let found =
-            Found { ck, legacy, copy_unreadable, mark, accept_loss, unusable: UnusablePages::default() };
+        let found = Found {
+            ck,
+            legacy,
+            copy_unreadable,
+            mark,
+            accept_loss,
+            unusable: UnusablePages::default(),
+            stale: StalePages::default(),
+        };
         self.read_map_pages(0);
         Ok(Some(Bringup::ReadMap { found, next_page: 0 }))
     }
@@ -297,14 +382,18 @@ impl Log {
                 self.args.map.decode(p, &data[at..at + pb], self.args.volume_blocks, owner)
             };
             let (c0, c1) = (copy(0), copy(1));
-            if let Some((torn, why)) = self.pick_page(p, c0, c1, found.ck.generation)? {
-                let u = &mut found.unusable;
-                u.count += 1;
-                u.first.get_or_insert_with(|| why.clone());
-                if torn {
-                    u.torn += 1;
-                    u.first_torn.get_or_insert(why);
+            match self.pick_page(p, c0, c1, found.ck.generation)? {
+                Some(PageTrouble::Unusable(torn, why)) => {
+                    let u = &mut found.unusable;
+                    u.count += 1;
+                    u.first.get_or_insert_with(|| why.clone());
+                    if torn {
+                        u.torn += 1;
+                        u.first_torn.get_or_insert(why);
+                    }
                 }
+                Some(PageTrouble::Stale(torn, why)) => found.stale.add(p, torn, why),
+                None => {}
             }
         }
         let next_page = first + n;
@@ -313,6 +402,7 @@ impl Log {
             return Ok(Some(Bringup::ReadMap { found, next_page }));
         }
         self.judge_map(&found)?;
+        self.judge_digest(&found)?;
         let walk = ChainWalk::new(&found.ck, &self.geo);
         match walk.next() {
             Some((at, _)) => {
@@ -369,18 +459,91 @@ impl Log {
         Ok(())
     }
 
+    /// Every map page read and counted ([`Log::judge_map`]): the
+    /// generations of the copies taken must sum to the checkpoint's
+    /// digest. Short means a page's current copy is damaged and its older
+    /// copy was taken (or a page was lost, which the count already
+    /// judged): refused, naming the pages that could be stale; with
+    /// `accept_loss` each of them is unmapped (its blocks not written
+    /// since the checkpoint read zeroes) and rewritten by the bring-up
+    /// checkpoint, so stale mappings are never served. A volume of a
+    /// version without a digest is not checked (its first open).
+    fn judge_digest(&mut self, found: &Found) -> Result<(), String> {
+        let (ck, stale) = (&found.ck, &found.stale);
+        let Some(digest) = ck.map_digest.filter(|&d| d != self.map_digest) else {
+            return Ok(());
+        };
+        let counted_short = self.counters.lost_map_pages_count > 0;
+        if stale.pages.is_empty() {
+            if counted_short {
+                // The lost pages' generations are what is missing.
+                return Ok(());
+            }
+            return Err(format!(
+                "log checkpoint {}: the map's digest is {digest}, the map pages' copies sum to {}, and no page \
+                 has an older copy to have fallen back to; the checkpoint is corrupt: restore the device \
+                 from a copy or format it",
+                ck.generation, self.map_digest
+            ));
+        }
+        let why = format!(
+            "log map: the generations of the map pages' copies sum to {}, checkpoint {} recorded {digest}: \
+             a page's current copy is damaged and its older copy would serve stale mappings ({})",
+            self.map_digest,
+            ck.generation,
+            stale.describe()
+        );
+        if !found.accept_loss {
+            let (them, their) = if stale.pages.len() == 1 { ("it", "its") } else { ("them", "their") };
+            return Err(format!(
+                "{why}; restore the device from a copy, or serve with --accept-loss to unmap {them} ({their} \
+                 blocks not written since checkpoint {} read zeroes)",
+                ck.generation
+            ));
+        }
+        for &p in &stale.pages {
+            for b in self.args.map.blocks_of(p, self.args.volume_blocks) {
+                self.map.set(b, UNMAPPED);
+            }
+            // Written again before serving: the stale copy is no
+            // longer the page's newest.
+            self.set_page_dirty(p as usize, true);
+        }
+        self.counters.lost_map_pages_count += stale.pages.len() as u64;
+        let why = format!("{why}; unmapped {} page(s)", stale.pages.len());
+        self.loss = Some(match self.loss.take() {
+            Some(count) => format!("{count}; {why}"),
+            None => why,
+        });
+        Ok(())
+    }
+
+    /// Sets the generation of page `p`'s current copy (0: none), keeping
+    /// the map's digest in step.
+    fn set_page_generation(&mut self, p: usize, generation: u64) {
+        let old = std::mem::replace(&mut self.page_generation[p], generation);
+        self.map_digest = self.map_digest.wrapping_sub(old).wrapping_add(generation);
+    }
+
     /// Takes the newest copy of page `p` of the checkpoint's format not
     /// newer than the checkpoint; with none, the page is unmapped and
-    /// this says whether a copy has the map's magic and a bad crc (torn
-    /// or damaged), and describes both copies.
+    /// this says so ([`PageTrouble::Unusable`]); with one older than the
+    /// checkpoint beside a blank, torn or damaged copy, that it could be
+    /// stale ([`PageTrouble::Stale`]): each with whether a copy has the
+    /// map's magic and a bad crc (torn or damaged), and both copies
+    /// described.
     fn pick_page(
         &mut self,
         p: u32,
         c0: DecodedPage,
         c1: DecodedPage,
         ck_generation: u64,
-    ) -> Result<Option<(bool, String)>, String> {
+    ) -> Result<Option<PageTrouble>, String> {
         let torn = [&c0, &c1].iter().any(|c| matches!(c, Err(MetaError::BadCrc)));
+        // Blank, torn, another kind of block, or a whole copy that does
+        // not decode: what a damaged copy looks like (a whole copy of
+        // another format or version is not damage).
+        let lost = [&c0, &c1].map(|c| matches!(c, Err(e) if !matches!(e, MetaError::Version(_))));
         let (c0, c1) = (PageCopy::judge(c0, ck_generation), PageCopy::judge(c1, ck_generation));
         let pick = match (&c0, &c1) {
             (PageCopy::Usable(g0, _), PageCopy::Usable(g1, _)) => usize::from(g1 > g0),
@@ -402,31 +565,37 @@ impl Log {
             (PageCopy::Newer(_), _) => 1,
             _ => 0,
         };
-        let unusable =
-            (!matches!((&c0, &c1), (PageCopy::Usable(..), _) | (_, PageCopy::Usable(..)))).then(|| {
-                let desc = format!(
-                    "page {p} at lower offsets {} and {}: copy 0: {}; copy 1: {}",
-                    self.args.map.copy_offset_bytes(p, 0),
-                    self.args.map.copy_offset_bytes(p, 1),
-                    c0.why(ck_generation),
-                    c1.why(ck_generation)
-                );
-                (torn, desc)
-            });
-        let usable = unusable.is_none();
+        let desc = || {
+            format!(
+                "page {p} at lower offsets {} and {}: copy 0: {}; copy 1: {}",
+                self.args.map.copy_offset_bytes(p, 0),
+                self.args.map.copy_offset_bytes(p, 1),
+                c0.why(ck_generation),
+                c1.why(ck_generation)
+            )
+        };
+        let trouble = match [&c0, &c1][pick] {
+            PageCopy::Usable(g, _) if *g < ck_generation && lost[1 - pick] => {
+                Some(PageTrouble::Stale(torn, desc()))
+            }
+            PageCopy::Usable(..) => None,
+            _ => Some(PageTrouble::Unusable(torn, desc())),
+        };
         let (chosen, other) = if pick == 0 { (c0, c1) } else { (c1, c0) };
-        if let PageCopy::Usable(_, entries) = chosen {
+        let usable = matches!(chosen, PageCopy::Usable(..));
+        if let PageCopy::Usable(g, entries) = chosen {
             let r = self.args.map.blocks_of(p, self.args.volume_blocks);
             for (b, e) in r.zip(entries) {
                 self.map.set(b, e);
             }
             self.map_pages_written += 1;
+            self.set_page_generation(p as usize, g);
         }
         self.page_copy[p as usize] = pick as u8 | if usable { PAGE_WRITTEN } else { 0 };
         // A copy of a checkpoint that never completed must not outlive this
         // recovery: a later checkpoint's generation would make it current.
         self.set_page_dirty(p as usize, matches!(other, PageCopy::Newer(_)));
-        Ok(unusable)
+        Ok(trouble)
     }
 
     fn read_segment(&mut self, at: SegLoc) {
@@ -557,8 +726,11 @@ impl Log {
         self.mark_generation = mark_generation;
         self.mark_upto = end;
         // Rewritten once the bring-up checkpoint, in the other copy, is
-        // durable (`CkStage::Rewrite`).
-        self.legacy_rewrite = found.legacy.then(|| found.ck.clone());
+        // durable (`CkStage::Rewrite`); with the digest of the map as
+        // recovered (an older version has none; no page's generation
+        // has changed since).
+        let map_digest = Some(self.map_digest);
+        self.legacy_rewrite = found.legacy.then(|| ChainCheckpoint { map_digest, ..found.ck.clone() });
         Ok(Some(Bringup::Marking))
     }
 
@@ -616,6 +788,7 @@ impl Log {
                             *state |= PAGE_WRITTEN;
                             self.map_pages_written += 1;
                         }
+                        self.set_page_generation(p as usize, self.epoch);
                         let bytes = self.args.map.encode(p, &self.map, self.epoch, self.format_id);
                         let off = self.args.map.copy_offset_bytes(p, 1 - (self.page_copy[p as usize] & 1));
                         self.work_io(Request::write(ReqId(0), off, Bytes::from(bytes)));
@@ -643,6 +816,7 @@ impl Log {
                         format_id: self.format_id,
                         legacy_map: self.legacy_map,
                         map_pages_written: self.map_pages_written,
+                        map_digest: Some(self.map_digest),
                     };
                     let off = self.geo.checkpoint_offset_bytes(self.epoch);
                     let mut req = Request::write(ReqId(0), off, Bytes::from(ck.encode(&self.geo)));

@@ -75,8 +75,9 @@
 //! arithmetic on them can overflow. Format version 1 (before the shared
 //! codec) is refused as another version. The chain checkpoint (the `log`
 //! target's) is version [`CHAIN_FORMAT_VERSION`] (3 since partial segments,
-//! 4 since format identities, 5 since the log's map pages carry the id;
-//! 3 is read as id 0, 3 and 4 as `legacy_map`); a `log` volume of
+//! 4 since format identities, 5 since the log's map pages carry the id,
+//! 6 since it records the map's digest; 3 is read as id 0, 3 and 4 as
+//! `legacy_map`, 3 to 5 without a digest); a `log` volume of
 //! version 2 is refused with a line saying so. A version newer than this
 //! build's is refused naming both versions (an older build does the same
 //! with these: by version, not as damage).
@@ -588,13 +589,17 @@ impl Checkpoint {
 /// Format version of the chain checkpoint (the `log` target's format):
 /// 3 since partial segments (continue links), 4 since format identities
 /// (3 is still read, as [`LEGACY_FORMAT_ID`]), 5 since the log's map pages
-/// carry the format id (4 is still read; both as `legacy_map`); a
+/// carry the format id (4 is still read; both as `legacy_map`), 6 since
+/// it records the map's digest (5 is still read, without one); a
 /// version-2 `log` volume is refused (the old build reads it).
-pub const CHAIN_FORMAT_VERSION: u32 = 5;
+pub const CHAIN_FORMAT_VERSION: u32 = 6;
 /// The chain checkpoint before format identities.
 const CHAIN_LEGACY_VERSION: u32 = 3;
 /// The chain checkpoint before map pages carried the format id.
 const CHAIN_UNTAGGED_MAP_VERSION: u32 = 4;
+/// The chain checkpoint before it recorded the map's digest (session 28's
+/// release).
+const CHAIN_UNDIGESTED_VERSION: u32 = 5;
 /// `flags` bit 0 of a chain checkpoint: [`ChainCheckpoint::legacy_map`].
 const CHAIN_FLAG_LEGACY_MAP: u32 = 1;
 const CHAIN_CHECKPOINT_CODEC: MetaBlockCodec =
@@ -609,8 +614,9 @@ const CHAIN_CHECKPOINT_CODEC: MetaBlockCodec =
 /// 0  boot u64     8 next_seq u64    16 next_loc u32 (u32::MAX: none)
 /// 20 slot_bytes u32  24 slot_count u32  28 segment_count u32  32 header_bytes u32
 /// 36 region_offset_bytes u64          44 format_id u64 (not in version 3)
-/// 52 flags u32 (bit 0: legacy_map; only in version 5)
-/// 56 map_pages_written u32 (only in version 5)
+/// 52 flags u32 (bit 0: legacy_map; from version 5)
+/// 56 map_pages_written u32 (from version 5)
+/// 60 map_digest u64 (from version 6)
 /// ```
 /// Stored in the same two copies as [`Checkpoint`] (generation `% 2`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -641,13 +647,22 @@ pub struct ChainCheckpoint {
     /// 5 in the session it was introduced (no volume of 5 without it);
     /// read as 0 from versions 3 and 4 (`legacy_map`: every page counts).
     pub map_pages_written: u32,
+    /// The map's digest: the wrapping sum, over the pages counted in
+    /// `map_pages_written` (on a `legacy_map` volume: every page with a
+    /// usable copy when it was upgraded, and every page written since),
+    /// of the generation of each page's current copy. A page's older
+    /// copy has a lower generation, so recovery taking it (the newer one
+    /// damaged) sums to less: refused (`log::persist`). `None` from
+    /// versions 3 to 5 (no check on the first open of such a volume);
+    /// every checkpoint this build writes carries one.
+    pub map_digest: Option<u64>,
 }
 
 impl ChainCheckpoint {
     /// Encodes one copy; checked by re-decoding.
     pub fn encode(&self, geo: &Geometry) -> Vec<u8> {
         assert!(self.boot > 0, "boot counts from 1");
-        let mut p = Vec::with_capacity(60);
+        let mut p = Vec::with_capacity(68);
         p.extend(self.boot.to_le_bytes());
         p.extend(self.next_seq.0.to_le_bytes());
         p.extend(self.next_loc.map_or(u32::MAX, |l| l.0).to_le_bytes());
@@ -658,6 +673,7 @@ impl ChainCheckpoint {
         p.extend(self.format_id.to_le_bytes());
         p.extend((if self.legacy_map { CHAIN_FLAG_LEGACY_MAP } else { 0 }).to_le_bytes());
         p.extend(self.map_pages_written.to_le_bytes());
+        p.extend(self.map_digest.expect("a checkpoint of this build carries the map's digest").to_le_bytes());
         let b = CHAIN_CHECKPOINT_CODEC.encode(self.generation, &p).expect("a checkpoint fits its block");
         let back = ChainCheckpoint::decode_up_to(&b, geo, GENERATION_MAX);
         assert_eq!(back.as_ref(), Ok(self), "chain checkpoint round trip");
@@ -671,7 +687,7 @@ impl ChainCheckpoint {
 
     fn decode_up_to(b: &[u8], geo: &Geometry, max: u64) -> Result<ChainCheckpoint, HeaderError> {
         assert!(b.len() >= CHECKPOINT_BYTES, "caller reads a whole checkpoint");
-        let older = [CHAIN_LEGACY_VERSION, CHAIN_UNTAGGED_MAP_VERSION];
+        let older = [CHAIN_LEGACY_VERSION, CHAIN_UNTAGGED_MAP_VERSION, CHAIN_UNDIGESTED_VERSION];
         let (block, version) = decode_versioned(CHAIN_CHECKPOINT_CODEC, &older, b, max)?;
         let mut r = Reader::new(&block.payload);
         let boot = seq_in_range("boot", r.u64()?, max)?;
@@ -686,16 +702,18 @@ impl ChainCheckpoint {
             )));
         }
         let format_id = if version == CHAIN_LEGACY_VERSION { LEGACY_FORMAT_ID } else { r.u64()? };
-        let legacy_map = match version {
-            CHAIN_FORMAT_VERSION => match r.u32()? {
+        let flagged = version >= CHAIN_UNDIGESTED_VERSION;
+        let legacy_map = match flagged {
+            true => match r.u32()? {
                 f if f & !CHAIN_FLAG_LEGACY_MAP != 0 => {
                     return Err(HeaderError::Malformed(format!("unknown flags {f:#x}")))
                 }
                 f => f & CHAIN_FLAG_LEGACY_MAP != 0,
             },
-            _ => true,
+            false => true,
         };
-        let map_pages_written = if version == CHAIN_FORMAT_VERSION { r.u32()? } else { 0 };
+        let map_pages_written = if flagged { r.u32()? } else { 0 };
+        let map_digest = if version == CHAIN_FORMAT_VERSION { Some(r.u64()?) } else { None };
         if r.remaining() != 0 || boot == 0 {
             return Err(HeaderError::Malformed(format!("boot {boot}, {} trailing bytes", r.remaining())));
         }
@@ -712,6 +730,7 @@ impl ChainCheckpoint {
             format_id,
             legacy_map,
             map_pages_written,
+            map_digest,
         })
     }
 

@@ -443,6 +443,7 @@ mod tests {
             format_id: ID,
             legacy_map: false,
             map_pages_written: 0,
+            map_digest: Some(0),
         };
         let slots_of = |hs: &[SegmentHeader]| -> Vec<u16> {
             hs.iter()

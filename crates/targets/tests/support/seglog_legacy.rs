@@ -3,7 +3,9 @@
 //! ring checkpoints of version 2, chain checkpoints of version 3 (none
 //! carries a format id); before the log's map pages carried the format
 //! id, chain checkpoints of version 4; both wrote map pages of version 1
-//! (page index and entry count, no id). Made here from this build's
+//! (page index and entry count, no id); before the chain checkpoint
+//! recorded the log map's digest, chain checkpoints of version 5 (map
+//! pages as this build's). Made here from this build's
 //! blocks by moving their fields back, so tests can build the image an
 //! older release left and check that this build opens it. Uses only the
 //! core codec (no target code), so unit tests and the runtime's tests
@@ -26,6 +28,9 @@ pub enum Release {
     BeforeFormatIds,
     /// Before the log's map pages carried the format id (session 27).
     BeforeMapIds,
+    /// Before the chain checkpoint recorded the log map's digest
+    /// (session 28).
+    BeforeMapDigest,
 }
 
 /// `block` (a whole block: header, summary or checkpoint of this build) as
@@ -43,9 +48,10 @@ pub fn downgrade_block_to(block: &[u8], release: Release, format_id: Option<u64>
     let magic: [u8; 8] = block.get(0..8)?.try_into().ok()?;
     let (new, old) = match (magic, release) {
         (HEADER_MAGIC | CHECKPOINT_MAGIC, Release::BeforeFormatIds) => (3, 2),
-        (CHAIN_MAGIC, Release::BeforeFormatIds) => (5, 3),
-        (CHAIN_MAGIC, Release::BeforeMapIds) => (5, 4),
-        (MAP_PAGE_MAGIC, _) => (2, 1),
+        (CHAIN_MAGIC, Release::BeforeFormatIds) => (6, 3),
+        (CHAIN_MAGIC, Release::BeforeMapIds) => (6, 4),
+        (CHAIN_MAGIC, Release::BeforeMapDigest) => (6, 5),
+        (MAP_PAGE_MAGIC, Release::BeforeFormatIds | Release::BeforeMapIds) => (2, 1),
         _ => return None,
     };
     let codec = MetaBlockCodec { magic, version: new, block_bytes: block.len() };
@@ -61,9 +67,10 @@ pub fn downgrade_block_to(block: &[u8], release: Release, format_id: Option<u64>
         q.extend_from_slice(&p[8..]);
         q
     } else if magic == CHAIN_MAGIC {
-        // v5: ..., format_id u64, flags u32, map_pages_written u32; v4
-        // without the last two, v3 without the last three.
-        p[..p.len() - if old == 3 { 16 } else { 8 }].to_vec()
+        // v6: ..., format_id u64, flags u32, map_pages_written u32,
+        // map_digest u64; v5 without the last, v4 without the last three,
+        // v3 without the last four.
+        p[..p.len() - [24, 16, 8][old as usize - 3]].to_vec()
     } else if magic == HEADER_MAGIC {
         // v3: boot u64, format_id u64, slot_bytes u32, slot_count u16,
         // entry_count u16, slots_used u16, flags u16, payload_crc u32.
@@ -96,7 +103,7 @@ pub fn downgrade_image(image: &mut [u8], block_sizes: &[usize]) -> usize {
 /// The format id of the first chain checkpoint of this build found in
 /// `image` (at 512-byte steps; the id at payload offset 44).
 fn chain_format_id(image: &[u8]) -> Option<u64> {
-    let codec = MetaBlockCodec { magic: CHAIN_MAGIC, version: 5, block_bytes: 512 };
+    let codec = MetaBlockCodec { magic: CHAIN_MAGIC, version: 6, block_bytes: 512 };
     (0..image.len() / 512).find_map(|i| {
         let d = codec.decode(&image[i * 512..i * 512 + 512]).ok()?;
         Some(u64::from_le_bytes(d.payload.get(44..52)?.try_into().ok()?))
@@ -153,7 +160,7 @@ pub fn readable_checkpoints(area: &[u8]) -> Vec<(u64, u32)> {
         // This build's version, and the older ones the releases before wrote.
         let (magic, new, old) = match block[0..8].try_into().ok()? {
             CHECKPOINT_MAGIC => (CHECKPOINT_MAGIC, 3, 2..=2),
-            CHAIN_MAGIC => (CHAIN_MAGIC, 5, 3..=4),
+            CHAIN_MAGIC => (CHAIN_MAGIC, 6, 3..=5),
             _ => return None,
         };
         let codec = MetaBlockCodec { magic, version: new, block_bytes: 512 };
