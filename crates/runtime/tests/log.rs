@@ -1487,3 +1487,91 @@ fn a_log_of_a_release_before_keeps_flushed_data_at_any_crash_point_of_its_upgrad
         assert!(cuts > 40, "{release:?}: {cuts} cut points");
     }
 }
+
+/// Writes 60% of the volume's blocks in a random order with
+/// `resequence_busy_user_blocks_per_pass = every` (idle time never comes:
+/// `resequence_idle_ms` is an hour), flushes, then reads each group whole
+/// (checking its bytes). Returns the lower requests of those reads and the
+/// harness.
+fn busy_resequencing(every: u64, extra: &str) -> (u64, Harness<ZeroLatency>) {
+    let extra =
+        format!("resequence_idle_ms = 3600000\nresequence_busy_user_blocks_per_pass = {every}\n{extra}");
+    let cfg = cfg("adaptive", &extra).replace("over_provision_pct = 20", "over_provision_pct = 30");
+    let (_dev, mut h) = formatted(&cfg);
+    let groups = counter(&*h.stack, "volume_blocks_count") * 6 / 10 / 8;
+    let (order, _) = shuffled(groups * 8, 23);
+    for &b in &order {
+        assert_eq!(h.write(b * 4096, block_bytes(1, b)).result, Ok(()));
+    }
+    assert_eq!(h.flush().result, Ok(()));
+    let before = h.stats.lower_count;
+    for g in 0..groups {
+        let got = h.read(g * 8 * 4096, 8 * 4096).data.expect("data");
+        let want: Vec<u8> = (g * 8..g * 8 + 8).flat_map(|b| block_bytes(1, b)).collect();
+        assert_eq!(got.to_vec(), want, "group {g}");
+    }
+    (h.stats.lower_count - before, h)
+}
+
+#[test]
+fn busy_resequencing_runs_beside_the_writes_within_its_budget_and_never_when_off() {
+    let (reads, h) = busy_resequencing(4, "resequence_sliding = false\n");
+    let status = h.stack.status().to_string();
+    let busy = counter(&*h.stack, "resequence_busy_passes_count");
+    assert!(busy > 10, "{status}");
+    // No idle time came: every pass was a busy one.
+    assert_eq!(counter(&*h.stack, "resequence_passes_count"), busy, "{status}");
+    // At most one pass per 4 blocks of user writes.
+    let user_blocks = counter(&*h.stack, "user_bytes") / 4096;
+    assert!(busy <= user_blocks / 4, "{busy} passes for {user_blocks} blocks: {status}");
+    // Negative control: off, nothing is re-sequenced while requests keep
+    // coming, and the groups read in more requests.
+    let (scattered, off) = busy_resequencing(0, "resequence_sliding = false\n");
+    assert_eq!(counter(&*off.stack, "resequence_passes_count"), 0);
+    assert_eq!(counter(&*off.stack, "resequence_busy_passes_count"), 0);
+    assert!(reads * 3 < scattered * 2, "{reads} lower reads against {scattered} without");
+}
+
+#[test]
+fn busy_resequencing_packs_and_leaves_sliding_compaction_to_idle_time() {
+    // Sliding forced on: busy passes still pack (no home prepared or filled).
+    let (_, mut h) = busy_resequencing(4, "resequence_sliding = true\n");
+    let status = h.stack.status().to_string();
+    assert!(counter(&*h.stack, "resequence_busy_passes_count") > 10, "{status}");
+    assert_eq!(counter(&*h.stack, "compact_evictions_count"), 0, "{status}");
+    assert_eq!(counter(&*h.stack, "compact_groups_home_count"), 0, "{status}");
+    // A write touches the groups again; idle time then slides them home.
+    let blocks = counter(&*h.stack, "volume_blocks_count") * 6 / 10 / 8 * 8;
+    for b in (0..blocks).step_by(3) {
+        assert_eq!(h.write(b * 4096, block_bytes(2, b)).result, Ok(()));
+    }
+    assert_eq!(h.flush().result, Ok(()));
+    h.run_until(h.now.add_ms(3_700_000));
+    h.settle();
+    let status = h.stack.status().to_string();
+    assert!(counter(&*h.stack, "compact_groups_home_count") > 0, "{status}");
+    for b in 0..blocks {
+        let v = if b % 3 == 0 { 2 } else { 1 };
+        assert_eq!(h.read(b * 4096, 4096).data.expect("data"), block_bytes(v, b), "block {b}");
+    }
+}
+
+/// Re-sequencing beside the writes (no idle time) in the oracle and crash
+/// checks: flushed data survives a crash at any point.
+#[test]
+fn flushed_data_survives_a_crash_at_any_point_of_busy_resequencing() {
+    for policy in ["greedy", "ssr", "adaptive"] {
+        let cfg = cfg(policy, "resequence_idle_ms = 3600000\nresequence_busy_user_blocks_per_pass = 4\n")
+            .replace("over_provision_pct = 20", "over_provision_pct = 30");
+        let make = |mode| stack_from_toml(&cfg, DEVICE_BYTES, mode);
+        let volume_bytes = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::format(1)).size_bytes();
+        let ops = fill_then_update(volume_bytes, 60, 300, 19);
+        let h = oracle_check_idle_with(&make, DEVICE_BYTES, 19, &ops, 2, 0);
+        let status = h.stack.status().to_string();
+        eprintln!("{policy}, busy: {status}");
+        assert!(counter(&*h.stack, "resequence_busy_passes_count") > 5, "{policy}: {status}");
+        let cuts = crash_check_idle_with(&make, DEVICE_BYTES, 19, &ops, 2, 40, 0);
+        eprintln!("{policy}, busy: {cuts} cut points");
+        assert!(cuts > 40, "{policy}: {cuts}");
+    }
+}
