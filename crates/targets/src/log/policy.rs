@@ -478,6 +478,21 @@ mod tests {
         slide.compacting = false;
         assert_eq!(greedy.choose_next(&slide, Cause::User), Some(1), "not compacting: next-fit");
     }
+
+    #[test]
+    fn busy_resequencing_is_due_every_budget_of_user_blocks_and_never_when_off() {
+        use PolicyKind::*;
+        for kind in [Greedy, CostBenefit, AgeThreshold, Plugging, Ssr, Adaptive, Cost] {
+            let name = kind.name();
+            let off = make(kind, 0, 10, 0);
+            assert!(!off.resequence_busy_due(0) && !off.resequence_busy_due(u64::MAX), "{name}: off");
+            let every = make(kind, 0, 10, 64);
+            assert!(!every.resequence_busy_due(0), "{name}");
+            assert!(!every.resequence_busy_due(63), "{name}");
+            assert!(every.resequence_busy_due(64), "{name}");
+            assert!(every.resequence_busy_due(1000), "{name}");
+        }
+    }
 }
 
 #[cfg(test)]
@@ -566,18 +581,5 @@ mod cost_tests {
         }
         assert!(tight.slack_pct() < 10);
         assert!(cost.user_holes(&tight) && !adaptive.user_holes(&tight));
-    }
-
-    #[test]
-    fn busy_resequencing_is_due_every_budget_of_user_blocks_and_never_when_off() {
-        for (name, kind) in PolicyKind::NAMES {
-            let off = make(*kind, 0, 10, 0);
-            assert!(!off.resequence_busy_due(0) && !off.resequence_busy_due(u64::MAX), "{name}: off");
-            let every = make(*kind, 0, 10, 64);
-            assert!(!every.resequence_busy_due(0), "{name}");
-            assert!(!every.resequence_busy_due(63), "{name}");
-            assert!(every.resequence_busy_due(64), "{name}");
-            assert!(every.resequence_busy_due(1000), "{name}");
-        }
     }
 }
