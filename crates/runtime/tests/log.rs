@@ -1141,6 +1141,24 @@ fn batched_resequencing_takes_several_groups_a_pass_with_fewer_reads() {
     assert!(reads * 2 < one_reads, "{reads} lower reads against {one_reads}");
 }
 
+/// The oracle check, then the crash check (40 random cuts), of `cfg` over
+/// `fill_pct` of the volume filled in order and 300 random updates
+/// (`seed`), with an idle gap every `idle_every` ops (0: none). Returns the
+/// oracle's harness and the crash check's cut points.
+fn oracle_then_crash(
+    cfg: &str,
+    fill_pct: u64,
+    seed: u64,
+    idle_every: usize,
+) -> (Harness<ZeroLatency>, usize) {
+    let make = |mode| stack_from_toml(cfg, DEVICE_BYTES, mode);
+    let volume_bytes = stack_from_toml(cfg, DEVICE_BYTES, OpenMode::format(1)).size_bytes();
+    let ops = fill_then_update(volume_bytes, fill_pct, 300, seed);
+    let h = oracle_check_idle_with(&make, DEVICE_BYTES, seed, &ops, 2, idle_every);
+    let cuts = crash_check_idle_with(&make, DEVICE_BYTES, seed, &ops, 2, 40, idle_every);
+    (h, cuts)
+}
+
 /// Batched re-sequencing (packing, several groups a pass) in the idle
 /// gaps of the crash check: flushed data survives a crash at any point.
 #[test]
@@ -1149,17 +1167,13 @@ fn flushed_data_survives_a_crash_at_any_point_of_batched_resequencing() {
         let cfg =
             cfg(policy, "resequence_sliding = false\nresequence_batch_groups = 4\nresequence_idle_ms = 0\n")
                 .replace("over_provision_pct = 20", "over_provision_pct = 30");
-        let make = |mode| stack_from_toml(&cfg, DEVICE_BYTES, mode);
-        let volume_bytes = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::format(1)).size_bytes();
-        let ops = fill_then_update(volume_bytes, 60, 300, 17);
-        let h = oracle_check_idle_with(&make, DEVICE_BYTES, 17, &ops, 2, 5);
+        let (h, cuts) = oracle_then_crash(&cfg, 60, 17, 5);
         let status = h.stack.status().to_string();
         eprintln!("{policy}, batched: {status}");
         let passes = counter(&*h.stack, "resequence_passes_count");
         assert!(passes > 5, "{policy}: {status}");
         // More than one group a pass on average (a group holds at most 8).
         assert!(counter(&*h.stack, "slots_resequence_count") > passes * 8, "{policy}: {status}");
-        let cuts = crash_check_idle_with(&make, DEVICE_BYTES, 17, &ops, 2, 40, 5);
         eprintln!("{policy}, batched: {cuts} cut points");
         assert!(cuts > 40, "{policy}: {cuts}");
     }
@@ -1231,15 +1245,11 @@ fn flushed_data_survives_a_crash_at_any_point_of_sliding_compaction() {
         let cfg = cfg(policy, &format!("resequence_sliding = {sliding}\nresequence_idle_ms = 0\n"))
             .replace("over_provision_pct = 20", "over_provision_pct = 30")
             .replace("free_segments_target = 3", "free_segments_target = 6");
-        let make = |mode| stack_from_toml(&cfg, DEVICE_BYTES, mode);
-        let volume_bytes = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::format(1)).size_bytes();
-        let ops = fill_then_update(volume_bytes, 90, 300, 13);
-        let h = oracle_check_idle_with(&make, DEVICE_BYTES, 13, &ops, 2, 5);
+        let (h, cuts) = oracle_then_crash(&cfg, 90, 13, 5);
         let status = h.stack.status().to_string();
         eprintln!("{policy}, sliding {sliding}: {status}");
         assert!(counter(&*h.stack, "compact_evictions_count") > 5, "{policy}: {status}");
         assert!(counter(&*h.stack, "compact_groups_home_count") > 5, "{policy}: {status}");
-        let cuts = crash_check_idle_with(&make, DEVICE_BYTES, 13, &ops, 2, 40, 5);
         eprintln!("{policy}, sliding {sliding}: {cuts} cut points");
         assert!(cuts > 40, "{policy}: {cuts}");
     }
@@ -1574,14 +1584,10 @@ fn flushed_data_survives_a_crash_at_any_point_of_busy_resequencing() {
     for policy in ["greedy", "ssr", "adaptive"] {
         let cfg = cfg(policy, "resequence_idle_ms = 3600000\nresequence_busy_user_blocks_per_pass = 4\n")
             .replace("over_provision_pct = 20", "over_provision_pct = 30");
-        let make = |mode| stack_from_toml(&cfg, DEVICE_BYTES, mode);
-        let volume_bytes = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::format(1)).size_bytes();
-        let ops = fill_then_update(volume_bytes, 60, 300, 19);
-        let h = oracle_check_idle_with(&make, DEVICE_BYTES, 19, &ops, 2, 0);
+        let (h, cuts) = oracle_then_crash(&cfg, 60, 19, 0);
         let status = h.stack.status().to_string();
         eprintln!("{policy}, busy: {status}");
         assert!(counter(&*h.stack, "resequence_busy_passes_count") > 5, "{policy}: {status}");
-        let cuts = crash_check_idle_with(&make, DEVICE_BYTES, 19, &ops, 2, 40, 0);
         eprintln!("{policy}, busy: {cuts} cut points");
         assert!(cuts > 40, "{policy}: {cuts}");
     }
