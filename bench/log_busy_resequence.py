@@ -18,7 +18,14 @@ policy of --stack and that N (0: off, the default), and through `linear`
   before it, with the same N, subtracted);
 - `block`: the generated block-level IO TEST (bench/log_sim.py's traces,
   bench/workloads/log_iotest.py, seed 1): phase spans; write amplification
-  less the create phase's slots (bench/log_sim.py's rule).
+  less the create phase's slots (bench/log_sim.py's rule);
+- `fio`: the live fio capture of bench/results/log/live-fio (ext4, fio 4 KiB
+  sync=1 on a 16 MiB file: sequential write, random write, sequential read,
+  random read), replayed as its README does (`bench/run --replay-only`:
+  live dispatch, 90 us delivery) with the key set; "update" is the random
+  write phase, "read" the sequential read after it (phase spans); one
+  utilisation (the file fills 1% of the volume); write amplification of
+  the whole run (its sequential write phase included).
 
 Write amplification here counts re-sequencing's slots too (the committed
 tables' does not): they are writes the disk makes for the layout.
@@ -27,7 +34,7 @@ Cells: update seconds (x in place), write amplification with
 re-sequencing, read seconds (x in place), busy passes. Writes
 bench/results/log/busy-resequence.md and .json. Deterministic.
 
-Usage: bench/log_busy_resequence.py [--workloads ext4,block] [--utils 10,30,50,70,90,95]
+Usage: bench/log_busy_resequence.py [--workloads ext4,block,fio] [--utils 10,30,50,70,90,95]
                                     [--values 0,16,64,256,1024,4096] [--stack adaptive] [--jobs 2]
                                     [--name NAME --set KEY=VALUE ...]
 Needs target/release/layoutd (cargo build --release -p layoutd).
@@ -36,13 +43,16 @@ import argparse
 import concurrent.futures
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench/harness"))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import capreplay  # noqa: E402
+import runner  # noqa: E402
 import log_sim  # noqa: E402
 import tracefile  # noqa: E402
 from log_iotest_fs import DISK, TMP as FS_TMP, capture_dir  # noqa: E402
@@ -114,6 +124,37 @@ def run_block(l, util, stack, n):
     return out
 
 
+def run_fio(l, _util, stack, n):
+    src = os.path.join(OUT, "live-fio", "linear" if stack == "linear" else stack)
+    work = tempfile.mkdtemp(prefix="layoutd-busy-fio-")
+    try:
+        for f in ("result.json", "trace.gz"):
+            shutil.copy(os.path.join(src, f), work)
+        path = os.path.join(work, "result.json")
+        r = json.load(open(path))
+        v = variant(stack, n)
+        if v:
+            text = open(os.path.join(ROOT, r["rig"]["config"])).read()
+            assert 'target = "log"\n' in text
+            keys = "".join(f"{kv.split('=', 1)[0]} = {kv.split('=', 1)[1]}\n" for kv in v[1])
+            r["rig"]["config"] = os.path.join(work, "config.toml")
+            with open(r["rig"]["config"], "w") as fh:
+                fh.write(text.replace('target = "log"\n', 'target = "log"\n' + keys, 1))
+            json.dump(r, open(path, "w"))
+        runner.replay_again(work, l, "live", 90)
+        r = json.load(open(path))
+        ph = {p["name"]: p["sim"] for p in r["phases"]}
+        out = {"update_s": ph["fio-1-rand-write"]["span_seconds"], "read_s": ph["fio-1-seq-read"]["span_seconds"],
+               "log": counters(json.load(open(os.path.join(work, "sim", "whole.json"))))}
+        if stack != "linear":
+            c = out["log"]
+            user = c["slots_user_count"] + c["slots_ssr_count"]
+            out["wa"] = sum(c.get(k, 0) for k in SLOTS) / user
+        return out
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workloads", default="ext4,block")
@@ -141,21 +182,22 @@ def main():
     if "ext4" in workloads:
         for u in utils:
             ext4_traces(u)
-    runner = {"ext4": run_ext4, "block": run_block}
-    jobs = [(w, u, "linear", 0) for w in workloads for u in utils] + \
-        [(w, u, a.stack, n) for w in workloads for u in utils for n in values]
+    runners = {"ext4": run_ext4, "block": run_block, "fio": run_fio}
+    wutils = {w: [1] if w == "fio" else utils for w in workloads}
+    jobs = [(w, u, "linear", 0) for w in workloads for u in wutils[w]] + \
+        [(w, u, a.stack, n) for w in workloads for u in wutils[w] for n in values]
     res = {}
     with concurrent.futures.ThreadPoolExecutor(a.jobs) as ex:
-        for (w, u, s, n), r in zip(jobs, ex.map(lambda j: runner[j[0]](l, *j[1:]), jobs)):
+        for (w, u, s, n), r in zip(jobs, ex.map(lambda j: runners[j[0]](l, *j[1:]), jobs)):
             res.setdefault(w, {}).setdefault(str(u), {})["linear" if s == "linear" else str(n)] = r
             print(f"{w:5} {u:3}% {s:9} N={n:5} update {r['update_s']:7.1f} read {r['read_s']:7.1f}"
                   + (f" wa {r['wa']:.2f}" if "wa" in r else ""), file=sys.stderr, flush=True)
     json.dump({"disk": DISK, "stack": a.stack, "key": KEY, "set": a.set, "runs": res},
               open(os.path.join(OUT, name + ".json"), "w"), indent=1)
-    report(res, a, utils, values, workloads, name)
+    report(res, a, wutils, values, workloads, name)
 
 
-def report(res, a, utils, values, workloads, name):
+def report(res, a, wutils, values, workloads, name):
     cmd = "bench/log_busy_resequence.py" + \
         ("" if a.workloads == "ext4,block" else f" --workloads {a.workloads}") + \
         ("" if a.utils == "10,30,50,70,90,95" else f" --utils {a.utils}") + \
@@ -170,13 +212,14 @@ def report(res, a, utils, values, workloads, name):
          + (f" Every `log` run also has {', '.join(f'`{kv}`' for kv in a.set)}." if a.set else ""), "",
          f"Reproduce: `cargo build --release -p layoutd && {cmd}` (deterministic).", ""]
     names = {"ext4": "ext4 IO TEST captures (disk-busy seconds)",
-             "block": "block-level IO TEST, generated (phase spans)"}
+             "block": "block-level IO TEST, generated (phase spans)",
+             "fio": "live fio capture (live-fio/): random write, then sequential read (replay spans)"}
     for w in workloads:
         L += [f"## {names[w]}", "",
               "Cells: update s (x in place) / write amplification / read s (x in place) / busy passes.", "",
               "| util | in place: update, read | " + " | ".join(f"N = {n}" if n else "off" for n in values) + " |",
               "| ---: | ---: | " + " | ".join("---:" for _ in values) + " |"]
-        for u in utils:
+        for u in wutils[w]:
             r = res[w][str(u)]
             lin = r["linear"]
             cells = []
