@@ -54,6 +54,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 import capreplay  # noqa: E402
 import runner  # noqa: E402
 import log_sim  # noqa: E402
+import readme  # noqa: E402
 import tracefile  # noqa: E402
 from log_iotest_fs import DISK, TMP as FS_TMP, capture_dir  # noqa: E402
 
@@ -232,7 +233,6 @@ def report(res, a, wutils, values, workloads, name):
         L.append("")
     marker = log_sim.MARKER
     path = os.path.join(OUT, name + ".md")
-    import readme  # noqa: E402
     readme.write_keeping_notes(path, L + ["", marker], marker)
     print("\n".join(L))
 
