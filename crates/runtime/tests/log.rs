@@ -1274,6 +1274,24 @@ fn batched_resequencing_takes_several_groups_a_pass_with_fewer_reads() {
     assert!(reads * 2 < one_reads, "{reads} lower reads against {one_reads}");
 }
 
+/// The oracle check, then the crash check (40 random cuts), of `cfg` over
+/// `fill_pct` of the volume filled in order and 300 random updates
+/// (`seed`), with an idle gap every `idle_every` ops (0: none). Returns the
+/// oracle's harness and the crash check's cut points.
+fn oracle_then_crash(
+    cfg: &str,
+    fill_pct: u64,
+    seed: u64,
+    idle_every: usize,
+) -> (Harness<ZeroLatency>, usize) {
+    let make = |mode| stack_from_toml(cfg, DEVICE_BYTES, mode);
+    let volume_bytes = stack_from_toml(cfg, DEVICE_BYTES, OpenMode::format(1)).size_bytes();
+    let ops = fill_then_update(volume_bytes, fill_pct, 300, seed);
+    let h = oracle_check_idle_with(&make, DEVICE_BYTES, seed, &ops, 2, idle_every);
+    let cuts = crash_check_idle_with(&make, DEVICE_BYTES, seed, &ops, 2, 40, idle_every);
+    (h, cuts)
+}
+
 /// Batched re-sequencing (packing, several groups a pass) in the idle
 /// gaps of the crash check: flushed data survives a crash at any point.
 #[test]
@@ -1282,17 +1300,13 @@ fn flushed_data_survives_a_crash_at_any_point_of_batched_resequencing() {
         let cfg =
             cfg(policy, "resequence_sliding = false\nresequence_batch_groups = 4\nresequence_idle_ms = 0\n")
                 .replace("over_provision_pct = 20", "over_provision_pct = 30");
-        let make = |mode| stack_from_toml(&cfg, DEVICE_BYTES, mode);
-        let volume_bytes = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::format(1)).size_bytes();
-        let ops = fill_then_update(volume_bytes, 60, 300, 17);
-        let h = oracle_check_idle_with(&make, DEVICE_BYTES, 17, &ops, 2, 5);
+        let (h, cuts) = oracle_then_crash(&cfg, 60, 17, 5);
         let status = h.stack.status().to_string();
         eprintln!("{policy}, batched: {status}");
         let passes = counter(&*h.stack, "resequence_passes_count");
         assert!(passes > 5, "{policy}: {status}");
         // More than one group a pass on average (a group holds at most 8).
         assert!(counter(&*h.stack, "slots_resequence_count") > passes * 8, "{policy}: {status}");
-        let cuts = crash_check_idle_with(&make, DEVICE_BYTES, 17, &ops, 2, 40, 5);
         eprintln!("{policy}, batched: {cuts} cut points");
         assert!(cuts > 40, "{policy}: {cuts}");
     }
@@ -1364,15 +1378,11 @@ fn flushed_data_survives_a_crash_at_any_point_of_sliding_compaction() {
         let cfg = cfg(policy, &format!("resequence_sliding = {sliding}\nresequence_idle_ms = 0\n"))
             .replace("over_provision_pct = 20", "over_provision_pct = 30")
             .replace("free_segments_target = 3", "free_segments_target = 6");
-        let make = |mode| stack_from_toml(&cfg, DEVICE_BYTES, mode);
-        let volume_bytes = stack_from_toml(&cfg, DEVICE_BYTES, OpenMode::format(1)).size_bytes();
-        let ops = fill_then_update(volume_bytes, 90, 300, 13);
-        let h = oracle_check_idle_with(&make, DEVICE_BYTES, 13, &ops, 2, 5);
+        let (h, cuts) = oracle_then_crash(&cfg, 90, 13, 5);
         let status = h.stack.status().to_string();
         eprintln!("{policy}, sliding {sliding}: {status}");
         assert!(counter(&*h.stack, "compact_evictions_count") > 5, "{policy}: {status}");
         assert!(counter(&*h.stack, "compact_groups_home_count") > 5, "{policy}: {status}");
-        let cuts = crash_check_idle_with(&make, DEVICE_BYTES, 13, &ops, 2, 40, 5);
         eprintln!("{policy}, sliding {sliding}: {cuts} cut points");
         assert!(cuts > 40, "{policy}: {cuts}");
     }
@@ -1658,5 +1668,100 @@ fn a_log_of_a_release_before_keeps_flushed_data_at_any_crash_point_of_its_upgrad
         let cuts = legacy_crash_check(release, 1, 30);
         eprintln!("{release:?}: {cuts} cut points");
         assert!(cuts > 40, "{release:?}: {cuts} cut points");
+    }
+}
+
+/// Writes 60% of the volume's blocks in a random order with
+/// `resequence_busy_user_blocks_per_pass = every` (idle time never comes:
+/// `resequence_idle_ms` is an hour), flushes, then reads each group whole
+/// (checking its bytes). Returns the lower requests of those reads and the
+/// harness.
+fn busy_resequencing(every: u64, extra: &str) -> (u64, Harness<ZeroLatency>) {
+    let extra =
+        format!("resequence_idle_ms = 3600000\nresequence_busy_user_blocks_per_pass = {every}\n{extra}");
+    let cfg = cfg("adaptive", &extra).replace("over_provision_pct = 20", "over_provision_pct = 30");
+    let (_dev, mut h) = formatted(&cfg);
+    let groups = counter(&*h.stack, "volume_blocks_count") * 6 / 10 / 8;
+    let (order, _) = shuffled(groups * 8, 23);
+    for &b in &order {
+        assert_eq!(h.write(b * 4096, block_bytes(1, b)).result, Ok(()));
+    }
+    assert_eq!(h.flush().result, Ok(()));
+    let before = h.stats.lower_count;
+    for g in 0..groups {
+        let got = h.read(g * 8 * 4096, 8 * 4096).data.expect("data");
+        let want: Vec<u8> = (g * 8..g * 8 + 8).flat_map(|b| block_bytes(1, b)).collect();
+        assert_eq!(got.to_vec(), want, "group {g}");
+    }
+    (h.stats.lower_count - before, h)
+}
+
+#[test]
+fn busy_resequencing_runs_beside_the_writes_within_its_budget_and_never_when_off() {
+    let (reads, h) = busy_resequencing(4, "resequence_sliding = false\n");
+    let status = h.stack.status().to_string();
+    let busy = counter(&*h.stack, "resequence_busy_passes_count");
+    assert!(busy > 10, "{status}");
+    // No idle time came: every pass was a busy one.
+    assert_eq!(counter(&*h.stack, "resequence_passes_count"), busy, "{status}");
+    // At most one pass per 4 blocks of user writes.
+    let user_blocks = counter(&*h.stack, "user_bytes") / 4096;
+    assert!(busy <= user_blocks / 4, "{busy} passes for {user_blocks} blocks: {status}");
+    // A pass passes over groups with a block in the open segment (it would
+    // seal it part filled): the segments written are at least 85% full
+    // on average (here 193 slots in 27 segments of 8; 204 in 32 without
+    // that rule, 80%).
+    let slots: u64 =
+        ["slots_user_count", "slots_ssr_count", "slots_cleaning_count", "slots_resequence_count"]
+            .iter()
+            .map(|k| counter(&*h.stack, k))
+            .sum();
+    let segments = counter(&*h.stack, "segments_written_count") + 1;
+    assert!(slots * 100 >= segments * 8 * 85, "{slots} slots in {segments} segments: {status}");
+    // Negative control: off, nothing is re-sequenced while requests keep
+    // coming, and the groups read in more requests.
+    let (scattered, off) = busy_resequencing(0, "resequence_sliding = false\n");
+    assert_eq!(counter(&*off.stack, "resequence_passes_count"), 0);
+    assert_eq!(counter(&*off.stack, "resequence_busy_passes_count"), 0);
+    assert!(reads * 3 < scattered * 2, "{reads} lower reads against {scattered} without");
+}
+
+#[test]
+fn busy_resequencing_packs_and_leaves_sliding_compaction_to_idle_time() {
+    // Sliding forced on: busy passes still pack (no home prepared or filled).
+    let (_, mut h) = busy_resequencing(4, "resequence_sliding = true\n");
+    let status = h.stack.status().to_string();
+    assert!(counter(&*h.stack, "resequence_busy_passes_count") > 10, "{status}");
+    assert_eq!(counter(&*h.stack, "compact_evictions_count"), 0, "{status}");
+    assert_eq!(counter(&*h.stack, "compact_groups_home_count"), 0, "{status}");
+    // A write touches the groups again; idle time then slides them home.
+    let blocks = counter(&*h.stack, "volume_blocks_count") * 6 / 10 / 8 * 8;
+    for b in (0..blocks).step_by(3) {
+        assert_eq!(h.write(b * 4096, block_bytes(2, b)).result, Ok(()));
+    }
+    assert_eq!(h.flush().result, Ok(()));
+    h.run_until(h.now.add_ms(3_700_000));
+    h.settle();
+    let status = h.stack.status().to_string();
+    assert!(counter(&*h.stack, "compact_groups_home_count") > 0, "{status}");
+    for b in 0..blocks {
+        let v = if b % 3 == 0 { 2 } else { 1 };
+        assert_eq!(h.read(b * 4096, 4096).data.expect("data"), block_bytes(v, b), "block {b}");
+    }
+}
+
+/// Re-sequencing beside the writes (no idle time) in the oracle and crash
+/// checks: flushed data survives a crash at any point.
+#[test]
+fn flushed_data_survives_a_crash_at_any_point_of_busy_resequencing() {
+    for policy in ["greedy", "ssr", "adaptive"] {
+        let cfg = cfg(policy, "resequence_idle_ms = 3600000\nresequence_busy_user_blocks_per_pass = 4\n")
+            .replace("over_provision_pct = 20", "over_provision_pct = 30");
+        let (h, cuts) = oracle_then_crash(&cfg, 60, 19, 0);
+        let status = h.stack.status().to_string();
+        eprintln!("{policy}, busy: {status}");
+        assert!(counter(&*h.stack, "resequence_busy_passes_count") > 5, "{policy}: {status}");
+        eprintln!("{policy}, busy: {cuts} cut points");
+        assert!(cuts > 40, "{policy}: {cuts}");
     }
 }

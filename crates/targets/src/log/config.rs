@@ -117,6 +117,11 @@ pub struct Args {
     /// Groups one packing re-sequencing pass takes at most (their reads
     /// sent at once, in disk order; see `request::Log::resequence_step`).
     pub resequence_batch_groups: u32,
+    /// Re-sequencing while busy: one packing pass (the idle mechanism's,
+    /// run beside the client's requests) after every this many blocks of
+    /// user writes; 0: off, only idle time re-sequences (see
+    /// `policy::Reclaim::resequence_busy_due`).
+    pub resequence_busy_user_blocks_per_pass: u64,
     /// Whether a read that ends at a segment's last slot reads on through
     /// the next segment's header (see `request::Log::read_through_bytes`).
     pub read_through_headers: bool,
@@ -180,6 +185,8 @@ impl Args {
             )));
         }
         let resequence_batch_groups = bounded(&mut a, "resequence_batch_groups", 1, 1, 4096)?;
+        let resequence_busy_user_blocks_per_pass =
+            a.u64_opt("resequence_busy_user_blocks_per_pass")?.unwrap_or(0);
         let read_through_headers = a.bool_opt("read_through_headers")?.unwrap_or(true);
         let map_extents = a.bool_opt("map_extents")?.unwrap_or(true);
         let unsafe_reuse = a.bool_opt("test_unsafe_reuse_before_checkpoint")?.unwrap_or(false);
@@ -204,6 +211,7 @@ impl Args {
             resequence_sliding,
             sliding_utilisation_min_percent,
             resequence_batch_groups,
+            resequence_busy_user_blocks_per_pass,
             read_through_headers,
             map_extents,
             unsafe_reuse,
@@ -253,6 +261,7 @@ impl Args {
             ("resequence_sliding", self.resequence_sliding.name().to_string()),
             ("sliding_utilisation_min_percent", self.sliding_utilisation_min_percent.to_string()),
             ("resequence_batch_groups", self.resequence_batch_groups.to_string()),
+            ("resequence_busy_user_blocks_per_pass", self.resequence_busy_user_blocks_per_pass.to_string()),
             ("read_through_headers", self.read_through_headers.to_string()),
             ("map_extents", self.map_extents.to_string()),
         ]

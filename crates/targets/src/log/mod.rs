@@ -248,6 +248,9 @@ struct Counters {
     slots_resequence_count: u64,
     /// Groups re-sequenced.
     resequence_passes_count: u64,
+    /// Re-sequencing passes run while busy (of `resequence_passes_count`
+    /// once done; `resequence_busy_user_blocks_per_pass`).
+    resequence_busy_passes_count: u64,
     /// Segment buffers allocated anew: a lower write still held the old
     /// one's bytes when the buffer was needed again.
     segment_buffers_allocated_count: u64,
@@ -403,6 +406,9 @@ pub struct Log {
     /// The group whose home is being prepared, and the preparation steps
     /// taken for it (bounded: then it is re-sequenced wherever it fits).
     compact_group: Option<(u64, u32)>,
+    /// Blocks of user writes since the last re-sequencing pass while busy
+    /// (`Reclaim::resequence_busy_due`).
+    busy_user_blocks: u64,
 }
 
 /// Attempts at a lower write or flush before the target stops (a write
@@ -431,7 +437,12 @@ impl Log {
         let slots = segs * geo.slot_count as usize;
         let pages = args.map.page_count as usize;
         let mut log = Log {
-            policy: policy::make(args.policy, args.age_threshold_segments, args.ssr_slack_min_pct),
+            policy: policy::make(
+                args.policy,
+                args.age_threshold_segments,
+                args.ssr_slack_min_pct,
+                args.resequence_busy_user_blocks_per_pass,
+            ),
             map: map::SlotMap::new(args.volume_blocks, args.map.slot_total, args.map_extents),
             live: map::Packed::new(slots as u64, 1, false),
             usage: SegmentUsage::new(segs, geo.slot_count),
@@ -492,6 +503,7 @@ impl Log {
             slides_this_idle: None,
             compact_home: None,
             compact_group: None,
+            busy_user_blocks: 0,
             phase: Phase::Failed(String::new()),
             args,
             geo,
@@ -979,7 +991,7 @@ impl Target for Log {
             self.counters.background_cleanings_count += 1;
             victims * self.geo.stride_bytes()
         } else {
-            self.resequence_step()?
+            self.resequence_step(false)?
         };
         self.pump();
         Some(bytes)
@@ -1054,6 +1066,7 @@ impl Target for Log {
             ("cleaner_map_scans_count", self.counters.cleaner_map_scans_count),
             ("slots_resequence_count", c.slots_resequence_count),
             ("resequence_passes_count", c.resequence_passes_count),
+            ("resequence_busy_passes_count", c.resequence_busy_passes_count),
             ("groups_to_check_count", self.group_dirty_count),
             ("segment_buffers_allocated_count", c.segment_buffers_allocated_count),
             ("partial_writes_count", c.partial_writes_count),

@@ -294,6 +294,12 @@ pub trait Reclaim: Send {
     /// [`Census::ssr_and_clean_costs`] (the census then carries what it
     /// needs, at the price of a look at the SSR target's slots).
     fn weighs_ssr_against_cleaning(&self) -> bool;
+    /// Whether a re-sequencing pass is due while requests keep coming,
+    /// `user_blocks_since_pass` blocks of user writes after the last one:
+    /// a bounded share of the disk for the layout a sequential read after
+    /// the writes needs, paid beside the writes instead of in idle time
+    /// (`resequence_busy_user_blocks_per_pass`; 0: never).
+    fn resequence_busy_due(&self, user_blocks_since_pass: u64) -> bool;
 }
 
 /// The policies of [`PolicyKind`], one struct with the kind's knobs.
@@ -301,11 +307,22 @@ pub struct Policy {
     kind: PolicyKind,
     age_threshold_seq: u64,
     slack_min_pct: u64,
+    busy_user_blocks_per_pass: u64,
 }
 
 /// The policy for a config.
-pub fn make(kind: PolicyKind, age_threshold_segments: u64, slack_min_pct: u64) -> Box<dyn Reclaim> {
-    Box::new(Policy { kind, age_threshold_seq: age_threshold_segments, slack_min_pct })
+pub fn make(
+    kind: PolicyKind,
+    age_threshold_segments: u64,
+    slack_min_pct: u64,
+    busy_user_blocks_per_pass: u64,
+) -> Box<dyn Reclaim> {
+    Box::new(Policy {
+        kind,
+        age_threshold_seq: age_threshold_segments,
+        slack_min_pct,
+        busy_user_blocks_per_pass,
+    })
 }
 
 impl Policy {
@@ -369,6 +386,12 @@ impl Reclaim for Policy {
 
     fn weighs_ssr_against_cleaning(&self) -> bool {
         matches!(self.kind, PolicyKind::Adaptive | PolicyKind::Cost)
+    }
+
+    fn resequence_busy_due(&self, user_blocks_since_pass: u64) -> bool {
+        // Every policy alike: the pass is the idle mechanism's, its budget
+        // the one knob (bench/results/log/busy-resequence.md).
+        self.busy_user_blocks_per_pass > 0 && user_blocks_since_pass >= self.busy_user_blocks_per_pass
     }
 
     fn clean_when_idle(&self, c: &Census, free_segments_target: u32) -> bool {
@@ -445,7 +468,7 @@ mod tests {
         assert_eq!(c.next_free_run(), Some(3), "runs of one (3 and 6): the first");
         assert!(c.slack_pct() > 0);
         // Sliding compaction: the home when free, else the far end.
-        let greedy = make(PolicyKind::Greedy, 0, 10);
+        let greedy = make(PolicyKind::Greedy, 0, 10, 0);
         let mut slide = census(&[8, 0, 7, 0, 0, 5, 0, 8]);
         slide.compacting = true;
         slide.home = Some(3);
@@ -454,6 +477,21 @@ mod tests {
         assert_eq!(greedy.choose_next(&slide, Cause::User), Some(6), "home 2 is not free: the far end");
         slide.compacting = false;
         assert_eq!(greedy.choose_next(&slide, Cause::User), Some(1), "not compacting: next-fit");
+    }
+
+    #[test]
+    fn busy_resequencing_is_due_every_budget_of_user_blocks_and_never_when_off() {
+        use PolicyKind::*;
+        for kind in [Greedy, CostBenefit, AgeThreshold, Plugging, Ssr, Adaptive, Cost] {
+            let name = kind.name();
+            let off = make(kind, 0, 10, 0);
+            assert!(!off.resequence_busy_due(0) && !off.resequence_busy_due(u64::MAX), "{name}: off");
+            let every = make(kind, 0, 10, 64);
+            assert!(!every.resequence_busy_due(0), "{name}");
+            assert!(!every.resequence_busy_due(63), "{name}");
+            assert!(every.resequence_busy_due(64), "{name}");
+            assert!(every.resequence_busy_due(1000), "{name}");
+        }
     }
 }
 
@@ -485,8 +523,8 @@ mod cost_tests {
 
     #[test]
     fn ssr_is_weighed_against_cleaning_by_what_the_disk_pays() {
-        let (adaptive, cost) = (make(PolicyKind::Adaptive, 0, 10), make(PolicyKind::Cost, 0, 10));
-        let (ssr, greedy) = (make(PolicyKind::Ssr, 0, 10), make(PolicyKind::Greedy, 0, 10));
+        let (adaptive, cost) = (make(PolicyKind::Adaptive, 0, 10, 0), make(PolicyKind::Cost, 0, 10, 0));
+        let (ssr, greedy) = (make(PolicyKind::Ssr, 0, 10, 0), make(PolicyKind::Greedy, 0, 10, 0));
         for p in [&adaptive, &cost] {
             assert!(p.weighs_ssr_against_cleaning());
         }

@@ -134,6 +134,14 @@ impl Log {
             self.works.push(Work::Checkpoint(Default::default()));
             return true;
         }
+        if self.resequence_busy_due() {
+            // The budget restarts whether or not a group needs the pass.
+            self.busy_user_blocks = 0;
+            if self.resequence_step(true).is_some() {
+                self.counters.resequence_busy_passes_count += 1;
+                return true;
+            }
+        }
         match self.pending.pop_front() {
             None => false,
             Some(Pending::Upper(req)) => {
@@ -245,7 +253,11 @@ impl Log {
 
     fn count_write(&mut self, u: &UpperWork) {
         match u.req.op {
-            Op::Write => self.counters.user_bytes += u64::from(u.req.length_bytes),
+            Op::Write => {
+                self.counters.user_bytes += u64::from(u.req.length_bytes);
+                self.busy_user_blocks +=
+                    u64::from(u.req.length_bytes).div_ceil(u64::from(self.args.block_bytes));
+            }
             Op::Trim | Op::WriteZeroes => self.counters.trims_count += 1,
             Op::Read | Op::Flush => {}
         }
@@ -1003,6 +1015,17 @@ impl Log {
     /// Whether re-sequencing waits only for free segments (the idle
     /// cleaning the policy asks for did not make enough).
     /// Only while the pass gains a free segment, so that idle work ends.
+    /// Whether a re-sequencing pass is due beside the client's requests
+    /// (the policy's budget of user blocks written since the last), with
+    /// groups to look at and free segments beyond the cleaner's reserve.
+    /// Not idle time: idle re-sequencing does the same work then.
+    fn resequence_busy_due(&self) -> bool {
+        self.args.resequence
+            && self.group_dirty_count > 0
+            && self.policy.resequence_busy_due(self.busy_user_blocks)
+            && self.free_segments_count() > u64::from(self.args.free_segments_min) + 2
+    }
+
     pub(super) fn resequence_needs_space(&self, now: layoutd_core::Instant) -> bool {
         self.args.resequence
             && self.group_dirty_count > 0
@@ -1058,7 +1081,13 @@ impl Log {
     /// segment in order is rewritten there, once [`Log::prepare_home`] has
     /// made the home ready. Returns the bytes it will move, or `None` if no
     /// group needs it.
-    pub(super) fn resequence_step(&mut self) -> Option<u64> {
+    ///
+    /// `busy`: a pass beside the client's requests
+    /// ([`Log::resequence_busy_due`]): it packs (sliding compaction turns
+    /// every segment's placement to the homes, which only idle time may),
+    /// and passes over, still to look at, a group with a block in the open
+    /// segment (its pass would seal the segment half filled).
+    pub(super) fn resequence_step(&mut self, busy: bool) -> Option<u64> {
         let groups = self.group_dirty.len();
         let run_blocks = (RESEQUENCE_RUN_BYTES / u64::from(self.args.block_bytes)).max(2) as usize;
         let batch = self.args.resequence_batch_groups as usize;
@@ -1083,13 +1112,21 @@ impl Log {
                 continue;
             }
             let live = self.group_live(g);
+            if busy
+                && self
+                    .open
+                    .as_ref()
+                    .is_some_and(|o| live.iter().any(|l| l.1 / self.geo.slot_count == o.loc.0))
+            {
+                continue;
+            }
             let mut runs = 0usize;
             for (i, l) in live.iter().enumerate() {
                 if i == 0 || !adjacent(live[i - 1].1, l.1, self.geo.slot_count) {
                     runs += 1;
                 }
             }
-            if !live.is_empty() && self.resequence_slides() {
+            if !live.is_empty() && !busy && self.resequence_slides() {
                 // Sliding: one group a pass, into its home.
                 if self.group_at_home(g, &live) {
                     self.group_checked(g);
