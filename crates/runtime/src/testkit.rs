@@ -462,18 +462,20 @@ pub fn crash_check_open(
     seeds: std::ops::Range<u64>,
     checkpoints: &dyn Fn(&MemDevice) -> Vec<(u64, u32)>,
 ) -> (usize, Vec<u8>) {
-    crash_check_open_with(make, image, seeds, Some(checkpoints))
+    crash_check_open_with(make, image, seeds, Some(checkpoints), None)
 }
 
 /// [`crash_check_open`] for any stack, without reading its checkpoint
 /// copies: at every crash point of the open (torn or not) the volume
-/// reopens and reads what the uninterrupted open reads.
+/// reopens and its first `read_bytes` (a pool's first volume, say) read
+/// what the uninterrupted open reads.
 pub fn crash_check_open_reads(
     make: MakeStack<'_>,
     image: &MemDevice,
     seeds: std::ops::Range<u64>,
+    read_bytes: u64,
 ) -> (usize, Vec<u8>) {
-    crash_check_open_with(make, image, seeds, None)
+    crash_check_open_with(make, image, seeds, None, Some(read_bytes))
 }
 
 fn crash_check_open_with(
@@ -481,8 +483,13 @@ fn crash_check_open_with(
     image: &MemDevice,
     seeds: std::ops::Range<u64>,
     checkpoints: Option<&dyn Fn(&MemDevice) -> Vec<(u64, u32)>>,
+    read_bytes: Option<u64>,
 ) -> (usize, Vec<u8>) {
     let device_bytes = image.size_bytes();
+    let read = |h: &mut Harness, when: &str| match read_bytes {
+        Some(n) => read_first(h, n, when),
+        None => read_volume(h, when),
+    };
     let newest = |dev: &MemDevice| checkpoints.and_then(|c| c(dev).into_iter().max());
     let recovered_from = checkpoints.map(|_| newest(image).expect("the image holds a checkpoint").0);
     let copy = || {
@@ -491,8 +498,7 @@ fn crash_check_open_with(
         dev
     };
     let opened = Arc::new(copy());
-    let volume =
-        read_volume(&mut open_image(make, opened.clone(), 0).expect("the image opens"), "on the image");
+    let volume = read(&mut open_image(make, opened.clone(), 0).expect("the image opens"), "on the image");
     let version = checkpoints.map(|_| newest(&opened).expect("a checkpoint").1);
     let mut checked = 0;
     for seed in seeds {
@@ -519,10 +525,7 @@ fn crash_check_open_with(
                 let dev = Arc::new(dev);
                 let mut h = open_image(make, dev.clone(), seed)
                     .unwrap_or_else(|e| panic!("the volume does not reopen {at}: {e}"));
-                assert!(
-                    read_volume(&mut h, &at) == volume,
-                    "the volume reads otherwise than before the crash {at}"
-                );
+                assert!(read(&mut h, &at) == volume, "the volume reads otherwise than before the crash {at}");
                 if let (Some(checkpoints), Some(version)) = (checkpoints, version) {
                     let left = checkpoints(&dev);
                     assert!(
@@ -587,6 +590,11 @@ pub fn open_image(make: MakeStack<'_>, dev: Arc<MemDevice>, seed: u64) -> Result
 /// panics naming `when`.
 fn read_volume<T: Timing>(h: &mut Harness<T>, when: &str) -> Vec<u8> {
     let size = h.stack.size_bytes();
+    read_first(h, size, when)
+}
+
+/// The first `size` bytes of the volume, as [`read_volume`].
+fn read_first<T: Timing>(h: &mut Harness<T>, size: u64, when: &str) -> Vec<u8> {
     let chunk = 256 * S;
     let mut bytes = Vec::with_capacity(size as usize);
     let mut off = 0;
