@@ -478,11 +478,15 @@ pub fn crash_check_open_reads(
     crash_check_open_with(make, image, seeds, None, Some(read_bytes))
 }
 
+/// Which checkpoint copies a device holds that decode: (generation,
+/// version) each.
+type Checkpoints<'a> = &'a dyn Fn(&MemDevice) -> Vec<(u64, u32)>;
+
 fn crash_check_open_with(
     make: MakeStack<'_>,
     image: &MemDevice,
     seeds: std::ops::Range<u64>,
-    checkpoints: Option<&dyn Fn(&MemDevice) -> Vec<(u64, u32)>>,
+    checkpoints: Option<Checkpoints<'_>>,
     read_bytes: Option<u64>,
 ) -> (usize, Vec<u8>) {
     let device_bytes = image.size_bytes();

@@ -428,15 +428,14 @@ fn commit(overlay: &StagedDevice, members: &[Member]) -> Result<(), VolumeError>
     mark_all(members, false)
 }
 
+/// A volume brought up over its overlay, and the overlay.
+type StagedVolume = (Volume, Arc<StagedDevice>);
+
 /// Locks every member, checks the superblocks and brings the stack up
 /// once over a recording overlay ([`bring_up_staged`]), which is the
 /// volume's `data`: nothing is written until [`commit`]; dropped, the
 /// devices are left as they were.
-fn open_staged(
-    paths: &[PathBuf],
-    direct: bool,
-    accept_loss: bool,
-) -> Result<(Volume, Arc<StagedDevice>), VolumeError> {
+fn open_staged(paths: &[PathBuf], direct: bool, accept_loss: bool) -> Result<StagedVolume, VolumeError> {
     assert!(!paths.is_empty(), "at least one device");
     let devs: Vec<FileDevice> = paths.iter().map(|p| open_locked(p, direct)).collect::<Result<_, _>>()?;
     let sbs = check_members(paths, &devs)?;
