@@ -17,7 +17,7 @@ use layoutd_core::superblock::{
     Superblock, SuperblockError, DATA_START_BYTES, DEVICE_BYTES_MIN, SUPERBLOCK_BYTES,
 };
 use layoutd_core::{OpenMode, Target};
-use layoutd_disk::{BlockDevice, ConcatDevice, FileDevice, OverlayDevice, SliceDevice};
+use layoutd_disk::{BlockDevice, ConcatDevice, FileDevice, OverlayDevice, OverlayStats, SliceDevice};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -64,6 +64,9 @@ pub struct Volume {
     pub superblock: Superblock,
     /// The stack, recovered and ready.
     pub stack: Box<dyn Target>,
+    /// What its bring-up read from the devices and wrote to them (the
+    /// commit of its overlay).
+    pub bring_up: OverlayStats,
 }
 
 impl Volume {
@@ -406,8 +409,8 @@ pub fn open(paths: &[PathBuf], direct: bool) -> Result<Volume, VolumeError> {
 /// finds damaged (`serve --accept-loss`): the loss is counted in the
 /// stack's status instead of the open being refused.
 pub fn open_with(paths: &[PathBuf], direct: bool, accept_loss: bool) -> Result<Volume, VolumeError> {
-    let (vol, overlay) = open_staged(paths, direct, accept_loss)?;
-    commit(&overlay, &vol.members)?;
+    let (mut vol, overlay) = open_staged(paths, direct, accept_loss)?;
+    vol.bring_up = commit(&overlay, &vol.members)?;
     print_notices(&paths[0], &*vol.stack);
     Ok(vol)
 }
@@ -415,8 +418,8 @@ pub fn open_with(paths: &[PathBuf], direct: bool, accept_loss: bool) -> Result<V
 /// Writes the bring-up's writes to the members (in order, with their
 /// flushes) and marks the members dirty, as a direct open does; `overlay`
 /// passes every request through from then on.
-fn commit(overlay: &StagedDevice, members: &[Member]) -> Result<(), VolumeError> {
-    overlay.commit().map_err(|e| {
+fn commit(overlay: &StagedDevice, members: &[Member]) -> Result<OverlayStats, VolumeError> {
+    let stats = overlay.commit().map_err(|e| {
         err(
             &members[0].path,
             format!(
@@ -425,7 +428,8 @@ fn commit(overlay: &StagedDevice, members: &[Member]) -> Result<(), VolumeError>
             ),
         )
     })?;
-    mark_all(members, false)
+    mark_all(members, false)?;
+    Ok(stats)
 }
 
 /// A volume brought up over its overlay, and the overlay.
@@ -450,7 +454,8 @@ fn open_staged(paths: &[PathBuf], direct: bool, accept_loss: bool) -> Result<Sta
         bring_up_staged(Box::new(stack), data, ZeroLatency::default(), 0).map_err(|e| err(&paths[0], e))?;
     let members: Vec<Member> =
         paths.iter().zip(devs).map(|(p, d)| Member { path: p.clone(), device: d }).collect();
-    Ok((Volume { members, data: overlay.clone(), superblock: sb, stack }, overlay))
+    let bring_up = OverlayStats::default();
+    Ok((Volume { members, data: overlay.clone(), superblock: sb, stack, bring_up }, overlay))
 }
 
 /// Reads one device's superblock without locking or modifying it.
