@@ -66,7 +66,9 @@ impl<D: BlockDevice> OverlayDevice<D> {
     }
 
     fn with_log(base: D, log: Option<WriteLog>) -> OverlayDevice<D> {
-        let upper = MemDevice::new(base.size_bytes());
+        // Recovery writes a few scattered blocks (map pages, checkpoints):
+        // 64 KiB chunks would hold 16 times their bytes.
+        let upper = MemDevice::with_chunk_bytes(base.size_bytes(), 4096);
         OverlayDevice {
             base,
             through: AtomicBool::new(false),
