@@ -7,10 +7,11 @@
 //!
 //! Usage: `cargo run --release -p layoutd-disk --example overlay_passthrough
 //! -- FILE [threads=4] [ops_per_thread=200000] [repeats=5]`. FILE is
-//! created (64 MiB) if missing. Prints ns per request (median over the
-//! repeats) for each way and op.
+//! created (64 MiB) if missing; `null` measures on a `NullDevice` instead
+//! (no I/O: the overlay's own cost per request). Prints ns per request
+//! (median over the repeats) for each way and op.
 
-use layoutd_disk::{BlockDevice, FileDevice, OverlayDevice};
+use layoutd_disk::{BlockDevice, FileDevice, NullDevice, OverlayDevice};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -48,9 +49,14 @@ fn main() {
     let threads: u64 = args.get(1).map_or(4, |a| a.parse().expect("threads"));
     let ops: u64 = args.get(2).map_or(200_000, |a| a.parse().expect("ops"));
     let repeats: usize = args.get(3).map_or(5, |a| a.parse().expect("repeats"));
-    let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path);
-    file.and_then(|f| f.set_len(FILE_BYTES)).expect("file");
-    let direct: Arc<dyn BlockDevice> = Arc::new(FileDevice::open(&path, false, false).expect("open"));
+    let direct: Arc<dyn BlockDevice> = if path.as_os_str() == "null" {
+        Arc::new(NullDevice::new(FILE_BYTES))
+    } else {
+        let file =
+            std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path);
+        file.and_then(|f| f.set_len(FILE_BYTES)).expect("file");
+        Arc::new(FileDevice::open(&path, false, false).expect("open"))
+    };
     let overlay = Arc::new(OverlayDevice::recording(direct.clone()));
     overlay.write_at(&[1; 4096], 0).expect("a bring-up write");
     overlay.flush().expect("flush");
