@@ -120,10 +120,19 @@ impl<D: BlockDevice> OverlayDevice<D> {
         Ok(st)
     }
 
-    /// `f` on the staged state, or `None` once committed.
-    fn staged<R>(&self, f: impl FnOnce(&mut Staged) -> io::Result<R>) -> Option<io::Result<R>> {
-        let mut staged = self.staged.lock().expect("overlay lock");
-        staged.as_mut().map(f)
+    /// A change: `staged` on the overlay's memory until the commit, then
+    /// `through` on the base.
+    fn change(
+        &self,
+        staged: impl FnOnce(&mut Staged) -> io::Result<()>,
+        through: impl FnOnce(&D) -> io::Result<()>,
+    ) -> io::Result<()> {
+        if !self.through.load(Ordering::Acquire) {
+            if let Some(s) = self.staged.lock().expect("overlay lock").as_mut() {
+                return staged(s);
+            }
+        }
+        through(&self.base)
     }
 }
 
@@ -133,6 +142,13 @@ impl Staged {
         assert!(length_bytes.is_multiple_of(S), "overlay works in sectors");
         self.written.extend(offset_bytes / S..(offset_bytes + length_bytes) / S);
         self.record(op);
+    }
+
+    /// A trim or zeroes (`op`) of a range: it reads zero.
+    fn zero(&mut self, offset_bytes: u64, length_bytes: u64, op: LogOp) -> io::Result<()> {
+        self.upper.write_zeroes(offset_bytes, length_bytes)?;
+        self.mark(offset_bytes, length_bytes, op);
+        Ok(())
     }
 
     fn record(&mut self, op: LogOp) {
@@ -172,56 +188,38 @@ impl<D: BlockDevice> BlockDevice for OverlayDevice<D> {
     }
 
     fn write_at(&self, buf: &[u8], offset_bytes: u64) -> io::Result<()> {
-        if !self.through.load(Ordering::Acquire) {
-            let op = || LogOp::Write { offset_bytes, data: Bytes::copy_from_slice(buf) };
-            let staged = self.staged(|s| {
+        self.change(
+            |s| {
                 s.upper.write_at(buf, offset_bytes)?;
-                s.mark(offset_bytes, buf.len() as u64, op());
+                let op = LogOp::Write { offset_bytes, data: Bytes::copy_from_slice(buf) };
+                s.mark(offset_bytes, buf.len() as u64, op);
                 Ok(())
-            });
-            if let Some(r) = staged {
-                return r;
-            }
-        }
-        self.base.write_at(buf, offset_bytes)
+            },
+            |base| base.write_at(buf, offset_bytes),
+        )
     }
 
     fn flush(&self) -> io::Result<()> {
-        if !self.through.load(Ordering::Acquire) {
-            if let Some(r) = self.staged(|s| {
+        self.change(
+            |s| {
                 s.record(LogOp::Flush);
                 Ok(())
-            }) {
-                return r;
-            }
-        }
-        self.base.flush()
+            },
+            |base| base.flush(),
+        )
     }
 
     fn trim(&self, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
-        if !self.through.load(Ordering::Acquire) {
-            if let Some(r) = self.staged(|s| {
-                s.upper.write_zeroes(offset_bytes, length_bytes)?;
-                s.mark(offset_bytes, length_bytes, LogOp::Trim { offset_bytes, length_bytes });
-                Ok(())
-            }) {
-                return r;
-            }
-        }
-        self.base.trim(offset_bytes, length_bytes)
+        let op = LogOp::Trim { offset_bytes, length_bytes };
+        self.change(|s| s.zero(offset_bytes, length_bytes, op), |base| base.trim(offset_bytes, length_bytes))
     }
 
     fn write_zeroes(&self, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
-        if !self.through.load(Ordering::Acquire) {
-            if let Some(r) = self.staged(|s| {
-                s.upper.write_zeroes(offset_bytes, length_bytes)?;
-                s.mark(offset_bytes, length_bytes, LogOp::Zero { offset_bytes, length_bytes });
-                Ok(())
-            }) {
-                return r;
-            }
-        }
-        self.base.write_zeroes(offset_bytes, length_bytes)
+        let op = LogOp::Zero { offset_bytes, length_bytes };
+        self.change(
+            |s| s.zero(offset_bytes, length_bytes, op),
+            |base| base.write_zeroes(offset_bytes, length_bytes),
+        )
     }
 }
 

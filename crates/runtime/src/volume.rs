@@ -58,7 +58,9 @@ pub struct Member {
 pub struct Volume {
     /// The member devices, in order (one for a one-device volume).
     pub members: Vec<Member>,
-    /// The stack's bottom device: the members' data areas, end to end.
+    /// The stack's bottom device: the members' data areas, end to end,
+    /// behind the overlay the stack was brought up on, committed: it passes
+    /// every request through.
     pub data: Arc<dyn BlockDevice>,
     /// Member 0's superblock as read (with `clean` as found on open).
     pub superblock: Superblock,
