@@ -6,6 +6,9 @@
 //! - [`Recorder`]: wraps a device and logs every write, trim, zero and flush
 //!   in order (like dm-log-writes); [`WriteLog::replay_prefix`] rebuilds the
 //!   device as it was after any prefix of that log, for crash tests.
+//! - [`OverlayDevice`]: copy-on-write over a device; a recording one can be
+//!   committed (its writes replayed onto the device in order, with their
+//!   flushes) and then passes every request through.
 //!
 //! Devices are `Sync`: runtimes call them from several threads at once.
 //! This crate never interprets what it stores.
@@ -23,7 +26,7 @@ pub use concat::ConcatDevice;
 pub use file::FileDevice;
 pub use mem::MemDevice;
 pub use null::NullDevice;
-pub use overlay::OverlayDevice;
+pub use overlay::{OverlayDevice, OverlayStats};
 pub use recorder::{LogEntry, LogOp, Recorder, Tear, WriteLog};
 
 use bytes::Bytes;

@@ -11,13 +11,21 @@ const CHUNK_BYTES: u64 = 64 * 1024;
 /// A sparse memory device of fixed size.
 pub struct MemDevice {
     size_bytes: u64,
+    chunk_bytes: u64,
     chunks: Mutex<HashMap<u64, Box<[u8]>>>,
 }
 
 impl MemDevice {
     /// An all-zero device of `size_bytes`.
     pub fn new(size_bytes: u64) -> MemDevice {
-        MemDevice { size_bytes, chunks: Mutex::new(HashMap::new()) }
+        MemDevice::with_chunk_bytes(size_bytes, CHUNK_BYTES)
+    }
+
+    /// [`MemDevice::new`] allocating `chunk_bytes` at a time (64 KiB by
+    /// default; smaller for a few scattered writes).
+    pub fn with_chunk_bytes(size_bytes: u64, chunk_bytes: u64) -> MemDevice {
+        assert!(chunk_bytes > 0, "a chunk holds bytes");
+        MemDevice { size_bytes, chunk_bytes, chunks: Mutex::new(HashMap::new()) }
     }
 
     fn check(&self, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
@@ -43,13 +51,15 @@ impl MemDevice {
         let mut pos = offset_bytes;
         let end = offset_bytes + length_bytes;
         while pos < end {
-            let index = pos / CHUNK_BYTES;
-            let within = (pos % CHUNK_BYTES) as usize;
-            let n = (CHUNK_BYTES - within as u64).min(end - pos) as usize;
+            let index = pos / self.chunk_bytes;
+            let within = (pos % self.chunk_bytes) as usize;
+            let n = (self.chunk_bytes - within as u64).min(end - pos) as usize;
             let range = (pos - offset_bytes) as usize..(pos - offset_bytes) as usize + n;
             let chunk = if alloc {
                 Some(
-                    chunks.entry(index).or_insert_with(|| vec![0u8; CHUNK_BYTES as usize].into_boxed_slice()),
+                    chunks
+                        .entry(index)
+                        .or_insert_with(|| vec![0u8; self.chunk_bytes as usize].into_boxed_slice()),
                 )
             } else {
                 chunks.get_mut(&index)

@@ -87,7 +87,7 @@ impl WriteLog {
         self.push(LogOp::Mark(tag));
     }
 
-    fn push(&self, op: LogOp) {
+    pub(crate) fn push(&self, op: LogOp) {
         let mut e = self.entries.lock().expect("log lock");
         let index = e.len() as u64;
         e.push(LogEntry { index, op });
@@ -101,7 +101,8 @@ impl WriteLog {
     }
 
     /// Applies the first `count` entries onto `dev` (a copy of the device
-    /// as it was when recording started).
+    /// as it was when recording started), flushing `dev` where the log
+    /// flushed.
     pub fn replay_prefix(&self, count: usize, dev: &dyn BlockDevice) -> io::Result<()> {
         let e = self.entries.lock().expect("log lock");
         assert!(count <= e.len(), "prefix {count} longer than the log ({})", e.len());
@@ -112,7 +113,8 @@ impl WriteLog {
                 LogOp::Zero { offset_bytes, length_bytes } => {
                     dev.write_zeroes(*offset_bytes, *length_bytes)?
                 }
-                LogOp::Flush | LogOp::Mark(_) => {}
+                LogOp::Flush => dev.flush()?,
+                LogOp::Mark(_) => {}
             }
         }
         Ok(())

@@ -9,6 +9,7 @@
 //! can tell which write put each sector there.
 
 use crate::det::{Harness, Timing, ZeroLatency};
+use crate::volume::{bring_up_on, bring_up_staged};
 use bytes::Bytes;
 use layoutd_core::config::StackConfig;
 use layoutd_core::{Completion, Op, OpenMode, ReqId, Request, StreamId, Target, SECTOR_BYTES};
@@ -454,7 +455,10 @@ pub fn crash_check_over(
 
 /// Crashes while opening the volume in `image` (unclean, as after a
 /// crash): for each of `seeds`, records one open over a zero-latency
-/// reordering device, then at every point of its writes, and again with
+/// reordering device, as a volume opens ([`bring_up_on`]; and checks that
+/// the open a volume makes, staged over an overlay and committed, makes
+/// the same requests: [`check_staged_open`]), then at every point of its
+/// writes, and again with
 /// the last write before that point torn (each [`Tear`]), reopens the
 /// device and reads the whole volume. `checkpoints` says which
 /// checkpoint copies a device holds that decode: (generation, version)
@@ -472,26 +476,55 @@ pub fn crash_check_open(
     seeds: std::ops::Range<u64>,
     checkpoints: &dyn Fn(&MemDevice) -> Vec<(u64, u32)>,
 ) -> (usize, Vec<u8>) {
+    crash_check_open_with(make, image, seeds, Some(checkpoints), None)
+}
+
+/// [`crash_check_open`] for any stack, without reading its checkpoint
+/// copies: at every crash point of the open (torn or not) the volume
+/// reopens and its first `read_bytes` (a pool's first volume, say) read
+/// what the uninterrupted open reads.
+pub fn crash_check_open_reads(
+    make: MakeStack<'_>,
+    image: &MemDevice,
+    seeds: std::ops::Range<u64>,
+    read_bytes: u64,
+) -> (usize, Vec<u8>) {
+    crash_check_open_with(make, image, seeds, None, Some(read_bytes))
+}
+
+/// Which checkpoint copies a device holds that decode: (generation,
+/// version) each.
+type Checkpoints<'a> = &'a dyn Fn(&MemDevice) -> Vec<(u64, u32)>;
+
+fn crash_check_open_with(
+    make: MakeStack<'_>,
+    image: &MemDevice,
+    seeds: std::ops::Range<u64>,
+    checkpoints: Option<Checkpoints<'_>>,
+    read_bytes: Option<u64>,
+) -> (usize, Vec<u8>) {
     let device_bytes = image.size_bytes();
-    let newest = |dev: &MemDevice| checkpoints(dev).into_iter().max();
-    let recovered_from = newest(image).expect("the image holds a checkpoint").0;
+    let read = |h: &mut Harness, when: &str| match read_bytes {
+        Some(n) => read_first(h, n, when),
+        None => read_volume(h, when),
+    };
+    let newest = |dev: &MemDevice| checkpoints.and_then(|c| c(dev).into_iter().max());
+    let recovered_from = checkpoints.map(|_| newest(image).expect("the image holds a checkpoint").0);
     let copy = || {
         let dev = MemDevice::new(device_bytes);
         image.copy_to(&dev).expect("copy the image");
         dev
     };
     let opened = Arc::new(copy());
-    let volume =
-        read_volume(&mut open_image(make, opened.clone(), 0).expect("the image opens"), "on the image");
-    let version = newest(&opened).expect("a checkpoint").1;
+    let volume = read(&mut open_image(make, opened.clone(), 0).expect("the image opens"), "on the image");
+    let version = checkpoints.map(|_| newest(&opened).expect("a checkpoint").1);
     let mut checked = 0;
     for seed in seeds {
         let rec = Arc::new(Recorder::new(copy()));
         let log = rec.log();
         let stack = make(OpenMode::Open { clean: false, accept_loss: false });
-        let mut h = Harness::new(stack, rec as Arc<dyn BlockDevice>, ZeroLatency::reordering(), seed);
-        bring_up(&mut h);
-        drop(h);
+        bring_up_on(stack, rec, ZeroLatency::reordering(), seed).expect("the image opens");
+        check_staged_open(make, copy(), seed, &log);
         for cut in 0..=log.len() {
             let whole = Some(log.image_at(cut, device_bytes, Some(image)).expect("replay"));
             let torn = [Tear::FirstSector, Tear::Garbage]
@@ -499,30 +532,65 @@ pub fn crash_check_open(
             for (tear, dev) in [(None, whole)].into_iter().chain(torn) {
                 let Some(dev) = dev else { continue };
                 let at = format!("at cut {cut} of {} (torn: {tear:?}, seed {seed})", log.len());
-                let found = newest(&dev).map(|c| c.0);
-                assert!(
-                    found >= Some(recovered_from),
-                    "newest readable checkpoint {found:?}, older than generation {recovered_from} the open \
-                     recovered from, {at}"
-                );
+                if let Some(recovered_from) = recovered_from {
+                    let found = newest(&dev).map(|c| c.0);
+                    assert!(
+                        found >= Some(recovered_from),
+                        "newest readable checkpoint {found:?}, older than generation {recovered_from} the open \
+                         recovered from, {at}"
+                    );
+                }
                 let dev = Arc::new(dev);
                 let mut h = open_image(make, dev.clone(), seed)
                     .unwrap_or_else(|e| panic!("the volume does not reopen {at}: {e}"));
-                assert!(
-                    read_volume(&mut h, &at) == volume,
-                    "the volume reads otherwise than before the crash {at}"
-                );
-                let left = checkpoints(&dev);
-                assert!(
-                    left.iter().all(|c| c.1 == version),
-                    "after the reopen the checkpoint copies are {left:?} (generation, version), not all of \
-                     version {version}, {at}"
-                );
+                assert!(read(&mut h, &at) == volume, "the volume reads otherwise than before the crash {at}");
+                if let (Some(checkpoints), Some(version)) = (checkpoints, version) {
+                    let left = checkpoints(&dev);
+                    assert!(
+                        left.iter().all(|c| c.1 == version),
+                        "after the reopen the checkpoint copies are {left:?} (generation, version), not all of \
+                         version {version}, {at}"
+                    );
+                }
                 checked += 1;
             }
         }
     }
     (checked, volume)
+}
+
+/// Opens the volume on `dev` as a volume does ([`bring_up_staged`]: once,
+/// over a recording overlay, then committed) with the same timing and
+/// seed as the direct open recorded in `direct`: nothing reaches `dev`
+/// before the commit, and the commit makes exactly the direct open's
+/// requests (the same writes, trims, zeroes and flushes, in the same
+/// order), so every crash image of the direct open, torn or not, is also
+/// one of the commit's, and no other.
+pub fn check_staged_open(make: MakeStack<'_>, dev: MemDevice, seed: u64, direct: &WriteLog) {
+    let rec = Arc::new(Recorder::new(dev));
+    let stack = make(OpenMode::Open { clean: false, accept_loss: false });
+    let (_, staged) = bring_up_staged(stack, rec.clone(), ZeroLatency::reordering(), seed)
+        .unwrap_or_else(|e| panic!("the staged open is refused (seed {seed}): {e}"));
+    assert!(rec.log().is_empty(), "the staged open wrote before its commit (seed {seed})");
+    staged.commit().expect("commit");
+    let (got, want) = (rec.log().entries(), direct.entries());
+    let first = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(got.len().min(want.len()));
+    assert!(
+        got == want,
+        "the commit made {} requests, the direct open {}; first difference at {first}: {:?} vs {:?} (seed {seed})",
+        got.len(),
+        want.len(),
+        got.get(first).map(|e| brief(&e.op)),
+        want.get(first).map(|e| brief(&e.op))
+    );
+}
+
+/// A log entry without its data.
+fn brief(op: &LogOp) -> String {
+    match op {
+        LogOp::Write { offset_bytes, data } => format!("write {offset_bytes}+{}", data.len()),
+        other => format!("{other:?}"),
+    }
 }
 
 /// Opens the volume on `dev` as after a crash (unclean, no loss
@@ -540,6 +608,11 @@ pub fn open_image(make: MakeStack<'_>, dev: Arc<MemDevice>, seed: u64) -> Result
 /// panics naming `when`.
 fn read_volume<T: Timing>(h: &mut Harness<T>, when: &str) -> Vec<u8> {
     let size = h.stack.size_bytes();
+    read_first(h, size, when)
+}
+
+/// The first `size` bytes of the volume, as [`read_volume`].
+fn read_first<T: Timing>(h: &mut Harness<T>, size: u64, when: &str) -> Vec<u8> {
     let chunk = 256 * S;
     let mut bytes = Vec::with_capacity(size as usize);
     let mut off = 0;

@@ -11,13 +11,13 @@
 //! with a message naming the device; it marks the members dirty until
 //! [`Volume::mark_clean`] writes the clean-shutdown mark.
 
-use crate::det::{Harness, ZeroLatency};
+use crate::det::{Harness, Timing, ZeroLatency};
 use layoutd_core::config::{MemberConfig, StackConfig};
 use layoutd_core::superblock::{
     Superblock, SuperblockError, DATA_START_BYTES, DEVICE_BYTES_MIN, SUPERBLOCK_BYTES,
 };
 use layoutd_core::{OpenMode, Target};
-use layoutd_disk::{BlockDevice, ConcatDevice, FileDevice, OverlayDevice, SliceDevice};
+use layoutd_disk::{BlockDevice, ConcatDevice, FileDevice, OverlayDevice, OverlayStats, SliceDevice};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -58,12 +58,17 @@ pub struct Member {
 pub struct Volume {
     /// The member devices, in order (one for a one-device volume).
     pub members: Vec<Member>,
-    /// The stack's bottom device: the members' data areas, end to end.
+    /// The stack's bottom device: the members' data areas, end to end,
+    /// behind the overlay the stack was brought up on, committed: it passes
+    /// every request through.
     pub data: Arc<dyn BlockDevice>,
     /// Member 0's superblock as read (with `clean` as found on open).
     pub superblock: Superblock,
     /// The stack, recovered and ready.
     pub stack: Box<dyn Target>,
+    /// What its bring-up read from the devices and wrote to them (the
+    /// commit of its overlay).
+    pub bring_up: OverlayStats,
 }
 
 impl Volume {
@@ -161,24 +166,23 @@ pub fn mark_clean(members: &[Member]) -> Result<(), VolumeError> {
     mark_all(members, true)
 }
 
-/// Drives a stack in the deterministic runtime over the real device until it
-/// is ready (formatting or recovering its metadata), then returns it.
-fn bring_up_quiet(
-    path: &Path,
+/// Drives a stack in the deterministic runtime over `data` until it is
+/// ready (formatting or recovering its metadata), with no lower request
+/// left in flight, then returns it; or why it is refused.
+pub fn bring_up_on<T: Timing>(
     stack: Box<dyn Target>,
     data: Arc<dyn BlockDevice>,
-) -> Result<Box<dyn Target>, VolumeError> {
+    timing: T,
+    seed: u64,
+) -> Result<Box<dyn Target>, String> {
     if stack.is_ready() {
         return Ok(stack);
     }
-    let mut h = Harness::new(stack, data, ZeroLatency::default(), 0);
+    let mut h = Harness::new(stack, data, timing, seed);
     h.bring_up().map_err(|e| {
-        err(
-            path,
-            format!(
-                "{e} (refusing to serve; lower offsets count from the device's data area, which starts at byte \
-                 {DATA_START_BYTES})"
-            ),
+        format!(
+            "{e} (refusing to serve; lower offsets count from the device's data area, which starts at byte \
+             {DATA_START_BYTES})"
         )
     })?;
     // A stack can be ready while a lower write is still in flight (opt over
@@ -190,24 +194,63 @@ fn bring_up_quiet(
         steps += 1;
     }
     if h.lower_in_flight_count() > 0 {
-        return Err(err(path, "the stack's bring-up writes did not complete; refusing to serve"));
+        return Err("the stack's bring-up writes did not complete; refusing to serve".into());
     }
     Ok(h.into_stack())
 }
 
-/// [`bring_up_quiet`], then each layer's one-line notice about how it
-/// opened (a pool's recorded placement overriding the config's).
+/// The device a stack is brought up over before it is kept: a recording
+/// copy-on-write overlay of the volume's bottom device.
+pub type StagedDevice = OverlayDevice<Arc<dyn BlockDevice>>;
+
+/// Brings `stack` up once over a recording overlay of `data`
+/// ([`bring_up_on`]): nothing reaches `data` yet. Every open does this: a
+/// layer that refuses (damaged metadata) may do so after the layers below
+/// it have recovered and written (a log's bring-up checkpoint), and a
+/// refusal must leave the device as it was; the overlay is then dropped.
+/// To keep the stack, [`StagedDevice::commit`] replays the bring-up's
+/// writes onto `data` in their order with their flushes, exactly the
+/// requests a direct bring-up makes, so a crash during the commit leaves
+/// what a crash of a direct bring-up could; the overlay then passes every
+/// request through, and the stack is served over it.
+pub fn bring_up_staged<T: Timing>(
+    stack: Box<dyn Target>,
+    data: Arc<dyn BlockDevice>,
+    timing: T,
+    seed: u64,
+) -> Result<(Box<dyn Target>, Arc<StagedDevice>), String> {
+    let staged = Arc::new(OverlayDevice::recording(data));
+    let stack = bring_up_on(stack, staged.clone(), timing, seed)?;
+    Ok((stack, staged))
+}
+
+/// [`bring_up_on`] over the volume's devices, naming `path` in a refusal.
+fn bring_up_quiet(
+    path: &Path,
+    stack: Box<dyn Target>,
+    data: Arc<dyn BlockDevice>,
+) -> Result<Box<dyn Target>, VolumeError> {
+    bring_up_on(stack, data, ZeroLatency::default(), 0).map_err(|e| err(path, e))
+}
+
+/// Each layer's one-line notice about how it opened (a pool's recorded
+/// placement overriding the config's).
+fn print_notices(path: &Path, stack: &dyn Target) {
+    for st in stack.layer_statuses() {
+        for (_, n) in st.config.iter().filter(|(k, _)| k == "notice") {
+            eprintln!("layoutd: {}: {n}", path.display());
+        }
+    }
+}
+
+/// [`bring_up_quiet`], then [`print_notices`].
 fn bring_up(
     path: &Path,
     stack: Box<dyn Target>,
     data: Arc<dyn BlockDevice>,
 ) -> Result<Box<dyn Target>, VolumeError> {
     let stack = bring_up_quiet(path, stack, data)?;
-    for st in stack.layer_statuses() {
-        for (_, n) in st.config.iter().filter(|(k, _)| k == "notice") {
-            eprintln!("layoutd: {}: {n}", path.display());
-        }
-    }
+    print_notices(path, &*stack);
     Ok(stack)
 }
 
@@ -368,43 +411,53 @@ pub fn open(paths: &[PathBuf], direct: bool) -> Result<Volume, VolumeError> {
 /// finds damaged (`serve --accept-loss`): the loss is counted in the
 /// stack's status instead of the open being refused.
 pub fn open_with(paths: &[PathBuf], direct: bool, accept_loss: bool) -> Result<Volume, VolumeError> {
-    open_checked(paths, direct, accept_loss, false)
+    let (mut vol, overlay) = open_staged(paths, direct, accept_loss)?;
+    vol.bring_up = commit(&overlay, &vol.members)?;
+    print_notices(&paths[0], &*vol.stack);
+    Ok(vol)
 }
 
-/// [`open_with`]; `checked`: the caller has just brought the stack up over
-/// an overlay (so a refusal would already have been seen, with nothing
-/// written), and the multi-layer overlay pass is not repeated.
-fn open_checked(
-    paths: &[PathBuf],
-    direct: bool,
-    accept_loss: bool,
-    checked: bool,
-) -> Result<Volume, VolumeError> {
+/// Writes the bring-up's writes to the members (in order, with their
+/// flushes) and marks the members dirty, as a direct open does; `overlay`
+/// passes every request through from then on.
+fn commit(overlay: &StagedDevice, members: &[Member]) -> Result<OverlayStats, VolumeError> {
+    let stats = overlay.commit().map_err(|e| {
+        err(
+            &members[0].path,
+            format!(
+                "cannot write the changes of the recovery: {e}; the device is left as a crash during the \
+                 recovery would leave it"
+            ),
+        )
+    })?;
+    mark_all(members, false)?;
+    Ok(stats)
+}
+
+/// A volume brought up over its overlay, and the overlay.
+type StagedVolume = (Volume, Arc<StagedDevice>);
+
+/// Locks every member, checks the superblocks and brings the stack up
+/// once over a recording overlay ([`bring_up_staged`]), which is the
+/// volume's `data`: nothing is written until [`commit`]; dropped, the
+/// devices are left as they were.
+fn open_staged(paths: &[PathBuf], direct: bool, accept_loss: bool) -> Result<StagedVolume, VolumeError> {
     assert!(!paths.is_empty(), "at least one device");
     let devs: Vec<FileDevice> = paths.iter().map(|p| open_locked(p, direct)).collect::<Result<_, _>>()?;
     let sbs = check_members(paths, &devs)?;
     let sb = sbs[0].clone();
     let sizes = member_data_bytes(&sb);
     let mode = OpenMode::Open { clean: sb.clean, accept_loss };
-    let build = || {
-        layoutd_targets::build_stack_members(&sb.config, &sizes, mode)
-            .map_err(|e| err(&paths[0], format!("the stored stack config is unusable: {e}")))
-    };
-    let stack = build()?;
+    let stack = layoutd_targets::build_stack_members(&sb.config, &sizes, mode)
+        .map_err(|e| err(&paths[0], format!("the stored stack config is unusable: {e}")))?;
     let devs: Vec<Arc<FileDevice>> = devs.into_iter().map(Arc::new).collect();
-    if sb.config.layer.len() > 1 && !checked {
-        // Recover over a copy-on-write overlay first: when an upper layer
-        // refuses the open (damaged metadata), the layers below it have
-        // already recovered and written (a log's bring-up checkpoint), and
-        // a refusal must leave every device as it was.
-        bring_up_quiet(&paths[0], Box::new(build()?), overlay_data(&devs, &sizes))?;
-    }
     let data = concat_data(&devs, &sizes, |d, n| Arc::new(SliceDevice::new(d, DATA_START_BYTES, n)));
-    let stack = bring_up(&paths[0], Box::new(stack), data.clone())?;
+    let (stack, overlay) =
+        bring_up_staged(Box::new(stack), data, ZeroLatency::default(), 0).map_err(|e| err(&paths[0], e))?;
     let members: Vec<Member> =
         paths.iter().zip(devs).map(|(p, d)| Member { path: p.clone(), device: d }).collect();
-    mark_all(&members, false)?;
-    Ok(Volume { members, data, superblock: sb, stack })
+    let bring_up = OverlayStats::default();
+    Ok((Volume { members, data: overlay.clone(), superblock: sb, stack, bring_up }, overlay))
 }
 
 /// Reads one device's superblock without locking or modifying it.
@@ -439,39 +492,44 @@ fn overlay_stack(
     let stack = layoutd_targets::build_stack_members(&sb.config, &sizes, mode)
         .map_err(|e| err(&paths[0], format!("the stored stack config is unusable: {e}")))?;
     let devs: Vec<Arc<FileDevice>> = devs.into_iter().map(Arc::new).collect();
-    let data = overlay_data(&devs, &sizes);
-    let stack = if notices {
-        bring_up(&paths[0], Box::new(stack), data.clone())?
-    } else {
-        bring_up_quiet(&paths[0], Box::new(stack), data.clone())?
-    };
+    // Reads see the devices, writes stay in memory.
+    let data: Arc<dyn BlockDevice> = Arc::new(OverlayDevice::new(concat_data(&devs, &sizes, |d, n| {
+        Arc::new(SliceDevice::new(d, DATA_START_BYTES, n))
+    })));
+    let stack = bring_up_quiet(&paths[0], Box::new(stack), data.clone())?;
+    if notices {
+        print_notices(&paths[0], &*stack);
+    }
     Ok((sb, stack, data))
-}
-
-/// The members' data areas as one device behind a copy-on-write overlay:
-/// reads see the devices, writes stay in memory.
-fn overlay_data(devs: &[Arc<FileDevice>], sizes: &[u64]) -> Arc<dyn BlockDevice> {
-    concat_data(devs, sizes, |d, n| Arc::new(OverlayDevice::new(SliceDevice::new(d, DATA_START_BYTES, n))))
 }
 
 /// What [`run_offline`] leaves: the first step's result, the stack, the members.
 type Offline<R> = (R, Box<dyn Target>, Vec<Member>);
 
-/// Opens the volume offline, runs `first` on a harness over it, lets every
-/// background job finish (bounded), flushes and settles; returns `first`'s
-/// result and the stack, with the volume still marked dirty (the caller
-/// marks it clean once satisfied).
-/// `checked` as in [`open_checked`].
+/// Opens the volume offline, brought up over a recording overlay
+/// ([`open_staged`]), and runs `first` on a harness over it: if `first`
+/// refuses, returns the refusal with nothing written; otherwise commits
+/// the bring-up (the devices get its writes, then the dirty mark), lets
+/// every background job finish (bounded), flushes and settles; returns
+/// `first`'s result and the stack, with the volume still marked dirty
+/// (the caller marks it clean once satisfied). `first` only submits
+/// (as [`Harness::message`] does): no request reaches the device before
+/// the commit.
 fn run_offline<R>(
     paths: &[PathBuf],
     what: &str,
-    checked: bool,
-    first: impl FnOnce(&mut Harness<ZeroLatency>) -> R,
-) -> Result<Offline<R>, VolumeError> {
-    let vol = open_checked(paths, false, false, checked)?;
+    first: impl FnOnce(&mut Harness<ZeroLatency>) -> Result<R, String>,
+) -> Result<Result<Offline<R>, String>, VolumeError> {
+    let (vol, overlay) = open_staged(paths, false, false)?;
     let path = &paths[0];
     let mut h = Harness::new(vol.stack, vol.data.clone(), ZeroLatency::default(), 0);
-    let r = first(&mut h);
+    let r = match first(&mut h) {
+        Ok(r) => r,
+        Err(why) => return Ok(Err(why)),
+    };
+    assert_eq!(h.stats.lower_count, 0, "`first` only submits: nothing ran before the commit");
+    commit(&overlay, &vol.members)?;
+    print_notices(path, &*h.stack);
     let steps_max = 100_000_000;
     if h.drive_bounded(steps_max) == steps_max {
         return Err(err(
@@ -484,27 +542,23 @@ fn run_offline<R>(
         return Err(err(path, format!("the final flush failed ({e}); the device is left marked dirty")));
     }
     h.settle();
-    Ok((r, h.into_stack(), vol.members))
+    Ok(Ok((r, h.into_stack(), vol.members)))
 }
 
 /// Delivers a runtime command ([`Target::message`]) to the volume offline:
 /// opens it (locked, recovering if needed), delivers `text`, lets the work
 /// it starts and any other background work finish, flushes, and marks the
-/// volume clean. Returns the stack's reply or refusal.
+/// volume clean. Returns the stack's reply or refusal; a message the
+/// stack refuses (unknown, or not possible now) leaves the device
+/// untouched: it is delivered before the bring-up is committed.
 pub fn message(paths: &[PathBuf], text: &str) -> Result<Result<String, String>, VolumeError> {
-    // Delivered over a copy-on-write overlay first: a message the stack
-    // refuses (unknown, or not possible now) leaves the device untouched
-    // instead of opening, recovering and marking it.
-    // Locked meanwhile, so a served device is refused as in use.
-    let locks: Vec<FileDevice> = paths.iter().map(|p| open_locked(p, false)).collect::<Result<_, _>>()?;
-    let (_, stack, data) = overlay_stack(paths, false)?;
-    if let Err(why) = Harness::new(stack, data, ZeroLatency::default(), 0).message(text) {
-        return Ok(Err(why));
-    }
-    drop(locks);
-    let (reply, _, members) = run_offline(paths, "the work the message started", true, |h| h.message(text))?;
-    mark_clean(&members)?;
-    Ok(reply)
+    Ok(match run_offline(paths, "the work the message started", |h| h.message(text))? {
+        Ok((reply, _, members)) => {
+            mark_clean(&members)?;
+            Ok(reply)
+        }
+        Err(why) => Err(why),
+    })
 }
 
 /// Drains all background work offline (for `dcd`: destages the whole log
@@ -513,7 +567,11 @@ pub fn message(paths: &[PathBuf], text: &str) -> Result<Result<String, String>, 
 /// the volume is open and recovered (for a progress note: a refusal at
 /// open stays one line).
 pub fn destage(paths: &[PathBuf], opened: impl FnOnce()) -> Result<Vec<layoutd_core::Status>, VolumeError> {
-    let ((), stack, members) = run_offline(paths, "background work", false, |_| opened())?;
+    let ((), stack, members) = run_offline(paths, "background work", |_| {
+        opened();
+        Ok(())
+    })?
+    .expect("accepted");
     if !stack.is_drained() {
         let statuses: Vec<String> = stack.layer_statuses().iter().map(|s| s.to_string()).collect();
         return Err(err(
@@ -544,14 +602,14 @@ pub fn message_dry_run(
 }
 
 /// [`message`] that also returns the stack's statuses afterwards; a
-/// refusal is an error naming the device (the volume is still left clean).
+/// refusal is an error naming the device (nothing is written).
 pub fn drain(
     paths: &[PathBuf],
     message: Option<&str>,
 ) -> Result<(Option<String>, Vec<layoutd_core::Status>), VolumeError> {
     let (reply, stack, members) =
-        run_offline(paths, "the work the message started", false, |h| message.map(|m| h.message(m)))?;
+        run_offline(paths, "the work the message started", |h| message.map(|m| h.message(m)).transpose())?
+            .map_err(|e| err(&paths[0], e))?;
     mark_clean(&members)?;
-    let reply = reply.transpose().map_err(|e| err(&paths[0], e))?;
     Ok((reply, stack.layer_statuses()))
 }
