@@ -52,7 +52,12 @@
 //! the count falls short. A checkpoint torn while writing a page leaves
 //! the sum whole: the torn copy was not the current one. Short of a
 //! multiple of 2^64 (more than 8 pages each missing 2^61 generations), a
-//! wrapped sum differs too.
+//! wrapped sum differs too. The checkpoint also records the generations
+//! summed with a weight per page, modulo 2^61 - 1 (`seglog::MapDigest`):
+//! one page short by `d` leaves that sum short by its weight times `d`,
+//! so the quotient names it among the pages that could be stale, and
+//! only it is refused (with the loss accepted, unmapped); when no single
+//! page explains both, every such page is.
 
 use super::map::{DecodedPage, PageOwner, UNMAPPED};
 use super::{Blocked, Log, LowerOp, Phase};
