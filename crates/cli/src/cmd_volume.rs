@@ -182,7 +182,8 @@ pub struct ServeArgs {
     /// Serve even if recovery finds damaged metadata that costs data a client was told
     /// was safe (a dcd or log damaged before its last flushed segment, a log map page
     /// written before the checkpoint with no readable copy or with its current copy damaged:
-    /// every page that could be stale is unmapped). Without it such a volume is refused,
+    /// that page is unmapped, or, when the map's digests cannot single it out, every page
+    /// that could be stale). Without it such a volume is refused,
     /// naming the damage; with it the loss is counted (`lost_segments_count`,
     /// `lost_map_pages_count`) and described in `layoutd inspect`. Copy the device first.
     #[arg(long)]

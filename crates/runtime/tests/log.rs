@@ -663,21 +663,24 @@ fn a_damaged_map_page_written_before_the_checkpoint_is_refused() {
     }
 }
 
-/// A volume whose first map page is written by two checkpoints
-/// (generations 2 and 3: blocks 0..40 in version 1, then version 2),
-/// with, on `two_pages`, the [`SECOND_PAGE`] blocks written once before
-/// the first; flushed. The image, its size and the config.
-fn twice_written_image(two_pages: bool) -> (MemDevice, u64, String) {
-    let dev_bytes = if two_pages { TWO_PAGE_DEVICE_BYTES } else { DEVICE_BYTES };
+/// A volume whose first `twice` map pages are written by two checkpoints
+/// (generations 2 and 3: the first 40 blocks of each in version 1, then
+/// version 2) and whose next `once` pages are written once, before the
+/// first (their first 8 blocks, version 1); flushed. The image, its size
+/// and the config.
+fn twice_written_image(twice: u64, once: u64) -> (MemDevice, u64, String) {
+    let dev_bytes = if twice + once <= 1 { DEVICE_BYTES } else { (twice + once + 1) * (4 << 20) };
     let cfg = cfg("greedy", "resequence = false\n")
         .replace("checkpoint_segments = 6", "checkpoint_segments = 1000");
     let dev = Arc::new(MemDevice::new(dev_bytes));
     let stack = stack_from_toml(&cfg, dev_bytes, OpenMode::format(1));
+    let blocks = stack.size_bytes() / 4096;
+    assert!(blocks >= (twice + once - 1) * 1014 + 40, "{blocks} blocks for {} pages", twice + once);
     let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
     bring_up(&mut h);
-    let second: Vec<u64> = if two_pages { SECOND_PAGE.collect() } else { Vec::new() };
     for v in 1..=2 {
-        for &b in second.iter().filter(|_| v == 1).chain(&(0..40).collect::<Vec<_>>()) {
+        let once_blocks = (twice..twice + once).filter(|_| v == 1).flat_map(|p| p * 1014..p * 1014 + 8);
+        for b in once_blocks.chain((0..twice).flat_map(|p| p * 1014..p * 1014 + 40)) {
             assert_eq!(h.write(b * 4096, block_bytes(v, b)).result, Ok(()));
         }
         h.stack.message(h.now, "checkpoint").expect("checkpoint");
@@ -719,20 +722,24 @@ fn map_page_copies(image: &MemDevice) -> Vec<(u64, u64, u64)> {
 /// flipped byte, or zeroed): recovery would take the page's older copy,
 /// whose mappings are stale (before session 29 the open succeeded and
 /// blocks 0..40 read version 1, written over since). The checkpoint's
-/// digest of the map (the sum of the current copies' generations) falls
-/// short, so the open is refused in one line naming the page (with a
-/// second page written once, whose other copy is blank too: both pages,
-/// the damaged one first when its crc fails), both copies' offsets and
-/// why each is unusable, and `--accept-loss`. With the loss accepted the
-/// volume opens with those pages unmapped: their blocks read zeroes,
-/// never version 1; the status says so; the pages are written again
-/// before serving, so the next open needs nothing.
+/// digests of the map (the sum of the current copies' generations, and
+/// the sum weighted per page) fall short, so the open is refused in one
+/// line naming the page, both copies' offsets and why each is unusable,
+/// and `--accept-loss`; with pages written once beside it, whose other
+/// copy is blank too (they could be stale as well, by the sum alone), the
+/// weighted digest still names the damaged page alone. With the loss
+/// accepted the volume opens with that page unmapped: its blocks read
+/// zeroes, never version 1, and the pages written once keep their data;
+/// the status says so; the page is written again before serving, so the
+/// next open needs nothing. Two pages damaged: no single page explains
+/// the shortfalls, the refusal names how many pages could be stale and
+/// says which cannot be told, and `--accept-loss` unmaps all of them.
 #[test]
 fn a_damaged_newer_copy_of_a_map_page_written_twice_is_refused_never_served_stale() {
     // A digest that no page's copies can explain (the newest checkpoint
     // copy's, crc made good): both copies of the page check out, so the
     // checkpoint is what is corrupt.
-    let (image, dev_bytes, cfg) = twice_written_image(false);
+    let (image, dev_bytes, cfg) = twice_written_image(1, 0);
     let mut b = vec![0u8; 512];
     image.read_at(&mut b, 4096).expect("read");
     assert_eq!(u64::from_le_bytes(b[16..24].try_into().expect("8")), 3, "generation 3 in copy 1");
@@ -747,41 +754,54 @@ fn a_damaged_newer_copy_of_a_map_page_written_twice_is_refused_never_served_stal
     let mut h = Harness::new(stack, Arc::new(image) as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
     let e = h.bring_up().err().expect("a corrupt checkpoint");
     assert!(e.contains("log checkpoint 3: the map's digest is 4") && e.contains("corrupt"), "{e}");
-    for (two_pages, zero) in [(false, false), (false, true), (true, false), (true, true)] {
-        let case = format!("two pages {two_pages}, zeroed {zero}");
-        let (image, dev_bytes, cfg) = twice_written_image(two_pages);
+    // (pages written twice, of them damaged, pages written once, zeroed)
+    let cases = [(1, 1, 0, false), (1, 1, 0, true), (1, 1, 4, false), (1, 1, 4, true), (2, 2, 2, false)];
+    for (twice, bad, once, zero) in cases {
+        let case = format!("{twice} pages written twice, {bad} damaged, {once} written once, zeroed {zero}");
+        let (image, dev_bytes, cfg) = twice_written_image(twice, once);
         let copies = map_page_copies(&image);
-        let first: Vec<&(u64, u64, u64)> = copies.iter().filter(|c| c.0 == 0).collect();
-        assert_eq!(first.iter().map(|c| c.1).collect::<Vec<_>>(), [3, 2], "{case}: {copies:?}");
-        assert_eq!(copies.len(), 2 + usize::from(two_pages), "{case}: {copies:?}");
-        let at = first[0].2;
-        let kept = damaged(&image, at, zero);
+        assert_eq!(copies.len() as u64, 2 * twice + once, "{case}: {copies:?}");
+        let mut kept = None;
+        let mut named = Vec::new();
+        for p in 0..bad {
+            let page: Vec<&(u64, u64, u64)> = copies.iter().filter(|c| c.0 == p).collect();
+            assert_eq!(page.iter().map(|c| c.1).collect::<Vec<_>>(), [3, 2], "{case}: {copies:?}");
+            let at = page[0].2;
+            kept = Some(damaged(&image, at, zero));
+            let why = if zero { "copy 0: blank (never written)" } else { "copy 0: crc32c mismatch" };
+            named.push(format!("page {p} at lower offsets {} and {}: {why}", at, at + 4096));
+        }
         let open = |dev: &Arc<MemDevice>, accept_loss: bool| {
             let stack = stack_from_toml(&cfg, dev_bytes, OpenMode::Open { clean: false, accept_loss });
             let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
             h.bring_up().map(|()| h)
         };
         let e = open(&Arc::new(image), false).err().expect("stale mappings would be served");
-        let why = if zero { "copy 0: blank (never written)" } else { "copy 0: crc32c mismatch" };
-        let page0 = format!("page 0 at lower offsets {} and {}: {why}", at, at + 4096);
         assert!(
             e.contains("log map: the generations of the map pages' copies sum to")
-                && e.contains(&page0)
+                && named.iter().all(|n| e.contains(n))
                 && e.contains("copy 1: generation 2")
                 && e.contains("--accept-loss")
                 && !e.contains('\n')
                 && !e.contains("  "),
             "{case}: {e}"
         );
-        // A second page written once has a blank copy too: it could be
-        // stale as well; the damaged page is named first when its crc fails.
-        assert_eq!(e.contains("2 pages have one usable copy"), two_pages, "{case}: {e}");
-        if two_pages && !zero {
-            assert!(e.find(&page0) < e.find("page 1 at"), "{case}: {e}");
-        }
-        // Accepted: those pages unmapped, never their stale mappings.
-        let blocks: Vec<u64> = (0..40).chain(if two_pages { SECOND_PAGE } else { 0..0 }).collect();
-        let dev = Arc::new(kept);
+        // One damaged page is named alone, pages written once (whose other
+        // copy is blank) beside it or not; two are not told apart from
+        // every page that could be stale.
+        let candidates = twice + once;
+        let single = bad == 1;
+        assert_eq!(
+            e.contains("page 0's current copy, of generation 3 by the map's digests, is damaged"),
+            single
+        );
+        assert_eq!(e.contains(&format!("clear the {once} other page(s)")), single && once > 0, "{case}: {e}");
+        assert_eq!(e.contains(&format!("{candidates} pages have one usable copy")), !single, "{case}: {e}");
+        assert_eq!(e.contains("which cannot be told"), !single, "{case}: {e}");
+        assert_eq!(e.contains("page 1 at"), !single, "{case}: {e}");
+        // Accepted: the damaged page unmapped (or every candidate), never
+        // its stale mappings; the others keep their data.
+        let dev = Arc::new(kept.expect("damaged"));
         let mut h = open(&dev, true).unwrap_or_else(|e| panic!("{case}: the loss accepted: {e}"));
         let config = h.stack.status().config;
         let loss = config.iter().find(|c| c.0 == "accepted_loss").expect("the loss is reported");
@@ -789,10 +809,16 @@ fn a_damaged_newer_copy_of_a_map_page_written_twice_is_refused_never_served_stal
             loss.1.contains("log map: the generations") && loss.1.contains("unmapped"),
             "{case}: {loss:?}"
         );
-        assert_eq!(counter(&*h.stack, "lost_map_pages_count"), 1 + u64::from(two_pages), "{case}");
-        let zeroes = vec![0u8; 4096];
-        for &b in &blocks {
-            assert_eq!(h.read(b * 4096, 4096).data.expect("data"), zeroes, "{case}: block {b}");
+        let unmapped = if single { 1 } else { candidates };
+        assert_eq!(counter(&*h.stack, "lost_map_pages_count"), unmapped, "{case}");
+        // Each written block and what it reads: zeroes when unmapped.
+        let expected = |p: u64| {
+            let (n, v) = if p < twice { (40, 2) } else { (8, 1) };
+            (p * 1014..p * 1014 + n)
+                .map(move |b| (b, if p < unmapped { vec![0u8; 4096] } else { block_bytes(v, b) }))
+        };
+        for (b, want) in (0..candidates).flat_map(expected) {
+            assert_eq!(h.read(b * 4096, 4096).data.expect("data"), want, "{case}: block {b}");
         }
         assert_eq!(h.write(50 * 4096, block_bytes(3, 50)).result, Ok(()));
         assert_eq!(h.flush().result, Ok(()));
@@ -800,8 +826,8 @@ fn a_damaged_newer_copy_of_a_map_page_written_twice_is_refused_never_served_stal
         // The pages were written again before serving: the next open (as
         // after a crash) needs nothing, and still reads no stale mapping.
         let mut h = open(&dev, false).unwrap_or_else(|e| panic!("{case}: reopened: {e}"));
-        for &b in &blocks {
-            assert_eq!(h.read(b * 4096, 4096).data.expect("data"), zeroes, "{case}: block {b} reopened");
+        for (b, want) in (0..candidates).flat_map(expected) {
+            assert_eq!(h.read(b * 4096, 4096).data.expect("data"), want, "{case}: block {b} reopened");
         }
         assert_eq!(h.read(50 * 4096, 4096).data.expect("data"), block_bytes(3, 50), "{case}");
     }

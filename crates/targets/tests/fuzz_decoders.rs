@@ -25,8 +25,8 @@ use layoutd_targets::opt::config::Geometry as OptGeometry;
 use layoutd_targets::opt::meta::{encode_map, pick_map, JournalBlock, MapImage};
 use layoutd_targets::seglog::header::CHECKPOINT_BYTES;
 use layoutd_targets::seglog::{
-    ChainCheckpoint, ChainWalk, Checkpoint, Entry, FlushMark, Geometry, ReplayStep, ReplayWalk, SegLoc,
-    SegmentHeader, Seq,
+    ChainCheckpoint, ChainWalk, Checkpoint, Entry, FlushMark, Geometry, MapDigest, ReplayStep, ReplayWalk,
+    SegLoc, SegmentHeader, Seq, MAP_DIGEST_PRIME,
 };
 use proptest::prelude::*;
 
@@ -197,6 +197,7 @@ proptest! {
         legacy in any::<bool>(),
         map_release in 0..4u8,
         digest in any::<u64>(),
+        weighted in 0..MAP_DIGEST_PRIME,
     ) {
         let g = chain_geo();
         let id = if legacy { 0 } else { 7 };
@@ -208,7 +209,7 @@ proptest! {
         // the map's digest.
         let legacy_map = legacy || map_release == 1 || map_release == 2;
         let map_pages_written = if legacy || map_release == 2 { 0 } else { 2 };
-        let ck = ChainCheckpoint { generation: 3, boot: 2, next_seq: Seq(5), next_loc: Some(SegLoc(0)), format_id: id, legacy_map, map_pages_written, map_digest: Some(digest) };
+        let ck = ChainCheckpoint { generation: 3, boot: 2, next_seq: Seq(5), next_loc: Some(SegLoc(0)), format_id: id, legacy_map, map_pages_written, map_digest: Some(MapDigest { sum: digest, weighted }) };
         let mut b = ck.encode(&g);
         if legacy {
             b = downgrade_block(&b).expect("a chain checkpoint");
@@ -221,7 +222,7 @@ proptest! {
         if fix { fix_crc(&mut b, 28, CHECKPOINT_BYTES); }
         let ck = match bounded(&b, |b| ChainCheckpoint::decode(b, &g))? {
             // Versions before 6 carry no digest; this build writes one.
-            Ok(c) => { let _ = ChainCheckpoint { map_digest: c.map_digest.or(Some(0)), ..c.clone() }.encode(&g); c }
+            Ok(c) => { let _ = ChainCheckpoint { map_digest: c.map_digest.or(Some(MapDigest::default())), ..c.clone() }.encode(&g); c }
             Err(_) => ck,
         };
         // Mutations land in the first two locations (where the chain is).
@@ -351,7 +352,7 @@ fn the_chain_corpus_walks_to_its_end() {
         format_id: 7,
         legacy_map: false,
         map_pages_written: 2,
-        map_digest: Some(9),
+        map_digest: Some(MapDigest { sum: 9, weighted: 9 }),
     };
     let mut w = ChainWalk::new(&ck, &g);
     let mut seqs = Vec::new();
@@ -382,7 +383,7 @@ fn the_release_before_format_ids_is_read_as_id_0_and_refuses_these_blocks_by_ver
         format_id: 0,
         legacy_map: true,
         map_pages_written: 0,
-        map_digest: Some(0),
+        map_digest: Some(MapDigest::default()),
     };
     let old_h = downgrade_block(&h.encode(&g)).expect("a header");
     let old_ck = downgrade_block(&ck.encode(&g)).expect("a checkpoint");
@@ -515,7 +516,7 @@ fn the_release_before_map_ids_is_read_on_its_volumes_only_and_refuses_these_bloc
         format_id: 9,
         legacy_map: false,
         map_pages_written: 2,
-        map_digest: Some(0x0123_4567_89ab_cdef),
+        map_digest: Some(MapDigest { sum: 0x0123_4567_89ab_cdef, weighted: MAP_DIGEST_PRIME - 1 }),
     };
     let new = chain.encode(&cg);
     let old = downgrade_block_to(&new, Release::BeforeMapIds, None).expect("a chain checkpoint");
@@ -533,8 +534,17 @@ fn the_release_before_map_ids_is_read_on_its_volumes_only_and_refuses_these_bloc
     assert_eq!(ChainCheckpoint::decode(&v5, &cg), Ok(ChainCheckpoint { map_digest: None, ..chain.clone() }));
     let codec = MetaBlockCodec { magic: *b"LDSEGCC1", version: 5, block_bytes: CHECKPOINT_BYTES };
     assert_eq!(codec.decode(&new), Err(MetaError::Version(CHAIN_FORMAT_VERSION)));
-    // The digest is the last field of the payload (offset 60), every bit kept.
+    // The digests are the last fields of the payload (offsets 60 and 68),
+    // every bit kept; a weighted digest not below the prime is refused.
     assert_eq!(new[32 + 60..32 + 68], 0x0123_4567_89ab_cdefu64.to_le_bytes());
+    assert_eq!(new[32 + 68..32 + 76], (MAP_DIGEST_PRIME - 1).to_le_bytes());
+    for w in [MAP_DIGEST_PRIME, u64::MAX] {
+        let mut over = new.clone();
+        over[32 + 68..32 + 76].copy_from_slice(&w.to_le_bytes());
+        fix_crc(&mut over, 28, CHECKPOINT_BYTES);
+        let e = ChainCheckpoint::decode(&over, &cg).expect_err("out of range");
+        assert!(e.to_string().contains("weighted map digest"), "{e}");
+    }
     // Unknown flags are refused.
     let mut flagged = new.clone();
     flagged[32 + 52] = 2;

@@ -342,9 +342,9 @@ pub struct Log {
     /// Per map page: the generation of its current copy (0 for a page
     /// with none), kept by `Log::set_page_generation`.
     page_generation: Vec<u64>,
-    /// The wrapping sum of `page_generation`: the map's digest, in every
+    /// The digests of `page_generation` (`seglog::MapDigest`), in every
     /// checkpoint (`seglog::ChainCheckpoint::map_digest`).
-    map_digest: u64,
+    map_digest: crate::seglog::MapDigest,
     segments_since_checkpoint: u32,
     /// The flush mark: generation and how far it says the log is durable.
     mark_generation: u64,
@@ -470,7 +470,7 @@ impl Log {
             page_copy: vec![0; pages],
             map_pages_written: 0,
             page_generation: vec![0; pages],
-            map_digest: 0,
+            map_digest: Default::default(),
             segments_since_checkpoint: 0,
             mark_generation: 0,
             mark_upto: Seq(0),

@@ -52,13 +52,18 @@
 //! the count falls short. A checkpoint torn while writing a page leaves
 //! the sum whole: the torn copy was not the current one. Short of a
 //! multiple of 2^64 (more than 8 pages each missing 2^61 generations), a
-//! wrapped sum differs too.
+//! wrapped sum differs too. The checkpoint also records the generations
+//! summed with a weight per page, modulo 2^61 - 1 (`seglog::MapDigest`):
+//! one page short by `d` leaves that sum short by its weight times `d`,
+//! so the quotient names it among the pages that could be stale, and
+//! only it is refused (with the loss accepted, unmapped); when no single
+//! page explains both, every such page is.
 
 use super::map::{DecodedPage, PageOwner, UNMAPPED};
 use super::{Blocked, Log, LowerOp, Phase};
 use crate::alloc::SegmentUsage;
 use crate::seglog::{
-    ChainCheckpoint, ChainWalk, Entry, FlushMark, SegLoc, SegmentHeader, Seq, StopReason,
+    ChainCheckpoint, ChainWalk, Entry, FlushMark, MapDigest, SegLoc, SegmentHeader, Seq, StopReason,
     CHECKPOINT_AREA_BYTES,
 };
 use bytes::Bytes;
@@ -95,57 +100,20 @@ pub(super) struct Found {
     stale: StalePages,
 }
 
-/// [`Found::stale`]: every such page, how many of them have a copy with a
-/// bad crc, and the first few described (those first).
-#[derive(Default)]
-struct StalePages {
-    pages: Vec<u32>,
-    torn: u32,
-    first_torn: Vec<String>,
-    first_other: Vec<String>,
-}
+/// [`Found::stale`]: each such page and why its other copy is unusable
+/// (the page's copy taken and its generation are the log's:
+/// [`Log::describe_stale`]).
+type StalePages = Vec<(u32, MetaError)>;
 
 /// Pages a refusal names at most.
 const STALE_NAMED_MAX: usize = 3;
-
-impl StalePages {
-    fn add(&mut self, p: u32, torn: bool, desc: String) {
-        self.pages.push(p);
-        self.torn += u32::from(torn);
-        let list = if torn { &mut self.first_torn } else { &mut self.first_other };
-        if list.len() < STALE_NAMED_MAX {
-            list.push(desc);
-        }
-    }
-
-    /// The pages, named: the page when there is one, else how many and
-    /// the first few (those with a bad crc first).
-    fn describe(&self) -> String {
-        let mut named = self.first_torn.iter().chain(&self.first_other).take(STALE_NAMED_MAX);
-        let n = self.pages.len();
-        if n == 1 {
-            return named.next().expect("the page described").clone();
-        }
-        let named: Vec<&str> = named.map(String::as_str).collect();
-        let more = n - named.len();
-        let torn = match self.torn {
-            0 => String::new(),
-            t => format!(" ({t} with a crc32c mismatch)"),
-        };
-        format!(
-            "{n} pages have one usable copy, older than the checkpoint, beside an unusable one{torn}: {}{}",
-            named.join("; "),
-            if more > 0 { format!("; and {more} more") } else { String::new() }
-        )
-    }
-}
 
 /// What [`Log::pick_page`] found wrong with a page.
 enum PageTrouble {
     /// No usable copy (whether a copy has a bad crc, and both described).
     Unusable(bool, String),
-    /// Could be stale ([`Found::stale`]; the same).
-    Stale(bool, String),
+    /// Could be stale ([`Found::stale`]): why the other copy is unusable.
+    Stale(MetaError),
 }
 
 #[derive(Default)]
@@ -266,7 +234,7 @@ impl Log {
                 format_id: self.format_id,
                 legacy_map: false,
                 map_pages_written: 0,
-                map_digest: Some(0),
+                map_digest: Some(MapDigest::default()),
             };
             (self.geo.checkpoint_offset_bytes(g), ck.encode(&self.geo))
         } else {
@@ -392,7 +360,7 @@ impl Log {
                         u.first_torn.get_or_insert(why);
                     }
                 }
-                Some(PageTrouble::Stale(torn, why)) => found.stale.add(p, torn, why),
+                Some(PageTrouble::Stale(why)) => found.stale.push((p, why)),
                 None => {}
             }
         }
@@ -459,49 +427,101 @@ impl Log {
         Ok(())
     }
 
-    /// Every map page read and counted ([`Log::judge_map`]): the
-    /// generations of the copies taken must sum to the checkpoint's
-    /// digest. Short means a page's current copy is damaged and its older
-    /// copy was taken (or a page was lost, which the count already
-    /// judged): refused, naming the pages that could be stale; with
-    /// `accept_loss` each of them is unmapped (its blocks not written
-    /// since the checkpoint read zeroes) and rewritten by the bring-up
-    /// checkpoint, so stale mappings are never served. A volume of a
-    /// version without a digest is not checked (its first open).
+    /// Every map page read and counted ([`Log::judge_map`]): the copies
+    /// taken must give the checkpoint's digests. Short means a page's
+    /// current copy is damaged and its older copy was taken (or a page was
+    /// lost, which the count already judged): refused, naming the damaged
+    /// page when the two digests' shortfalls single out one of the pages
+    /// that could be stale (`seglog::MapDigest::single_shortfall`), else
+    /// all of those; with `accept_loss` that page (else each of them) is
+    /// unmapped (its blocks not written since the checkpoint read zeroes)
+    /// and rewritten by the bring-up checkpoint, so stale mappings are
+    /// never served. A volume of a version without a digest is not
+    /// checked (its first open).
     fn judge_digest(&mut self, found: &Found) -> Result<(), String> {
         let (ck, stale) = (&found.ck, &found.stale);
-        let Some(digest) = ck.map_digest.filter(|&d| d != self.map_digest) else {
+        let Some(recorded) = ck.map_digest.filter(|&d| d != self.map_digest) else {
             return Ok(());
         };
         let counted_short = self.counters.lost_map_pages_count > 0;
-        if stale.pages.is_empty() {
+        let gap = match recorded.sum == self.map_digest.sum {
+            false => format!(
+                "the generations of the map pages' copies sum to {}, checkpoint {} recorded {}",
+                self.map_digest.sum, ck.generation, recorded.sum
+            ),
+            true => format!(
+                "the map pages' copies weigh {}, checkpoint {} recorded {} (their generations sum to its {})",
+                self.map_digest.weighted, ck.generation, recorded.weighted, recorded.sum
+            ),
+        };
+        if stale.is_empty() {
             if counted_short {
                 // The lost pages' generations are what is missing.
                 return Ok(());
             }
             return Err(format!(
-                "log checkpoint {}: the map's digest is {digest}, the map pages' copies sum to {}, and no page \
-                 has an older copy to have fallen back to; the checkpoint is corrupt: restore the device \
-                 from a copy or format it",
-                ck.generation, self.map_digest
+                "log checkpoint {}: the map's digest is {}, {gap}, and no page has an older copy to have \
+                 fallen back to; the checkpoint is corrupt: restore the device from a copy or format it",
+                ck.generation, recorded.sum
             ));
         }
-        let why = format!(
-            "log map: the generations of the map pages' copies sum to {}, checkpoint {} recorded {digest}: \
-             a page's current copy is damaged and its older copy would serve stale mappings ({})",
-            self.map_digest,
-            ck.generation,
-            stale.describe()
-        );
+        // The one page whose weight and copy explain both shortfalls (not
+        // tried when pages were lost: their generations are unknown).
+        let single = (!counted_short)
+            .then(|| self.map_digest.single_shortfall(&recorded))
+            .flatten()
+            .and_then(|(d, w)| {
+                let mut hits = stale.iter().filter(|(p, _)| {
+                    MapDigest::weight(*p) == w
+                        && self.page_generation[*p as usize]
+                            .checked_add(d)
+                            .is_some_and(|g| g <= ck.generation)
+                });
+                let one = hits.next()?;
+                hits.next().is_none().then_some(one)
+            });
+        let (lost, which) = match single {
+            Some((p, why)) => {
+                let d = recorded.sum.wrapping_sub(self.map_digest.sum);
+                let g = self.page_generation[*p as usize];
+                let others = match stale.len() - 1 {
+                    0 => String::new(),
+                    n => format!(
+                        "; the digests clear the {n} other page(s) with one usable copy older than the checkpoint"
+                    ),
+                };
+                let which = format!(
+                    "page {p}'s current copy, of generation {} by the map's digests, is damaged and its older \
+                     copy would serve stale mappings ({}){others}",
+                    g + d,
+                    self.describe_stale(*p, why)
+                );
+                (vec![*p], which)
+            }
+            None => {
+                let all: Vec<u32> = stale.iter().map(|s| s.0).collect();
+                let why = match counted_short {
+                    true => "pages without a usable copy are short too",
+                    false => "no single page explains both digests' shortfalls: more than one is damaged",
+                };
+                let which = format!(
+                    "a page's current copy is damaged and its older copy would serve stale mappings ({}); which \
+                     cannot be told ({why})",
+                    self.describe_stale_pages(stale)
+                );
+                (all, which)
+            }
+        };
+        let why = format!("log map: {gap}: {which}");
         if !found.accept_loss {
-            let (them, their) = if stale.pages.len() == 1 { ("it", "its") } else { ("them", "their") };
+            let (them, their) = if lost.len() == 1 { ("it", "its") } else { ("them", "their") };
             return Err(format!(
                 "{why}; restore the device from a copy, or serve with --accept-loss to unmap {them} ({their} \
                  blocks not written since checkpoint {} read zeroes)",
                 ck.generation
             ));
         }
-        for &p in &stale.pages {
+        for &p in &lost {
             for b in self.args.map.blocks_of(p, self.args.volume_blocks) {
                 self.map.set(b, UNMAPPED);
             }
@@ -509,8 +529,8 @@ impl Log {
             // longer the page's newest.
             self.set_page_dirty(p as usize, true);
         }
-        self.counters.lost_map_pages_count += stale.pages.len() as u64;
-        let why = format!("{why}; unmapped {} page(s)", stale.pages.len());
+        self.counters.lost_map_pages_count += lost.len() as u64;
+        let why = format!("{why}; unmapped {} page(s)", lost.len());
         self.loss = Some(match self.loss.take() {
             Some(count) => format!("{count}; {why}"),
             None => why,
@@ -518,11 +538,54 @@ impl Log {
         Ok(())
     }
 
+    /// Page `p`, which could be stale: its offsets, the copy taken (its
+    /// generation) and why the other is unusable.
+    fn describe_stale(&self, p: u32, lost: &MetaError) -> String {
+        let taken = (self.page_copy[p as usize] & 1) as usize;
+        let mut whys = [lost.to_string(), lost.to_string()];
+        whys[taken] = format!("generation {}", self.page_generation[p as usize]);
+        self.describe_page(p, &whys[0], &whys[1])
+    }
+
+    /// The pages that could be stale, named: the page when there is one,
+    /// else how many and the first few (those with a bad crc first).
+    fn describe_stale_pages(&self, stale: &StalePages) -> String {
+        let torn = |s: &&(u32, MetaError)| s.1 == MetaError::BadCrc;
+        let named: Vec<String> = (stale.iter().filter(torn))
+            .chain(stale.iter().filter(|s| !torn(s)))
+            .take(STALE_NAMED_MAX)
+            .map(|(p, why)| self.describe_stale(*p, why))
+            .collect();
+        let n = stale.len();
+        if n == 1 {
+            return named[0].clone();
+        }
+        let more = n - named.len();
+        let torn = match stale.iter().filter(torn).count() {
+            0 => String::new(),
+            t => format!(" ({t} with a crc32c mismatch)"),
+        };
+        format!(
+            "{n} pages have one usable copy, older than the checkpoint, beside an unusable one{torn}: {}{}",
+            named.join("; "),
+            if more > 0 { format!("; and {more} more") } else { String::new() }
+        )
+    }
+
+    /// Page `p`'s offsets and why each copy was (not) taken.
+    fn describe_page(&self, p: u32, why0: &str, why1: &str) -> String {
+        format!(
+            "page {p} at lower offsets {} and {}: copy 0: {why0}; copy 1: {why1}",
+            self.args.map.copy_offset_bytes(p, 0),
+            self.args.map.copy_offset_bytes(p, 1),
+        )
+    }
+
     /// Sets the generation of page `p`'s current copy (0: none), keeping
-    /// the map's digest in step.
+    /// the map's digests in step.
     fn set_page_generation(&mut self, p: usize, generation: u64) {
         let old = std::mem::replace(&mut self.page_generation[p], generation);
-        self.map_digest = self.map_digest.wrapping_sub(old).wrapping_add(generation);
+        self.map_digest.replace(p as u32, old, generation);
     }
 
     /// Takes the newest copy of page `p` of the checkpoint's format not
@@ -543,7 +606,10 @@ impl Log {
         // Blank, torn, another kind of block, or a whole copy that does
         // not decode: what a damaged copy looks like (a whole copy of
         // another format or version is not damage).
-        let lost = [&c0, &c1].map(|c| matches!(c, Err(e) if !matches!(e, MetaError::Version(_))));
+        let lost = [&c0, &c1].map(|c| match c {
+            Err(e) if !matches!(e, MetaError::Version(_)) => Some(e.clone()),
+            _ => None,
+        });
         let (c0, c1) = (PageCopy::judge(c0, ck_generation), PageCopy::judge(c1, ck_generation));
         let pick = match (&c0, &c1) {
             (PageCopy::Usable(g0, _), PageCopy::Usable(g1, _)) => usize::from(g1 > g0),
@@ -565,21 +631,13 @@ impl Log {
             (PageCopy::Newer(_), _) => 1,
             _ => 0,
         };
-        let desc = || {
-            format!(
-                "page {p} at lower offsets {} and {}: copy 0: {}; copy 1: {}",
-                self.args.map.copy_offset_bytes(p, 0),
-                self.args.map.copy_offset_bytes(p, 1),
-                c0.why(ck_generation),
-                c1.why(ck_generation)
-            )
-        };
-        let trouble = match [&c0, &c1][pick] {
-            PageCopy::Usable(g, _) if *g < ck_generation && lost[1 - pick] => {
-                Some(PageTrouble::Stale(torn, desc()))
-            }
-            PageCopy::Usable(..) => None,
-            _ => Some(PageTrouble::Unusable(torn, desc())),
+        let trouble = match ([&c0, &c1][pick], &lost[1 - pick]) {
+            (PageCopy::Usable(g, _), Some(e)) if *g < ck_generation => Some(PageTrouble::Stale(e.clone())),
+            (PageCopy::Usable(..), _) => None,
+            _ => Some(PageTrouble::Unusable(
+                torn,
+                self.describe_page(p, &c0.why(ck_generation), &c1.why(ck_generation)),
+            )),
         };
         let (chosen, other) = if pick == 0 { (c0, c1) } else { (c1, c0) };
         let usable = matches!(chosen, PageCopy::Usable(..));

@@ -616,7 +616,7 @@ const CHAIN_CHECKPOINT_CODEC: MetaBlockCodec =
 /// 36 region_offset_bytes u64          44 format_id u64 (not in version 3)
 /// 52 flags u32 (bit 0: legacy_map; from version 5)
 /// 56 map_pages_written u32 (from version 5)
-/// 60 map_digest u64 (from version 6)
+/// 60 map_digest.sum u64   68 map_digest.weighted u64 (from version 6)
 /// ```
 /// Stored in the same two copies as [`Checkpoint`] (generation `% 2`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -647,22 +647,103 @@ pub struct ChainCheckpoint {
     /// 5 in the session it was introduced (no volume of 5 without it);
     /// read as 0 from versions 3 and 4 (`legacy_map`: every page counts).
     pub map_pages_written: u32,
-    /// The map's digest: the wrapping sum, over the pages counted in
+    /// The map's digests ([`MapDigest`]) over the pages counted in
     /// `map_pages_written` (on a `legacy_map` volume: every page with a
-    /// usable copy when it was upgraded, and every page written since),
-    /// of the generation of each page's current copy. A page's older
-    /// copy has a lower generation, so recovery taking it (the newer one
-    /// damaged) sums to less: refused (`log::persist`). `None` from
-    /// versions 3 to 5 (no check on the first open of such a volume);
-    /// every checkpoint this build writes carries one.
-    pub map_digest: Option<u64>,
+    /// usable copy when it was upgraded, and every page written since).
+    /// A page's older copy has a lower generation, so recovery taking it
+    /// (the newer one damaged) sums to less: refused (`log::persist`).
+    /// `None` from versions 3 to 5 (no check on the first open of such a
+    /// volume); every checkpoint this build writes carries one.
+    pub map_digest: Option<MapDigest>,
+}
+
+/// The modulus of [`MapDigest::weighted`]: the prime 2^61 - 1.
+pub const MAP_DIGEST_PRIME: u64 = (1 << 61) - 1;
+
+/// The map's digests (chain checkpoint version 6), over the log's written
+/// map pages: `sum`, the wrapping sum of the generation of each page's
+/// current copy, and `weighted`, the sum of each page's
+/// [`MapDigest::weight`] times that generation, modulo
+/// [`MAP_DIGEST_PRIME`]. When one page's copy of generation `g + d` is
+/// damaged and recovery takes its copy of generation `g`, `sum` falls
+/// short by `d` and `weighted` by `weight(page) * d`: their quotient
+/// names the page ([`MapDigest::single_shortfall`]). Both are kept as
+/// pages are written, from the generation each page had and has
+/// ([`MapDigest::replace`]), so they cost no RAM beyond it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MapDigest {
+    /// The wrapping sum of the generations.
+    pub sum: u64,
+    /// The weighted sum, below [`MAP_DIGEST_PRIME`].
+    pub weighted: u64,
+}
+
+fn mul_mod(a: u64, b: u64) -> u64 {
+    (u128::from(a) * u128::from(b) % u128::from(MAP_DIGEST_PRIME)) as u64
+}
+
+fn add_mod(a: u64, b: u64) -> u64 {
+    (a + b) % MAP_DIGEST_PRIME
+}
+
+fn pow_mod(mut base: u64, mut exp: u64) -> u64 {
+    let mut r = 1;
+    while exp > 0 {
+        if exp & 1 == 1 {
+            r = mul_mod(r, base);
+        }
+        base = mul_mod(base, base);
+        exp >>= 1;
+    }
+    r
+}
+
+impl MapDigest {
+    /// Page `page`'s weight, in `[1, MAP_DIGEST_PRIME)`: splitmix64's
+    /// finalizer of the index, reduced. Part of the format: a change
+    /// needs a new checkpoint version.
+    pub fn weight(page: u32) -> u64 {
+        let mut z = u64::from(page).wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        1 + z % (MAP_DIGEST_PRIME - 1)
+    }
+
+    /// Page `page`'s current copy was of generation `old` (0: none) and
+    /// is now of `new`.
+    pub fn replace(&mut self, page: u32, old: u64, new: u64) {
+        self.sum = self.sum.wrapping_sub(old).wrapping_add(new);
+        let w = MapDigest::weight(page);
+        let old = mul_mod(w, old % MAP_DIGEST_PRIME);
+        self.weighted =
+            add_mod(add_mod(self.weighted, MAP_DIGEST_PRIME - old), mul_mod(w, new % MAP_DIGEST_PRIME));
+    }
+
+    /// `self` (the copies recovery took) against `recorded` (the
+    /// checkpoint's): the sum's shortfall `d` and the weight a single page
+    /// falling short by it would have (the weighted shortfall over `d`,
+    /// modulo the prime). `None` when `d` is a multiple of the prime (no
+    /// quotient). Only one page of that weight whose copy taken is older
+    /// by `d` than the one it should have taken explains it: with two
+    /// pages short or more the quotient is some value no page is likely
+    /// to have (`pages / 2^61`).
+    pub fn single_shortfall(&self, recorded: &MapDigest) -> Option<(u64, u64)> {
+        let d = recorded.sum.wrapping_sub(self.sum);
+        let r = d % MAP_DIGEST_PRIME;
+        if r == 0 {
+            return None;
+        }
+        let dw = add_mod(recorded.weighted, MAP_DIGEST_PRIME - self.weighted);
+        Some((d, mul_mod(dw, pow_mod(r, MAP_DIGEST_PRIME - 2))))
+    }
 }
 
 impl ChainCheckpoint {
     /// Encodes one copy; checked by re-decoding.
     pub fn encode(&self, geo: &Geometry) -> Vec<u8> {
         assert!(self.boot > 0, "boot counts from 1");
-        let mut p = Vec::with_capacity(68);
+        let mut p = Vec::with_capacity(76);
         p.extend(self.boot.to_le_bytes());
         p.extend(self.next_seq.0.to_le_bytes());
         p.extend(self.next_loc.map_or(u32::MAX, |l| l.0).to_le_bytes());
@@ -673,7 +754,9 @@ impl ChainCheckpoint {
         p.extend(self.format_id.to_le_bytes());
         p.extend((if self.legacy_map { CHAIN_FLAG_LEGACY_MAP } else { 0 }).to_le_bytes());
         p.extend(self.map_pages_written.to_le_bytes());
-        p.extend(self.map_digest.expect("a checkpoint of this build carries the map's digest").to_le_bytes());
+        let digest = self.map_digest.expect("a checkpoint of this build carries the map's digests");
+        p.extend(digest.sum.to_le_bytes());
+        p.extend(digest.weighted.to_le_bytes());
         let b = CHAIN_CHECKPOINT_CODEC.encode(self.generation, &p).expect("a checkpoint fits its block");
         let back = ChainCheckpoint::decode_up_to(&b, geo, GENERATION_MAX);
         assert_eq!(back.as_ref(), Ok(self), "chain checkpoint round trip");
@@ -713,7 +796,17 @@ impl ChainCheckpoint {
             false => true,
         };
         let map_pages_written = if flagged { r.u32()? } else { 0 };
-        let map_digest = if version == CHAIN_FORMAT_VERSION { Some(r.u64()?) } else { None };
+        let map_digest = match version == CHAIN_FORMAT_VERSION {
+            true => match (r.u64()?, r.u64()?) {
+                (_, w) if w >= MAP_DIGEST_PRIME => {
+                    return Err(HeaderError::Malformed(format!(
+                        "weighted map digest {w} is not below 2^61 - 1"
+                    )))
+                }
+                (sum, weighted) => Some(MapDigest { sum, weighted }),
+            },
+            false => None,
+        };
         if r.remaining() != 0 || boot == 0 {
             return Err(HeaderError::Malformed(format!("boot {boot}, {} trailing bytes", r.remaining())));
         }
@@ -977,5 +1070,49 @@ mod tests {
         assert_eq!(Checkpoint::pick(&area, &g).expect("valid"), (mk(4), true));
         area[10] ^= 1;
         assert!(Checkpoint::pick(&area, &g).unwrap_err().contains("no valid checkpoint"));
+    }
+
+    /// The map's digests kept page by page match those summed from
+    /// scratch; one page short names its weight and shortfall exactly,
+    /// whatever the generations (also near 2^64, where the sum wraps);
+    /// two pages short give a weight neither page has.
+    #[test]
+    fn one_page_short_is_named_by_the_two_digests_and_two_are_not() {
+        let gens = [5u64, 9, 2, 1 << 62, u64::MAX - 3, 7, 7, 40];
+        let scratch = |gens: &[u64]| {
+            let mut d = MapDigest::default();
+            for (p, &g) in gens.iter().enumerate() {
+                d.replace(p as u32, 0, g);
+            }
+            d
+        };
+        let mut kept = scratch(&[0; 8]);
+        for (p, &g) in gens.iter().enumerate() {
+            kept.replace(p as u32, 0, g + 1);
+            kept.replace(p as u32, g + 1, g);
+        }
+        let recorded = scratch(&gens);
+        assert_eq!(kept, recorded);
+        assert!(recorded.weighted < MAP_DIGEST_PRIME);
+        assert_eq!(recorded.single_shortfall(&recorded), None, "no shortfall");
+        for p in 0..gens.len() {
+            for d in [1, gens[p] / 2, gens[p]] {
+                let mut short = gens;
+                short[p] -= d;
+                let got = scratch(&short).single_shortfall(&recorded);
+                assert_eq!(
+                    got,
+                    (d != 0).then_some((d, MapDigest::weight(p as u32))),
+                    "page {p} short by {d}"
+                );
+            }
+        }
+        let mut two = gens;
+        two[0] -= 1;
+        two[1] -= 4;
+        let (d, w) = scratch(&two).single_shortfall(&recorded).expect("a quotient");
+        assert_eq!(d, 5);
+        assert!((0..8).all(|p| MapDigest::weight(p) != w), "{w}");
+        assert!((0..1000).all(|p| (1..MAP_DIGEST_PRIME).contains(&MapDigest::weight(p))));
     }
 }

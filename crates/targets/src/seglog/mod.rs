@@ -39,8 +39,8 @@ pub mod header;
 pub mod replay;
 
 pub use header::{
-    copy_version, ChainCheckpoint, Checkpoint, Entry, FlushMark, HeaderError, SegmentHeader,
-    CHAIN_FORMAT_VERSION, CHECKPOINT_VERSION, HEADER_VERSION, LEGACY_FORMAT_ID, SEQ_MAX,
+    copy_version, ChainCheckpoint, Checkpoint, Entry, FlushMark, HeaderError, MapDigest, SegmentHeader,
+    CHAIN_FORMAT_VERSION, CHECKPOINT_VERSION, HEADER_VERSION, LEGACY_FORMAT_ID, MAP_DIGEST_PRIME, SEQ_MAX,
 };
 pub use replay::{segment_summaries, ChainWalk, ReplayStep, ReplayWalk, StopReason};
 

@@ -443,7 +443,7 @@ mod tests {
             format_id: ID,
             legacy_map: false,
             map_pages_written: 0,
-            map_digest: Some(0),
+            map_digest: Some(crate::seglog::MapDigest::default()),
         };
         let slots_of = |hs: &[SegmentHeader]| -> Vec<u16> {
             hs.iter()

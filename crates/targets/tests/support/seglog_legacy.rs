@@ -68,9 +68,9 @@ pub fn downgrade_block_to(block: &[u8], release: Release, format_id: Option<u64>
         q
     } else if magic == CHAIN_MAGIC {
         // v6: ..., format_id u64, flags u32, map_pages_written u32,
-        // map_digest u64; v5 without the last, v4 without the last three,
-        // v3 without the last four.
-        p[..p.len() - [24, 16, 8][old as usize - 3]].to_vec()
+        // map_digest (sum u64, weighted u64); v5 without the digest, v4
+        // also without the two before, v3 also without the format id.
+        p[..p.len() - [32, 24, 16][old as usize - 3]].to_vec()
     } else if magic == HEADER_MAGIC {
         // v3: boot u64, format_id u64, slot_bytes u32, slot_count u16,
         // entry_count u16, slots_used u16, flags u16, payload_crc u32.
