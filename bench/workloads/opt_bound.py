@@ -24,13 +24,24 @@ kept. Layouts:
   trained on run 1.
 - `train`: `train-prog` with one copy per block (all of run 1 in its
   first-read order).
-- `tape-seen`: `tape` for the reads whose blocks were all read before the
-  held-out part (run 1 / day 1: what a plan trained there can know); the
-  rest stay home. The bound for a layout learnt from the training.
+- `tape-seen`: `tape` for the reads whose blocks were all read or written
+  before the held-out part (run 1 / day 1: what a plan trained there can
+  know; a written block counts, as opt's absorbed writes stay mapped in
+  the region); the rest stay home. The bound for a layout learnt from the
+  training.
 - `tape-before`: `tape` for the reads whose blocks some earlier request
-  read (what a loop planning before every request could have placed).
+  read or wrote (what a loop planning before every request could have
+  placed).
 - `tape-rw`: `tape` with the held-out writes in the same pass (a write
-  gets the next bytes too): a layout that also absorbs every write.
+  gets the next bytes too): a layout that also absorbs every write;
+  `tape-seen-rw`, `tape-before-rw` (multi-day) the same for those.
+- `-nw` (`tape-nw`, ...): the held-out writes left out of the replay and
+  counted at the least time a write can take on wd800 (media transfer at
+  the outer zone's rate and bus time: no seek, rotation or overhead), so
+  that no placement of the writes can beat it (opt absorbs writes into
+  free slots of its region, 2.5 ms each on the multi-day trace against 7
+  ms home; a write in the read pass waits for the platter: wd800's write
+  cache is off).
 
 The bound is the fastest of these per capture (seed) and program.
 
@@ -65,15 +76,27 @@ sys.path.insert(0, os.path.join(ROOT, "bench/harness"))
 sys.path.insert(0, HERE)
 import capreplay  # noqa: E402
 import opt_real  # noqa: E402
+import opt_phases  # noqa: E402
+import opt_variation  # noqa: E402
 import opt_report  # noqa: E402
 import tracefile  # noqa: E402
 
 RES = os.path.join(ROOT, "bench/results/opt")
 PLAIN = "bench/results/opt/plain.toml"
 DAY_NS = int(65.536e9)
-LAYOUTS = ("tape", "first-prog", "first", "tape-seen", "tape-before", "train-prog", "train", "tape-rw")
-DAY_LAYOUTS = ("tape", "tape-seen", "tape-before", "tape-rw")  # `first` splits requests: the per-request mean would change
+LAYOUTS = ("tape", "tape-rw", "tape-nw", "first-prog", "first", "train-prog", "train-prog-nw", "train", "tape-seen",
+           "tape-before")
+DAY_LAYOUTS = ("tape", "tape-rw", "tape-nw", "tape-seen", "tape-seen-nw", "tape-before", "tape-before-nw")  # `first` splits requests: the per-request mean would change
 GIB = 1 << 30
+MEDIA_B_S, BUS_S_SECTOR = 61.0e6, 7.7e-6  # wd800's outer zone and bus (`layoutd disk show wd800`)
+
+
+def write_floor_s(n):
+    """The least disk time a write of n bytes can take on wd800: its media
+    transfer at the outer zone's rate and its bus time, no seek, rotation
+    or command overhead."""
+    return n / MEDIA_B_S + (n + 511) // 512 * BUS_S_SECTOR
+OPT_DAYS = ("opt", "opt-relay")  # configs under bench/results/opt whose multi-day figures are compared
 
 
 def blocks(off, n):
@@ -93,13 +116,16 @@ def rewrite(src, dst, held, train, layout, area):
     not None: the request's group, a program) laid out by `layout` in an
     area starting at byte `area`; `train`: {"seen": the blocks the training
     read, "order": {group: its blocks in the training's first-read order}}.
-    Returns (requests moved, pieces added by splits, bytes of area used)."""
+    Returns (requests moved, pieces added by splits, bytes of area used,
+    {group: the left-out writes' least time, s})."""
     cursor, moved, extra = area, 0, 0
+    wlb = {}  # group -> its left-out writes' least possible disk time, s (`-nw`)
     where = {}  # block -> its byte in the area (`first`, `first-prog`, `train-prog`)
     maps = {}  # group -> its `where` (`train-prog`: laid out before the held-out part)
-    if layout in ("train", "train-prog"):
+    one_copy = layout in ("train", "train-nw")
+    if layout.startswith("train"):
         for g, order in train["order"].items():
-            if (g == "*") != (layout == "train"):
+            if (g == "*") != one_copy:
                 continue
             maps[g] = {}
             for b in order:
@@ -113,25 +139,31 @@ def rewrite(src, dst, held, train, layout, area):
             bs = blocks(int(p[4]), int(p[5])) if p is not None else ()
             if g is None or p[3] not in ("R", "W"):
                 out.write(line)
-                if p is not None and p[3] == "R":
+                if p is not None and p[3] in ("R", "W"):
                     before.update(bs)
                 continue
             if g != group and layout == "first-prog":
                 where = {}
-            if layout in ("train", "train-prog"):
-                where = maps.get("*" if layout == "train" else g, {})
+            if layout.startswith("train"):
+                where = maps.get("*" if one_copy else g, {})
             group = g
             op, off, n = p[3], int(p[4]), int(p[5])
-            home = (op == "W" and layout != "tape-rw"
-                    or layout == "tape-seen" and not all(b in train["seen"] for b in bs)
-                    or layout == "tape-before" and not all(b in before for b in bs)
-                    or layout.startswith("train") and not all(b in where for b in bs))
-            if op == "R":
-                before.update(bs)
+            if op == "W":
+                home = not layout.endswith(("-rw", "-nw"))
+            else:
+                home = (layout.startswith("tape-seen") and not all(b in train["seen"] for b in bs)
+                        or layout.startswith("tape-before") and not all(b in before for b in bs)
+                        or layout.startswith("train") and not all(b in where for b in bs))
+            before.update(bs)
             if home:
                 out.write(line)
                 continue
             moved += 1
+            if op == "W" and layout.endswith("-nw"):
+                # Left out; the group's writes are counted at their least
+                # possible time instead.
+                wlb[g] = wlb.get(g, 0.0) + write_floor_s(n)
+                continue
             if layout.startswith("tape"):
                 out.write(" ".join(p[:4] + [str(cursor + off % 4096), str(n)] + p[6:]) + "\n")
                 cursor += len(bs) * 4096
@@ -152,7 +184,7 @@ def rewrite(src, dst, held, train, layout, area):
             extra += len(pieces) - 1
             for at, m in pieces:
                 out.write(" ".join(p[:4] + [str(at), str(m)] + p[6:]) + "\n")
-    return moved, extra, cursor - area
+    return moved, extra, cursor - area, wlb
 
 
 # -- the real start-ups ---------------------------------------------------
@@ -170,8 +202,10 @@ def cap_setup(k, tmp):
     run1 = [(n[5:], w) for n, w in win.items() if n.startswith("run1-")]
     train = {"seen": set(), "order": {}}
     for i, _, p in rows(trace):
-        g = next((n for n, (a, b) in run1 if a < i < b), None) if p and p[3] == "R" else None
-        if g is not None:
+        g = next((n for n, (a, b) in run1 if a < i < b), None) if p and p[3] in ("R", "W") else None
+        if g is not None and p[3] == "W":
+            train["seen"].update(blocks(int(p[4]), int(p[5])))
+        elif g is not None:
             order = train["order"].setdefault(g, {})  # a dict keeps the first-read order
             every = train["order"].setdefault("*", {})  # all of run 1, one copy a block
             for b in blocks(int(p[4]), int(p[5])):
@@ -186,7 +220,7 @@ def cap_run(l, k, setup, layout, area_gib, tmp, cfg):
     trace, eb, result, run2, seen, _ = setup
     base = os.path.join(tmp, f"cap{k}-{layout}-{area_gib:g}")
     if layout == "plain":
-        src, info = trace, (0, 0, 0)
+        src, info = trace, (0, 0, 0, {})
     else:
         src = base + ".trace.gz"
         ws = list(run2.items())
@@ -195,7 +229,8 @@ def cap_run(l, k, setup, layout, area_gib, tmp, cfg):
     _, phases = capreplay.replay(l, src, cfg, opt_real.DISK, base, opt_real.cap_dir(k))
     if src != trace:
         os.unlink(src)
-    return (k, layout, area_gib), {"busy_s": {p: phases[f"run2-{p}"]["busy_s"] for p in run2}, "moved": info[0],
+    return (k, layout, area_gib), {"busy_s": {p: phases[f"run2-{p}"]["busy_s"] + info[3].get(p, 0.0) for p in run2},
+                                   "moved": info[0],
                                    "split_pieces": info[1], "area_bytes": info[2]}
 
 
@@ -251,7 +286,7 @@ def day_setup(seed):
     trace = os.path.join(ROOT, f"bench/traces/opt/variation/0.5/seed{seed}/desktop-4days.trace.gz")
     seen = set()
     for _, _, p in rows(trace):
-        if p and p[3] == "R" and int(p[0]) < DAY_NS:
+        if p and p[3] in ("R", "W") and int(p[0]) < DAY_NS:
             seen.update(blocks(int(p[4]), int(p[5])))
     return trace, {"seen": seen, "order": {}}
 
@@ -260,18 +295,48 @@ def day_run(l, seed, setup, layout, area_gib, tmp):
     trace, seen = setup
     base = os.path.join(tmp, f"s{seed}-{layout}-{area_gib:g}")
     if layout == "plain":
-        src, info = trace, (0, 0, 0)
+        src, info = trace, (0, 0, 0, {})
     else:
         src = base + ".trace.gz"
         info = rewrite(trace, src, lambda i, p: 0 if int(p[0]) >= DAY_NS else None, seen, layout, int(area_gib * GIB))
     subprocess.run([l, "sim", "--trace", src, "--format", "layoutd", "--closed-loop", "--disk", "wd800", "--seed",
-                    "1", "--no-progress", "--json", base + ".json", "--config", os.path.join(ROOT, PLAIN)],
-                   check=True, capture_output=True)
+                    "1", "--no-progress", "--json", base + ".json", "--config", os.path.join(ROOT, PLAIN),
+                    "--record-trace", base + ".rec"], check=True, capture_output=True)
     ms = opt_report.held_out(json.load(open(base + ".json")))
+    if layout.endswith("-nw"):
+        # The held-out mean with the left-out writes at their least time.
+        held = [int(p[1]) - int(p[0]) for _, _, p in rows(base + ".rec") if p and int(p[0]) >= DAY_NS]
+        wr = sum(1 for _, _, p in rows(trace) if p and p[3] == "W" and int(p[0]) >= DAY_NS)
+        ms = (sum(held) / 1e6 + info[3].get(0, 0.0) * 1e3) / (len(held) + wr)
     os.unlink(base + ".json")
+    os.unlink(base + ".rec")
     if src != trace:
         os.unlink(src)
     return (seed, layout, area_gib), {"held_out_ms": ms, "moved": info[0], "area_bytes": info[2]}
+
+
+def day_ops(l, seed, setup, area_gib, tmp):
+    """{stack: (held-out reads' mean response ms, writes' mean ms)} of one
+    seed: plain, `tape-before` at area_gib, and opt-relay.toml placed from
+    day 1 planning every 1024 ms (as `placed.md`)."""
+    trace, train = setup
+    out = {}
+    for name in ("plain", "tape-before", "opt-relay"):
+        d = os.path.join(tmp, f"ops-{seed}-{name}")
+        os.makedirs(d)
+        src, conf = trace, PLAIN
+        if name == "tape-before":
+            src = os.path.join(d, "t.trace.gz")
+            rewrite(trace, src, lambda i, p: 0 if int(p[0]) >= DAY_NS else None, train, name, int(area_gib * GIB))
+        elif name == "opt-relay":
+            plans = open(trace.replace(".trace.gz", ".plan-times")).read().split()
+            conf, _, _ = opt_variation.placed(l, "bench/results/opt/opt-relay.toml", trace, plans[0], d)
+            conf = opt_phases.continuous_config(conf, 1024, d)
+        (up,) = opt_phases.run(l, conf, src, None, d, ("up",))
+        rs = [(op, done - t) for t, done, op, _, _ in opt_phases.load(up) if t >= DAY_NS]
+        out[name] = tuple(sum(x for o, x in rs if o == op) / 1e6 / max(1, sum(1 for o, _ in rs if o == op))
+                          for op in "RW")
+    return out
 
 
 def median(xs):
@@ -293,7 +358,8 @@ def main():
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--skip-days", action="store_true", help="the start-ups only")
     a = ap.parse_args()
-    l = a.layoutd
+    os.chdir(ROOT)  # opt_variation names the traces from the repository's root
+    l = os.path.abspath(a.layoutd)
     tracefile.use(l)
     tmp = tempfile.mkdtemp(prefix="opt_bound-")
     opt_real.TMP = tmp
@@ -309,6 +375,18 @@ def main():
         jobs = [(s, "plain", 0) for s in ds] + [(s, lay, g) for s in ds for lay in DAY_LAYOUTS for g in a.areas]
         with concurrent.futures.ThreadPoolExecutor(a.jobs) as ex:
             days = dict(ex.map(lambda j: day_run(l, j[0], ds[j[0]], j[1], j[2], tmp), jobs))
+        # opt itself per seed, as bench/opt_sim.sh's placed.md runs it (the
+        # region placed from day 1), as a speed-up over plain.toml.
+        for c in OPT_DAYS:
+            for s in ds:
+                d = os.path.join(tmp, f"ov-{c}-{s}")
+                os.makedirs(d)
+                r = opt_variation.one(l, os.path.join("bench/results/opt", c + ".toml"), PLAIN, 0.5, s, d,
+                                      continuous=(1024,), place=True)
+                days[s, c, 0] = {"one_plan": r[2] * r[7][1], "continuous_1024": r[5][0] * r[7][1]}
+        for s in ds:
+            g = min(a.areas, key=lambda x: days[s, "tape-before", x]["held_out_ms"])
+            days[s, "ops", g] = day_ops(l, s, ds[s], g, tmp)
     out = {"areas_gib": a.areas, "real": {f"cap{k}/{lay}/{g:g}": v for (k, lay, g), v in real.items()},
            "days": {f"seed{s}/{lay}/{g:g}": v for (s, lay, g), v in days.items()},
            "disk_detail": {f"cap{k}": v for k, v in detail.items()}}
@@ -328,12 +406,13 @@ def report(real, days, detail, a):
          "the benchmark's plain; every other request untouched), the layout's area swept over "
          + ", ".join(f"{g:g}" for g in a.areas) + " GiB of the volume and the best kept. Layouts: `tape` every "
          "held-out read request in trace order, one sequential pass (copies allowed); `tape-rw` the held-out "
-         "writes in the pass too; `first-prog` one copy per block and program in first-read order; `first` one "
+         "writes in the pass too; `tape-nw` the held-out writes at the least time a write can take on wd800 "
+         "(transfer and bus, no seek or rotation); `first-prog` one copy per block and program in first-read order; `first` one "
          "copy per block; `train-prog` each program's blocks in run 1's first-read order, a copy per program, "
          "run 2's reads of blocks run 1 did not read left home (the ideal plan trained on run 1); `train` the same "
          "with one copy per block (run 1 in its first-read order); `tape-seen` "
-         "`tape` for the reads whose blocks the training read, the rest home; `tape-before` `tape` for the reads "
-         "whose blocks some earlier request read (what an online loop could have placed). **bound** = the "
+         "`tape` for the reads whose blocks the training read or wrote, the rest home; `tape-before` `tape` for "
+         "the reads whose blocks some earlier request read or wrote (what an online loop could have placed). **bound** = the "
          "fastest of these per capture (seed) and program. Deterministic simulated disk time.", ""]
     bounds = LAYOUTS
 
@@ -351,7 +430,8 @@ def report(real, days, detail, a):
 
     check = [(k, p, abs(busy(k, "plain", p, 0) - busy(k, "plain-summary", p))) for k in caps for p in progs]
     bad = [c for c in check if c[2] > 1e-3]
-    cols = ["opt", "opt-relay", "opt-placed", "bound", "tape", "tape-rw", "first-prog", "first", "train-prog", "train",
+    cols = ["opt", "opt-relay", "opt-placed", "bound", "tape", "tape-rw", "tape-nw", "first-prog", "first", "train-prog", "train-prog-nw",
+            "train",
             "tape-seen", "tape-before"]
     L += ["## Real start-ups, run 2 (held out): speed-up over plain, median of the captures (range)", "",
           f"Disk-busy seconds between the program's marker reads. plain replayed here equals `real/summary.json`'s "
@@ -410,22 +490,36 @@ def report(real, days, detail, a):
     L.append("")
     if days:
         seeds = sorted({s for s, _, _ in days})
+        ops = {s: next(v for (s2, n, _), v in days.items() if s2 == s and n == "ops") for s in seeds}
         L += ["## Multi-day, S = 0.5, days 2-4 (held out): speed-up over `plain.toml`", "",
               "The held-out mean I/O time per request (`opt_report.held_out`), best area per seed and layout. "
-              "`tape-seen`: the reads whose blocks day 1 read (a plan trained on day 1); `tape-before`: whose "
-              "blocks any earlier request read (a loop planning before every request).", "",
-              "| seed | plain ms | bound ms | " + " | ".join(DAY_LAYOUTS) + " | best area GiB (tape) |",
-              "| --- | ---: | ---: | " + " | ".join("---:" for _ in DAY_LAYOUTS) + " | ---: |"]
-        med = {lay: [] for lay in DAY_LAYOUTS}
+              "`tape-seen`: the reads whose blocks day 1 read or wrote (a plan trained on day 1); `tape-before`: "
+              "whose blocks any earlier request read or wrote (a loop planning before every request); `-rw`: the held-out "
+              "writes in the pass too; `-nw`: the held-out writes at the least time a write can take (no seek or rotation). opt and opt-relay: `opt_variation.one` with the region placed from day 1 "
+              "(`--place`, as `placed.md`), one plan after day 1 / continuous every 1024 ms, times the placed "
+              "plain's factor so that they are over `plain.toml` too.", "",
+              "| seed | plain ms | " + " | ".join(DAY_LAYOUTS) + " | " + " | ".join(
+                  f"{c} one plan / every 1 s" for c in OPT_DAYS) + " | best area GiB (tape) |",
+              "| --- | ---: | " + " | ".join("---:" for _ in DAY_LAYOUTS + OPT_DAYS) + " | ---: |"]
+        med = {lay: [] for lay in DAY_LAYOUTS + OPT_DAYS}
         for s in seeds:
             pl = days[s, "plain", 0]["held_out_ms"]
             best = {lay: min(days[s, lay, g]["held_out_ms"] for g in a.areas) for lay in DAY_LAYOUTS}
             for lay in DAY_LAYOUTS:
                 med[lay].append(pl / best[lay])
+            for c in OPT_DAYS:
+                med[c].append((days[s, c, 0]["one_plan"], days[s, c, 0]["continuous_1024"]))
             g = min(a.areas, key=lambda x: days[s, "tape", x]["held_out_ms"])
-            L.append(f"| {s} | {pl:.3f} | {min(best.values()):.3f} | "
-                     + " | ".join(f"{pl / best[lay]:.2f}x" for lay in DAY_LAYOUTS) + f" | {g:g} |")
-        L.append("| **median** | | | " + " | ".join(f"**{median(med[lay]):.2f}x**" for lay in DAY_LAYOUTS) + " | |")
+            L.append(f"| {s} | {pl:.3f} | " + " | ".join(f"{pl / best[lay]:.2f}x" for lay in DAY_LAYOUTS) + " | "
+                     + " | ".join(f"{days[s, c, 0]['one_plan']:.2f}x / {days[s, c, 0]['continuous_1024']:.2f}x"
+                                  for c in OPT_DAYS) + f" | {g:g} |")
+        L.append("| **median** | | " + " | ".join(f"**{median(med[lay]):.2f}x**" for lay in DAY_LAYOUTS) + " | "
+                 + " | ".join(f"**{median([x[0] for x in med[c]]):.2f}x / {median([x[1] for x in med[c]]):.2f}x**"
+                              for c in OPT_DAYS) + " | |")
+        L += ["", "Held-out mean response by op, reads / writes, ms (`tape-before` at its best area; opt-relay "
+              "placed, continuous every 1024 ms): " + "; ".join(
+                  f"seed {s} " + ", ".join(f"{n} {r:.2f} / {w:.2f}" for n, (r, w) in ops[s].items()) for s in seeds)
+              + "."]
         L += ["", "`tape` at each area, speed-up per seed: " + "; ".join(
             f"{g:g} GiB " + "/".join(f"{days[s, 'plain', 0]['held_out_ms'] / days[s, 'tape', g]['held_out_ms']:.2f}"
                                      for s in seeds) for g in a.areas) + ".", ""]
