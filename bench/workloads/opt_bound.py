@@ -86,8 +86,12 @@ PLAIN = "bench/results/opt/plain.toml"
 DAY_NS = int(65.536e9)
 LAYOUTS = ("tape", "tape-rw", "tape-nw", "first-prog", "first", "train-prog", "train-prog-nw", "train", "tape-seen",
            "tape-before")
-DAY_LAYOUTS = ("tape", "tape-rw", "tape-nw", "tape-seen", "tape-seen-nw", "tape-before", "tape-before-nw")  # `first` splits requests: the per-request mean would change
+# The multi-day layouts: no `first` or `train` (a split request would
+# change the per-request mean).
+DAY_LAYOUTS = ("tape", "tape-rw", "tape-nw", "tape-seen", "tape-seen-nw", "tape-before", "tape-before-nw")
 GIB = 1 << 30
+blocks = opt_phases.blocks
+median = opt_real.median
 MEDIA_B_S, BUS_S_SECTOR = 61.0e6, 7.7e-6  # wd800's outer zone and bus (`layoutd disk show wd800`)
 
 
@@ -97,10 +101,6 @@ def write_floor_s(n):
     or command overhead."""
     return n / MEDIA_B_S + (n + 511) // 512 * BUS_S_SECTOR
 OPT_DAYS = ("opt", "opt-relay")  # configs under bench/results/opt whose multi-day figures are compared
-
-
-def blocks(off, n):
-    return range(off // 4096, (off + n + 4095) // 4096)
 
 
 def rows(path):
@@ -224,7 +224,8 @@ def cap_run(l, k, setup, layout, area_gib, tmp, cfg):
     else:
         src = base + ".trace.gz"
         ws = list(run2.items())
-        info = rewrite(trace, src, lambda i, p: next((n for n, (a, b) in ws if a < i < b), None), seen, layout, int(area_gib * GIB))
+        info = rewrite(trace, src, lambda i, p: next((n for n, (a, b) in ws if a < i < b), None), seen, layout,
+                       int(area_gib * GIB))
         assert int(area_gib * GIB) + info[2] <= eb - (8 << 20), "the area runs into the marker reads"
     _, phases = capreplay.replay(l, src, cfg, opt_real.DISK, base, opt_real.cap_dir(k))
     if src != trace:
@@ -339,12 +340,6 @@ def day_ops(l, seed, setup, area_gib, tmp):
     return out
 
 
-def median(xs):
-    xs = sorted(xs)
-    n = len(xs)
-    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layoutd", default=os.environ.get("LAYOUTD", os.path.join(ROOT, "target/release/layoutd")))
@@ -390,7 +385,7 @@ def main():
     out = {"areas_gib": a.areas, "real": {f"cap{k}/{lay}/{g:g}": v for (k, lay, g), v in real.items()},
            "days": {f"seed{s}/{lay}/{g:g}": v for (s, lay, g), v in days.items()},
            "disk_detail": {f"cap{k}": v for k, v in detail.items()}}
-    json.dump(out, open(os.path.join(RES, "bound.json"), "w"), indent=1)
+    json.dump(out, open(os.path.join(RES, "bound.json"), "w"), indent=0)
     shutil.rmtree(tmp)
     report(real, days, detail, a)
 
@@ -407,13 +402,14 @@ def report(real, days, detail, a):
          + ", ".join(f"{g:g}" for g in a.areas) + " GiB of the volume and the best kept. Layouts: `tape` every "
          "held-out read request in trace order, one sequential pass (copies allowed); `tape-rw` the held-out "
          "writes in the pass too; `tape-nw` the held-out writes at the least time a write can take on wd800 "
-         "(transfer and bus, no seek or rotation); `first-prog` one copy per block and program in first-read order; `first` one "
-         "copy per block; `train-prog` each program's blocks in run 1's first-read order, a copy per program, "
+         "(transfer and bus, no seek or rotation); `first-prog` one copy per block and program in first-read "
+         "order; `first` one copy per block; `train-prog` each program's blocks in run 1's first-read order, "
+         "a copy per program, "
          "run 2's reads of blocks run 1 did not read left home (the ideal plan trained on run 1); `train` the same "
          "with one copy per block (run 1 in its first-read order); `tape-seen` "
          "`tape` for the reads whose blocks the training read or wrote, the rest home; `tape-before` `tape` for "
-         "the reads whose blocks some earlier request read or wrote (what an online loop could have placed). **bound** = the "
-         "fastest of these per capture (seed) and program. Deterministic simulated disk time.", ""]
+         "the reads whose blocks some earlier request read or wrote (what an online loop could have placed). "
+         "**bound** = the fastest of these per capture (seed) and program. Deterministic simulated disk time.", ""]
     bounds = LAYOUTS
 
     def busy(k, lay, p, g=None):
@@ -430,8 +426,8 @@ def report(real, days, detail, a):
 
     check = [(k, p, abs(busy(k, "plain", p, 0) - busy(k, "plain-summary", p))) for k in caps for p in progs]
     bad = [c for c in check if c[2] > 1e-3]
-    cols = ["opt", "opt-relay", "opt-placed", "bound", "tape", "tape-rw", "tape-nw", "first-prog", "first", "train-prog", "train-prog-nw",
-            "train",
+    cols = ["opt", "opt-relay", "opt-placed", "bound", "tape", "tape-rw", "tape-nw", "first-prog", "first",
+            "train-prog", "train-prog-nw", "train",
             "tape-seen", "tape-before"]
     L += ["## Real start-ups, run 2 (held out): speed-up over plain, median of the captures (range)", "",
           f"Disk-busy seconds between the program's marker reads. plain replayed here equals `real/summary.json`'s "
@@ -494,8 +490,10 @@ def report(real, days, detail, a):
         L += ["## Multi-day, S = 0.5, days 2-4 (held out): speed-up over `plain.toml`", "",
               "The held-out mean I/O time per request (`opt_report.held_out`), best area per seed and layout. "
               "`tape-seen`: the reads whose blocks day 1 read or wrote (a plan trained on day 1); `tape-before`: "
-              "whose blocks any earlier request read or wrote (a loop planning before every request); `-rw`: the held-out "
-              "writes in the pass too; `-nw`: the held-out writes at the least time a write can take (no seek or rotation). opt and opt-relay: `opt_variation.one` with the region placed from day 1 "
+              "whose blocks any earlier request read or wrote (a loop planning before every request); `-rw`: the "
+              "held-out writes in the pass too; `-nw`: the held-out writes at the least time a write can take "
+              "(no seek or "
+              "rotation). opt and opt-relay: `opt_variation.one` with the region placed from day 1 "
               "(`--place`, as `placed.md`), one plan after day 1 / continuous every 1024 ms, times the placed "
               "plain's factor so that they are over `plain.toml` too.", "",
               "| seed | plain ms | " + " | ".join(DAY_LAYOUTS) + " | " + " | ".join(
