@@ -78,11 +78,6 @@ impl<D: BlockDevice> OverlayDevice<D> {
         }
     }
 
-    /// The device underneath.
-    pub fn base(&self) -> &D {
-        &self.base
-    }
-
     /// Reads that reached the base and what the log holds so far.
     pub fn stats(&self) -> OverlayStats {
         let mut st = OverlayStats {

@@ -833,6 +833,58 @@ fn a_damaged_newer_copy_of_a_map_page_written_twice_is_refused_never_served_stal
     }
 }
 
+/// A map page written once, its only copy damaged (a flipped byte, or
+/// zeroed), beside pages written once that are whole: the page has no
+/// usable copy, so recovery counts it lost and, with `--accept-loss`,
+/// unmaps it. The digests fall short by exactly that page's generation
+/// times its weight, so they clear every other page: the whole pages
+/// written once (whose other copy is blank, as a damaged current copy
+/// could look) keep their data. Before the fix every one of them was
+/// unmapped as possibly stale (the digests were not consulted once a
+/// page was lost): data loss well past the damage the opener accepted.
+#[test]
+fn a_lost_map_page_alone_costs_only_its_own_mappings_under_accept_loss() {
+    for zero in [false, true] {
+        let case = format!("zeroed {zero}");
+        let (image, dev_bytes, cfg) = twice_written_image(0, 4);
+        let copies = map_page_copies(&image);
+        assert_eq!(copies.len(), 4, "{case}: one copy a page: {copies:?}");
+        let at = copies.iter().find(|c| c.0 == 0).expect("page 0").2;
+        let dev = Arc::new(damaged(&image, at, zero));
+        let stack = stack_from_toml(&cfg, dev_bytes, OpenMode::Open { clean: false, accept_loss: true });
+        let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
+        h.bring_up().unwrap_or_else(|e| panic!("{case}: the loss accepted: {e}"));
+        assert_eq!(counter(&*h.stack, "lost_map_pages_count"), 1, "{case}: only the damaged page");
+        for p in 0..4u64 {
+            for b in p * 1014..p * 1014 + 8 {
+                let want = if p == 0 { vec![0u8; 4096] } else { block_bytes(1, b) };
+                assert!(h.read(b * 4096, 4096).data.expect("data") == want, "{case}: page {p} block {b}");
+            }
+        }
+    }
+}
+
+/// The other side of the case above: a page lost beside a page whose
+/// current copy is damaged (its older copy stale) do not explain the
+/// digests as the lost page alone would, so with `--accept-loss` the
+/// stale page is unmapped too: its blocks read zeroes, never version 1.
+#[test]
+fn a_lost_map_page_beside_a_stale_one_never_lets_the_stale_mappings_through() {
+    let (image, dev_bytes, cfg) = twice_written_image(1, 3);
+    let copies = map_page_copies(&image);
+    let current = copies.iter().find(|c| c.0 == 0 && c.1 == 3).expect("page 0 of generation 3").2;
+    let lost = copies.iter().find(|c| c.0 == 1).expect("page 1").2;
+    damaged(&image, current, false);
+    let dev = Arc::new(damaged(&image, lost, false));
+    let stack = stack_from_toml(&cfg, dev_bytes, OpenMode::Open { clean: false, accept_loss: true });
+    let mut h = Harness::new(stack, dev as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
+    h.bring_up().unwrap_or_else(|e| panic!("the loss accepted: {e}"));
+    assert!(counter(&*h.stack, "lost_map_pages_count") >= 2, "the lost page and the stale one");
+    for b in (0..40).chain(1014..1014 + 8) {
+        assert!(h.read(b * 4096, 4096).data.expect("data") == vec![0u8; 4096], "block {b} reads zeroes");
+    }
+}
+
 /// Format writes the checkpoint area only (both checkpoint copies and
 /// both flush marks, 512 bytes each, within the first 8 KiB), then a
 /// flush: no map page, no segment. Opened, the volume reads zeroes.

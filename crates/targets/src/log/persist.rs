@@ -57,7 +57,9 @@
 //! one page short by `d` leaves that sum short by its weight times `d`,
 //! so the quotient names it among the pages that could be stale, and
 //! only it is refused (with the loss accepted, unmapped); when no single
-//! page explains both, every such page is.
+//! page explains both, every such page is. One page lost (no usable
+//! copy, the loss accepted) whose weight is the quotient explains the
+//! shortfall alone: no page is unmapped beside it.
 
 use super::map::{DecodedPage, PageOwner, UNMAPPED};
 use super::{Blocked, Log, LowerOp, Phase};
@@ -454,6 +456,11 @@ impl Log {
                 self.map_digest.weighted, ck.generation, recorded.weighted, recorded.sum
             ),
         };
+        if counted_short && self.lost_page_explains(&recorded, ck.generation) {
+            // The one page lost (already judged) is all that is missing:
+            // no page that could be stale is.
+            return Ok(());
+        }
         if stale.is_empty() {
             if counted_short {
                 // The lost pages' generations are what is missing.
@@ -536,6 +543,23 @@ impl Log {
             None => why,
         });
         Ok(())
+    }
+
+    /// With exactly one page lost (written before the checkpoint, no
+    /// usable copy: [`Log::judge_map`]), whether its generation alone
+    /// explains both digests' shortfalls: a page without a usable copy
+    /// whose weight is the quotient, short by at most the checkpoint's
+    /// generation (its generation, which recovery could not add). Then
+    /// no page that could be stale is, as [`MapDigest::single_shortfall`]
+    /// clears them when no page is lost.
+    fn lost_page_explains(&self, recorded: &MapDigest, ck_generation: u64) -> bool {
+        if self.counters.lost_map_pages_count != 1 {
+            return false;
+        }
+        let Some((d, w)) = self.map_digest.single_shortfall(recorded) else { return false };
+        (1..=ck_generation).contains(&d)
+            && (0..self.args.map.page_count)
+                .any(|p| self.page_copy[p as usize] & PAGE_WRITTEN == 0 && MapDigest::weight(p) == w)
     }
 
     /// Page `p`, which could be stale: its offsets, the copy taken (its

@@ -1012,9 +1012,6 @@ impl Log {
             && self.free_segments_count() > u64::from(self.args.free_segments_min) + 2
     }
 
-    /// Whether re-sequencing waits only for free segments (the idle
-    /// cleaning the policy asks for did not make enough).
-    /// Only while the pass gains a free segment, so that idle work ends.
     /// Whether a re-sequencing pass is due beside the client's requests
     /// (the policy's budget of user blocks written since the last), with
     /// groups to look at and free segments beyond the cleaner's reserve.
@@ -1026,6 +1023,9 @@ impl Log {
             && self.free_segments_count() > u64::from(self.args.free_segments_min) + 2
     }
 
+    /// Whether re-sequencing waits only for free segments (the idle
+    /// cleaning the policy asks for did not make enough).
+    /// Only while the pass gains a free segment, so that idle work ends.
     pub(super) fn resequence_needs_space(&self, now: layoutd_core::Instant) -> bool {
         self.args.resequence
             && self.group_dirty_count > 0
