@@ -699,7 +699,7 @@ pub(crate) fn crash_sector_tag(bytes: &[u8], s: u64, tear: Option<Tear>) -> Opti
 pub(crate) fn crash_sector_fine(got: Option<(u64, bool)>, allowed: &[u64]) -> bool {
     match got {
         Some((g, false)) => allowed.contains(&g),
-        Some((g, true)) => allowed[1..].contains(&g),
+        Some((g, true)) => allowed.get(1..).is_some_and(|in_flight| in_flight.contains(&g)),
         None => false,
     }
 }
