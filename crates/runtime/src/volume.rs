@@ -434,6 +434,25 @@ fn commit(overlay: &StagedDevice, members: &[Member]) -> Result<OverlayStats, Vo
     Ok(stats)
 }
 
+/// What [`open_members`] gives: member 0's superblock, the stack it
+/// records (not yet brought up), the members and their data areas as one
+/// device.
+type Members = (Superblock, Box<dyn Target>, Vec<Arc<FileDevice>>, Arc<dyn BlockDevice>);
+
+/// Checks that `devs` (opened from `paths`) are the members of one volume
+/// and builds the stack their superblock records, to be opened with
+/// `accept_loss`, over their data areas.
+fn open_members(paths: &[PathBuf], devs: Vec<FileDevice>, accept_loss: bool) -> Result<Members, VolumeError> {
+    let sb = check_members(paths, &devs)?.swap_remove(0);
+    let sizes = member_data_bytes(&sb);
+    let mode = OpenMode::Open { clean: sb.clean, accept_loss };
+    let stack = layoutd_targets::build_stack_members(&sb.config, &sizes, mode)
+        .map_err(|e| err(&paths[0], format!("the stored stack config is unusable: {e}")))?;
+    let devs: Vec<Arc<FileDevice>> = devs.into_iter().map(Arc::new).collect();
+    let data = concat_data(&devs, &sizes, |d, n| Arc::new(SliceDevice::new(d, DATA_START_BYTES, n)));
+    Ok((sb, Box::new(stack), devs, data))
+}
+
 /// A volume brought up over its overlay, and the overlay.
 type StagedVolume = (Volume, Arc<StagedDevice>);
 
@@ -444,16 +463,9 @@ type StagedVolume = (Volume, Arc<StagedDevice>);
 fn open_staged(paths: &[PathBuf], direct: bool, accept_loss: bool) -> Result<StagedVolume, VolumeError> {
     assert!(!paths.is_empty(), "at least one device");
     let devs: Vec<FileDevice> = paths.iter().map(|p| open_locked(p, direct)).collect::<Result<_, _>>()?;
-    let sbs = check_members(paths, &devs)?;
-    let sb = sbs[0].clone();
-    let sizes = member_data_bytes(&sb);
-    let mode = OpenMode::Open { clean: sb.clean, accept_loss };
-    let stack = layoutd_targets::build_stack_members(&sb.config, &sizes, mode)
-        .map_err(|e| err(&paths[0], format!("the stored stack config is unusable: {e}")))?;
-    let devs: Vec<Arc<FileDevice>> = devs.into_iter().map(Arc::new).collect();
-    let data = concat_data(&devs, &sizes, |d, n| Arc::new(SliceDevice::new(d, DATA_START_BYTES, n)));
+    let (sb, stack, devs, data) = open_members(paths, devs, accept_loss)?;
     let (stack, overlay) =
-        bring_up_staged(Box::new(stack), data, ZeroLatency::default(), 0).map_err(|e| err(&paths[0], e))?;
+        bring_up_staged(stack, data, ZeroLatency::default(), 0).map_err(|e| err(&paths[0], e))?;
     let members: Vec<Member> =
         paths.iter().zip(devs).map(|(p, d)| Member { path: p.clone(), device: d }).collect();
     let bring_up = OverlayStats::default();
@@ -486,17 +498,10 @@ fn overlay_stack(
     notices: bool,
 ) -> Result<(Superblock, Box<dyn Target>, Arc<dyn BlockDevice>), VolumeError> {
     let devs: Vec<FileDevice> = paths.iter().map(|p| open_read_only(p)).collect::<Result<_, _>>()?;
-    let sb = check_members(paths, &devs)?.swap_remove(0);
-    let sizes = member_data_bytes(&sb);
-    let mode = OpenMode::Open { clean: sb.clean, accept_loss: false };
-    let stack = layoutd_targets::build_stack_members(&sb.config, &sizes, mode)
-        .map_err(|e| err(&paths[0], format!("the stored stack config is unusable: {e}")))?;
-    let devs: Vec<Arc<FileDevice>> = devs.into_iter().map(Arc::new).collect();
+    let (sb, stack, _, data) = open_members(paths, devs, false)?;
     // Reads see the devices, writes stay in memory.
-    let data: Arc<dyn BlockDevice> = Arc::new(OverlayDevice::new(concat_data(&devs, &sizes, |d, n| {
-        Arc::new(SliceDevice::new(d, DATA_START_BYTES, n))
-    })));
-    let stack = bring_up_quiet(&paths[0], Box::new(stack), data.clone())?;
+    let data: Arc<dyn BlockDevice> = Arc::new(OverlayDevice::new(data));
+    let stack = bring_up_quiet(&paths[0], stack, data.clone())?;
     if notices {
         print_notices(&paths[0], &*stack);
     }
