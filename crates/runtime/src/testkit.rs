@@ -526,11 +526,8 @@ fn crash_check_open_with(
         bring_up_on(stack, rec, ZeroLatency::reordering(), seed).expect("the image opens");
         check_staged_open(make, copy(), seed, &log);
         for cut in 0..=log.len() {
-            let whole = Some(log.image_at(cut, device_bytes, Some(image)).expect("replay"));
-            let torn = [Tear::FirstSector, Tear::Garbage]
-                .map(|t| (Some(t), log.image_torn_at(cut, device_bytes, Some(image), t).expect("replay")));
-            for (tear, dev) in [(None, whole)].into_iter().chain(torn) {
-                let Some(dev) = dev else { continue };
+            for tear in [None, Some(Tear::FirstSector), Some(Tear::Garbage)] {
+                let Some(dev) = crash_image(&log, cut, device_bytes, Some(image), tear) else { continue };
                 let at = format!("at cut {cut} of {} (torn: {tear:?}, seed {seed})", log.len());
                 if let Some(recovered_from) = recovered_from {
                     let found = newest(&dev).map(|c| c.0);
