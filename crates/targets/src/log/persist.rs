@@ -446,6 +446,12 @@ impl Log {
             return Ok(());
         };
         let counted_short = self.counters.lost_map_pages_count > 0;
+        if counted_short && (stale.is_empty() || self.lost_page_explains(&recorded, ck.generation)) {
+            // The lost pages (already judged) are all that is missing: no
+            // page could be stale, or the one page lost explains both
+            // digests, so none that could be stale is.
+            return Ok(());
+        }
         let gap = match recorded.sum == self.map_digest.sum {
             false => format!(
                 "the generations of the map pages' copies sum to {}, checkpoint {} recorded {}",
@@ -456,16 +462,7 @@ impl Log {
                 self.map_digest.weighted, ck.generation, recorded.weighted, recorded.sum
             ),
         };
-        if counted_short && self.lost_page_explains(&recorded, ck.generation) {
-            // The one page lost (already judged) is all that is missing:
-            // no page that could be stale is.
-            return Ok(());
-        }
         if stale.is_empty() {
-            if counted_short {
-                // The lost pages' generations are what is missing.
-                return Ok(());
-            }
             return Err(format!(
                 "log checkpoint {}: the map's digest is {}, {gap}, and no page has an older copy to have \
                  fallen back to; the checkpoint is corrupt: restore the device from a copy or format it",
