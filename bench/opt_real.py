@@ -66,7 +66,7 @@ OPT0, OPT1 = 37 << 30, 38 << 30  # the region of bench/results/opt/opt.toml
 # run's requests, marker reads left out), per capture; PLACED alone: plain
 # with that home layout, the baseline of the placed stacks (BASELINE).
 PLACED = "placed:"
-BASELINE = {"opt-placed": "plain-placed", "opt-relay-placed": "plain-placed"}
+BASELINE = {"opt-placed": "plain-placed", "opt-relay-placed": "plain-placed", "opt-time-placed": "plain-placed"}
 # (name, config, plans at the reconfigure marker?, the free space declared
 # first?). replica replicates into free space only: it learns it from an
 # ext scan at open (live) or from discards; the simulator has no data to
@@ -78,9 +78,12 @@ STACKS = [("plain", "bench/results/opt/plain.toml", False, False),
           ("opt-home", "bench/results/opt/opt-home.toml", True, False),
           ("opt-ra", "bench/results/opt/opt-ra.toml", True, False),
           ("opt-relay", "bench/results/opt/opt-relay.toml", True, False),
+          ("opt-time", "bench/results/opt/opt-time.toml", True, False),
+          ("opt-relay-time", "bench/results/opt/opt-relay-time.toml", True, False),
           ("plain-placed", PLACED, False, False),
           ("opt-placed", PLACED + "bench/results/opt/opt.toml", True, False),
           ("opt-relay-placed", PLACED + "bench/results/opt/opt-relay.toml", True, False),
+          ("opt-time-placed", PLACED + "bench/results/opt/opt-time.toml", True, False),
           ("replica", "examples/replica.toml", False, True),
           ("replica-all-goals", "examples/replica-all-goals.toml", False, True)]
 # How the replay gives the stacks their streams: "serve" = the layoutd trace
@@ -419,7 +422,10 @@ def report(runs, bd, progs, lives, a, meta):
          "when a run leaves it and reads following the sequences (session 25, `plan_relay`, `read_follow`); "
          "`opt-placed` and `opt-relay-placed` are `opt` and `opt-relay` with the region where `layoutd opt place` "
          "puts it from the capture's run 1 (session 29), each against `plain-placed`, plain with the same home "
-         "layout (its own column is against `plain`).", "",
+         "layout (its own column is against `plain`); `opt-time`, `opt-relay-time` and `opt-time-placed` are "
+         "`opt`, `opt-relay` and `opt-placed` with each stream's plan in the order it first made its requests "
+         "(session 30, `plan_time_order`: on one connection each program's run as it read, a library it shares "
+         "with an earlier program copied into its own sequence).", "",
          "Reproduce: `cargo build --workspace --release && bench/opt_real.py` (the replay of the committed "
          "captures, under a minute; `sudo bench/opt_real.py --capture K` captures capK again, `--live` runs "
          "the live confirmation too).", ""]

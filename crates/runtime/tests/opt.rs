@@ -145,10 +145,12 @@ fn opt_crash_at_every_flush_and_random_points_keeps_flushed_data() {
 /// The tiny region with extra copies, stream-sequence plans (padded with
 /// `pad` home neighbours each side) and partial reads from home; with
 /// `relay`, sequences laid out anew (`plan_relay`) and reads following
-/// them (`read_follow`).
-fn tiny_copies(every: u64, pad: u32, absorb: bool, relay: bool) -> String {
+/// them (`read_follow`); with `time`, each stream's plan in the order it
+/// first made its requests (`plan_time_order`).
+fn tiny_copies(every: u64, pad: u32, absorb: bool, relay: bool, time: bool) -> String {
     tiny(every)
         + &format!("absorb_writes = {absorb}\nplan_relay = {relay}\nread_follow = {relay}\n")
+        + &format!("plan_time_order = {time}\n")
         + &format!("absorb_during_jobs = {relay}\n")
         + &format!(
             "copies_max = 3\nplan_streams = true\nplan_pad_blocks = {pad}\npartial_reads_home = true\n"
@@ -201,9 +203,10 @@ fn opt_with_extra_copies_reads_back_what_a_byte_array_would() {
         "dirty_copies_count",
         "partial_reads_home_count",
     ];
-    // Odd seeds absorb writes, seeds 2, 3, 6, 7, ... lay sequences anew.
+    // Odd seeds absorb writes, seeds 2, 3, 6, 7, ... lay sequences anew,
+    // seeds 1, 4, 7, ... plan each stream by time.
     let totals = oracle_seeds(&keys, shared_ops, 800, |seed| {
-        tiny_copies(6 + seed % 5, 0, seed % 2 == 1, seed % 4 >= 2)
+        tiny_copies(6 + seed % 5, 0, seed % 2 == 1, seed % 4 >= 2, seed % 3 == 1)
     });
     let extra_copies_made = totals[0] + totals[2];
     // Extra copies were made, read from and dropped by writes, reads went
@@ -215,8 +218,11 @@ fn opt_with_extra_copies_reads_back_what_a_byte_array_would() {
 #[test]
 fn opt_with_extra_copies_crash_at_every_flush_and_random_points_keeps_flushed_data() {
     // Odd seeds pad the plans with home neighbours, seeds 2 and 3 absorb
-    // writes, seeds 2, 5, 8, ... lay sequences anew and follow them.
-    crash_seeds(shared_ops, |seed| tiny_copies(6, 2 * (seed % 2) as u32, seed / 2 == 1, seed % 3 == 2));
+    // writes, seeds 2, 5, 8, ... lay sequences anew and follow them, even
+    // seeds plan each stream by time.
+    crash_seeds(shared_ops, |seed| {
+        tiny_copies(6, 2 * (seed % 2) as u32, seed / 2 == 1, seed % 3 == 2, seed % 2 == 0)
+    });
 }
 
 /// A harness over a fresh device with the manual config, brought up.
@@ -672,6 +678,7 @@ fn bad_configs_say_what_is_wrong() {
         ("plan_pad_blocks = 4\n", "needs `plan_streams = true`"),
         ("plan_written = false\n", "needs `plan_streams = true`"),
         ("plan_relay = true\n", "needs `plan_streams = true`"),
+        ("plan_time_order = true\n", "needs `plan_streams = true`"),
         ("graph_stream = \"process\"\n", "`graph_stream`"),
         ("readahead_bytes = 1000\n", "`readahead_bytes`"),
         ("readahead_bytes = \"64K\"\nreadahead_memory_bytes = \"32K\"\n", "`readahead_memory_bytes`"),
@@ -926,7 +933,7 @@ fn spec_request(o: &OpSpec, volume_sectors: u64) -> Request {
 fn the_free_slots_are_the_unmapped_ones_after_random_operations_and_recovery() {
     // Plans, copies, extra copies dropped by writes, absorbed writes, copy
     // home and drops, cut by crashes at random points (jobs in flight).
-    let cfg = tiny_copies(6, 0, true, false);
+    let cfg = tiny_copies(6, 0, true, false, false);
     let unclean = OpenMode::Open { clean: false, accept_loss: false };
     let mut checked = 0;
     for seed in 0..6u64 {
@@ -1002,7 +1009,7 @@ fn aligned_shared_ops(rng: &mut ChaCha8Rng, count: usize) -> Vec<OpSpec> {
 /// [`tiny_copies`] reading ahead 8 KiB (two slots) along the sequences,
 /// held in at most 24 KiB, for the reads `when` says.
 fn tiny_ahead(every: u64, absorb: bool, when: &str) -> String {
-    tiny_copies(every, 0, absorb, false)
+    tiny_copies(every, 0, absorb, false, false)
         + &format!(
             "readahead_bytes = \"8K\"\nreadahead_memory_bytes = \"24K\"\nreadahead_when = \"{when}\"\n"
         )

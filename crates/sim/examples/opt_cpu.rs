@@ -9,7 +9,7 @@
 //! as the target does): the fastest of many short passes (the cost without
 //! preemption by other work) and their median.
 //!
-//!   cargo run --release -p layoutd-sim --example opt_cpu -- TRACE [CAPACITY_BLOCKS [COPIES_MAX]]
+//!   cargo run --release -p layoutd-sim --example opt_cpu -- TRACE [CAPACITY_BLOCKS [COPIES_MAX [time]]]
 
 use layoutd_core::TraceRecord;
 use layoutd_targets::blockmap::BlockMap;
@@ -65,6 +65,7 @@ fn main() {
                     pad_blocks: 0,
                     place_written: true,
                     relay: false,
+                    time_order: args.get(4).is_some_and(|o| o == "time"),
                 },
                 &mut planning,
             )

@@ -116,6 +116,12 @@ struct StreamGraph {
     /// The written ranges the stream also read (`plan_written = false`
     /// leaves out only the others).
     read_written: BTreeSet<Range>,
+    /// The stream's requests so far (its clock for `first_seen`).
+    requests_count: u64,
+    /// When each vertex and each edge was first seen (the stream's request
+    /// number): the time order of [`time_order`].
+    first_seen: FxHashMap<Range, u64>,
+    edge_first_seen: FxHashMap<(Range, Range), u64>,
 }
 
 /// Limits of the analyzer.
@@ -179,6 +185,11 @@ impl Analyzer {
         let g = self.streams.entry(e.stream).or_default();
         let fresh = !g.vertices.contains_key(&range);
         *g.vertices.entry(range).or_insert(0) += WEIGHT_UNIT;
+        let seen = g.requests_count;
+        g.requests_count += 1;
+        if fresh {
+            g.first_seen.insert(range, seen);
+        }
         self.vertex_count += usize::from(fresh);
         // A range both read and written (in either order: a vertex that
         // was there and not written was read).
@@ -208,6 +219,9 @@ impl Analyzer {
             let map = if k == 0 { &mut g.edges } else { &mut g.skips };
             let slot = map.entry((prev, range)).or_insert(0);
             self.edge_count += usize::from(*slot == 0);
+            if *slot == 0 && k == 0 {
+                g.edge_first_seen.insert((prev, range), seen);
+            }
             *slot += w;
         }
         self.enforce_caps();
@@ -239,6 +253,8 @@ impl Analyzer {
             }
             g.written.retain(|r| g.vertices.contains_key(r));
             g.read_written.retain(|r| g.vertices.contains_key(r));
+            g.first_seen.retain(|r, _| g.vertices.contains_key(r));
+            g.edge_first_seen.retain(|e, _| g.edges.contains_key(e));
             vertices += g.vertices.len();
             edges += g.edges.len() + g.skips.len();
         }
@@ -511,6 +527,10 @@ pub struct StreamPlan {
     /// A stream that leaves the sequence it follows gets the sequence
     /// laid out anew with its requests where it read them (`plan_relay`).
     pub relay: bool,
+    /// Each stream's requests in the order it first made them
+    /// ([`time_order`], `plan_time_order`) instead of the graph's
+    /// ([`stream_order`]).
+    pub time_order: bool,
 }
 
 /// The stream-sequence plan (`plan_streams`): each stream's requests, in
@@ -537,7 +557,15 @@ pub struct StreamPlan {
 /// the stream's writes (`plan_written`, `docs/opt.md`).
 /// Returns block ranges in region order, cut at `capacity_blocks`.
 pub fn plan_streams(a: &Analyzer, o: &StreamPlan, units: &mut u64) -> Vec<Range> {
-    let StreamPlan { capacity_blocks, weight_min, copies_max, pad_blocks, place_written, relay } = *o;
+    let StreamPlan {
+        capacity_blocks,
+        weight_min,
+        copies_max,
+        pad_blocks,
+        place_written,
+        relay,
+        time_order: by_time,
+    } = *o;
     // Where each placed block is (its slots, in placement order).
     let mut at: FxHashMap<u64, Vec<u64>> = FxHashMap::default();
     let mut out: Vec<Range> = Vec::new();
@@ -560,7 +588,8 @@ pub fn plan_streams(a: &Analyzer, o: &StreamPlan, units: &mut u64) -> Vec<Range>
     };
     for g in a.streams.values() {
         let mut cursor: Option<u64> = None;
-        let mut order: Vec<Range> = stream_order(g, weight_min, units);
+        let mut order: Vec<Range> =
+            if by_time { time_order(g, weight_min, units) } else { stream_order(g, weight_min, units) };
         order.retain(|r| {
             let keep = place_written || !g.written.contains(r) || g.read_written.contains(r);
             // A range left out is visited all the same.
@@ -731,6 +760,45 @@ fn stream_order(g: &StreamGraph, weight_min: u64, units: &mut u64) -> Vec<Range>
     order
 }
 
+/// A stream's requests in the order it first made each transition: its
+/// edges by when each was first seen, a request repeated wherever the
+/// stream came back to it from elsewhere (a shared library read again
+/// after other files: [`plan_streams`] lays it out again there, up to
+/// `copies_max` copies, unless a copy lies just ahead). A run of a program
+/// comes out as the run's reads in their order, each transition once: a
+/// later run that repeats it adds nothing, one that differs adds its new
+/// transitions after. Requests no edge joins come in when first seen.
+/// Only vertices and edges of at least `weight_min` count.
+fn time_order(g: &StreamGraph, weight_min: u64, units: &mut u64) -> Vec<Range> {
+    let heavy = |r: &Range| g.vertices.get(r).is_some_and(|&w| w >= weight_min);
+    let mut events: Vec<(u64, Range, Option<Range>)> = Vec::new();
+    let mut joined: FxHashSet<Range> = FxHashSet::default();
+    for (&(u, v), &w) in &g.edges {
+        *units += 1;
+        if w >= weight_min && u != v && heavy(&u) && heavy(&v) {
+            let seen = *g.edge_first_seen.get(&(u, v)).expect("every edge has its first sighting");
+            events.push((seen, u, Some(v)));
+            joined.extend([u, v]);
+        }
+    }
+    for (r, &seen) in &g.first_seen {
+        *units += 1;
+        if heavy(r) && !joined.contains(r) {
+            events.push((seen, *r, None));
+        }
+    }
+    events.sort_unstable();
+    let mut order: Vec<Range> = Vec::with_capacity(events.len() + 1);
+    for (_, u, v) in events {
+        *units += 1;
+        if order.last() != Some(&u) {
+            order.push(u);
+        }
+        order.extend(v);
+    }
+    order
+}
+
 /// Steps a copy path may walk over atoms other sequences hold.
 pub const COPY_PATH_MAX: usize = 8;
 
@@ -835,7 +903,15 @@ mod tests {
         place_written: bool,
         relay: bool,
     ) -> StreamPlan {
-        StreamPlan { capacity_blocks, weight_min: WEIGHT_UNIT, copies_max, pad_blocks, place_written, relay }
+        StreamPlan {
+            capacity_blocks,
+            weight_min: WEIGHT_UNIT,
+            copies_max,
+            pad_blocks,
+            place_written,
+            relay,
+            time_order: false,
+        }
     }
 
     fn analyzer() -> Analyzer {
@@ -1089,6 +1165,43 @@ mod tests {
         // At the copy cap the run is planned as without: X alone.
         let capped = StreamPlan { copies_max: 1, ..sp(true) };
         assert_eq!(firsts(&plan_streams(&skip, &capped, &mut 0)), vec![a_, b_, c_, d_, x_]);
+    }
+
+    #[test]
+    fn a_time_ordered_stream_plan_lays_out_each_program_as_it_read_with_its_own_copy_of_a_shared_library() {
+        // One connection (a live start-up: every program on one stream)
+        // runs three programs, each reading the shared library L between
+        // two files of its own, then the first program again.
+        let (l_, p1, p2, q1, q2, g1, g2) = (1000, 2000, 3000, 4000, 5000, 6000, 7000);
+        let trace = [l_, p1, p2, q1, l_, q2, g1, l_, g2, l_, p1, p2];
+        let mut a = analyzer();
+        for (i, &b) in trace.iter().enumerate() {
+            a.add(e(i as u64, b, 8, 1));
+        }
+        let firsts = |p: &[Range]| -> Vec<u64> {
+            p.iter().flat_map(|&(s, e)| s..e).filter(|b| b % 1000 == 0).collect()
+        };
+        let timed =
+            |copies_max| StreamPlan { copies_max, time_order: true, ..sp(1 << 20, 1, 0, true, false) };
+        // Each program's reads in their order, L again in each of them; the
+        // last run repeats the first: only the transition it had not made
+        // before (g2 -> L) adds a copy of L, p1 and p2 take no more room.
+        assert_eq!(
+            firsts(&plan_streams(&a, &timed(4), &mut 0)),
+            vec![l_, p1, p2, q1, l_, q2, g1, l_, g2, l_]
+        );
+        // At the copy cap a program's sequence goes on without its L.
+        assert_eq!(firsts(&plan_streams(&a, &timed(1), &mut 0)), vec![l_, p1, p2, q1, q2, g1, g2]);
+        // The graph's order follows the heaviest edges out of L and leaves
+        // perl and git apart from their library.
+        let graph = StreamPlan { time_order: false, ..timed(4) };
+        assert_ne!(firsts(&plan_streams(&a, &graph, &mut 0)), firsts(&plan_streams(&a, &timed(4), &mut 0)));
+        // Halving keeps the first sightings of what survives.
+        a.halve();
+        assert_eq!(
+            firsts(&plan_streams(&a, &StreamPlan { weight_min: 1, ..timed(4) }, &mut 0)),
+            vec![l_, p1, p2, q1, l_, q2, g1, l_, g2, l_]
+        );
     }
 
     #[test]

@@ -99,6 +99,12 @@ pub struct Args {
     /// (`analyze::plan_streams`); off: they go wherever the plan's next
     /// free slots are.
     pub plan_relay: bool,
+    /// With `plan_streams`: each stream's requests in the order it first
+    /// made them (its first run's reads in their order, a block the stream
+    /// came back to from elsewhere laid out again there, up to
+    /// `copies_max`) instead of the order of its graph's heaviest edges
+    /// (`analyze::time_order`).
+    pub plan_time_order: bool,
     /// Reads choose among a block's copies by the stream's sequence: the
     /// stream's position in the region survives its reads from home, and
     /// a copy laid out right after the block the stream read last wins
@@ -348,6 +354,7 @@ impl Args {
             plan_pad_blocks: u32_key(&mut a, "plan_pad_blocks", 0, 0, 1024)?,
             plan_written: a.bool_opt("plan_written")?.unwrap_or(true),
             plan_relay: a.bool_opt("plan_relay")?.unwrap_or(false),
+            plan_time_order: a.bool_opt("plan_time_order")?.unwrap_or(false),
             read_follow: a.bool_opt("read_follow")?.unwrap_or(false),
             partial_reads_home: a.bool_opt("partial_reads_home")?.unwrap_or(false),
             absorb_writes: a.bool_opt("absorb_writes")?.unwrap_or(false),
@@ -402,6 +409,11 @@ impl Args {
                 a.error("key `plan_relay` lays out stream plans anew: it needs `plan_streams = true`")
             );
         }
+        if args.plan_time_order && !args.plan_streams {
+            return Err(a.error(
+                "key `plan_time_order` orders each stream's plan by time: it needs `plan_streams = true`",
+            ));
+        }
         a.finish()?;
         let geo = Geometry::new(opt_offset_bytes, opt_length_bytes, lower_bytes, block_bytes, journal_blocks)
             .map_err(|e| ConfigError(format!("layer (opt): {e}")))?;
@@ -428,6 +440,7 @@ impl Args {
             ("plan_pad_blocks", self.plan_pad_blocks.to_string()),
             ("plan_written", self.plan_written.to_string()),
             ("plan_relay", self.plan_relay.to_string()),
+            ("plan_time_order", self.plan_time_order.to_string()),
             ("read_follow", self.read_follow.to_string()),
             ("partial_reads_home", self.partial_reads_home.to_string()),
             ("absorb_writes", self.absorb_writes.to_string()),

@@ -644,6 +644,7 @@ impl Opt {
                 pad_blocks: u64::from(self.args.plan_pad_blocks),
                 place_written: self.args.plan_written,
                 relay: self.args.plan_relay,
+                time_order: self.args.plan_time_order,
             };
             let p = plan_streams(&self.analyzer, &o, &mut units);
             (p, format!("{} stream graph(s)", self.analyzer.stream_count()))
