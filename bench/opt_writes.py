@@ -29,6 +29,7 @@ import concurrent.futures
 import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -38,6 +39,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "bench/harness"))
 sys.path.insert(0, os.path.join(ROOT, "bench/workloads"))
 import capreplay  # noqa: E402
+import opt_bound  # noqa: E402
 import opt_real  # noqa: E402
 import opt_variation  # noqa: E402
 import readme  # noqa: E402
@@ -54,7 +56,17 @@ LOG = 64 * MIB
 DCD = {"segment_bytes": '"512KiB"', "bypass_bytes": '"512KiB"'}
 
 
-def near(config, offset, dcd=DCD):
+def dcd_layers(log_at, rest_at, dcd=DCD):
+    """A dcd over a linear layer that maps the dcd's 64 MiB log to the
+    device at `log_at` and its data region to the device's `[0, log_at)`
+    then from `rest_at` on: config lines."""
+    return ["[[layer]]", 'target = "dcd"', "log_offset = 0", f"log_length = {LOG}",
+            *(f"{k} = {v}" for k, v in dcd.items()),
+            "[[layer]]", 'target = "linear"', "[[layer.segment]]", f"offset = {log_at}", f"length = {LOG}",
+            "[[layer.segment]]", "offset = 0", f"length = {log_at}", "[[layer.segment]]", f"offset = {rest_at}"]
+
+
+def near(config, offset):
     """The text of `config` (one opt layer, a 1 GiB region) over a dcd whose
     log lies at `offset`, the region right after it (960 MiB), the home
     layout that of a 1 GiB region at `offset`; the opt layer sends unmapped
@@ -64,10 +76,7 @@ def near(config, offset, dcd=DCD):
     assert 'opt_length = "1GiB"' in keys and 'target = "opt"' in keys, config
     keys = [ln for ln in keys if not ln.startswith(("opt_offset", "opt_length", "absorb_"))]
     text = ["version = 1", "[[layer]]", *keys, f"opt_offset = {offset}", f"opt_length = {GIB - LOG}",
-            "absorb_writes = false", "[[layer]]", 'target = "dcd"', "log_offset = 0", f"log_length = {LOG}",
-            *(f"{k} = {v}" for k, v in dcd.items()),
-            "[[layer]]", 'target = "linear"', "[[layer.segment]]", f"offset = {offset}", f"length = {LOG}",
-            "[[layer.segment]]", "offset = 0", f"length = {offset}", "[[layer.segment]]", f"offset = {offset + LOG}"]
+            "absorb_writes = false", *dcd_layers(offset, offset + LOG)]
     return "\n".join(text) + "\n"
 
 
@@ -196,6 +205,37 @@ def median(xs):
     return opt_real.median(xs)
 
 
+# The bound's layouts replayed here, with the area that ends just before
+# 37 GiB (where the -dcd-near stacks' log lies), through plain.toml or
+# through the dcd alone with its log in plain's 1 GiB gap at 37 GiB.
+BOUND_AREA_GIB = 36.875
+BOUND = [("tape", "tape", "plain"), ("tape-rw", "tape-rw", "plain"), ("tape-nw", "tape-nw", "plain"),
+         ("tape + dcd-near", "tape", "dcd"), ("tape-rw + dcd-near", "tape-rw", "dcd")]
+
+
+def bound(l, caps):
+    """{(capture, name): {program: run 2 busy s}} of the bound's `tape`
+    layouts at BOUND_AREA_GIB, their writes home, in the pass, at their
+    floor, or through a dcd whose log lies right after the area."""
+    tmp = tempfile.mkdtemp(prefix="opt_writes-")
+    keep = opt_real.TMP
+    try:
+        setups = {k: opt_bound.cap_setup(k, tmp) for k in caps}
+        dcd = os.path.join(tmp, "dcd-near-plain.toml")
+        open(dcd, "w").write("\n".join(["version = 1", *dcd_layers(37 * GIB, 38 * GIB)]) + "\n")
+        cfgs = {"plain": opt_real.with_trace("bench/results/opt/plain.toml"), "dcd": opt_real.with_trace(dcd)}
+        jobs = [(k, "plain", "plain", 0, "plain") for k in caps]
+        jobs += [(k, n, lay, BOUND_AREA_GIB, c) for k in caps for n, lay, c in BOUND]
+        out = {}
+        for k, n, lay, g, c in jobs:
+            r = opt_bound.cap_run(l, k, setups[k], lay, g, tmp, cfgs[c])[1]
+            out[k, n] = r["busy_s"]
+        return out
+    finally:
+        opt_real.TMP = keep
+        shutil.rmtree(tmp)
+
+
 def multiday(l, configs, seeds=(1, 2, 3, 4), s=0.5, every=1024):
     """{name: [(seed, placed at, continuous speed-up over plain.toml)]}: each
     config of `configs` (name, single-layer opt config, near-dcd?) on the
@@ -243,13 +283,15 @@ def main():
             res = dict(zip([(j[0], j[1]) for j in jobs], ex.map(lambda j: run(l, j[0], setups[j[0]], *j[1:]), jobs)))
     md = multiday(l, [(n + d, f"bench/results/opt/{n}.toml", bool(d)) for n in ("opt", "opt-relay")
                       for d in ("", "-dcd-near")]) if a.multiday else None
+    bnd = bound(l, caps)
     anat = {k: anatomy(setups[k]) for k in caps}
     json.dump({"runs": {f"cap{k}/{n}": v for (k, n), v in res.items()}, "multiday": md,
-               "anatomy": {f"cap{k}": v for k, v in anat.items()}}, open(os.path.join(OUT, "writes.json"), "w"), indent=1)
-    report(res, st, anat, md, caps)
+               "anatomy": {f"cap{k}": v for k, v in anat.items()},
+               "bound": {f"cap{k}/{n}": v for (k, n), v in bnd.items()}}, open(os.path.join(OUT, "writes.json"), "w"), indent=1)
+    report(res, st, anat, md, caps, bnd)
 
 
-def report(res, st, anat, md, caps):
+def report(res, st, anat, md, caps, bnd):
     names = [n for n, _, _ in st] + [n + "/no-run2-writes" for n in ("opt", "opt-relay")]
 
     def busy(k, n, p):
@@ -273,6 +315,20 @@ def report(res, st, anat, md, caps):
             sp = [busy(k, "plain", p) / busy(k, n, p) for k in caps]
             w = median([wbusy(k, n, p) for k in caps]) * 1e3
             cells.append(f"{median(sp):.2f}x ({min(sp):.2f}-{max(sp):.2f}), w {w:.0f}")
+        L.append(f"| {n} | " + " | ".join(cells) + " |")
+    L += ["", "## The bound's layout with its writes served four ways", "",
+          f"bench/workloads/opt_bound.py's `tape` (every held-out read in one sequential pass) in an area at "
+          f"{BOUND_AREA_GIB} GiB (it ends before 37 GiB), run 2's writes home (`tape`), in the pass "
+          "(`tape-rw`), at their floor (`tape-nw`: transfer only), or through a dcd whose log lies at 37 GiB, in "
+          "plain's unused gap right after the area (`+ dcd-near`, the dcd of the -dcd-near stacks); speed-up over "
+          "plain, median of the captures (range).", "",
+          "| layout | " + " | ".join(PROGS) + " | all six |", "| --- |" + " ---: |" * (len(PROGS) + 1)]
+    for n, _, _ in BOUND:
+        cells = []
+        for p in PROGS + ["all six"]:
+            b = lambda k, x: sum(bnd[k, x].values()) if p == "all six" else bnd[k, x][p]  # noqa: E731
+            sp = [b(k, "plain") / b(k, n) for k in caps]
+            cells.append(f"{median(sp):.2f}x ({min(sp):.2f}-{max(sp):.2f})")
         L.append(f"| {n} | " + " | ".join(cells) + " |")
     L += ["", "## Run 2's writes and flushes as recorded (per capture)", "",
           "Per program: writes (4 KiB blocks, largest write in KiB), flushes; FUA writes: none in any capture.", "",
