@@ -247,10 +247,10 @@ def multiday(l, configs, seeds=(1, 2, 3, 4), s=0.5, every=1024):
         rows = []
         for seed in seeds:
             with tempfile.TemporaryDirectory() as tmp:
-                def placed(layoutd, cfg, trace, until_ms, where, name="placed"):
-                    path, plain, offset = orig(layoutd, cfg, trace, until_ms, where, name)
+                def placed(layoutd, cfg, trace, until_ms, where, label="placed", config=config, dcd=dcd):
+                    path, plain, offset = orig(layoutd, cfg, trace, until_ms, where, label)
                     if dcd:
-                        path = write_near(name + "-dcd-near", config, offset, where)
+                        path = write_near(label + "-dcd-near", config, offset, where)
                     return path, plain, offset
                 opt_variation.placed = placed
                 try:
