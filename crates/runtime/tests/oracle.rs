@@ -112,6 +112,35 @@ target = "linear"
 "#,
     ),
     (
+        // bench/results/opt/opt-dcd-near.toml's shape: the dcd's log mapped
+        // by a linear layer to the device right before the OPT region.
+        "opt-over-dcd-log-beside-the-region-over-linear",
+        concat!(
+            opt_tiny!("absorb_writes = false\nplan_streams = true\ncopies_max = 2\n"),
+            r#"[[layer]]
+target = "dcd"
+log_length = "64K"
+segment_bytes = 4096
+slot_bytes = 512
+buffer_count = 3
+buffer_delay_ms = 5
+bypass_bytes = 4096
+idle_ms_max = 20
+idle_ms_min = 1
+[[layer]]
+target = "linear"
+[[layer.segment]]
+offset = "512K"
+length = "64K"
+[[layer.segment]]
+offset = 0
+length = "512K"
+[[layer.segment]]
+offset = "576K"
+"#
+        ),
+    ),
+    (
         "opt-1k-blocks-absorbing-writes",
         r#"version = 1
 [[layer]]
