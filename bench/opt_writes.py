@@ -93,8 +93,9 @@ def write_near(name, config, offset, where):
 def stacks():
     s = [("plain", "bench/results/opt/plain.toml", False), ("opt", "bench/results/opt/opt.toml", True),
          ("opt-home", "bench/results/opt/opt-home.toml", True),
-         ("opt-relay", "bench/results/opt/opt-relay.toml", True)]
-    for n in ("opt", "opt-relay"):
+         ("opt-relay", "bench/results/opt/opt-relay.toml", True),
+         ("opt-time", "bench/results/opt/opt-time.toml", True)]
+    for n in ("opt", "opt-relay", "opt-time"):
         p = write_near(f"{n}-dcd-near", f"bench/results/opt/{n}.toml", 37 * GIB, OUT)
         s.append((f"{n}-dcd-near", os.path.relpath(p, ROOT), True))
     return s
@@ -236,6 +237,24 @@ def bound(l, caps):
         shutil.rmtree(tmp)
 
 
+# Placed from run 1 (bench/opt_real.py's `placed:` stacks): each against
+# plain with the same home layout.
+PLACED = ("plain-placed", "opt-time-placed", "opt-time-dcd-near-placed")
+BASELINE = {n: "plain-placed" for n in PLACED[1:]}
+
+
+def placed_stacks(l, k, setup, tmp):
+    """(name, config, plans?) of the PLACED stacks for capture k: the
+    region where `layoutd opt place` puts it from run 1 (the dcd's log
+    right before it), and plain with that home layout."""
+    trace, plan_at, eb, _ = setup
+    run1 = opt_real.training(trace, plan_at, eb)
+    config = "bench/results/opt/opt-time.toml"
+    path, plain, offset = opt_variation.placed(l, config, run1, None, tmp, f"cap{k}-opt-time-placed")
+    near_path = write_near(f"cap{k}-opt-time-dcd-near-placed", config, offset, tmp)
+    return [(PLACED[0], plain, False), (PLACED[1], path, True), (PLACED[2], near_path, True)]
+
+
 def multiday(l, configs, seeds=(1, 2, 3, 4), s=0.5, every=1024):
     """{name: [(seed, placed at, continuous speed-up over plain.toml)]}: each
     config of `configs` (name, single-layer opt config, near-dcd?) on the
@@ -279,9 +298,10 @@ def main():
         nw = {k: without_writes(setups[k], k, tmp) for k in caps}
         jobs = [(k, n, c, p, None) for k in caps for n, c, p in st]
         jobs += [(k, n + "/no-run2-writes", c, True, nw[k]) for k in caps for n, c, _ in st if n in ("opt", "opt-relay")]
+        jobs += [(k, n, c, p, None) for k in caps for n, c, p in placed_stacks(l, k, setups[k], tmp)]
         with concurrent.futures.ThreadPoolExecutor(a.jobs) as ex:
             res = dict(zip([(j[0], j[1]) for j in jobs], ex.map(lambda j: run(l, j[0], setups[j[0]], *j[1:]), jobs)))
-    md = multiday(l, [(n + d, f"bench/results/opt/{n}.toml", bool(d)) for n in ("opt", "opt-relay")
+    md = multiday(l, [(n + d, f"bench/results/opt/{n}.toml", bool(d)) for n in ("opt", "opt-relay", "opt-time")
                       for d in ("", "-dcd-near")]) if a.multiday else None
     bnd = bound(l, caps)
     anat = {k: anatomy(setups[k]) for k in caps}
@@ -292,7 +312,7 @@ def main():
 
 
 def report(res, st, anat, md, caps, bnd):
-    names = [n for n, _, _ in st] + [n + "/no-run2-writes" for n in ("opt", "opt-relay")]
+    names = [n for n, _, _ in st] + list(PLACED) + [n + "/no-run2-writes" for n in ("opt", "opt-relay")]
 
     def busy(k, n, p):
         return sum(res[k, n][q]["busy"] for q in PROGS) if p == "all six" else res[k, n][p]["busy"]
@@ -307,12 +327,15 @@ def report(res, st, anat, md, caps, bnd):
          "## Run 2: speed-up over plain, median of the captures (range); write-busy ms (median)", "",
          "Write-busy: the time an upper write or flush is outstanding in the program's window. "
          "`/no-run2-writes`: the stack on the trace without run 2's writes and flushes, over plain with them "
-         "(a ceiling: writes that cost nothing).", "",
+         "(a ceiling: writes that cost nothing). `-placed`: the region where `layoutd opt place` puts it from "
+         "the capture's run 1 (the -dcd-near one with the dcd's log right before it), each against "
+         "`plain-placed` (plain with the same home layout; its own row is against plain); `opt-time`: "
+         "`plan_time_order` (bench/results/opt/opt-time.toml).", "",
          "| stack | " + " | ".join(PROGS) + " | all six |", "| --- |" + " ---: |" * (len(PROGS) + 1)]
     for n in names:
         cells = []
         for p in PROGS + ["all six"]:
-            sp = [busy(k, "plain", p) / busy(k, n, p) for k in caps]
+            sp = [busy(k, BASELINE.get(n, "plain"), p) / busy(k, n, p) for k in caps]
             w = median([wbusy(k, n, p) for k in caps]) * 1e3
             cells.append(f"{median(sp):.2f}x ({min(sp):.2f}-{max(sp):.2f}), w {w:.0f}")
         L.append(f"| {n} | " + " | ".join(cells) + " |")
