@@ -118,11 +118,18 @@ struct StreamGraph {
     read_written: BTreeSet<Range>,
     /// The stream's requests so far (its clock for `first_seen`).
     requests_count: u64,
-    /// When each vertex and each edge was first seen (the stream's request
-    /// number): the time order of [`time_order`].
+    /// When each vertex was first seen and each edge was taken (the
+    /// stream's request number; an edge's first [`SIGHTINGS_MAX`] times):
+    /// the time order of [`time_order`].
     first_seen: FxHashMap<Range, u64>,
-    edge_first_seen: FxHashMap<(Range, Range), u64>,
+    edge_seen: FxHashMap<(Range, Range), Vec<u64>>,
 }
+
+/// The times an edge is taken that [`time_order`] remembers: a path
+/// several programs on one connection take (a library's directory, its
+/// inode table block) is laid out again in each program's sequence up to
+/// this many times (and `copies_max`).
+pub const SIGHTINGS_MAX: usize = 8;
 
 /// Limits of the analyzer.
 #[derive(Clone, Copy, Debug)]
@@ -219,8 +226,11 @@ impl Analyzer {
             let map = if k == 0 { &mut g.edges } else { &mut g.skips };
             let slot = map.entry((prev, range)).or_insert(0);
             self.edge_count += usize::from(*slot == 0);
-            if *slot == 0 && k == 0 {
-                g.edge_first_seen.insert((prev, range), seen);
+            if k == 0 {
+                let times = g.edge_seen.entry((prev, range)).or_default();
+                if times.len() < SIGHTINGS_MAX {
+                    times.push(seen);
+                }
             }
             *slot += w;
         }
@@ -254,7 +264,7 @@ impl Analyzer {
             g.written.retain(|r| g.vertices.contains_key(r));
             g.read_written.retain(|r| g.vertices.contains_key(r));
             g.first_seen.retain(|r, _| g.vertices.contains_key(r));
-            g.edge_first_seen.retain(|e, _| g.edges.contains_key(e));
+            g.edge_seen.retain(|e, _| g.edges.contains_key(e));
             vertices += g.vertices.len();
             edges += g.edges.len() + g.skips.len();
         }
@@ -511,6 +521,14 @@ pub fn plan(
 /// read-ahead covers a short skip forward; see [`plan_streams`]).
 pub const FOLLOW_AHEAD_BLOCKS: u64 = 64;
 
+/// In a time-ordered stream plan ([`time_order`]), a request laid out
+/// elsewhere (not just ahead) is read there when the stream's next
+/// requests go on along that layout for at least this many requests (a
+/// rerun: one seek there and one back, spread over them); a shorter path
+/// is laid out again in the stream's sequence (two seeks saved for a few
+/// copied blocks).
+pub const JOIN_MIN: usize = 32;
+
 /// What [`plan_streams`] is asked for.
 #[derive(Clone, Copy, Debug)]
 pub struct StreamPlan {
@@ -586,6 +604,26 @@ pub fn plan_streams(a: &Analyzer, o: &StreamPlan, units: &mut u64) -> Vec<Range>
             starts.iter().copied().find(fits)
         }
     };
+    // Where `rs[0]` lies laid out, if the requests after it go on along
+    // that layout for at least `JOIN_MIN` requests in all.
+    let joins = |at: &FxHashMap<u64, Vec<u64>>, rs: &[Range], units: &mut u64| {
+        let starts = at.get(&rs[0].0)?;
+        starts.iter().copied().find(|&s0| {
+            let mut c: Option<u64> = None;
+            for &r in rs.iter().take(JOIN_MIN) {
+                *units += r.1 - r.0;
+                let ok = |s: u64| match c {
+                    None => s == s0,
+                    Some(c) => s >= c && s - c <= FOLLOW_AHEAD_BLOCKS,
+                };
+                match in_row(at, r, &ok) {
+                    Some(s) => c = Some(s + (r.1 - r.0)),
+                    None => return false,
+                }
+            }
+            rs.len() >= JOIN_MIN
+        })
+    };
     for g in a.streams.values() {
         let mut cursor: Option<u64> = None;
         let mut order: Vec<Range> =
@@ -650,7 +688,7 @@ pub fn plan_streams(a: &Analyzer, o: &StreamPlan, units: &mut u64) -> Vec<Range>
             }
             continue;
         }
-        for r in order {
+        for (i, &r) in order.iter().enumerate() {
             *units += r.1 - r.0;
             if pos >= capacity_blocks {
                 return out;
@@ -664,7 +702,8 @@ pub fn plan_streams(a: &Analyzer, o: &StreamPlan, units: &mut u64) -> Vec<Range>
             }
             let near = |s: u64| cursor.is_some_and(|c| s >= c && s - c <= FOLLOW_AHEAD_BLOCKS);
             let found = in_row(&at, r, &near)
-                .or_else(|| cursor.is_none().then(|| in_row(&at, r, &|_| true)).flatten());
+                .or_else(|| cursor.is_none().then(|| in_row(&at, r, &|_| true)).flatten())
+                .or_else(|| by_time.then(|| joins(&at, &order[i..], units)).flatten());
             if let Some(s) = found {
                 cursor = Some(s + (r.1 - r.0));
                 continue;
@@ -760,14 +799,15 @@ fn stream_order(g: &StreamGraph, weight_min: u64, units: &mut u64) -> Vec<Range>
     order
 }
 
-/// A stream's requests in the order it first made each transition: its
-/// edges by when each was first seen, a request repeated wherever the
-/// stream came back to it from elsewhere (a shared library read again
-/// after other files: [`plan_streams`] lays it out again there, up to
-/// `copies_max` copies, unless a copy lies just ahead). A run of a program
-/// comes out as the run's reads in their order, each transition once: a
-/// later run that repeats it adds nothing, one that differs adds its new
-/// transitions after. Requests no edge joins come in when first seen.
+/// A stream's requests in the order it made its transitions: each edge
+/// at each of the first [`SIGHTINGS_MAX`] times the stream took it, in
+/// time order, a request repeated wherever the stream came to it from
+/// another than the one before it in the order. A run of a program comes
+/// out as the run's reads in their order; a path it takes again later
+/// (a second run, or a library's path another program on the connection
+/// takes) comes out again there, and [`plan_streams`] decides whether it
+/// is laid out again there (a short path) or read where it lies (a long
+/// one: [`JOIN_MIN`]). Requests no edge joins come in when first seen.
 /// Only vertices and edges of at least `weight_min` count.
 fn time_order(g: &StreamGraph, weight_min: u64, units: &mut u64) -> Vec<Range> {
     let heavy = |r: &Range| g.vertices.get(r).is_some_and(|&w| w >= weight_min);
@@ -776,8 +816,9 @@ fn time_order(g: &StreamGraph, weight_min: u64, units: &mut u64) -> Vec<Range> {
     for (&(u, v), &w) in &g.edges {
         *units += 1;
         if w >= weight_min && u != v && heavy(&u) && heavy(&v) {
-            let seen = *g.edge_first_seen.get(&(u, v)).expect("every edge has its first sighting");
-            events.push((seen, u, Some(v)));
+            let times = g.edge_seen.get(&(u, v)).expect("every edge was taken");
+            events.extend(times.iter().map(|&seen| (seen, u, Some(v))));
+            *units += times.len() as u64;
             joined.extend([u, v]);
         }
     }
@@ -1184,24 +1225,61 @@ mod tests {
         let timed =
             |copies_max| StreamPlan { copies_max, time_order: true, ..sp(1 << 20, 1, 0, true, false) };
         // Each program's reads in their order, L again in each of them; the
-        // last run repeats the first: only the transition it had not made
-        // before (g2 -> L) adds a copy of L, p1 and p2 take no more room.
+        // last run repeats the first, a path too short to be worth a seek
+        // there and back (JOIN_MIN), so it is laid out again too.
         assert_eq!(
             firsts(&plan_streams(&a, &timed(4), &mut 0)),
-            vec![l_, p1, p2, q1, l_, q2, g1, l_, g2, l_]
+            vec![l_, p1, p2, q1, l_, q2, g1, l_, g2, l_, p1, p2]
         );
-        // At the copy cap a program's sequence goes on without its L.
+        // At the copy cap a program's sequence goes on without its L (and
+        // the last run reads on along the first's, L's only copy just
+        // before it).
         assert_eq!(firsts(&plan_streams(&a, &timed(1), &mut 0)), vec![l_, p1, p2, q1, q2, g1, g2]);
         // The graph's order follows the heaviest edges out of L and leaves
         // perl and git apart from their library.
         let graph = StreamPlan { time_order: false, ..timed(4) };
         assert_ne!(firsts(&plan_streams(&a, &graph, &mut 0)), firsts(&plan_streams(&a, &timed(4), &mut 0)));
-        // Halving keeps the first sightings of what survives.
+        // Halving keeps the sightings of what survives.
         a.halve();
         assert_eq!(
             firsts(&plan_streams(&a, &StreamPlan { weight_min: 1, ..timed(4) }, &mut 0)),
-            vec![l_, p1, p2, q1, l_, q2, g1, l_, g2, l_]
+            vec![l_, p1, p2, q1, l_, q2, g1, l_, g2, l_, p1, p2]
         );
+    }
+
+    #[test]
+    fn a_time_ordered_stream_plan_reads_a_long_rerun_where_it_lies_and_copies_a_short_shared_path() {
+        // A program of JOIN_MIN requests, then another that takes three of
+        // them (a shared path) between two of its own, then the first
+        // program again, whole.
+        let first: Vec<u64> = (1..=JOIN_MIN as u64).map(|i| 1000 * i).collect();
+        let (o1, o2) = (900_000, 901_000);
+        let mut trace = first.clone();
+        trace.extend([o1, first[4], first[5], first[6], o2]);
+        trace.extend(&first);
+        let mut a = analyzer();
+        for (i, &b) in trace.iter().enumerate() {
+            a.add(e(i as u64, b, 8, 1));
+        }
+        let firsts = |p: &[Range]| -> Vec<u64> {
+            p.iter().flat_map(|&(s, e)| s..e).filter(|b| b % 1000 == 0).collect()
+        };
+        let plan = StreamPlan { time_order: true, ..sp(1 << 20, 8, 0, true, false) };
+        // The shared path is copied between o1 and o2; the rerun, as long
+        // as JOIN_MIN, takes no room: it is read where the first run lies.
+        let mut want = first.clone();
+        want.extend([o1, first[4], first[5], first[6], o2]);
+        assert_eq!(firsts(&plan_streams(&a, &plan, &mut 0)), want);
+        // One request shorter and the rerun is laid out again.
+        let mut a = analyzer();
+        let short = &first[..JOIN_MIN - 1];
+        for (i, &b) in short.iter().chain(&[o1]).chain(short).enumerate() {
+            a.add(e(i as u64, b, 8, 1));
+        }
+        let mut want: Vec<u64> = short.to_vec();
+        want.push(o1);
+        want.extend(short);
+        assert_eq!(firsts(&plan_streams(&a, &plan, &mut 0)), want);
     }
 
     #[test]
