@@ -43,10 +43,16 @@
 #                       reads (`layoutd opt place`; placed.md); last, the held-out time by
 #                       op and by mapped or not, plain against opt,
 #                       opt-home, opt-written and opt-dcd (opt_ops.py,
-#                       ops.md)
+#                       ops.md); then the real start-ups' replays
+#                       (bench/opt_real.py: the committed captures through
+#                       every stack, real/README.md) and their writes with
+#                       the stacks over a dcd beside the region
+#                       (bench/opt_writes.py --multiday, writes.md);
+#                       with BOUND=1 also the best any layout could do
+#                       (bench/workloads/opt_bound.py, bound.md, ~10 min)
 #
 # Environment: LAYOUTD (default target/release/layoutd); SEEDS (default
-# "2 3 4", the seeds besides 1).
+# "2 3 4", the seeds besides 1); BOUND (1: run opt_bound.py too).
 set -eu
 cd "$(dirname "$0")/.."
 LAYOUTD=${LAYOUTD:-target/release/layoutd}
@@ -167,4 +173,10 @@ done > $R/phases.md
 # The held-out time by op and by mapped or not (one plan after day 1).
 python3 bench/workloads/opt_ops.py $R/opt.toml "$LAYOUTD" \
     --also opt-home=$R/opt-home.toml opt-written=$R/opt-written.toml opt-dcd=$R/opt-dcd.toml > $R/ops.md
+# The real start-ups (captures committed under bench/traces/opt/real/).
+LAYOUTD="$LAYOUTD" python3 bench/opt_real.py > /dev/null
+LAYOUTD="$LAYOUTD" python3 bench/opt_writes.py --multiday > /dev/null
+if [ "${BOUND:-0}" = 1 ]; then
+    python3 bench/workloads/opt_bound.py --layoutd "$LAYOUTD"
+fi
 cat $R/tables.md
