@@ -14,17 +14,8 @@ use layoutd_runtime::volume::{self, FormatOptions};
 use std::path::PathBuf;
 use std::process::Command;
 
-fn bytes_read() -> u64 {
-    let io = std::fs::read_to_string("/proc/self/io").expect("/proc/self/io");
-    let line = io.lines().find(|l| l.starts_with("rchar:")).expect("rchar");
-    line["rchar:".len()..].trim().parse().expect("a number")
-}
-
-fn read_by<R>(f: impl FnOnce() -> R) -> (R, u64) {
-    let before = bytes_read();
-    let r = f();
-    (r, bytes_read() - before)
-}
+mod rchar;
+use rchar::read_by;
 
 /// The free-space scan's error in the statuses (as `layoutd free-space`
 /// reads it).
