@@ -102,6 +102,9 @@ pub(super) struct Found {
     /// than the checkpoint, beside a copy that is blank, torn or does not
     /// decode (the current copy, damaged, if the digest falls short).
     stale: StalePages,
+    /// Map pages with no usable copy and a torn one (the map's magic, a
+    /// bad crc): where lost pages are looked for first.
+    torn_pages: Vec<u32>,
 }
 
 /// [`Found::stale`]: each such page and why its other copy is unusable
@@ -325,6 +328,7 @@ impl Log {
             accept_loss,
             unusable: UnusablePages::default(),
             stale: StalePages::default(),
+            torn_pages: Vec::new(),
         };
         self.read_map_pages(0);
         Ok(Some(Bringup::ReadMap { found, next_page: 0 }))
@@ -362,6 +366,7 @@ impl Log {
                     if torn {
                         u.torn += 1;
                         u.first_torn.get_or_insert(why);
+                        found.torn_pages.push(p);
                     }
                 }
                 Some(PageTrouble::Stale(why)) => found.stale.push((p, why)),
@@ -455,7 +460,7 @@ impl Log {
         }
         let explained = match stale.is_empty() {
             true => None,
-            false => self.explain_shortfall(&recorded, stale, lost_count, ck.generation),
+            false => self.explain_shortfall(&recorded, found, lost_count),
         };
         if explained.as_ref().is_some_and(Vec::is_empty) {
             // The lost pages alone explain both digests: no page that
@@ -558,16 +563,17 @@ impl Log {
     /// shortfalls single out as damaged, each with its shortfall (empty:
     /// the `lost_count` pages without a usable copy explain it all), or
     /// `None` when no answer is sound (`seglog::shortfall::explain`). A
-    /// lost page is one without a usable copy, short by at most the
-    /// checkpoint's generation; a page that could be stale, by at most the
+    /// lost page is one without a usable copy (looked for first among
+    /// those with a torn copy), short by at most the checkpoint's
+    /// generation; a page that could be stale, by at most the
     /// checkpoint's generation over its copy taken.
     fn explain_shortfall(
         &self,
         recorded: &MapDigest,
-        stale: &StalePages,
+        found: &Found,
         lost_count: usize,
-        ck_generation: u64,
     ) -> Option<Vec<(u32, u64)>> {
+        let ck_generation = found.ck.generation;
         let lost: Vec<(u32, u64)> = match lost_count {
             0 => Vec::new(),
             _ => (0..self.args.map.page_count)
@@ -575,9 +581,15 @@ impl Log {
                 .map(|p| (p, ck_generation))
                 .collect(),
         };
-        let stale: Vec<(u32, u64)> =
-            stale.iter().map(|(p, _)| (*p, ck_generation - self.page_generation[*p as usize])).collect();
-        crate::seglog::shortfall::explain(recorded, &self.map_digest, &lost, lost_count, &stale)
+        let torn: Vec<(u32, u64)> = found.torn_pages.iter().map(|&p| (p, ck_generation)).collect();
+        let tiers: Vec<&[(u32, u64)]> = match torn.len() < lost.len() {
+            true => vec![&torn, &lost],
+            false => vec![&lost],
+        };
+        let stale: Vec<(u32, u64)> = (found.stale.iter())
+            .map(|(p, _)| (*p, ck_generation - self.page_generation[*p as usize]))
+            .collect();
+        crate::seglog::shortfall::explain(recorded, &self.map_digest, &tiers, lost_count, &stale)
     }
 
     /// Page `p`, which could be stale: its offsets, the copy taken (its

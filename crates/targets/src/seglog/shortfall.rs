@@ -14,17 +14,20 @@
 //! pages with their shortfalls *explains* the digests when both add up.
 //!
 //! [`explain`] tries sets with the lost pages and no page stale, then one
-//! stale, two, ...: the first number of stale pages any set of which
-//! explains both digests answers, if every such set names the same stale
-//! pages by the same amounts (the lost pages may differ: they are
-//! unmapped whatever their place). A set that explains them by chance
-//! needs the weighted digest (61 bits, the weights a hash of the page)
-//! to land on one of the sets weighed, so the search weighs at most
-//! [`CLASS_MAX`] sets in all: a chance of at most 2^29 / 2^61 = 2^-32 of
-//! naming the wrong pages, no more than a crc32c letting a damaged map
-//! page through. Past that bound (many pages that could be lost or stale
-//! and a long shortfall), or past [`WORK_MAX`] steps, it does not answer
-//! and recovery treats every page that could be stale as stale.
+//! stale, two, ...: the first set that explains both digests answers, if
+//! every such set of its search names the same stale pages by the same
+//! amounts (the lost pages may differ: they are unmapped whatever their
+//! place). The lost pages are looked for first among the pages with a
+//! torn copy (the map's magic, a bad crc: few, on a large volume mostly
+//! written by none), then among all without a usable copy. A set that
+//! explains them by chance needs the weighted digest (61 bits, the
+//! weights a hash of the page) to land on one of the sets weighed, so the
+//! search weighs at most [`CLASS_MAX`] sets in all: a chance of at most
+//! 2^29 / 2^61 = 2^-32 of naming the wrong pages, no more than a crc32c
+//! letting a damaged map page through. Past that bound (many pages that
+//! could be lost or stale and a long shortfall), or past [`WORK_MAX`]
+//! steps, it does not answer and recovery treats every page that could
+//! be stale as stale.
 
 use super::header::{mul_mod, quotient, sub_mod, MapDigest, MAP_DIGEST_PRIME};
 use rustc_hash::FxHashMap;
@@ -43,23 +46,31 @@ pub const CLASS_MAX: u128 = 1 << 29;
 pub const WORK_MAX: u64 = 1 << 22;
 
 /// `recorded` (the checkpoint's digests) against `taken` (those of the
-/// copies recovery took), `lost_count` of the `lost` pages having no
-/// usable copy: the pages of `stale` that fell short and by how much,
-/// in `stale`'s order (empty: the lost pages explain it all, no page that
-/// could be stale is), or `None` when no answer is sound within the
-/// bounds (no set explains both, sets that do disagree, or too many sets
-/// to weigh).
+/// copies recovery took), `lost_count` pages having no usable copy, all
+/// of them among the last of `lost` (each a list of the pages they could
+/// be, the first the likeliest: a tier weighs few sets, so it is tried
+/// first; the last, every page they could be): the pages of `stale` that
+/// fell short and by how much, in `stale`'s order (empty: the lost pages
+/// explain it all, no page that could be stale is), or `None` when no
+/// answer is sound within the bounds (no set explains both, sets that do
+/// disagree, or too many sets to weigh or steps to take). For each number
+/// of stale pages, from none up, each tier is searched whose sets still
+/// fit in [`CLASS_MAX`] with those already weighed (a tier that does not
+/// is passed over, unweighed: a set found elsewhere is still wrong by
+/// chance at most all sets weighed over 2^61).
 pub fn explain(
     recorded: &MapDigest,
     taken: &MapDigest,
-    lost: &Suspects,
+    lost: &[&Suspects],
     lost_count: usize,
     stale: &Suspects,
 ) -> Option<Vec<(u32, u64)>> {
     let d = recorded.sum.wrapping_sub(taken.sum);
     let dw = sub_mod(recorded.weighted, taken.weighted);
     let most = |s: &Suspects| s.iter().map(|x| x.1).max().unwrap_or(0);
-    let mut weighed = 0u128;
+    // With no page lost, one search (of no lost page) for each number.
+    let tiers: &[&Suspects] = if lost_count == 0 { &[&[]] } else { lost };
+    let (mut weighed, mut work) = (0u128, 0u64);
     for s in 0..=stale.len() {
         let k = lost_count + s;
         if k == 0 {
@@ -69,24 +80,35 @@ pub fn explain(
         if d < k as u64 {
             return None;
         }
-        let reach = match (lost_count, s) {
-            (0, _) => most(stale),
-            (_, 0) => most(lost),
-            _ => most(lost).max(most(stale)),
-        };
-        let amounts = u128::from(d.min(reach)).saturating_pow(k as u32 - 1);
-        let sets = choose(lost.len(), lost_count).saturating_mul(choose(stale.len(), s));
-        weighed = weighed.saturating_add(sets.saturating_mul(amounts));
-        if weighed > CLASS_MAX {
-            return None;
+        let mut searched = false;
+        for &tier in tiers.iter().filter(|t| t.len() >= lost_count) {
+            let reach = match (lost_count, s) {
+                (0, _) => most(stale),
+                (_, 0) => most(tier),
+                _ => most(tier).max(most(stale)),
+            };
+            let amounts = u128::from(d.min(reach)).saturating_pow(k as u32 - 1);
+            let sets = choose(tier.len(), lost_count).saturating_mul(choose(stale.len(), s));
+            let class = sets.saturating_mul(amounts);
+            if weighed.saturating_add(class) > CLASS_MAX {
+                continue;
+            }
+            weighed += class;
+            searched = true;
+            let mut search = Search::new([tier, stale], [lost_count, s], work);
+            let r = search.visit(0, 0, d, dw);
+            work = search.work;
+            r.ok()?;
+            if search.disagree {
+                return None;
+            }
+            if let Some(fit) = search.fit {
+                return Some(fit);
+            }
         }
-        let mut search = Search::new([lost, stale], [lost_count, s]);
-        search.visit(0, 0, d, dw).ok()?;
-        if search.disagree {
+        if !searched {
+            // More stale pages only weigh more sets.
             return None;
-        }
-        if let Some(fit) = search.fit {
-            return Some(fit);
         }
     }
     None
@@ -120,13 +142,13 @@ struct Search<'a> {
 struct Stop;
 
 impl<'a> Search<'a> {
-    fn new(groups: [&'a Suspects; 2], count: [usize; 2]) -> Search<'a> {
+    fn new(groups: [&'a Suspects; 2], count: [usize; 2], work: u64) -> Search<'a> {
         let g = usize::from(count[1] > 0);
         let mut last: FxHashMap<u64, Vec<usize>> = FxHashMap::default();
         for (i, &(p, _)) in groups[g].iter().enumerate() {
             last.entry(MapDigest::weight(p)).or_default().push(i);
         }
-        Search { groups, count, last, chosen: Vec::new(), fit: None, disagree: false, work: 0 }
+        Search { groups, count, last, chosen: Vec::new(), fit: None, disagree: false, work }
     }
 
     fn step(&mut self) -> Result<(), Stop> {
@@ -309,7 +331,7 @@ mod tests {
                     .collect();
                 let kept: Vec<(u32, u64)> =
                     (0..gens.len()).filter(|i| !lost_at.contains(i)).map(|i| taken[i]).collect();
-                let got = explain(&truth, &digest(&kept), &lost, lost_at.len(), &stale);
+                let got = explain(&truth, &digest(&kept), &[&lost], lost_at.len(), &stale);
                 let mut want: Vec<(u32, u64)> = stale_at.iter().map(|&(i, m)| (taken[i].0, m)).collect();
                 want.sort_by_key(|x| stale.iter().position(|s| s.0 == x.0));
                 assert_eq!(got, Some(want), "lost {lost_at:?}, stale {stale_at:?}");
@@ -320,7 +342,7 @@ mod tests {
         // The smallest cases are always answered.
         let one = digest(&gens[1..]);
         let lost = [(gens[0].0, ck), (100, ck)];
-        assert_eq!(explain(&recorded, &one, &lost, 1, &[(gens[1].0, 3)]), Some(vec![]));
+        assert_eq!(explain(&recorded, &one, &[&lost], 1, &[(gens[1].0, 3)]), Some(vec![]));
     }
 
     /// Three pages lost out of three without a copy, each written late on
@@ -338,17 +360,18 @@ mod tests {
         let recorded = digest(&gens);
         let lost: Vec<(u32, u64)> = gens[..3].iter().map(|g| (g.0, ck)).collect();
         let stale: Vec<(u32, u64)> = gens[3..].iter().map(|g| (g.0, ck - g.1)).collect();
-        assert_eq!(explain(&recorded, &digest(&gens[3..]), &lost, 3, &stale), Some(vec![]));
+        assert_eq!(explain(&recorded, &digest(&gens[3..]), &[&lost], 3, &stale), Some(vec![]));
         // One of them stale beside two lost: named, by its shortfall.
         let mut taken = gens.clone();
         taken[7].1 -= 5;
         let stale: Vec<(u32, u64)> = taken[2..].iter().map(|g| (g.0, ck - g.1)).collect();
-        let got = explain(&recorded, &digest(&taken[2..]), &lost[..2], 2, &stale);
+        let got = explain(&recorded, &digest(&taken[2..]), &[&lost[..2]], 2, &stale);
         assert_eq!(got, Some(vec![(7, 5)]));
     }
 
     /// No set explains a shortfall the weights cannot make (a forged
-    /// digest), and a search too wide to be trusted does not answer.
+    /// digest), and a search too wide to be trusted does not answer,
+    /// unless a narrower tier (the pages with a torn copy) holds the set.
     #[test]
     fn no_answer_without_a_fit_or_past_the_bounds() {
         let gens: Vec<(u32, u64)> = (0..6u32).map(|p| (p, 4)).collect();
@@ -356,12 +379,24 @@ mod tests {
         let mut forged = digest(&gens[2..]);
         forged.weighted = (forged.weighted + 1) % MAP_DIGEST_PRIME;
         let lost = [(0, 9), (1, 9)];
-        assert_eq!(explain(&recorded, &forged, &lost, 2, &[]), None, "forged");
-        assert_eq!(explain(&recorded, &digest(&gens[2..]), &lost, 2, &[]), Some(vec![]));
+        assert_eq!(explain(&recorded, &forged, &[&lost], 2, &[]), None, "forged");
+        assert_eq!(explain(&recorded, &digest(&gens[2..]), &[&lost], 2, &[]), Some(vec![]));
         // The same two pages lost among a million that could be: too many
         // pairs to weigh.
         let many: Vec<(u32, u64)> = (0..1_000_000u32).map(|p| (p, 9)).collect();
-        assert_eq!(explain(&recorded, &digest(&gens[2..]), &many, 2, &[]), None, "too wide");
+        assert_eq!(explain(&recorded, &digest(&gens[2..]), &[&many], 2, &[]), None, "too wide");
+        // Unless the two have a torn copy, which few pages have: that tier
+        // is searched first, and a page stale beside them is named.
+        let tiers: [&Suspects; 2] = [&lost, &many];
+        assert_eq!(explain(&recorded, &digest(&gens[2..]), &tiers, 2, &[(3, 9)]), Some(vec![]), "torn");
+        let mut taken = gens.clone();
+        taken[3].1 -= 2;
+        let stale = [(3, 7), (4, 5)];
+        assert_eq!(
+            explain(&recorded, &digest(&taken[2..]), &tiers, 2, &stale),
+            Some(vec![(3, 2)]),
+            "torn, stale"
+        );
         assert_eq!(choose(5, 2), 10);
         assert_eq!(choose(2, 3), 0);
     }
