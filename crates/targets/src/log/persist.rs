@@ -443,8 +443,9 @@ impl Log {
     /// pages when the two digests' shortfalls single out which of the
     /// pages that could be stale are, beside the lost ones
     /// (`seglog::shortfall`), else all of those; with `accept_loss` those
-    /// pages (else each that could be stale) are unmapped (its blocks not written since the checkpoint read zeroes)
-    /// and rewritten by the bring-up checkpoint, so stale mappings are
+    /// pages (else each that could be stale) are unmapped (their blocks
+    /// not written since the checkpoint read zeroes) and rewritten by
+    /// the bring-up checkpoint, so stale mappings are
     /// never served. A volume of a version without a digest is not
     /// checked (its first open).
     fn judge_digest(&mut self, found: &Found) -> Result<(), String> {
