@@ -681,7 +681,7 @@ pub fn message(a: MessageArgs) -> Result<()> {
 
 #[derive(Args)]
 #[command(
-    after_help = "Examples:\n  layoutd free-space --device vol.img\n\nOpens the device (it must not be served) and has its `replica` layer read the ext2/3/4 superblock, group descriptors and block bitmaps of the file system on the volume; the free blocks become free space for replicas (and read back as zeroes, as after a discard). A dry run over a copy-on-write overlay comes first: an unknown or corrupt file system, or one whose journal needs recovery (mounted, or not cleanly unmounted), is reported in one line and nothing is written. Otherwise the result is flushed, saved in the layer's snapshot when it has one, and the device marked clean."
+    after_help = "Examples:\n  layoutd free-space --device vol.img\n\nOpens the device (it must not be served) and has its `replica` layer read the ext2/3/4 superblock, group descriptors and block bitmaps of the file system on the volume; the free blocks become free space for replicas (and read back as zeroes, as after a discard). The scan runs before anything is written (the volume is brought up once, its writes held in memory): an unknown or corrupt file system, or one whose journal needs recovery (mounted, or not cleanly unmounted), is reported in one line and nothing is written. Otherwise the recovery's and the scan's writes are made, the result is flushed, saved in the layer's snapshot when it has one, and the device marked clean."
 )]
 pub struct FreeSpaceArgs {
     /// The device (repeat, in order, for every member of a multi-device volume).
@@ -699,15 +699,13 @@ fn scan_result(statuses: &[layoutd_core::Status]) -> (Option<String>, u64) {
 pub fn free_space(a: FreeSpaceArgs) -> Result<()> {
     distinct(&a.device)?;
     CommandTarget::Offline(a.device.clone()).require_layer("replica")?;
-    let (_, dry) = volume::message_dry_run(&a.device, "free-space")?;
-    if let (Some(e), _) = scan_result(&dry) {
-        bail!("{}: {e}; nothing written", names(&a.device));
-    }
-    let (_, statuses) = volume::drain(&a.device, Some("free-space"))?;
-    let (error, declared) = scan_result(&statuses);
-    if let Some(e) = error {
-        bail!("{}: {e}", names(&a.device));
-    }
+    // One bring-up: the scan runs before anything is written, and its
+    // error (a dry run's answer) leaves the device as it was.
+    let (_, statuses) = match volume::drain_checked(&a.device, "free-space", &|st| scan_result(st).0)? {
+        Ok(done) => done,
+        Err(e) => bail!("{}: {e}; nothing written", names(&a.device)),
+    };
+    let (_, declared) = scan_result(&statuses);
     println!("{}: {declared} free block(s) declared; stack now:", names(&a.device));
     let no_snapshot =
         statuses.iter().flat_map(|s| s.config.iter()).any(|c| c.0 == "snapshot_bytes" && c.1 == "0");

@@ -421,7 +421,14 @@ pub fn open_with(paths: &[PathBuf], direct: bool, accept_loss: bool) -> Result<V
 /// flushes) and marks the members dirty, as a direct open does; `overlay`
 /// passes every request through from then on.
 fn commit(overlay: &StagedDevice, members: &[Member]) -> Result<OverlayStats, VolumeError> {
-    let stats = overlay.commit().map_err(|e| {
+    let stats = replay(overlay, members)?;
+    mark_all(members, false)?;
+    Ok(stats)
+}
+
+/// [`StagedDevice::commit`], a failure naming member 0.
+fn replay(overlay: &StagedDevice, members: &[Member]) -> Result<OverlayStats, VolumeError> {
+    overlay.commit().map_err(|e| {
         err(
             &members[0].path,
             format!(
@@ -429,9 +436,7 @@ fn commit(overlay: &StagedDevice, members: &[Member]) -> Result<OverlayStats, Vo
                  recovery would leave it"
             ),
         )
-    })?;
-    mark_all(members, false)?;
-    Ok(stats)
+    })
 }
 
 /// What [`open_members`] gives: member 0's superblock, the stack it
@@ -489,41 +494,41 @@ pub fn check(paths: &[PathBuf]) -> Result<Superblock, VolumeError> {
 /// over a copy-on-write overlay, so counters reflect the volume's persistent
 /// state while no device is ever written.
 pub fn inspect_stack(paths: &[PathBuf]) -> Result<(Superblock, Box<dyn Target>), VolumeError> {
-    overlay_stack(paths, true).map(|(sb, stack, _)| (sb, stack))
-}
-
-/// [`inspect_stack`], with the overlay device the stack runs on.
-fn overlay_stack(
-    paths: &[PathBuf],
-    notices: bool,
-) -> Result<(Superblock, Box<dyn Target>, Arc<dyn BlockDevice>), VolumeError> {
     let devs: Vec<FileDevice> = paths.iter().map(|p| open_read_only(p)).collect::<Result<_, _>>()?;
     let (sb, stack, _, data) = open_members(paths, devs, false)?;
     // Reads see the devices, writes stay in memory.
     let data: Arc<dyn BlockDevice> = Arc::new(OverlayDevice::new(data));
-    let stack = bring_up_quiet(&paths[0], stack, data.clone())?;
-    if notices {
-        print_notices(&paths[0], &*stack);
-    }
-    Ok((sb, stack, data))
+    let stack = bring_up_quiet(&paths[0], stack, data)?;
+    print_notices(&paths[0], &*stack);
+    Ok((sb, stack))
 }
 
 /// What [`run_offline`] leaves: the first step's result, the stack, the members.
 type Offline<R> = (R, Box<dyn Target>, Vec<Member>);
 
+/// What the statuses say against writing anything ([`run_offline`]).
+type Verdict<'a> = &'a dyn Fn(&[layoutd_core::Status]) -> Option<String>;
+
 /// Opens the volume offline, brought up over a recording overlay
 /// ([`open_staged`]), and runs `first` on a harness over it: if `first`
-/// refuses, returns the refusal with nothing written; otherwise commits
-/// the bring-up (the devices get its writes, then the dirty mark), lets
-/// every background job finish (bounded), flushes and settles; returns
-/// `first`'s result and the stack, with the volume still marked dirty
-/// (the caller marks it clean once satisfied). `first` only submits
-/// (as [`Harness::message`] does): no request reaches the device before
-/// the commit.
+/// refuses, returns the refusal with nothing written. Without a
+/// `verdict`, `first` only submits (as [`Harness::message`] does: no
+/// request reaches the device before the commit) and the bring-up is
+/// committed (the devices get its writes, then the dirty mark). With
+/// one, the work `first` started runs to its end over the overlay
+/// (reads see the devices, writes stay in memory), the verdict reads the
+/// statuses, and a reason it gives is returned with nothing written;
+/// else the members are marked dirty and the overlay committed (the
+/// bring-up's and the work's writes, in order, with their flushes, as a
+/// direct run makes them; dirty first, since they are more than a
+/// recovery's). Then every background job finishes (bounded), the stack
+/// flushes and settles; returns `first`'s result and the stack, with the
+/// volume still marked dirty (the caller marks it clean once satisfied).
 fn run_offline<R>(
     paths: &[PathBuf],
     what: &str,
     first: impl FnOnce(&mut Harness<ZeroLatency>) -> Result<R, String>,
+    verdict: Option<Verdict>,
 ) -> Result<Result<Offline<R>, String>, VolumeError> {
     let (vol, overlay) = open_staged(paths, false, false)?;
     let path = &paths[0];
@@ -532,22 +537,43 @@ fn run_offline<R>(
         Ok(r) => r,
         Err(why) => return Ok(Err(why)),
     };
-    assert_eq!(h.stats.lower_count, 0, "`first` only submits: nothing ran before the commit");
-    commit(&overlay, &vol.members)?;
-    print_notices(path, &*h.stack);
-    let steps_max = 100_000_000;
-    if h.drive_bounded(steps_max) == steps_max {
-        return Err(err(
-            path,
-            format!("{what} did not finish within 100 million steps; the device is left marked dirty"),
-        ));
+    match verdict {
+        None => {
+            assert_eq!(h.stats.lower_count, 0, "`first` only submits: nothing ran before the commit");
+            commit(&overlay, &vol.members)?;
+        }
+        Some(verdict) => {
+            drive_offline(&mut h, path, what, "nothing was written")?;
+            if let Some(why) = verdict(&h.stack.layer_statuses()) {
+                return Ok(Err(why));
+            }
+            mark_all(&vol.members, false)?;
+            replay(&overlay, &vol.members)?;
+        }
     }
+    print_notices(path, &*h.stack);
+    drive_offline(&mut h, path, what, "the device is left marked dirty")?;
     let flushed = h.flush();
     if let Err(e) = flushed.result {
         return Err(err(path, format!("the final flush failed ({e}); the device is left marked dirty")));
     }
     h.settle();
     Ok(Ok((r, h.into_stack(), vol.members)))
+}
+
+/// Drives `h` until its work is done, at most 100 million steps; past
+/// that, an error naming `what` did not finish, and `left`.
+fn drive_offline(
+    h: &mut Harness<ZeroLatency>,
+    path: &Path,
+    what: &str,
+    left: &str,
+) -> Result<(), VolumeError> {
+    let steps_max = 100_000_000;
+    if h.drive_bounded(steps_max) == steps_max {
+        return Err(err(path, format!("{what} did not finish within 100 million steps; {left}")));
+    }
+    Ok(())
 }
 
 /// Delivers a runtime command ([`Target::message`]) to the volume offline:
@@ -557,7 +583,7 @@ fn run_offline<R>(
 /// stack refuses (unknown, or not possible now) leaves the device
 /// untouched: it is delivered before the bring-up is committed.
 pub fn message(paths: &[PathBuf], text: &str) -> Result<Result<String, String>, VolumeError> {
-    Ok(match run_offline(paths, "the work the message started", |h| h.message(text))? {
+    Ok(match run_offline(paths, "the work the message started", |h| h.message(text), None)? {
         Ok((reply, _, members)) => {
             mark_clean(&members)?;
             Ok(reply)
@@ -572,10 +598,15 @@ pub fn message(paths: &[PathBuf], text: &str) -> Result<Result<String, String>, 
 /// the volume is open and recovered (for a progress note: a refusal at
 /// open stays one line).
 pub fn destage(paths: &[PathBuf], opened: impl FnOnce()) -> Result<Vec<layoutd_core::Status>, VolumeError> {
-    let ((), stack, members) = run_offline(paths, "background work", |_| {
-        opened();
-        Ok(())
-    })?
+    let ((), stack, members) = run_offline(
+        paths,
+        "background work",
+        |_| {
+            opened();
+            Ok(())
+        },
+        None,
+    )?
     .expect("accepted");
     if !stack.is_drained() {
         let statuses: Vec<String> = stack.layer_statuses().iter().map(|s| s.to_string()).collect();
@@ -592,18 +623,25 @@ pub fn destage(paths: &[PathBuf], opened: impl FnOnce()) -> Result<Vec<layoutd_c
     Ok(stack.layer_statuses())
 }
 
-/// Runs `message` (a runtime command such as `free-space`) on the stack
-/// over a copy-on-write overlay, drains the work it starts, and returns
-/// the reply and the statuses; no device is written (a dry run).
-pub fn message_dry_run(
+/// [`drain`] with a dry run's answer first, from one bring-up: the
+/// message's work runs to its end before anything is written
+/// ([`run_offline`] with `verdict`); a refusal of the message, or a
+/// reason `verdict` finds in the statuses then (`free-space`: the file
+/// system scan's error), is returned with nothing written. Otherwise the
+/// volume ends flushed and marked clean; returns the reply and the
+/// statuses.
+pub fn drain_checked(
     paths: &[PathBuf],
     message: &str,
-) -> Result<(String, Vec<layoutd_core::Status>), VolumeError> {
-    let (_, stack, data) = overlay_stack(paths, true)?;
-    let mut h = Harness::new(stack, data, ZeroLatency::default(), 0);
-    let reply = h.message(message).map_err(|e| err(&paths[0], e))?;
-    h.drive_bounded(100_000_000);
-    Ok((reply, h.stack.layer_statuses()))
+    verdict: Verdict,
+) -> Result<Result<(String, Vec<layoutd_core::Status>), String>, VolumeError> {
+    let (reply, stack, members) =
+        match run_offline(paths, "the work the message started", |h| h.message(message), Some(verdict))? {
+            Ok(done) => done,
+            Err(why) => return Ok(Err(why)),
+        };
+    mark_clean(&members)?;
+    Ok(Ok((reply, stack.layer_statuses())))
 }
 
 /// [`message`] that also returns the stack's statuses afterwards; a
@@ -612,9 +650,13 @@ pub fn drain(
     paths: &[PathBuf],
     message: Option<&str>,
 ) -> Result<(Option<String>, Vec<layoutd_core::Status>), VolumeError> {
-    let (reply, stack, members) =
-        run_offline(paths, "the work the message started", |h| message.map(|m| h.message(m)).transpose())?
-            .map_err(|e| err(&paths[0], e))?;
+    let (reply, stack, members) = run_offline(
+        paths,
+        "the work the message started",
+        |h| message.map(|m| h.message(m)).transpose(),
+        None,
+    )?
+    .map_err(|e| err(&paths[0], e))?;
     mark_clean(&members)?;
     Ok((reply, stack.layer_statuses()))
 }

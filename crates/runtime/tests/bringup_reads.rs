@@ -10,17 +10,8 @@ use layoutd_core::config::StackConfig;
 use layoutd_runtime::volume::{self, FormatOptions};
 use std::path::PathBuf;
 
-fn bytes_read() -> u64 {
-    let io = std::fs::read_to_string("/proc/self/io").expect("/proc/self/io");
-    let line = io.lines().find(|l| l.starts_with("rchar:")).expect("rchar");
-    line["rchar:".len()..].trim().parse().expect("a number")
-}
-
-fn read_by<R>(f: impl FnOnce() -> R) -> (R, u64) {
-    let before = bytes_read();
-    let r = f();
-    (r, bytes_read() - before)
-}
+mod rchar;
+use rchar::read_by;
 
 #[test]
 fn a_stack_of_two_layers_is_brought_up_once_per_open() {

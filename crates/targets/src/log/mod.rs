@@ -251,6 +251,9 @@ struct Counters {
     /// Re-sequencing passes run while busy (of `resequence_passes_count`
     /// once done; `resequence_busy_user_blocks_per_pass`).
     resequence_busy_passes_count: u64,
+    /// Groups re-sequencing's sweep stepped over (its cost: a bit each,
+    /// and a marked group's blocks gathered from the map).
+    resequence_groups_swept_count: u64,
     /// Segment buffers allocated anew: a lower write still held the old
     /// one's bytes when the buffer was needed again.
     segment_buffers_allocated_count: u64,
@@ -389,6 +392,13 @@ pub struct Log {
     group_dirty_count: u64,
     /// The group re-sequencing looks at next (a sweep over the volume).
     group_cursor: u64,
+    /// A busy re-sequencing pass found every marked group with a block in
+    /// the open segment (it passes over those): until that segment is
+    /// sealed, a block is trimmed or an idle step runs, the next busy
+    /// pass would find the same, so it does not sweep the groups again. A
+    /// client write in between places its block in the open segment: a
+    /// group it marks is passed over too.
+    busy_sweep_futile: bool,
     /// Idle time for re-sequencing: `resequence_idle_ms` without a request
     /// (counted from each request; idle before the first), and nothing in
     /// flight when the wait ends (else it restarts then, so a long request
@@ -493,6 +503,7 @@ impl Log {
             group_dirty: map::Packed::new(args.volume_blocks.div_ceil(u64::from(geo.slot_count)), 1, false),
             group_dirty_count: 0,
             group_cursor: 0,
+            busy_sweep_futile: false,
             resequence_idle: layoutd_core::idle::IdleTimer::new(layoutd_core::idle::IdleOptions {
                 idle_at_start: true,
                 restart_while_in_flight: true,
@@ -1067,6 +1078,7 @@ impl Target for Log {
             ("slots_resequence_count", c.slots_resequence_count),
             ("resequence_passes_count", c.resequence_passes_count),
             ("resequence_busy_passes_count", c.resequence_busy_passes_count),
+            ("resequence_groups_swept_count", c.resequence_groups_swept_count),
             ("groups_to_check_count", self.group_dirty_count),
             ("segment_buffers_allocated_count", c.segment_buffers_allocated_count),
             ("partial_writes_count", c.partial_writes_count),

@@ -56,10 +56,12 @@
 //! summed with a weight per page, modulo 2^61 - 1 (`seglog::MapDigest`):
 //! one page short by `d` leaves that sum short by its weight times `d`,
 //! so the quotient names it among the pages that could be stale, and
-//! only it is refused (with the loss accepted, unmapped); when no single
-//! page explains both, every such page is. One page lost (no usable
-//! copy, the loss accepted) whose weight is the quotient explains the
-//! shortfall alone: no page is unmapped beside it.
+//! only it is refused (with the loss accepted, unmapped). Several pages
+//! short, lost (no usable copy, the loss accepted; how many is known,
+//! not which) or stale, are told apart by a bounded search for the sets
+//! that explain both digests (`seglog::shortfall`): the stale pages it
+//! names are unmapped, and no other; when it cannot answer soundly,
+//! every page that could be stale is.
 
 use super::map::{DecodedPage, PageOwner, UNMAPPED};
 use super::{Blocked, Log, LowerOp, Phase};
@@ -100,6 +102,9 @@ pub(super) struct Found {
     /// than the checkpoint, beside a copy that is blank, torn or does not
     /// decode (the current copy, damaged, if the digest falls short).
     stale: StalePages,
+    /// Map pages with no usable copy and a torn one (the map's magic, a
+    /// bad crc): where lost pages are looked for first.
+    torn_pages: Vec<u32>,
 }
 
 /// [`Found::stale`]: each such page and why its other copy is unusable
@@ -323,6 +328,7 @@ impl Log {
             accept_loss,
             unusable: UnusablePages::default(),
             stale: StalePages::default(),
+            torn_pages: Vec::new(),
         };
         self.read_map_pages(0);
         Ok(Some(Bringup::ReadMap { found, next_page: 0 }))
@@ -360,6 +366,7 @@ impl Log {
                     if torn {
                         u.torn += 1;
                         u.first_torn.get_or_insert(why);
+                        found.torn_pages.push(p);
                     }
                 }
                 Some(PageTrouble::Stale(why)) => found.stale.push((p, why)),
@@ -433,11 +440,12 @@ impl Log {
     /// taken must give the checkpoint's digests. Short means a page's
     /// current copy is damaged and its older copy was taken (or a page was
     /// lost, which the count already judged): refused, naming the damaged
-    /// page when the two digests' shortfalls single out one of the pages
-    /// that could be stale (`seglog::MapDigest::single_shortfall`), else
-    /// all of those; with `accept_loss` that page (else each of them) is
-    /// unmapped (its blocks not written since the checkpoint read zeroes)
-    /// and rewritten by the bring-up checkpoint, so stale mappings are
+    /// pages when the two digests' shortfalls single out which of the
+    /// pages that could be stale are, beside the lost ones
+    /// (`seglog::shortfall`), else all of those; with `accept_loss` those
+    /// pages (else each that could be stale) are unmapped (their blocks
+    /// not written since the checkpoint read zeroes) and rewritten by
+    /// the bring-up checkpoint, so stale mappings are
     /// never served. A volume of a version without a digest is not
     /// checked (its first open).
     fn judge_digest(&mut self, found: &Found) -> Result<(), String> {
@@ -445,11 +453,19 @@ impl Log {
         let Some(recorded) = ck.map_digest.filter(|&d| d != self.map_digest) else {
             return Ok(());
         };
-        let counted_short = self.counters.lost_map_pages_count > 0;
-        if counted_short && (stale.is_empty() || self.lost_page_explains(&recorded, ck.generation)) {
+        let lost_count = self.counters.lost_map_pages_count as usize;
+        if lost_count > 0 && stale.is_empty() {
             // The lost pages (already judged) are all that is missing: no
-            // page could be stale, or the one page lost explains both
-            // digests, so none that could be stale is.
+            // page could be stale.
+            return Ok(());
+        }
+        let explained = match stale.is_empty() {
+            true => None,
+            false => self.explain_shortfall(&recorded, found, lost_count),
+        };
+        if explained.as_ref().is_some_and(Vec::is_empty) {
+            // The lost pages alone explain both digests: no page that
+            // could be stale is.
             return Ok(());
         }
         let gap = match recorded.sum == self.map_digest.sum {
@@ -469,48 +485,50 @@ impl Log {
                 ck.generation, recorded.sum
             ));
         }
-        // The one page whose weight and copy explain both shortfalls (not
-        // tried when pages were lost: their generations are unknown).
-        let single = (!counted_short)
-            .then(|| self.map_digest.single_shortfall(&recorded))
-            .flatten()
-            .and_then(|(d, w)| {
-                let mut hits = stale.iter().filter(|(p, _)| {
-                    MapDigest::weight(*p) == w
-                        && self.page_generation[*p as usize]
-                            .checked_add(d)
-                            .is_some_and(|g| g <= ck.generation)
-                });
-                let one = hits.next()?;
-                hits.next().is_none().then_some(one)
-            });
-        let (lost, which) = match single {
-            Some((p, why)) => {
-                let d = recorded.sum.wrapping_sub(self.map_digest.sum);
-                let g = self.page_generation[*p as usize];
-                let others = match stale.len() - 1 {
+        let beside = match lost_count {
+            0 => String::new(),
+            n => format!(" beside the {n} page(s) lost"),
+        };
+        let (lost, which) = match explained {
+            Some(named) => {
+                let others = match stale.len() - named.len() {
                     0 => String::new(),
                     n => format!(
-                        "; the digests clear the {n} other page(s) with one usable copy older than the checkpoint"
+                        "; the digests clear the {n} other page(s) with one usable copy older than the \
+                         checkpoint{beside}"
                     ),
                 };
-                let which = format!(
-                    "page {p}'s current copy, of generation {} by the map's digests, is damaged and its older \
-                     copy would serve stale mappings ({}){others}",
-                    g + d,
-                    self.describe_stale(*p, why)
-                );
-                (vec![*p], which)
+                let describe: Vec<String> = (named.iter())
+                    .map(|(p, _)| {
+                        let why = &stale.iter().find(|s| s.0 == *p).expect("a page that could be stale").1;
+                        self.describe_stale(*p, why)
+                    })
+                    .collect();
+                let gens: Vec<String> =
+                    named.iter().map(|(p, d)| (self.page_generation[*p as usize] + d).to_string()).collect();
+                let pages: Vec<String> = named.iter().map(|p| p.0.to_string()).collect();
+                let which = match named.len() {
+                    1 => format!(
+                        "page {}'s current copy, of generation {} by the map's digests, is damaged and its \
+                         older copy would serve stale mappings ({}){others}",
+                        pages[0], gens[0], describe[0]
+                    ),
+                    _ => format!(
+                        "pages {}'s current copies, of generations {} by the map's digests, are damaged and \
+                         their older copies would serve stale mappings ({}){others}",
+                        and_list(&pages),
+                        and_list(&gens),
+                        describe.join("; ")
+                    ),
+                };
+                (named.iter().map(|p| p.0).collect(), which)
             }
             None => {
                 let all: Vec<u32> = stale.iter().map(|s| s.0).collect();
-                let why = match counted_short {
-                    true => "pages without a usable copy are short too",
-                    false => "no single page explains both digests' shortfalls: more than one is damaged",
-                };
                 let which = format!(
                     "a page's current copy is damaged and its older copy would serve stale mappings ({}); which \
-                     cannot be told ({why})",
+                     cannot be told (no set of pages few enough to be told apart explains both digests' \
+                     shortfalls{beside})",
                     self.describe_stale_pages(stale)
                 );
                 (all, which)
@@ -542,21 +560,37 @@ impl Log {
         Ok(())
     }
 
-    /// With exactly one page lost (written before the checkpoint, no
-    /// usable copy: [`Log::judge_map`]), whether its generation alone
-    /// explains both digests' shortfalls: a page without a usable copy
-    /// whose weight is the quotient, short by at most the checkpoint's
-    /// generation (its generation, which recovery could not add). Then
-    /// no page that could be stale is, as [`MapDigest::single_shortfall`]
-    /// clears them when no page is lost.
-    fn lost_page_explains(&self, recorded: &MapDigest, ck_generation: u64) -> bool {
-        if self.counters.lost_map_pages_count != 1 {
-            return false;
-        }
-        let Some((d, w)) = self.map_digest.single_shortfall(recorded) else { return false };
-        (1..=ck_generation).contains(&d)
-            && (0..self.args.map.page_count)
-                .any(|p| self.page_copy[p as usize] & PAGE_WRITTEN == 0 && MapDigest::weight(p) == w)
+    /// The pages that could be stale whose current copy the digests'
+    /// shortfalls single out as damaged, each with its shortfall (empty:
+    /// the `lost_count` pages without a usable copy explain it all), or
+    /// `None` when no answer is sound (`seglog::shortfall::explain`). A
+    /// lost page is one without a usable copy (looked for first among
+    /// those with a torn copy), short by at most the checkpoint's
+    /// generation; a page that could be stale, by at most the
+    /// checkpoint's generation over its copy taken.
+    fn explain_shortfall(
+        &self,
+        recorded: &MapDigest,
+        found: &Found,
+        lost_count: usize,
+    ) -> Option<Vec<(u32, u64)>> {
+        let ck_generation = found.ck.generation;
+        let lost: Vec<(u32, u64)> = match lost_count {
+            0 => Vec::new(),
+            _ => (0..self.args.map.page_count)
+                .filter(|&p| self.page_copy[p as usize] & PAGE_WRITTEN == 0)
+                .map(|p| (p, ck_generation))
+                .collect(),
+        };
+        let torn: Vec<(u32, u64)> = found.torn_pages.iter().map(|&p| (p, ck_generation)).collect();
+        let tiers: Vec<&[(u32, u64)]> = match torn.len() < lost.len() {
+            true => vec![&torn, &lost],
+            false => vec![&lost],
+        };
+        let stale: Vec<(u32, u64)> = (found.stale.iter())
+            .map(|(p, _)| (*p, ck_generation - self.page_generation[*p as usize]))
+            .collect();
+        crate::seglog::shortfall::explain(recorded, &self.map_digest, &tiers, lost_count, &stale)
     }
 
     /// Page `p`, which could be stale: its offsets, the copy taken (its
@@ -975,5 +1009,13 @@ impl Log {
         self.mark_upto = self.next_seq;
         self.counters.flush_marks_count += 1;
         true
+    }
+}
+
+/// "a", "a and b", "a, b and c".
+fn and_list(items: &[String]) -> String {
+    match items.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => items.join(""),
     }
 }

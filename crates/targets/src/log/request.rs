@@ -551,6 +551,8 @@ impl Log {
         }
         self.set_map(block, super::map::UNMAPPED);
         self.group_touched(block);
+        // Its group may have had its only block in the open segment.
+        self.busy_sweep_futile = false;
         let bsec = self.block_sectors();
         let o = self.open.as_mut().expect("ensure_open ran");
         if let Some(Entry::Invalidate { start_sector, sector_count }) = o.entries.last_mut() {
@@ -604,6 +606,7 @@ impl Log {
     /// will be after the checkpoint when `after_checkpoint`).
     pub(super) fn seal(&mut self, cause: Cause, after_checkpoint: bool) {
         let o = self.open.take().expect("an open segment");
+        self.busy_sweep_futile = false;
         let census = self.census(after_checkpoint);
         self.chain_next = self.policy.choose_next(&census, cause).map(SegLoc);
         self.census_changed();
@@ -1088,6 +1091,10 @@ impl Log {
     /// and passes over, still to look at, a group with a block in the open
     /// segment (its pass would seal the segment half filled).
     pub(super) fn resequence_step(&mut self, busy: bool) -> Option<u64> {
+        if busy && self.busy_sweep_futile {
+            return None;
+        }
+        self.busy_sweep_futile = false;
         let groups = self.group_dirty.len();
         let run_blocks = (RESEQUENCE_RUN_BYTES / u64::from(self.args.block_bytes)).max(2) as usize;
         let batch = self.args.resequence_batch_groups as usize;
@@ -1108,6 +1115,7 @@ impl Log {
             }
             let g = self.group_cursor;
             self.group_cursor = (g + 1) % groups;
+            self.counters.resequence_groups_swept_count += 1;
             if self.group_dirty.get(g) == 0 {
                 continue;
             }
@@ -1156,6 +1164,9 @@ impl Log {
             }
         }
         if taken.is_empty() {
+            // Busy: every group still marked has a block in the open
+            // segment (the others were found in order and unmarked).
+            self.busy_sweep_futile = busy;
             return None;
         }
         // Placed in logical order (the cursor may have wrapped).

@@ -678,15 +678,29 @@ pub struct MapDigest {
     pub weighted: u64,
 }
 
-fn mul_mod(a: u64, b: u64) -> u64 {
-    (u128::from(a) * u128::from(b) % u128::from(MAP_DIGEST_PRIME)) as u64
+/// `a * b` modulo [`MAP_DIGEST_PRIME`], any `a` and `b`: a Mersenne
+/// prime's reduction (2^61 = 1), the same value as `%` at a fraction of
+/// its cost (recovery's search of a shortfall makes millions:
+/// `seglog::shortfall`).
+pub(super) fn mul_mod(a: u64, b: u64) -> u64 {
+    let p = u128::from(MAP_DIGEST_PRIME);
+    let x = u128::from(a) * u128::from(b);
+    let x = (x & p) + (x >> 61);
+    let x = (x & p) + (x >> 61);
+    (if x >= p { x - p } else { x }) as u64
 }
 
-fn add_mod(a: u64, b: u64) -> u64 {
+/// `a + b` modulo [`MAP_DIGEST_PRIME`], both below it.
+pub(super) fn add_mod(a: u64, b: u64) -> u64 {
     (a + b) % MAP_DIGEST_PRIME
 }
 
-fn pow_mod(mut base: u64, mut exp: u64) -> u64 {
+/// `a - b` modulo [`MAP_DIGEST_PRIME`], both below it.
+pub(super) fn sub_mod(a: u64, b: u64) -> u64 {
+    add_mod(a, MAP_DIGEST_PRIME - b)
+}
+
+pub(super) fn pow_mod(mut base: u64, mut exp: u64) -> u64 {
     let mut r = 1;
     while exp > 0 {
         if exp & 1 == 1 {
@@ -696,6 +710,11 @@ fn pow_mod(mut base: u64, mut exp: u64) -> u64 {
         exp >>= 1;
     }
     r
+}
+
+/// `a / b` modulo [`MAP_DIGEST_PRIME`], `b` not a multiple of it (Fermat).
+pub(super) fn quotient(a: u64, b: u64) -> u64 {
+    mul_mod(a, pow_mod(b % MAP_DIGEST_PRIME, MAP_DIGEST_PRIME - 2))
 }
 
 impl MapDigest {
@@ -734,8 +753,8 @@ impl MapDigest {
         if r == 0 {
             return None;
         }
-        let dw = add_mod(recorded.weighted, MAP_DIGEST_PRIME - self.weighted);
-        Some((d, mul_mod(dw, pow_mod(r, MAP_DIGEST_PRIME - 2))))
+        let dw = sub_mod(recorded.weighted, self.weighted);
+        Some((d, quotient(dw, r)))
     }
 }
 

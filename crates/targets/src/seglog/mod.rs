@@ -37,6 +37,7 @@
 
 pub mod header;
 pub mod replay;
+pub mod shortfall;
 
 pub use header::{
     copy_version, ChainCheckpoint, Checkpoint, Entry, FlushMark, HeaderError, MapDigest, SegmentHeader,
