@@ -1283,6 +1283,64 @@ mod tests {
     }
 
     #[test]
+    fn a_time_ordered_rerun_joins_a_layout_only_if_all_its_first_join_min_requests_go_on_along_it() {
+        let firsts = |p: &[Range]| -> Vec<u64> {
+            p.iter().flat_map(|&(s, e)| s..e).filter(|b| b % 1000 == 0).collect()
+        };
+        let plan = StreamPlan { time_order: true, ..sp(1 << 20, 8, 0, true, false) };
+        let run = |trace: &[u64]| {
+            let mut a = analyzer();
+            for (i, &b) in trace.iter().enumerate() {
+                a.add(e(i as u64, b, 8, 1));
+            }
+            firsts(&plan_streams(&a, &plan, &mut 0))
+        };
+        // A first run reading its JOIN_MIN files from the last to the
+        // first, then another file, then the same files the other way
+        // round: every one of them is laid out, but not in the rerun's
+        // order, so the rerun is laid out again in its own.
+        let down: Vec<u64> = (1..=JOIN_MIN as u64).rev().map(|i| 1000 * i).collect();
+        let up: Vec<u64> = down.iter().rev().copied().collect();
+        let o1 = 900_000;
+        let trace: Vec<u64> = down.iter().chain(&[o1]).chain(&up).copied().collect();
+        assert_eq!(run(&trace), trace);
+        // A rerun whose first JOIN_MIN - 1 requests go on along the first
+        // run and whose next one does not is laid out again too.
+        let first: Vec<u64> = up.clone();
+        let o2 = 901_000;
+        let trace: Vec<u64> =
+            first.iter().chain(&[o1]).chain(&first[..JOIN_MIN - 1]).chain(&[o2]).copied().collect();
+        assert_eq!(run(&trace), trace);
+    }
+
+    #[test]
+    fn time_order_bookkeeping_follows_the_graph_through_halving_and_the_caps() {
+        // A tight cap halves often; every vertex and edge left keeps its
+        // times and nothing else is kept.
+        let mut a = Analyzer::new(Limits { think_ns: 1_000_000, vertices_max: 12, edges_max: 16 });
+        let mut x = 7u64;
+        for i in 0..2000u64 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            // Some long think times (light edges that fade at the next
+            // halving while their vertices stay), two streams.
+            let t = i * 2 + if x >> 60 == 0 { 50 } else { 0 };
+            a.add(e(t, 10 * ((x >> 33) % 24), 2, (x >> 20) as u32 % 2));
+            if i % 97 == 0 {
+                a.halve();
+            }
+            for g in a.streams.values() {
+                assert!(g.first_seen.keys().all(|r| g.vertices.contains_key(r)));
+                assert_eq!(g.first_seen.len(), g.vertices.len());
+                assert!(g.edge_seen.keys().all(|k| g.edges.contains_key(k)));
+                assert_eq!(g.edge_seen.len(), g.edges.len());
+                assert!(g.edge_seen.values().all(|t| {
+                    !t.is_empty() && t.len() <= SIGHTINGS_MAX && t.windows(2).all(|w| w[0] < w[1])
+                }));
+            }
+        }
+    }
+
+    #[test]
     fn stream_plans_lay_each_run_out_in_its_order_and_reuse_an_earlier_runs_layout() {
         let mut a = analyzer();
         // A file read backwards by growing windows (what a page cache makes
