@@ -634,6 +634,9 @@ pub fn plan_streams(a: &Analyzer, o: &StreamPlan, units: &mut u64) -> Vec<Range>
             *units += if keep { 0 } else { r.1 - r.0 };
             keep
         });
+        // A time order comes back to a request after a range left out
+        // (read, written home, read again): it is read on where it lies.
+        order.dedup();
         // With `relay`: the stream's walk through the sequence it follows,
         // the blocks it passed over included, its requests found nowhere
         // near inserted where it read them (`union`); `breaks`: how many
@@ -1311,6 +1314,31 @@ mod tests {
         let trace: Vec<u64> =
             first.iter().chain(&[o1]).chain(&first[..JOIN_MIN - 1]).chain(&[o2]).copied().collect();
         assert_eq!(run(&trace), trace);
+    }
+
+    #[test]
+    fn a_time_ordered_plan_without_written_ranges_copies_no_request_right_after_itself() {
+        // A program reads its config, writes its log, reads the config
+        // again, then goes on: with the log left home (`plan_written =
+        // false`) the second read follows the first, and no second copy of
+        // the config is laid out right after the first.
+        let (c_, w_, x_, y_) = (1000, 5000, 2000, 3000);
+        let mut a = analyzer();
+        for (i, (b, read)) in
+            [(c_, true), (w_, false), (c_, true), (x_, true), (y_, true)].into_iter().enumerate()
+        {
+            a.add(ProfileEntry { read, ..e(i as u64, b, 8, 1) });
+        }
+        let firsts = |p: &[Range]| -> Vec<u64> {
+            p.iter().flat_map(|&(s, e)| s..e).filter(|b| b % 1000 == 0).collect()
+        };
+        for relay in [false, true] {
+            let plan = StreamPlan { time_order: true, ..sp(1 << 20, 4, 0, false, relay) };
+            assert_eq!(firsts(&plan_streams(&a, &plan, &mut 0)), vec![c_, x_, y_]);
+        }
+        // Laid out too (`plan_written = true`), the log sits between them.
+        let plan = StreamPlan { time_order: true, ..sp(1 << 20, 4, 0, true, false) };
+        assert_eq!(firsts(&plan_streams(&a, &plan, &mut 0)), vec![c_, w_, c_, x_, y_]);
     }
 
     #[test]
