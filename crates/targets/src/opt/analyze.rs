@@ -669,10 +669,17 @@ pub fn plan_streams(a: &Analyzer, o: &StreamPlan, units: &mut u64) -> Vec<Range>
                     }
                 }
             }
-            if union
-                .iter()
-                .any(|r| (r.0..r.1).any(|x| at.get(&x).is_some_and(|v| v.len() >= copies_max as usize)))
-            {
+            // Laid out anew only if no block then has more than
+            // `copies_max` copies (a time order takes a path again: the
+            // union holds it as often).
+            let mut more: FxHashMap<u64, usize> = FxHashMap::default();
+            if union.iter().any(|r| {
+                (r.0..r.1).any(|x| {
+                    let n = more.entry(x).or_insert(0);
+                    *n += 1;
+                    at.get(&x).map_or(0, Vec::len) + *n > copies_max as usize
+                })
+            }) {
                 breaks = 0;
             }
         }
@@ -1339,6 +1346,33 @@ mod tests {
         // Laid out too (`plan_written = true`), the log sits between them.
         let plan = StreamPlan { time_order: true, ..sp(1 << 20, 4, 0, true, false) };
         assert_eq!(firsts(&plan_streams(&a, &plan, &mut 0)), vec![c_, w_, c_, x_, y_]);
+    }
+
+    #[test]
+    fn a_time_ordered_relay_lays_out_no_block_more_than_copies_max_times() {
+        let firsts = |p: &[Range]| -> Vec<u64> {
+            p.iter().flat_map(|&(s, e)| s..e).filter(|b| b % 1000 == 0).collect()
+        };
+        // Stream 1 lays out A B C D; stream 2 reads A B, a file of its
+        // own, A B again, another: its time order takes A B twice, and
+        // relaid whole with them it would hold a third copy of each.
+        let (a_, b_, c_, d_, x_, y_) = (1000, 2000, 3000, 4000, 9000, 8000);
+        let mut a = analyzer();
+        for (i, b) in [a_, b_, c_, d_].into_iter().enumerate() {
+            a.add(e(i as u64, b, 8, 1));
+        }
+        for (i, b) in [a_, b_, x_, a_, b_, y_].into_iter().enumerate() {
+            a.add(e(i as u64, b, 8, 2));
+        }
+        let plan = |relay| StreamPlan { time_order: true, ..sp(1 << 20, 2, 0, true, relay) };
+        let relaid = firsts(&plan_streams(&a, &plan(true), &mut 0));
+        for b in [a_, b_] {
+            assert!(relaid.iter().filter(|&&x| x == b).count() <= 2, "{relaid:?}");
+        }
+        // Not relaid then: as without `plan_relay`, stream 2 reads on
+        // along stream 1's A B, then its own copy after its file.
+        assert_eq!(relaid, firsts(&plan_streams(&a, &plan(false), &mut 0)));
+        assert_eq!(relaid, vec![a_, b_, c_, d_, x_, a_, b_, y_]);
     }
 
     #[test]
