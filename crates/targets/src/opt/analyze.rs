@@ -545,7 +545,7 @@ pub struct StreamPlan {
     /// A stream that leaves the sequence it follows gets the sequence
     /// laid out anew with its requests where it read them (`plan_relay`).
     pub relay: bool,
-    /// Each stream's requests in the order it first made them
+    /// Each stream's requests in the order it took its transitions
     /// ([`time_order`], `plan_time_order`) instead of the graph's
     /// ([`stream_order`]).
     pub time_order: bool,
