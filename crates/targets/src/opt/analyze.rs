@@ -545,7 +545,7 @@ pub struct StreamPlan {
     /// A stream that leaves the sequence it follows gets the sequence
     /// laid out anew with its requests where it read them (`plan_relay`).
     pub relay: bool,
-    /// Each stream's requests in the order it first made them
+    /// Each stream's requests in the order it took its transitions
     /// ([`time_order`], `plan_time_order`) instead of the graph's
     /// ([`stream_order`]).
     pub time_order: bool,
@@ -634,6 +634,9 @@ pub fn plan_streams(a: &Analyzer, o: &StreamPlan, units: &mut u64) -> Vec<Range>
             *units += if keep { 0 } else { r.1 - r.0 };
             keep
         });
+        // A time order comes back to a request after a range left out
+        // (read, written home, read again): it is read on where it lies.
+        order.dedup();
         // With `relay`: the stream's walk through the sequence it follows,
         // the blocks it passed over included, its requests found nowhere
         // near inserted where it read them (`union`); `breaks`: how many
@@ -678,13 +681,29 @@ pub fn plan_streams(a: &Analyzer, o: &StreamPlan, units: &mut u64) -> Vec<Range>
                 neighbours
                     .extend((r.0.saturating_sub(pad_blocks)..r.0).chain(r.1..r.1.saturating_add(pad_blocks)));
             }
+            // A block the union takes again once at `copies_max` copies (a
+            // path the stream came back to) is read where it lies.
+            let full = |at: &FxHashMap<u64, Vec<u64>>, x: u64| {
+                at.get(&x).is_some_and(|v| v.len() >= copies_max as usize)
+            };
             for r in union {
                 *units += r.1 - r.0;
-                if pos >= capacity_blocks {
-                    return out;
+                let mut x = r.0;
+                while x < r.1 {
+                    if pos >= capacity_blocks {
+                        return out;
+                    }
+                    if full(&at, x) {
+                        x += 1;
+                        continue;
+                    }
+                    let mut y = x + 1;
+                    while y < r.1 && y - x < capacity_blocks - pos && !full(&at, y) {
+                        y += 1;
+                    }
+                    append(&mut out, &mut at, &mut layout, &mut pos, (x, y));
+                    x = y;
                 }
-                let take = (r.1 - r.0).min(capacity_blocks - pos);
-                append(&mut out, &mut at, &mut layout, &mut pos, (r.0, r.0 + take));
             }
             continue;
         }
@@ -1280,6 +1299,115 @@ mod tests {
         want.push(o1);
         want.extend(short);
         assert_eq!(firsts(&plan_streams(&a, &plan, &mut 0)), want);
+    }
+
+    #[test]
+    fn a_time_ordered_rerun_joins_a_layout_only_if_all_its_first_join_min_requests_go_on_along_it() {
+        let firsts = |p: &[Range]| -> Vec<u64> {
+            p.iter().flat_map(|&(s, e)| s..e).filter(|b| b % 1000 == 0).collect()
+        };
+        let plan = StreamPlan { time_order: true, ..sp(1 << 20, 8, 0, true, false) };
+        let run = |trace: &[u64]| {
+            let mut a = analyzer();
+            for (i, &b) in trace.iter().enumerate() {
+                a.add(e(i as u64, b, 8, 1));
+            }
+            firsts(&plan_streams(&a, &plan, &mut 0))
+        };
+        // A first run reading its JOIN_MIN files from the last to the
+        // first, then another file, then the same files the other way
+        // round: every one of them is laid out, but not in the rerun's
+        // order, so the rerun is laid out again in its own.
+        let down: Vec<u64> = (1..=JOIN_MIN as u64).rev().map(|i| 1000 * i).collect();
+        let up: Vec<u64> = down.iter().rev().copied().collect();
+        let o1 = 900_000;
+        let trace: Vec<u64> = down.iter().chain(&[o1]).chain(&up).copied().collect();
+        assert_eq!(run(&trace), trace);
+        // A rerun whose first JOIN_MIN - 1 requests go on along the first
+        // run and whose next one does not is laid out again too.
+        let first: Vec<u64> = up.clone();
+        let o2 = 901_000;
+        let trace: Vec<u64> =
+            first.iter().chain(&[o1]).chain(&first[..JOIN_MIN - 1]).chain(&[o2]).copied().collect();
+        assert_eq!(run(&trace), trace);
+    }
+
+    #[test]
+    fn a_time_ordered_plan_without_written_ranges_copies_no_request_right_after_itself() {
+        // A program reads its config, writes its log, reads the config
+        // again, then goes on: with the log left home (`plan_written =
+        // false`) the second read follows the first, and no second copy of
+        // the config is laid out right after the first.
+        let (c_, w_, x_, y_) = (1000, 5000, 2000, 3000);
+        let mut a = analyzer();
+        for (i, (b, read)) in
+            [(c_, true), (w_, false), (c_, true), (x_, true), (y_, true)].into_iter().enumerate()
+        {
+            a.add(ProfileEntry { read, ..e(i as u64, b, 8, 1) });
+        }
+        let firsts = |p: &[Range]| -> Vec<u64> {
+            p.iter().flat_map(|&(s, e)| s..e).filter(|b| b % 1000 == 0).collect()
+        };
+        for relay in [false, true] {
+            let plan = StreamPlan { time_order: true, ..sp(1 << 20, 4, 0, false, relay) };
+            assert_eq!(firsts(&plan_streams(&a, &plan, &mut 0)), vec![c_, x_, y_]);
+        }
+        // Laid out too (`plan_written = true`), the log sits between them.
+        let plan = StreamPlan { time_order: true, ..sp(1 << 20, 4, 0, true, false) };
+        assert_eq!(firsts(&plan_streams(&a, &plan, &mut 0)), vec![c_, w_, c_, x_, y_]);
+    }
+
+    #[test]
+    fn a_time_ordered_relay_lays_out_no_block_more_than_copies_max_times() {
+        let firsts = |p: &[Range]| -> Vec<u64> {
+            p.iter().flat_map(|&(s, e)| s..e).filter(|b| b % 1000 == 0).collect()
+        };
+        // Stream 1 lays out A B C D; stream 2 reads A B, a file of its
+        // own, A B again, another: its time order takes A B twice, and
+        // relaid whole with them it would hold a third copy of each.
+        let (a_, b_, c_, d_, x_, y_) = (1000, 2000, 3000, 4000, 9000, 8000);
+        let mut a = analyzer();
+        for (i, b) in [a_, b_, c_, d_].into_iter().enumerate() {
+            a.add(e(i as u64, b, 8, 1));
+        }
+        for (i, b) in [a_, b_, x_, a_, b_, y_].into_iter().enumerate() {
+            a.add(e(i as u64, b, 8, 2));
+        }
+        let plan = |relay| StreamPlan { time_order: true, ..sp(1 << 20, 2, 0, true, relay) };
+        let relaid = firsts(&plan_streams(&a, &plan(true), &mut 0));
+        for b in [a_, b_] {
+            assert!(relaid.iter().filter(|&&x| x == b).count() <= 2, "{relaid:?}");
+        }
+        // Relaid with A B once, after its file it reads on along that
+        // copy (no third one).
+        assert_eq!(relaid, vec![a_, b_, c_, d_, a_, b_, x_, y_]);
+    }
+
+    #[test]
+    fn time_order_bookkeeping_follows_the_graph_through_halving_and_the_caps() {
+        // A tight cap halves often; every vertex and edge left keeps its
+        // times and nothing else is kept.
+        let mut a = Analyzer::new(Limits { think_ns: 1_000_000, vertices_max: 12, edges_max: 16 });
+        let mut x = 7u64;
+        for i in 0..2000u64 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            // Some long think times (light edges that fade at the next
+            // halving while their vertices stay), two streams.
+            let t = i * 2 + if x >> 60 == 0 { 50 } else { 0 };
+            a.add(e(t, 10 * ((x >> 33) % 24), 2, (x >> 20) as u32 % 2));
+            if i % 97 == 0 {
+                a.halve();
+            }
+            for g in a.streams.values() {
+                assert!(g.first_seen.keys().all(|r| g.vertices.contains_key(r)));
+                assert_eq!(g.first_seen.len(), g.vertices.len());
+                assert!(g.edge_seen.keys().all(|k| g.edges.contains_key(k)));
+                assert_eq!(g.edge_seen.len(), g.edges.len());
+                assert!(g.edge_seen.values().all(|t| {
+                    !t.is_empty() && t.len() <= SIGHTINGS_MAX && t.windows(2).all(|w| w[0] < w[1])
+                }));
+            }
+        }
     }
 
     #[test]

@@ -99,11 +99,12 @@ pub struct Args {
     /// (`analyze::plan_streams`); off: they go wherever the plan's next
     /// free slots are.
     pub plan_relay: bool,
-    /// With `plan_streams`: each stream's requests in the order it first
-    /// made them (its first run's reads in their order, a block the stream
-    /// came back to from elsewhere laid out again there, up to
-    /// `copies_max`) instead of the order of its graph's heaviest edges
-    /// (`analyze::time_order`).
+    /// With `plan_streams`: each stream's requests in the order it took
+    /// its transitions (each up to `analyze::SIGHTINGS_MAX` times: a run's
+    /// reads in their order, a short path the stream came back to from
+    /// elsewhere laid out again there, up to `copies_max`, a rerun of at
+    /// least `analyze::JOIN_MIN` requests read where it lies) instead of
+    /// the order of its graph's heaviest edges (`analyze::time_order`).
     pub plan_time_order: bool,
     /// Reads choose among a block's copies by the stream's sequence: the
     /// stream's position in the region survives its reads from home, and
