@@ -93,6 +93,10 @@ STACKS = [("plain", "bench/results/opt/plain.toml", False, False),
 MODES = ("serve", "one")
 FORMAT = {"serve": ("--format", "layoutd", "--stream-detect"), "one": capreplay.ONE_STREAM}
 LIVE = [("plain", "bench/results/opt/plain.toml"), ("opt", "bench/results/opt/opt.toml")]
+# The opt stacks a live pair NAME-plain / NAME-STACK may have been run with
+# (by hand: `bench/run opt-startup --config CONFIG --emulate wd800 --out
+# bench/results/opt/real/NAME-STACK`), each compared with its replay.
+LIVE_OPT = ("opt", "opt-time")
 
 
 def layoutd():
@@ -322,9 +326,10 @@ def live_runs():
     NAME-STACK live run in OUT (NAME: live, live2, ...)."""
     out = {}
     for d in sorted(os.listdir(OUT)):
-        name, _, stack = d.rpartition("-")
+        stack = next((st for st in sorted(("plain", *LIVE_OPT), key=len, reverse=True) if d.endswith("-" + st)), "")
+        name = d[:-len(stack) - 1]
         p = os.path.join(OUT, d, "result.json")
-        if name.startswith("live") and stack in dict(LIVE) and os.path.exists(p):
+        if stack and name.startswith("live") and os.path.exists(p):
             r = json.load(open(p))
             out.setdefault(name, {})[stack] = (r, {ph["name"]: ph["trace"]["busy_seconds"] for ph in r["phases"]})
     return out
@@ -491,28 +496,29 @@ def report(runs, bd, progs, lives, a, meta):
             L.append(f"| {k} | " + " | ".join(cells) + " |")
         L.append("")
     for name, lv in lives.items():
+        ost = next((st for st in LIVE_OPT if st in lv), "opt")
         L += [f"## Live under `--emulate wd800` against the replay (`{name}-*`): run 2 disk-busy seconds", "",
               "Live: the trace layer `serve --record-trace` puts on top, between the program's marker reads "
               f"(`{name}-STACK/result.json`; each live run populates its own volume, so its files lie elsewhere "
               "than in any capture); replay: the median of the captures, as `serve` / one stream. A live run "
               "whose git commit predates `graph_stream` (session 23) keyed its graphs by the detected run, "
               "as `opt-run` does (with 8 runs a connection where the detector now keeps 32).", "",
-              "| program | plain live | plain replay | opt live | opt replay | opt speed-up live | replay "
+              f"| program | plain live | plain replay | {ost} live | {ost} replay | {ost} speed-up live | replay "
               "| opt-run replay |",
               "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for p in progs + ["all six"]:
             k = f"run2-{p}"
             row = [p]
             vals = {}
-            for st in ("plain", "opt"):
+            for st in ("plain", ost):
                 v = lv.get(st)
                 vals[st] = (sum(x for kk, x in v[1].items() if kk.startswith("run2-")) if p == "all six"
                             else v[1][k]) if v else None
                 row += [f"{vals[st]:.3f}" if vals[st] is not None else "-",
                         " / ".join(f"{median([val(c, m, st, p) for c in caps]):.3f}" for m in MODES)]
-            sp = f"{vals['plain'] / vals['opt']:.2f}x" if vals["plain"] and vals["opt"] else "-"
+            sp = f"{vals['plain'] / vals[ost]:.2f}x" if vals["plain"] and vals[ost] else "-"
             rs = [" / ".join(f"{median([val(c, m, 'plain', p) / val(c, m, n, p) for c in caps]):.2f}x"
-                             for m in MODES) for n in ("opt", "opt-run")]
+                             for m in MODES) for n in (ost, "opt-run")]
             b = "**" if p == "all six" else ""
             L.append("| " + " | ".join(f"{b}{x}{b}" for x in row + [sp, *rs]) + " |")
         for st, v in lv.items():
