@@ -42,7 +42,9 @@ fn main() {
             read: r.op == layoutd_core::Op::Read,
         })
         .collect();
-    let limits = Limits { think_ns: 100_000_000, vertices_max: 65_536, edges_max: 262_144 };
+    let time_order = args.get(4).is_some_and(|o| o == "time");
+    let limits =
+        Limits { think_ns: 100_000_000, vertices_max: 65_536, edges_max: 262_144, sightings: time_order };
     let mut best = [f64::MAX; 3];
     let mut units = (0, 0);
     let mut ranges = Vec::new();
@@ -65,7 +67,7 @@ fn main() {
                     pad_blocks: 0,
                     place_written: true,
                     relay: false,
-                    time_order: args.get(4).is_some_and(|o| o == "time"),
+                    time_order,
                 },
                 &mut planning,
             )

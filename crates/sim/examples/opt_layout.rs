@@ -38,7 +38,7 @@ fn main() {
         })
         .collect();
     let t0 = recs.first().map_or(0, |r| r.1.time_ns);
-    let limits = Limits { think_ns: 100_000_000, vertices_max: 65_536, edges_max: 262_144 };
+    let limits = Limits { think_ns: 100_000_000, vertices_max: 65_536, edges_max: 262_144, sightings: false };
     let mut a = Analyzer::new(limits);
     for (_, e) in recs.iter().filter(|r| r.1.time_ns - t0 < train) {
         a.add(*e);

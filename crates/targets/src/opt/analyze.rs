@@ -140,6 +140,10 @@ pub struct Limits {
     pub vertices_max: usize,
     /// Most edges over all streams.
     pub edges_max: usize,
+    /// Keep the sightings a time-ordered plan needs (`first_seen`,
+    /// `edge_seen`; `plan_time_order`): off, none is kept (up to about
+    /// 120 B an edge saved) and [`plan_streams`] takes the graph's order.
+    pub sightings: bool,
 }
 
 /// Per-stream access graphs, built incrementally from the profile.
@@ -194,7 +198,8 @@ impl Analyzer {
         *g.vertices.entry(range).or_insert(0) += WEIGHT_UNIT;
         let seen = g.requests_count;
         g.requests_count += 1;
-        if fresh {
+        let sightings = self.limits.sightings;
+        if fresh && sightings {
             g.first_seen.insert(range, seen);
         }
         self.vertex_count += usize::from(fresh);
@@ -226,7 +231,7 @@ impl Analyzer {
             let map = if k == 0 { &mut g.edges } else { &mut g.skips };
             let slot = map.entry((prev, range)).or_insert(0);
             self.edge_count += usize::from(*slot == 0);
-            if k == 0 {
+            if k == 0 && sightings {
                 let times = g.edge_seen.entry((prev, range)).or_default();
                 if times.len() < SIGHTINGS_MAX {
                     times.push(seen);
@@ -584,6 +589,8 @@ pub fn plan_streams(a: &Analyzer, o: &StreamPlan, units: &mut u64) -> Vec<Range>
         relay,
         time_order: by_time,
     } = *o;
+    // An analyzer that kept no sightings gives the graph's order.
+    let by_time = by_time && a.limits.sightings;
     // Where each placed block is (its slots, in placement order).
     let mut at: FxHashMap<u64, Vec<u64>> = FxHashMap::default();
     let mut out: Vec<Range> = Vec::new();
@@ -975,7 +982,7 @@ mod tests {
     }
 
     fn analyzer() -> Analyzer {
-        Analyzer::new(Limits { think_ns: 1_000_000, vertices_max: 1000, edges_max: 1000 })
+        Analyzer::new(Limits { think_ns: 1_000_000, vertices_max: 1000, edges_max: 1000, sightings: true })
     }
 
     fn e(t_ms: u64, block: u64, blocks: u32, stream: u32) -> ProfileEntry {
@@ -1387,7 +1394,8 @@ mod tests {
     fn time_order_bookkeeping_follows_the_graph_through_halving_and_the_caps() {
         // A tight cap halves often; every vertex and edge left keeps its
         // times and nothing else is kept.
-        let mut a = Analyzer::new(Limits { think_ns: 1_000_000, vertices_max: 12, edges_max: 16 });
+        let mut a =
+            Analyzer::new(Limits { think_ns: 1_000_000, vertices_max: 12, edges_max: 16, sightings: true });
         let mut x = 7u64;
         for i in 0..2000u64 {
             x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
@@ -1408,6 +1416,27 @@ mod tests {
                 }));
             }
         }
+    }
+
+    #[test]
+    fn an_analyzer_without_sightings_keeps_none_and_a_time_ordered_plan_takes_the_graphs_order() {
+        let trace = [1000, 2000, 3000, 4000, 1000, 5000, 6000, 1000, 7000];
+        let build = |sightings| {
+            let mut a =
+                Analyzer::new(Limits { think_ns: 1_000_000, vertices_max: 1000, edges_max: 1000, sightings });
+            for (i, &b) in trace.iter().enumerate() {
+                a.add(e(i as u64, b, 8, 1));
+            }
+            a
+        };
+        let (with, without) = (build(true), build(false));
+        let g = &without.streams[&1];
+        assert!(g.first_seen.is_empty() && g.edge_seen.is_empty());
+        assert_eq!(with.streams[&1].edge_seen.len(), with.streams[&1].edges.len());
+        let timed = StreamPlan { time_order: true, ..sp(1 << 20, 4, 0, true, false) };
+        let graph = StreamPlan { time_order: false, ..timed };
+        assert_eq!(plan_streams(&without, &timed, &mut 0), plan_streams(&without, &graph, &mut 0));
+        assert_ne!(plan_streams(&with, &timed, &mut 0), plan_streams(&with, &graph, &mut 0));
     }
 
     #[test]
@@ -1547,7 +1576,7 @@ mod tests {
 
     #[test]
     fn memory_stays_under_the_caps_by_halving() {
-        let mut a = Analyzer::new(Limits { think_ns: 1, vertices_max: 50, edges_max: 40 });
+        let mut a = Analyzer::new(Limits { think_ns: 1, vertices_max: 50, edges_max: 40, sightings: true });
         for i in 0..1000u64 {
             a.add(e(i, (i * 7919) % 5000, 1, (i % 3) as u32));
             assert!(a.vertex_count() <= 50 && a.edge_count() <= 40);

@@ -399,6 +399,7 @@ impl Opt {
             think_ns: args.think_time_ms * 1_000_000,
             vertices_max: args.graph_vertices_max as usize,
             edges_max: args.graph_edges_max as usize,
+            sightings: args.plan_streams && args.plan_time_order,
         };
         let ahead = ReadAhead::new(geo.block_bytes, READ_AHEAD_PER_STREAM, args.readahead_memory_bytes);
         let phase = match mode {
