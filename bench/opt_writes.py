@@ -39,6 +39,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "bench/harness"))
 sys.path.insert(0, os.path.join(ROOT, "bench/workloads"))
 import capreplay  # noqa: E402
+import dcd_report  # noqa: E402
 import opt_bound  # noqa: E402
 import opt_real  # noqa: E402
 import opt_variation  # noqa: E402
@@ -111,14 +112,8 @@ def load_disk(path):
 
 
 def union(iv):
-    total, cur = 0, None
-    for a, b in sorted(iv):
-        if cur is None or a > cur[1]:
-            total += cur[1] - cur[0] if cur else 0
-            cur = [a, b]
-        else:
-            cur[1] = max(cur[1], b)
-    return (total + (cur[1] - cur[0] if cur else 0)) / 1e9
+    """Seconds covered by the (start ns, end ns) intervals."""
+    return dcd_report.union_ns(iv) / 1e9
 
 
 def run(l, k, setup, name, config, plans, trace=None):
@@ -160,21 +155,27 @@ def run(l, k, setup, name, config, plans, trace=None):
     return out
 
 
+def run2_windows(setup):
+    """(the replay trace's lines, {program: (a, b)}): run 2's windows as
+    the indices of the lines of each program's two marker reads
+    (`tracefile.markers`, whose line numbers count from 1)."""
+    trace, _, eb, result = setup
+    lines = gzip.open(trace, "rt").readlines()
+    at = {k: m["line"] - 1 for k, m in tracefile.markers(trace, eb).items()}
+    return lines, {ph["name"][5:]: (at[ph["markers"][0]], at[ph["markers"][1]])
+                   for ph in result["phases"] if ph["name"].startswith("run2-")}
+
+
+def requests(lines, a, b):
+    """The request lines strictly between lines a and b, split."""
+    return [ln.split() for ln in lines[a + 1:b] if not ln.startswith("#") and ln.strip()]
+
+
 def without_writes(setup, k, tmp):
     """The replay trace of capture k without run 2's writes and flushes (a
     ceiling: writes that cost nothing)."""
-    trace, _, eb, result = setup
-    base = eb - tracefile.MARKER_AREA
-    ph = {p["name"]: p["markers"] for p in result["phases"]}
-    lines = gzip.open(trace, "rt").readlines()
-    marker_line = {}
-    for i, ln in enumerate(lines):
-        if ln.startswith("#") or not ln.strip():
-            continue
-        p = ln.split()
-        if p[3] == "R" and int(p[4]) >= base:
-            marker_line.setdefault((int(p[4]) - base) // tracefile.MARKER_STRIDE, i)
-    a, b = marker_line[ph["run2-" + PROGS[0]][0]], marker_line[ph["run2-" + PROGS[-1]][1]]
+    lines, win = run2_windows(setup)
+    a, b = win[PROGS[0]][0], win[PROGS[-1]][1]
     dst = os.path.join(tmp, f"cap{k}-nowrites.trace.gz")
     with gzip.open(dst, "wt") as f:
         for i, ln in enumerate(lines):
@@ -187,19 +188,9 @@ def without_writes(setup, k, tmp):
 def anatomy(setup):
     """Run 2's writes and flushes of each program as recorded: [(op,
     offset, length)] per program."""
-    trace, _, eb, result = setup
-    base = eb - tracefile.MARKER_AREA
-    rows = opt_real.load(trace)
-    marks = {}
-    for i, r in enumerate(rows):
-        if r[2] == "R" and r[3] >= base:
-            marks.setdefault((r[3] - base) // tracefile.MARKER_STRIDE, i)
-    out = {}
-    for ph in result["phases"]:
-        if ph["name"].startswith("run2-"):
-            a, b = marks[ph["markers"][0]], marks[ph["markers"][1]]
-            out[ph["name"][5:]] = [(r[2], r[3], r[4]) for r in rows[a + 1:b] if r[2] != "R"]
-    return out
+    lines, win = run2_windows(setup)
+    return {p: [(r[3], int(r[4]), int(r[5])) for r in requests(lines, a, b) if r[3] != "R"]
+            for p, (a, b) in win.items()}
 
 
 def median(xs):
