@@ -989,6 +989,21 @@ mod tests {
         ProfileEntry { time_ns: t_ms * 1_000_000, block, blocks, stream, read: true }
     }
 
+    /// Each request's first block (a multiple of 1000), in region order.
+    fn firsts(p: &[Range]) -> Vec<u64> {
+        p.iter().flat_map(|&(s, e)| s..e).filter(|b| b % 1000 == 0).collect()
+    }
+
+    /// An analyzer (sightings kept) that saw stream 1 read 8 blocks at each
+    /// of `blocks`, 1 ms apart.
+    fn reads_of<'a>(blocks: impl IntoIterator<Item = &'a u64>) -> Analyzer {
+        let mut a = analyzer();
+        for (i, &b) in blocks.into_iter().enumerate() {
+            a.add(e(i as u64, b, 8, 1));
+        }
+        a
+    }
+
     fn plan_of(a: &Analyzer, capacity: u64, weight_min: u64) -> Vec<Range> {
         let mut units = 0;
         let m = master_graph(a, &mut units);
@@ -1200,10 +1215,6 @@ mod tests {
             }
             a
         };
-        // Each request's first block, in region order.
-        let firsts = |p: &[Range]| -> Vec<u64> {
-            p.iter().flat_map(|&(s, e)| s..e).filter(|b| b % 1000 == 0).collect()
-        };
         let a = analyzer_of(&runs);
         // Without: a run that leaves the sequence it reads on along gets
         // its requests from there on laid out after everything (run 2: X C
@@ -1241,13 +1252,7 @@ mod tests {
         // two files of its own, then the first program again.
         let (l_, p1, p2, q1, q2, g1, g2) = (1000, 2000, 3000, 4000, 5000, 6000, 7000);
         let trace = [l_, p1, p2, q1, l_, q2, g1, l_, g2, l_, p1, p2];
-        let mut a = analyzer();
-        for (i, &b) in trace.iter().enumerate() {
-            a.add(e(i as u64, b, 8, 1));
-        }
-        let firsts = |p: &[Range]| -> Vec<u64> {
-            p.iter().flat_map(|&(s, e)| s..e).filter(|b| b % 1000 == 0).collect()
-        };
+        let mut a = reads_of(&trace);
         let timed =
             |copies_max| StreamPlan { copies_max, time_order: true, ..sp(1 << 20, 1, 0, true, false) };
         // Each program's reads in their order, L again in each of them; the
@@ -1283,13 +1288,7 @@ mod tests {
         let mut trace = first.clone();
         trace.extend([o1, first[4], first[5], first[6], o2]);
         trace.extend(&first);
-        let mut a = analyzer();
-        for (i, &b) in trace.iter().enumerate() {
-            a.add(e(i as u64, b, 8, 1));
-        }
-        let firsts = |p: &[Range]| -> Vec<u64> {
-            p.iter().flat_map(|&(s, e)| s..e).filter(|b| b % 1000 == 0).collect()
-        };
+        let a = reads_of(&trace);
         let plan = StreamPlan { time_order: true, ..sp(1 << 20, 8, 0, true, false) };
         // The shared path is copied between o1 and o2; the rerun, as long
         // as JOIN_MIN, takes no room: it is read where the first run lies.
@@ -1297,11 +1296,8 @@ mod tests {
         want.extend([o1, first[4], first[5], first[6], o2]);
         assert_eq!(firsts(&plan_streams(&a, &plan, &mut 0)), want);
         // One request shorter and the rerun is laid out again.
-        let mut a = analyzer();
         let short = &first[..JOIN_MIN - 1];
-        for (i, &b) in short.iter().chain(&[o1]).chain(short).enumerate() {
-            a.add(e(i as u64, b, 8, 1));
-        }
+        let a = reads_of(short.iter().chain(&[o1]).chain(short));
         let mut want: Vec<u64> = short.to_vec();
         want.push(o1);
         want.extend(short);
@@ -1310,17 +1306,8 @@ mod tests {
 
     #[test]
     fn a_time_ordered_rerun_joins_a_layout_only_if_all_its_first_join_min_requests_go_on_along_it() {
-        let firsts = |p: &[Range]| -> Vec<u64> {
-            p.iter().flat_map(|&(s, e)| s..e).filter(|b| b % 1000 == 0).collect()
-        };
         let plan = StreamPlan { time_order: true, ..sp(1 << 20, 8, 0, true, false) };
-        let run = |trace: &[u64]| {
-            let mut a = analyzer();
-            for (i, &b) in trace.iter().enumerate() {
-                a.add(e(i as u64, b, 8, 1));
-            }
-            firsts(&plan_streams(&a, &plan, &mut 0))
-        };
+        let run = |trace: &[u64]| firsts(&plan_streams(&reads_of(trace), &plan, &mut 0));
         // A first run reading its JOIN_MIN files from the last to the
         // first, then another file, then the same files the other way
         // round: every one of them is laid out, but not in the rerun's
@@ -1352,9 +1339,6 @@ mod tests {
         {
             a.add(ProfileEntry { read, ..e(i as u64, b, 8, 1) });
         }
-        let firsts = |p: &[Range]| -> Vec<u64> {
-            p.iter().flat_map(|&(s, e)| s..e).filter(|b| b % 1000 == 0).collect()
-        };
         for relay in [false, true] {
             let plan = StreamPlan { time_order: true, ..sp(1 << 20, 4, 0, false, relay) };
             assert_eq!(firsts(&plan_streams(&a, &plan, &mut 0)), vec![c_, x_, y_]);
@@ -1366,9 +1350,6 @@ mod tests {
 
     #[test]
     fn a_time_ordered_relay_lays_out_no_block_more_than_copies_max_times() {
-        let firsts = |p: &[Range]| -> Vec<u64> {
-            p.iter().flat_map(|&(s, e)| s..e).filter(|b| b % 1000 == 0).collect()
-        };
         // Stream 1 lays out A B C D; stream 2 reads A B, a file of its
         // own, A B again, another: its time order takes A B twice, and
         // relaid whole with them it would hold a third copy of each.
