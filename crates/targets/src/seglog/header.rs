@@ -740,21 +740,24 @@ impl MapDigest {
     }
 
     /// `self` (the copies recovery took) against `recorded` (the
-    /// checkpoint's): the sum's shortfall `d` and the weight a single page
-    /// falling short by it would have (the weighted shortfall over `d`,
-    /// modulo the prime). `None` when `d` is a multiple of the prime (no
-    /// quotient). Only one page of that weight whose copy taken is older
-    /// by `d` than the one it should have taken explains it: with two
+    /// checkpoint's): the plain digest's shortfall and the weighted one's
+    /// (modulo the prime), which the pages that fell short must add up to
+    /// (`shortfall::explain`).
+    pub fn shortfall(&self, recorded: &MapDigest) -> (u64, u64) {
+        (recorded.sum.wrapping_sub(self.sum), sub_mod(recorded.weighted, self.weighted))
+    }
+
+    /// [`MapDigest::shortfall`]'s `d` and the weight a single page falling
+    /// short by it would have (the weighted shortfall over `d`, modulo
+    /// the prime); `None` when `d` is a multiple of the prime. With two
     /// pages short or more the quotient is some value no page is likely
-    /// to have (`pages / 2^61`).
-    pub fn single_shortfall(&self, recorded: &MapDigest) -> Option<(u64, u64)> {
-        let d = recorded.sum.wrapping_sub(self.sum);
+    /// to have (`pages / 2^61`): the arithmetic `shortfall::explain`'s
+    /// last page rests on.
+    #[cfg(test)]
+    fn single_shortfall(&self, recorded: &MapDigest) -> Option<(u64, u64)> {
+        let (d, dw) = self.shortfall(recorded);
         let r = d % MAP_DIGEST_PRIME;
-        if r == 0 {
-            return None;
-        }
-        let dw = sub_mod(recorded.weighted, self.weighted);
-        Some((d, quotient(dw, r)))
+        (r != 0).then(|| (d, quotient(dw, r)))
     }
 }
 

@@ -65,8 +65,7 @@ pub fn explain(
     lost_count: usize,
     stale: &Suspects,
 ) -> Option<Vec<(u32, u64)>> {
-    let d = recorded.sum.wrapping_sub(taken.sum);
-    let dw = sub_mod(recorded.weighted, taken.weighted);
+    let (d, dw) = taken.shortfall(recorded);
     let most = |s: &Suspects| s.iter().map(|x| x.1).max().unwrap_or(0);
     // With no page lost, one search (of no lost page) for each number.
     let tiers: &[&Suspects] = if lost_count == 0 { &[&[]] } else { lost };
