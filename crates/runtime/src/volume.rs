@@ -623,7 +623,7 @@ pub fn destage(paths: &[PathBuf], opened: impl FnOnce()) -> Result<Vec<layoutd_c
     Ok(stack.layer_statuses())
 }
 
-/// [`drain`] with a dry run's answer first, from one bring-up: the
+/// [`message`] with a dry run's answer first, from one bring-up: the
 /// message's work runs to its end before anything is written
 /// ([`run_offline`] with `verdict`); a refusal of the message, or a
 /// reason `verdict` finds in the statuses then (`free-space`: the file
@@ -642,21 +642,4 @@ pub fn drain_checked(
         };
     mark_clean(&members)?;
     Ok(Ok((reply, stack.layer_statuses())))
-}
-
-/// [`message`] that also returns the stack's statuses afterwards; a
-/// refusal is an error naming the device (nothing is written).
-pub fn drain(
-    paths: &[PathBuf],
-    message: Option<&str>,
-) -> Result<(Option<String>, Vec<layoutd_core::Status>), VolumeError> {
-    let (reply, stack, members) = run_offline(
-        paths,
-        "the work the message started",
-        |h| message.map(|m| h.message(m)).transpose(),
-        None,
-    )?
-    .map_err(|e| err(&paths[0], e))?;
-    mark_clean(&members)?;
-    Ok((reply, stack.layer_statuses()))
 }
