@@ -683,6 +683,8 @@ fn bad_configs_say_what_is_wrong() {
         ("readahead_bytes = 1000\n", "`readahead_bytes`"),
         ("readahead_bytes = \"64K\"\nreadahead_memory_bytes = \"32K\"\n", "`readahead_memory_bytes`"),
         ("readahead_when = \"sometimes\"\n", "`readahead_when`"),
+        ("readbehind_bytes = 1000\n", "`readbehind_bytes`"),
+        ("readbehind_bytes = \"64K\"\nreadahead_memory_bytes = \"32K\"\n", "`readahead_memory_bytes`"),
         ("absorb_reserve_pct = 101\n", "`absorb_reserve_pct`"),
     ];
     for (keys, want) in cases {
@@ -1071,6 +1073,93 @@ fn a_read_ahead_along_the_sequence_serves_the_next_reads_and_a_write_is_never_sh
     for b in 10..14 {
         assert_eq!(read_block(&mut h, b), read_block(&mut plain, b), "block {b}");
     }
+}
+
+/// `aligned_shared_ops` with a fifth of each stream's reads taken before
+/// the read before them (swapped): the stream skips a place of its
+/// sequence, then reads it (a read-behind's pattern).
+fn skipping_ops(rng: &mut ChaCha8Rng, count: usize) -> Vec<OpSpec> {
+    let mut ops = aligned_shared_ops(rng, count);
+    let mut prev: std::collections::HashMap<u32, usize> = Default::default();
+    for i in 0..ops.len() {
+        if ops[i].op != Op::Read {
+            continue;
+        }
+        let s = ops[i].stream;
+        match prev.insert(s, i) {
+            Some(j) if rng.gen_bool(0.2) => {
+                let (a, b) = (ops[j].sector, ops[i].sector);
+                (ops[j].sector, ops[i].sector) = (b, a);
+                prev.remove(&s);
+            }
+            _ => {}
+        }
+    }
+    ops
+}
+
+#[test]
+fn opt_reading_behind_reads_back_what_a_byte_array_would() {
+    let keys =
+        ["readbehind_reads_count", "readahead_hits_count", "readahead_dropped_count", "dirty_copies_count"];
+    // Odd seeds absorb writes; seeds 2, 3, 6, 7, ... read ahead too.
+    let totals = oracle_seeds(&keys, skipping_ops, 800, |seed| {
+        let ahead = if seed % 4 >= 2 { "readahead_bytes = \"8K\"\n" } else { "" };
+        tiny_copies(6 + seed % 5, 0, seed % 2 == 1, false, seed % 3 == 1)
+            + "readbehind_bytes = \"8K\"\nreadahead_memory_bytes = \"24K\"\n"
+            + ahead
+    });
+    // Skipped slots were read with the read after them and served from
+    // memory, writes dropped them, many times; no read returned stale bytes.
+    assert_each_exercised(&keys, &totals);
+}
+
+#[test]
+fn opt_reading_behind_crash_at_every_flush_and_random_points_keeps_flushed_data() {
+    crash_seeds(skipping_ops, |seed| {
+        tiny_copies(6, 0, seed % 2 == 1, false, false)
+            + "readbehind_bytes = \"8K\"\nreadahead_memory_bytes = \"24K\"\n"
+    });
+}
+
+#[test]
+fn a_read_that_skips_slots_of_its_sequence_reads_them_too_and_serves_them_next_until_a_write() {
+    let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+    let cfg = manual() + "readbehind_bytes = \"8K\"\n";
+    let mut h = mapped_harness_with(&dev, &cfg);
+    let lower = lower_of(&h, 10..14);
+    assert!(lower.windows(2).all(|w| w[1] == w[0] + B), "laid out in order: {}", describe(&mut h));
+    let c = |h: &Harness, k| counter(&*h.stack, k);
+    // The first read jumps into the sequence: nothing behind it.
+    assert_eq!(read_block(&mut h, 10), block(10));
+    // The next skips block 11's slot: it reads it too.
+    assert_eq!(read_block(&mut h, 12), block(12));
+    assert_eq!((c(&h, "readbehind_reads_count"), c(&h, "readbehind_read_blocks")), (1, 1));
+    let before = h.stats.lower_count;
+    assert_eq!(read_block(&mut h, 11), block(11));
+    assert_eq!(c(&h, "readahead_hits_count"), 1);
+    assert_eq!(h.stats.lower_count, before, "answered from memory");
+    // That read did not move the stream's place: the next goes on from
+    // block 12's slot, with nothing to read behind.
+    assert_eq!(read_block(&mut h, 13), block(13));
+    assert_eq!(c(&h, "readbehind_reads_count"), 1, "{}", describe(&mut h));
+    // Two slots skipped (8 KiB, the most): both read.
+    assert_eq!(read_block(&mut h, 10), block(10));
+    assert_eq!(read_block(&mut h, 13), block(13));
+    assert_eq!((c(&h, "readbehind_reads_count"), c(&h, "readbehind_read_blocks")), (2, 3));
+    // A write to block 11 drops the held bytes: the read after it sees the write.
+    assert_eq!(h.write(11 * B, block(0x71)).result, Ok(()));
+    assert!(c(&h, "readahead_dropped_count") >= 1);
+    assert_eq!(read_block(&mut h, 11), block(0x71));
+    assert_eq!(read_block(&mut h, 12), block(12), "the other block held went with the buffer, still right");
+    // A gap wider than `readbehind_bytes` is not read.
+    let mut narrow = mapped_harness_with(
+        &Arc::new(MemDevice::new(DEVICE_BYTES)),
+        &(manual() + "readbehind_bytes = \"4K\"\n"),
+    );
+    assert_eq!(read_block(&mut narrow, 10), block(10));
+    assert_eq!(read_block(&mut narrow, 13), block(13));
+    assert_eq!(c(&narrow, "readbehind_reads_count"), 0);
 }
 
 #[test]

@@ -1,8 +1,9 @@
 //! Read-ahead, shared by `replica` (along a replica chain a stream
 //! follows) and `opt` (along a planned sequence of the OPT region): a read
-//! of lower blocks is extended by the blocks its target expects next, and
-//! the extra bytes are held in memory, per key (a stream), until a read of
-//! them comes or a lower write makes them stale.
+//! of lower blocks is extended by the blocks its target expects next (and,
+//! for `opt`'s read-behind, back over the blocks it skipped), and the extra
+//! bytes are held in memory, per key (a stream), until a read of them
+//! comes or a lower write makes them stale.
 //!
 //! The target decides *what* to read ahead (its policy); this module keeps
 //! what was read ahead and the one rule that makes it safe: **held bytes
@@ -48,13 +49,15 @@ impl Ahead {
     }
 }
 
-/// A read in flight whose blocks `[extra_from, end)` are read ahead for
-/// `key` (the read covers `[from, end)`).
+/// A read in flight of blocks `[from, end)` whose own blocks (what its
+/// request asked for) are `[own_start, own_end)`: the blocks before them
+/// are read behind, those after them ahead, both for `key`.
 #[derive(Clone, Copy, Debug)]
 struct InFlight<K> {
     key: K,
     from: u64,
-    extra_from: u64,
+    own_start: u64,
+    own_end: u64,
     end: u64,
 }
 
@@ -109,32 +112,39 @@ impl<K: Copy + Eq + Hash> ReadAhead<K> {
     }
 
     /// A read of blocks `[from, end)` is issued as lower request `id`; its
-    /// blocks from `extra_from` on are read ahead for `key` (none when
-    /// `extra_from == end`: registered all the same, see
-    /// [`ReadAhead::reads_overlapping`]).
-    pub fn read_issued(&mut self, id: u64, key: K, from: u64, extra_from: u64, end: u64) {
-        assert!(from <= extra_from && extra_from <= end);
-        self.reads.insert(id, InFlight { key, from, extra_from, end });
+    /// request's own blocks are `own` (`[from, own.0)` is read behind and
+    /// `[own.1, end)` ahead for `key`; none when both are empty: registered
+    /// all the same, see [`ReadAhead::reads_overlapping`]).
+    pub fn read_issued(&mut self, id: u64, key: K, from: u64, own: (u64, u64), end: u64) {
+        assert!(from <= own.0 && own.0 <= own.1 && own.1 <= end);
+        self.reads.insert(id, InFlight { key, from, own_start: own.0, own_end: own.1, end });
     }
 
     /// Where lower request `id`'s read-ahead ends now (a write may have cut
-    /// it back to its extra blocks' start), if it is registered.
+    /// it back to its own blocks' end), if it is registered.
     pub fn read_end(&self, id: u64) -> Option<u64> {
         self.reads.get(&id).map(|r| r.end)
     }
 
-    /// Lower read `id` completed; if it succeeded and still reads ahead,
-    /// its extra blocks are held for its key (`data`: the read's bytes, the
-    /// extra ones from byte `extra_at`). Returns whether it held any.
+    /// Lower read `id` completed; if it succeeded, what it still reads
+    /// behind and ahead is held for its key (`data`: the read's bytes, from
+    /// block `from` on when it reads behind; the blocks ahead from byte
+    /// `extra_at`). Returns whether it held any.
     pub fn read_done(&mut self, id: u64, ok: bool, data: Option<&Bytes>, extra_at: usize) -> bool {
         let Some(r) = self.reads.remove(&id) else { return false };
-        if !ok || r.end <= r.extra_from {
+        if !ok {
             return false;
         }
-        let data =
-            data.map(|d| d.slice(extra_at..extra_at + ((r.end - r.extra_from) * self.block_bytes) as usize));
-        self.put(r.key, r.extra_from, r.end, data);
-        true
+        let bb = self.block_bytes;
+        if r.from < r.own_start {
+            let behind = data.map(|d| d.slice(..((r.own_start - r.from) * bb) as usize));
+            self.put(r.key, r.from, r.own_start, behind);
+        }
+        if r.own_end < r.end {
+            let ahead = data.map(|d| d.slice(extra_at..extra_at + ((r.end - r.own_end) * bb) as usize));
+            self.put(r.key, r.own_end, r.end, ahead);
+        }
+        r.from < r.own_start || r.own_end < r.end
     }
 
     /// Holds blocks `[start, end)` for `key`, dropping the key's oldest
@@ -202,8 +212,12 @@ impl<K: Copy + Eq + Hash> ReadAhead<K> {
         self.held_blocks -= gone;
         self.held.retain(|_, v| !v.is_empty());
         for r in self.reads.values_mut() {
-            if r.extra_from < b && a < r.end {
-                r.end = r.extra_from;
+            if r.own_end < b && a < r.end {
+                r.end = r.own_end;
+                n += 1;
+            }
+            if r.from < b && a < r.own_start {
+                r.from = r.own_start;
                 n += 1;
             }
         }
@@ -243,7 +257,7 @@ mod tests {
     #[test]
     fn held_bytes_are_served_until_a_write_overlaps_them() {
         let mut ra: ReadAhead<u32> = ReadAhead::new(512, 4, u64::MAX);
-        ra.read_issued(1, 7, 10, 12, 20);
+        ra.read_issued(1, 7, 10, (10, 12), 20);
         let d = data(10, 3);
         assert!(ra.read_done(1, true, Some(&d), 2 * 512));
         assert_eq!(ra.held_blocks(), 8);
@@ -260,43 +274,76 @@ mod tests {
     fn a_write_issued_or_completed_during_a_read_ahead_leaves_nothing_held() {
         // Issued while the read-ahead is in flight.
         let mut ra: ReadAhead<u32> = ReadAhead::new(512, 4, u64::MAX);
-        ra.read_issued(1, 0, 0, 2, 8);
+        ra.read_issued(1, 0, 0, (0, 2), 8);
         assert_eq!(ra.forget(5, 6), 1);
         assert!(!ra.read_done(1, true, None, 0));
         assert!(ra.get([0], 5, 1).is_none());
         // Issued before, completing after the read-ahead completed.
         ra.forget(5, 6);
         ra.write_issued(9, 5, 6);
-        ra.read_issued(2, 0, 0, 2, 8);
+        ra.read_issued(2, 0, 0, (0, 2), 8);
         assert!(ra.read_done(2, true, None, 0));
         assert!(ra.get([0], 3, 1).is_some());
         assert_eq!(ra.write_done(9), 1);
         assert!(ra.get([0], 3, 1).is_none(), "it may hold the bytes before the write");
         // A write elsewhere keeps it.
-        ra.read_issued(3, 0, 0, 2, 8);
+        ra.read_issued(3, 0, 0, (0, 2), 8);
         ra.forget(8, 9);
         assert!(ra.read_done(3, true, None, 0));
         assert!(ra.get([0], 7, 1).is_some());
         // A failed read holds nothing.
-        ra.read_issued(4, 1, 20, 21, 30);
+        ra.read_issued(4, 1, 20, (20, 21), 30);
         assert!(!ra.read_done(4, false, None, 0));
+    }
+
+    #[test]
+    fn a_read_behind_holds_the_blocks_before_its_own_and_a_write_cuts_only_its_side() {
+        let mut ra: ReadAhead<u32> = ReadAhead::new(512, 4, u64::MAX);
+        // Blocks 10..20, its own 14..16: 10..14 behind, 16..20 ahead.
+        ra.read_issued(1, 7, 10, (14, 16), 20);
+        let d = Bytes::from((0..10u8).flat_map(|k| vec![k; 512]).collect::<Vec<_>>());
+        assert!(ra.read_done(1, true, Some(&d), 6 * 512));
+        assert_eq!(ra.held_blocks(), 8);
+        assert_eq!(
+            ra.get([7], 11, 2).unwrap().unwrap(),
+            d.slice(512..3 * 512),
+            "block 11 is the read's second"
+        );
+        assert_eq!(ra.get([7], 17, 1).unwrap().unwrap(), d.slice(7 * 512..8 * 512));
+        assert!(ra.get([7], 14, 1).is_none(), "the read's own blocks are not held");
+        assert!(ra.get([7], 13, 2).is_none(), "a piece spanning behind and own is not held");
+        // A write over a block behind, issued while the read is in flight,
+        // leaves the blocks ahead held; one over the read's own blocks cuts neither.
+        ra.read_issued(2, 7, 30, (34, 36), 40);
+        assert_eq!(ra.forget(31, 32), 1);
+        assert_eq!(ra.forget(35, 36), 0);
+        assert!(ra.read_done(2, true, None, 0));
+        assert!(ra.get([7], 31, 1).is_none() && ra.get([7], 30, 1).is_none());
+        assert!(ra.get([7], 36, 4).is_some());
+        // Behind only: held; a failed read holds nothing.
+        ra.read_issued(3, 8, 50, (52, 53), 53);
+        assert!(ra.read_done(3, true, None, 0));
+        assert!(ra.get([8], 50, 2).is_some());
+        ra.read_issued(4, 8, 60, (62, 63), 63);
+        assert!(!ra.read_done(4, false, None, 0));
+        assert!(ra.get([8], 60, 1).is_none());
     }
 
     #[test]
     fn memory_is_bounded_per_key_and_in_all() {
         let mut ra: ReadAhead<u32> = ReadAhead::new(512, 2, 10 * 512);
         for (id, start) in [(1, 0), (2, 4), (3, 8)] {
-            ra.read_issued(id, 0, start, start, start + 4);
+            ra.read_issued(id, 0, start, (start, start), start + 4);
             ra.read_done(id, true, None, 0);
         }
         assert!(ra.get([0], 0, 1).is_none(), "past per_key the oldest goes");
         assert!(ra.get([0], 4, 1).is_some() && ra.get([0], 8, 1).is_some());
-        ra.read_issued(4, 1, 100, 100, 104);
+        ra.read_issued(4, 1, 100, (100, 100), 104);
         ra.read_done(4, true, None, 0);
         assert_eq!(ra.held_blocks(), 8, "12 blocks past 10: the oldest (key 0's) went");
         assert!(ra.get([0], 4, 1).is_none() && ra.get([1], 100, 4).is_some());
         assert_eq!(ra.evicted_count, 2);
-        ra.read_issued(5, 1, 200, 200, 220);
+        ra.read_issued(5, 1, 200, (200, 200), 220);
         ra.read_done(5, true, None, 0);
         assert!(ra.get([1], 200, 1).is_none(), "a buffer larger than the cap is not held");
         ra.forget_key(1);
@@ -307,7 +354,7 @@ mod tests {
     #[test]
     fn reads_in_flight_overlap_with_what_they_still_read_ahead() {
         let mut ra: ReadAhead<u32> = ReadAhead::new(512, 4, u64::MAX);
-        ra.read_issued(1, 0, 0, 2, 8);
+        ra.read_issued(1, 0, 0, (0, 2), 8);
         assert_eq!(ra.reads_overlapping(6, 7), 1);
         ra.forget(7, 8);
         assert_eq!(ra.reads_overlapping(6, 7), 0);

@@ -163,6 +163,14 @@ pub struct Args {
     pub readahead_memory_bytes: u64,
     /// Which reads read ahead (`readahead_when`).
     pub readahead_when: ReadAheadWhen,
+    /// A read from the region that starts at most this many bytes past
+    /// where the stream's previous read from the region ended, with every
+    /// slot between mapped, reads those slots too and holds them (the
+    /// shared read-ahead's memory): the head passes over them anyway, and a
+    /// stream that skips a stretch of its sequence (a program's read-ahead
+    /// window taken before the reads it follows) reads it next. 0: off,
+    /// the default.
+    pub readbehind_bytes: u64,
 }
 
 /// Which reads from the region read ahead along their sequence.
@@ -309,6 +317,13 @@ impl Geometry {
 }
 
 impl Args {
+    /// Whether reads of the region are extended and the extra bytes held
+    /// (read-ahead or read-behind): every lower write must then drop what
+    /// is held of its slots.
+    pub fn holds_reads(&self) -> bool {
+        self.readahead_bytes > 0 || self.readbehind_bytes > 0
+    }
+
     /// Reads every key (unknown keys are errors) and computes the geometry.
     pub fn parse(mut a: ArgReader<'_>, lower_bytes: u64) -> Result<(Args, Geometry), ConfigError> {
         let block_bytes = a.size_opt("block_bytes")?.unwrap_or(4096);
@@ -373,6 +388,7 @@ impl Args {
             idle_ms: a.ms_opt("idle_ms")?.unwrap_or(100),
             readahead_bytes: a.size_opt("readahead_bytes")?.unwrap_or(0),
             readahead_memory_bytes: a.size_opt("readahead_memory_bytes")?.unwrap_or(4 << 20),
+            readbehind_bytes: a.size_opt("readbehind_bytes")?.unwrap_or(0),
             readahead_when: match a.str_opt("readahead_when")?.unwrap_or("following") {
                 "following" => ReadAheadWhen::Following,
                 "resumed" => ReadAheadWhen::Resumed,
@@ -389,6 +405,18 @@ impl Args {
             return Err(a.error(format!(
                 "key `readahead_bytes`: {} must be a multiple of `block_bytes` {block_bytes} up to {ra_max} (0: off)",
                 args.readahead_bytes
+            )));
+        }
+        if !args.readbehind_bytes.is_multiple_of(block_bytes) || args.readbehind_bytes > ra_max {
+            return Err(a.error(format!(
+                "key `readbehind_bytes`: {} must be a multiple of `block_bytes` {block_bytes} up to {ra_max} (0: off)",
+                args.readbehind_bytes
+            )));
+        }
+        if args.readbehind_bytes > args.readahead_memory_bytes {
+            return Err(a.error(format!(
+                "key `readahead_memory_bytes`: {} cannot hold one read-behind of `readbehind_bytes` {}",
+                args.readahead_memory_bytes, args.readbehind_bytes
             )));
         }
         if args.readahead_bytes > args.readahead_memory_bytes {
@@ -460,6 +488,7 @@ impl Args {
             ("readahead_bytes", self.readahead_bytes.to_string()),
             ("readahead_memory_bytes", self.readahead_memory_bytes.to_string()),
             ("readahead_when", self.readahead_when.name().to_string()),
+            ("readbehind_bytes", self.readbehind_bytes.to_string()),
         ];
         v.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
     }

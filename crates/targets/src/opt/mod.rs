@@ -214,10 +214,13 @@ enum LowerOp {
         within: u32,
     },
     /// A piece of an upper read of `bytes` bytes from the region that reads
-    /// on along its sequence (registered in `Opt::ahead`).
+    /// on along its sequence or back over the slots its stream skipped
+    /// (registered in `Opt::ahead`); its own bytes start at byte `at` of
+    /// the lower read.
     PieceAhead {
         key: u64,
         within: u32,
+        at: u32,
         bytes: u32,
     },
     UpperFlush {
@@ -301,6 +304,8 @@ struct Counters {
     readahead_reads_count: u64,
     readahead_read_blocks: u64,
     readahead_hits_count: u64,
+    readbehind_reads_count: u64,
+    readbehind_read_blocks: u64,
 }
 
 /// The bring-up phase.
@@ -452,7 +457,7 @@ impl Opt {
     fn emit(&mut self, op: LowerOp, req: Request) -> u64 {
         assert!(req.validate(u64::MAX).is_ok() || req.op == Op::Flush, "a well-formed lower request");
         let background = op.is_background();
-        let slots = (self.args.readahead_bytes > 0 && req.op != Op::Read && req.op != Op::Flush)
+        let slots = (self.args.holds_reads() && req.op != Op::Read && req.op != Op::Flush)
             .then(|| self.geo.slots_of(req.offset_bytes, u64::from(req.length_bytes)))
             .flatten();
         if let Some((a, b)) = slots {
@@ -500,8 +505,8 @@ impl Opt {
         out.clear();
         let geo = self.geo;
         // The stream's last read from the region: for the choice among
-        // extra copies, and for read-ahead's "goes on" test.
-        let choose = reader.filter(|_| !self.extras.is_empty() || self.args.readahead_bytes > 0);
+        // extra copies, and for read-ahead's "goes on" test and read-behind.
+        let choose = reader.filter(|_| !self.extras.is_empty() || self.args.holds_reads());
         let mut last = choose.and_then(|r| self.read_last.get(&r).copied());
         let (extras, mut from_extra, follow) = (&self.extras, 0, self.args.read_follow);
         let slots = &self.slots;
@@ -738,7 +743,7 @@ impl Opt {
     }
 
     fn read(&mut self, req: Request) {
-        if self.args.readahead_bytes > 0 {
+        if self.args.holds_reads() {
             return self.read_ahead(req);
         }
         let (key, pieces) = self.begin(&req);
@@ -756,7 +761,10 @@ impl Opt {
     /// free slot ends the planned sequence), up to `readahead_bytes`, when
     /// the read goes on from where the stream's previous read from the
     /// region ended (`readahead_when`: also only when the lower request
-    /// before it ended elsewhere, or for every read).
+    /// before it ended elsewhere, or for every read). With
+    /// `readbehind_bytes`, the first piece, if in the region and starting
+    /// on a slot's start at most that far past where the stream's previous
+    /// read from the region ended, reads the mapped slots between too.
     fn read_ahead(&mut self, req: Request) {
         let stream = self.args.graph_stream.key(req.stream);
         let last = self.read_last.get(&stream).copied();
@@ -775,6 +783,8 @@ impl Opt {
             _ => false,
         };
         let n = pieces.len();
+        // Whether the disk read any of the request's pieces in the region.
+        let mut region_read = false;
         for (i, &(lower, within, len, slot)) in pieces.iter().enumerate() {
             let r = Request { stream: req.stream, ..Request::new(ReqId(0), Op::Read, lower, len as u32) };
             if slot.is_none() {
@@ -790,23 +800,56 @@ impl Opt {
                 self.piece_done(now_ns, key, within, data, Ok(()));
                 continue;
             }
+            region_read = true;
+            let mapped = |slots: &[Slot], k: u64| slots.get(k as usize).is_some_and(|s| s.home.is_some());
+            let room = u64::from(layoutd_core::REQUEST_BYTES_MAX) / b - (end - first);
+            let mut behind = 0;
+            if let (0, Some(l)) = (i, last) {
+                let gap = first.saturating_sub(l);
+                if (lower - base).is_multiple_of(b)
+                    && gap * b <= self.args.readbehind_bytes
+                    && gap <= room
+                    && (l..first).all(|k| mapped(&self.slots, k))
+                {
+                    behind = gap;
+                }
+            }
             let mut extra = 0;
             if i + 1 == n && following && (lower - base + len).is_multiple_of(b) {
-                let cap = ra_max.min(u64::from(layoutd_core::REQUEST_BYTES_MAX) / b - (end - first));
-                while extra < cap && self.slots.get((end + extra) as usize).is_some_and(|s| s.home.is_some())
-                {
+                let cap = ra_max.min(room - behind);
+                while extra < cap && mapped(&self.slots, end + extra) {
                     extra += 1;
                 }
             }
-            if extra == 0 {
+            if extra == 0 && behind == 0 {
                 self.emit(LowerOp::Piece { key, within }, r);
                 continue;
             }
-            self.counters.readahead_reads_count += 1;
-            self.counters.readahead_read_blocks += extra;
-            let r = Request { length_bytes: (len + extra * b) as u32, ..r };
-            let id = self.emit(LowerOp::PieceAhead { key, within, bytes: len as u32 }, r);
-            self.ahead.read_issued(id, stream, first, end, end + extra);
+            if extra > 0 {
+                self.counters.readahead_reads_count += 1;
+                self.counters.readahead_read_blocks += extra;
+            }
+            if behind > 0 {
+                self.counters.readbehind_reads_count += 1;
+                self.counters.readbehind_read_blocks += behind;
+            }
+            let r = Request {
+                offset_bytes: lower - behind * b,
+                length_bytes: ((behind + extra) * b + len) as u32,
+                ..r
+            };
+            let at = (behind * b) as u32;
+            let id = self.emit(LowerOp::PieceAhead { key, within, at, bytes: len as u32 }, r);
+            self.ahead.read_issued(id, stream, first - behind, (first, end), end + extra);
+        }
+        // Served from memory alone: the head did not move, so the stream's
+        // place for the next read's "goes on" and read-behind stays where
+        // its last read from the disk left it.
+        if !region_read && pieces.iter().any(|p| p.3.is_some()) {
+            match last {
+                Some(l) => self.read_last.insert(stream, l),
+                None => self.read_last.remove(&stream),
+            };
         }
         self.pieces_buf = pieces;
     }
@@ -1026,9 +1069,10 @@ impl Opt {
         match op {
             LowerOp::Bringup { part } => self.bringup_done(c, part),
             LowerOp::Piece { key, within } => self.piece_done(now.as_ns(), key, within, c.data, c.result),
-            LowerOp::PieceAhead { key, within, bytes } => {
-                self.ahead.read_done(c.id.0, c.result.is_ok(), c.data.as_ref(), bytes as usize);
-                let data = c.data.map(|d| d.slice(..(bytes as usize).min(d.len())));
+            LowerOp::PieceAhead { key, within, at, bytes } => {
+                let (at, end) = (at as usize, (at + bytes) as usize);
+                self.ahead.read_done(c.id.0, c.result.is_ok(), c.data.as_ref(), end);
+                let data = c.data.map(|d| d.slice(at.min(d.len())..end.min(d.len())));
                 self.piece_done(now.as_ns(), key, within, data, c.result)
             }
             LowerOp::UpperFlush { id } => {
@@ -1235,6 +1279,8 @@ impl Target for Opt {
             ("readahead_reads_count", c.readahead_reads_count),
             ("readahead_read_blocks", c.readahead_read_blocks),
             ("readahead_hits_count", c.readahead_hits_count),
+            ("readbehind_reads_count", c.readbehind_reads_count),
+            ("readbehind_read_blocks", c.readbehind_read_blocks),
             ("readahead_dropped_count", self.ahead.dropped_count),
             ("readahead_evicted_count", self.ahead.evicted_count),
             ("readahead_held_blocks", self.ahead.held_blocks()),

@@ -222,7 +222,7 @@ impl Replica {
             };
             let op = LowerOp::ReplicaRead { key, range: (loc, loc + n), stream: req.stream };
             let id = self.emit(op, lower);
-            self.streams.ahead.read_issued(id, req.stream, loc, loc + n, loc + n + extra);
+            self.streams.ahead.read_issued(id, req.stream, loc, (loc, loc + n), loc + n + extra);
             self.gate.issued(id, (loc, loc + n + extra));
             return;
         }
