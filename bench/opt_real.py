@@ -66,7 +66,8 @@ OPT0, OPT1 = 37 << 30, 38 << 30  # the region of bench/results/opt/opt.toml
 # run's requests, marker reads left out), per capture; PLACED alone: plain
 # with that home layout, the baseline of the placed stacks (BASELINE).
 PLACED = "placed:"
-BASELINE = {"opt-placed": "plain-placed", "opt-relay-placed": "plain-placed", "opt-time-placed": "plain-placed"}
+BASELINE = {"opt-placed": "plain-placed", "opt-relay-placed": "plain-placed", "opt-time-placed": "plain-placed",
+            "opt-time-behind-placed": "plain-placed"}
 # (name, config, plans at the reconfigure marker?, the free space declared
 # first?). replica replicates into free space only: it learns it from an
 # ext scan at open (live) or from discards; the simulator has no data to
@@ -80,10 +81,12 @@ STACKS = [("plain", "bench/results/opt/plain.toml", False, False),
           ("opt-relay", "bench/results/opt/opt-relay.toml", True, False),
           ("opt-time", "bench/results/opt/opt-time.toml", True, False),
           ("opt-relay-time", "bench/results/opt/opt-relay-time.toml", True, False),
+          ("opt-time-behind", "bench/results/opt/opt-time-behind.toml", True, False),
           ("plain-placed", PLACED, False, False),
           ("opt-placed", PLACED + "bench/results/opt/opt.toml", True, False),
           ("opt-relay-placed", PLACED + "bench/results/opt/opt-relay.toml", True, False),
           ("opt-time-placed", PLACED + "bench/results/opt/opt-time.toml", True, False),
+          ("opt-time-behind-placed", PLACED + "bench/results/opt/opt-time-behind.toml", True, False),
           ("replica", "examples/replica.toml", False, True),
           ("replica-all-goals", "examples/replica-all-goals.toml", False, True)]
 # How the replay gives the stacks their streams: "serve" = the layoutd trace
@@ -96,7 +99,7 @@ LIVE = [("plain", "bench/results/opt/plain.toml"), ("opt", "bench/results/opt/op
 # The opt stacks a live pair NAME-plain / NAME-STACK may have been run with
 # (by hand: `bench/run opt-startup --config CONFIG --emulate wd800 --out
 # bench/results/opt/real/NAME-STACK`), each compared with its replay.
-LIVE_OPT = ("opt", "opt-time")
+LIVE_OPT = ("opt", "opt-time", "opt-time-behind")
 
 
 def layoutd():
@@ -430,7 +433,10 @@ def report(runs, bd, progs, lives, a, meta):
          "layout (its own column is against `plain`); `opt-time`, `opt-relay-time` and `opt-time-placed` are "
          "`opt`, `opt-relay` and `opt-placed` with each stream's plan in the order it first made its requests "
          "(session 30, `plan_time_order`: on one connection each program's run as it read, a library it shares "
-         "with an earlier program copied into its own sequence).", "",
+         "with an earlier program copied into its own sequence); `opt-time-behind` and `opt-time-behind-placed` "
+         "are `opt-time` and `opt-time-placed` reading behind (session 31, `readbehind_bytes = 256K`: a read "
+         "from the region that starts at most 256 KiB past where its stream's previous read from the region "
+         "ended reads the skipped slots too and holds them, so a read of them next comes from memory).", "",
          "Reproduce: `cargo build --workspace --release && bench/opt_real.py` (the replay of the committed "
          "captures, under a minute; `sudo bench/opt_real.py --capture K` captures capK again, `--live` runs "
          "the live confirmation too).", ""]

@@ -95,8 +95,9 @@ def stacks():
     s = [("plain", "bench/results/opt/plain.toml", False), ("opt", "bench/results/opt/opt.toml", True),
          ("opt-home", "bench/results/opt/opt-home.toml", True),
          ("opt-relay", "bench/results/opt/opt-relay.toml", True),
-         ("opt-time", "bench/results/opt/opt-time.toml", True)]
-    for n in ("opt", "opt-relay", "opt-time"):
+         ("opt-time", "bench/results/opt/opt-time.toml", True),
+         ("opt-time-behind", "bench/results/opt/opt-time-behind.toml", True)]
+    for n in ("opt", "opt-relay", "opt-time", "opt-time-behind"):
         p = write_near(f"{n}-dcd-near", f"bench/results/opt/{n}.toml", 37 * GIB, OUT)
         s.append((f"{n}-dcd-near", os.path.relpath(p, ROOT), True))
     return s
@@ -230,7 +231,8 @@ def bound(l, caps):
 
 # Placed from run 1 (bench/opt_real.py's `placed:` stacks): each against
 # plain with the same home layout.
-PLACED = ("plain-placed", "opt-time-placed", "opt-time-dcd-near-placed")
+PLACED_CONFIGS = ("opt-time", "opt-time-behind")
+PLACED = ("plain-placed",) + tuple(f"{n}{d}-placed" for n in PLACED_CONFIGS for d in ("", "-dcd-near"))
 BASELINE = {n: "plain-placed" for n in PLACED[1:]}
 
 
@@ -240,10 +242,13 @@ def placed_stacks(l, k, setup, tmp):
     right before it), and plain with that home layout."""
     trace, plan_at, eb, _ = setup
     run1 = opt_real.training(trace, plan_at, eb)
-    config = "bench/results/opt/opt-time.toml"
-    path, plain, offset = opt_variation.placed(l, config, run1, None, tmp, f"cap{k}-opt-time-placed")
-    near_path = write_near(f"cap{k}-opt-time-dcd-near-placed", config, offset, tmp)
-    return [(PLACED[0], plain, False), (PLACED[1], path, True), (PLACED[2], near_path, True)]
+    out = []
+    for n in PLACED_CONFIGS:
+        config = f"bench/results/opt/{n}.toml"
+        path, plain, offset = opt_variation.placed(l, config, run1, None, tmp, f"cap{k}-{n}-placed")
+        near_path = write_near(f"cap{k}-{n}-dcd-near-placed", config, offset, tmp)
+        out += [(f"{n}-placed", path, True), (f"{n}-dcd-near-placed", near_path, True)]
+    return [(PLACED[0], plain, False)] + out
 
 
 def multiday(l, configs, seeds=(1, 2, 3, 4), s=0.5, every=1024):
@@ -292,7 +297,8 @@ def main():
         jobs += [(k, n, c, p, None) for k in caps for n, c, p in placed_stacks(l, k, setups[k], tmp)]
         with concurrent.futures.ThreadPoolExecutor(a.jobs) as ex:
             res = dict(zip([(j[0], j[1]) for j in jobs], ex.map(lambda j: run(l, j[0], setups[j[0]], *j[1:]), jobs)))
-    md = multiday(l, [(n + d, f"bench/results/opt/{n}.toml", bool(d)) for n in ("opt", "opt-relay", "opt-time")
+    md = multiday(l, [(n + d, f"bench/results/opt/{n}.toml", bool(d))
+                      for n in ("opt", "opt-relay", "opt-time", "opt-time-behind")
                       for d in ("", "-dcd-near")]) if a.multiday else None
     bnd = bound(l, caps)
     anat = {k: anatomy(setups[k]) for k in caps}
