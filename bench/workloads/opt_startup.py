@@ -22,6 +22,8 @@ needed part of /usr (and a few files of /etc) and run through `chroot`:
                  server restarted after the setup) and `opt status` asked
                  every 0.2 s until the job is done (job_active=0); else
                  --idle seconds of nothing
+  status         after run 2, on a stack with an `opt` layer: `opt status`
+                 (its counters: reads from memory, read-behind, ...)
 
 Run 1 trains, run 2 is the held-out evaluation. The volume is mounted with
 `noatime`: with relatime the first run after the copy writes every inode's
@@ -129,6 +131,8 @@ class Workload:
                     for n, argv in PROGRAMS]
             if k == 1:
                 out.append(("reconfigure", "idle", False, self.reconfigure))
+        if self.opt:
+            out.append(("status", "idle", False, self.final_status))
         return out
 
     def populate(self, mnt):
@@ -205,6 +209,11 @@ class Workload:
     def start(self, mnt, argv):
         out = chroot(os.path.join(mnt, "root"), argv)
         return {"output_bytes": len(out)}
+
+    def final_status(self, mnt):
+        """The opt target's counters after run 2 (reads from memory, read-behind, ...)."""
+        st = sh([self.rig.layoutd, "opt", "status", "--socket", self.rig.sock]).stdout
+        return {"status": st.strip()[-4000:]}
 
     def reconfigure(self, mnt):
         if not self.opt:
