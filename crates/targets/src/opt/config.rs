@@ -165,7 +165,8 @@ pub struct Args {
     pub readahead_when: ReadAheadWhen,
     /// A read from the region that starts at most this many bytes past
     /// where the stream's previous read from the region ended, with every
-    /// slot between mapped, reads those slots too and holds them (the
+    /// slot between mapped and the disk's last request ended there, reads
+    /// those slots too and holds them (the
     /// shared read-ahead's memory): the head passes over them anyway, and a
     /// stream that skips a stretch of its sequence (a program's read-ahead
     /// window taken before the reads it follows) reads it next. 0: off,

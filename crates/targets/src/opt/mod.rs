@@ -764,7 +764,8 @@ impl Opt {
     /// before it ended elsewhere, or for every read). With
     /// `readbehind_bytes`, the first piece, if in the region and starting
     /// on a slot's start at most that far past where the stream's previous
-    /// read from the region ended, reads the mapped slots between too.
+    /// read from the region ended, reads the mapped slots between too, when
+    /// the disk's last request ended there (the head passes over them).
     fn read_ahead(&mut self, req: Request) {
         let stream = self.args.graph_stream.key(req.stream);
         let last = self.read_last.get(&stream).copied();
@@ -808,6 +809,7 @@ impl Opt {
                 let gap = first.saturating_sub(l);
                 if (lower - base).is_multiple_of(b)
                     && gap * b <= self.args.readbehind_bytes
+                    && self.last_lower_end == base + l * b
                     && gap <= room
                     && (l..first).all(|k| mapped(&self.slots, k))
                 {
