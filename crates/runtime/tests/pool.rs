@@ -470,10 +470,19 @@ fn a_redirected_origin_write_leaves_the_old_chunk_to_the_snapshots_and_waits_for
         assert_eq!(read(&mut h, at, 2 * CHUNK), vec![1; 2 * CHUNK], "{s} keeps the old chunks");
     }
     assert_eq!(counter(&h, "chunks_shared_count"), 2, "the snapshots still share the old chunks");
+    // The redirects' records (map changes) commit with the next flush.
+    let partial_only = counter(&h, "commits_partial_only_count");
+    assert_eq!(h.flush().result, Ok(()));
+    assert_eq!(counter(&h, "commits_partial_only_count"), partial_only, "the redirects changed the maps");
     // The origin's chunks are its own now: written in place.
     let allocated = counter(&h, "data_allocated_bytes");
     assert_eq!(h.write(0, vec![4; 512]).result, Ok(()));
     want[..512].fill(4);
+    // A sector newly written in the partial chunk: a commit of that alone.
+    let commits = counter(&h, "commits_count");
+    assert_eq!(h.flush().result, Ok(()));
+    assert_eq!(counter(&h, "commits_count"), commits + 1);
+    assert_eq!(counter(&h, "commits_partial_only_count"), partial_only + 1, "{}", h.stack.status());
     assert_eq!(counter(&h, "data_allocated_bytes"), allocated);
     assert_eq!(counter(&h, "origin_redirected_chunks_count"), 2);
     // Quiet: the partial chunk is filled from the old one (read whole,

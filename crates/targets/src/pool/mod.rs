@@ -272,6 +272,9 @@ struct Counters {
     joined_pieces: u64,
     joined_requests: u64,
     partial_redirects: u64,
+    /// Commits whose records are all partial chunks' (sectors written
+    /// into a partial chunk, a chunk made whole): no map change.
+    partial_only_commits: u64,
     fresh_partial: u64,
     partial_homed: u64,
     chunks_filled: u64,
@@ -1770,6 +1773,9 @@ impl Pool {
         let no = self.batch_no;
         self.batch_no += 1;
         let records = std::mem::take(&mut self.batch);
+        if !records.is_empty() && records.iter().all(|r| matches!(r, Record::Partial { .. })) {
+            self.counters.partial_only_commits += 1;
+        }
         self.batch_partial.clear();
         let payloads = meta::pack_journal(&records);
         let blocks = payloads.len() as u64;
@@ -2518,6 +2524,7 @@ impl Pool {
             ("joined_pieces_count".into(), k.joined_pieces),
             ("joined_requests_count".into(), k.joined_requests),
             ("origin_partial_redirects_count".into(), k.partial_redirects),
+            ("commits_partial_only_count".into(), k.partial_only_commits),
             ("fresh_partial_chunks_count".into(), k.fresh_partial),
             ("partial_chunks_composed_home_count".into(), k.partial_homed),
             ("partial_chunks_count".into(), self.partial.len() as u64),
