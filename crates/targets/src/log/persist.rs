@@ -67,8 +67,8 @@ use super::map::{DecodedPage, PageOwner, UNMAPPED};
 use super::{Blocked, Log, LowerOp, Phase};
 use crate::alloc::SegmentUsage;
 use crate::seglog::{
-    ChainCheckpoint, ChainWalk, Entry, FlushMark, MapDigest, SegLoc, SegmentHeader, Seq, StopReason,
-    CHECKPOINT_AREA_BYTES,
+    ChainCheckpoint, ChainWalk, Entry, FlushMark, MapDigest, MapSketch, SegLoc, SegmentHeader, Seq,
+    StopReason, CHECKPOINT_AREA_BYTES,
 };
 use bytes::Bytes;
 use layoutd_core::metablock::MetaError;
@@ -105,6 +105,10 @@ pub(super) struct Found {
     /// Map pages with no usable copy and a torn one (the map's magic, a
     /// bad crc): where lost pages are looked for first.
     torn_pages: Vec<u32>,
+    /// The lost pages (written, now without a usable copy), when the
+    /// checkpoint's sketch of written pages lists them
+    /// ([`Log::judge_map`]).
+    lost_pages: Option<Vec<u32>>,
 }
 
 /// [`Found::stale`]: each such page and why its other copy is unusable
@@ -242,6 +246,7 @@ impl Log {
                 legacy_map: false,
                 map_pages_written: 0,
                 map_digest: Some(MapDigest::default()),
+                map_sketch: Some(MapSketch::default()),
             };
             (self.geo.checkpoint_offset_bytes(g), ck.encode(&self.geo))
         } else {
@@ -329,6 +334,7 @@ impl Log {
             unusable: UnusablePages::default(),
             stale: StalePages::default(),
             torn_pages: Vec::new(),
+            lost_pages: None,
         };
         self.read_map_pages(0);
         Ok(Some(Bringup::ReadMap { found, next_page: 0 }))
@@ -378,7 +384,7 @@ impl Log {
             self.read_map_pages(next_page);
             return Ok(Some(Bringup::ReadMap { found, next_page }));
         }
-        self.judge_map(&found)?;
+        self.judge_map(&mut found)?;
         self.judge_digest(&found)?;
         let walk = ChainWalk::new(&found.ck, &self.geo);
         match walk.next() {
@@ -396,8 +402,9 @@ impl Log {
     /// current copy (checkpoints write the other one), so fewer means
     /// damage: refused, or with `accept_loss` the pages stay unmapped and
     /// the loss is reported.
-    fn judge_map(&mut self, found: &Found) -> Result<(), String> {
-        let (ck, u, pages) = (&found.ck, &found.unusable, self.args.map.page_count);
+    fn judge_map(&mut self, found: &mut Found) -> Result<(), String> {
+        let pages = self.args.map.page_count;
+        let ck = &found.ck;
         if !ck.legacy_map && ck.map_pages_written > pages {
             return Err(format!(
                 "log checkpoint {}: {} map pages written, the map has {pages}; the checkpoint is corrupt: \
@@ -409,18 +416,24 @@ impl Log {
         let Some(missing) = expected.checked_sub(self.map_pages_written).filter(|&m| m > 0) else {
             return Ok(());
         };
-        let which = match (&u.first_torn, &u.first) {
-            (Some(t), _) if u.torn == 1 || u.torn == missing => t.clone(),
-            (Some(t), _) => {
+        found.lost_pages = self.lost_by_sketch(ck, missing);
+        let (ck, u) = (&found.ck, &found.unusable);
+        let which = match (&u.first_torn, &u.first, &found.lost_pages) {
+            // One page lost, and the one it can be: its copies described.
+            (Some(t), _, _) if missing == 1 && u.torn == 1 => t.clone(),
+            (None, Some(f), _) if missing == 1 && u.count == 1 => f.clone(),
+            (_, _, Some(lost)) => self.describe_lost(lost, &found.torn_pages),
+            (Some(t), _, _) if u.torn == 1 || u.torn == missing => t.clone(),
+            (Some(t), _, _) => {
                 format!("{} pages with no usable copy have a torn or damaged one; the first is {t}", u.torn)
             }
-            (None, Some(f)) if u.count == missing => f.clone(),
-            (None, Some(f)) => format!(
+            (None, Some(f), _) if u.count == missing => f.clone(),
+            (None, Some(f), _) => format!(
                 "which of the {} pages with no copy of this format cannot be told: a zeroed copy looks \
                  unwritten; the first is {f}",
                 u.count
             ),
-            (None, None) => unreachable!("fewer usable pages than expected, and none unusable"),
+            (None, None, _) => unreachable!("fewer usable pages than expected, and none unusable"),
         };
         let why = format!(
             "log map: {missing} page(s) written before checkpoint {} have no readable copy ({which})",
@@ -434,6 +447,52 @@ impl Log {
         self.counters.lost_map_pages_count = u64::from(missing);
         self.loss = Some(why);
         Ok(())
+    }
+
+    /// The pages lost, `missing` of them, as the checkpoint's sketch of
+    /// written pages lists them against the pages found usable
+    /// (`seglog::sketch`), each checked: in the map, without a usable
+    /// copy, as many as the count says; `None` when it cannot list them
+    /// (a checkpoint without a sketch, too many lost) or the list fails a
+    /// check. A `legacy_map` volume's format wrote every page: each page
+    /// without a usable copy counts, and its sketch covers only the pages
+    /// written since its upgrade.
+    fn lost_by_sketch(&self, ck: &ChainCheckpoint, missing: u32) -> Option<Vec<u32>> {
+        if ck.legacy_map {
+            return None;
+        }
+        let mut lost = ck.map_sketch?.missing(&self.map_sketch)?;
+        lost.sort_unstable();
+        let unusable =
+            |p: u32| p < self.args.map.page_count && self.page_copy[p as usize] & PAGE_WRITTEN == 0;
+        (lost.len() == missing as usize && lost.iter().all(|&p| unusable(p))).then_some(lost)
+    }
+
+    /// The lost pages the sketch listed: which, and the first few's
+    /// offsets (those with a torn copy marked).
+    fn describe_lost(&self, lost: &[u32], torn: &[u32]) -> String {
+        let named: Vec<String> = (lost.iter().take(STALE_NAMED_MAX))
+            .map(|&p| {
+                let how =
+                    if torn.contains(&p) { "a copy torn or damaged" } else { "both copies blank or foreign" };
+                format!(
+                    "page {p} at lower offsets {} and {} ({how})",
+                    self.args.map.copy_offset_bytes(p, 0),
+                    self.args.map.copy_offset_bytes(p, 1)
+                )
+            })
+            .collect();
+        let pages: Vec<String> = lost.iter().map(u32::to_string).collect();
+        let more = match lost.len().saturating_sub(STALE_NAMED_MAX) {
+            0 => String::new(),
+            n => format!("; and {n} more"),
+        };
+        format!(
+            "page{} {}, told from the pages never written by the checkpoint's sketch of written pages: {}{more}",
+            if lost.len() == 1 { "" } else { "s" },
+            and_list(&pages),
+            named.join("; ")
+        )
     }
 
     /// Every map page read and counted ([`Log::judge_map`]): the copies
@@ -575,15 +634,17 @@ impl Log {
         lost_count: usize,
     ) -> Option<Vec<(u32, u64)>> {
         let ck_generation = found.ck.generation;
-        let lost: Vec<(u32, u64)> = match lost_count {
-            0 => Vec::new(),
+        let lost: Vec<(u32, u64)> = match (lost_count, &found.lost_pages) {
+            (0, _) => Vec::new(),
+            // Listed by the sketch: the lost pages are these.
+            (_, Some(listed)) => listed.iter().map(|&p| (p, ck_generation)).collect(),
             _ => (0..self.args.map.page_count)
                 .filter(|&p| self.page_copy[p as usize] & PAGE_WRITTEN == 0)
                 .map(|p| (p, ck_generation))
                 .collect(),
         };
         let torn: Vec<(u32, u64)> = found.torn_pages.iter().map(|&p| (p, ck_generation)).collect();
-        let tiers: Vec<&[(u32, u64)]> = match torn.len() < lost.len() {
+        let tiers: Vec<&[(u32, u64)]> = match torn.len() < lost.len() && found.lost_pages.is_none() {
             true => vec![&torn, &lost],
             false => vec![&lost],
         };
@@ -702,6 +763,7 @@ impl Log {
                 self.map.set(b, e);
             }
             self.map_pages_written += 1;
+            self.map_sketch.insert(p);
             self.set_page_generation(p as usize, g);
         }
         self.page_copy[p as usize] = pick as u8 | if usable { PAGE_WRITTEN } else { 0 };
@@ -842,8 +904,9 @@ impl Log {
         // durable (`CkStage::Rewrite`); with the digest of the map as
         // recovered (an older version has none; no page's generation
         // has changed since).
-        let map_digest = Some(self.map_digest);
-        self.legacy_rewrite = found.legacy.then(|| ChainCheckpoint { map_digest, ..found.ck.clone() });
+        let (map_digest, map_sketch) = (Some(self.map_digest), Some(self.map_sketch));
+        self.legacy_rewrite =
+            found.legacy.then(|| ChainCheckpoint { map_digest, map_sketch, ..found.ck.clone() });
         Ok(Some(Bringup::Marking))
     }
 
@@ -900,6 +963,7 @@ impl Log {
                         if *state & PAGE_WRITTEN == 0 {
                             *state |= PAGE_WRITTEN;
                             self.map_pages_written += 1;
+                            self.map_sketch.insert(p);
                         }
                         self.set_page_generation(p as usize, self.epoch);
                         let bytes = self.args.map.encode(p, &self.map, self.epoch, self.format_id);
@@ -930,6 +994,7 @@ impl Log {
                         legacy_map: self.legacy_map,
                         map_pages_written: self.map_pages_written,
                         map_digest: Some(self.map_digest),
+                        map_sketch: Some(self.map_sketch),
                     };
                     let off = self.geo.checkpoint_offset_bytes(self.epoch);
                     let mut req = Request::write(ReqId(0), off, Bytes::from(ck.encode(&self.geo)));
