@@ -83,7 +83,7 @@ const fn log_kind(name: &'static str, earlier: Earlier) -> Kind {
 
 /// The kinds, new ones at the end (the saved regressions name kinds by
 /// index).
-const KINDS: [Kind; 9] = [
+const KINDS: [Kind; 10] = [
     Kind {
         name: "dcd",
         config: "version = 1\n[[layer]]\ntarget = \"dcd\"\nlog_length = \"64KiB\"\nsegment_bytes = 4096\n\

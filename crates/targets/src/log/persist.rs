@@ -62,6 +62,14 @@
 //! that explain both digests (`seglog::shortfall`): the stale pages it
 //! names are unmapped, and no other; when it cannot answer soundly,
 //! every page that could be stale is.
+//!
+//! **The map's sketch of written pages** (`seglog::MapSketch`, in every
+//! checkpoint since version 7): which pages are lost, when the count
+//! falls short, among the many never written (a zeroed copy looks
+//! blank). The log adds each page to it at its first write, recovery each
+//! page it finds usable; the checkpoint's less recovery's lists the lost
+//! pages (up to about 20), and the digests' search then looks for them
+//! among those alone.
 
 use super::map::{DecodedPage, PageOwner, UNMAPPED};
 use super::{Blocked, Log, LowerOp, Phase};
