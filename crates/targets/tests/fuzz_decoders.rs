@@ -199,7 +199,7 @@ proptest! {
         map_release in 0..5u8,
         digest in any::<u64>(),
         weighted in 0..MAP_DIGEST_PRIME,
-        cells in proptest::collection::vec(any::<u32>(), SKETCH_CELLS * 3),
+        cells in proptest::collection::vec(any::<u32>(), SKETCH_CELLS * 4),
     ) {
         let g = chain_geo();
         let id = if legacy { 0 } else { 7 };
@@ -213,8 +213,8 @@ proptest! {
         let legacy_map = legacy || map_release == 1 || map_release == 2;
         let map_pages_written = if legacy || map_release == 2 { 0 } else { 2 };
         let mut map_sketch = MapSketch::default();
-        for (c, v) in map_sketch.cells.iter_mut().zip(cells.chunks(3)) {
-            *c = SketchCell { count: v[0], pages: v[1], check: v[2] };
+        for (c, v) in map_sketch.cells.iter_mut().zip(cells.chunks(4)) {
+            *c = SketchCell { count: v[0], pages: v[1], check: v[2], generations: v[3] };
         }
         let ck = ChainCheckpoint { generation: 3, boot: 2, next_seq: Seq(5), next_loc: Some(SegLoc(0)), format_id: id, legacy_map, map_pages_written, map_digest: Some(MapDigest { sum: digest, weighted }), map_sketch: Some(map_sketch) };
         let mut b = ck.encode(&g);
@@ -523,6 +523,7 @@ fn the_release_before_map_ids_is_read_on_its_volumes_only_and_refuses_these_bloc
     let mut sketch = MapSketch::default();
     for p in [0, 7, 1013] {
         sketch.insert(p);
+        sketch.replace(p, 0, 0x1_0000_0003 + u64::from(p));
     }
     let chain = ChainCheckpoint {
         generation: 3,
@@ -567,15 +568,17 @@ fn the_release_before_map_ids_is_read_on_its_volumes_only_and_refuses_these_bloc
     assert_eq!(ChainCheckpoint::decode(&v6, &cg), Ok(ChainCheckpoint { map_sketch: None, ..chain.clone() }));
     let codec = MetaBlockCodec { magic: *b"LDSEGCC1", version: 6, block_bytes: CHECKPOINT_BYTES };
     assert_eq!(codec.decode(&new), Err(MetaError::Version(CHAIN_FORMAT_VERSION)));
-    // The sketch follows the digests (offset 76): 33 cells of three u32,
+    // The sketch follows the digests (offset 76): 24 cells of four u32,
     // every bit kept; the payload ends with it.
     for (i, c) in sketch.cells.iter().enumerate() {
-        let at = 32 + 76 + 12 * i;
+        let at = 32 + 76 + 16 * i;
         assert_eq!(new[at..at + 4], c.count.to_le_bytes());
         assert_eq!(new[at + 4..at + 8], c.pages.to_le_bytes());
         assert_eq!(new[at + 8..at + 12], c.check.to_le_bytes());
+        assert_eq!(new[at + 12..at + 16], c.generations.to_le_bytes());
     }
-    assert_eq!(u32::from_le_bytes(new[12..16].try_into().expect("4")) as usize, 76 + SKETCH_CELLS * 12);
+    assert!(sketch.cells.iter().any(|c| c.generations != 0));
+    assert_eq!(u32::from_le_bytes(new[12..16].try_into().expect("4")) as usize, 76 + SKETCH_CELLS * 16);
     // The digests are the last fields of the payload (offsets 60 and 68),
     // every bit kept; a weighted digest not below the prime is refused.
     assert_eq!(new[32 + 60..32 + 68], 0x0123_4567_89ab_cdefu64.to_le_bytes());

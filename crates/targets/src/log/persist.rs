@@ -115,8 +115,9 @@ pub(super) struct Found {
     torn_pages: Vec<u32>,
     /// The lost pages (written, now without a usable copy), when the
     /// checkpoint's sketch of written pages lists them
-    /// ([`Log::judge_map`]).
-    lost_pages: Option<Vec<u32>>,
+    /// ([`Log::judge_map`]), each with the generation the sketch gives it
+    /// (low 32 bits; a guess the digests confirm or not).
+    lost_pages: Option<Vec<(u32, u32)>>,
 }
 
 /// [`Found::stale`]: each such page and why its other copy is unusable
@@ -465,7 +466,7 @@ impl Log {
     /// check. A `legacy_map` volume's format wrote every page: each page
     /// without a usable copy counts, and its sketch covers only the pages
     /// written since its upgrade.
-    fn lost_by_sketch(&self, ck: &ChainCheckpoint, missing: u32) -> Option<Vec<u32>> {
+    fn lost_by_sketch(&self, ck: &ChainCheckpoint, missing: u32) -> Option<Vec<(u32, u32)>> {
         if ck.legacy_map {
             return None;
         }
@@ -473,14 +474,14 @@ impl Log {
         lost.sort_unstable();
         let unusable =
             |p: u32| p < self.args.map.page_count && self.page_copy[p as usize] & PAGE_WRITTEN == 0;
-        (lost.len() == missing as usize && lost.iter().all(|&p| unusable(p))).then_some(lost)
+        (lost.len() == missing as usize && lost.iter().all(|&(p, _)| unusable(p))).then_some(lost)
     }
 
     /// The lost pages the sketch listed: which, and the first few's
     /// offsets (those with a torn copy marked).
-    fn describe_lost(&self, lost: &[u32], torn: &[u32]) -> String {
+    fn describe_lost(&self, lost: &[(u32, u32)], torn: &[u32]) -> String {
         let named: Vec<String> = (lost.iter().take(STALE_NAMED_MAX))
-            .map(|&p| {
+            .map(|&(p, _)| {
                 let how =
                     if torn.contains(&p) { "a copy torn or damaged" } else { "both copies blank or foreign" };
                 format!(
@@ -490,7 +491,7 @@ impl Log {
                 )
             })
             .collect();
-        let pages: Vec<String> = lost.iter().map(u32::to_string).collect();
+        let pages: Vec<String> = lost.iter().map(|p| p.0.to_string()).collect();
         let more = match lost.len().saturating_sub(STALE_NAMED_MAX) {
             0 => String::new(),
             n => format!("; and {n} more"),
@@ -642,10 +643,18 @@ impl Log {
         lost_count: usize,
     ) -> Option<Vec<(u32, u64)>> {
         let ck_generation = found.ck.generation;
+        let stale: Vec<(u32, u64)> = (found.stale.iter())
+            .map(|(p, _)| (*p, ck_generation - self.page_generation[*p as usize]))
+            .collect();
+        if let Some(listed) = found.lost_pages.as_ref().filter(|_| lost_count > 0) {
+            if let Some(fit) = self.explain_listed(recorded, listed, ck_generation, &stale) {
+                return Some(fit);
+            }
+        }
         let lost: Vec<(u32, u64)> = match (lost_count, &found.lost_pages) {
             (0, _) => Vec::new(),
             // Listed by the sketch: the lost pages are these.
-            (_, Some(listed)) => listed.iter().map(|&p| (p, ck_generation)).collect(),
+            (_, Some(listed)) => listed.iter().map(|&(p, _)| (p, ck_generation)).collect(),
             _ => (0..self.args.map.page_count)
                 .filter(|&p| self.page_copy[p as usize] & PAGE_WRITTEN == 0)
                 .map(|p| (p, ck_generation))
@@ -656,10 +665,41 @@ impl Log {
             true => vec![&torn, &lost],
             false => vec![&lost],
         };
-        let stale: Vec<(u32, u64)> = (found.stale.iter())
-            .map(|(p, _)| (*p, ck_generation - self.page_generation[*p as usize]))
-            .collect();
         crate::seglog::shortfall::explain(recorded, &self.map_digest, &tiers, lost_count, &stale)
+    }
+
+    /// The lost pages the sketch listed, each short by the generation it
+    /// gives (the low 32 bits: taken whole while the checkpoint's
+    /// generation is below 2^32): the pages that could be stale which
+    /// explain what that leaves of the digests' shortfalls (empty: the
+    /// lost pages explain it all), or `None` (then the search over the
+    /// lost pages' every generation, [`Log::explain_shortfall`]). A
+    /// generation is off when a page of its cell fell back to an older
+    /// copy; then the digests are left short by a set no search here
+    /// explains (but by chance, as for any set weighed:
+    /// `seglog::shortfall`).
+    fn explain_listed(
+        &self,
+        recorded: &MapDigest,
+        listed: &[(u32, u32)],
+        ck_generation: u64,
+        stale: &[(u32, u64)],
+    ) -> Option<Vec<(u32, u64)>> {
+        if ck_generation > u64::from(u32::MAX) {
+            return None;
+        }
+        let mut taken = self.map_digest;
+        for &(p, g) in listed {
+            let g = u64::from(g);
+            if g == 0 || g > ck_generation {
+                return None;
+            }
+            taken.replace(p, 0, g);
+        }
+        if taken == *recorded {
+            return Some(Vec::new());
+        }
+        crate::seglog::shortfall::explain(recorded, &taken, &[], 0, stale)
     }
 
     /// Page `p`, which could be stale: its offsets, the copy taken (its
@@ -710,6 +750,7 @@ impl Log {
     fn set_page_generation(&mut self, p: usize, generation: u64) {
         let old = std::mem::replace(&mut self.page_generation[p], generation);
         self.map_digest.replace(p as u32, old, generation);
+        self.map_sketch.replace(p as u32, old, generation);
     }
 
     /// Takes the newest copy of page `p` of the checkpoint's format not

@@ -623,7 +623,8 @@ const CHAIN_CHECKPOINT_CODEC: MetaBlockCodec =
 /// 52 flags u32 (bit 0: legacy_map; from version 5)
 /// 56 map_pages_written u32 (from version 5)
 /// 60 map_digest.sum u64   68 map_digest.weighted u64 (from version 6)
-/// 76 map_sketch: 33 cells of count u32, pages u32, check u32 (from version 7)
+/// 76 map_sketch: 24 cells of count u32, pages u32, check u32, generations u32
+///    (from version 7)
 /// ```
 /// Stored in the same two copies as [`Checkpoint`] (generation `% 2`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -799,7 +800,7 @@ impl ChainCheckpoint {
         p.extend(digest.weighted.to_le_bytes());
         let sketch = self.map_sketch.expect("a checkpoint of this build carries the map's sketch");
         for c in &sketch.cells {
-            for v in [c.count, c.pages, c.check] {
+            for v in [c.count, c.pages, c.check, c.generations] {
                 p.extend(v.to_le_bytes());
             }
         }
@@ -862,7 +863,12 @@ impl ChainCheckpoint {
             true => {
                 let mut sketch = MapSketch::default();
                 for c in sketch.cells.iter_mut() {
-                    *c = SketchCell { count: r.u32()?, pages: r.u32()?, check: r.u32()? };
+                    *c = SketchCell {
+                        count: r.u32()?,
+                        pages: r.u32()?,
+                        check: r.u32()?,
+                        generations: r.u32()?,
+                    };
                 }
                 Some(sketch)
             }

@@ -73,10 +73,10 @@ pub fn downgrade_block_to(block: &[u8], release: Release, format_id: Option<u64>
         q
     } else if magic == CHAIN_MAGIC {
         // v7: ..., format_id u64, flags u32, map_pages_written u32,
-        // map_digest (sum u64, weighted u64), map_sketch (396 bytes); v6
+        // map_digest (sum u64, weighted u64), map_sketch (384 bytes); v6
         // without the sketch, v5 also without the digest, v4 also without
         // the two before, v3 also without the format id.
-        p[..p.len() - 396 - [32, 24, 16, 0][old as usize - 3]].to_vec()
+        p[..p.len() - 384 - [32, 24, 16, 0][old as usize - 3]].to_vec()
     } else if magic == HEADER_MAGIC {
         // v3: boot u64, format_id u64, slot_bytes u32, slot_count u16,
         // entry_count u16, slots_used u16, flags u16, payload_crc u32.
