@@ -10,6 +10,9 @@ pages (`--damage zero`: its first 4 KiB zeroed; `flip`: a byte flipped), then:
 serve without --accept-loss (the refusal's line), and with it, reading every
 written block back with qemu-io's pattern check. Prints the pages unmapped
 (`lost_map_pages_count`), the blocks read back and the open's wall time.
+With --before-sketch both checkpoint copies are first moved back to
+version 6 (session 30's, without the map's sketch of written pages; this
+build reads it as that release did), for the figure before.
 
   cargo build --workspace --release
   bench/log_lost_pages.py [--size 1T] [--pages 40] [--lost 2] [--damage zero]
@@ -36,6 +39,40 @@ def run(args, check=True):
     if check and p.returncode != 0:
         sys.exit(f"{' '.join(args[:3])}: exit {p.returncode}: {p.stderr}")
     return p
+
+
+def crc32c(data):
+    table = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    c = 0xFFFFFFFF
+    for b in data:
+        c = table[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+def before_sketch(path):
+    """Both chain checkpoint copies (512 B, 4096 apart, where the log's
+    region starts) moved back to version 6: the payload without its last
+    384 bytes (the sketch)."""
+    with open(path, "r+b") as f:
+        head = f.read(4 << 20)
+        first = next(o for o in range(0, len(head), 512) if head[o:o + 8] == b"LDSEGCC1")
+        for at in (first, first + 4096):
+            f.seek(at)
+            b = bytearray(f.read(512))
+            assert b[0:8] == b"LDSEGCC1" and int.from_bytes(b[8:12], "little") == 7, "a version-7 checkpoint"
+            n = int.from_bytes(b[12:16], "little") - 384
+            b[8:12] = (6).to_bytes(4, "little")
+            b[12:16] = n.to_bytes(4, "little")
+            b[32 + n:] = bytes(512 - 32 - n)
+            b[28:32] = bytes(4)
+            b[28:32] = crc32c(bytes(b)).to_bytes(4, "little")
+            f.seek(at)
+            f.write(b)
 
 
 def map_copies(path):
@@ -67,6 +104,7 @@ def main():
     ap.add_argument("--lost", type=int, default=2)
     ap.add_argument("--damage", choices=["zero", "flip"], default="zero")
     ap.add_argument("--work", default=None)
+    ap.add_argument("--before-sketch", action="store_true")
     a = ap.parse_args()
     L = os.path.abspath(a.layoutd)
     units = {"G": 30, "T": 40}
@@ -98,6 +136,9 @@ def main():
                     f.seek(copies[i] + 100)
                     f.write(bytes([b[0] ^ 0xFF]))
         print(f"damaged ({a.damage}) the only copy of written pages {[pages[i] for i in gone]}")
+        if a.before_sketch:
+            before_sketch(dev)
+            print("checkpoint copies moved back to version 6 (no sketch)")
         reads = " ".join(f"-c 'read -P 7 {p * PAGE_BLOCKS * 4096} 4k'" for p in pages)
         cmd = f"qemu-io -f raw {reads} \"$uri\""
         p = run([L, "serve", "--device", dev, "--run", cmd], check=False)
