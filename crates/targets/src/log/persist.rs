@@ -646,8 +646,10 @@ impl Log {
         let stale: Vec<(u32, u64)> = (found.stale.iter())
             .map(|(p, _)| (*p, ck_generation - self.page_generation[*p as usize]))
             .collect();
+        // Sets weighed by both searches: one bound (`seglog::shortfall`).
+        let mut weighed = 0;
         if let Some(listed) = found.lost_pages.as_ref().filter(|_| lost_count > 0) {
-            if let Some(fit) = self.explain_listed(recorded, listed, ck_generation, &stale) {
+            if let Some(fit) = self.explain_listed(recorded, listed, ck_generation, &stale, &mut weighed) {
                 return Some(fit);
             }
         }
@@ -665,7 +667,14 @@ impl Log {
             true => vec![&torn, &lost],
             false => vec![&lost],
         };
-        crate::seglog::shortfall::explain(recorded, &self.map_digest, &tiers, lost_count, &stale)
+        crate::seglog::shortfall::explain_within(
+            recorded,
+            &self.map_digest,
+            &tiers,
+            lost_count,
+            &stale,
+            &mut weighed,
+        )
     }
 
     /// The lost pages the sketch listed, each short by the generation it
@@ -684,6 +693,7 @@ impl Log {
         listed: &[(u32, u32)],
         ck_generation: u64,
         stale: &[(u32, u64)],
+        weighed: &mut u128,
     ) -> Option<Vec<(u32, u64)>> {
         if ck_generation > u64::from(u32::MAX) {
             return None;
@@ -696,10 +706,11 @@ impl Log {
             }
             taken.replace(p, 0, g);
         }
+        *weighed += 1;
         if taken == *recorded {
             return Some(Vec::new());
         }
-        crate::seglog::shortfall::explain(recorded, &taken, &[], 0, stale)
+        crate::seglog::shortfall::explain_within(recorded, &taken, &[], 0, stale, weighed)
     }
 
     /// Page `p`, which could be stale: its offsets, the copy taken (its
