@@ -83,7 +83,7 @@ const fn log_kind(name: &'static str, earlier: Earlier) -> Kind {
 
 /// The kinds, new ones at the end (the saved regressions name kinds by
 /// index).
-const KINDS: [Kind; 9] = [
+const KINDS: [Kind; 10] = [
     Kind {
         name: "dcd",
         config: "version = 1\n[[layer]]\ntarget = \"dcd\"\nlog_length = \"64KiB\"\nsegment_bytes = 4096\n\
@@ -121,6 +121,7 @@ const KINDS: [Kind; 9] = [
     log_kind("log of the release before map ids", Earlier::Release(Release::BeforeMapIds)),
     log_kind("log of the release before format ids", Earlier::Release(Release::BeforeFormatIds)),
     log_kind("log of the release before the map digest", Earlier::Release(Release::BeforeMapDigest)),
+    log_kind("log of the release before the map sketch", Earlier::Release(Release::BeforeMapSketch)),
 ];
 
 /// A volume's image after a workload, and its metadata blocks.
@@ -158,7 +159,7 @@ fn build(k: &Kind) -> Image {
     dev.read_at(&mut bytes, 0).expect("read the image");
     if let Earlier::Release(r) = k.earlier {
         // Both checkpoint copies, and (before map ids) the map pages too.
-        let least = if r == Release::BeforeMapDigest { 2 } else { 3 };
+        let least = if matches!(r, Release::BeforeMapDigest | Release::BeforeMapSketch) { 2 } else { 3 };
         assert!(seglog_legacy::downgrade_image_to(&mut bytes, &[512, 4096], r) >= least, "{}", k.name);
     }
     let blocks = metadata_blocks(&bytes);

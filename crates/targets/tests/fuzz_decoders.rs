@@ -24,9 +24,10 @@ use layoutd_targets::log::map::{MapGeometry, PageOwner, SlotMap, UNMAPPED};
 use layoutd_targets::opt::config::Geometry as OptGeometry;
 use layoutd_targets::opt::meta::{encode_map, pick_map, JournalBlock, MapImage};
 use layoutd_targets::seglog::header::CHECKPOINT_BYTES;
+use layoutd_targets::seglog::sketch::{SketchCell, SKETCH_CELLS};
 use layoutd_targets::seglog::{
-    ChainCheckpoint, ChainWalk, Checkpoint, Entry, FlushMark, Geometry, MapDigest, ReplayStep, ReplayWalk,
-    SegLoc, SegmentHeader, Seq, MAP_DIGEST_PRIME,
+    ChainCheckpoint, ChainWalk, Checkpoint, Entry, FlushMark, Geometry, MapDigest, MapSketch, ReplayStep,
+    ReplayWalk, SegLoc, SegmentHeader, Seq, MAP_DIGEST_PRIME,
 };
 use proptest::prelude::*;
 
@@ -195,21 +196,27 @@ proptest! {
         ck_crafted in crafted_writes(CHECKPOINT_BYTES),
         fix in any::<bool>(),
         legacy in any::<bool>(),
-        map_release in 0..4u8,
+        map_release in 0..5u8,
         digest in any::<u64>(),
         weighted in 0..MAP_DIGEST_PRIME,
+        cells in proptest::collection::vec(any::<u32>(), SKETCH_CELLS * 4),
     ) {
         let g = chain_geo();
         let id = if legacy { 0 } else { 7 };
         // The checkpoint: of the release before format ids (version 3),
         // or with this id of the release before map ids (version 4), of
-        // the release before the map's digest (version 5) or of this build
-        // (version 6), its map pages of the version before (`legacy_map`)
-        // or not; version 5 counts the map pages written, 6 also records
-        // the map's digest.
+        // the release before the map's digest (version 5), of the release
+        // before the map's sketch (version 6) or of this build (version
+        // 7), its map pages of the version before (`legacy_map`) or not;
+        // version 5 counts the map pages written, 6 also records the map's
+        // digest, 7 also its sketch of written pages (any cells).
         let legacy_map = legacy || map_release == 1 || map_release == 2;
         let map_pages_written = if legacy || map_release == 2 { 0 } else { 2 };
-        let ck = ChainCheckpoint { generation: 3, boot: 2, next_seq: Seq(5), next_loc: Some(SegLoc(0)), format_id: id, legacy_map, map_pages_written, map_digest: Some(MapDigest { sum: digest, weighted }) };
+        let mut map_sketch = MapSketch::default();
+        for (c, v) in map_sketch.cells.iter_mut().zip(cells.chunks(4)) {
+            *c = SketchCell { count: v[0], pages: v[1], check: v[2], generations: v[3] };
+        }
+        let ck = ChainCheckpoint { generation: 3, boot: 2, next_seq: Seq(5), next_loc: Some(SegLoc(0)), format_id: id, legacy_map, map_pages_written, map_digest: Some(MapDigest { sum: digest, weighted }), map_sketch: Some(map_sketch) };
         let mut b = ck.encode(&g);
         if legacy {
             b = downgrade_block(&b).expect("a chain checkpoint");
@@ -217,12 +224,15 @@ proptest! {
             b = downgrade_block_to(&b, Release::BeforeMapIds, None).expect("a chain checkpoint");
         } else if map_release == 3 {
             b = downgrade_block_to(&b, Release::BeforeMapDigest, None).expect("a chain checkpoint");
+        } else if map_release == 4 {
+            b = downgrade_block_to(&b, Release::BeforeMapSketch, None).expect("a chain checkpoint");
         }
         mutate(&mut b, &[], &ck_crafted);
         if fix { fix_crc(&mut b, 28, CHECKPOINT_BYTES); }
         let ck = match bounded(&b, |b| ChainCheckpoint::decode(b, &g))? {
-            // Versions before 6 carry no digest; this build writes one.
-            Ok(c) => { let _ = ChainCheckpoint { map_digest: c.map_digest.or(Some(MapDigest::default())), ..c.clone() }.encode(&g); c }
+            // Versions before 6 carry no digest, before 7 no sketch; this
+            // build writes both.
+            Ok(c) => { let _ = ChainCheckpoint { map_digest: c.map_digest.or(Some(MapDigest::default())), map_sketch: c.map_sketch.or(Some(MapSketch::default())), ..c.clone() }.encode(&g); c }
             Err(_) => ck,
         };
         // Mutations land in the first two locations (where the chain is).
@@ -353,6 +363,7 @@ fn the_chain_corpus_walks_to_its_end() {
         legacy_map: false,
         map_pages_written: 2,
         map_digest: Some(MapDigest { sum: 9, weighted: 9 }),
+        map_sketch: Some(MapSketch::default()),
     };
     let mut w = ChainWalk::new(&ck, &g);
     let mut seqs = Vec::new();
@@ -384,6 +395,7 @@ fn the_release_before_format_ids_is_read_as_id_0_and_refuses_these_blocks_by_ver
         legacy_map: true,
         map_pages_written: 0,
         map_digest: Some(MapDigest::default()),
+        map_sketch: Some(MapSketch::default()),
     };
     let old_h = downgrade_block(&h.encode(&g)).expect("a header");
     let old_ck = downgrade_block(&ck.encode(&g)).expect("a checkpoint");
@@ -394,7 +406,7 @@ fn the_release_before_format_ids_is_read_as_id_0_and_refuses_these_blocks_by_ver
     assert_eq!(Checkpoint::decode(&old_ck, &g), Ok(ck.clone()));
     assert_eq!(
         ChainCheckpoint::decode(&old_chain, &g),
-        Ok(ChainCheckpoint { map_digest: None, ..chain.clone() })
+        Ok(ChainCheckpoint { map_digest: None, map_sketch: None, ..chain.clone() })
     );
     // A summary in a slot, chained (the log's partial segments).
     let cg = chain_geo();
@@ -508,6 +520,11 @@ fn the_release_before_map_ids_is_read_on_its_volumes_only_and_refuses_these_bloc
         assert_eq!(codec.decode(&new), Err(MetaError::Version(PAGE_VERSION)));
     }
     let cg = chain_geo();
+    let mut sketch = MapSketch::default();
+    for p in [0, 7, 1013] {
+        sketch.insert(p);
+        sketch.replace(p, 0, 0x1_0000_0003 + u64::from(p));
+    }
     let chain = ChainCheckpoint {
         generation: 3,
         boot: 2,
@@ -517,13 +534,20 @@ fn the_release_before_map_ids_is_read_on_its_volumes_only_and_refuses_these_bloc
         legacy_map: false,
         map_pages_written: 2,
         map_digest: Some(MapDigest { sum: 0x0123_4567_89ab_cdef, weighted: MAP_DIGEST_PRIME - 1 }),
+        map_sketch: Some(sketch),
     };
     let new = chain.encode(&cg);
     let old = downgrade_block_to(&new, Release::BeforeMapIds, None).expect("a chain checkpoint");
     assert_eq!(u32::from_le_bytes(old[8..12].try_into().expect("4")), 4);
     assert_eq!(
         ChainCheckpoint::decode(&old, &cg),
-        Ok(ChainCheckpoint { legacy_map: true, map_pages_written: 0, map_digest: None, ..chain.clone() })
+        Ok(ChainCheckpoint {
+            legacy_map: true,
+            map_pages_written: 0,
+            map_digest: None,
+            map_sketch: None,
+            ..chain.clone()
+        })
     );
     let codec = MetaBlockCodec { magic: *b"LDSEGCC1", version: 4, block_bytes: CHECKPOINT_BYTES };
     assert_eq!(codec.decode(&new), Err(MetaError::Version(CHAIN_FORMAT_VERSION)));
@@ -531,9 +555,30 @@ fn the_release_before_map_ids_is_read_on_its_volumes_only_and_refuses_these_bloc
     // field, without a digest; it refuses this build's by the version.
     let v5 = downgrade_block_to(&new, Release::BeforeMapDigest, None).expect("a chain checkpoint");
     assert_eq!(u32::from_le_bytes(v5[8..12].try_into().expect("4")), 5);
-    assert_eq!(ChainCheckpoint::decode(&v5, &cg), Ok(ChainCheckpoint { map_digest: None, ..chain.clone() }));
+    assert_eq!(
+        ChainCheckpoint::decode(&v5, &cg),
+        Ok(ChainCheckpoint { map_digest: None, map_sketch: None, ..chain.clone() })
+    );
     let codec = MetaBlockCodec { magic: *b"LDSEGCC1", version: 5, block_bytes: CHECKPOINT_BYTES };
     assert_eq!(codec.decode(&new), Err(MetaError::Version(CHAIN_FORMAT_VERSION)));
+    // The release before the map's sketch (version 6): read field for
+    // field, without a sketch; it refuses this build's by the version.
+    let v6 = downgrade_block_to(&new, Release::BeforeMapSketch, None).expect("a chain checkpoint");
+    assert_eq!(u32::from_le_bytes(v6[8..12].try_into().expect("4")), 6);
+    assert_eq!(ChainCheckpoint::decode(&v6, &cg), Ok(ChainCheckpoint { map_sketch: None, ..chain.clone() }));
+    let codec = MetaBlockCodec { magic: *b"LDSEGCC1", version: 6, block_bytes: CHECKPOINT_BYTES };
+    assert_eq!(codec.decode(&new), Err(MetaError::Version(CHAIN_FORMAT_VERSION)));
+    // The sketch follows the digests (offset 76): 24 cells of four u32,
+    // every bit kept; the payload ends with it.
+    for (i, c) in sketch.cells.iter().enumerate() {
+        let at = 32 + 76 + 16 * i;
+        assert_eq!(new[at..at + 4], c.count.to_le_bytes());
+        assert_eq!(new[at + 4..at + 8], c.pages.to_le_bytes());
+        assert_eq!(new[at + 8..at + 12], c.check.to_le_bytes());
+        assert_eq!(new[at + 12..at + 16], c.generations.to_le_bytes());
+    }
+    assert!(sketch.cells.iter().any(|c| c.generations != 0));
+    assert_eq!(u32::from_le_bytes(new[12..16].try_into().expect("4")) as usize, 76 + SKETCH_CELLS * 16);
     // The digests are the last fields of the payload (offsets 60 and 68),
     // every bit kept; a weighted digest not below the prime is refused.
     assert_eq!(new[32 + 60..32 + 68], 0x0123_4567_89ab_cdefu64.to_le_bytes());

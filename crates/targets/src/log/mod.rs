@@ -348,6 +348,10 @@ pub struct Log {
     /// The digests of `page_generation` (`seglog::MapDigest`), in every
     /// checkpoint (`seglog::ChainCheckpoint::map_digest`).
     map_digest: crate::seglog::MapDigest,
+    /// The sketch of the pages with `persist::PAGE_WRITTEN` set
+    /// (`seglog::MapSketch`), in every checkpoint
+    /// (`seglog::ChainCheckpoint::map_sketch`).
+    map_sketch: crate::seglog::MapSketch,
     segments_since_checkpoint: u32,
     /// The flush mark: generation and how far it says the log is durable.
     mark_generation: u64,
@@ -481,6 +485,7 @@ impl Log {
             map_pages_written: 0,
             page_generation: vec![0; pages],
             map_digest: Default::default(),
+            map_sketch: Default::default(),
             segments_since_checkpoint: 0,
             mark_generation: 0,
             mark_upto: Seq(0),

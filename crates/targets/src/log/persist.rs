@@ -62,13 +62,21 @@
 //! that explain both digests (`seglog::shortfall`): the stale pages it
 //! names are unmapped, and no other; when it cannot answer soundly,
 //! every page that could be stale is.
+//!
+//! **The map's sketch of written pages** (`seglog::MapSketch`, in every
+//! checkpoint since version 7): which pages are lost, when the count
+//! falls short, among the many never written (a zeroed copy looks
+//! blank). The log adds each page to it at its first write, recovery each
+//! page it finds usable; the checkpoint's less recovery's lists the lost
+//! pages (up to about 20), and the digests' search then looks for them
+//! among those alone.
 
 use super::map::{DecodedPage, PageOwner, UNMAPPED};
 use super::{Blocked, Log, LowerOp, Phase};
 use crate::alloc::SegmentUsage;
 use crate::seglog::{
-    ChainCheckpoint, ChainWalk, Entry, FlushMark, MapDigest, SegLoc, SegmentHeader, Seq, StopReason,
-    CHECKPOINT_AREA_BYTES,
+    ChainCheckpoint, ChainWalk, Entry, FlushMark, MapDigest, MapSketch, SegLoc, SegmentHeader, Seq,
+    StopReason, CHECKPOINT_AREA_BYTES,
 };
 use bytes::Bytes;
 use layoutd_core::metablock::MetaError;
@@ -105,6 +113,11 @@ pub(super) struct Found {
     /// Map pages with no usable copy and a torn one (the map's magic, a
     /// bad crc): where lost pages are looked for first.
     torn_pages: Vec<u32>,
+    /// The lost pages (written, now without a usable copy), when the
+    /// checkpoint's sketch of written pages lists them
+    /// ([`Log::judge_map`]), each with the generation the sketch gives it
+    /// (low 32 bits; a guess the digests confirm or not).
+    lost_pages: Option<Vec<(u32, u32)>>,
 }
 
 /// [`Found::stale`]: each such page and why its other copy is unusable
@@ -242,6 +255,7 @@ impl Log {
                 legacy_map: false,
                 map_pages_written: 0,
                 map_digest: Some(MapDigest::default()),
+                map_sketch: Some(MapSketch::default()),
             };
             (self.geo.checkpoint_offset_bytes(g), ck.encode(&self.geo))
         } else {
@@ -329,6 +343,7 @@ impl Log {
             unusable: UnusablePages::default(),
             stale: StalePages::default(),
             torn_pages: Vec::new(),
+            lost_pages: None,
         };
         self.read_map_pages(0);
         Ok(Some(Bringup::ReadMap { found, next_page: 0 }))
@@ -378,7 +393,7 @@ impl Log {
             self.read_map_pages(next_page);
             return Ok(Some(Bringup::ReadMap { found, next_page }));
         }
-        self.judge_map(&found)?;
+        self.judge_map(&mut found)?;
         self.judge_digest(&found)?;
         let walk = ChainWalk::new(&found.ck, &self.geo);
         match walk.next() {
@@ -396,8 +411,9 @@ impl Log {
     /// current copy (checkpoints write the other one), so fewer means
     /// damage: refused, or with `accept_loss` the pages stay unmapped and
     /// the loss is reported.
-    fn judge_map(&mut self, found: &Found) -> Result<(), String> {
-        let (ck, u, pages) = (&found.ck, &found.unusable, self.args.map.page_count);
+    fn judge_map(&mut self, found: &mut Found) -> Result<(), String> {
+        let pages = self.args.map.page_count;
+        let ck = &found.ck;
         if !ck.legacy_map && ck.map_pages_written > pages {
             return Err(format!(
                 "log checkpoint {}: {} map pages written, the map has {pages}; the checkpoint is corrupt: \
@@ -409,18 +425,24 @@ impl Log {
         let Some(missing) = expected.checked_sub(self.map_pages_written).filter(|&m| m > 0) else {
             return Ok(());
         };
-        let which = match (&u.first_torn, &u.first) {
-            (Some(t), _) if u.torn == 1 || u.torn == missing => t.clone(),
-            (Some(t), _) => {
+        found.lost_pages = self.lost_by_sketch(ck, missing);
+        let (ck, u) = (&found.ck, &found.unusable);
+        let which = match (&u.first_torn, &u.first, &found.lost_pages) {
+            // One page lost, and the one it can be: its copies described.
+            (Some(t), _, _) if missing == 1 && u.torn == 1 => t.clone(),
+            (None, Some(f), _) if missing == 1 && u.count == 1 => f.clone(),
+            (_, _, Some(lost)) => self.describe_lost(lost, &found.torn_pages),
+            (Some(t), _, _) if u.torn == 1 || u.torn == missing => t.clone(),
+            (Some(t), _, _) => {
                 format!("{} pages with no usable copy have a torn or damaged one; the first is {t}", u.torn)
             }
-            (None, Some(f)) if u.count == missing => f.clone(),
-            (None, Some(f)) => format!(
+            (None, Some(f), _) if u.count == missing => f.clone(),
+            (None, Some(f), _) => format!(
                 "which of the {} pages with no copy of this format cannot be told: a zeroed copy looks \
                  unwritten; the first is {f}",
                 u.count
             ),
-            (None, None) => unreachable!("fewer usable pages than expected, and none unusable"),
+            (None, None, _) => unreachable!("fewer usable pages than expected, and none unusable"),
         };
         let why = format!(
             "log map: {missing} page(s) written before checkpoint {} have no readable copy ({which})",
@@ -434,6 +456,52 @@ impl Log {
         self.counters.lost_map_pages_count = u64::from(missing);
         self.loss = Some(why);
         Ok(())
+    }
+
+    /// The pages lost, `missing` of them, as the checkpoint's sketch of
+    /// written pages lists them against the pages found usable
+    /// (`seglog::sketch`), each checked: in the map, without a usable
+    /// copy, as many as the count says; `None` when it cannot list them
+    /// (a checkpoint without a sketch, too many lost) or the list fails a
+    /// check. A `legacy_map` volume's format wrote every page: each page
+    /// without a usable copy counts, and its sketch covers only the pages
+    /// written since its upgrade.
+    fn lost_by_sketch(&self, ck: &ChainCheckpoint, missing: u32) -> Option<Vec<(u32, u32)>> {
+        if ck.legacy_map {
+            return None;
+        }
+        let mut lost = ck.map_sketch?.missing(&self.map_sketch)?;
+        lost.sort_unstable();
+        let unusable =
+            |p: u32| p < self.args.map.page_count && self.page_copy[p as usize] & PAGE_WRITTEN == 0;
+        (lost.len() == missing as usize && lost.iter().all(|&(p, _)| unusable(p))).then_some(lost)
+    }
+
+    /// The lost pages the sketch listed: which, and the first few's
+    /// offsets (those with a torn copy marked).
+    fn describe_lost(&self, lost: &[(u32, u32)], torn: &[u32]) -> String {
+        let named: Vec<String> = (lost.iter().take(STALE_NAMED_MAX))
+            .map(|&(p, _)| {
+                let how =
+                    if torn.contains(&p) { "a copy torn or damaged" } else { "both copies blank or foreign" };
+                format!(
+                    "page {p} at lower offsets {} and {} ({how})",
+                    self.args.map.copy_offset_bytes(p, 0),
+                    self.args.map.copy_offset_bytes(p, 1)
+                )
+            })
+            .collect();
+        let pages: Vec<String> = lost.iter().map(|p| p.0.to_string()).collect();
+        let more = match lost.len().saturating_sub(STALE_NAMED_MAX) {
+            0 => String::new(),
+            n => format!("; and {n} more"),
+        };
+        format!(
+            "page{} {}, told from the pages never written by the checkpoint's sketch of written pages: {}{more}",
+            if lost.len() == 1 { "" } else { "s" },
+            and_list(&pages),
+            named.join("; ")
+        )
     }
 
     /// Every map page read and counted ([`Log::judge_map`]): the copies
@@ -575,22 +643,74 @@ impl Log {
         lost_count: usize,
     ) -> Option<Vec<(u32, u64)>> {
         let ck_generation = found.ck.generation;
-        let lost: Vec<(u32, u64)> = match lost_count {
-            0 => Vec::new(),
+        let stale: Vec<(u32, u64)> = (found.stale.iter())
+            .map(|(p, _)| (*p, ck_generation - self.page_generation[*p as usize]))
+            .collect();
+        // Sets weighed by both searches: one bound (`seglog::shortfall`).
+        let mut weighed = 0;
+        if let Some(listed) = found.lost_pages.as_ref().filter(|_| lost_count > 0) {
+            if let Some(fit) = self.explain_listed(recorded, listed, ck_generation, &stale, &mut weighed) {
+                return Some(fit);
+            }
+        }
+        let lost: Vec<(u32, u64)> = match (lost_count, &found.lost_pages) {
+            (0, _) => Vec::new(),
+            // Listed by the sketch: the lost pages are these.
+            (_, Some(listed)) => listed.iter().map(|&(p, _)| (p, ck_generation)).collect(),
             _ => (0..self.args.map.page_count)
                 .filter(|&p| self.page_copy[p as usize] & PAGE_WRITTEN == 0)
                 .map(|p| (p, ck_generation))
                 .collect(),
         };
         let torn: Vec<(u32, u64)> = found.torn_pages.iter().map(|&p| (p, ck_generation)).collect();
-        let tiers: Vec<&[(u32, u64)]> = match torn.len() < lost.len() {
+        let tiers: Vec<&[(u32, u64)]> = match torn.len() < lost.len() && found.lost_pages.is_none() {
             true => vec![&torn, &lost],
             false => vec![&lost],
         };
-        let stale: Vec<(u32, u64)> = (found.stale.iter())
-            .map(|(p, _)| (*p, ck_generation - self.page_generation[*p as usize]))
-            .collect();
-        crate::seglog::shortfall::explain(recorded, &self.map_digest, &tiers, lost_count, &stale)
+        crate::seglog::shortfall::explain_within(
+            recorded,
+            &self.map_digest,
+            &tiers,
+            lost_count,
+            &stale,
+            &mut weighed,
+        )
+    }
+
+    /// The lost pages the sketch listed, each short by the generation it
+    /// gives (the low 32 bits: taken whole while the checkpoint's
+    /// generation is below 2^32): the pages that could be stale which
+    /// explain what that leaves of the digests' shortfalls (empty: the
+    /// lost pages explain it all), or `None` (then the search over the
+    /// lost pages' every generation, [`Log::explain_shortfall`]). A
+    /// generation is off when a page of its cell fell back to an older
+    /// copy; then the digests are left short by a set no search here
+    /// explains (but by chance, as for any set weighed:
+    /// `seglog::shortfall`).
+    fn explain_listed(
+        &self,
+        recorded: &MapDigest,
+        listed: &[(u32, u32)],
+        ck_generation: u64,
+        stale: &[(u32, u64)],
+        weighed: &mut u128,
+    ) -> Option<Vec<(u32, u64)>> {
+        if ck_generation > u64::from(u32::MAX) {
+            return None;
+        }
+        let mut taken = self.map_digest;
+        for &(p, g) in listed {
+            let g = u64::from(g);
+            if g == 0 || g > ck_generation {
+                return None;
+            }
+            taken.replace(p, 0, g);
+        }
+        *weighed += 1;
+        if taken == *recorded {
+            return Some(Vec::new());
+        }
+        crate::seglog::shortfall::explain_within(recorded, &taken, &[], 0, stale, weighed)
     }
 
     /// Page `p`, which could be stale: its offsets, the copy taken (its
@@ -641,6 +761,7 @@ impl Log {
     fn set_page_generation(&mut self, p: usize, generation: u64) {
         let old = std::mem::replace(&mut self.page_generation[p], generation);
         self.map_digest.replace(p as u32, old, generation);
+        self.map_sketch.replace(p as u32, old, generation);
     }
 
     /// Takes the newest copy of page `p` of the checkpoint's format not
@@ -702,6 +823,7 @@ impl Log {
                 self.map.set(b, e);
             }
             self.map_pages_written += 1;
+            self.map_sketch.insert(p);
             self.set_page_generation(p as usize, g);
         }
         self.page_copy[p as usize] = pick as u8 | if usable { PAGE_WRITTEN } else { 0 };
@@ -842,8 +964,9 @@ impl Log {
         // durable (`CkStage::Rewrite`); with the digest of the map as
         // recovered (an older version has none; no page's generation
         // has changed since).
-        let map_digest = Some(self.map_digest);
-        self.legacy_rewrite = found.legacy.then(|| ChainCheckpoint { map_digest, ..found.ck.clone() });
+        let (map_digest, map_sketch) = (Some(self.map_digest), Some(self.map_sketch));
+        self.legacy_rewrite =
+            found.legacy.then(|| ChainCheckpoint { map_digest, map_sketch, ..found.ck.clone() });
         Ok(Some(Bringup::Marking))
     }
 
@@ -900,6 +1023,7 @@ impl Log {
                         if *state & PAGE_WRITTEN == 0 {
                             *state |= PAGE_WRITTEN;
                             self.map_pages_written += 1;
+                            self.map_sketch.insert(p);
                         }
                         self.set_page_generation(p as usize, self.epoch);
                         let bytes = self.args.map.encode(p, &self.map, self.epoch, self.format_id);
@@ -930,6 +1054,7 @@ impl Log {
                         legacy_map: self.legacy_map,
                         map_pages_written: self.map_pages_written,
                         map_digest: Some(self.map_digest),
+                        map_sketch: Some(self.map_sketch),
                     };
                     let off = self.geo.checkpoint_offset_bytes(self.epoch);
                     let mut req = Request::write(ReqId(0), off, Bytes::from(ck.encode(&self.geo)));

@@ -76,12 +76,14 @@
 //! codec) is refused as another version. The chain checkpoint (the `log`
 //! target's) is version [`CHAIN_FORMAT_VERSION`] (3 since partial segments,
 //! 4 since format identities, 5 since the log's map pages carry the id,
-//! 6 since it records the map's digest; 3 is read as id 0, 3 and 4 as
-//! `legacy_map`, 3 to 5 without a digest); a `log` volume of
+//! 6 since it records the map's digest, 7 since it records the map's
+//! sketch of written pages; 3 is read as id 0, 3 and 4 as
+//! `legacy_map`, 3 to 5 without a digest, 3 to 6 without a sketch); a `log` volume of
 //! version 2 is refused with a line saying so. A version newer than this
 //! build's is refused naming both versions (an older build does the same
 //! with these: by version, not as damage).
 
+use super::sketch::{MapSketch, SketchCell, SKETCH_BYTES};
 use super::{Geometry, Seq, ENTRY_BYTES, HEADER_FIXED_BYTES};
 use layoutd_core::metablock::{
     Decoded, MetaBlockCodec, MetaError, Reader, GENERATION_MAX, GENERATION_READ_MAX, HEADER_BYTES,
@@ -590,9 +592,10 @@ impl Checkpoint {
 /// 3 since partial segments (continue links), 4 since format identities
 /// (3 is still read, as [`LEGACY_FORMAT_ID`]), 5 since the log's map pages
 /// carry the format id (4 is still read; both as `legacy_map`), 6 since
-/// it records the map's digest (5 is still read, without one); a
-/// version-2 `log` volume is refused (the old build reads it).
-pub const CHAIN_FORMAT_VERSION: u32 = 6;
+/// it records the map's digest (5 is still read, without one), 7 since it
+/// records the map's sketch of written pages (6 is still read, without
+/// one); a version-2 `log` volume is refused (the old build reads it).
+pub const CHAIN_FORMAT_VERSION: u32 = 7;
 /// The chain checkpoint before format identities.
 const CHAIN_LEGACY_VERSION: u32 = 3;
 /// The chain checkpoint before map pages carried the format id.
@@ -600,6 +603,9 @@ const CHAIN_UNTAGGED_MAP_VERSION: u32 = 4;
 /// The chain checkpoint before it recorded the map's digest (session 28's
 /// release).
 const CHAIN_UNDIGESTED_VERSION: u32 = 5;
+/// The chain checkpoint before it recorded the map's sketch of written
+/// pages (session 29's and 30's release).
+const CHAIN_UNSKETCHED_VERSION: u32 = 6;
 /// `flags` bit 0 of a chain checkpoint: [`ChainCheckpoint::legacy_map`].
 const CHAIN_FLAG_LEGACY_MAP: u32 = 1;
 const CHAIN_CHECKPOINT_CODEC: MetaBlockCodec =
@@ -617,6 +623,8 @@ const CHAIN_CHECKPOINT_CODEC: MetaBlockCodec =
 /// 52 flags u32 (bit 0: legacy_map; from version 5)
 /// 56 map_pages_written u32 (from version 5)
 /// 60 map_digest.sum u64   68 map_digest.weighted u64 (from version 6)
+/// 76 map_sketch: 24 cells of count u32, pages u32, check u32, generations u32
+///    (from version 7)
 /// ```
 /// Stored in the same two copies as [`Checkpoint`] (generation `% 2`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -655,6 +663,12 @@ pub struct ChainCheckpoint {
     /// `None` from versions 3 to 5 (no check on the first open of such a
     /// volume); every checkpoint this build writes carries one.
     pub map_digest: Option<MapDigest>,
+    /// The map's sketch of written pages ([`MapSketch`]) over the pages
+    /// counted in `map_pages_written`: recovery lists from it which pages
+    /// are lost when fewer have a usable copy (`log::persist`). `None`
+    /// from versions 3 to 6; every checkpoint this build writes carries
+    /// one.
+    pub map_sketch: Option<MapSketch>,
 }
 
 /// The modulus of [`MapDigest::weighted`]: the prime 2^61 - 1.
@@ -717,16 +731,21 @@ pub(super) fn quotient(a: u64, b: u64) -> u64 {
     mul_mod(a, pow_mod(b % MAP_DIGEST_PRIME, MAP_DIGEST_PRIME - 2))
 }
 
+/// splitmix64's step and finalizer of `x` (the map's digest weights and
+/// sketch places are made of it: part of the format).
+pub(super) fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 impl MapDigest {
     /// Page `page`'s weight, in `[1, MAP_DIGEST_PRIME)`: splitmix64's
     /// finalizer of the index, reduced. Part of the format: a change
     /// needs a new checkpoint version.
     pub fn weight(page: u32) -> u64 {
-        let mut z = u64::from(page).wrapping_add(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        1 + z % (MAP_DIGEST_PRIME - 1)
+        1 + splitmix64(u64::from(page)) % (MAP_DIGEST_PRIME - 1)
     }
 
     /// Page `page`'s current copy was of generation `old` (0: none) and
@@ -765,7 +784,7 @@ impl ChainCheckpoint {
     /// Encodes one copy; checked by re-decoding.
     pub fn encode(&self, geo: &Geometry) -> Vec<u8> {
         assert!(self.boot > 0, "boot counts from 1");
-        let mut p = Vec::with_capacity(76);
+        let mut p = Vec::with_capacity(76 + SKETCH_BYTES);
         p.extend(self.boot.to_le_bytes());
         p.extend(self.next_seq.0.to_le_bytes());
         p.extend(self.next_loc.map_or(u32::MAX, |l| l.0).to_le_bytes());
@@ -779,6 +798,12 @@ impl ChainCheckpoint {
         let digest = self.map_digest.expect("a checkpoint of this build carries the map's digests");
         p.extend(digest.sum.to_le_bytes());
         p.extend(digest.weighted.to_le_bytes());
+        let sketch = self.map_sketch.expect("a checkpoint of this build carries the map's sketch");
+        for c in &sketch.cells {
+            for v in [c.count, c.pages, c.check, c.generations] {
+                p.extend(v.to_le_bytes());
+            }
+        }
         let b = CHAIN_CHECKPOINT_CODEC.encode(self.generation, &p).expect("a checkpoint fits its block");
         let back = ChainCheckpoint::decode_up_to(&b, geo, GENERATION_MAX);
         assert_eq!(back.as_ref(), Ok(self), "chain checkpoint round trip");
@@ -792,7 +817,12 @@ impl ChainCheckpoint {
 
     fn decode_up_to(b: &[u8], geo: &Geometry, max: u64) -> Result<ChainCheckpoint, HeaderError> {
         assert!(b.len() >= CHECKPOINT_BYTES, "caller reads a whole checkpoint");
-        let older = [CHAIN_LEGACY_VERSION, CHAIN_UNTAGGED_MAP_VERSION, CHAIN_UNDIGESTED_VERSION];
+        let older = [
+            CHAIN_LEGACY_VERSION,
+            CHAIN_UNTAGGED_MAP_VERSION,
+            CHAIN_UNDIGESTED_VERSION,
+            CHAIN_UNSKETCHED_VERSION,
+        ];
         let (block, version) = decode_versioned(CHAIN_CHECKPOINT_CODEC, &older, b, max)?;
         let mut r = Reader::new(&block.payload);
         let boot = seq_in_range("boot", r.u64()?, max)?;
@@ -818,7 +848,7 @@ impl ChainCheckpoint {
             false => true,
         };
         let map_pages_written = if flagged { r.u32()? } else { 0 };
-        let map_digest = match version == CHAIN_FORMAT_VERSION {
+        let map_digest = match version >= CHAIN_UNSKETCHED_VERSION {
             true => match (r.u64()?, r.u64()?) {
                 (_, w) if w >= MAP_DIGEST_PRIME => {
                     return Err(HeaderError::Malformed(format!(
@@ -827,6 +857,21 @@ impl ChainCheckpoint {
                 }
                 (sum, weighted) => Some(MapDigest { sum, weighted }),
             },
+            false => None,
+        };
+        let map_sketch = match version == CHAIN_FORMAT_VERSION {
+            true => {
+                let mut sketch = MapSketch::default();
+                for c in sketch.cells.iter_mut() {
+                    *c = SketchCell {
+                        count: r.u32()?,
+                        pages: r.u32()?,
+                        check: r.u32()?,
+                        generations: r.u32()?,
+                    };
+                }
+                Some(sketch)
+            }
             false => None,
         };
         if r.remaining() != 0 || boot == 0 {
@@ -846,6 +891,7 @@ impl ChainCheckpoint {
             legacy_map,
             map_pages_written,
             map_digest,
+            map_sketch,
         })
     }
 

@@ -38,12 +38,14 @@
 pub mod header;
 pub mod replay;
 pub mod shortfall;
+pub mod sketch;
 
 pub use header::{
     copy_version, ChainCheckpoint, Checkpoint, Entry, FlushMark, HeaderError, MapDigest, SegmentHeader,
     CHAIN_FORMAT_VERSION, CHECKPOINT_VERSION, HEADER_VERSION, LEGACY_FORMAT_ID, MAP_DIGEST_PRIME, SEQ_MAX,
 };
 pub use replay::{segment_summaries, ChainWalk, ReplayStep, ReplayWalk, StopReason};
+pub use sketch::MapSketch;
 
 use layoutd_core::SECTOR_BYTES;
 

@@ -444,6 +444,7 @@ mod tests {
             legacy_map: false,
             map_pages_written: 0,
             map_digest: Some(crate::seglog::MapDigest::default()),
+            map_sketch: Some(crate::seglog::MapSketch::default()),
         };
         let slots_of = |hs: &[SegmentHeader]| -> Vec<u16> {
             hs.iter()

@@ -65,11 +65,25 @@ pub fn explain(
     lost_count: usize,
     stale: &Suspects,
 ) -> Option<Vec<(u32, u64)>> {
+    explain_within(recorded, taken, lost, lost_count, stale, &mut 0)
+}
+
+/// [`explain`], counting the sets it weighs into `weighed` (those
+/// weighed by searches before it, of the same shortfall: [`CLASS_MAX`]
+/// bounds them all together).
+pub fn explain_within(
+    recorded: &MapDigest,
+    taken: &MapDigest,
+    lost: &[&Suspects],
+    lost_count: usize,
+    stale: &Suspects,
+    weighed: &mut u128,
+) -> Option<Vec<(u32, u64)>> {
     let (d, dw) = taken.shortfall(recorded);
     let most = |s: &Suspects| s.iter().map(|x| x.1).max().unwrap_or(0);
     // With no page lost, one search (of no lost page) for each number.
     let tiers: &[&Suspects] = if lost_count == 0 { &[&[]] } else { lost };
-    let (mut weighed, mut work) = (0u128, 0u64);
+    let mut work = 0u64;
     for s in 0..=stale.len() {
         let k = lost_count + s;
         if k == 0 {
@@ -92,7 +106,7 @@ pub fn explain(
             if weighed.saturating_add(class) > CLASS_MAX {
                 continue;
             }
-            weighed += class;
+            *weighed += class;
             searched = true;
             let mut search = Search::new([tier, stale], [lost_count, s], work);
             let r = search.visit(0, 0, d, dw);

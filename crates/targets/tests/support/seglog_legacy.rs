@@ -5,7 +5,8 @@
 //! id, chain checkpoints of version 4; both wrote map pages of version 1
 //! (page index and entry count, no id); before the chain checkpoint
 //! recorded the log map's digest, chain checkpoints of version 5 (map
-//! pages as this build's). Made here from this build's
+//! pages as this build's); before it recorded the map's sketch of
+//! written pages, chain checkpoints of version 6. Made here from this build's
 //! blocks by moving their fields back, so tests can build the image an
 //! older release left and check that this build opens it. Uses only the
 //! core codec (no target code), so unit tests and the runtime's tests
@@ -31,6 +32,9 @@ pub enum Release {
     /// Before the chain checkpoint recorded the log map's digest
     /// (session 28).
     BeforeMapDigest,
+    /// Before the chain checkpoint recorded the log map's sketch of
+    /// written pages (sessions 29 and 30).
+    BeforeMapSketch,
 }
 
 /// `block` (a whole block: header, summary or checkpoint of this build) as
@@ -48,9 +52,10 @@ pub fn downgrade_block_to(block: &[u8], release: Release, format_id: Option<u64>
     let magic: [u8; 8] = block.get(0..8)?.try_into().ok()?;
     let (new, old) = match (magic, release) {
         (HEADER_MAGIC | CHECKPOINT_MAGIC, Release::BeforeFormatIds) => (3, 2),
-        (CHAIN_MAGIC, Release::BeforeFormatIds) => (6, 3),
-        (CHAIN_MAGIC, Release::BeforeMapIds) => (6, 4),
-        (CHAIN_MAGIC, Release::BeforeMapDigest) => (6, 5),
+        (CHAIN_MAGIC, Release::BeforeFormatIds) => (7, 3),
+        (CHAIN_MAGIC, Release::BeforeMapIds) => (7, 4),
+        (CHAIN_MAGIC, Release::BeforeMapDigest) => (7, 5),
+        (CHAIN_MAGIC, Release::BeforeMapSketch) => (7, 6),
         (MAP_PAGE_MAGIC, Release::BeforeFormatIds | Release::BeforeMapIds) => (2, 1),
         _ => return None,
     };
@@ -67,10 +72,11 @@ pub fn downgrade_block_to(block: &[u8], release: Release, format_id: Option<u64>
         q.extend_from_slice(&p[8..]);
         q
     } else if magic == CHAIN_MAGIC {
-        // v6: ..., format_id u64, flags u32, map_pages_written u32,
-        // map_digest (sum u64, weighted u64); v5 without the digest, v4
-        // also without the two before, v3 also without the format id.
-        p[..p.len() - [32, 24, 16][old as usize - 3]].to_vec()
+        // v7: ..., format_id u64, flags u32, map_pages_written u32,
+        // map_digest (sum u64, weighted u64), map_sketch (384 bytes); v6
+        // without the sketch, v5 also without the digest, v4 also without
+        // the two before, v3 also without the format id.
+        p[..p.len() - 384 - [32, 24, 16, 0][old as usize - 3]].to_vec()
     } else if magic == HEADER_MAGIC {
         // v3: boot u64, format_id u64, slot_bytes u32, slot_count u16,
         // entry_count u16, slots_used u16, flags u16, payload_crc u32.
@@ -103,7 +109,7 @@ pub fn downgrade_image(image: &mut [u8], block_sizes: &[usize]) -> usize {
 /// The format id of the first chain checkpoint of this build found in
 /// `image` (at 512-byte steps; the id at payload offset 44).
 fn chain_format_id(image: &[u8]) -> Option<u64> {
-    let codec = MetaBlockCodec { magic: CHAIN_MAGIC, version: 6, block_bytes: 512 };
+    let codec = MetaBlockCodec { magic: CHAIN_MAGIC, version: 7, block_bytes: 512 };
     (0..image.len() / 512).find_map(|i| {
         let d = codec.decode(&image[i * 512..i * 512 + 512]).ok()?;
         Some(u64::from_le_bytes(d.payload.get(44..52)?.try_into().ok()?))
@@ -160,7 +166,7 @@ pub fn readable_checkpoints(area: &[u8]) -> Vec<(u64, u32)> {
         // This build's version, and the older ones the releases before wrote.
         let (magic, new, old) = match block[0..8].try_into().ok()? {
             CHECKPOINT_MAGIC => (CHECKPOINT_MAGIC, 3, 2..=2),
-            CHAIN_MAGIC => (CHAIN_MAGIC, 6, 3..=5),
+            CHAIN_MAGIC => (CHAIN_MAGIC, 7, 3..=6),
             _ => return None,
         };
         let codec = MetaBlockCodec { magic, version: new, block_bytes: 512 };
