@@ -123,6 +123,9 @@ class Rig:
         self.teardown = Teardown()
         self.server = None
         self.fuse = None
+        # With emulation: where `serve --record-disk` writes the emulated
+        # disk's requests (set by the runner's --record-disk), else None.
+        self.disk_record = None
         self.loop = None
         self.export_bytes = None
         self.markers = []  # (index, offset, label)
@@ -175,6 +178,8 @@ class Rig:
                "--threads", str(self.threads), "--record-trace", self.trace_path]
         if self.emulate:
             cmd += ["--emulate", self.emulate]
+            if self.disk_record:
+                cmd += ["--record-disk", self.disk_record]
         log(f"serve: {' '.join(cmd[1:])}")
         logf = open(self.serve_log, "w")
         self.server = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)

@@ -86,6 +86,10 @@ def parse(argv):
     g.add_argument("--layoutd", default=os.path.join(ROOT, "target/release/layoutd"), help="the layoutd binary (default: %(default)s)")
     g.add_argument("--out", help="result directory (default: bench/results/NAME)")
     g.add_argument("--keep", action="store_true", help="keep the work directory (volume file, raw trace, logs)")
+    g.add_argument("--record-disk", action="store_true",
+                   help="with --emulate: also write disk.gz, every request the emulated disk served (`serve "
+                        "--record-disk`, the format of `layoutd sim --record-disk`: arrival, start, completion, "
+                        "hit, seek, rotation), to compare a live run with its replay request by request")
     g = common.add_argument_group("replay (capture-then-replay)")
     g.add_argument("--replay", action="store_true",
                    help="replay each phase's captured trace closed-loop in `layoutd sim` on the emulated disk and report both")
@@ -238,6 +242,10 @@ def main(argv=None):
     rig = Rig(a.layoutd, work, size, config, None if staged else emulate,
               os.path.join(work, "setup.trace") if staged else trace_path, a.connections, not a.no_direct_io,
               mkfs_opts, mount_opts, a.threads, a.fs)
+    if a.record_disk:
+        if not emulate:
+            sys.exit("bench/run: --record-disk records the emulated disk; give --emulate too")
+        rig.disk_record = os.path.join(work, "disk")
     phases = []
     error = None
     started = datetime.datetime.now().astimezone()
@@ -320,6 +328,8 @@ def analyze(a, wl, rig, phases, trace_path, out, work, sim, rigsettings, started
         p["trace"] = tracefile.in_phase(p["name"], tracefile.stats, trace_path, eb, p["markers"])
     whole = tracefile.stats(trace_path)
     tracefile.gzip_copy(trace_path, os.path.join(out, "trace.gz"))
+    if rig.disk_record and os.path.exists(rig.disk_record):
+        tracefile.gzip_copy(rig.disk_record, os.path.join(out, "disk.gz"))
     epoch = whole["first_submit_ns"] or 0
     at = lambda t, k: epoch if t[k] is None else t[k]  # noqa: E731 - an empty phase: a band at the start
     bands = [(p["name"], at(p["trace"], "first_submit_ns"), at(p["trace"], "last_complete_ns")) for p in phases]

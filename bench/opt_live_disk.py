@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""Where a live `--emulate` run's time goes, against its replay, from the
+emulated disk's own record (`bench/run ... --record-disk`: `serve
+--record-disk`, the format of `layoutd sim --record-disk`).
+
+    bench/opt_live_disk.py LIVE_DIR [SIM_BASE]
+
+LIVE_DIR: a `bench/run opt-startup --emulate wd800 --record-disk` result
+(result.json, trace.gz, disk.gz). SIM_BASE (optional): a replay of that
+run's trace recorded with `layoutd sim --record-trace SIM_BASE.rec
+--record-disk SIM_BASE.disk` (the same stack; e.g. `bench/opt_real.py`'s
+replay with those two flags). For each run-2 program it prints:
+
+  busy      the disk-busy time the benchmark reports (union of the upper
+            requests' intervals, as recorded at the top of the stack)
+  disk      the part of it in which the emulated disk was serving (union
+            of its requests' start..completion intervals, clipped to busy)
+  gap       busy - disk: an upper request was outstanding and the disk
+            idle: the runtime's CPU before a lower request reaches the
+            disk, a late wake-up after the model's completion, the turn
+            between two lower requests of one upper (the simulator,
+            without --live-dispatch --live-delivery-us, has none)
+  lowers    requests the disk served, of them buffer hits, and the sums of
+            their seek and rotation times
+  pre/post  medians over upper requests served by one lower request: its
+            arrival at the disk less the upper's submission, and the
+            upper's completion less the disk's (ms)
+"""
+import gzip
+import json
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "harness"))
+import tracefile  # noqa: E402
+
+PROGS = ["python", "perl", "gcc", "git", "man", "tar-xz"]
+
+
+def disk_rows(path):
+    """(arrival, start, complete, op, offset, length, hit, seek, rotation) per line, ns."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        for line in f:
+            if line.startswith("#") or not line.strip():
+                continue
+            a, s, c, op, off, n, hit, seek, rot, _ = line.split()
+            yield int(a), int(s), int(c), op, int(off), int(n), hit == "1", int(seek), int(rot)
+
+
+def union(iv):
+    out = []
+    for a, b in sorted(iv):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+def overlap(u, v):
+    """Total length of the intersection of two sorted disjoint interval lists."""
+    i = j = 0
+    total = 0
+    while i < len(u) and j < len(v):
+        lo, hi = max(u[i][0], v[j][0]), min(u[i][1], v[j][1])
+        total += max(0, hi - lo)
+        if u[i][1] < v[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def analyse(trace, disk, result):
+    eb = result["rig"]["export_bytes"]
+    ph = {p["name"]: p for p in result["phases"]}
+    rows = sorted(disk_rows(disk))
+    out = {}
+    for p in PROGS:
+        ups = [r for r in tracefile.read(trace, eb, ph["run2-" + p]["markers"]) if r.complete is not None]
+        if not ups:
+            continue
+        lo, hi = min(r.submit for r in ups), max(r.complete for r in ups)
+        busy = union([(r.submit, r.complete) for r in ups])
+        low = [d for d in rows if lo <= d[0] <= hi]
+        served = overlap(busy, union([(d[1], d[2]) for d in low]))
+        total = sum(b - a for a, b in busy)
+        # Uppers served by exactly one lower request: pre and post.
+        pre, post = [], []
+        k = 0
+        for r in sorted(ups, key=lambda r: r.submit):
+            inside = []
+            while k < len(low) and low[k][0] < r.submit:
+                k += 1
+            j = k
+            while j < len(low) and low[j][0] <= r.complete:
+                inside.append(low[j])
+                j += 1
+            if len(inside) == 1:
+                pre.append(inside[0][0] - r.submit)
+                post.append(r.complete - inside[0][2])
+        out[p] = {"busy_s": total / 1e9, "disk_s": served / 1e9, "gap_s": (total - served) / 1e9,
+                  "lowers": len(low), "hits": sum(d[6] for d in low), "seek_s": sum(d[7] for d in low) / 1e9,
+                  "rotation_s": sum(d[8] for d in low) / 1e9,
+                  "pre_ms": statistics.median(pre) / 1e6 if pre else None,
+                  "post_ms": statistics.median(post) / 1e6 if post else None}
+    return out
+
+
+def show(name, res):
+    tot = {k: sum(v[k] for v in res.values()) for k in ("busy_s", "disk_s", "gap_s", "lowers", "hits", "seek_s",
+                                                         "rotation_s")}
+    for p, v in list(res.items()) + [("all", tot)]:
+        prepost = (f" pre/post {v['pre_ms']:.3f}/{v['post_ms']:.3f} ms" if v.get("pre_ms") is not None else "")
+        print(f"{name} {p:7} busy {v['busy_s']:.3f} s = disk {v['disk_s']:.3f} + gap {v['gap_s']:.3f} | "
+              f"lowers {v['lowers']} hits {v['hits']} seek {v['seek_s']:.3f} s rotation {v['rotation_s']:.3f} s"
+              + prepost)
+
+
+def main():
+    if len(sys.argv) not in (2, 3):
+        sys.exit(__doc__)
+    live = sys.argv[1]
+    result = json.load(open(os.path.join(live, "result.json")))
+    show("live", analyse(os.path.join(live, "trace.gz"), os.path.join(live, "disk.gz"), result))
+    if len(sys.argv) == 3:
+        base = sys.argv[2]
+        show("sim ", analyse(base + ".rec", base + ".disk", result))
+
+
+if __name__ == "__main__":
+    main()
