@@ -152,7 +152,7 @@ class Rig:
         self.mount()
         log(f"mounted {self.fs} at {self.mnt} ({self.mount_opts or 'defaults'}), mkfs took {self.facts['mkfs_seconds']} s")
 
-    def restart(self, emulate, trace_path):
+    def restart(self, emulate, trace_path, between=None):
         """Everything down (umount, loop, nbdfuse, server: a clean stop) and
         up again on the same volume file, without format or mkfs, serving
         with `emulate` and recording to `trace_path`: a volume populated at
@@ -162,6 +162,8 @@ class Rig:
         failures = self.down()
         if failures:
             raise RuntimeError("restart: " + "; ".join(failures))
+        if between:  # the volume file alone, served by no one
+            self.facts.update(between(self))
         self.teardown = Teardown()
         self.emulate = emulate
         self.trace_path = trace_path

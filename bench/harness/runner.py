@@ -258,7 +258,7 @@ def main(argv=None):
             t = time.monotonic()
             rig.facts["setup"] = wl.populate(rig.mnt)
             rig.facts["setup_seconds"] = round(time.monotonic() - t, 3)
-            rig.restart(emulate, trace_path)
+            rig.restart(emulate, trace_path, getattr(wl, "between", None))
         for name, kind, cold, fn in wl.phases():
             ph = {"name": name, "kind": kind, "caches_dropped_before": cold}
             if cold:
