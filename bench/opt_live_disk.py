@@ -3,13 +3,20 @@
 emulated disk's own record (`bench/run ... --record-disk`: `serve
 --record-disk`, the format of `layoutd sim --record-disk`).
 
-    bench/opt_live_disk.py LIVE_DIR [SIM_BASE]
+    bench/opt_live_disk.py LIVE_DIR [--with-setup]
 
 LIVE_DIR: a `bench/run opt-startup --emulate wd800 --record-disk` result
-(result.json, trace.gz, disk.gz). SIM_BASE (optional): a replay of that
-run's trace recorded with `layoutd sim --record-trace SIM_BASE.rec
---record-disk SIM_BASE.disk` (the same stack; e.g. `bench/opt_real.py`'s
-replay with those two flags). For each run-2 program it prints:
+(result.json, trace.gz, disk.gz; setup.trace.gz for --with-setup). Its own
+trace is replayed in `layoutd sim` as `bench/opt_real.py` replays a
+capture (closed loop, wd800, the stream detector as `serve`, 600 s before
+run 2, an opt stack planning at the reconfigure phase's first marker),
+through the stack the run served (result.json's rig.config), recording the
+disk. With --with-setup the populate's trace (served before the measured
+server started) is replayed first, 30 days earlier (the measured server's
+profile started empty: a day's half-life leaves the populate's edges
+nothing), so the replay starts run 1 from the OPT region the populate left
+(`opt-startup --setup-region keep`). For each run-2 program, live and
+replayed:
 
   busy      the disk-busy time the benchmark reports (union of the upper
             requests' intervals, as recorded at the top of the stack)
@@ -26,16 +33,24 @@ replay with those two flags). For each run-2 program it prints:
             arrival at the disk less the upper's submission, and the
             upper's completion less the disk's (ms)
 """
+import argparse
 import gzip
 import json
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "harness"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "harness"))
+sys.path.insert(0, HERE)
+import opt_real  # noqa: E402
 import tracefile  # noqa: E402
 
 PROGS = ["python", "perl", "gcc", "git", "man", "tar-xz"]
+GAP_S = 600.0  # before run 2, as bench/opt_real.py's replays
+SETUP_GAP_NS = 30 * 86400 * 10**9
 
 
 def disk_rows(path):
@@ -119,15 +134,43 @@ def show(name, res):
               + prepost)
 
 
+def replay(live, with_setup):
+    """Replays LIVE's trace (with the populate's first if `with_setup`)
+    through its stack; the base of the sim's record (BASE.rec, BASE.disk)."""
+    l = opt_real.layoutd()
+    tracefile.use(l)
+    os.makedirs(opt_real.TMP, exist_ok=True)
+    name = os.path.basename(os.path.normpath(live)) + ("-with-setup" if with_setup else "")
+    cap = live
+    if with_setup:
+        cap = os.path.join(opt_real.TMP, name)
+        os.makedirs(cap, exist_ok=True)
+        tracefile.concat(os.path.join(live, "setup.trace.gz"), os.path.join(live, "trace.gz"),
+                         os.path.join(cap, "trace.gz"), SETUP_GAP_NS)
+        shutil.copy(os.path.join(live, "result.json"), os.path.join(cap, "result.json"))
+    trace, plan_at, _, result = opt_real.replay_trace(cap, GAP_S)
+    config = result["rig"]["config"]
+    opt = 'target = "opt"' in open(os.path.join(opt_real.ROOT, config)).read()
+    base = os.path.join(opt_real.TMP, name + "-disk")
+    cmd = [l, "sim", "--trace", trace, *opt_real.FORMAT["serve"], "--config", opt_real.with_trace(config),
+           "--disk", opt_real.DISK, "--closed-loop", "--no-progress", "--record-trace", base + ".rec",
+           "--json", base + ".json", "--record-disk", base + ".disk",
+           *(["--message", f"@{plan_at}:plan"] if opt else [])]
+    subprocess.run(cmd, check=True, capture_output=True)
+    return base
+
+
 def main():
-    if len(sys.argv) not in (2, 3):
-        sys.exit(__doc__)
-    live = sys.argv[1]
-    result = json.load(open(os.path.join(live, "result.json")))
-    show("live", analyse(os.path.join(live, "trace.gz"), os.path.join(live, "disk.gz"), result))
-    if len(sys.argv) == 3:
-        base = sys.argv[2]
-        show("sim ", analyse(base + ".rec", base + ".disk", result))
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("live", help="a bench/run opt-startup --record-disk result directory")
+    ap.add_argument("--with-setup", action="store_true", help="replay the populate (setup.trace.gz) first")
+    a = ap.parse_args()
+    result = json.load(open(os.path.join(a.live, "result.json")))
+    show("live", analyse(os.path.join(a.live, "trace.gz"), os.path.join(a.live, "disk.gz"), result))
+    base = replay(a.live, a.with_setup)
+    show("sim ", analyse(base + ".rec", base + ".disk", result))
+    for ext in (".rec", ".disk", ".json"):
+        os.unlink(base + ext)
 
 
 if __name__ == "__main__":

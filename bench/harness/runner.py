@@ -330,6 +330,9 @@ def analyze(a, wl, rig, phases, trace_path, out, work, sim, rigsettings, started
     tracefile.gzip_copy(trace_path, os.path.join(out, "trace.gz"))
     if rig.disk_record and os.path.exists(rig.disk_record):
         tracefile.gzip_copy(rig.disk_record, os.path.join(out, "disk.gz"))
+    setup = os.path.join(work, "setup.trace")
+    if os.path.exists(setup):  # a staged workload's populate, served without emulation
+        tracefile.gzip_copy(setup, os.path.join(out, "setup.trace.gz"))
     epoch = whole["first_submit_ns"] or 0
     at = lambda t, k: epoch if t[k] is None else t[k]  # noqa: E731 - an empty phase: a band at the start
     bands = [(p["name"], at(p["trace"], "first_submit_ns"), at(p["trace"], "last_complete_ns")) for p in phases]
