@@ -32,6 +32,10 @@ replayed:
   pre/post  medians over upper requests served by one lower request: its
             arrival at the disk less the upper's submission, and the
             upper's completion less the disk's (ms)
+  held      (an opt stack) the program's reads of OPT region slots not
+            written since run 1 began (not a copy the reconfiguration
+            made: a block the populate's writes left there), and the
+            disk's service time of those reads
 """
 import argparse
 import gzip
@@ -88,10 +92,40 @@ def overlap(u, v):
     return total
 
 
+def region(result):
+    """The OPT region's (offset, end) in bytes, from an `opt status` the run recorded, or None."""
+    for ph in result["phases"]:
+        st = ph.get("status", "")
+        kv = dict(w.split("=", 1) for w in st.split() if "=" in w)
+        if "opt_offset" in kv and "opt_length" in kv:
+            return int(kv["opt_offset"]), int(kv["opt_offset"]) + int(kv["opt_length"])
+    return None
+
+
+def held_reads(rows, opt, since, lo, hi):
+    """(count, service ns) of the reads in [lo, hi] of region blocks no
+    request of `rows` from `since` on wrote before."""
+    written, count, ns = set(), 0, 0
+    for a, s, c, op, off, n, *_ in rows:
+        if a > hi:
+            break
+        if a < since or not opt[0] <= off < opt[1]:
+            continue
+        blocks = range(off // 4096, (off + n + 4095) // 4096)
+        if op == "W":
+            written.update(blocks)
+        elif op == "R" and a >= lo and not all(b in written for b in blocks):
+            count, ns = count + 1, ns + c - s
+    return count, ns
+
+
 def analyse(trace, disk, result):
     eb = result["rig"]["export_bytes"]
     ph = {p["name"]: p for p in result["phases"]}
     rows = sorted(disk_rows(disk))
+    opt = region(result)
+    run1 = tracefile.read(trace, eb, ph["run1-" + PROGS[0]]["markers"])
+    since = min(r.submit for r in run1)
     out = {}
     for p in PROGS:
         ups = [r for r in tracefile.read(trace, eb, ph["run2-" + p]["markers"]) if r.complete is not None]
@@ -121,17 +155,22 @@ def analyse(trace, disk, result):
                   "rotation_s": sum(d[8] for d in low) / 1e9,
                   "pre_ms": statistics.median(pre) / 1e6 if pre else None,
                   "post_ms": statistics.median(post) / 1e6 if post else None}
+        if opt:
+            n, ns = held_reads(rows, opt, since, lo, hi)
+            out[p].update(held=n, held_s=ns / 1e9)
     return out
 
 
 def show(name, res):
-    tot = {k: sum(v[k] for v in res.values()) for k in ("busy_s", "disk_s", "gap_s", "lowers", "hits", "seek_s",
-                                                         "rotation_s")}
+    keys = ["busy_s", "disk_s", "gap_s", "lowers", "hits", "seek_s", "rotation_s"]
+    keys += ["held", "held_s"] if all("held" in v for v in res.values()) else []
+    tot = {k: sum(v[k] for v in res.values()) for k in keys}
     for p, v in list(res.items()) + [("all", tot)]:
         prepost = (f" pre/post {v['pre_ms']:.3f}/{v['post_ms']:.3f} ms" if v.get("pre_ms") is not None else "")
+        held = f" held {v['held']} ({v['held_s']:.3f} s)" if "held" in v else ""
         print(f"{name} {p:7} busy {v['busy_s']:.3f} s = disk {v['disk_s']:.3f} + gap {v['gap_s']:.3f} | "
               f"lowers {v['lowers']} hits {v['hits']} seek {v['seek_s']:.3f} s rotation {v['rotation_s']:.3f} s"
-              + prepost)
+              + held + prepost)
 
 
 def replay(live, with_setup):
