@@ -474,9 +474,12 @@ impl LiveVolume {
 /// times: Linux lets a sleep overrun by the thread's slack (50 µs by
 /// default) so that wake-ups can be batched; an emulated completion late
 /// by that much lengthens every lower request by a fixed amount the model
-/// does not have (0.09 ms median measured live, session 31: 10-15 % of
-/// an `opt` stack's sub-millisecond reads, 2 % of a plain stack's). 1 ns
-/// is the smallest the kernel takes.
+/// does not have. Session 31, `opt-startup` run 2 on an `opt` stack: the
+/// stack saw completions 0.083-0.096 ms (median) after the model's
+/// instant with the default, 0.032-0.036 ms with 1 ns, and the time a
+/// request was outstanding with the emulated disk idle fell from 0.32 s
+/// to 0.14 s of 3.1 s (`bench/results/opt/real/README.md`). 1 ns is the
+/// smallest the kernel takes.
 pub const EMULATION_TIMER_SLACK_NS: u64 = 1;
 
 /// Sets this thread's timer slack to [`EMULATION_TIMER_SLACK_NS`], once
