@@ -38,7 +38,6 @@ replayed:
             disk's service time of those reads
 """
 import argparse
-import gzip
 import json
 import os
 import shutil
@@ -49,47 +48,13 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "harness"))
 sys.path.insert(0, HERE)
+import diskrec  # noqa: E402
 import opt_real  # noqa: E402
 import tracefile  # noqa: E402
 
 PROGS = ["python", "perl", "gcc", "git", "man", "tar-xz"]
 GAP_S = 600.0  # before run 2, as bench/opt_real.py's replays
 SETUP_GAP_NS = 30 * 86400 * 10**9
-
-
-def disk_rows(path):
-    """(arrival, start, complete, op, offset, length, hit, seek, rotation) per line, ns."""
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt") as f:
-        for line in f:
-            if line.startswith("#") or not line.strip():
-                continue
-            a, s, c, op, off, n, hit, seek, rot, _ = line.split()
-            yield int(a), int(s), int(c), op, int(off), int(n), hit == "1", int(seek), int(rot)
-
-
-def union(iv):
-    out = []
-    for a, b in sorted(iv):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return out
-
-
-def overlap(u, v):
-    """Total length of the intersection of two sorted disjoint interval lists."""
-    i = j = 0
-    total = 0
-    while i < len(u) and j < len(v):
-        lo, hi = max(u[i][0], v[j][0]), min(u[i][1], v[j][1])
-        total += max(0, hi - lo)
-        if u[i][1] < v[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
 
 
 def region(result):
@@ -122,7 +87,7 @@ def held_reads(rows, opt, since, lo, hi):
 def analyse(trace, disk, result):
     eb = result["rig"]["export_bytes"]
     ph = {p["name"]: p for p in result["phases"]}
-    rows = sorted(disk_rows(disk))
+    rows = sorted(diskrec.rows(disk))
     opt = region(result)
     run1 = tracefile.read(trace, eb, ph["run1-" + PROGS[0]]["markers"])
     since = min(r.submit for r in run1)
@@ -132,9 +97,9 @@ def analyse(trace, disk, result):
         if not ups:
             continue
         lo, hi = min(r.submit for r in ups), max(r.complete for r in ups)
-        busy = union([(r.submit, r.complete) for r in ups])
+        busy = diskrec.union([(r.submit, r.complete) for r in ups])
         low = [d for d in rows if lo <= d[0] <= hi]
-        served = overlap(busy, union([(d[1], d[2]) for d in low]))
+        served = diskrec.served_within(busy, rows)
         total = sum(b - a for a, b in busy)
         # Uppers served by exactly one lower request: pre and post.
         pre, post = [], []
