@@ -26,9 +26,10 @@ Steps:
      stack between its marker reads). Then where opt's run 2 time goes (a
      `trace` layer below opt: each request's pieces in the region or home).
   3. live (with --live; needs root; minutes of wall time): `bench/run
-     opt-startup --emulate wd800` on plain.toml and on opt.toml (there the
-     reconfigure phase runs `layoutd opt plan --socket` and waits for
-     job_active=0), into bench/results/opt/real/NAME-STACK (--live-name,
+     opt-startup --emulate wd800 --setup-region drop --record-disk` on
+     plain.toml and on opt.toml (there the reconfigure phase runs `layoutd
+     opt plan --socket` and waits for job_active=0; the OPT region is
+     emptied after the setup, as in the replays), into bench/results/opt/real/NAME-STACK (--live-name,
      default live); every NAME-plain / NAME-opt pair found there is compared
      with the replay.
 
@@ -318,8 +319,12 @@ def breakdown(l, config, trace, plan_at, eb, result, mode):
 
 def live(name, stack, config):
     d = os.path.join(OUT, f"{name}-{stack}")
+    # --setup-region drop: run 1 starts with an empty OPT region, as in the
+    # replays (the captures were made on plain, so the setup's writes never
+    # reached an opt region there); --record-disk: the emulated disk's own
+    # record (disk.gz), for bench/opt_live_disk.py.
     cmd = [os.path.join(ROOT, "bench/run"), "opt-startup", "--config", config, "--emulate", DISK,
-           "--out", os.path.relpath(d, ROOT)]
+           "--setup-region", "drop", "--record-disk", "--out", os.path.relpath(d, ROOT)]
     print(f"live: {' '.join(cmd)}", file=sys.stderr)
     subprocess.run(cmd, check=True, cwd=ROOT)
 

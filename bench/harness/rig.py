@@ -123,6 +123,9 @@ class Rig:
         self.teardown = Teardown()
         self.server = None
         self.fuse = None
+        # With emulation: where `serve --record-disk` writes the emulated
+        # disk's requests (set by the runner's --record-disk), else None.
+        self.disk_record = None
         self.loop = None
         self.export_bytes = None
         self.markers = []  # (index, offset, label)
@@ -149,7 +152,7 @@ class Rig:
         self.mount()
         log(f"mounted {self.fs} at {self.mnt} ({self.mount_opts or 'defaults'}), mkfs took {self.facts['mkfs_seconds']} s")
 
-    def restart(self, emulate, trace_path):
+    def restart(self, emulate, trace_path, between=None):
         """Everything down (umount, loop, nbdfuse, server: a clean stop) and
         up again on the same volume file, without format or mkfs, serving
         with `emulate` and recording to `trace_path`: a volume populated at
@@ -159,6 +162,8 @@ class Rig:
         failures = self.down()
         if failures:
             raise RuntimeError("restart: " + "; ".join(failures))
+        if between:  # the volume file alone, served by no one
+            self.facts.update(between(self))
         self.teardown = Teardown()
         self.emulate = emulate
         self.trace_path = trace_path
@@ -175,6 +180,8 @@ class Rig:
                "--threads", str(self.threads), "--record-trace", self.trace_path]
         if self.emulate:
             cmd += ["--emulate", self.emulate]
+            if self.disk_record:
+                cmd += ["--record-disk", self.disk_record]
         log(f"serve: {' '.join(cmd[1:])}")
         logf = open(self.serve_log, "w")
         self.server = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)

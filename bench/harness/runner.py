@@ -17,6 +17,7 @@ BENCH = os.path.dirname(HERE)
 ROOT = os.path.dirname(BENCH)
 sys.path.insert(0, BENCH)
 
+import diskrec  # noqa: E402
 import readme  # noqa: E402
 import replay  # noqa: E402
 import svg  # noqa: E402
@@ -86,6 +87,10 @@ def parse(argv):
     g.add_argument("--layoutd", default=os.path.join(ROOT, "target/release/layoutd"), help="the layoutd binary (default: %(default)s)")
     g.add_argument("--out", help="result directory (default: bench/results/NAME)")
     g.add_argument("--keep", action="store_true", help="keep the work directory (volume file, raw trace, logs)")
+    g.add_argument("--record-disk", action="store_true",
+                   help="with --emulate: also write disk.gz, every request the emulated disk served (`serve "
+                        "--record-disk`, the format of `layoutd sim --record-disk`: arrival, start, completion, "
+                        "hit, seek, rotation), to compare a live run with its replay request by request")
     g = common.add_argument_group("replay (capture-then-replay)")
     g.add_argument("--replay", action="store_true",
                    help="replay each phase's captured trace closed-loop in `layoutd sim` on the emulated disk and report both")
@@ -238,6 +243,10 @@ def main(argv=None):
     rig = Rig(a.layoutd, work, size, config, None if staged else emulate,
               os.path.join(work, "setup.trace") if staged else trace_path, a.connections, not a.no_direct_io,
               mkfs_opts, mount_opts, a.threads, a.fs)
+    if a.record_disk:
+        if not emulate:
+            sys.exit("bench/run: --record-disk records the emulated disk; give --emulate too")
+        rig.disk_record = os.path.join(work, "disk")
     phases = []
     error = None
     started = datetime.datetime.now().astimezone()
@@ -250,7 +259,7 @@ def main(argv=None):
             t = time.monotonic()
             rig.facts["setup"] = wl.populate(rig.mnt)
             rig.facts["setup_seconds"] = round(time.monotonic() - t, 3)
-            rig.restart(emulate, trace_path)
+            rig.restart(emulate, trace_path, getattr(wl, "between", None))
         for name, kind, cold, fn in wl.phases():
             ph = {"name": name, "kind": kind, "caches_dropped_before": cold}
             if cold:
@@ -320,6 +329,16 @@ def analyze(a, wl, rig, phases, trace_path, out, work, sim, rigsettings, started
         p["trace"] = tracefile.in_phase(p["name"], tracefile.stats, trace_path, eb, p["markers"])
     whole = tracefile.stats(trace_path)
     tracefile.gzip_copy(trace_path, os.path.join(out, "trace.gz"))
+    if rig.disk_record and os.path.exists(rig.disk_record):
+        tracefile.gzip_copy(rig.disk_record, os.path.join(out, "disk.gz"))
+        rows = list(diskrec.rows(rig.disk_record))
+        for p in phases:
+            recs = tracefile.in_phase(p["name"], tracefile.read, trace_path, eb, p["markers"])
+            busy = [(x.submit, x.complete) for x in recs if x.complete is not None]
+            p["trace"]["emulated_disk_seconds"] = round(diskrec.served_within(busy, rows) / 1e9, 6)
+    setup = os.path.join(work, "setup.trace")
+    if os.path.exists(setup):  # a staged workload's populate, served without emulation
+        tracefile.gzip_copy(setup, os.path.join(out, "setup.trace.gz"))
     epoch = whole["first_submit_ns"] or 0
     at = lambda t, k: epoch if t[k] is None else t[k]  # noqa: E731 - an empty phase: a band at the start
     bands = [(p["name"], at(p["trace"], "first_submit_ns"), at(p["trace"], "last_complete_ns")) for p in phases]
@@ -477,6 +496,9 @@ def write_report(out, r):
     multi = has_sim and len(r["replay"].get("seeds", [])) > 1
     head = ["phase", "caches", "live s", "of which sync s", "requests", "reads (loop dev)", "read MiB",
             "mean read KiB", "writes (loop dev)", "written MiB", "trace span s", "disk idle s"]
+    emulated = all("emulated_disk_seconds" in ph["trace"] for ph in r["phases"])
+    if emulated:
+        head += ["emulated disk s"]
     if has_sim:
         head += ["sim span s", "sim / live span", "sim busy s", "sim / live busy"]
     if multi:
@@ -493,6 +515,8 @@ def write_report(out, r):
                f"{mib(t['read_bytes']):.1f}", f"{t['mean_read_kib']:.1f}",
                f"{t['writes']} ({ph['loop_device']['writes']})",
                f"{mib(t['written_bytes']):.1f}", f"{t['span_seconds']:.2f}", f"{t['idle_seconds']:.2f}"]
+        if emulated:
+            row.append(f"{t['emulated_disk_seconds']:.2f}")
         if has_sim:
             s, sb, lb = ph["sim"]["span_seconds"], ph["sim"]["busy_seconds"], t["span_seconds"] - t["idle_seconds"]
             tot_live += t["span_seconds"]
@@ -505,7 +529,7 @@ def write_report(out, r):
                 row.append(f"{min(v):.2f} - {max(v):.2f}")
         L.append("| " + " | ".join(row) + " |")
     if has_sim:
-        L.append(f"| **total** | | | | | | | | | | **{tot_live:.2f}** | | **{tot_sim:.2f}** | **{ratio(tot_sim, tot_live)}** "
+        L.append(f"| **total** | | | | | | | | | | **{tot_live:.2f}** | |{' |' if emulated else ''} **{tot_sim:.2f}** | **{ratio(tot_sim, tot_live)}** "
                  f"| **{tot_sim_busy:.2f}** | **{ratio(tot_sim_busy, tot_live_busy)}** |" + (" |" if multi else ""))
         w = r["replay"]["whole_trace"]
         rp = r["replay"]
@@ -528,7 +552,11 @@ def write_report(out, r):
               "replay keeps); *(loop dev)* is what the loop device completed in the phase "
               "(/sys/block/loopN/stat), i.e. what ext4 sent before FUSE and NBD; *sim span* and *sim busy* "
               "are the same two measures of the phase in the replay's record, against the live trace span "
-              "and the live busy time (trace span less disk idle).", "",
+              "and the live busy time (trace span less disk idle)"
+              + ("; *emulated disk* is the part of the live busy time in which the emulated disk was serving "
+                 "(`disk.gz`, `serve --record-disk`): the rest of the busy time a request was outstanding with "
+                 "the disk idle (the runtime's CPU, late wake-ups under load; `bench/opt_live_disk.py`)"
+                 if emulated else "") + ".", "",
           "![seconds per phase](phases.svg)", "", "![address against time](address_time.svg)", "",
           f"Reproduce: `cargo build --workspace --release && {r['command']}`. The recorded trace is `trace.gz` "
           "(docs/trace-format.md; phases are cut at the marker reads listed in `result.json`).", "",

@@ -173,3 +173,32 @@ def one_stream(src, dst, gap_at_line=None, gap_ns=0, stop_at_line=None):
                 p[:2] = [str(int(t) + gap_ns) if t.isdigit() else t for t in p[:2]]
             out.write(" ".join(p[:2] + ["0"] + p[3:]) + "\n")
     return dst
+
+
+def concat(first, second, dst, gap_ns):
+    """Writes the requests of the trace `first` (plain or .gz), then those of
+    `second` moved to start `gap_ns` after `first`'s last completion, to
+    `dst` (gzip): a volume's history before a recorded run (e.g. the
+    populate a staged workload served before restarting the server), so a
+    replay starts the run from the state that history left. Returns the
+    number of requests taken from `first`."""
+    opener = lambda p: gzip.open(p, "rt") if p.endswith(".gz") else open(p)  # noqa: E731
+    count, last = 0, 0
+    with gzip.open(dst, "wt") as out:
+        out.write(HEADER)
+        with opener(first) as f:
+            for line in f:
+                if line.startswith("#") or not line.strip():
+                    continue
+                p = line.split()
+                last = max([last] + [int(t) for t in p[:2] if t.isdigit()])
+                out.write(line)
+                count += 1
+        with opener(second) as f:
+            for line in f:
+                if line.startswith("#") or not line.strip():
+                    continue
+                p = line.split()
+                p[:2] = [str(int(t) + last + gap_ns) if t.isdigit() else t for t in p[:2]]
+                out.write(" ".join(p) + "\n")
+    return count

@@ -95,6 +95,13 @@ def add_args(ap):
                    help="top-level directories of the tree in the git repository (default: %(default)s)")
     g.add_argument("--idle", type=float, default=10.0,
                    help="seconds of the reconfigure phase on a stack without `opt` (default: %(default)s)")
+    g.add_argument("--setup-region", choices=("keep", "drop"), default="keep",
+                   help="on a stack with `opt`: what the setup's writes leave in the OPT region for run 1. "
+                        "`keep`: the blocks `absorb_writes` took (the copy's scattered small writes, ext4 "
+                        "metadata: 4,000-6,000 slots) stay, dirty, where they were written, and a plan keeps "
+                        "them there; `drop`: `layoutd opt drop --device` once the setup's server has stopped, "
+                        "so run 1 starts with an empty region, as the replay of a capture (made on plain) "
+                        "does (default: %(default)s)")
     g.add_argument("--plan-wait", type=float, default=1800.0,
                    help="longest wait for an opt reconfiguration to finish, a watchdog (default: %(default)s)")
 
@@ -121,6 +128,7 @@ class Workload:
         ver = lambda *c: subprocess.run(c, capture_output=True, text=True).stdout.splitlines()[0]  # noqa: E731
         return {"programs": [n for n, _ in PROGRAMS], "usr": USR, "repo_dirs": self.a.repo_dirs,
                 "tarball": os.path.basename(self.tarball), "opt_stack": self.opt,
+                "setup_region": self.a.setup_region if self.opt else None,
                 "gcc": ver("gcc", "--version"), "python": ver("python3.11", "--version"),
                 "git": ver("git", "--version")}
 
@@ -134,6 +142,17 @@ class Workload:
         if self.opt:
             out.append(("status", "idle", False, self.final_status))
         return out
+
+    def between(self, rig):
+        """Between the setup's server and the measured one (neither
+        running): with --setup-region drop, empty the OPT region offline."""
+        if not (self.opt and self.a.setup_region == "drop"):
+            return {}
+        t = time.monotonic()
+        out = sh([rig.layoutd, "opt", "drop", "--device", rig.image]).stdout
+        status = sh([rig.layoutd, "opt", "status", "--device", rig.image]).stdout
+        log(f"  setup region dropped in {time.monotonic() - t:.1f} s: {out.strip()[-200:]}")
+        return {"setup_region_drop": out.strip()[-1000:], "setup_region_status": status.strip()[-1000:]}
 
     def populate(self, mnt):
         root = os.path.join(mnt, "root")

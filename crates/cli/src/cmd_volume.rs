@@ -195,6 +195,13 @@ pub struct ServeArgs {
     /// The same as --emulate, with a DiskSim parameter file.
     #[arg(long, value_name = "FILE")]
     emulate_diskspecs: Option<PathBuf>,
+    /// With --emulate: record every request the emulated disk serves to FILE, one line each
+    /// (arrival, start and completion ns on the runtime's clock, op, offset, length, cache hit,
+    /// seek and rotation ns, seek distance): `layoutd sim --record-disk`'s format, so a live run
+    /// and its replay compare request by request. Written when the server stops; replaced like
+    /// --record-trace with --force.
+    #[arg(long, value_name = "FILE")]
+    record_disk: Option<PathBuf>,
     /// Control socket for runtime commands (`layoutd message`):
     /// default <NBD socket>.ctl (with --listen: <device name>.ctl in the private directory).
     /// Mode 0600: only its owner may command the volume.
@@ -405,6 +412,16 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     if let Some(p) = &a.emulate_diskspecs {
         layoutd_hdd::DiskParams::from_diskspecs(p)?;
         cmd.arg(format!("emulate-diskspecs={}", p.display()));
+    }
+    if let Some(p) = &a.record_disk {
+        if a.emulate.is_none() && a.emulate_diskspecs.is_none() {
+            bail!("--record-disk records the emulated disk: give --emulate or --emulate-diskspecs too");
+        }
+        check_trace_path(p, a.force)?;
+        cmd.arg(format!("record-disk={}", p.display()));
+        if a.force {
+            cmd.arg("record-trace-overwrite=true");
+        }
     }
     // The plugin prints "serving ... at URI" once nbdkit has bound the socket.
     cmd.arg(format!("announce-uri={uri}"));

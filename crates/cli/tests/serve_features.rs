@@ -87,3 +87,51 @@ fn emulate_holds_random_reads_back_by_at_least_the_model_service_time() {
     assert!(!bad.status.success());
     assert!(text(&bad).contains("wd800"), "an unknown preset lists the known ones: {}", text(&bad));
 }
+
+#[test]
+fn record_disk_writes_each_request_the_emulated_disk_served_after_the_trace_request_it_served() {
+    if !ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dev = formatted(dir.path(), "d.img", "2G", None);
+    let (trace, disk) = (dir.path().join("d.trace"), dir.path().join("d.disk"));
+    let run = "qemu-io -f raw -c 'read 0 4096' -c 'read 1G 8192' -c 'write -P 3 64M 4096' \"$uri\"";
+    let args = [
+        "--emulate",
+        "wd800",
+        "--record-trace",
+        trace.to_str().unwrap(),
+        "--record-disk",
+        disk.to_str().unwrap(),
+    ];
+    let out = serve_run(&dev, run, &args);
+    assert!(out.status.success(), "{}", text(&out));
+    let text_disk = std::fs::read_to_string(&disk).unwrap();
+    assert!(text_disk.starts_with("# arrival_ns start_ns complete_ns op"), "header missing:\n{text_disk}");
+    let rows: Vec<Vec<String>> = text_disk
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split(' ').map(str::to_string).collect())
+        .collect();
+    // Each client request of the trace was served by the emulated disk
+    // (linear stack: same offset and length), inside the client's request.
+    for r in records(&trace).iter().filter(|r| r.op != Op::Flush) {
+        let op = if r.op == Op::Read { "R" } else { "W" };
+        let row = rows
+            .iter()
+            .find(|f| f[3] == op && f[4] == r.offset_bytes.to_string() && f[5] == r.length_bytes.to_string())
+            .unwrap_or_else(|| panic!("{r:?} not in the disk record:\n{text_disk}"));
+        let n: Vec<u64> = [0, 1, 2].iter().map(|&i| row[i].parse().unwrap()).collect();
+        assert!(r.submit.as_ns() <= n[0] && n[0] <= n[1] && n[1] <= n[2], "{row:?} vs {r:?}");
+        assert!(
+            n[2] <= r.complete.as_ns(),
+            "the client saw the completion before the model's: {row:?} vs {r:?}"
+        );
+    }
+    // Without --emulate there is no emulated disk to record.
+    let disk2 = dir.path().join("none.disk");
+    let bad = serve_run(&dev, "true", &["--record-disk", disk2.to_str().unwrap()]);
+    assert!(!bad.status.success());
+    assert!(text(&bad).contains("--emulate"), "{}", text(&bad));
+}

@@ -50,6 +50,9 @@ struct Settings {
     /// Emulate this HDD preset (or DiskSim specs file) on completions.
     emulate: Option<String>,
     emulate_diskspecs: Option<PathBuf>,
+    /// Record every request the emulated disk serves here (`emulate`'s
+    /// `DiskRecord`, the format of `layoutd sim --record-disk`).
+    record_disk: Option<PathBuf>,
     /// The control socket to create.
     control: Option<PathBuf>,
 }
@@ -64,6 +67,8 @@ struct Opened {
     data_start_bytes: u64,
     /// The record-trace file, opened before nbdkit listens.
     trace_file: Option<std::fs::File>,
+    /// The record-disk file, likewise.
+    disk_file: Option<std::fs::File>,
     /// Whether the volume was shut down cleanly before this open.
     was_clean: bool,
     /// Read-only descriptors of the members, for block status (holes).
@@ -80,6 +85,7 @@ static SETTINGS: Mutex<Settings> = Mutex::new(Settings {
     debug_panic_offset: None,
     emulate: None,
     emulate_diskspecs: None,
+    record_disk: None,
     control: None,
 });
 static CONTROL: Mutex<Option<layoutd_runtime::control::ControlServer>> = Mutex::new(None);
@@ -139,6 +145,11 @@ fn parse_bool(key: &str, value: &str) -> Result<bool> {
 /// `path` (O_NOFOLLOW), and without replacing an existing file (O_EXCL)
 /// unless `overwrite`.
 fn create_trace_file(path: &std::path::Path, overwrite: bool) -> Result<std::fs::File> {
+    create_record_file("record-trace", path, overwrite)
+}
+
+/// As [`create_trace_file`], for the parameter `key`.
+fn create_record_file(key: &str, path: &std::path::Path, overwrite: bool) -> Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut o = std::fs::OpenOptions::new();
     o.write(true).custom_flags(libc::O_NOFOLLOW).mode(0o644);
@@ -153,9 +164,9 @@ fn create_trace_file(path: &std::path::Path, overwrite: bool) -> Result<std::fs:
                 "is a symbolic link; refusing to follow it (give a new file name)".to_string()
             }
             Some(libc::EEXIST) => "exists; remove it or replace it with `layoutd serve --force`".to_string(),
-            _ => format!("cannot create the trace file: {e}"),
+            _ => format!("cannot create the file: {e}"),
         };
-        Error::new(libc::EINVAL, format!("record-trace={}: {why}", path.display()))
+        Error::new(libc::EINVAL, format!("{key}={}: {why}", path.display()))
     })
 }
 
@@ -246,6 +257,9 @@ impl Server for Connection {
              announce-uri=URI   print this URI in the \"serving\" line (layoutd serve sets it)\n\
              emulate=PRESET     hold completions back by the HDD model's service time (wd800, ...)\n\
              emulate-diskspecs=FILE  the same, with a DiskSim parameter file\n\
+             record-disk=FILE   with emulate: record every request the emulated disk serves (arrival,\n\
+                    start, completion, hit, seek, rotation; `layoutd sim --record-disk`'s format;\n\
+                    replaced with record-trace-overwrite=true)\n\
              control=SOCKET     accept runtime commands (`layoutd message`) on this Unix socket\n\
              source-id=ID       refuse to start unless built from the same sources as the layoutd\n\
                     binary that passes it (layoutd serve sets it)",
@@ -268,6 +282,7 @@ impl Server for Connection {
                 "announce-uri" => s.announce_uri = Some(value.to_string()),
                 "emulate" => s.emulate = Some(value.to_string()),
                 "emulate-diskspecs" => s.emulate_diskspecs = Some(PathBuf::from(value)),
+                "record-disk" => s.record_disk = Some(PathBuf::from(value)),
                 "control" => s.control = Some(PathBuf::from(value)),
                 "source-id" => check_source_id(value)?,
                 "debug-panic-offset" => {
@@ -280,7 +295,7 @@ impl Server for Connection {
                 other => {
                     return Err(Error::new(
                         libc::EINVAL,
-                        format!("unknown parameter `{other}` (known: device, direct, accept-loss, record-trace, record-trace-overwrite, announce-uri, emulate, emulate-diskspecs, control, source-id)"),
+                        format!("unknown parameter `{other}` (known: device, direct, accept-loss, record-trace, record-trace-overwrite, announce-uri, emulate, emulate-diskspecs, record-disk, control, source-id)"),
                     ))
                 }
             }
@@ -302,6 +317,13 @@ impl Server for Connection {
                 Some(p) => Some(create_trace_file(p, s.record_trace_overwrite)?),
                 None => None,
             };
+            let disk_file = match &s.record_disk {
+                Some(_) if s.emulate.is_none() && s.emulate_diskspecs.is_none() => {
+                    return Err(Error::new(libc::EINVAL, "record-disk needs emulate or emulate-diskspecs"))
+                }
+                Some(p) => Some(create_record_file("record-disk", p, s.record_trace_overwrite)?),
+                None => None,
+            };
             let vol = volume::open_with(&s.devices, s.direct, s.accept_loss)
                 .map_err(|e| Error::new(libc::EINVAL, e.to_string()))?;
             let extents = vol.member_extents();
@@ -318,6 +340,7 @@ impl Server for Connection {
                 extents,
                 data_start_bytes,
                 trace_file,
+                disk_file,
                 was_clean,
                 allocation,
             });
@@ -345,8 +368,13 @@ impl Server for Connection {
                 stack = layoutd_targets::trace::recording(stack);
             }
             // One emulated disk (one arm) per member device.
+            let record = o.disk_file.take().map(|f| {
+                Arc::new(Mutex::new(layoutd_runtime::emulate::DiskRecord::new(Box::new(
+                    std::io::BufWriter::new(f),
+                ))))
+            });
             let delay = params.map(|p| {
-                Arc::new(MemberEmulators::new(&p, &o.extents, o.data_start_bytes))
+                Arc::new(MemberEmulators::recording(&p, &o.extents, o.data_start_bytes, record))
                     as Arc<dyn layoutd_runtime::live::Delay>
             });
             let size = stack.size_bytes();

@@ -2,12 +2,88 @@
 //! modelled hard disk would. Each lower request is charged on one simulated
 //! arm (FIFO, queue depth 1, like the papers' disks without NCQ) and its
 //! completion is held back until the model says it would have finished.
+//!
+//! `serve --record-disk FILE` writes every request the model served, as
+//! `layoutd sim --record-disk` does ([`DiskRecord`], one format): a live
+//! run and its replay then compare request by request (arrival, start,
+//! completion, buffer hit, seek, rotation).
 
 use crate::live::Delay;
 use layoutd_core::{Op, Request, SECTOR_BYTES};
-use layoutd_hdd::{Disk, DiskOp, DiskParams, DiskRequest, Scheduler};
+use layoutd_hdd::{Disk, DiskCompletion, DiskOp, DiskParams, DiskRequest, Scheduler};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+/// Every request a disk model served, one line each: `arrival_ns start_ns
+/// complete_ns op offset_bytes length_bytes cache_hit seek_ns rotation_ns
+/// distance_cyl` (op `R`, `W` or `F`), in completion order, after a
+/// header line. Written by the simulator (`layoutd sim --record-disk`, on
+/// its virtual clock) and by the live emulator (`serve --record-disk`, on
+/// the runtime's clock, where arrival is when the lower request reached
+/// the emulated disk).
+pub struct DiskRecord {
+    out: Box<dyn Write + Send>,
+    /// Submitted requests' (offset, length) by tag, until they complete.
+    pending: HashMap<u64, (u64, u32)>,
+    write_failed: bool,
+}
+
+impl DiskRecord {
+    /// The header line, first in the file.
+    pub const HEADER: &'static str =
+        "# arrival_ns start_ns complete_ns op offset_bytes length_bytes cache_hit seek_ns rotation_ns distance_cyl";
+
+    /// Writes to `out`, the header first.
+    pub fn new(mut out: Box<dyn Write + Send>) -> DiskRecord {
+        let write_failed = writeln!(out, "{}", Self::HEADER).is_err();
+        DiskRecord { out, pending: HashMap::new(), write_failed }
+    }
+
+    /// The request `tag` of `length_bytes` at `offset_bytes` went to the disk.
+    pub fn submitted(&mut self, tag: u64, offset_bytes: u64, length_bytes: u32) {
+        self.pending.insert(tag, (offset_bytes, length_bytes));
+    }
+
+    /// The disk completed `d` (submitted before with its `id` as the tag).
+    pub fn completed(&mut self, d: &DiskCompletion) {
+        let (offset, length) = self.pending.remove(&d.id).unwrap_or((0, 0));
+        let op = match d.op {
+            DiskOp::Read => 'R',
+            DiskOp::Write => 'W',
+            DiskOp::Flush => 'F',
+        };
+        let written = writeln!(
+            self.out,
+            "{} {} {} {op} {offset} {length} {} {} {} {}",
+            d.arrival_ns,
+            d.start_ns,
+            d.complete_ns,
+            u8::from(d.cache_hit),
+            d.seek_ns,
+            d.rotation_ns,
+            d.seek_distance_cyl
+        );
+        if written.is_err() && !self.write_failed {
+            self.write_failed = true;
+            eprintln!("layoutd: writing the disk record failed; further lines are lost");
+        }
+    }
+
+    /// Flushes the file.
+    pub fn flush(&mut self) {
+        let _ = self.out.flush();
+    }
+}
+
+impl Drop for DiskRecord {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// A [`DiskRecord`] several emulated disks write to.
+pub type SharedDiskRecord = Arc<Mutex<DiskRecord>>;
 
 /// The HDD model as a live delay source.
 pub struct HddEmulator {
@@ -15,6 +91,10 @@ pub struct HddEmulator {
     /// Added to every lower offset: the stack's bottom device starts past
     /// the superblock, and the model must see true physical addresses.
     physical_offset_bytes: u64,
+    /// Where requests are recorded, if anywhere: with this emulator's
+    /// tag base (distinct per member) and the offset its requests' own
+    /// offsets start at on the volume's bottom device.
+    record: Option<(SharedDiskRecord, u64, u64)>,
 }
 
 struct State {
@@ -38,7 +118,15 @@ impl HddEmulator {
                 model_now_ns: 0,
             }),
             physical_offset_bytes,
+            record: None,
         }
+    }
+
+    /// Records every request this emulator serves in `record`: tags
+    /// `tag_base + n`, offsets plus `offset_bytes`.
+    pub fn with_record(mut self, record: SharedDiskRecord, tag_base: u64, offset_bytes: u64) -> HddEmulator {
+        self.record = Some((record, tag_base, offset_bytes));
+        self
     }
 }
 
@@ -60,6 +148,11 @@ impl Delay for HddEmulator {
         let lba = (self.physical_offset_bytes + req.offset_bytes) / SECTOR_BYTES;
         let sectors = (u64::from(req.length_bytes) / SECTOR_BYTES) as u32;
         s.disk.submit(at_ns, DiskRequest { id, op, lba, sectors });
+        let mut record = self.record.as_ref().map(|(r, base, offset)| {
+            let mut r = r.lock().unwrap_or_else(|p| p.into_inner());
+            r.submitted(base + id, offset + req.offset_bytes, req.length_bytes);
+            (r, *base)
+        });
         loop {
             if let Some(t) = s.done_ns.remove(&id) {
                 return t;
@@ -68,6 +161,15 @@ impl Delay for HddEmulator {
             let c = s.disk.complete(t).expect("a completion is due at its own instant");
             s.model_now_ns = s.model_now_ns.max(t);
             s.done_ns.insert(c.id, c.complete_ns);
+            if let Some((r, base)) = record.as_mut() {
+                r.completed(&DiskCompletion { id: *base + c.id, ..c });
+            }
+        }
+    }
+
+    fn flush(&self) {
+        if let Some((r, _, _)) = &self.record {
+            r.lock().unwrap_or_else(|p| p.into_inner()).flush();
         }
     }
 }
@@ -84,11 +186,30 @@ impl MemberEmulators {
     /// One `params` disk per extent; `physical_offset_bytes` is where each
     /// member's data area starts on its disk.
     pub fn new(params: &DiskParams, extents: &[(u64, u64)], physical_offset_bytes: u64) -> MemberEmulators {
+        Self::recording(params, extents, physical_offset_bytes, None)
+    }
+
+    /// As [`MemberEmulators::new`], recording every member's requests in
+    /// `record` (offsets on the volume's bottom device), if given.
+    pub fn recording(
+        params: &DiskParams,
+        extents: &[(u64, u64)],
+        physical_offset_bytes: u64,
+        record: Option<SharedDiskRecord>,
+    ) -> MemberEmulators {
         assert!(!extents.is_empty(), "at least one member");
         MemberEmulators {
             members: extents
                 .iter()
-                .map(|&(start, len)| (start, len, HddEmulator::new(params.clone(), physical_offset_bytes)))
+                .enumerate()
+                .map(|(i, &(start, len))| {
+                    let e = HddEmulator::new(params.clone(), physical_offset_bytes);
+                    let e = match &record {
+                        Some(r) => e.with_record(r.clone(), (i as u64) << 48, start),
+                        None => e,
+                    };
+                    (start, len, e)
+                })
                 .collect(),
         }
     }
@@ -110,6 +231,12 @@ impl Delay for MemberEmulators {
             }
         }
         due_ns
+    }
+
+    fn flush(&self) {
+        for (_, _, e) in &self.members {
+            e.flush();
+        }
     }
 }
 

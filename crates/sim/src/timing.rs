@@ -60,51 +60,9 @@ pub struct HddTiming {
     busy: BusyWindow,
 }
 
-/// `--record-disk`: each disk completion as a line `arrival_ns start_ns
-/// complete_ns op offset_bytes length_bytes cache_hit seek_ns rotation_ns
-/// distance_cyl` (op `R`, `W` or `F`), in completion order.
-pub struct DiskRecord {
-    out: Box<dyn std::io::Write>,
-    /// Submitted requests' (offset, length) by tag, until they complete.
-    pending: std::collections::HashMap<u64, (u64, u32)>,
-}
-
-impl DiskRecord {
-    /// Writes to `out`, a header line first.
-    pub fn new(mut out: Box<dyn std::io::Write>) -> DiskRecord {
-        let _ = writeln!(
-            out,
-            "# arrival_ns start_ns complete_ns op offset_bytes length_bytes cache_hit seek_ns rotation_ns distance_cyl"
-        );
-        DiskRecord { out, pending: std::collections::HashMap::new() }
-    }
-
-    fn completed(&mut self, d: &layoutd_hdd::DiskCompletion) {
-        let (offset, length) = self.pending.remove(&d.id).unwrap_or((0, 0));
-        let op = match d.op {
-            DiskOp::Read => 'R',
-            DiskOp::Write => 'W',
-            DiskOp::Flush => 'F',
-        };
-        let _ = writeln!(
-            self.out,
-            "{} {} {} {op} {offset} {length} {} {} {} {}",
-            d.arrival_ns,
-            d.start_ns,
-            d.complete_ns,
-            u8::from(d.cache_hit),
-            d.seek_ns,
-            d.rotation_ns,
-            d.seek_distance_cyl
-        );
-    }
-}
-
-impl Drop for DiskRecord {
-    fn drop(&mut self) {
-        let _ = self.out.flush();
-    }
-}
+/// `--record-disk`: the same record the live emulator writes
+/// (`serve --record-disk`), so a replay and its live run compare line by line.
+pub use layoutd_runtime::emulate::DiskRecord;
 
 /// Disk busy time inside the window `[start, mark]`, where `start` is set
 /// once (the trace's origin) and `mark` moves forward (each completion of
@@ -202,7 +160,7 @@ impl Timing for HddTiming {
         let lba = req.offset_bytes / SECTOR_BYTES;
         let sectors = (u64::from(req.length_bytes) / SECTOR_BYTES) as u32;
         if let Some(r) = &mut self.record {
-            r.pending.insert(tag, (req.offset_bytes, req.length_bytes));
+            r.submitted(tag, req.offset_bytes, req.length_bytes);
         }
         self.disk.submit(now.as_ns(), DiskRequest { id: tag, op, lba, sectors });
     }
