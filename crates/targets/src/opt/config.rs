@@ -106,6 +106,12 @@ pub struct Args {
     /// least `analyze::JOIN_MIN` requests read where it lies) instead of
     /// the order of its graph's heaviest edges (`analyze::time_order`).
     pub plan_time_order: bool,
+    /// A dirty block (an absorbed write, or a copy written since) that a
+    /// plan places, whose slot lies next to neither the slot of the block
+    /// the plan puts before it nor of the one after it, is moved into the
+    /// plan's order: copied home and dropped, then copied in where the
+    /// plan puts it (false: it stays in its slot, as every block does).
+    pub plan_moves_dirty: bool,
     /// Reads choose among a block's copies by the stream's sequence: the
     /// stream's position in the region survives its reads from home, and
     /// a copy laid out right after the block the stream read last wins
@@ -372,6 +378,7 @@ impl Args {
             plan_written: a.bool_opt("plan_written")?.unwrap_or(true),
             plan_relay: a.bool_opt("plan_relay")?.unwrap_or(false),
             plan_time_order: a.bool_opt("plan_time_order")?.unwrap_or(false),
+            plan_moves_dirty: a.bool_opt("plan_moves_dirty")?.unwrap_or(false),
             read_follow: a.bool_opt("read_follow")?.unwrap_or(false),
             partial_reads_home: a.bool_opt("partial_reads_home")?.unwrap_or(false),
             absorb_writes: a.bool_opt("absorb_writes")?.unwrap_or(false),
@@ -471,6 +478,7 @@ impl Args {
             ("plan_written", self.plan_written.to_string()),
             ("plan_relay", self.plan_relay.to_string()),
             ("plan_time_order", self.plan_time_order.to_string()),
+            ("plan_moves_dirty", self.plan_moves_dirty.to_string()),
             ("read_follow", self.read_follow.to_string()),
             ("partial_reads_home", self.partial_reads_home.to_string()),
             ("absorb_writes", self.absorb_writes.to_string()),

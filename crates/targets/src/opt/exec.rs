@@ -728,7 +728,25 @@ impl Opt {
             }
         }
         // Existing copies match the plan's by rank (primary first).
-        let copy_slot = |(h, rank): (u64, usize)| self.copies_of(h).nth(rank);
+        let existing = |(h, rank): (u64, usize)| self.copies_of(h).nth(rank);
+        // With `plan_moves_dirty`: dirty primaries out of the plan's order
+        // (next to neither planned neighbour's slot) are moved.
+        let mut moved: FxHashMap<u64, u64> = FxHashMap::default();
+        if self.args.plan_moves_dirty {
+            for (i, &(h, rank)) in want.iter().enumerate() {
+                let Some(s) = existing((h, rank)).filter(|&s| rank == 0 && self.slots[s as usize].dirty)
+                else {
+                    continue;
+                };
+                let beside = |j: Option<usize>, at: Option<u64>| {
+                    j.and_then(|j| want.get(j)).and_then(|&w| existing(w)).is_some_and(|x| Some(x) == at)
+                };
+                if !beside(i.checked_sub(1), s.checked_sub(1)) && !beside(Some(i + 1), Some(s + 1)) {
+                    moved.insert(h, s);
+                }
+            }
+        }
+        let copy_slot = |w: (u64, usize)| existing(w).filter(|_| w.1 > 0 || !moved.contains_key(&w.0));
         let mut keep = vec![false; slot_count];
         for &w in &want {
             if let Some(s) = copy_slot(w) {
@@ -790,6 +808,15 @@ impl Opt {
                 prev_slot = Some(at.0 + at.1 - 1);
             }
         }
+        // A moved block's slot goes in this job whatever `retain` says: its
+        // copy home (phase `CopyHome`) comes before its copy in from home
+        // (`CopyIn`), as for any dirty slot a job drops.
+        for &s in moved.values() {
+            if !drop.contains(&(s as u32)) {
+                drop.push(s as u32);
+            }
+        }
+        self.counters.moved_blocks_count += moved.len() as u64;
         drop.sort_unstable();
         let kept = keep.iter().filter(|&&k| k).count();
         let mut runs: Vec<CopyRun> = Vec::new();
