@@ -803,7 +803,9 @@ impl Opt {
             }
             region_read = true;
             let mapped = |slots: &[Slot], k: u64| slots.get(k as usize).is_some_and(|s| s.home.is_some());
-            let room = u64::from(layoutd_core::REQUEST_BYTES_MAX) / b - (end - first);
+            // Slots one lower request has left beside the piece's own (none
+            // for a piece of the longest request on no slot's start or end).
+            let room = (u64::from(layoutd_core::REQUEST_BYTES_MAX) / b).saturating_sub(end - first);
             let mut behind = 0;
             if let (0, Some(l)) = (i, last) {
                 let gap = first.saturating_sub(l);
