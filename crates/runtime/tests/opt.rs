@@ -1182,6 +1182,34 @@ fn a_read_that_skips_slots_of_its_sequence_reads_them_too_and_serves_them_next_u
 }
 
 #[test]
+fn a_failed_read_behind_or_ahead_is_read_again_as_the_piece_alone() {
+    for keys in ["readbehind_bytes = \"8K\"\n", "readahead_bytes = \"8K\"\n"] {
+        let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+        let mut h = mapped_harness_with(&dev, &(manual() + keys));
+        let c = |h: &Harness, k| counter(&*h.stack, k);
+        // Block 12 reads 11 behind it, or block 11 reads 12 and 13 ahead,
+        // after a read of block 10.
+        let b = if keys.starts_with("readbehind") { 12 } else { 11 };
+        (h.fail_lower_reads, h.lower_failures_left) = (true, Some(0));
+        // The extended read fails, and the piece's own read again: the
+        // read fails.
+        assert_eq!(read_block(&mut h, 10), block(10));
+        h.lower_failures_left = Some(2);
+        assert!(h.read(b * B, B as u32).result.is_err(), "{keys}");
+        // The extended read fails once: the piece alone is read again,
+        // and nothing is held.
+        assert_eq!(read_block(&mut h, 10), block(10));
+        h.lower_failures_left = Some(1);
+        let before = h.stats.lower_count;
+        assert_eq!(read_block(&mut h, b), block(b as u8), "{keys}");
+        assert_eq!(h.stats.lower_count, before + 2, "{keys}: the extended read, then the piece's own");
+        assert_eq!(c(&h, "readahead_failed_count"), 2, "{keys}");
+        assert_eq!(c(&h, "readbehind_reads_count") + c(&h, "readahead_reads_count"), 2, "{keys}");
+        assert_eq!(c(&h, "readahead_held_blocks"), 0, "{keys}");
+    }
+}
+
+#[test]
 fn a_read_from_memory_leaves_the_streams_place_where_its_last_lower_read_ended() {
     let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
     let mut h = mapped_harness_over(&dev, &(manual() + "readbehind_bytes = \"8K\"\n"), 10..16);
