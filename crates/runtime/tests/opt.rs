@@ -256,21 +256,27 @@ fn mapped_harness(dev: &Arc<MemDevice>) -> Harness {
 }
 
 fn mapped_harness_with(dev: &Arc<MemDevice>, cfg: &str) -> Harness {
+    mapped_harness_over(dev, cfg, 10..14)
+}
+
+/// [`mapped_harness_with`] for blocks `blocks` (each written with its
+/// number as tag).
+fn mapped_harness_over(dev: &Arc<MemDevice>, cfg: &str, blocks: std::ops::Range<u8>) -> Harness {
     let mut h = harness_with(dev, cfg, OpenMode::format(1));
-    for b in 10..14u8 {
+    for b in blocks.clone() {
         assert_eq!(h.write(u64::from(b) * B, block(b)).result, Ok(()));
     }
     assert_eq!(h.flush().result, Ok(()));
     for _ in 0..2 {
-        for b in 10..14u64 {
-            assert_eq!(h.read(b * B, B as u32).result, Ok(()));
+        for b in blocks.clone() {
+            assert_eq!(h.read(u64::from(b) * B, B as u32).result, Ok(()));
         }
     }
     let reply = message(&mut h, "apply").expect("apply");
     assert!(reply.contains("to copy"), "{reply}");
     h.settle();
     assert_eq!(counter(&*h.stack, "job_active"), 0, "{}", describe(&mut h));
-    assert!(counter(&*h.stack, "mapped_blocks_count") >= 4, "{}", describe(&mut h));
+    assert!(counter(&*h.stack, "mapped_blocks_count") >= blocks.len() as u64, "{}", describe(&mut h));
     h
 }
 
@@ -1223,6 +1229,127 @@ fn a_read_that_skips_slots_of_its_sequence_reads_them_too_and_serves_them_next_u
     assert_eq!(read_block(&mut narrow, 10), block(10));
     assert_eq!(read_block(&mut narrow, 13), block(13));
     assert_eq!(c(&narrow, "readbehind_reads_count"), 0);
+}
+
+#[test]
+fn a_failed_read_behind_or_ahead_is_read_again_as_the_piece_alone() {
+    for keys in ["readbehind_bytes = \"8K\"\n", "readahead_bytes = \"8K\"\n"] {
+        let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+        let mut h = mapped_harness_with(&dev, &(manual() + keys));
+        let c = |h: &Harness, k| counter(&*h.stack, k);
+        // Block 12 reads 11 behind it, or block 11 reads 12 and 13 ahead,
+        // after a read of block 10.
+        let b = if keys.starts_with("readbehind") { 12 } else { 11 };
+        (h.fail_lower_reads, h.lower_failures_left) = (true, Some(0));
+        // The extended read fails, and the piece's own read again: the
+        // read fails.
+        assert_eq!(read_block(&mut h, 10), block(10));
+        h.lower_failures_left = Some(2);
+        assert!(h.read(b * B, B as u32).result.is_err(), "{keys}");
+        // The extended read fails once: the piece alone is read again,
+        // and nothing is held.
+        assert_eq!(read_block(&mut h, 10), block(10));
+        h.lower_failures_left = Some(1);
+        let before = h.stats.lower_count;
+        assert_eq!(read_block(&mut h, b), block(b as u8), "{keys}");
+        assert_eq!(h.stats.lower_count, before + 2, "{keys}: the extended read, then the piece's own");
+        assert_eq!(c(&h, "readahead_failed_count"), 2, "{keys}");
+        assert_eq!(c(&h, "readbehind_reads_count") + c(&h, "readahead_reads_count"), 2, "{keys}");
+        assert_eq!(c(&h, "readahead_held_blocks"), 0, "{keys}");
+    }
+}
+
+#[test]
+fn a_read_from_memory_leaves_the_streams_place_where_its_last_lower_read_ended() {
+    let dev = Arc::new(MemDevice::new(DEVICE_BYTES));
+    let mut h = mapped_harness_over(&dev, &(manual() + "readbehind_bytes = \"8K\"\n"), 10..16);
+    let lower = lower_of(&h, 10..16);
+    assert!(lower.windows(2).all(|w| w[1] == w[0] + B), "laid out in order: {}", describe(&mut h));
+    let c = |h: &Harness, k| counter(&*h.stack, k);
+    assert_eq!(read_block(&mut h, 10), block(10));
+    assert_eq!(read_block(&mut h, 12), block(12));
+    assert_eq!(read_block(&mut h, 11), block(11));
+    assert_eq!(c(&h, "readahead_hits_count"), 1);
+    // The place is after block 12's slot, where the disk's last request
+    // ended: block 13's slot, skipped, is read with block 14's.
+    let before = h.stats.lower_count;
+    assert_eq!(read_block(&mut h, 14), block(14));
+    assert_eq!(
+        (c(&h, "readbehind_reads_count"), c(&h, "readbehind_read_blocks")),
+        (2, 2),
+        "{}",
+        describe(&mut h)
+    );
+    assert_eq!(read_block(&mut h, 13), block(13));
+    assert_eq!(h.stats.lower_count, before + 1, "block 13 from memory");
+}
+
+/// Blocks of 1 MiB, so that one upper request spans many slots: the
+/// region (56 MiB) at 64 MiB of a 128 MiB device, no automatic plans,
+/// blocks 0..40 written (each sector tagged by its number, [`big_bytes`]),
+/// read in order twice and laid out in that order.
+fn big_blocks_mapped(keys: &str) -> Harness {
+    const DEV: u64 = 128 << 20;
+    let cfg = format!(
+        "version = 1\n[[layer]]\ntarget = \"opt\"\nblock_bytes = \"1M\"\nopt_offset = \"64M\"\nopt_length = \"56M\"\n\
+         journal_blocks = 2\nedge_weight_min = 0\nplan_interval_requests = 0\nplan_interval_ms = 0\nauto_apply = false\n\
+         copy_blocks_per_step = 8\nidle_ms = 0\nweight_half_life_ms = 0\nabsorb_writes = false\n{keys}"
+    );
+    let stack = stack_from_toml(&cfg, DEV, OpenMode::format(1));
+    let dev = Arc::new(MemDevice::new(DEV));
+    let mut h = Harness::new(stack, dev as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
+    bring_up(&mut h);
+    for half in 0..2 {
+        assert_eq!(h.write(half * 20 * MB, big_bytes(half * 20 * MB, 20 * MB)).result, Ok(()));
+    }
+    assert_eq!(h.flush().result, Ok(()));
+    for _ in 0..2 {
+        for b in 0..40 {
+            assert_eq!(h.read(b * MB, MB as u32).result, Ok(()));
+        }
+    }
+    let reply = message(&mut h, "apply").expect("apply");
+    assert!(reply.contains("to copy"), "{reply}");
+    h.settle();
+    let lower: Vec<u64> = (0..40).map(|b| h.stack.map_extent(b * MB, MB)[0].0.expect("known")).collect();
+    assert!(lower.windows(2).all(|w| w[1] == w[0] + MB), "laid out in order: {}", describe(&mut h));
+    h
+}
+
+const MB: u64 = 1 << 20;
+
+/// Bytes `[at, at + n)` of the volume as [`big_blocks_mapped`] writes them.
+fn big_bytes(at: u64, n: u64) -> Vec<u8> {
+    (at..at + n).map(|i| ((i / 512) % 251) as u8).collect()
+}
+
+#[test]
+fn reading_behind_and_ahead_of_one_request_stays_within_one_lower_request() {
+    let mut h = big_blocks_mapped(
+        "readbehind_bytes = \"4M\"\nreadahead_bytes = \"16M\"\nreadahead_memory_bytes = \"32M\"\n",
+    );
+    let c = |h: &Harness, k| counter(&*h.stack, k);
+    let read = |h: &mut Harness, at: u64, n: u64| {
+        let r = h.read(at, n as u32);
+        assert_eq!(r.result, Ok(()), "{at}+{n}");
+        assert!(r.data.expect("data").as_ref() == big_bytes(at, n).as_slice(), "bytes {at}+{n}");
+    };
+    read(&mut h, 0, MB);
+    // 24 blocks from block 4: the 3 skipped read behind, and ahead only
+    // what one request of 32 MiB has room for (5 of the 16).
+    let before = h.stats.lower_count;
+    read(&mut h, 4 * MB, 24 * MB);
+    assert_eq!(h.stats.lower_count, before + 1, "one lower request");
+    assert_eq!((c(&h, "readbehind_read_blocks"), c(&h, "readahead_read_blocks")), (3, 5));
+    // Both sides held, each at its own bytes.
+    for (at, n) in [(MB, 3 * MB), (28 * MB, 5 * MB), (2 * MB + 512, 512), (32 * MB, MB)] {
+        read(&mut h, at, n);
+    }
+    assert_eq!(h.stats.lower_count, before + 1, "the rest from memory");
+    // The longest request on no slot's start or end spans 33 slots: no
+    // room beside it, read as it is.
+    read(&mut h, 5 * MB + 512, 32 * MB);
+    assert_eq!((c(&h, "readbehind_read_blocks"), c(&h, "readahead_read_blocks")), (3, 5));
 }
 
 #[test]

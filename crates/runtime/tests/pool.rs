@@ -498,6 +498,14 @@ fn a_redirected_origin_write_leaves_the_old_chunk_to_the_snapshots_and_waits_for
         let at = volume_offset(&mut h, s);
         assert_eq!(read(&mut h, at, 2 * CHUNK), vec![1; 2 * CHUNK], "{s} keeps the old chunks");
     }
+    // A commit of no record (a snapshot made with nothing pending) is not
+    // a partial chunks' one.
+    assert_eq!(h.flush().result, Ok(()));
+    let (commits, partial_only) = (counter(&h, "commits_count"), counter(&h, "commits_partial_only_count"));
+    ok(&mut h, "snapshot create s3");
+    h.settle();
+    assert!(counter(&h, "commits_count") > commits, "{}", h.stack.status());
+    assert_eq!(counter(&h, "commits_partial_only_count"), partial_only);
 }
 
 #[test]

@@ -211,12 +211,14 @@ impl<K: Copy + Eq + Hash> ReadAhead<K> {
         }
         self.held_blocks -= gone;
         self.held.retain(|_, v| !v.is_empty());
+        // A side already empty (never read, or cut before) is not cut
+        // again: `n` counts only what the write takes.
         for r in self.reads.values_mut() {
-            if r.own_end < b && a < r.end {
+            if r.own_end < r.end && r.own_end < b && a < r.end {
                 r.end = r.own_end;
                 n += 1;
             }
-            if r.from < b && a < r.own_start {
+            if r.from < r.own_start && r.from < b && a < r.own_start {
                 r.from = r.own_start;
                 n += 1;
             }
@@ -327,6 +329,28 @@ mod tests {
         ra.read_issued(4, 8, 60, (62, 63), 63);
         assert!(!ra.read_done(4, false, None, 0));
         assert!(ra.get([8], 60, 1).is_none());
+    }
+
+    #[test]
+    fn a_write_cuts_a_side_in_flight_only_where_it_overlaps_it_and_counts_only_what_it_cuts() {
+        let mut ra: ReadAhead<u32> = ReadAhead::new(512, 4, u64::MAX);
+        // Blocks 30..40, its own 34..36.
+        ra.read_issued(1, 7, 30, (34, 36), 40);
+        assert_eq!(ra.forget(29, 30), 0, "just before the blocks behind");
+        assert_eq!(ra.forget(40, 41), 0, "just after the blocks ahead");
+        assert_eq!(ra.forget(34, 36), 0, "the read's own blocks");
+        assert_eq!(ra.forget(33, 34), 1, "the last block behind");
+        assert_eq!(ra.read_end(1), Some(40), "the side ahead stays");
+        assert_eq!(ra.forget(36, 37), 1, "the first block ahead");
+        assert_eq!(ra.forget(30, 41), 0, "both sides are cut already");
+        assert!(!ra.read_done(1, true, None, 0));
+        assert_eq!(ra.held_blocks(), 0);
+        // A read with neither side (replica registers every read): a write
+        // over its first or last block cuts nothing.
+        ra.read_issued(2, 7, 50, (50, 52), 52);
+        assert_eq!(ra.forget(49, 51) + ra.forget(51, 53), 0);
+        assert_eq!(ra.reads_overlapping(49, 51), 1, "still in flight over its blocks");
+        assert_eq!(ra.dropped_count, 2);
     }
 
     #[test]

@@ -216,12 +216,14 @@ enum LowerOp {
     /// A piece of an upper read of `bytes` bytes from the region that reads
     /// on along its sequence or back over the slots its stream skipped
     /// (registered in `Opt::ahead`); its own bytes start at byte `at` of
-    /// the lower read.
+    /// the lower read. `own`: the piece's own read (what a failed read is
+    /// retried as: the extra slots must not fail a read of good ones).
     PieceAhead {
         key: u64,
         within: u32,
         at: u32,
         bytes: u32,
+        own: Request,
     },
     UpperFlush {
         id: ReqId,
@@ -307,6 +309,7 @@ struct Counters {
     readahead_hits_count: u64,
     readbehind_reads_count: u64,
     readbehind_read_blocks: u64,
+    readahead_failed_count: u64,
 }
 
 /// The bring-up phase.
@@ -804,7 +807,9 @@ impl Opt {
             }
             region_read = true;
             let mapped = |slots: &[Slot], k: u64| slots.get(k as usize).is_some_and(|s| s.home.is_some());
-            let room = u64::from(layoutd_core::REQUEST_BYTES_MAX) / b - (end - first);
+            // Slots one lower request has left beside the piece's own (none
+            // for a piece of the longest request on no slot's start or end).
+            let room = (u64::from(layoutd_core::REQUEST_BYTES_MAX) / b).saturating_sub(end - first);
             let mut behind = 0;
             if let (0, Some(l)) = (i, last) {
                 let gap = first.saturating_sub(l);
@@ -836,13 +841,13 @@ impl Opt {
                 self.counters.readbehind_reads_count += 1;
                 self.counters.readbehind_read_blocks += behind;
             }
+            let (at, own) = ((behind * b) as u32, r.clone());
             let r = Request {
                 offset_bytes: lower - behind * b,
                 length_bytes: ((behind + extra) * b + len) as u32,
                 ..r
             };
-            let at = (behind * b) as u32;
-            let id = self.emit(LowerOp::PieceAhead { key, within, at, bytes: len as u32 }, r);
+            let id = self.emit(LowerOp::PieceAhead { key, within, at, bytes: len as u32, own }, r);
             self.ahead.read_issued(id, stream, first - behind, (first, end), end + extra);
         }
         // Served from memory alone: the head did not move, so the stream's
@@ -1072,9 +1077,16 @@ impl Opt {
         match op {
             LowerOp::Bringup { part } => self.bringup_done(c, part),
             LowerOp::Piece { key, within } => self.piece_done(now.as_ns(), key, within, c.data, c.result),
-            LowerOp::PieceAhead { key, within, at, bytes } => {
+            LowerOp::PieceAhead { key, within, at, bytes, own } => {
                 let (at, end) = (at as usize, (at + bytes) as usize);
                 self.ahead.read_done(c.id.0, c.result.is_ok(), c.data.as_ref(), end);
+                if c.result.is_err() {
+                    // The slots read behind or ahead may be the bad ones:
+                    // the piece's own bytes are read again alone.
+                    self.counters.readahead_failed_count += 1;
+                    self.emit(LowerOp::Piece { key, within }, own);
+                    return;
+                }
                 let data = c.data.map(|d| d.slice(at.min(d.len())..end.min(d.len())));
                 self.piece_done(now.as_ns(), key, within, data, c.result)
             }
@@ -1285,6 +1297,7 @@ impl Target for Opt {
             ("readahead_hits_count", c.readahead_hits_count),
             ("readbehind_reads_count", c.readbehind_reads_count),
             ("readbehind_read_blocks", c.readbehind_read_blocks),
+            ("readahead_failed_count", c.readahead_failed_count),
             ("readahead_dropped_count", self.ahead.dropped_count),
             ("readahead_evicted_count", self.ahead.evicted_count),
             ("readahead_held_blocks", self.ahead.held_blocks()),
