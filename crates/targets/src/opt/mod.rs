@@ -850,10 +850,11 @@ impl Opt {
             let id = self.emit(LowerOp::PieceAhead { key, within, at, bytes: len as u32, own }, r);
             self.ahead.read_issued(id, stream, first - behind, (first, end), end + extra);
         }
-        // Served from memory alone: the head did not move, so the stream's
-        // place for the next read's "goes on" and read-behind stays where
-        // its last read from the disk left it.
-        if !region_read && pieces.iter().any(|p| p.3.is_some()) {
+        // Served from memory alone while reading behind: the head did not
+        // move, so the stream's place for the next read's read-behind (and
+        // "goes on") stays where its last read from the disk left it.
+        // Read-ahead alone keeps session 24's rule (the place moves on).
+        if self.args.readbehind_bytes > 0 && !region_read && pieces.iter().any(|p| p.3.is_some()) {
             match last {
                 Some(l) => self.read_last.insert(stream, l),
                 None => self.read_last.remove(&stream),
