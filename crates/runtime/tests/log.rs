@@ -237,6 +237,48 @@ fn checkpoint_version(dev: &MemDevice) -> (u32, [u32; 2]) {
     (seglog_legacy::newest_checkpoint_version(&area), seglog_legacy::checkpoint_versions(&area))
 }
 
+/// Checks that each chain checkpoint copy of this build's version on `dev`
+/// (not `legacy_map`) records the sketch of the map pages' current copies
+/// as of it (`seglog::MapSketch`): each page among `copies` (page,
+/// generation, offset) with a copy at or below its generation counted
+/// once, with the newest such copy's generation, and as many pages as its
+/// `map_pages_written`. Returns how many copies it checked.
+fn checkpoints_sketch_the_map(dev: &MemDevice, copies: &[(u64, u64, u64)]) -> usize {
+    use layoutd_targets::seglog::sketch::{SketchCell, SKETCH_CELLS};
+    use layoutd_targets::seglog::MapSketch;
+    let v = layoutd_targets::seglog::CHAIN_FORMAT_VERSION;
+    let codec = layoutd_core::metablock::MetaBlockCodec { magic: *b"LDSEGCC1", version: v, block_bytes: 512 };
+    let mut checked = 0;
+    for at in [0u64, 4096] {
+        let mut b = vec![0u8; 512];
+        dev.read_at(&mut b, at).expect("read");
+        let Ok(d) = codec.decode(&b) else { continue };
+        let u32_at = |i: usize| u32::from_le_bytes(d.payload[i..i + 4].try_into().expect("4"));
+        if u32_at(52) & 1 != 0 {
+            continue;
+        }
+        let mut current = std::collections::BTreeMap::new();
+        for &(p, g, _) in copies.iter().filter(|c| c.1 <= d.generation) {
+            let e = current.entry(p).or_insert(g);
+            *e = (*e).max(g);
+        }
+        let mut want = MapSketch::default();
+        for (&p, &g) in &current {
+            want.insert(p as u32);
+            want.replace(p as u32, 0, g);
+        }
+        let mut got = MapSketch::default();
+        for (i, c) in got.cells.iter_mut().enumerate().take(SKETCH_CELLS) {
+            let f = |k: usize| u32_at(76 + 16 * i + 4 * k);
+            *c = SketchCell { count: f(0), pages: f(1), check: f(2), generations: f(3) };
+        }
+        assert_eq!(u32_at(56) as usize, current.len(), "checkpoint {}: pages written", d.generation);
+        assert_eq!(got, want, "checkpoint {}: the sketch of its map pages", d.generation);
+        checked += 1;
+    }
+    checked
+}
+
 /// A log of the release before format identities (summaries of version 2,
 /// checkpoint of version 3, no format id, map pages of version 1) or of
 /// the release before map pages carried the id (checkpoint of version 4,
@@ -262,11 +304,13 @@ fn a_log_of_the_release_before_format_ids_opens_and_goes_on_in_the_new_versions(
         let (summaries, pages) = (usize::from(old_version == 3) * 4, usize::from(old_version < 5));
         assert!(downgraded_to(&image, &[512, 4096], release) >= 2 + summaries + pages, "{release:?}");
         assert_eq!(checkpoint_version(&image), (old_version, [old_version, old_version]));
-        opens_and_goes_on(image, &cfg);
+        opens_and_goes_on(image, &cfg, old_version >= 5);
     }
 }
 
-fn opens_and_goes_on(image: MemDevice, cfg: &str) {
+/// `sketched`: its map pages are of this build's version (not
+/// `legacy_map`), so its checkpoints' sketches are checked.
+fn opens_and_goes_on(image: MemDevice, cfg: &str, sketched: bool) {
     let dev = Arc::new(image);
     let open = || {
         let stack = stack_from_toml(cfg, DEVICE_BYTES, OpenMode::Open { clean: false, accept_loss: false });
@@ -283,6 +327,10 @@ fn opens_and_goes_on(image: MemDevice, cfg: &str) {
     let mut h = open();
     let v = layoutd_targets::seglog::CHAIN_FORMAT_VERSION;
     assert_eq!(checkpoint_version(&dev), (v, [v, v]), "both copies in the new version");
+    // Both: the bring-up checkpoint's and the copy recovered from,
+    // rewritten (unless its map pages are of the version before).
+    let checked = checkpoints_sketch_the_map(&dev, &map_page_copies(&dev));
+    assert_eq!(checked, if sketched { 2 } else { 0 });
     assert!(counter(&*h.stack, "recovered_segments_count") >= 2, "the roll-forward read version-2 summaries");
     check(&mut h, &|_| 1);
     // The victims are segments of the release before.
@@ -304,6 +352,8 @@ fn opens_and_goes_on(image: MemDevice, cfg: &str) {
     drop(h);
     assert_eq!(checkpoint_version(&dev), (v, [v, v]));
     check(&mut open(), &newest);
+    let checked = checkpoints_sketch_the_map(&dev, &map_page_copies(&dev));
+    assert_eq!(checked, if sketched { 2 } else { 0 });
 }
 
 /// A crash anywhere in the first open of a log of a release before
@@ -945,6 +995,9 @@ fn sparse_image() -> (Arc<MemDevice>, u64, String, Vec<u64>) {
     h.stack.message(h.now, "checkpoint").expect("checkpoint");
     assert_eq!(h.flush().result, Ok(()));
     drop(h);
+    // The map area is near the device's end (two copies a page).
+    let copies = map_page_copies_from(&dev, dev_bytes - 4 * 41 * (pages / 40 + 1) * 4096);
+    assert_eq!(checkpoints_sketch_the_map(&dev, &copies), 2, "both copies sketch the map");
     (dev, dev_bytes, cfg, written)
 }
 
