@@ -1148,13 +1148,21 @@ fn a_stale_page_sharing_a_cell_with_a_lost_one_is_still_unmapped() {
     }
 }
 
-/// The sketch's list is taken only as many as the count says are lost:
-/// on the sparse volume with two pages zeroed and the checkpoint's
-/// `map_pages_written` one more (its crc made good), the sketch lists
-/// two pages where three are missing, and the refusal names no page by
-/// it (as a checkpoint rewritten after an accepted loss could be).
+/// The sketch's list is taken only as many as the count says are lost,
+/// each without a usable copy: on the sparse volume with two pages
+/// zeroed and the checkpoint's `map_pages_written` one more (its crc made
+/// good), the sketch lists two pages where three are missing (as a
+/// checkpoint rewritten after an accepted loss could); with a whole page
+/// counted in it once more too, it lists three, one of them whole. The
+/// refusal names no page by it either way.
 #[test]
-fn a_sketch_that_lists_fewer_pages_than_the_count_is_not_taken() {
+fn a_sketch_that_lists_fewer_pages_than_the_count_or_a_whole_one_is_not_taken() {
+    for forge_whole in [false, true] {
+        sketch_not_taken(forge_whole);
+    }
+}
+
+fn sketch_not_taken(forge_whole: bool) {
     use layoutd_core::metablock::MetaBlockCodec;
     let (dev, dev_bytes, cfg, written) = sparse_image();
     let codec = MetaBlockCodec {
@@ -1171,6 +1179,21 @@ fn a_sketch_that_lists_fewer_pages_than_the_count_is_not_taken() {
     let count = u32::from_le_bytes(payload[56..60].try_into().expect("4"));
     assert_eq!(count, 41, "the 40 pages and page 1");
     payload[56..60].copy_from_slice(&(count + 1).to_le_bytes());
+    if forge_whole {
+        // Page written[20] (whole) counted once more: its cells' count,
+        // index and check.
+        let p = written[20] as u32;
+        for part in 0..3 {
+            let at = 76 + 16 * layoutd_targets::seglog::MapSketch::cell_of(p, part);
+            let mut field = |k: usize, f: &dyn Fn(u32) -> u32| {
+                let v = u32::from_le_bytes(payload[at + 4 * k..at + 4 * k + 4].try_into().expect("4"));
+                payload[at + 4 * k..at + 4 * k + 4].copy_from_slice(&f(v).to_le_bytes());
+            };
+            field(0, &|v| v.wrapping_add(1));
+            field(1, &|v| v ^ p);
+            field(2, &|v| v ^ layoutd_targets::seglog::MapSketch::check(p));
+        }
+    }
     dev.write_at(&codec.encode(203, &payload).expect("fits"), 4096).expect("write");
     let pages_max = 41 * (written[1] - written[0] + 1);
     let copies = map_page_copies_from(&dev, dev_bytes - 4 * pages_max * 4096);
@@ -1184,7 +1207,7 @@ fn a_sketch_that_lists_fewer_pages_than_the_count_is_not_taken() {
     assert!(
         e.contains("3 page(s) written before checkpoint 203 have no readable copy")
             && !e.contains("told from the pages never written"),
-        "{e}"
+        "forged whole page {forge_whole}: {e}"
     );
 }
 
