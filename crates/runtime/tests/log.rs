@@ -980,11 +980,10 @@ fn map_pages_lost_outright_cost_only_their_own_mappings_under_accept_loss() {
     }
 }
 
-/// A sparsely written volume (160 GiB, about 32,700 map pages, 40 of
-/// them written once, one block each, spread over the volume, by
-/// checkpoint 202, and page 1 by checkpoints 2 to 201 and 203; flushed):
-/// the device, its size, the config and the 40 pages.
-fn sparse_image() -> (Arc<MemDevice>, u64, String, Vec<u64>) {
+/// A sparse 160 GiB volume (one map page per 1014 blocks), formatted
+/// and up: the device, its size, the config, its map pages and the
+/// harness.
+fn sparse_volume() -> (Arc<MemDevice>, u64, String, u64, Harness<ZeroLatency>) {
     let dev_bytes = 160 << 30;
     let cfg = cfg("greedy", "resequence = false\n")
         .replace("segment_bytes = \"32KiB\"", "segment_bytes = \"512KiB\"")
@@ -992,10 +991,19 @@ fn sparse_image() -> (Arc<MemDevice>, u64, String, Vec<u64>) {
     let dev = Arc::new(MemDevice::with_chunk_bytes(dev_bytes, 4096));
     let stack = stack_from_toml(&cfg, dev_bytes, OpenMode::format(1));
     let pages = stack.size_bytes() / 4096 / 1014;
-    assert!(pages > 30_000, "{pages} map pages");
-    let written: Vec<u64> = (0..40).map(|i| i * (pages / 40) + 3).collect();
     let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
     bring_up(&mut h);
+    (dev, dev_bytes, cfg, pages, h)
+}
+
+/// A sparsely written volume (160 GiB, about 32,700 map pages, 40 of
+/// them written once, one block each, spread over the volume, by
+/// checkpoint 202, and page 1 by checkpoints 2 to 201 and 203; flushed):
+/// the device, its size, the config and the 40 pages.
+fn sparse_image() -> (Arc<MemDevice>, u64, String, Vec<u64>) {
+    let (dev, dev_bytes, cfg, pages, mut h) = sparse_volume();
+    assert!(pages > 30_000, "{pages} map pages");
+    let written: Vec<u64> = (0..40).map(|i| i * (pages / 40) + 3).collect();
     // Checkpoints 2 to 201 write page 1 alone, 202 the 40 pages, 203 page
     // 1 again: the 40 pages' copies are then older than the checkpoint,
     // beside a blank one (what a damaged newer copy could look like), and
@@ -1120,18 +1128,10 @@ fn lost_map_pages_on_a_sparse_volume_are_told_from_the_pages_never_written() {
 #[test]
 fn a_stale_page_sharing_a_cell_with_a_lost_one_is_still_unmapped() {
     use layoutd_targets::seglog::MapSketch;
-    let dev_bytes = 160 << 30;
-    let cfg = cfg("greedy", "resequence = false\n")
-        .replace("segment_bytes = \"32KiB\"", "segment_bytes = \"512KiB\"")
-        .replace("checkpoint_segments = 6", "checkpoint_segments = 1000");
-    let dev = Arc::new(MemDevice::with_chunk_bytes(dev_bytes, 4096));
-    let stack = stack_from_toml(&cfg, dev_bytes, OpenMode::format(1));
-    let pages = stack.size_bytes() / 4096 / 1014;
+    let (dev, dev_bytes, cfg, pages, mut h) = sparse_volume();
     let a = (2..pages)
         .find(|&p| MapSketch::cell_of(p as u32, 0) == MapSketch::cell_of(1, 0))
         .expect("a page in page 1's cell of part 0");
-    let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
-    bring_up(&mut h);
     for (v, b) in [(1, a * 1014), (1, 1014), (2, 1014)] {
         assert_eq!(h.write(b * 4096, block_bytes(v, b)).result, Ok(()));
         h.stack.message(h.now, "checkpoint").expect("checkpoint");
