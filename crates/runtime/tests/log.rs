@@ -237,6 +237,66 @@ fn checkpoint_version(dev: &MemDevice) -> (u32, [u32; 2]) {
     (seglog_legacy::newest_checkpoint_version(&area), seglog_legacy::checkpoint_versions(&area))
 }
 
+/// Checks that each chain checkpoint copy of this build's version on `dev`
+/// (not `legacy_map`) records the sketch of the map pages' current copies
+/// as of it (`seglog::MapSketch`): each page among `copies` (page,
+/// generation, offset) with a copy at or below its generation counted
+/// once, with the newest such copy's generation, and as many pages as its
+/// `map_pages_written`. Returns how many copies it checked (with
+/// `newest_only`, the newest alone: after damage or a crash the older
+/// copy's map may have been written over).
+fn checkpoints_sketch_the_map(dev: &MemDevice, copies: &[(u64, u64, u64)], newest_only: bool) -> usize {
+    use layoutd_core::metablock::MetaBlockCodec;
+    use layoutd_targets::seglog::sketch::{SketchCell, SKETCH_CELLS};
+    use layoutd_targets::seglog::MapSketch;
+    let v = layoutd_targets::seglog::CHAIN_FORMAT_VERSION;
+    let codec = MetaBlockCodec { magic: *b"LDSEGCC1", version: v, block_bytes: 512 };
+    // Whole copies only (a torn one is no copy).
+    let page_codec = MetaBlockCodec { magic: *b"LDLOGMP1", version: 2, block_bytes: 4096 };
+    let whole = |at: u64| {
+        let mut b = vec![0u8; 4096];
+        dev.read_at(&mut b, at).expect("read");
+        page_codec.decode(&b).is_ok()
+    };
+    let copies: Vec<(u64, u64, u64)> = copies.iter().copied().filter(|c| whole(c.2)).collect();
+    let mut decoded: Vec<_> = [0u64, 4096]
+        .iter()
+        .filter_map(|&at| {
+            let mut b = vec![0u8; 512];
+            dev.read_at(&mut b, at).expect("read");
+            codec.decode(&b).ok()
+        })
+        .collect();
+    decoded.sort_by_key(|d| std::cmp::Reverse(d.generation));
+    decoded.truncate(if newest_only { 1 } else { 2 });
+    let mut checked = 0;
+    for d in decoded {
+        let u32_at = |i: usize| u32::from_le_bytes(d.payload[i..i + 4].try_into().expect("4"));
+        if u32_at(52) & 1 != 0 {
+            continue;
+        }
+        let mut current = std::collections::BTreeMap::new();
+        for &(p, g, _) in copies.iter().filter(|c| c.1 <= d.generation) {
+            let e = current.entry(p).or_insert(g);
+            *e = (*e).max(g);
+        }
+        let mut want = MapSketch::default();
+        for (&p, &g) in &current {
+            want.insert(p as u32);
+            want.replace(p as u32, 0, g);
+        }
+        let mut got = MapSketch::default();
+        for (i, c) in got.cells.iter_mut().enumerate().take(SKETCH_CELLS) {
+            let f = |k: usize| u32_at(76 + 16 * i + 4 * k);
+            *c = SketchCell { count: f(0), pages: f(1), check: f(2), generations: f(3) };
+        }
+        assert_eq!(u32_at(56) as usize, current.len(), "checkpoint {}: pages written", d.generation);
+        assert_eq!(got, want, "checkpoint {}: the sketch of its map pages", d.generation);
+        checked += 1;
+    }
+    checked
+}
+
 /// A log of the release before format identities (summaries of version 2,
 /// checkpoint of version 3, no format id, map pages of version 1) or of
 /// the release before map pages carried the id (checkpoint of version 4,
@@ -262,11 +322,13 @@ fn a_log_of_the_release_before_format_ids_opens_and_goes_on_in_the_new_versions(
         let (summaries, pages) = (usize::from(old_version == 3) * 4, usize::from(old_version < 5));
         assert!(downgraded_to(&image, &[512, 4096], release) >= 2 + summaries + pages, "{release:?}");
         assert_eq!(checkpoint_version(&image), (old_version, [old_version, old_version]));
-        opens_and_goes_on(image, &cfg);
+        opens_and_goes_on(image, &cfg, old_version >= 5);
     }
 }
 
-fn opens_and_goes_on(image: MemDevice, cfg: &str) {
+/// `sketched`: its map pages are of this build's version (not
+/// `legacy_map`), so its checkpoints' sketches are checked.
+fn opens_and_goes_on(image: MemDevice, cfg: &str, sketched: bool) {
     let dev = Arc::new(image);
     let open = || {
         let stack = stack_from_toml(cfg, DEVICE_BYTES, OpenMode::Open { clean: false, accept_loss: false });
@@ -283,6 +345,10 @@ fn opens_and_goes_on(image: MemDevice, cfg: &str) {
     let mut h = open();
     let v = layoutd_targets::seglog::CHAIN_FORMAT_VERSION;
     assert_eq!(checkpoint_version(&dev), (v, [v, v]), "both copies in the new version");
+    // Both: the bring-up checkpoint's and the copy recovered from,
+    // rewritten (unless its map pages are of the version before).
+    let checked = checkpoints_sketch_the_map(&dev, &map_page_copies(&dev), false);
+    assert_eq!(checked, if sketched { 2 } else { 0 });
     assert!(counter(&*h.stack, "recovered_segments_count") >= 2, "the roll-forward read version-2 summaries");
     check(&mut h, &|_| 1);
     // The victims are segments of the release before.
@@ -304,6 +370,8 @@ fn opens_and_goes_on(image: MemDevice, cfg: &str) {
     drop(h);
     assert_eq!(checkpoint_version(&dev), (v, [v, v]));
     check(&mut open(), &newest);
+    let checked = checkpoints_sketch_the_map(&dev, &map_page_copies(&dev), false);
+    assert_eq!(checked, if sketched { 2 } else { 0 });
 }
 
 /// A crash anywhere in the first open of a log of a release before
@@ -912,11 +980,10 @@ fn map_pages_lost_outright_cost_only_their_own_mappings_under_accept_loss() {
     }
 }
 
-/// A sparsely written volume (160 GiB, about 32,700 map pages, 40 of
-/// them written once, one block each, spread over the volume, by
-/// checkpoint 202, and page 1 by checkpoints 2 to 201 and 203; flushed):
-/// the device, its size, the config and the 40 pages.
-fn sparse_image() -> (Arc<MemDevice>, u64, String, Vec<u64>) {
+/// A sparse 160 GiB volume (one map page per 1014 blocks), formatted
+/// and up: the device, its size, the config, its map pages and the
+/// harness.
+fn sparse_volume() -> (Arc<MemDevice>, u64, String, u64, Harness<ZeroLatency>) {
     let dev_bytes = 160 << 30;
     let cfg = cfg("greedy", "resequence = false\n")
         .replace("segment_bytes = \"32KiB\"", "segment_bytes = \"512KiB\"")
@@ -924,10 +991,19 @@ fn sparse_image() -> (Arc<MemDevice>, u64, String, Vec<u64>) {
     let dev = Arc::new(MemDevice::with_chunk_bytes(dev_bytes, 4096));
     let stack = stack_from_toml(&cfg, dev_bytes, OpenMode::format(1));
     let pages = stack.size_bytes() / 4096 / 1014;
-    assert!(pages > 30_000, "{pages} map pages");
-    let written: Vec<u64> = (0..40).map(|i| i * (pages / 40) + 3).collect();
     let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
     bring_up(&mut h);
+    (dev, dev_bytes, cfg, pages, h)
+}
+
+/// A sparsely written volume (160 GiB, about 32,700 map pages, 40 of
+/// them written once, one block each, spread over the volume, by
+/// checkpoint 202, and page 1 by checkpoints 2 to 201 and 203; flushed):
+/// the device, its size, the config and the 40 pages.
+fn sparse_image() -> (Arc<MemDevice>, u64, String, Vec<u64>) {
+    let (dev, dev_bytes, cfg, pages, mut h) = sparse_volume();
+    assert!(pages > 30_000, "{pages} map pages");
+    let written: Vec<u64> = (0..40).map(|i| i * (pages / 40) + 3).collect();
     // Checkpoints 2 to 201 write page 1 alone, 202 the 40 pages, 203 page
     // 1 again: the 40 pages' copies are then older than the checkpoint,
     // beside a blank one (what a damaged newer copy could look like), and
@@ -945,6 +1021,9 @@ fn sparse_image() -> (Arc<MemDevice>, u64, String, Vec<u64>) {
     h.stack.message(h.now, "checkpoint").expect("checkpoint");
     assert_eq!(h.flush().result, Ok(()));
     drop(h);
+    // The map area is near the device's end (two copies a page).
+    let copies = map_page_copies_from(&dev, dev_bytes - 4 * 41 * (pages / 40 + 1) * 4096);
+    assert_eq!(checkpoints_sketch_the_map(&dev, &copies, false), 2, "both copies sketch the map");
     (dev, dev_bytes, cfg, written)
 }
 
@@ -1030,9 +1109,120 @@ fn lost_map_pages_on_a_sparse_volume_are_told_from_the_pages_never_written() {
             assert!(h.read(1014 * 4096, 4096).data.expect("data") == want, "{case}: page 1");
         };
         reads(&mut h);
+        // The bring-up checkpoint counts and sketches the pages left.
+        let copies = map_page_copies_from(&dev, dev_bytes - 4 * pages_max * 4096);
+        assert_eq!(checkpoints_sketch_the_map(&dev, &copies, true), 1, "{case}");
         drop(h);
         reads(&mut open(false).unwrap_or_else(|e| panic!("{case}: reopened: {e}")));
     }
+}
+
+/// A lost page given the shortfall of a stale page beside it: on a
+/// sparse volume page A (written by checkpoint 2) shares its cell of part
+/// 0 with page 1 (written by checkpoints 3 and 4); A's only copy is
+/// zeroed and page 1's current copy damaged (its older copy, 1
+/// generation short, stale). The sketch lists A with generation 3 (its
+/// own plus page 1's shortfall), which makes the digests' plain sum whole
+/// but not the weighted one, so it is not taken as the whole answer: the
+/// search finds page 1 stale and it is unmapped, never served stale.
+#[test]
+fn a_stale_page_sharing_a_cell_with_a_lost_one_is_still_unmapped() {
+    use layoutd_targets::seglog::MapSketch;
+    let (dev, dev_bytes, cfg, pages, mut h) = sparse_volume();
+    let a = (2..pages)
+        .find(|&p| MapSketch::cell_of(p as u32, 0) == MapSketch::cell_of(1, 0))
+        .expect("a page in page 1's cell of part 0");
+    for (v, b) in [(1, a * 1014), (1, 1014), (2, 1014)] {
+        assert_eq!(h.write(b * 4096, block_bytes(v, b)).result, Ok(()));
+        h.stack.message(h.now, "checkpoint").expect("checkpoint");
+    }
+    assert_eq!(h.flush().result, Ok(()));
+    drop(h);
+    let copies = map_page_copies_from(&dev, dev_bytes - 8 * (pages + 1) * 4096);
+    let gens = |p: u64| -> Vec<u64> {
+        let mut g: Vec<u64> = copies.iter().filter(|c| c.0 == p).map(|c| c.1).collect();
+        g.sort_unstable();
+        g
+    };
+    assert_eq!((gens(a), gens(1)), (vec![2], vec![3, 4]), "{copies:?}");
+    let at = |p: u64, g: u64| copies.iter().find(|c| c.0 == p && c.1 == g).expect("copy").2;
+    dev.write_at(&[0u8; 4096], at(a, 2)).expect("damage");
+    dev.write_at(&[0xAB], at(1, 4) + 100).expect("damage");
+    let open = |accept_loss: bool| {
+        let stack = stack_from_toml(&cfg, dev_bytes, OpenMode::Open { clean: false, accept_loss });
+        let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
+        h.bring_up().map(|()| h)
+    };
+    let e = open(false).err().expect("refused");
+    assert!(e.contains(&format!("page {a} at lower offsets")), "{e}");
+    let mut h = open(true).unwrap_or_else(|e| panic!("the loss accepted: {e}"));
+    let loss = h.stack.status().config.into_iter().find(|c| c.0 == "accepted_loss").expect("reported");
+    assert!(loss.1.contains("page 1's current copy, of generation 4"), "{loss:?}");
+    assert_eq!(counter(&*h.stack, "lost_map_pages_count"), 2, "{loss:?}");
+    assert!(h.read(1014 * 4096, 4096).data.expect("data") == vec![0u8; 4096], "page 1 served stale");
+}
+
+/// The sketch's list is taken only as many as the count says are lost,
+/// each without a usable copy: on the sparse volume with two pages
+/// zeroed and the checkpoint's `map_pages_written` one more (its crc made
+/// good), the sketch lists two pages where three are missing (as a
+/// checkpoint rewritten after an accepted loss could); with a whole page
+/// counted in it once more too, it lists three, one of them whole. The
+/// refusal names no page by it either way.
+#[test]
+fn a_sketch_that_lists_fewer_pages_than_the_count_or_a_whole_one_is_not_taken() {
+    for forge_whole in [false, true] {
+        sketch_not_taken(forge_whole);
+    }
+}
+
+fn sketch_not_taken(forge_whole: bool) {
+    use layoutd_core::metablock::MetaBlockCodec;
+    let (dev, dev_bytes, cfg, written) = sparse_image();
+    let codec = MetaBlockCodec {
+        magic: *b"LDSEGCC1",
+        version: layoutd_targets::seglog::CHAIN_FORMAT_VERSION,
+        block_bytes: 512,
+    };
+    // Checkpoint 203, in copy 1.
+    let mut b = vec![0u8; 512];
+    dev.read_at(&mut b, 4096).expect("read");
+    let d = codec.decode(&b).expect("checkpoint 203");
+    assert_eq!(d.generation, 203);
+    let mut payload = d.payload.clone();
+    let count = u32::from_le_bytes(payload[56..60].try_into().expect("4"));
+    assert_eq!(count, 41, "the 40 pages and page 1");
+    payload[56..60].copy_from_slice(&(count + 1).to_le_bytes());
+    if forge_whole {
+        // Page written[20] (whole) counted once more: its cells' count,
+        // index and check.
+        let p = written[20] as u32;
+        for part in 0..3 {
+            let at = 76 + 16 * layoutd_targets::seglog::MapSketch::cell_of(p, part);
+            let mut field = |k: usize, f: &dyn Fn(u32) -> u32| {
+                let v = u32::from_le_bytes(payload[at + 4 * k..at + 4 * k + 4].try_into().expect("4"));
+                payload[at + 4 * k..at + 4 * k + 4].copy_from_slice(&f(v).to_le_bytes());
+            };
+            field(0, &|v| v.wrapping_add(1));
+            field(1, &|v| v ^ p);
+            field(2, &|v| v ^ layoutd_targets::seglog::MapSketch::check(p));
+        }
+    }
+    dev.write_at(&codec.encode(203, &payload).expect("fits"), 4096).expect("write");
+    let pages_max = 41 * (written[1] - written[0] + 1);
+    let copies = map_page_copies_from(&dev, dev_bytes - 4 * pages_max * 4096);
+    for p in [written[1], written[9]] {
+        let at = copies.iter().find(|c| c.0 == p).expect("page").2;
+        dev.write_at(&[0u8; 4096], at).expect("damage");
+    }
+    let stack = stack_from_toml(&cfg, dev_bytes, OpenMode::Open { clean: false, accept_loss: false });
+    let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), 1);
+    let e = h.bring_up().err().expect("refused");
+    assert!(
+        e.contains("3 page(s) written before checkpoint 203 have no readable copy")
+            && !e.contains("told from the pages never written"),
+        "forged whole page {forge_whole}: {e}"
+    );
 }
 
 /// The other side of the case above: pages lost beside pages whose
@@ -1899,12 +2089,24 @@ fn legacy_crash_check(release: Option<seglog_legacy::Release>, seed: u64, random
             Some(t) => log.image_torn_at(cut, dev_bytes, Some(&base), t).expect("replay").expect("a write"),
         };
         let stack = stack_from_toml(&cfg, dev_bytes, open_mode);
-        let mut h = Harness::new(stack, Arc::new(dev) as Arc<dyn BlockDevice>, ZeroLatency::default(), seed);
+        let dev = Arc::new(dev);
+        let mut h = Harness::new(stack, dev.clone() as Arc<dyn BlockDevice>, ZeroLatency::default(), seed);
         if let Err(e) = h.bring_up() {
             panic!(
                 "{release:?} seed {seed}: cut {cut} of {len} (torn: {tear:?}; open ends at {opened}): refused: {e}"
             );
         }
+        // The bring-up checkpoint's sketch is of the map as recovered
+        // (not with map pages of the version before: `legacy_map`).
+        let sketched = !matches!(
+            release,
+            Some(seglog_legacy::Release::BeforeMapIds | seglog_legacy::Release::BeforeFormatIds)
+        );
+        assert_eq!(
+            checkpoints_sketch_the_map(&dev, &map_page_copies(&dev), true),
+            usize::from(sketched),
+            "{release:?}: cut {cut} (torn: {tear:?})"
+        );
         let durable = (2..=ROUNDS).rev().find(|&r| flushed[r as usize] <= cut).unwrap_or(1);
         for b in (0..40).chain(SECOND_PAGE) {
             let newest = (1..=durable).rev().find(|&r| written(r, b)).expect("round 1 wrote every block");

@@ -1182,5 +1182,16 @@ mod tests {
         assert_eq!(d, 5);
         assert!((0..8).all(|p| MapDigest::weight(p) != w), "{w}");
         assert!((0..1000).all(|p| (1..MAP_DIGEST_PRIME).contains(&MapDigest::weight(p))));
+        // The weights are part of the format (version 6 on): pinned, as
+        // released (splitmix64 of the index, reduced).
+        let pinned = [
+            0x0220_a839_7b1d_cdbe,
+            0x110a_2dec_8902_5cca,
+            0x0f61_324e_2880_d25f,
+            0x042a_0965_68ee_3683,
+            0x13b1_3ba2_aff1_81c7,
+        ];
+        let weights = [0, 1, 1013, 235_714, u32::MAX].map(MapDigest::weight);
+        assert_eq!(weights, pinned, "{weights:x?}");
     }
 }
