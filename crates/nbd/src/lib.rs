@@ -141,14 +141,9 @@ fn parse_bool(key: &str, value: &str) -> Result<bool> {
     value.parse().map_err(|_| Error::new(libc::EINVAL, format!("{key}={value}: use true or false")))
 }
 
-/// Creates the record-trace file without following a symbolic link at
-/// `path` (O_NOFOLLOW), and without replacing an existing file (O_EXCL)
-/// unless `overwrite`.
-fn create_trace_file(path: &std::path::Path, overwrite: bool) -> Result<std::fs::File> {
-    create_record_file("record-trace", path, overwrite)
-}
-
-/// As [`create_trace_file`], for the parameter `key`.
+/// Creates the file of parameter `key` (record-trace, record-disk) without
+/// following a symbolic link at `path` (O_NOFOLLOW), and without replacing
+/// an existing file (O_EXCL) unless `overwrite`.
 fn create_record_file(key: &str, path: &std::path::Path, overwrite: bool) -> Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut o = std::fs::OpenOptions::new();
@@ -314,7 +309,7 @@ impl Server for Connection {
             }
             // The trace file first: a refused path must not leave the volume marked dirty.
             let trace_file = match &s.record_trace {
-                Some(p) => Some(create_trace_file(p, s.record_trace_overwrite)?),
+                Some(p) => Some(create_record_file("record-trace", p, s.record_trace_overwrite)?),
                 None => None,
             };
             let disk_file = match &s.record_disk {

@@ -733,9 +733,8 @@ impl Opt {
         // (next to neither planned neighbour's slot) are moved.
         let mut moved: FxHashMap<u64, u64> = FxHashMap::default();
         if self.args.plan_moves_dirty {
-            for (i, &(h, rank)) in want.iter().enumerate() {
-                let Some(s) = existing((h, rank)).filter(|&s| rank == 0 && self.slots[s as usize].dirty)
-                else {
+            for (i, &(h, rank)) in want.iter().enumerate().filter(|(_, w)| w.1 == 0) {
+                let Some(s) = existing((h, rank)).filter(|&s| self.slots[s as usize].dirty) else {
                     continue;
                 };
                 let beside = |j: Option<usize>, at: Option<u64>| {
@@ -811,13 +810,10 @@ impl Opt {
         // A moved block's slot goes in this job whatever `retain` says: its
         // copy home (phase `CopyHome`) comes before its copy in from home
         // (`CopyIn`), as for any dirty slot a job drops.
-        for &s in moved.values() {
-            if !drop.contains(&(s as u32)) {
-                drop.push(s as u32);
-            }
-        }
+        drop.extend(moved.values().map(|&s| s as u32));
         self.counters.moved_blocks_count += moved.len() as u64;
         drop.sort_unstable();
+        drop.dedup();
         let kept = keep.iter().filter(|&&k| k).count();
         let mut runs: Vec<CopyRun> = Vec::new();
         let boundary = self.geo.opt_offset_bytes / self.geo.block_bytes;

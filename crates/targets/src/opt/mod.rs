@@ -215,14 +215,13 @@ enum LowerOp {
     },
     /// A piece of an upper read of `bytes` bytes from the region that reads
     /// on along its sequence or back over the slots its stream skipped
-    /// (registered in `Opt::ahead`); its own bytes start at byte `at` of
-    /// the lower read. `own`: the piece's own read (what a failed read is
-    /// retried as: the extra slots must not fail a read of good ones).
+    /// (registered in `Opt::ahead`); its own bytes, `own`'s, start at byte
+    /// `at` of the lower read. `own`: the piece's own read (what a failed
+    /// read is retried as: the extra slots must not fail a read of good ones).
     PieceAhead {
         key: u64,
         within: u32,
         at: u32,
-        bytes: u32,
         own: Request,
     },
     UpperFlush {
@@ -847,7 +846,7 @@ impl Opt {
                 length_bytes: ((behind + extra) * b + len) as u32,
                 ..r
             };
-            let id = self.emit(LowerOp::PieceAhead { key, within, at, bytes: len as u32, own }, r);
+            let id = self.emit(LowerOp::PieceAhead { key, within, at, own }, r);
             self.ahead.read_issued(id, stream, first - behind, (first, end), end + extra);
         }
         // Served from memory alone while reading behind: the head did not
@@ -1078,8 +1077,8 @@ impl Opt {
         match op {
             LowerOp::Bringup { part } => self.bringup_done(c, part),
             LowerOp::Piece { key, within } => self.piece_done(now.as_ns(), key, within, c.data, c.result),
-            LowerOp::PieceAhead { key, within, at, bytes, own } => {
-                let (at, end) = (at as usize, (at + bytes) as usize);
+            LowerOp::PieceAhead { key, within, at, own } => {
+                let (at, end) = (at as usize, (at + own.length_bytes) as usize);
                 self.ahead.read_done(c.id.0, c.result.is_ok(), c.data.as_ref(), end);
                 if c.result.is_err() {
                     // The slots read behind or ahead may be the bad ones:
